@@ -1,0 +1,33 @@
+# olmax: every target runs `setup` first; `setup` is idempotent (re-installs only when pyproject.toml changes).
+PY      := .venv/bin/python
+STAMP   := .venv/.olmax-installed
+OUT     ?= demo-out
+
+.PHONY: setup demo test test-slow bench lint
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned: the CPU build of 2.13.0 is what this machine serves; an unpinned torch pulls CUDA.
+	$(PY) -m pip install -q 'torch==2.13.0'
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: setup
+	.venv/bin/olmax demo --out $(OUT)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) bench/prepare.py
+	$(PY) bench/loader.py
+	$(PY) bench/forward.py
+
+lint: setup
+	.venv/bin/ruff check olmax tests bench

@@ -1,0 +1,1 @@
+"""Audit: span hashing, repeat and leakage detection, loader audits and launch gates."""

@@ -1,0 +1,1 @@
+"""Evals: held-out loss and bits-per-byte, memorization flags, an lm-eval adapter."""

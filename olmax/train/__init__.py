@@ -1,0 +1,1 @@
+"""Training: mesh and sharding, optimizer and schedules, train step, checkpoints, the loop."""
