@@ -1,0 +1,144 @@
+"""The batch loader: OLMo-core's global batches, this process's rows, through a prefetching Grain pipeline.
+
+Contract. For a mix indexed at sequence length L, global batch size G (sequences) and seed S, the
+global batch (epoch, step) equals OLMo-core's `NumpyFSLDataLoader` batch `step` of that epoch (with
+`global_batch_size=G*L` tokens); process I of P receives its positions I::P, in that order. Each
+element yielded is a dict of numpy arrays: `input_ids` int32 (G/P, L), `instance_ids` int64 (G/P,)
+(global instance indices, for audits), `source` int32 (G/P,) (ids into `index.label_names`), and
+with `document_masks=True` `segment_ids` and `positions` int32 (G/P, L). Prefetch threads read
+ahead but Grain hands elements out in stream order, so their number never changes what is seen.
+`BatchIterator.state` after n batches, restored by any process count (and any G that divides the
+consumed tokens), continues the stream exactly; epochs roll over to a fresh permutation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from olmax.data.grain_source import BatchSource
+from olmax.data.index import DOLMA2_EOS, TokenIndex
+from olmax.data.order import default_work_dir
+from olmax.data.state import LoaderState, advance, resume_step
+from olmax.errors import OlmaxError
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How to cut and order the batches (all of it, bar the prefetch knobs, decides the stream)."""
+
+    seq_len: int  # 8192 in OLMo 3 stages 1-2
+    global_batch_size: int  # sequences: 512 = 4,194,304 tokens in stage 1
+    seed: int = 34521  # OLMo 3 stage-1 data seed
+    order: str = "olmo-core"  # or "feistel": stateless, no order file, not AI2's order
+    work_dir: str | None = None  # where order files live; None: $OLMAX_WORK_DIR or the temp dir
+    document_masks: bool = False  # off in OLMo 3 stages 1-2
+    eos_token_id: int = DOLMA2_EOS
+    bos_token_id: int | None = None
+    num_epochs: int | None = None  # None: unbounded
+    num_threads: int = 2  # Grain read threads; 0 reads synchronously
+    prefetch_buffer_size: int = 4  # batches read ahead
+
+
+class BatchIterator(Iterator[dict[str, np.ndarray]]):
+    """Yields this process's batches in stream order; `state` is the position after the last one."""
+
+    def __init__(self, loader: Loader, state: LoaderState, start: int):
+        import grain
+
+        self._loader = loader
+        self._state = state
+        self.index = start
+        dataset = grain.MapDataset.source(loader.source)[start:]
+        cfg = loader.config
+        if cfg.num_threads > 0:
+            options = grain.ReadOptions(num_threads=cfg.num_threads,
+                                        prefetch_buffer_size=max(1, cfg.prefetch_buffer_size))
+            self._it = iter(dataset.to_iter_dataset(options))
+        else:
+            self._it = (dataset[i] for i in range(len(dataset)))
+
+    @property
+    def state(self) -> LoaderState:
+        return self._state
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epoch, step) of the next batch."""
+        return self._loader.source.position(self.index)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self._it)
+        self.index += 1
+        self._state = advance(self._state, global_batch_size=self._loader.config.global_batch_size,
+                              batches_per_epoch=self._loader.batches_per_epoch)
+        return batch
+
+
+class Loader:
+    """Binds an index, a config and this process's place; hands out batches and iterators."""
+
+    def __init__(self, index: TokenIndex, config: LoaderConfig, *, process_index: int | None = None,
+                 process_count: int | None = None):
+        if process_index is None or process_count is None:
+            import jax
+
+            process_index = jax.process_index() if process_index is None else process_index
+            process_count = jax.process_count() if process_count is None else process_count
+        self.index = index
+        self.config = config
+        self.source = BatchSource(
+            index, global_batch_size=config.global_batch_size, seed=config.seed, order=config.order,
+            work_dir=config.work_dir or default_work_dir(), process_index=process_index,
+            process_count=process_count, num_epochs=config.num_epochs,
+            document_masks=config.document_masks, eos_token_id=config.eos_token_id,
+            bos_token_id=config.bos_token_id)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """N // G: OLMo-core drops the permutation's tail to whole global batches."""
+        return self.source.batches_per_epoch
+
+    @property
+    def rows_per_process(self) -> int:
+        return self.config.global_batch_size // self.source.process_count
+
+    def state_at(self, epoch: int = 1, step: int = 0) -> LoaderState:
+        """The state just before global batch (epoch, step)."""
+        if epoch < 1:
+            raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
+        if not 0 <= step < self.batches_per_epoch:
+            raise OlmaxError(f"--start-step {step} is outside the epoch's {self.batches_per_epoch} "
+                             f"global batches (N // G with N={self.index.num_instances}, "
+                             f"G={self.config.global_batch_size})")
+        cfg = self.config
+        return LoaderState(fingerprint=self.index.fingerprint, seed=cfg.seed, epoch=epoch,
+                           tokens_processed=step * cfg.global_batch_size * cfg.seq_len,
+                           seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
+                           order=cfg.order)
+
+    def resume_position(self, state: LoaderState) -> tuple[int, int]:
+        """(epoch, step) where `state` continues under this loader's settings; refuses mismatches."""
+        cfg = self.config
+        return resume_step(state, fingerprint=self.index.fingerprint, seed=cfg.seed, order=cfg.order,
+                           seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
+                           batches_per_epoch=self.batches_per_epoch)
+
+    def batch(self, epoch: int, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of global batch (epoch, step), read directly (no pipeline)."""
+        return self.source.read(epoch, step)
+
+    def iterate(self, state: LoaderState | None = None) -> BatchIterator:
+        """Batches from `state` (default: epoch 1, step 0) onward, prefetched through Grain."""
+        state = state or self.state_at(1, 0)
+        epoch, step = self.resume_position(state)
+        if self.config.num_epochs is not None and epoch > self.config.num_epochs:
+            raise OlmaxError(f"the state is past the last epoch ({self.config.num_epochs}); raise "
+                             f"num_epochs to keep training")
+        # Re-express the position at this loader's G so `state` advances in its units from here.
+        tokens = state.tokens_processed if (epoch, step) != (state.epoch + 1, 0) else 0
+        current = LoaderState(state.fingerprint, state.seed, epoch, tokens, state.seq_len,
+                              self.config.global_batch_size, state.order)
+        return BatchIterator(self, current, self.source.stream_index(epoch, step))

@@ -1,0 +1,171 @@
+"""The order of instances in an epoch: OLMo-core's cached PCG64 permutation, or a stateless keyed one.
+
+Contract. `olmo-core` (the default, AI2 parity): epoch e (1-based) is `arange(N, uint32)` shuffled in
+place by `numpy.random.Generator(PCG64(seed + e))`; it is built once, written atomically to
+`WORK_DIR/order-olmo-core-n{N}-seed{S}-epoch{E}.u32` (raw uint32, the layout OLMo-core memmaps) and
+read through a memmap, so every process on a host shares one page-cache copy and a process's
+resident memory holds only the pages it touches. `feistel`: a bijection of [0, N) built from a
+balanced Feistel network keyed by (seed, epoch) with cycle walking: O(1) memory, no file, and any
+position is computed directly; it is NOT OLMo-core's order. Both depend only on (N, seed, epoch).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import threading
+from typing import Protocol
+
+import numpy as np
+
+from olmax.errors import OlmaxError
+
+ORDER_KINDS = ("olmo-core", "feistel")
+_M64 = (1 << 64) - 1
+_build_lock = threading.Lock()
+
+
+class EpochOrder(Protocol):
+    """The instance ids of one epoch, by position in the epoch's permutation."""
+
+    num_instances: int
+
+    def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
+        """Instance ids at positions range(start, stop, step), as uint32 or uint64."""
+        ...
+
+
+def default_work_dir() -> str:
+    """$OLMAX_WORK_DIR, else a folder in the system temp dir (as OLMo-core defaults to the temp dir)."""
+    return os.environ.get("OLMAX_WORK_DIR") or os.path.join(tempfile.gettempdir(), "olmax-work")
+
+
+def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarray:
+    """OLMo-core's epoch order, in memory: arange(N, uint32) shuffled by PCG64(seed + epoch)."""
+    if epoch < 1:
+        raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
+    if num_instances >= np.iinfo(np.uint32).max:
+        raise OlmaxError(f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
+                         f"order='feistel' or a longer --seq-len")
+    perm = np.arange(num_instances, dtype=np.uint32)
+    np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(perm)
+    return perm
+
+
+def order_file_path(work_dir: str, num_instances: int, seed: int, epoch: int) -> str:
+    return os.path.join(work_dir, f"order-olmo-core-n{num_instances}-seed{seed}-epoch{epoch}.u32")
+
+
+class CachedOrder:
+    """OLMo-core's permutation for one epoch, memmapped from the work dir (built there if missing)."""
+
+    def __init__(self, work_dir: str, num_instances: int, seed: int, epoch: int):
+        self.num_instances = num_instances
+        self.path = order_file_path(work_dir, num_instances, seed, epoch)
+        if not self._valid():
+            self._build(work_dir, seed, epoch)
+        self._perm = np.memmap(self.path, dtype=np.uint32, mode="r", shape=(num_instances,))
+
+    def _valid(self) -> bool:
+        return os.path.isfile(self.path) and os.path.getsize(self.path) == 4 * self.num_instances
+
+    def _build(self, work_dir: str, seed: int, epoch: int) -> None:
+        try:
+            os.makedirs(work_dir, exist_ok=True)
+        except OSError as e:
+            raise OlmaxError(f"{work_dir}: cannot create the order work dir ({e}); pass a writable "
+                             f"--work-dir or set OLMAX_WORK_DIR") from e
+        # One builder per host: threads serialize on a lock, processes on an flock of a side file;
+        # the losers find the finished file when they get the lock.
+        with _build_lock, open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._valid():
+                return
+            perm = olmo_core_permutation(self.num_instances, seed, epoch)
+            fd, tmp = tempfile.mkstemp(dir=work_dir, prefix=os.path.basename(self.path) + ".")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    perm.tofile(f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+
+    def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
+        return np.array(self._perm[start:stop:step])
+
+
+class MemoryOrder:
+    """OLMo-core's permutation held in memory (small indexes, tests)."""
+
+    def __init__(self, num_instances: int, seed: int, epoch: int):
+        self.num_instances = num_instances
+        self._perm = olmo_core_permutation(num_instances, seed, epoch)
+
+    def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
+        return self._perm[start:stop:step].copy()
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic): a fast, well-spread hash."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _mix64_int(x: int) -> int:
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+class FeistelOrder:
+    """A keyed bijection of [0, N): a balanced Feistel network on 2h bits (4^h >= N), cycle-walked."""
+
+    def __init__(self, num_instances: int, seed: int, epoch: int, rounds: int = 8):
+        if num_instances < 1:
+            raise OlmaxError("the index has no instances; nothing to order")
+        if epoch < 1:
+            raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based), got {epoch}")
+        self.num_instances = num_instances
+        half = max(1, (max(1, (num_instances - 1).bit_length()) + 1) // 2)
+        self._half = np.uint64(half)
+        self._mask = np.uint64((1 << half) - 1)
+        base = _mix64_int(seed * 0x9E3779B97F4A7C15 + epoch * 0xD1B54A32D192ED03 + 0x632BE59BD9B4E019)
+        self._keys = [np.uint64(_mix64_int(base + i * 0x9E3779B97F4A7C15)) for i in range(rounds)]
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> self._half, x & self._mask
+        for key in self._keys:
+            left, right = right, left ^ (_mix64(right ^ key) & self._mask)
+        return (left << self._half) | right
+
+    def permute(self, positions: np.ndarray) -> np.ndarray:
+        """uint64 instance ids of the given positions; walks the cycle until each lands below N."""
+        y = self._encrypt(np.asarray(positions, dtype=np.uint64))
+        n = np.uint64(self.num_instances)
+        out_of_range = np.flatnonzero(y >= n)
+        while out_of_range.size:
+            y[out_of_range] = self._encrypt(y[out_of_range])
+            out_of_range = out_of_range[y[out_of_range] >= n]
+        return y
+
+    def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
+        return self.permute(np.arange(start, stop, step, dtype=np.uint64))
+
+
+def epoch_order(kind: str, num_instances: int, seed: int, epoch: int,
+                work_dir: str | None = None) -> EpochOrder:
+    """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory)."""
+    if kind == "olmo-core":
+        if work_dir is None:
+            return MemoryOrder(num_instances, seed, epoch)
+        return CachedOrder(work_dir, num_instances, seed, epoch)
+    if kind == "feistel":
+        return FeistelOrder(num_instances, seed, epoch)
+    raise OlmaxError(f"unknown order {kind!r}; choose one of {', '.join(ORDER_KINDS)}")

@@ -1,0 +1,110 @@
+"""Read windows of raw token files into a caller's buffer: `pread` for local files, fsspec ranges for URLs.
+
+Reads are positioned (no shared file cursor), so one reader serves many threads. A reader pickles
+without its open file handles, so Grain worker processes reopen lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from olmax.data.index import TokenIndex
+from olmax.data.mixfile import is_url
+from olmax.errors import OlmaxError
+
+
+class TokenReader:
+    """Copies L-token windows of the index's files into rows of a (R, L) array of the file dtype."""
+
+    def __init__(self, index: TokenIndex):
+        self.index = index
+        self._fds: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._remote = np.asarray([is_url(p) for p in index.paths], dtype=bool)
+
+    def __getstate__(self) -> dict:
+        return {"index": self.index}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["index"])
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
+
+    def _fd(self, file_index: int) -> int:
+        fd = self._fds.get(file_index)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(file_index)
+                if fd is None:
+                    path = self.index.paths[file_index]
+                    try:
+                        fd = os.open(path, os.O_RDONLY)
+                    except FileNotFoundError as e:
+                        raise OlmaxError(f"{path}: token file vanished after indexing; restore it "
+                                         f"or rebuild the index") from e
+                    self._fds[file_index] = fd
+        return fd
+
+    def read(self, files: np.ndarray, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Fill row r of `out` with the tokens [starts[r], starts[r] + L) of file files[r]."""
+        if out.dtype != np.dtype(self.index.dtype) or out.ndim != 2 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous (R, L) {self.index.dtype} array")
+        itemsize = out.itemsize
+        remote = self._remote[files]
+        for r in np.flatnonzero(~remote).tolist():
+            f, s = int(files[r]), int(starts[r])
+            view = memoryview(out[r]).cast("B")
+            offset = s * itemsize
+            got = os.preadv(self._fd(f), [view], offset)
+            if got != view.nbytes:
+                raise OlmaxError(f"{self.index.paths[f]}: short read at byte {offset + got} "
+                                 f"(wanted {view.nbytes} bytes); the file shrank after indexing")
+        if remote.any():
+            self._read_remote(np.flatnonzero(remote).tolist(), files, starts, out)
+        return out
+
+    def _read_remote(self, rows: list[int], files: np.ndarray, starts: np.ndarray,
+                     out: np.ndarray) -> None:
+        import fsspec
+
+        row_bytes = out.shape[1] * out.itemsize
+        paths = [self.index.paths[files[r]] for r in rows]
+        fs, _ = fsspec.core.url_to_fs(paths[0])
+        fs_paths = [fsspec.core.url_to_fs(p)[1] for p in paths]
+        begins = [int(starts[r]) * out.itemsize for r in rows]
+        chunks = fs.cat_ranges(fs_paths, begins, [b + row_bytes for b in begins])
+        for r, path, begin, chunk in zip(rows, paths, begins, chunks):
+            if isinstance(chunk, Exception) or len(chunk) != row_bytes:
+                raise OlmaxError(f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
+                                 f"failed ({chunk if isinstance(chunk, Exception) else 'short'})")
+            out[r] = np.frombuffer(chunk, dtype=out.dtype)
+
+
+def check_token_ids(index: TokenIndex, vocab_size: int, *, samples: int = 64, seed: int = 0) -> int:
+    """Read `samples` random instances and raise if any token id is >= vocab_size; returns ids checked.
+
+    A cheap guard against a mix tokenized with another vocabulary or read with the wrong dtype.
+    """
+    n = min(samples, index.num_instances)
+    ids = np.random.default_rng(seed).choice(index.num_instances, size=n, replace=False)
+    files, starts = index.locate(np.sort(ids))
+    rows = TokenReader(index).read(files, starts, np.empty((n, index.seq_len), dtype=index.dtype))
+    bad = np.argwhere(rows >= vocab_size)
+    if bad.size:
+        r, c = bad[0]
+        raise OlmaxError(f"{index.paths[files[r]]}: token {int(rows[r, c])} at token offset "
+                         f"{int(starts[r]) + int(c)} is >= vocab size {vocab_size}; the file was "
+                         f"tokenized with another vocabulary or is not {index.dtype}")
+    return int(rows.size)
