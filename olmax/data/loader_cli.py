@@ -1,0 +1,147 @@
+"""`olmax data batches` and `olmax data plan`: dump a process's batches, or summarize a mix's epoch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+_WHERE = ("Relative paths in the mix resolve against --base-dir when given, else against the mix "
+          "file's own folder; `olmo-core:NAME` reads an official OLMo-core mix (needs --base-dir).")
+
+
+def _add_mix_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mix", required=True,
+                   help="mix file of `label,path` lines (e.g. DIR/mix.txt from `olmax data prepare`), "
+                        "an fsspec URL, or olmo-core:NAME")
+    p.add_argument("--base-dir", help="folder or URL that relative mix paths resolve against")
+    p.add_argument("--tokenizer-id", help="value substituted for {TOKENIZER} in mix paths "
+                                          "(default: the name OLMo-core uses for dolma2 with this mix)")
+    p.add_argument("--seq-len", type=int, required=True, help="tokens per instance L (8192 in OLMo 3)")
+    p.add_argument("--global-batch-size", type=int, required=True,
+                   help="sequences per global batch G (512 in OLMo 3 stage 1)")
+    p.add_argument("--dtype", default="uint32", help="token dtype of the files (default uint32)")
+    p.add_argument("--allow-short-files", action="store_true",
+                   help="let files shorter than --seq-len contribute no instances (OLMo-core does "
+                        "this silently) instead of failing")
+
+
+def add_commands(data_sub: argparse._SubParsersAction) -> None:
+    """Register `batches` and `plan` under `olmax data`."""
+    b = data_sub.add_parser(
+        "batches", help="write this process's rows of global batches A..A+N-1 to an .npy file",
+        description="Write this process's rows of global batches A..A+N-1 as an int32 array of shape "
+                    "(N, G/P, L). Global batches equal OLMo-core's NumpyFSLDataLoader batches for the "
+                    "same mix, L, G and seed; process I holds positions I::P of each. Steps past the "
+                    "end of the epoch continue into the next epoch's permutation. " + _WHERE)
+    _add_mix_args(b)
+    b.add_argument("--seed", type=int, required=True, help="data seed (34521 in OLMo 3 stage 1)")
+    b.add_argument("--start-step", type=int, default=0, help="first batch A, within --epoch")
+    b.add_argument("--steps", type=int, required=True, help="number of batches N to write")
+    b.add_argument("--epoch", type=int, default=1, help="1-based epoch of --start-step (default 1)")
+    b.add_argument("--process-count", type=int, default=1, help="data-parallel processes P")
+    b.add_argument("--process-index", type=int, default=0, help="this process I, 0 <= I < P")
+    b.add_argument("--order", default="olmo-core", choices=("olmo-core", "feistel"),
+                   help="olmo-core: AI2's permutation (cached file); feistel: stateless, not AI2's")
+    b.add_argument("--work-dir", help="where order files are cached (default $OLMAX_WORK_DIR or the "
+                                      "temp dir)")
+    b.add_argument("--out", required=True, help="output FILE.npy, written atomically")
+    b.set_defaults(func=run_batches)
+
+    p = data_sub.add_parser(
+        "plan", help="instances, tokens, steps per epoch, per-source token share and fingerprint",
+        description="Summarize one epoch of a mix at sequence length L and global batch G: instances, "
+                    "tokens, steps per epoch, each source's share of the tokens, and the OLMo-core "
+                    "data fingerprint a resume is checked against. " + _WHERE)
+    _add_mix_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--out", help="also write the plan as JSON to this file")
+    p.set_defaults(func=run_plan)
+
+
+def _index(args: argparse.Namespace):
+    from olmax.data.index import build_index
+    from olmax.data.mixfile import read_mix
+
+    mix = read_mix(args.mix, base_dir=args.base_dir, tokenizer=args.tokenizer_id)
+    return build_index(mix, args.seq_len, dtype=args.dtype, allow_short_files=args.allow_short_files)
+
+
+def run_batches(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from olmax.data.loader import Loader, LoaderConfig
+    from olmax.errors import OlmaxError
+
+    if args.steps < 1:
+        raise OlmaxError(f"--steps must be >= 1, got {args.steps}")
+    index = _index(args)
+    config = LoaderConfig(seq_len=args.seq_len, global_batch_size=args.global_batch_size,
+                          seed=args.seed, order=args.order, work_dir=args.work_dir)
+    loader = Loader(index, config, process_index=args.process_index,
+                    process_count=args.process_count)
+    it = loader.iterate(loader.state_at(args.epoch, args.start_step))
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.tmp.npy")
+    try:
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32,
+                                        shape=(args.steps, loader.rows_per_process, args.seq_len))
+        for n in range(args.steps):
+            arr[n] = next(it)["input_ids"]
+        arr.flush()
+        del arr
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"wrote {args.out}: {args.steps} batches x {loader.rows_per_process} rows x {args.seq_len} "
+          f"tokens (epoch {args.epoch}, steps {args.start_step}..{args.start_step + args.steps - 1}, "
+          f"process {args.process_index}/{args.process_count})")
+    return 0
+
+
+def plan(index, global_batch_size: int) -> dict:
+    """The numbers `olmax data plan` prints, as a dict."""
+    steps = index.num_instances // global_batch_size
+    by_label = index.tokens_by_label()
+    total = max(1, index.num_tokens)
+    return {
+        "files": len(index.paths), "seq_len": index.seq_len, "global_batch_size": global_batch_size,
+        "instances": index.num_instances, "tokens": index.num_tokens,
+        "file_tokens": sum(index.sizes) // index.itemsize,
+        "steps_per_epoch": steps, "tokens_per_epoch": steps * global_batch_size * index.seq_len,
+        "dropped_instances": index.num_instances - steps * global_batch_size,
+        "sources": {k: {"tokens": v, "share": v / total} for k, v in by_label.items()},
+        "fingerprint": index.fingerprint,
+    }
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from olmax.errors import OlmaxError
+
+    if args.global_batch_size <= 0:
+        raise OlmaxError(f"--global-batch-size must be positive, got {args.global_batch_size}")
+    result = plan(_index(args), args.global_batch_size)
+    if args.out:
+        tmp = f"{args.out}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.out)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"files            {result['files']:,}")
+    print(f"instances        {result['instances']:,} x {result['seq_len']:,} tokens "
+          f"(file tokens {result['file_tokens']:,}, tails dropped)")
+    print(f"tokens           {result['tokens']:,}")
+    print(f"steps per epoch  {result['steps_per_epoch']:,} x {result['global_batch_size']:,} sequences "
+          f"= {result['tokens_per_epoch']:,} tokens ({result['dropped_instances']:,} instances dropped)")
+    print("source shares (of instance tokens):")
+    width = max(len(k) for k in result["sources"])
+    for name, s in sorted(result["sources"].items(), key=lambda kv: -kv[1]["tokens"]):
+        print(f"  {name:<{width}}  {s['tokens']:>16,}  {100 * s['share']:6.2f}%")
+    print(f"fingerprint      {result['fingerprint']}")
+    return 0
