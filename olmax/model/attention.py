@@ -1,0 +1,110 @@
+"""OLMo 3 self-attention: QK-norm over whole q/k, RoPE, causal or sliding-window softmax attention.
+
+Window semantics are HF's (`masking_utils.sliding_window_overlay`): with window W, query i sees keys
+j with i - W < j <= i, i.e. W keys including itself. Two interchangeable kernels compute it: a plain
+XLA path (`attend_xla`, einsums and an explicit mask) and `jax.nn.dot_product_attention` (`attend_jax`,
+cuDNN flash attention on GPU). Optional `segment_ids` restrict attention to keys of the same document.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from olmax.model.config import ModelConfig
+from olmax.model.norm import RMSNorm
+from olmax.model.rope import apply_rope
+
+
+def truncated_normal(rngs: nnx.Rngs, shape: tuple[int, ...], std: float) -> jax.Array:
+    """fp32 normal(0, std) truncated at +-3 std (OLMo-core's init)."""
+    return jax.random.truncated_normal(rngs.params(), -3.0, 3.0, shape, jnp.float32) * std
+
+
+def attention_mask(q_len: int, k_len: int, window: int | None,
+                   segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+    """Boolean mask (B or 1, 1, q_len, k_len): True where a query may attend to a key."""
+    q_idx = jnp.arange(q_len)[:, None] + (k_len - q_len)
+    k_idx = jnp.arange(k_len)[None, :]
+    mask_QxK = k_idx <= q_idx
+    if window is not None:
+        mask_QxK = mask_QxK & (k_idx > q_idx - window)
+    mask = mask_QxK[None, None]
+    if segment_ids_BxL is not None:
+        same_doc = segment_ids_BxL[:, -q_len:, None] == segment_ids_BxL[:, None, :]
+        mask = mask & same_doc[:, None]
+    return mask
+
+
+def attend_xla(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
+               segment_ids_BxS: jax.Array | None = None) -> jax.Array:
+    """Plain softmax attention with grouped KV heads; scores and softmax in fp32."""
+    b, q_len, n_heads, head_dim = q_BxLxNxH.shape
+    k_len, n_kv = k_BxSxKxH.shape[1], k_BxSxKxH.shape[2]
+    # query head h reads KV head h // group, as HF's repeat_kv lays them out
+    q_BxLxKxGxH = q_BxLxNxH.reshape(b, q_len, n_kv, n_heads // n_kv, head_dim)
+    scores_BxKxGxLxS = jnp.einsum("blkgh,bskh->bkgls", q_BxLxKxGxH, k_BxSxKxH,
+                                  preferred_element_type=jnp.float32) * (head_dim ** -0.5)
+    mask = attention_mask(q_len, k_len, window, segment_ids_BxS)[:, :, None]  # Bx1x1xLxS
+    scores_BxKxGxLxS = jnp.where(mask, scores_BxKxGxLxS, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores_BxKxGxLxS, axis=-1).astype(v_BxSxKxH.dtype)
+    out_BxLxKxGxH = jnp.einsum("bkgls,bskh->blkgh", probs, v_BxSxKxH, preferred_element_type=jnp.float32)
+    return out_BxLxKxGxH.reshape(b, q_len, n_heads, head_dim).astype(q_BxLxNxH.dtype)
+
+
+def attend_jax(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
+               segment_ids_BxS: jax.Array | None = None, implementation: str | None = None) -> jax.Array:
+    """`jax.nn.dot_product_attention`: causal, window (W - 1 keys left, 0 right), documents as a mask."""
+    mask = None
+    if segment_ids_BxS is not None:
+        mask = (segment_ids_BxS[:, :, None] == segment_ids_BxS[:, None, :])[:, None]
+    return jax.nn.dot_product_attention(
+        q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask=mask, is_causal=True,
+        local_window_size=None if window is None else (window - 1, 0), implementation=implementation)
+
+
+def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
+    """'auto' picks cuDNN flash attention on GPU for 16-bit compute, else the plain XLA path."""
+    if impl != "auto":
+        return impl
+    on_gpu = jax.default_backend() == "gpu"
+    return "cudnn" if on_gpu and jnp.dtype(dtype).itemsize == 2 else "xla"
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, window: int | None,
+           segment_ids: jax.Array | None, impl: str) -> jax.Array:
+    """Dispatch to one attention kernel by name: 'xla', 'jax' or 'cudnn'."""
+    if impl == "xla":
+        return attend_xla(q, k, v, window, segment_ids)
+    if impl in ("jax", "cudnn"):
+        return attend_jax(q, k, v, window, segment_ids, None if impl == "jax" else "cudnn")
+    raise ValueError(f"unknown attention implementation {impl!r}; use auto, xla, jax or cudnn")
+
+
+class Attention(nnx.Module):
+    """q/k/v projections, RMSNorm over the whole projected q and k, RoPE, attention, output projection."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, qd, kvd = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = nnx.Param(truncated_normal(rngs, (d, qd), cfg.init_std))
+        self.k_proj = nnx.Param(truncated_normal(rngs, (d, kvd), cfg.init_std))
+        self.v_proj = nnx.Param(truncated_normal(rngs, (d, kvd), cfg.init_std))
+        self.o_proj = nnx.Param(truncated_normal(rngs, (qd, d), cfg.init_std))
+        self.q_norm = RMSNorm(qd, cfg.rms_eps)
+        self.k_norm = RMSNorm(kvd, cfg.rms_eps)
+
+    def __call__(self, x_BxLxD: jax.Array, cos_LxH: jax.Array, sin_LxH: jax.Array, window: int | None,
+                 segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+        cfg, dtype = self.cfg, x_BxLxD.dtype
+        b, seq, _ = x_BxLxD.shape
+        q_BxLxQ = self.q_norm(x_BxLxD @ self.q_proj[...].astype(dtype))
+        k_BxLxK = self.k_norm(x_BxLxD @ self.k_proj[...].astype(dtype))
+        v_BxLxK = x_BxLxD @ self.v_proj[...].astype(dtype)
+        q_BxLxNxH = apply_rope(q_BxLxQ.reshape(b, seq, cfg.n_heads, cfg.head_dim), cos_LxH, sin_LxH)
+        k_BxLxKxH = apply_rope(k_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim), cos_LxH, sin_LxH)
+        v_BxLxKxH = v_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim)
+        impl = resolve_impl(cfg.attention_impl, dtype)
+        out_BxLxNxH = attend(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl)
+        return out_BxLxNxH.reshape(b, seq, -1) @ self.o_proj[...].astype(dtype)
