@@ -1,0 +1,67 @@
+"""`olmax data inspect`: counts for a shard, a prepare output folder or a mix file; decode one document."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+from olmax.errors import OlmaxError
+
+
+def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
+    """(label, shard path) for each line of a mix file; relative paths resolve against its folder."""
+    out = []
+    for lineno, line in enumerate(mix.read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        label, sep, path = line.partition(",")
+        if not sep:
+            raise OlmaxError(f"{mix}:{lineno}: expected `label,path`, got {line!r}")
+        p = Path(path.strip())
+        out.append((label.strip(), p if p.is_absolute() else mix.parent / p))
+    return out
+
+
+def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2", max_chars: int = 2000) -> int:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "mix.txt"
+    if not p.exists():
+        raise OlmaxError(f"{path}: no such shard, folder or mix file")
+    shards = [("-", p)] if p.suffix == ".npy" else _mix_paths(p)
+    per_label: dict[str, list[int]] = {}
+    seen = set()
+    print(f"{'label':12s} {'tokens':>14s} {'docs':>10s}  shard")
+    for label, shard in shards:
+        n = len(read_tokens(shard))
+        side = sidecar_path(shard)
+        docs = len(read_sidecar(side)) if side.exists() else None
+        repeat = " (repeat)" if shard in seen else ""
+        seen.add(shard)
+        print(f"{label:12s} {n:14,d} {docs if docs is not None else '-':>10}  {os.path.relpath(shard)}{repeat}")
+        tot = per_label.setdefault(label, [0, 0])
+        tot[0] += n
+        tot[1] += docs or 0
+    total = sum(t for t, _ in per_label.values())
+    for label, (t, d) in per_label.items():
+        print(f"total {label}: {t:,} tokens, {d:,} docs, share {t / max(1, total):.3f}")
+    if doc_id is None:
+        return 0
+    for _, shard in dict.fromkeys(shards):
+        side = sidecar_path(shard)
+        if not side.exists():
+            continue
+        for row in read_sidecar(side):
+            if row.id == doc_id:
+                from olmax.assets import tokenizer_path
+                from olmax.data.tokenize import load_tokenizer
+
+                ids = read_tokens(shard)[row.start:row.end]
+                text = load_tokenizer(str(tokenizer_path(tokenizer))).decode(ids.tolist())
+                print(f"\n# doc {doc_id}: {shard}[{row.start}:{row.end}] ({row.end - row.start} tokens incl. EOS), "
+                      f"from {row.src}:{row.loc}")
+                print(text[:max_chars] + ("…" if len(text) > max_chars else ""))
+                return 0
+    raise OlmaxError(f"document id {doc_id!r} not found in the sidecars of {path}")

@@ -1,0 +1,459 @@
+"""`olmax data prepare`: raw documents → OLMo-format token shards, sidecars, manifest.json and mix.txt.
+
+Contract:
+- Deterministic: the bytes of every shard, sidecar and mix.txt depend only on the inputs and the settings,
+  never on `workers` (documents are tokenized in parallel but written in input order; a shard closes at
+  the first document boundary at or past the target size).
+- Resumable: each finished shard is recorded in `DIR/.olmax-prepare.json` with the input position after
+  its last document; a rerun of the same command skips finished shards and restarts the unfinished one
+  from that position, giving the same bytes. Changed settings or inputs refuse to resume.
+- Atomic: shards are written under `.tmp` names and renamed when complete; mix.txt and manifest.json are
+  written last, so an error (a malformed line, say) leaves no mix.txt behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from olmax.data import readers
+from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
+from olmax.data.tokenize import Tokenizer, load_tokenizer
+from olmax.errors import OlmaxError
+
+STATE_FILE = ".olmax-prepare.json"
+FORMAT = "olmax-prepare/1"
+BATCH_TEXT_BYTES = 1 << 20  # ~1 MB of text per tokenizer task: big enough to amortize, small enough to overlap
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One labelled source: its inputs and (from a mix spec) how many tokens of it the mix plans."""
+
+    label: str
+    inputs: tuple[str, ...]
+    target_tokens: float | None = None
+    ratio: float | None = None
+    max_repetition: float = 1.0
+    text_field: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    tokenizer: str
+    out: str
+    sources: tuple[SourceSpec, ...]
+    workers: int = 1
+    shard_bytes: int = 1_000_000_000  # as `dolma tokens` writes: ~1 GB of uint32 tokens per shard
+    text_field: str = "text"
+    id_field: str = "id"
+    skip_bad_lines: bool = False
+    overwrite: bool = False
+    arrayrecord: bool = False
+    total_tokens: float | None = None
+    engine: str = "auto"
+    progress: bool = True
+
+
+@dataclass
+class SourceResult:
+    label: str
+    inputs: list[str]
+    shards: list[ShardInfo] = field(default_factory=list)
+    skipped_empty: int = 0
+    bad_lines: int = 0
+    bad_line_examples: list[str] = field(default_factory=list)
+    duplicate_ids: dict = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.shards)
+
+    @property
+    def docs(self) -> int:
+        return sum(s.docs for s in self.shards)
+
+
+def _check_label(label: str) -> None:
+    if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
+        raise OlmaxError(f"source label {label!r} must be letters, digits, '-', '_' or '.' (it names a folder)")
+
+
+def _settings(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -> dict:
+    """Everything that determines the output bytes (not workers, progress or skip policy)."""
+    def stat(f: str) -> list:
+        st = os.stat(f)
+        return [os.path.abspath(f), st.st_size, st.st_mtime_ns]
+
+    return {
+        "format": FORMAT,
+        "tokenizer_sha256": tok.sha256,
+        "shard_bytes": cfg.shard_bytes,
+        "text_field": cfg.text_field,
+        "id_field": cfg.id_field,
+        "arrayrecord": cfg.arrayrecord,
+        "sources": [{"label": s.label, "text_field": s.text_field, "inputs": [stat(f) for f in files[s.label]]}
+                    for s in cfg.sources],
+    }
+
+
+class _Journal:
+    """The resume record: per label, finished shards and where to continue reading."""
+
+    def __init__(self, out: Path, settings: dict):
+        self.path = out / STATE_FILE
+        self.settings = settings
+        self.labels: dict[str, dict] = {}
+
+    def load_or_init(self, overwrite: bool) -> None:
+        out = self.path.parent
+        entries = [p for p in out.iterdir()] if out.exists() else []
+        if self.path.exists() and not overwrite:
+            saved = json.loads(self.path.read_text())
+            if saved.get("settings") != self.settings:
+                raise OlmaxError(f"{out} holds a prepare run with other settings or changed inputs "
+                                 f"(see {self.path}); pass --overwrite to start over, or a new --out")
+            self.labels = saved["labels"]
+            return
+        if entries and not overwrite:
+            raise OlmaxError(f"output folder {out} is not empty ({len(entries)} entries, e.g. {entries[0].name}); "
+                             "pass --overwrite to replace its contents, or choose a new --out")
+        if overwrite and out.exists():
+            for p in entries:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"settings": self.settings, "labels": self.labels}, indent=1))
+        os.replace(tmp, self.path)
+
+
+def _batches(files: list[str], cfg: PrepareConfig, spec: SourceSpec, start: tuple[int, int],
+             stats: readers.ReadStats) -> Iterator[list[tuple[int, readers.Doc]]]:
+    """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text."""
+    batch: list[tuple[int, readers.Doc]] = []
+    size = 0
+    text_field = spec.text_field or cfg.text_field
+    for fi in range(start[0], len(files)):
+        after = start[1] if fi == start[0] else 0
+        for doc in readers.read_documents(files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats):
+            batch.append((fi, doc))
+            size += len(doc.text)
+            if size >= BATCH_TEXT_BYTES:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _prefetch(it: Iterator, depth: int) -> Iterator:
+    """Run `it` in a background thread (JSON parsing overlaps tokenization); re-raise its errors here."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def _encode(tok: Tokenizer, batch: list[tuple[int, readers.Doc]]):
+    """Tokenize a batch → (tokens with EOS after each doc, per-doc lengths, kept docs, per-doc UTF-8 bytes, empties)."""
+    kept, texts, nbytes = [], [], []
+    for fi, doc in batch:
+        if not doc.text:
+            continue
+        try:
+            nbytes.append(len(doc.text.encode("utf-8")))
+        except UnicodeEncodeError as e:
+            raise OlmaxError(f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+                             f"character {e.start} (not valid Unicode); fix the escape in the JSON") from None
+        kept.append((fi, doc))
+        texts.append(doc.text)
+    flat: list[int] = []
+    lengths = []
+    eos = tok.eos_token_id
+    for seq in tok.encode_batch(texts, num_threads=1):
+        flat.extend(seq)
+        flat.append(eos)
+        lengths.append(len(seq) + 1)
+    return np.array(flat, dtype=np.uint32), lengths, kept, nbytes, len(batch) - len(kept)
+
+
+class _Progress:
+    def __init__(self, enabled: bool, label: str):
+        self.bar = None
+        self.docs = 0
+        self.t0 = time.monotonic()
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=f"prepare {label}", unit="tok", unit_scale=True, file=sys.stderr,
+                            dynamic_ncols=True, mininterval=0.5)
+
+    def update(self, tokens: int, docs: int) -> None:
+        self.docs += docs
+        if self.bar is not None:
+            self.bar.update(tokens)
+            rate = self.docs / max(1e-9, time.monotonic() - self.t0)
+            self.bar.set_postfix_str(f"{self.docs} docs, {rate:,.0f} docs/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _SourceWriter:
+    """Appends tokenized batches of one source to its shards, closing each at the first document boundary
+    at or past the target size, and records every finished shard in the journal."""
+
+    def __init__(self, cfg: PrepareConfig, label: str, out: Path, journal: _Journal, result: SourceResult,
+                 stats: readers.ReadStats):
+        self.cfg, self.label, self.out, self.journal, self.result, self.stats = cfg, label, out, journal, result, stats
+        self.entry = journal.labels[label]
+        self.limit = max(1, cfg.shard_bytes // 4)
+        self.shard: ShardWriter | None = None
+        self.records = None
+
+    def _open(self) -> None:
+        path = self.out / self.label / f"part-{len(self.result.shards):05d}.npy"
+        self.shard = ShardWriter(path, self.out)
+        if self.cfg.arrayrecord:
+            from olmax.data.arrayrecord import DocRecordWriter
+
+            self.records = DocRecordWriter(path.with_suffix(".arrayrecord"))
+
+    def finish(self, pos: tuple[int, int]) -> None:
+        """Close the open shard; `pos` = (file index, loc of its last document) is where a resume continues."""
+        info = self.shard.close()
+        if self.records is not None:
+            self.records.close()
+        self.shard = self.records = None
+        self.result.shards.append(info)
+        self.entry["shards"].append({"info": info.to_json(), "next": list(pos), "empty": self.result.skipped_empty,
+                                     "bad_lines": self.stats.bad_lines})
+        self.journal.save()
+
+    def write(self, encoded) -> None:
+        tokens, lengths, kept, nbytes, empties = encoded
+        self.result.skipped_empty += empties
+        ends = np.cumsum(lengths)
+        i = 0
+        while i < len(kept):
+            if self.shard is None:
+                self._open()
+            base = int(ends[i - 1]) if i else 0
+            # the first doc whose end reaches the shard's target closes the shard
+            j = int(np.searchsorted(ends[i:], base + (self.limit - self.shard.tokens), side="left")) + i
+            stop = min(j + 1, len(kept))
+            chunk = tokens[base: int(ends[stop - 1])]
+            docs = [d for _, d in kept[i:stop]]
+            self.shard.add_batch(chunk, lengths[i:stop], docs, sum(nbytes[i:stop]))
+            if self.records is not None:
+                self.records.add_docs(chunk, lengths[i:stop], docs)
+            if self.shard.tokens >= self.limit:
+                fi, last = kept[stop - 1]
+                self.finish((fi, last.loc))
+            i = stop
+
+    def abort(self) -> None:
+        if self.shard is not None:
+            self.shard.abort()
+        if self.records is not None:
+            self.records.abort()
+
+
+def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok: Tokenizer, out: Path,
+                    journal: _Journal, pool: ThreadPoolExecutor) -> SourceResult:
+    entry = journal.labels.setdefault(spec.label, {"shards": [], "done": False})
+    result = SourceResult(spec.label, files)
+    result.shards = [ShardInfo(**rec["info"]) for rec in entry["shards"]]
+    start = (0, 0)
+    if entry["shards"]:
+        last = entry["shards"][-1]
+        start, result.skipped_empty, result.bad_lines = tuple(last["next"]), last["empty"], last["bad_lines"]
+    if entry["done"]:
+        result.bad_line_examples = entry.get("bad_line_examples", [])
+        result.bad_lines, result.skipped_empty = entry.get("bad_lines", 0), entry.get("empty", 0)
+        return result
+
+    stats = readers.ReadStats(bad_lines=result.bad_lines)
+    sink = _SourceWriter(cfg, spec.label, out, journal, result, stats)
+    progress = _Progress(cfg.progress, spec.label)
+    pending: list = []
+    depth = max(1, cfg.workers) + 1  # tasks in flight: one per tokenizer thread, plus one being written
+
+    def drain_one() -> None:
+        encoded = pending.pop(0).result()
+        progress.update(int(encoded[0].size), len(encoded[2]))
+        sink.write(encoded)
+
+    try:
+        for batch in _prefetch(_batches(files, cfg, spec, start, stats), depth=4):
+            pending.append(pool.submit(_encode, tok, batch))
+            if len(pending) >= depth:
+                drain_one()
+        while pending:
+            drain_one()
+        if sink.shard is not None and sink.shard.tokens:
+            sink.finish((len(files), 0))
+    except BaseException:
+        for f in pending:
+            f.cancel()
+        sink.abort()
+        raise
+    finally:
+        progress.close()
+    result.bad_lines = stats.bad_lines
+    result.bad_line_examples = stats.bad_line_examples
+    entry.update(done=True, bad_line_examples=stats.bad_line_examples, bad_lines=stats.bad_lines,
+                 empty=result.skipped_empty)
+    journal.save()
+    return result
+
+
+def _duplicate_ids(out: Path, result: SourceResult) -> dict:
+    """Document ids that occur more than once within a source (reported, not fatal).
+
+    One pass keeps 8-byte hashes (bounded memory); a second pass names the ids behind repeated hashes."""
+    def ids():
+        for shard in result.shards:
+            for row in read_sidecar(out / shard.path):
+                yield row.id
+
+    hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids()), dtype=np.uint64)
+    uniq, counts = np.unique(hashes, return_counts=True)
+    suspect = set(uniq[counts > 1].tolist())
+    seen: dict[str, int] = {}
+    if suspect:
+        for i in ids():
+            if xxhash.xxh3_64_intdigest(i.encode("utf-8")) in suspect:
+                seen[i] = seen.get(i, 0) + 1
+    dups = sorted(i for i, n in seen.items() if n > 1)
+    return {"count": len(dups), "examples": dups[:10]}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def prepare(cfg: PrepareConfig) -> dict:
+    """Run prepare end to end; returns the manifest (also written to DIR/manifest.json)."""
+    from olmax.assets import tokenizer_path
+    from olmax.data.mixspec import plan_mix
+
+    if not cfg.sources:
+        raise OlmaxError("no sources: give LABEL=PATH_OR_GLOB arguments or --mix-spec FILE.yaml")
+    labels = [s.label for s in cfg.sources]
+    for label in labels:
+        _check_label(label)
+    if len(set(labels)) != len(labels):
+        raise OlmaxError(f"source labels must be unique; got {labels}")
+    if cfg.shard_bytes < 4:
+        raise OlmaxError(f"--shard-size must be at least 4 bytes; got {cfg.shard_bytes}")
+    tok_path = tokenizer_path(cfg.tokenizer)
+    tok = load_tokenizer(str(tok_path), cfg.engine)
+    files = {s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources}
+    out = Path(cfg.out)
+    for f in (out / "mix.txt", out / "manifest.json"):
+        if f.exists() and (out / STATE_FILE).exists() and not cfg.overwrite:
+            f.unlink()  # rewritten at the end of this run; removing it first means an error leaves none
+    journal = _Journal(out, _settings(cfg, tok, files))
+    journal.load_or_init(cfg.overwrite)
+    t0 = time.monotonic()
+    results = []
+    with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
+        for spec in cfg.sources:
+            results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool))
+    for r in results:
+        r.duplicate_ids = _duplicate_ids(out, r)
+        if r.duplicate_ids["count"]:
+            print(f"olmax: warning: source {r.label}: {r.duplicate_ids['count']} document ids occur more than "
+                  f"once (e.g. {r.duplicate_ids['examples'][:3]})", file=sys.stderr)
+    mix_lines, plan = plan_mix(cfg, results, out, journal)
+    mix_text = "# olmax data prepare: label,path (relative to this folder); a repeated line is a planned repeat\n"
+    mix_text += "".join(f"{label},{path}\n" for label, path in mix_lines)
+    manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
+    print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
+          f"in {time.monotonic() - t0:.1f}s → {out / 'mix.txt'}", file=sys.stderr)
+    _write_atomic(out / "mix.txt", mix_text)
+    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _manifest(cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], plan: dict, mix_lines,
+              out: Path) -> dict:
+    fingerprint = None
+    try:
+        from olmax.data.index import data_fingerprint
+
+        fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines])
+    except ImportError:
+        pass
+    return {
+        "format": FORMAT,
+        "tokenizer": {"name": cfg.tokenizer, "file": os.path.basename(tok_path), "sha256": tok.sha256,
+                      "engine": tok.engine, "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id,
+                      "pad_token_id": tok.pad_token_id},
+        "dtype": "uint32",
+        "shard_bytes": cfg.shard_bytes,
+        "sources": {
+            r.label: {
+                "inputs": r.inputs,
+                "tokens": r.tokens,
+                "docs": r.docs,
+                "utf8_bytes": sum(s.utf8_bytes for s in r.shards),
+                "shards": [{k: v for k, v in s.to_json().items() if k != "utf8_bytes"} for s in r.shards],
+                "skipped": {"empty_docs": r.skipped_empty, "bad_lines": r.bad_lines,
+                            "bad_line_examples": r.bad_line_examples},
+                "duplicate_ids": r.duplicate_ids,
+            }
+            for r in results
+        },
+        "mix": {"file": "mix.txt", "lines": len(mix_lines), "plan": plan},
+        "fingerprint": fingerprint,
+        "settings_sha256": hashlib.sha256(json.dumps(asdict(cfg) | {"workers": None, "progress": None,
+                                                                   "overwrite": None, "out": None},
+                                                     sort_keys=True).encode()).hexdigest(),
+    }

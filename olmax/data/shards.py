@@ -1,0 +1,127 @@
+"""OLMo-format token shards: raw little-endian uint32 `.npy` (no header) plus a `.csv.gz` sidecar.
+
+A document on disk is its tokens followed by EOS. The sidecar has one row per document,
+`start,end,id,src,loc` (token offsets into the shard, end exclusive, EOS included; the document id; its
+source file; its 1-based line or row), as `dolma tokens` writes it. `ShardWriter` writes both under
+temporary names and renames them only when the shard is complete, so a final name always holds a whole
+shard; the returned `ShardInfo` carries the xxh64 checksum of the token bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from olmax.errors import OlmaxError
+
+TOKEN_DTYPE = np.dtype("<u4")
+
+
+@dataclass
+class ShardInfo:
+    path: str  # relative to the output folder
+    tokens: int
+    docs: int
+    utf8_bytes: int
+    xxh64: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def sidecar_path(shard: str | Path) -> Path:
+    shard = Path(shard)
+    return shard.with_name(shard.name[: -len(".npy")] + ".csv.gz") if shard.name.endswith(".npy") else \
+        shard.with_name(shard.name + ".csv.gz")
+
+
+class ShardWriter:
+    """Appends documents to one shard; `close()` renames the finished files into place."""
+
+    def __init__(self, path: Path, root: Path):
+        self.path, self.root = path, root
+        self.tmp = path.with_name(path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.tmp, "wb")
+        self._hash = xxhash.xxh64()
+        self._rows: list[tuple[int, int, str, str, int]] = []
+        self.tokens = 0
+        self.utf8_bytes = 0
+
+    def add_batch(self, tokens: np.ndarray, lengths: list[int], docs: list, utf8_bytes: int) -> None:
+        """Append a batch: `tokens` is the concatenation of the docs' tokens (each with EOS)."""
+        buf = np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).tobytes()
+        self._f.write(buf)
+        self._hash.update(buf)
+        start = self.tokens
+        for n, doc in zip(lengths, docs):
+            self._rows.append((start, start + n, doc.id, doc.src, doc.loc))
+            start += n
+        self.tokens = start
+        self.utf8_bytes += utf8_bytes
+
+    def close(self) -> ShardInfo:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        side = sidecar_path(self.path)
+        side_tmp = side.with_name(side.name + ".tmp")
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(self._rows)
+        with open(side_tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            gz.write(text.getvalue().encode("utf-8"))
+        os.replace(self.tmp, self.path)
+        os.replace(side_tmp, side)
+        return ShardInfo(str(self.path.relative_to(self.root)), self.tokens, len(self._rows), self.utf8_bytes,
+                         self._hash.hexdigest())
+
+    def abort(self) -> None:
+        self._f.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def read_tokens(path: str | Path, mmap: bool = True) -> np.ndarray:
+    """A shard's tokens as a uint32 array; refuses a file whose size is not a multiple of 4 bytes."""
+    size = os.path.getsize(path)
+    if size % TOKEN_DTYPE.itemsize:
+        raise OlmaxError(f"{path}: {size} bytes is not a multiple of 4; the shard is truncated or not uint32 "
+                         f"(last whole token ends at byte {size - size % 4})")
+    if size == 0:
+        return np.zeros(0, dtype=TOKEN_DTYPE)
+    if mmap:
+        return np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
+    return np.fromfile(path, dtype=TOKEN_DTYPE)
+
+
+@dataclass(frozen=True)
+class SidecarRow:
+    start: int
+    end: int
+    id: str
+    src: str
+    loc: int
+
+
+def read_sidecar(path: str | Path) -> list[SidecarRow]:
+    """Rows of a `.csv.gz` sidecar (also accepts a shard path and finds its sidecar)."""
+    path = Path(path)
+    if path.name.endswith(".npy"):
+        path = sidecar_path(path)
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+        for lineno, rec in enumerate(csv.reader(f), start=1):
+            if len(rec) < 2:
+                raise OlmaxError(f"{path}:{lineno}: expected start,end,id,src,loc; got {rec!r}")
+            start, end = int(rec[0]), int(rec[1])
+            doc_id = rec[2] if len(rec) > 2 else ""
+            src = rec[3] if len(rec) > 3 else ""
+            loc = int(rec[4]) if len(rec) > 4 and rec[4] else 0
+            rows.append(SidecarRow(start, end, doc_id, src, loc))
+    return rows
