@@ -1,0 +1,100 @@
+"""`olmax model ...`: convert checkpoints HF <-> olmax, check logit parity, print a preset's size and FLOPs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    model = sub.add_parser("model", help="OLMo 3 model: convert HF <-> olmax, logit parity, preset info")
+    model_sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
+
+    convert = model_sub.add_parser(
+        "convert", help="convert a checkpoint between HF (config.json + safetensors) and olmax (Orbax)",
+        description="HF -> olmax: `--to olmax SRC_HF_DIR OUT_DIR` writes model_config.json + an Orbax "
+        "checkpoint of the params. olmax -> HF: `--to hf SRC OUT_DIR`, where SRC is an olmax checkpoint or "
+        "an HF directory (a re-export, e.g. to change --dtype). The output directory must not exist "
+        "(or be empty); it appears only when complete.")
+    convert.add_argument("src", help="source checkpoint directory")
+    convert.add_argument("out", help="output directory (must not exist yet)")
+    convert.add_argument("--to", choices=("hf", "olmax"), required=True, help="output format")
+    convert.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                         help="HF output weight dtype (default: the dtype the weights came from)")
+    convert.set_defaults(func=_convert)
+
+    parity = model_sub.add_parser(
+        "parity", help="compare logits of transformers and olmax on the same real text",
+        description="Loads the HF checkpoint in transformers (torch) and in olmax, runs both on one "
+        "sequence and prints mean/max KL(HF||olmax), top-1 agreement and max |dlogit|. Exits 1 past the "
+        "thresholds (float32: mean KL <= 1e-6 and 100%% top-1; bfloat16: mean KL <= 1.5e-3 and top-1 >= "
+        "98.75%%). Text defaults to Python standard library source; tokens come from the checkpoint's "
+        "tokenizer.json, else from the text's UTF-8 bytes.")
+    parity.add_argument("--hf", required=True, help="HF Olmo3ForCausalLM checkpoint directory")
+    parity.add_argument("--seq-len", type=int, default=None, help="tokens (default 3 x sliding_window)")
+    parity.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="olmax compute dtype (params stay fp32)")
+    parity.add_argument("--hf-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="dtype transformers runs the reference in (default float32)")
+    parity.add_argument("--text", default=None, help="UTF-8 text file to tokenize (default: stdlib source)")
+    parity.add_argument("--out", default=None, help="also write the report as JSON here")
+    parity.set_defaults(func=_parity)
+
+    info = model_sub.add_parser("info", help="parameters and forward FLOPs/token of a preset",
+                                description="Print a preset's shape, parameter count and exact forward "
+                                "FLOPs per token (sliding windows counted as the keys attended).")
+    info.add_argument("preset", help="olmo3_7b, olmo3_32b, olmo3_7b_hd256 or tiny")
+    info.add_argument("--seq-len", type=int, default=8192, help="sequence length for FLOPs (default 8192)")
+    info.set_defaults(func=_info)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from olmax.errors import OlmaxError
+    from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
+
+    src = Path(args.src)
+    if (src / "model_config.json").is_file():
+        model, tokenizer_from = load_olmax(src), None
+    elif (src / "config.json").is_file():
+        model, tokenizer_from = from_hf(src), src
+    else:
+        raise OlmaxError(f"{src}: neither an HF checkpoint (config.json) nor an olmax one (model_config.json)")
+    if args.to == "hf":
+        to_hf(model, args.out, dtype=args.dtype, tokenizer_from=tokenizer_from)
+    else:
+        save_olmax(model, args.out)
+    print(f"wrote {args.to} checkpoint {args.out}")
+    return 0
+
+
+def _parity(args: argparse.Namespace) -> int:
+    from olmax.model.parity import print_report, run_parity, write_report
+
+    report = run_parity(args.hf, args.seq_len, args.dtype, args.text, args.hf_dtype)
+    print_report(report)
+    if args.out:
+        write_report(report, args.out)
+    return 0 if report["passed"] else 1
+
+
+def _info(args: argparse.Namespace) -> int:
+    from olmax.errors import OlmaxError
+    from olmax.model.config import PRESETS
+    from olmax.model.flops import forward_flops
+    from olmax.model.transformer import count_params
+
+    if args.preset not in PRESETS:
+        raise OlmaxError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
+    cfg = PRESETS[args.preset]()
+    fl = forward_flops(cfg, args.seq_len)
+    n_full = sum(t == "full_attention" for t in cfg.layer_types)
+    print(f"{args.preset}: d_model {cfg.d_model}, {cfg.n_layers} layers ({n_full} full, "
+          f"{cfg.n_layers - n_full} sliding window {cfg.sliding_window}), {cfg.n_heads} heads x {cfg.head_dim}, "
+          f"{cfg.n_kv_heads} KV heads, MLP {cfg.mlp_hidden}, vocab {cfg.vocab_size} (padded {cfg.padded_vocab})")
+    print(f"params: {count_params(cfg):,} ({count_params(cfg, padded=True):,} with vocab padding)")
+    print(f"forward FLOPs/token at seq {args.seq_len}: {fl.per_token:,.0f} ({fl.per_token / 1e9:.2f} GFLOP; "
+          f"attention {fl.attention / fl.total:.1%}, LM head {fl.lm_head / fl.total:.1%}); "
+          f"training ~3x = {3 * fl.per_token / 1e9:.2f} GFLOP/token")
+    sys.stdout.flush()
+    return 0
