@@ -133,8 +133,10 @@ def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = N
     `tokenizer` replaces `{TOKENIZER}`; by default it is the name OLMo-core uses for dolma2 with this
     mix (see `default_tokenizer_id`). Missing token files are reported later, by `build_index`.
     """
-    text, folder = _read_text(os.fspath(mix))
+    mix = os.fspath(mix)
+    text, folder = _read_text(mix)
     if base_dir is not None:
         base_dir = base_dir if is_url(base_dir) else os.path.abspath(base_dir)
-    return parse_mix(text, origin=os.fspath(mix), base_dir=base_dir or folder,
-                     tokenizer=tokenizer or default_tokenizer_id(os.fspath(mix)))
+    name = mix.removeprefix(OLMO_CORE_PREFIX)
+    return parse_mix(text, origin=mix, base_dir=base_dir or folder,
+                     tokenizer=tokenizer or default_tokenizer_id(name))
