@@ -4,7 +4,7 @@ Each record is a serialized `tf.train.Example` with features `input_ids` (int64 
 tokens, EOS included), `id` and `source` (bytes), so MaxText's Grain ArrayRecord pipeline, `tf.io`, or
 `decode_record` here can read it. The protobuf is encoded by hand (vectorized varints), so no TensorFlow
 is needed; the layout is the standard Example wire format. Files are written under a temporary name and
-renamed when complete, like the shards they sit beside (`part-00000.arrayrecord` next to `part-00000.npy`).
+renamed when complete, like the shards they sit beside (`code-00000.arrayrecord` next to `code-00000.npy`).
 """
 
 from __future__ import annotations

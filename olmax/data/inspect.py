@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
@@ -10,18 +10,15 @@ from olmax.errors import OlmaxError
 
 
 def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
-    """(label, shard path) for each line of a mix file; relative paths resolve against its folder."""
-    out = []
-    for lineno, line in enumerate(mix.read_text().splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        label, sep, path = line.partition(",")
-        if not sep:
-            raise OlmaxError(f"{mix}:{lineno}: expected `label,path`, got {line!r}")
-        p = Path(path.strip())
-        out.append((label.strip(), p if p.is_absolute() else mix.parent / p))
-    return out
+    """(label, shard path) for each line of a mix file, resolved as the loader resolves them."""
+    from olmax.data.mixfile import read_mix
+
+    tokenizer = None
+    manifest = mix.parent / "manifest.json"
+    if manifest.exists():  # a prepare output: its own tokenizer folder stands for {TOKENIZER}
+        tokenizer = json.loads(manifest.read_text()).get("tokenizer", {}).get("id")
+    m = read_mix(str(mix), tokenizer=tokenizer)
+    return [(label, Path(p)) for label, p in zip(m.labels, m.paths)]
 
 
 def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2", max_chars: int = 2000) -> int:
@@ -40,7 +37,7 @@ def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2"
         docs = len(read_sidecar(side)) if side.exists() else None
         repeat = " (repeat)" if shard in seen else ""
         seen.add(shard)
-        print(f"{label:12s} {n:14,d} {docs if docs is not None else '-':>10}  {os.path.relpath(shard)}{repeat}")
+        print(f"{label:12s} {n:14,d} {docs if docs is not None else '-':>10}  {shard}{repeat}")
         tot = per_label.setdefault(label, [0, 0])
         tot[0] += n
         tot[1] += docs or 0

@@ -87,6 +87,14 @@ class SourceResult:
         return sum(s.docs for s in self.shards)
 
 
+def tokenizer_id(tok: Tokenizer) -> str:
+    """The folder shards live under and what `{TOKENIZER}` stands for in mix.txt (OLMo-core's convention:
+    its mix parser requires `{TOKENIZER}` in every path and substitutes `allenai/dolma2-tokenizer`)."""
+    from olmax.assets import DOLMA2_HUB_REPO, DOLMA2_SHA256
+
+    return DOLMA2_HUB_REPO if tok.sha256 == DOLMA2_SHA256 else f"tokenizer-{tok.sha256[:12]}"
+
+
 def _check_label(label: str) -> None:
     if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
         raise OlmaxError(f"source label {label!r} must be letters, digits, '-', '_' or '.' (it names a folder)")
@@ -247,7 +255,8 @@ class _SourceWriter:
     at or past the target size, and records every finished shard in the journal."""
 
     def __init__(self, cfg: PrepareConfig, label: str, out: Path, journal: _Journal, result: SourceResult,
-                 stats: readers.ReadStats):
+                 stats: readers.ReadStats, tokenizer_id: str):
+        self.tokenizer_id = tokenizer_id
         self.cfg, self.label, self.out, self.journal, self.result, self.stats = cfg, label, out, journal, result, stats
         self.entry = journal.labels[label]
         self.limit = max(1, cfg.shard_bytes // 4)
@@ -255,7 +264,8 @@ class _SourceWriter:
         self.records = None
 
     def _open(self) -> None:
-        path = self.out / self.label / f"part-{len(self.result.shards):05d}.npy"
+        # the label is in the file name too: OLMo-core's fingerprint sees only basenames and sizes
+        path = self.out / self.tokenizer_id / self.label / f"{self.label}-{len(self.result.shards):05d}.npy"
         self.shard = ShardWriter(path, self.out)
         if self.cfg.arrayrecord:
             from olmax.data.arrayrecord import DocRecordWriter
@@ -317,7 +327,7 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
         return result
 
     stats = readers.ReadStats(bad_lines=result.bad_lines)
-    sink = _SourceWriter(cfg, spec.label, out, journal, result, stats)
+    sink = _SourceWriter(cfg, spec.label, out, journal, result, stats, tokenizer_id(tok))
     progress = _Progress(cfg.progress, spec.label)
     pending: list = []
     depth = max(1, cfg.workers) + 1  # tasks in flight: one per tokenizer thread, plus one being written
@@ -412,8 +422,10 @@ def prepare(cfg: PrepareConfig) -> dict:
             print(f"olmax: warning: source {r.label}: {r.duplicate_ids['count']} document ids occur more than "
                   f"once (e.g. {r.duplicate_ids['examples'][:3]})", file=sys.stderr)
     mix_lines, plan = plan_mix(cfg, results, out, journal)
-    mix_text = "# olmax data prepare: label,path (relative to this folder); a repeated line is a planned repeat\n"
-    mix_text += "".join(f"{label},{path}\n" for label, path in mix_lines)
+    mix_text = ("# olmax data prepare: label,path relative to this folder, {TOKENIZER} = " + tokenizer_id(tok)
+                + "\n# (OLMo-core's mix format); a path listed more than once is a planned repeat\n")
+    tid = tokenizer_id(tok)
+    mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid):]}\n" for label, path in mix_lines)
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
     print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
           f"in {time.monotonic() - t0:.1f}s → {out / 'mix.txt'}", file=sys.stderr)
@@ -424,16 +436,13 @@ def prepare(cfg: PrepareConfig) -> dict:
 
 def _manifest(cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], plan: dict, mix_lines,
               out: Path) -> dict:
-    fingerprint = None
-    try:
-        from olmax.data.index import data_fingerprint
+    from olmax.data.index import data_fingerprint
 
-        fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines])
-    except ImportError:
-        pass
+    fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines], vocab_size=tok.vocab_size,
+                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return {
         "format": FORMAT,
-        "tokenizer": {"name": cfg.tokenizer, "file": os.path.basename(tok_path), "sha256": tok.sha256,
+        "tokenizer": {"name": cfg.tokenizer, "id": tokenizer_id(tok), "file": os.path.basename(tok_path), "sha256": tok.sha256,
                       "engine": tok.engine, "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id,
                       "pad_token_id": tok.pad_token_id},
         "dtype": "uint32",

@@ -1,0 +1,332 @@
+"""`olmax data prepare`: exact tokens located by sidecars, determinism, resume, mixes, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
+
+from olmax.assets import tokenizer_path
+from olmax.cli import main
+from olmax.data.mixfile import read_mix
+from olmax.data.shards import read_sidecar, read_tokens
+
+EOS = 100257
+
+
+@pytest.fixture(scope="module")
+def dolma2() -> str:
+    return str(tokenizer_path("dolma2", quiet=True))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("raw")
+    code = stdlib_texts(40)
+    write_jsonl(d / "code" / "a.jsonl.gz", code[:25])
+    write_jsonl(d / "code" / "b.jsonl.zst", code[25:])
+    write_jsonl(d / "prose.jsonl", pydoc_texts()[:60] + [("empty", "")])
+    return d
+
+
+def run(*argv: str) -> int:
+    return main(["data", "prepare", "--no-progress", *argv])
+
+
+def prepare_into(out: Path, inputs: Path, dolma2: str, *extra: str) -> Path:
+    rc = run("--tokenizer", dolma2, "--out", str(out), "--shard-size", "256KB", *extra,
+             f"code={inputs}/code/*", f"prose={inputs}/prose.jsonl")
+    assert rc == 0
+    return out
+
+
+def docs_by_id(out: Path) -> dict[str, np.ndarray]:
+    """Every document's tokens, located through mix.txt and the sidecars only."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    mix = read_mix(str(out / "mix.txt"), tokenizer=manifest["tokenizer"]["id"])
+    docs = {}
+    for path in dict.fromkeys(mix.paths):
+        tokens = read_tokens(path)
+        for row in read_sidecar(path):
+            docs[row.id] = np.array(tokens[row.start:row.end])
+    return docs
+
+
+def test_every_document_equals_tokenizers_plus_eos(tmp_path, inputs, dolma2):
+    from tokenizers import Tokenizer
+
+    out = prepare_into(tmp_path / "out", inputs, dolma2, "--workers", "2")
+    docs = docs_by_id(out)
+    ref = Tokenizer.from_file(dolma2)
+    expected = dict(stdlib_texts(40) + pydoc_texts()[:60])
+    assert set(docs) == set(expected)  # the empty document was skipped
+    for doc_id, text in expected.items():
+        want = ref.encode(text, add_special_tokens=False).ids + [EOS]
+        assert docs[doc_id].tolist() == want, doc_id
+    manifest = json.loads((out / "manifest.json").read_text())
+    prose = manifest["sources"]["prose"]
+    assert prose["skipped"]["empty_docs"] == 1 and prose["docs"] == 60
+    assert manifest["sources"]["code"]["utf8_bytes"] == sum(len(t.encode()) for _, t in stdlib_texts(40))
+    shards = manifest["sources"]["code"]["shards"]
+    assert len(shards) > 2 and all(s["tokens"] * 4 >= 256_000 for s in shards[:-1])
+    # every shard is whole documents: it starts a document and ends with EOS, sidecar rows tile it
+    for s in shards:
+        tokens = read_tokens(out / s["path"])
+        rows = read_sidecar(out / s["path"])
+        assert rows[0].start == 0 and rows[-1].end == len(tokens) == s["tokens"]
+        assert all(a.end == b.start for a, b in zip(rows, rows[1:]))
+        assert tokens[-1] == EOS
+    assert manifest["fingerprint"] and len(manifest["fingerprint"]) == 64
+
+
+def test_olmo_core_reads_mix_unchanged(tmp_path, inputs, dolma2):
+    """OLMo-core's own mix parser (it demands {TOKENIZER} in each path) and NumpyFSLDataset read the output."""
+    from olmo_core.data import DataMix, NumpyFSLDataset, TokenizerName
+    from olmo_core.data.mixes import DataMixBase
+
+    out = prepare_into(tmp_path / "out", inputs, dolma2)
+    mixes = tmp_path / "mixes"
+    mixes.mkdir()
+    (mixes / "olmax_test.txt").write_text((out / "mix.txt").read_text())
+
+    class LocalMix(DataMixBase):
+        olmax_test = "olmax_test"
+
+    import olmo_core.data.mixes as oc_mixes
+
+    real = oc_mixes._get_data_mix_path
+    # OLMo-core looks mixes up inside its package; point that lookup at our copy, and parse with its code
+    oc_mixes._get_data_mix_path = lambda name: nullcontext(mixes / f"{name}.txt")
+    try:
+        paths, labels = DataMix.build(LocalMix.olmax_test, str(out), TokenizerName.dolma2)
+    finally:
+        oc_mixes._get_data_mix_path = real
+    ds = NumpyFSLDataset(*paths, sequence_length=128, pad_token_id=100277, eos_token_id=EOS,
+                         vocab_size=100278, dtype=np.uint32)
+    ds.work_dir = tmp_path / "work"
+    ds.prepare()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert ds.fingerprint == manifest["fingerprint"]
+    assert len(ds) == sum(s["tokens"] // 128 for src in manifest["sources"].values() for s in src["shards"])
+    first = read_tokens(out / manifest["sources"]["code"]["shards"][0]["path"])[:128]
+    assert ds[0]["input_ids"].tolist() == first.tolist()
+    assert labels.count("prose") == len(manifest["sources"]["prose"]["shards"])
+
+
+def test_output_does_not_depend_on_workers(tmp_path, inputs, dolma2):
+    a = read_folder_bytes(prepare_into(tmp_path / "w1", inputs, dolma2, "--workers", "1"))
+    b = read_folder_bytes(prepare_into(tmp_path / "w2", inputs, dolma2, "--workers", "2"))
+    assert a.keys() == b.keys() and len(a) > 6
+    assert all(a[k] == b[k] for k in a if k != "manifest.json")
+    strip = lambda m: {k: v for k, v in json.loads(m).items() if k != "sources"}  # noqa: E731 (inputs are paths)
+    assert strip(a["manifest.json"]) == strip(b["manifest.json"])
+
+
+def test_resume_after_lost_shards_gives_same_bytes(tmp_path, inputs, dolma2):
+    out = prepare_into(tmp_path / "out", inputs, dolma2)
+    want = read_folder_bytes(out)
+    # simulate a kill mid-run: only the first two code shards were recorded, a third was half written
+    state = json.loads((out / ".olmax-prepare.json").read_text())
+    code = state["labels"]["code"]
+    kept = code["shards"][:2]
+    for rec in code["shards"][2:]:
+        Path(out, rec["info"]["path"]).unlink()
+    code.update(shards=kept, done=False)
+    del state["labels"]["prose"]
+    (out / ".olmax-prepare.json").write_text(json.dumps(state))
+    for f in (out / "mix.txt", out / "manifest.json"):
+        f.unlink()
+    half = Path(out, kept[-1]["info"]["path"].replace("-00001.npy", "-00002.npy.tmp"))
+    half.write_bytes(b"\0" * 10)
+    before = {p: p.stat().st_mtime_ns for p in (out / kept[0]["info"]["path"], out / kept[1]["info"]["path"])}
+    prepare_into(out, inputs, dolma2)
+    assert read_folder_bytes(out) == want
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # finished shards were not redone
+
+
+def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
+    ref = read_folder_bytes(prepare_into(tmp_path / "ref", inputs, dolma2, "--shard-size", "16KB"))
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "olmax.cli", "data", "prepare", "--no-progress", "--tokenizer", dolma2,
+           "--out", str(out), "--shard-size", "16KB",
+           f"code={inputs}/code/*", f"prose={inputs}/prose.jsonl"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = out / ".olmax-prepare.json"
+    deadline = time.monotonic() + 120
+    killed = False
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            labels = json.loads(journal.read_text())["labels"]
+        except (OSError, ValueError, KeyError):
+            labels = {}
+        if len(labels.get("code", {}).get("shards", [])) >= 3:
+            proc.send_signal(signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.005)
+    proc.wait()
+    assert killed, "the run finished before it could be killed; make the input larger"
+    assert not (out / "mix.txt").exists()
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    assert read_folder_bytes(out) == ref
+
+
+def test_mix_spec_plans_explicit_repeats(tmp_path, inputs, dolma2):
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"""
+total_tokens: 300000
+sources:
+  code: {{paths: ["{inputs}/code/*"], ratio: 0.5}}
+  prose: {{paths: "{inputs}/prose.jsonl", ratio: 0.5, max_repetition: 3}}
+""")
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), "--shard-size", "64KB", "--mix-spec", str(spec)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    plan = manifest["mix"]["plan"]
+    mix = read_mix(str(out / "mix.txt"))
+    sizes = {p: os.path.getsize(p) // 4 for p in set(mix.paths)}
+    for label in ("code", "prose"):
+        listed = sum(sizes[p] for p, lab in zip(mix.paths, mix.labels) if lab == label)
+        assert listed == plan[label]["planned_tokens"]
+        assert abs(listed - 150_000) < 15_000  # within a document of the 50/50 target
+    prose_avail = plan["prose"]["available_tokens"]
+    assert plan["prose"]["whole_copies"] >= 1 and plan["prose"]["repetition"] > 1
+    assert plan["code"]["repetition"] < 1 and plan["code"]["whole_copies"] == 0
+    prose_paths = [p for p, lab in zip(mix.paths, mix.labels) if lab == "prose"]
+    assert len(prose_paths) > len(set(prose_paths))  # the planned repeat is written out as repeated lines
+    assert sum(sizes[p] for p in set(prose_paths)) == prose_avail
+    # every document of the source is still on disk exactly once, split shards included
+    assert sum(len(read_sidecar(p)) for p in set(prose_paths)) == 60
+
+
+def test_mix_spec_beyond_max_repetition_is_refused(tmp_path, inputs, dolma2, capsys):
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"sources:\n  prose: {{paths: '{inputs}/prose.jsonl', target_tokens: 1e9}}\n")
+    assert run("--tokenizer", dolma2, "--out", str(tmp_path / "o"), "--mix-spec", str(spec)) == 2
+    assert "above its max_repetition 1.0" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "mix.txt").exists()
+
+
+def test_hf_datasets_input_and_arrayrecord(tmp_path, dolma2):
+    import datasets
+
+    from olmax.data.arrayrecord import decode_record, read_records
+
+    texts = [t for _, t in pydoc_texts()[:30]]
+    datasets.Dataset.from_dict({"body": texts}).save_to_disk(str(tmp_path / "ds"))
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), "--text-field", "body", "--format", "arrayrecord",
+               f"docs={tmp_path / 'ds'}") == 0
+    docs = docs_by_id(out)
+    assert len(docs) == 30 and "ds:1" in docs
+    shard = next((out / "allenai/dolma2-tokenizer/docs").glob("*.npy"))
+    records = [decode_record(r) for r in read_records(shard.with_suffix(".arrayrecord"))]
+    assert [r["id"] for r in records] == [row.id for row in read_sidecar(shard)]
+    assert all(np.array_equal(r["input_ids"], docs[r["id"]]) for r in records)
+
+
+def test_arrayrecord_records_are_tf_examples():
+    """The hand-written protobuf parses as a real tf.train.Example (schema built with protobuf itself)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    from olmax.data.arrayrecord import encode_example
+
+    f = descriptor_pb2.FileDescriptorProto(name="ex.proto", package="tf", syntax="proto3")
+    bl = f.message_type.add(name="BytesList")
+    bl.field.add(name="value", number=1, type=12, label=3)
+    il = f.message_type.add(name="Int64List")
+    il.field.add(name="value", number=1, type=3, label=3)
+    feat = f.message_type.add(name="Feature")
+    feat.field.add(name="bytes_list", number=1, type=11, type_name=".tf.BytesList", label=1)
+    feat.field.add(name="int64_list", number=3, type=11, type_name=".tf.Int64List", label=1)
+    fs = f.message_type.add(name="Features")
+    entry = fs.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=9, label=1)
+    entry.field.add(name="value", number=2, type=11, type_name=".tf.Feature", label=1)
+    fs.field.add(name="feature", number=1, type=11, type_name=".tf.Features.FeatureEntry", label=3)
+    ex = f.message_type.add(name="Example")
+    ex.field.add(name="features", number=1, type=11, type_name=".tf.Features", label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    Example = message_factory.GetMessageClass(pool.FindMessageTypeByName("tf.Example"))
+    tokens = np.array([0, 5, 127, 128, 300, 16384, 100257, 2**31 + 7], dtype=np.uint32)
+    msg = Example.FromString(encode_example(tokens, "doc-é", "a.jsonl"))
+    assert list(msg.features.feature["input_ids"].int64_list.value) == tokens.tolist()
+    assert msg.features.feature["id"].bytes_list.value[0].decode() == "doc-é"
+    assert msg.features.feature["source"].bytes_list.value[0] == b"a.jsonl"
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": "x", "text": "ok"', r"bad\.jsonl:3: malformed JSON line \(column"),
+    ('{"id": "x", "txt": "no text"}', r"bad\.jsonl:3: document has no 'text' field"),
+    ('[1, 2]', r"bad\.jsonl:3: malformed JSON line"),
+])
+def test_bad_lines_name_file_and_line_and_leave_no_mix(tmp_path, dolma2, capsys, line, message):
+    write_jsonl(tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=[line, '{"id": "c", "text": "x"}'])
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), f"src={tmp_path / 'bad.jsonl'}") == 2
+    import re
+
+    assert re.search(message, capsys.readouterr().err)
+    assert not (out / "mix.txt").exists() and not (out / "manifest.json").exists()
+    assert not list(out.rglob("*.npy")) and not list(out.rglob("*.tmp"))
+
+
+def test_skip_bad_lines_counts_them(tmp_path, dolma2):
+    write_jsonl(tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=["{oops", '{"id": "c", "text": "x"}'])
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), "--skip-bad-lines", f"src={tmp_path / 'bad.jsonl'}") == 0
+    src = json.loads((out / "manifest.json").read_text())["sources"]["src"]
+    assert src["skipped"]["bad_lines"] == 1 and src["docs"] == 3
+    assert "bad.jsonl:3" in src["skipped"]["bad_line_examples"][0]
+
+
+def test_non_utf8_names_byte_offset(tmp_path, dolma2, capsys):
+    p = tmp_path / "latin1.jsonl"
+    p.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "caf\xe9"}\n')
+    assert run("--tokenizer", dolma2, "--out", str(tmp_path / "out"), f"src={p}") == 2
+    err = capsys.readouterr().err
+    assert "latin1.jsonl:2: invalid UTF-8 at byte offset 52" in err  # 28 bytes of line 1 + 24 into line 2
+
+
+def test_duplicate_ids_are_reported(tmp_path, dolma2, capsys):
+    write_jsonl(tmp_path / "d.jsonl", [("same", "one"), ("other", "two"), ("same", "three")])
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), f"src={tmp_path / 'd.jsonl'}") == 0
+    assert "1 document ids occur more than once" in capsys.readouterr().err
+    dup = json.loads((out / "manifest.json").read_text())["sources"]["src"]["duplicate_ids"]
+    assert dup == {"count": 1, "examples": ["same"]}
+
+
+def test_refuses_foreign_output_folder_and_changed_inputs(tmp_path, dolma2, capsys):
+    src = write_jsonl(tmp_path / "in.jsonl", [("a", "one")])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert run("--tokenizer", dolma2, "--out", str(out), f"s={src}") == 2
+    assert "is not empty" in capsys.readouterr().err and (out / "keep.txt").exists()
+    assert run("--tokenizer", dolma2, "--out", str(out), "--overwrite", f"s={src}") == 0
+    assert not (out / "keep.txt").exists()
+    write_jsonl(src, [("a", "one, changed")])
+    os.utime(src, ns=(1, 1))
+    assert run("--tokenizer", dolma2, "--out", str(out), f"s={src}") == 2
+    assert "other settings or changed inputs" in capsys.readouterr().err
+
+
+def test_inspect_counts_and_decodes(tmp_path, inputs, dolma2, capsys):
+    out = prepare_into(tmp_path / "out", inputs, dolma2)
+    capsys.readouterr()
+    assert main(["data", "inspect", str(out), "--doc", "abc.py", "--tokenizer", dolma2]) == 0
+    text = capsys.readouterr().out
+    assert "total prose:" in text and "# doc abc.py" in text
+    assert dict(stdlib_texts(40))["abc.py"][:300] in text
