@@ -84,6 +84,11 @@ class Transformer(nnx.Module):
         logits_BxLxVp = self.padded_logits(input_ids_BxL, segment_ids_BxL)
         return logits_BxLxVp[..., : cfg.vocab_size]
 
+    def layer(self, i: int) -> Block:
+        """Layer `i` as a standalone Block (a view on slice i of the stacked parameters)."""
+        graphdef, state = nnx.split(self.blocks)
+        return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], state))
+
     def padded_logits(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
         """Logits over the padded vocabulary (padding columns are zero-weight: they read 0)."""
         cfg = self.cfg
