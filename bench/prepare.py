@@ -25,13 +25,13 @@ import hashlib
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +51,8 @@ CORPUS_SEED = 20251130
 N_INPUT_FILES = 8  # a few files per worker: both tools parallelize over input files
 MAX_DOC_BYTES = 1_000_000  # web-document sized; skips a handful of generated multi-MB modules
 PROSE_SUFFIXES = (".md", ".rst", ".txt")
+
+Decode = Callable[[np.ndarray], str]  # token ids -> text, special tokens spelled out
 
 
 # ---------------------------------------------------------------------------------------------- corpus
@@ -157,24 +159,76 @@ def build_corpus(input_mb: float) -> Corpus:
 # ------------------------------------------------------------------------------------------- the tools
 @dataclass
 class Timing:
+    """Wall seconds, and CPU seconds of the whole process tree."""
+
     wall_s: float
     cpu_s: float
 
 
-def _run_timed(name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Timing:
-    """Run `cmd` with its output sent to `log`; wall and CPU seconds (children included); exit on failure."""
+class _TreeCpu:
+    """CPU seconds of a process and all its descendants, sampled from /proc while they run.
+
+    getrusage(RUSAGE_CHILDREN) misses dolma's multiprocessing workers, so the tree is sampled instead:
+    every process's own utime+stime, last value seen (a process that lives under one period is missed).
+    """
+
+    def __init__(self, root: int, period_s: float = 0.2):
+        self.root, self.period_s = root, period_s
+        self.ticks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        parent: dict[int, int] = {}
+        used: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue  # it ended while we looked
+            pid = int(entry.name)
+            parent[pid] = int(fields[1])  # fields after "comm)": state, ppid, ..., utime (12), stime (13)
+            used[pid] = int(fields[11]) + int(fields[12])
+        tree, frontier = {self.root}, [self.root]
+        children: dict[int, list[int]] = {}
+        for pid, ppid in parent.items():
+            children.setdefault(ppid, []).append(pid)
+        while frontier:
+            for child in children.get(frontier.pop(), []):
+                if child not in tree:
+                    tree.add(child)
+                    frontier.append(child)
+        for pid in tree & used.keys():
+            self.ticks[pid] = max(self.ticks.get(pid, 0), used[pid])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return sum(self.ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+
+def _run_timed(name: str, cmd: list[str], log: Path) -> Timing:
+    """Run `cmd` with its output sent to `log`: wall seconds and its process tree's CPU seconds."""
     print(f"running {name}: {' '.join(cmd)}", flush=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(log, "wb") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        cpu = _TreeCpu(proc.pid)
+        rc = proc.wait()
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = cpu.stop()
     if rc != 0:
         tail = log.read_text(errors="replace")[-4000:]
         sys.exit(f"{name} failed with exit code {rc}; last lines of {log}:\n{tail}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timing(wall, cpu)
+    return Timing(wall, cpu_s)
 
 
 def ensure_dolma() -> Path:
@@ -186,6 +240,7 @@ def ensure_dolma() -> Path:
 
 
 def run_dolma(corpus: Corpus, tokenizer: Path, dst: Path, workers: int) -> Timing:
+    """`dolma tokens` as OLMo 3's data was made: uint32, each document + EOS 100257, no BOS."""
     dolma = ensure_dolma()
     shutil.rmtree(dst, ignore_errors=True)
     dst.mkdir(parents=True)
@@ -198,6 +253,7 @@ def run_dolma(corpus: Corpus, tokenizer: Path, dst: Path, workers: int) -> Timin
 
 
 def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int) -> Timing:
+    """`olmax data prepare` into a fresh folder, one label for the whole corpus."""
     exe = Path(sys.executable).parent / "olmax"
     olmax = str(exe) if exe.exists() else shutil.which("olmax")
     if olmax is None:
@@ -272,23 +328,42 @@ def dolma_shards(dst: Path) -> list[Path]:
 
 
 def olmax_shards(dst: Path) -> list[Path]:
-    """Shards listed in OUT/mix.txt (`label,path` lines, paths relative to OUT; `#` starts a comment)."""
+    """Shards named by OUT/mix.txt: `label,path` lines relative to OUT, `#` comments.
+
+    Paths may hold OLMo-core's `{TOKENIZER}` placeholder; its value is the tokenizer id in OUT/manifest.json
+    (or a `{TOKENIZER} = X` comment). A path listed twice is a planned repeat: its documents are read once.
+    """
     mix = dst / "mix.txt"
     if not mix.exists():
         sys.exit(f"olmax wrote no {mix}")
-    paths = []
-    for line in mix.read_text().splitlines():
+    lines = mix.read_text().splitlines()
+    tokenizer_id = None
+    manifest = dst / "manifest.json"
+    if manifest.exists():
+        tokenizer_id = json.loads(manifest.read_text()).get("tokenizer", {}).get("id")
+    for line in lines:
+        if tokenizer_id is None and line.startswith("#") and "{TOKENIZER} =" in line:
+            tokenizer_id = line.split("{TOKENIZER} =", 1)[1].split()[0]
+    paths: list[Path] = []
+    for line in lines:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        _, rel = line.split(",", 1)
-        paths.append(dst / rel.strip())
+        rel = line.split(",", 1)[1].strip()
+        if "{TOKENIZER}" in rel:
+            if tokenizer_id is None:
+                sys.exit(f"{mix}: {rel} holds {{TOKENIZER}} but neither manifest.json nor mix.txt names it")
+            rel = rel.replace("{TOKENIZER}", tokenizer_id)
+        if dst / rel not in paths:
+            paths.append(dst / rel)
     return paths
 
 
 # -------------------------------------------------------------------------------------------- compare
 @dataclass
 class Agreement:
+    """Documents equal on both sides, out of all ids seen on either; what differs and why."""
+
     equal: int
     total: int
     only: dict[str, list[str]]
@@ -296,7 +371,7 @@ class Agreement:
     causes: dict[str, int]
 
 
-def _cause(a: np.ndarray, b: np.ndarray, decode, added: np.ndarray) -> str:
+def _cause(a: np.ndarray, b: np.ndarray, decode: Decode, added: np.ndarray) -> str:
     """A best guess at why two tokenizations of one document differ, from the decoded texts."""
     if any(np.isin(x[:-1], added).any() for x in (a, b)):
         return "an added-token string inside the text (e.g. '<|endoftext|>') is encoded differently"
@@ -308,7 +383,8 @@ def _cause(a: np.ndarray, b: np.ndarray, decode, added: np.ndarray) -> str:
     return "different text"
 
 
-def compare(dolma: Side, olmax: Side, decode, added: np.ndarray, max_causes: int = 2000) -> Agreement:
+def compare(dolma: Side, olmax: Side, decode: Decode, added: np.ndarray, max_causes: int = 2000) -> Agreement:
+    """Compare every document by id; classify up to `max_causes` of the differing ones."""
     ids = sorted(dolma.where.keys() | olmax.where.keys())
     only = {"dolma": [], "olmax": []}
     mismatched: list[str] = []
@@ -329,7 +405,8 @@ def compare(dolma: Side, olmax: Side, decode, added: np.ndarray, max_causes: int
     return Agreement(equal, len(ids), only, mismatched, causes)
 
 
-def show_mismatch(doc_id: str, dolma: Side, olmax: Side, decode) -> None:
+def show_mismatch(doc_id: str, dolma: Side, olmax: Side, decode: Decode) -> None:
+    """Print where a document's two tokenizations first part, as ids and as decoded text."""
     a, b = np.asarray(dolma.doc(doc_id)), np.asarray(olmax.doc(doc_id))
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -344,6 +421,7 @@ def show_mismatch(doc_id: str, dolma: Side, olmax: Side, decode) -> None:
 
 # ---------------------------------------------------------------------------------------------- main
 def resolve_tokenizer(name: str) -> Path:
+    """A tokenizer.json path as given, or a name (`dolma2`) through olmax's offline asset resolver."""
     if Path(name).is_file():
         return Path(name)
     try:
@@ -354,6 +432,7 @@ def resolve_tokenizer(name: str) -> Path:
 
 
 def _report(name: str, t: Timing, side: Side) -> float:
+    """Print one tool's line (and any problems its output has); return its tokens per wall second."""
     rate = side.tokens / t.wall_s
     print(f"{name}: {t.wall_s:,.1f} s wall, {t.cpu_s:,.1f} s CPU, {side.tokens:,} tokens in "
           f"{len(side.where):,} docs, {rate:,.0f} tokens/s ({side.tokens / max(t.cpu_s, 1e-9):,.0f} per CPU-s)")
@@ -370,12 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Run AI2's `dolma tokens` and `olmax data prepare` on the same Dolma-format corpus, check "
         "that every document's tokens agree, and compare throughput. The last line printed is "
-        "`prepare tokens/s olmax/dolma = N.Nx`.")
+        "`prepare tokens/s olmax/dolma = N.Nx`. Exits 1 when any document differs or is missing on one side.")
     ap.add_argument("--input-mb", type=float, default=160,
                     help="corpus size in MB (10^6 bytes) of UTF-8 text; built once under bench/out/ and "
                     "reused (default 160, at least 150 MiB)")
     ap.add_argument("--workers", type=int, default=2,
-                    help="worker processes for each tool: dolma --processes, olmax --workers (default 2)")
+                    help="parallel workers for each tool: dolma --processes, olmax --workers (default 2)")
     ap.add_argument("--tokenizer", default="dolma2",
                     help="tokenizer.json path, or `dolma2` to resolve it through olmax.assets (default)")
     ap.add_argument("--keep", action="store_true",
@@ -437,8 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         ag = compare(dolma, olmax, decode, added)
         print(f"agreement: {ag.equal:,} / {ag.total:,} docs equal; {len(ag.mismatched):,} differ; "
               f"{len(ag.only['dolma']):,} only in dolma, {len(ag.only['olmax']):,} only in olmax")
+        classified = sum(ag.causes.values())
         for cause, n in sorted(ag.causes.items(), key=lambda kv: -kv[1]):
-            print(f"  {n:,} of the differing docs: {cause}")
+            print(f"  {n:,} of {classified:,} differing docs classified: {cause}")
         for side_name, missing in ag.only.items():
             if missing:
                 print(f"  first only in {side_name}: {missing[0]!r}")
@@ -449,10 +529,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(olmax_dst, ignore_errors=True)
         if not args.skip_dolma:
             shutil.rmtree(dolma_dst, ignore_errors=True)
-    if dolma_rate and olmax_rate:
-        print(f"prepare tokens/s olmax/dolma = {olmax_rate / dolma_rate:.1f}x")
+    if dolma_rate is not None and olmax_rate is not None:
+        ratio = f"{olmax_rate / dolma_rate:.1f}x" if dolma_rate > 0 else "n/a (dolma wrote no tokens)"
     else:
-        print("prepare tokens/s olmax/dolma = n/a (" + ("dolma" if not dolma_rate else "olmax") + " not run)")
+        ratio = f"n/a ({'dolma' if dolma_rate is None else 'olmax'} not run)"
+    print(f"prepare tokens/s olmax/dolma = {ratio}")
     return 1 if failed else 0
 
 
