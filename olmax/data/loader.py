@@ -40,6 +40,7 @@ class LoaderConfig:
     num_epochs: int | None = None  # None: unbounded
     num_threads: int = 2  # Grain read threads; 0 reads synchronously
     prefetch_buffer_size: int = 4  # batches read ahead
+    num_workers: int = 0  # Grain prefetch processes (mp_prefetch); 0: none
 
 
 class BatchIterator(Iterator[dict[str, np.ndarray]]):
@@ -53,10 +54,19 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
         self.index = start
         dataset = grain.MapDataset.source(loader.source)[start:]
         cfg = loader.config
-        if cfg.num_threads > 0:
-            options = grain.ReadOptions(num_threads=cfg.num_threads,
+        if cfg.num_threads > 0 or cfg.num_workers > 0:
+            options = grain.ReadOptions(num_threads=max(1, cfg.num_threads),
                                         prefetch_buffer_size=max(1, cfg.prefetch_buffer_size))
-            self._it = iter(dataset.to_iter_dataset(options))
+            pipeline = dataset.to_iter_dataset(options)
+            if cfg.num_workers > 0:
+                from absl import flags
+
+                if not flags.FLAGS.is_parsed():  # Grain reads absl flags in mp_prefetch
+                    flags.FLAGS.mark_as_parsed()
+                # Workers read disjoint slices of the stream and Grain interleaves them back in
+                # order; the source is 1:1, so the output does not depend on their number.
+                pipeline = pipeline.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
+            self._it = iter(pipeline)
         else:
             self._it = (dataset[i] for i in range(len(dataset)))
 
@@ -68,6 +78,12 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
     def position(self) -> tuple[int, int]:
         """(epoch, step) of the next batch."""
         return self._loader.source.position(self.index)
+
+    def close(self) -> None:
+        """Stop prefetch threads/processes (also done on garbage collection)."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
 
     def __next__(self) -> dict[str, np.ndarray]:
         batch = next(self._it)

@@ -25,6 +25,9 @@ def _add_mix_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-short-files", action="store_true",
                    help="let files shorter than --seq-len contribute no instances (OLMo-core does "
                         "this silently) instead of failing")
+    p.add_argument("--check-vocab", type=int, default=0, metavar="N",
+                   help="read N random instances first and fail if a token id is >= --vocab-size")
+    p.add_argument("--vocab-size", type=int, default=100278, help="vocabulary size (dolma2: 100278)")
 
 
 def add_commands(data_sub: argparse._SubParsersAction) -> None:
@@ -65,7 +68,13 @@ def _index(args: argparse.Namespace):
     from olmax.data.mixfile import read_mix
 
     mix = read_mix(args.mix, base_dir=args.base_dir, tokenizer=args.tokenizer_id)
-    return build_index(mix, args.seq_len, dtype=args.dtype, allow_short_files=args.allow_short_files)
+    index = build_index(mix, args.seq_len, dtype=args.dtype, allow_short_files=args.allow_short_files,
+                        vocab_size=args.vocab_size)
+    if args.check_vocab > 0:
+        from olmax.data.reader import check_token_ids
+
+        check_token_ids(index, args.vocab_size, samples=args.check_vocab)
+    return index
 
 
 def run_batches(args: argparse.Namespace) -> int:

@@ -123,3 +123,15 @@ def test_bad_settings(index, tmp_path):
 def test_num_epochs_bounds_the_stream(index, tmp_path):
     loader = make(index, tmp_path, num_epochs=1)
     assert sum(1 for _ in loader.iterate()) == loader.batches_per_epoch
+
+
+def test_prefetch_processes_do_not_change_the_stream(index, tmp_path):
+    n = make(index, tmp_path).batches_per_epoch + 4
+    plain = make(index, tmp_path, num_threads=0).iterate()
+    want = [next(plain)["instance_ids"] for _ in range(n)]
+    it = make(index, tmp_path, num_workers=2).iterate(make(index, tmp_path).state_at(1, 0))
+    try:
+        for k in range(n):
+            np.testing.assert_array_equal(next(it)["instance_ids"], want[k])
+    finally:
+        it.close()

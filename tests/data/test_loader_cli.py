@@ -47,6 +47,8 @@ def test_batches_errors_leave_no_output(mix_path, tmp_path, capsys):
     assert "--start-step 999" in capsys.readouterr().err
     assert main(base + ["--global-batch-size", "8", "--seq-len", "4096"]) == 2
     assert "fewer than --seq-len 4096" in capsys.readouterr().err
+    assert main(base + ["--global-batch-size", "8", "--check-vocab", "50", "--vocab-size", "1000"]) == 2
+    assert "is >= vocab size 1000" in capsys.readouterr().err
     assert not out.exists() and os.listdir(tmp_path) == []
 
 

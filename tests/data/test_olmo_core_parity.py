@@ -95,3 +95,25 @@ def test_every_instance_exactly_once_per_epoch(mix, tmp_path):
     kept = (index.num_instances // G) * G
     assert seen.size == kept and np.unique(seen).size == kept
     assert seen.max() < index.num_instances
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 34521])
+def test_parity_on_larger_random_layouts(tmp_path, seed):
+    # Many files of random sizes, a longer L and P = 8: every batch of two epochs, every rank.
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(100, 20_000, size=40).tolist()
+    labels = [f"s{i % 5}" for i in range(40)]
+    mix = read_mix(write_position_files(str(tmp_path / "d"), sizes, labels))
+    seq_len, gbs, P = 64, 32, 8
+    index = build_index(mix, seq_len, allow_short_files=True)
+    ref = olmo_core_loader(mix.paths, seq_len, gbs, seed, str(tmp_path / "oc"))
+    for epoch in (1, 2):
+        batches = olmo_core_epoch(ref, epoch)
+        for rank in range(P):
+            loader = Loader(index, LoaderConfig(seq_len=seq_len, global_batch_size=gbs, seed=seed,
+                                                work_dir=str(tmp_path / "w")), process_index=rank,
+                            process_count=P)
+            assert loader.batches_per_epoch == len(batches)
+            for step, (ids, _) in enumerate(batches):
+                np.testing.assert_array_equal(loader.batch(epoch, step)["input_ids"], ids[rank::P])
