@@ -137,6 +137,7 @@ def make_stage1_index(folder: str) -> str:
 RESUME_CHILD = r"""
 import os, sys, time
 t0 = time.perf_counter()
+import grain  # noqa: F401  (imported lazily by the loader; counted with the imports)
 from olmax.data.index import build_index
 from olmax.data.loader import Loader, LoaderConfig
 from olmax.data.mixfile import read_mix
