@@ -1,4 +1,4 @@
-"""Two JAX processes on 127.0.0.1 (jax.distributed, gloo): each loads its own rows of every batch."""
+"""Two JAX processes on 127.0.0.1 (jax.distributed, gloo): each loads its own rows, saves and resumes."""
 
 from __future__ import annotations
 
@@ -41,7 +41,17 @@ WORKER = textwrap.dedent("""
         local.append(batch["instance_ids"])
         ids = jax.make_array_from_process_local_data(sharding, batch["input_ids"])
         gathered.append(np.asarray(multihost_utils.process_allgather(ids, tiled=True)))
-    np.savez(out, local=np.stack(local), gathered=np.stack(gathered),
+    # Both processes take part in one Orbax save; only the primary writes the (shared) loader state.
+    import orbax.checkpoint as ocp
+    from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave
+    with ocp.CheckpointManager(work + "/ckpt") as mngr:
+        mngr.save(%(STEPS)d, args=ocp.args.Composite(data=LoaderSave(it.state)))
+        mngr.wait_until_finished()
+    with ocp.CheckpointManager(work + "/ckpt") as mngr:
+        state = mngr.restore(%(STEPS)d, args=ocp.args.Composite(data=LoaderRestore())).data
+    resumed = loader.iterate(state)
+    after = [next(resumed)["instance_ids"] for _ in range(2)]
+    np.savez(out, local=np.stack(local), gathered=np.stack(gathered), after=np.stack(after),
              count=jax.process_count(), index=jax.process_index(), devices=jax.device_count())
 """) % {"L": L, "G": G, "SEED": SEED, "STEPS": STEPS}
 
@@ -71,8 +81,12 @@ def test_two_jax_processes_each_get_their_rows(tmp_path):
     full = Loader(build_index(read_mix(mix), L),
                   LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "w")),
                   process_index=0, process_count=1)
-    for step in range(STEPS):
+    for step in range(STEPS + 2):
         batch = full.batch(1, step)
+        if step >= STEPS:  # after the Orbax save/restore
+            for i, o in enumerate(outs):
+                np.testing.assert_array_equal(o["after"][step - STEPS], batch["instance_ids"][i::2])
+            continue
         for i, o in enumerate(outs):
             np.testing.assert_array_equal(o["local"][step], batch["instance_ids"][i::2])
         # The global array is process 0's rows then process 1's: every row of the global batch once.
