@@ -18,7 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
-from olmax.data.mixfile import Mix, is_url
+from olmax.data.mixfile import Mix, is_url, read_mix
 from olmax.errors import OlmaxError
 
 # dolma2 / OLMo 3 special tokens (OLMO3.md): vocab 100,278, EOS 100257, PAD 100277, no BOS.
@@ -57,12 +57,22 @@ def data_fingerprint(paths: Sequence[str], *, sizes: Sequence[int] | None = None
     return h.hexdigest()
 
 
+def url_filesystem(url: str):
+    """(fsspec filesystem, path) for a URL; a missing protocol package is a clear error."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as e:
+        raise OlmaxError(f"{url}: reading this URL needs an fsspec backend that is not installed "
+                         f"({e}); install it (s3fs for s3://, gcsfs for gs://, aiohttp for https://) "
+                         f"or use a local mirror with --base-dir") from e
+
+
 def _size_of(path: str) -> int:
     try:
         if is_url(path):
-            import fsspec
-
-            fs, fs_path = fsspec.core.url_to_fs(path)
+            fs, fs_path = url_filesystem(path)
             return int(fs.size(fs_path))
         return os.stat(path).st_size
     except FileNotFoundError as e:
@@ -172,3 +182,9 @@ def build_index(mix: Mix, seq_len: int, *, dtype: type | np.dtype | str = np.uin
     sizes = file_sizes(mix.paths)
     return index_from_sizes(mix.paths, mix.labels, sizes, seq_len, dtype=dtype,
                             allow_short_files=allow_short_files, **fingerprint_fields)
+
+
+def open_index(mix: str, seq_len: int, *, base_dir: str | None = None, tokenizer: str | None = None,
+               **kwargs) -> TokenIndex:
+    """`read_mix` then `build_index`: the index of mix file `mix` at sequence length `seq_len`."""
+    return build_index(read_mix(mix, base_dir=base_dir, tokenizer=tokenizer), seq_len, **kwargs)

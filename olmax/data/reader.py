@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from olmax.data.index import TokenIndex
+from olmax.data.index import TokenIndex, url_filesystem
 from olmax.data.mixfile import is_url
 from olmax.errors import OlmaxError
 
@@ -77,19 +77,23 @@ class TokenReader:
 
     def _read_remote(self, rows: list[int], files: np.ndarray, starts: np.ndarray,
                      out: np.ndarray) -> None:
-        import fsspec
-
+        """One batched ranged read per URL scheme (fsspec runs the ranges concurrently)."""
         row_bytes = out.shape[1] * out.itemsize
-        paths = [self.index.paths[files[r]] for r in rows]
-        fs, _ = fsspec.core.url_to_fs(paths[0])
-        fs_paths = [fsspec.core.url_to_fs(p)[1] for p in paths]
-        begins = [int(starts[r]) * out.itemsize for r in rows]
-        chunks = fs.cat_ranges(fs_paths, begins, [b + row_bytes for b in begins])
-        for r, path, begin, chunk in zip(rows, paths, begins, chunks):
-            if isinstance(chunk, Exception) or len(chunk) != row_bytes:
-                raise OlmaxError(f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
-                                 f"failed ({chunk if isinstance(chunk, Exception) else 'short'})")
-            out[r] = np.frombuffer(chunk, dtype=out.dtype)
+        by_scheme: dict[str, list[int]] = {}
+        for r in rows:
+            by_scheme.setdefault(self.index.paths[files[r]].split("://", 1)[0], []).append(r)
+        for group in by_scheme.values():
+            paths = [self.index.paths[files[r]] for r in group]
+            fs, _ = url_filesystem(paths[0])
+            fs_paths = [url_filesystem(p)[1] for p in paths]
+            begins = [int(starts[r]) * out.itemsize for r in group]
+            chunks = fs.cat_ranges(fs_paths, begins, [b + row_bytes for b in begins], on_error="return")
+            for r, path, begin, chunk in zip(group, paths, begins, chunks):
+                if isinstance(chunk, Exception) or len(chunk) != row_bytes:
+                    why = chunk if isinstance(chunk, Exception) else f"got {len(chunk)} bytes"
+                    raise OlmaxError(f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
+                                     f"failed ({why}); check the URL and its credentials")
+                out[r] = np.frombuffer(chunk, dtype=out.dtype)
 
 
 def check_token_ids(index: TokenIndex, vocab_size: int, *, samples: int = 64, seed: int = 0) -> int:

@@ -113,3 +113,25 @@ def test_fsspec_urls_read_like_local_files(mix):
     np.testing.assert_array_equal(out[0], out[1])
     with pytest.raises(OlmaxError, match="not found"):
         build_index(Mix(("memory://olmax-test/missing.npy",), ("a",), "m"), L)
+
+
+def test_remote_errors_and_file_urls(mix, tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/olmax-short/p.npy", np.arange(64, dtype=np.uint32).tobytes())
+    index = build_index(Mix(("memory://olmax-short/p.npy",), ("a",), "m"), L)
+    fs.pipe("/olmax-short/p.npy", np.arange(20, dtype=np.uint32).tobytes())  # shrinks after indexing
+    with pytest.raises(OlmaxError, match=r"p\.npy: ranged read of bytes \[128, 192\)"):
+        TokenReader(index).read(*index.locate(np.array([2])), np.empty((1, L), np.uint32))
+    folder = os.path.dirname(mix.paths[0])
+    url_mix = tmp_path / "url-mix.txt"
+    url_mix.write_text("".join(f"{lab},{os.path.basename(p)}\n" for lab, p in zip(mix.labels, mix.paths)))
+    from olmax.data.index import open_index
+
+    by_url = open_index(str(url_mix), L, base_dir=f"file://{folder}")
+    assert by_url.paths[0] == f"file://{folder}/part-000.npy"
+    assert by_url.fingerprint == build_index(mix, L).fingerprint  # basenames and sizes only
+    ids = np.arange(by_url.num_instances)
+    rows = TokenReader(by_url).read(*by_url.locate(ids), np.empty((ids.size, L), np.uint32))
+    np.testing.assert_array_equal(rows.astype(np.int32), expected_rows(ids, L))
