@@ -212,7 +212,10 @@ def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **override
         extra_hf=tuple(sorted((k, v) for k, v in hf.items() if k not in _KNOWN_HF_KEYS)),
     )
     cfg.update(overrides)
-    return ModelConfig(**cfg)
+    try:
+        return ModelConfig(**cfg)
+    except OlmaxError as e:
+        raise OlmaxError(f"{where}: {e}") from e
 
 
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:

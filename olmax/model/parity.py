@@ -135,7 +135,9 @@ def write_report(report: dict, out: str | os.PathLike) -> None:
     os.replace(tmp, out)
 
 
-def print_report(report: dict, file=sys.stdout) -> None:
+def print_report(report: dict, file=None) -> None:
+    """Three human-readable lines: setup, metrics, verdict."""
+    file = file or sys.stdout
     print(f"parity {report['checkpoint']}  seq {report['seq_len']}  olmax {report['dtype']} vs "
           f"HF {report['hf_dtype']}  tokens: {report['tokens']}", file=file)
     print(f"  mean KL(HF||olmax) {report['mean_kl']:.3e}  max KL {report['max_kl']:.3e}  "

@@ -1,0 +1,75 @@
+"""The parity tool: metrics are right, a random fp32 checkpoint passes at seq 3 x window, a drift fails."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from olmax.cli import main
+from olmax.model import parity
+from olmax.model.hf_reference import save_random_checkpoint
+from olmax.model.parity import compare_logits, run_parity
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def test_compare_logits_metrics():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(5, 11)).astype(np.float32)
+    same = compare_logits(ref, ref + 3.0)  # a constant shift is the same distribution
+    assert same["mean_kl"] < 1e-12 and same["top1_agreement"] == 1.0
+    assert same["max_abs_logit_diff"] == pytest.approx(3.0)
+    flipped = ref.copy()
+    flipped[0] = -flipped[0]
+    out = compare_logits(ref, flipped)
+    assert out["top1_agreement"] == pytest.approx(0.8) and out["max_kl"] > 0.1
+    p = np.exp(ref[0]) / np.exp(ref[0]).sum()
+    q = np.exp(flipped[0]) / np.exp(flipped[0]).sum()
+    assert out["max_kl"] == pytest.approx(float((p * np.log(p / q)).sum()), rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_random_checkpoint(tmp_path_factory.mktemp("parity") / "ck", seed=11, num_hidden_layers=8)
+
+
+def test_random_checkpoint_passes_in_fp32(checkpoint, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["model", "parity", "--hf", str(checkpoint), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["seq_len"] == 48 and report["window"] == 16  # default: 3 x window
+    assert report["passed"] and report["mean_kl"] <= 1e-6 and report["top1_agreement"] == 1.0
+    assert "UTF-8 bytes" in report["tokens"]
+    assert "mean KL(HF||olmax)" in capsys.readouterr().out
+
+
+def test_checkpoint_tokenizer_is_used(checkpoint, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([parity.default_text(20_000)], trainers.BpeTrainer(vocab_size=500,
+                                                                              special_tokens=["[UNK]"]))
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for f in checkpoint.iterdir():
+        (ck / f.name).write_bytes(f.read_bytes())
+    tok.save(str(ck / "tokenizer.json"))
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    report = run_parity(ck, seq_len=64, text_file=text)
+    assert report["tokens"].startswith("tokenizer") and report["passed"]
+
+
+def test_drift_fails_with_exit_1(checkpoint, monkeypatch):
+    real = parity.olmax_logits
+    monkeypatch.setattr(parity, "olmax_logits", lambda *a: real(*a) * 1.05)
+    assert main(["model", "parity", "--hf", str(checkpoint)]) == 1
+
+
+def test_short_text_is_an_error(checkpoint, tmp_path, capsys):
+    text = tmp_path / "short.txt"
+    text.write_text("too short")
+    assert main(["model", "parity", "--hf", str(checkpoint), "--text", str(text)]) == 2
+    assert "fewer than --seq-len" in capsys.readouterr().err
