@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from olmax.data.index import DOLMA2_EOS, TokenIndex
-from olmax.data.order import epoch_order
+from olmax.data.order import EpochOrder, epoch_order
 from olmax.data.reader import TokenReader
 from olmax.errors import OlmaxError
 
@@ -76,7 +76,7 @@ class BatchSource:
         self.bos_token_id = bos_token_id
         self.batches_per_epoch = index.num_instances // global_batch_size
         self._reader = TokenReader(index)
-        self._orders: dict[int, object] = {}
+        self._orders: dict[int, EpochOrder] = {}
         self._lock = threading.Lock()
         epoch_order(order, 1, seed, 1)  # fail fast on an unknown order kind
 
@@ -105,7 +105,7 @@ class BatchSource:
     def stream_index(self, epoch: int, step: int) -> int:
         return (epoch - 1) * self.batches_per_epoch + step
 
-    def _epoch_order(self, epoch: int):
+    def _epoch_order(self, epoch: int) -> EpochOrder:
         order = self._orders.get(epoch)
         if order is None:
             with self._lock:

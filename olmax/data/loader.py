@@ -142,6 +142,10 @@ class Loader:
                            seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                            batches_per_epoch=self.batches_per_epoch)
 
+    def instance_ids(self, epoch: int, step: int) -> np.ndarray:
+        """int64 (G/P,): which instances this process's rows of batch (epoch, step) hold (no reads)."""
+        return self.source.instance_ids(epoch, step)
+
     def batch(self, epoch: int, step: int) -> dict[str, np.ndarray]:
         """This process's rows of global batch (epoch, step), read directly (no pipeline)."""
         return self.source.read(epoch, step)

@@ -6,6 +6,10 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from olmax.data.index import TokenIndex
 
 _WHERE = ("Relative paths in the mix resolve against --base-dir when given, else against the mix "
           "file's own folder; `olmo-core:NAME` reads an official OLMo-core mix (needs --base-dir).")
@@ -63,7 +67,7 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_plan)
 
 
-def _index(args: argparse.Namespace):
+def _index(args: argparse.Namespace) -> TokenIndex:
     from olmax.data.index import build_index
     from olmax.data.mixfile import read_mix
 
@@ -111,7 +115,7 @@ def run_batches(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan(index, global_batch_size: int) -> dict:
+def plan(index: TokenIndex, global_batch_size: int) -> dict:
     """The numbers `olmax data plan` prints, as a dict."""
     steps = index.num_instances // global_batch_size
     by_label = index.tokens_by_label()

@@ -28,7 +28,9 @@ def make(index, work_dir, *, P=1, rank=0, **kw):
 
 
 def test_batch_fields(index, tmp_path):
-    batch = make(index, tmp_path, P=2, rank=1).batch(1, 3)
+    loader = make(index, tmp_path, P=2, rank=1)
+    batch = loader.batch(1, 3)
+    np.testing.assert_array_equal(loader.instance_ids(1, 3), batch["instance_ids"])
     assert set(batch) == {"input_ids", "instance_ids", "source"}
     assert batch["input_ids"].dtype == np.int32 and batch["input_ids"].shape == (G // 2, L)
     np.testing.assert_array_equal(batch["input_ids"], expected_rows(batch["instance_ids"], L))
