@@ -68,3 +68,13 @@ def test_bad_mixes(tmp_path):
         read_mix("olmo-core:OLMo-mix-0925-official")
     with pytest.raises(OlmaxError, match="no official mix"):
         read_mix("olmo-core:not-a-mix", base_dir="/x")
+
+
+def test_mix_file_at_a_url_resolves_against_its_folder():
+    import fsspec
+
+    fsspec.filesystem("memory").pipe("/mixes/v1/mix.txt", b"web,shards/a.npy\nweb,s3://b/c.npy\n")
+    mix = read_mix("memory://mixes/v1/mix.txt")
+    assert mix.paths == ("memory://mixes/v1/shards/a.npy", "s3://b/c.npy")
+    with pytest.raises(OlmaxError, match="cannot read the mix file"):
+        read_mix("memory://mixes/v1/missing.txt")
