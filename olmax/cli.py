@@ -18,6 +18,16 @@ _AREAS = ("olmax.assets_cli", "olmax.data.cli", "olmax.audit.cli", "olmax.model.
           "olmax.train.cli", "olmax.evals.cli", "olmax.demo")
 
 
+def import_optional(name: str):
+    """Import module `name`, or return None when that module itself does not exist (an area not landed)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name == name:
+            return None
+        raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="olmax",
@@ -26,13 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _AREAS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue
-            raise
-        module.register(sub)
+        module = import_optional(name)
+        if module is not None:
+            module.register(sub)
     return parser
 
 
