@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
@@ -13,11 +12,7 @@ def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
     """(label, shard path) for each line of a mix file, resolved as the loader resolves them."""
     from olmax.data.mixfile import read_mix
 
-    tokenizer = None
-    manifest = mix.parent / "manifest.json"
-    if manifest.exists():  # a prepare output: its own tokenizer folder stands for {TOKENIZER}
-        tokenizer = json.loads(manifest.read_text()).get("tokenizer", {}).get("id")
-    m = read_mix(str(mix), tokenizer=tokenizer)
+    m = read_mix(str(mix))
     return [(label, Path(p)) for label, p in zip(m.labels, m.paths)]
 
 

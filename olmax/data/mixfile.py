@@ -130,7 +130,8 @@ def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str) -
 def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = None) -> Mix:
     """Read mix `mix` (a path, an fsspec URL, or `olmo-core:NAME` for an official OLMo-core mix).
 
-    `tokenizer` replaces `{TOKENIZER}`; by default it is the name OLMo-core uses for dolma2 with this
+    `tokenizer` replaces `{TOKENIZER}`; by default it is the tokenizer folder recorded in a sibling
+    `manifest.json` (a `olmax data prepare` output), else the name OLMo-core uses for dolma2 with this
     mix (see `default_tokenizer_id`). Missing token files are reported later, by `build_index`.
     """
     mix = os.fspath(mix)
@@ -138,5 +139,18 @@ def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = N
     if base_dir is not None:
         base_dir = base_dir if is_url(base_dir) else os.path.abspath(base_dir)
     name = mix.removeprefix(OLMO_CORE_PREFIX)
+    if tokenizer is None and folder is not None and not is_url(folder):
+        tokenizer = _prepared_tokenizer_id(os.path.join(folder, "manifest.json"))
     return parse_mix(text, origin=mix, base_dir=base_dir or folder,
                      tokenizer=tokenizer or default_tokenizer_id(name))
+
+
+def _prepared_tokenizer_id(manifest: str) -> str | None:
+    """The `{TOKENIZER}` folder a prepare output used (None when there is no readable manifest)."""
+    import json
+
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            return json.load(f).get("tokenizer", {}).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None

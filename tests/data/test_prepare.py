@@ -51,8 +51,7 @@ def prepare_into(out: Path, inputs: Path, dolma2: str, *extra: str) -> Path:
 
 def docs_by_id(out: Path) -> dict[str, np.ndarray]:
     """Every document's tokens, located through mix.txt and the sidecars only."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    mix = read_mix(str(out / "mix.txt"), tokenizer=manifest["tokenizer"]["id"])
+    mix = read_mix(str(out / "mix.txt"))
     docs = {}
     for path in dict.fromkeys(mix.paths):
         tokens = read_tokens(path)
@@ -306,6 +305,21 @@ def test_duplicate_ids_are_reported(tmp_path, dolma2, capsys):
     assert "1 document ids occur more than once" in capsys.readouterr().err
     dup = json.loads((out / "manifest.json").read_text())["sources"]["src"]["duplicate_ids"]
     assert dup == {"count": 1, "examples": ["same"]}
+
+
+def test_custom_tokenizer_gets_its_own_folder_and_mix_resolves(tmp_path, dolma2):
+    spec = json.loads(open(dolma2).read())
+    spec["added_tokens"].append({"id": 100278, "content": "<|olmax|>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": True})
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(spec))
+    src = write_jsonl(tmp_path / "in.jsonl", [("a", "one <|olmax|> two"), ("b", "three")])
+    out = tmp_path / "out"
+    assert run("--tokenizer", str(custom), "--out", str(out), f"s={src}") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["tokenizer"]["id"].startswith("tokenizer-") and manifest["tokenizer"]["vocab_size"] == 100279
+    docs = docs_by_id(out)
+    assert 100278 in docs["a"].tolist() and docs["a"][-1] == EOS
 
 
 def test_refuses_foreign_output_folder_and_changed_inputs(tmp_path, dolma2, capsys):
