@@ -516,9 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         ag = compare(dolma, olmax, decode, added)
         print(f"agreement: {ag.equal:,} / {ag.total:,} docs equal; {len(ag.mismatched):,} differ; "
               f"{len(ag.only['dolma']):,} only in dolma, {len(ag.only['olmax']):,} only in olmax")
-        classified = sum(ag.causes.values())
+        examined = sum(ag.causes.values())
         for cause, n in sorted(ag.causes.items(), key=lambda kv: -kv[1]):
-            print(f"  {n:,} of {classified:,} differing docs classified: {cause}")
+            print(f"  {n:,} of the {examined:,} differing docs examined (in id order): {cause}")
         for side_name, missing in ag.only.items():
             if missing:
                 print(f"  first only in {side_name}: {missing[0]!r}")
@@ -529,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(olmax_dst, ignore_errors=True)
         if not args.skip_dolma:
             shutil.rmtree(dolma_dst, ignore_errors=True)
+    if dolma and olmax and dolma_t and olmax_t and dolma.tokens and olmax_t.cpu_s:
+        # Other work on a shared machine stretches wall time; tokens per CPU-second is the steadier figure.
+        per_cpu = (olmax.tokens / olmax_t.cpu_s) / (dolma.tokens / dolma_t.cpu_s)
+        print(f"prepare tokens per CPU-s olmax/dolma = {per_cpu:.1f}x")
     if dolma_rate is not None and olmax_rate is not None:
         ratio = f"{olmax_rate / dolma_rate:.1f}x" if dolma_rate > 0 else "n/a (dolma wrote no tokens)"
     else:
