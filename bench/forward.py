@@ -1,0 +1,87 @@
+"""Forward-pass throughput: HF transformers `Olmo3ForCausalLM` on torch vs olmax on JAX, same CPU, same weights.
+
+Model: OLMo-3-shaped (reordered norm, QK-norm, SwiGLU, untied head, RoPE 500k, window 4096 on layers
+i % 4 != 3) with the real dolma2 vocabulary (100,278; olmax pads its embedding to 100,352), d_model 512,
+8 heads x 64, MLP 1,376, a few layers; fp32 on both sides. One random HF checkpoint is saved to a temp
+dir and loaded by both (olmax through `olmax.model.from_hf`), their logits are checked to agree, then
+each runs `--iters` timed forward passes after one warm-up (olmax's warm-up includes jit compilation,
+which is not timed; HF uses its default SDPA attention under `torch.inference_mode`). The last line is
+`forward tokens/s olmax/hf-torch = N.Nx`.
+
+    .venv/bin/python bench/forward.py [--layers 4] [--batch 2] [--seq 1024] [--iters 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+
+
+def time_it(fn, iters: int) -> float:
+    fn()  # warm-up (and compile)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--d-model", type=int, default=512)
+    args = parser.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+
+    from olmax.model import from_hf
+    from olmax.model.flops import forward_flops
+    from olmax.model.hf_reference import random_hf_model
+
+    d = args.d_model
+    shape = dict(vocab_size=100_278, hidden_size=d, intermediate_size=int(d * 8 / 3 / 32 + 0.999) * 32,
+                 num_hidden_layers=args.layers, num_attention_heads=d // 64, num_key_value_heads=d // 64,
+                 sliding_window=4096, max_position_embeddings=8192, eos_token_id=100_257, pad_token_id=100_277)
+    hf = random_hf_model(seed=0, **shape)
+    hf.config._attn_implementation = "sdpa"
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(tmp)
+        model = from_hf(tmp)
+    ids = np.random.default_rng(0).integers(0, 100_278, size=(args.batch, args.seq))
+    tokens = args.batch * args.seq
+    ids_t, ids_j = torch.from_numpy(ids), jnp.asarray(ids, jnp.int32)
+
+    def run_hf():
+        with torch.inference_mode():
+            return hf(ids_t).logits
+
+    forward = nnx.jit(lambda m, x: m(x))
+
+    def run_olmax():
+        return jax.block_until_ready(forward(model, ids_j))
+
+    diff = float(np.abs(run_hf()[:, :64].numpy() - np.asarray(run_olmax()[:, :64])).max())
+    print(f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {shape['intermediate_size']}, "
+          f"vocab 100,278 (olmax padded {model.cfg.padded_vocab}); batch {args.batch} x seq {args.seq}; "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), jax {jax.__version__} "
+          f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}")
+    flop = forward_flops(model.cfg, args.seq).total * args.batch
+    results = {}
+    for name, fn in (("hf-torch", run_hf), ("olmax", run_olmax)):
+        sec = time_it(fn, args.iters)
+        results[name] = tokens / sec
+        print(f"{name:9s} {sec * 1e3:9.1f} ms/forward  {tokens / sec:10.1f} tokens/s  "
+              f"{flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)")
+    print(f"forward tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
