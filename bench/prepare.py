@@ -259,7 +259,8 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int) -> Timing
     if olmax is None:
         sys.exit("no `olmax` command next to this Python or on PATH: run `make setup` first")
     shutil.rmtree(dst, ignore_errors=True)
-    cmd = [olmax, "data", "prepare", "--tokenizer", tokenizer, "--out", str(dst),
+    # --dolma-compat: tokenize text.strip() and skip a second EOS, exactly as `dolma tokens` 1.2.1 does
+    cmd = [olmax, "data", "prepare", "--tokenizer", tokenizer, "--out", str(dst), "--dolma-compat",
            "--workers", str(workers), "--overwrite", f"bench={corpus.glob}"]
     return _run_timed("olmax data prepare", cmd, dst.parent / "olmax.log")
 

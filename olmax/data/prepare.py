@@ -66,6 +66,7 @@ class PrepareConfig:
     total_tokens: float | None = None
     engine: str = "auto"
     progress: bool = True
+    dolma_compat: bool = False  # tokenize text.strip() and skip EOS after a trailing EOS, as `dolma tokens` does
 
 
 @dataclass
@@ -113,6 +114,7 @@ def _settings(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -
         "text_field": cfg.text_field,
         "id_field": cfg.id_field,
         "arrayrecord": cfg.arrayrecord,
+        "dolma_compat": cfg.dolma_compat,
         "sources": [{"label": s.label, "text_field": s.text_field, "inputs": [stat(f) for f in files[s.label]]}
                     for s in cfg.sources],
     }
@@ -204,26 +206,32 @@ def _prefetch(it: Iterator, depth: int) -> Iterator:
         stop.set()
 
 
-def _encode(tok: Tokenizer, batch: list[tuple[int, readers.Doc]]):
-    """Tokenize a batch → (tokens with EOS after each doc, per-doc lengths, kept docs, per-doc UTF-8 bytes, empties)."""
+def _encode(tok: Tokenizer, batch: list[tuple[int, readers.Doc]], dolma_compat: bool = False):
+    """Tokenize a batch → (tokens with EOS after each doc, per-doc lengths, kept docs, per-doc UTF-8 bytes, empties).
+
+    `dolma_compat` reproduces `dolma tokens` (1.2.1): it tokenizes `text.strip()`, skips documents empty
+    after stripping, and appends EOS only when the last token is not already EOS."""
     kept, texts, nbytes = [], [], []
     for fi, doc in batch:
-        if not doc.text:
+        text = doc.text.strip() if dolma_compat else doc.text
+        if not text:
             continue
         try:
-            nbytes.append(len(doc.text.encode("utf-8")))
+            nbytes.append(len(text.encode("utf-8")))
         except UnicodeEncodeError as e:
             raise OlmaxError(f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
                              f"character {e.start} (not valid Unicode); fix the escape in the JSON") from None
         kept.append((fi, doc))
-        texts.append(doc.text)
+        texts.append(text)
     flat: list[int] = []
     lengths = []
     eos = tok.eos_token_id
     for seq in tok.encode_batch(texts, num_threads=1):
+        start = len(flat)
         flat.extend(seq)
-        flat.append(eos)
-        lengths.append(len(seq) + 1)
+        if not (dolma_compat and seq and seq[-1] == eos):
+            flat.append(eos)
+        lengths.append(len(flat) - start)
     return np.array(flat, dtype=np.uint32), lengths, kept, nbytes, len(batch) - len(kept)
 
 
@@ -339,7 +347,7 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
 
     try:
         for batch in _prefetch(_batches(files, cfg, spec, start, stats), depth=4):
-            pending.append(pool.submit(_encode, tok, batch))
+            pending.append(pool.submit(_encode, tok, batch, cfg.dolma_compat))
             if len(pending) >= depth:
                 drain_one()
         while pending:

@@ -45,6 +45,9 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
                    help="`arrayrecord` also writes one ArrayRecord record per document beside each shard")
     p.add_argument("--engine", choices=["auto", "tiktoken", "tokenizers"], default="auto",
                    help="tokenizer engine: auto takes tiktoken when it is exact for this tokenizer.json")
+    p.add_argument("--dolma-compat", action="store_true",
+                   help="reproduce `dolma tokens` exactly: tokenize text.strip(), skip documents empty after "
+                   "stripping, no second EOS after a text ending in EOS (default: tokens(text) + EOS)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="skip malformed JSON lines (counted in the manifest) instead of failing")
     p.add_argument("--overwrite", action="store_true", help="replace the output folder's contents")
@@ -80,7 +83,7 @@ def _prepare(args: argparse.Namespace) -> int:
                         shard_bytes=args.shard_size, text_field=args.text_field, id_field=args.id_field,
                         skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
                         arrayrecord=args.format == "arrayrecord", total_tokens=total, engine=args.engine,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, dolma_compat=args.dolma_compat)
     manifest = prepare(cfg)
     for label, s in manifest["sources"].items():
         plan = manifest["mix"]["plan"][label]

@@ -179,6 +179,23 @@ def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
     assert read_folder_bytes(out) == ref
 
 
+def test_dolma_compat_strips_like_dolma_tokens(tmp_path, dolma2):
+    from tokenizers import Tokenizer
+
+    docs = [("pad", "  spaced text \n\n"), ("blank", " \n\t "), ("eos", "ends in<|endoftext|>"), ("plain", "x")]
+    src = write_jsonl(tmp_path / "in.jsonl", docs)
+    ref = Tokenizer.from_file(dolma2)
+    enc = lambda t: ref.encode(t, add_special_tokens=False).ids  # noqa: E731
+    for compat, want in ((False, {i: enc(t) + [EOS] for i, t in docs}),
+                         (True, {"pad": enc("spaced text") + [EOS], "eos": enc("ends in<|endoftext|>"),
+                                 "plain": enc("x") + [EOS]})):
+        out = tmp_path / f"out-{compat}"
+        assert run("--tokenizer", dolma2, "--out", str(out), *(["--dolma-compat"] if compat else []), f"s={src}") == 0
+        assert {k: v.tolist() for k, v in docs_by_id(out).items()} == want
+    skipped = json.loads((out / "manifest.json").read_text())["sources"]["s"]["skipped"]["empty_docs"]
+    assert skipped == 1
+
+
 def test_mix_spec_plans_explicit_repeats(tmp_path, inputs, dolma2):
     spec = tmp_path / "mix.yaml"
     spec.write_text(f"""
