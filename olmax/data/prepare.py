@@ -414,11 +414,10 @@ def prepare(cfg: PrepareConfig) -> dict:
     tok = load_tokenizer(str(tok_path), cfg.engine)
     files = {s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources}
     out = Path(cfg.out)
-    for f in (out / "mix.txt", out / "manifest.json"):
-        if f.exists() and (out / STATE_FILE).exists() and not cfg.overwrite:
-            f.unlink()  # rewritten at the end of this run; removing it first means an error leaves none
     journal = _Journal(out, _settings(cfg, tok, files))
     journal.load_or_init(cfg.overwrite)
+    for f in (out / "mix.txt", out / "manifest.json"):
+        f.unlink(missing_ok=True)  # rewritten at the end of this run; removed first so an error leaves none
     t0 = time.monotonic()
     results = []
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:

@@ -352,6 +352,7 @@ def test_refuses_foreign_output_folder_and_changed_inputs(tmp_path, dolma2, caps
     os.utime(src, ns=(1, 1))
     assert run("--tokenizer", dolma2, "--out", str(out), f"s={src}") == 2
     assert "other settings or changed inputs" in capsys.readouterr().err
+    assert (out / "mix.txt").exists()  # the finished run it refused to touch is intact
 
 
 def test_inspect_counts_and_decodes(tmp_path, inputs, dolma2, capsys):
