@@ -53,7 +53,9 @@ EVAL_SETS = {
     "openbookqa": "openbookqa/main/validation",
     "winogrande": "winogrande/winogrande_xl/validation",
     "social_iqa": "social_i_qa/none/validation",
-    "commonsense_qa": "tau/commonsense_qa/validation",
+    "commonsense_qa": "tau/commonsense_qa/none/validation",
+    "nq_open": "nq_open/none/validation",
+    "trivia_qa": "trivia_qa/rc.wikipedia.nocontext/validation",
     "copa": "super_glue/copa/validation",
     "mmlu": "hails/mmlu_no_train",
 }
