@@ -1,9 +1,9 @@
 """OLMo 3 self-attention: QK-norm over whole q/k, RoPE, causal or sliding-window softmax attention.
 
 Window semantics are HF's (`masking_utils.sliding_window_overlay`): with window W, query i sees keys
-j with i - W < j <= i, i.e. W keys including itself. Two interchangeable kernels compute it: a plain
-XLA path (`attend_xla`, einsums and an explicit mask) and `jax.nn.dot_product_attention` (`attend_jax`,
-cuDNN flash attention on GPU). Optional `segment_ids` restrict attention to keys of the same document.
+j with i - W < j <= i, i.e. W keys including itself. Interchangeable kernels compute it: a plain XLA
+path (`attend_xla`, einsums and an explicit mask; `attend_chunked` scans it over query chunks for long
+sequences) and `jax.nn.dot_product_attention` (`attend_jax`, cuDNN flash attention on GPU). Optional `segment_ids` restrict attention to keys of the same document.
 """
 
 from __future__ import annotations
@@ -37,20 +37,74 @@ def attention_mask(q_len: int, k_len: int, window: int | None,
     return mask
 
 
-def attend_xla(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
-               segment_ids_BxS: jax.Array | None = None) -> jax.Array:
-    """Plain softmax attention with grouped KV heads; scores and softmax in fp32."""
+def _masked_softmax_attend(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array,
+                           mask_Bx1xLxS: jax.Array) -> jax.Array:
+    """Softmax attention under an explicit boolean mask, grouped KV heads, scores and softmax in fp32."""
     b, q_len, n_heads, head_dim = q_BxLxNxH.shape
-    k_len, n_kv = k_BxSxKxH.shape[1], k_BxSxKxH.shape[2]
+    n_kv = k_BxSxKxH.shape[2]
     # query head h reads KV head h // group, as HF's repeat_kv lays them out
     q_BxLxKxGxH = q_BxLxNxH.reshape(b, q_len, n_kv, n_heads // n_kv, head_dim)
     scores_BxKxGxLxS = jnp.einsum("blkgh,bskh->bkgls", q_BxLxKxGxH, k_BxSxKxH,
                                   preferred_element_type=jnp.float32) * (head_dim ** -0.5)
-    mask = attention_mask(q_len, k_len, window, segment_ids_BxS)[:, :, None]  # Bx1x1xLxS
-    scores_BxKxGxLxS = jnp.where(mask, scores_BxKxGxLxS, jnp.finfo(jnp.float32).min)
+    scores_BxKxGxLxS = jnp.where(mask_Bx1xLxS[:, :, None], scores_BxKxGxLxS, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores_BxKxGxLxS, axis=-1).astype(v_BxSxKxH.dtype)
     out_BxLxKxGxH = jnp.einsum("bkgls,bskh->blkgh", probs, v_BxSxKxH, preferred_element_type=jnp.float32)
     return out_BxLxKxGxH.reshape(b, q_len, n_heads, head_dim).astype(q_BxLxNxH.dtype)
+
+
+def attend_xla(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
+               segment_ids_BxS: jax.Array | None = None) -> jax.Array:
+    """Plain softmax attention over the whole (L, S) score matrix with an explicit mask."""
+    mask = attention_mask(q_BxLxNxH.shape[1], k_BxSxKxH.shape[1], window, segment_ids_BxS)
+    return _masked_softmax_attend(q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask)
+
+
+def attend_chunked(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array, window: int | None,
+                   segment_ids_BxL: jax.Array | None = None, chunk: int = 1024) -> jax.Array:
+    """Self-attention scanned over query chunks of `chunk` tokens; same result as `attend_xla`.
+
+    A chunk of queries [cC, cC + C) reads only the keys its window can reach, [cC - W, cC + C), so
+    sliding layers cost O(L * (C + W)) instead of O(L^2), and scores live one chunk at a time. Each
+    chunk is rematerialised in the backward pass, so training memory stays O(C * span) too.
+    """
+    b, seq, n_heads, head_dim = q_BxLxNxH.shape
+    n_chunks = -(-seq // chunk)
+    pad = n_chunks * chunk - seq
+    left = window if window is not None and window < seq else 0  # keys before a chunk it may still see
+    span = chunk + left if left else n_chunks * chunk
+
+    def pad_seq(x: jax.Array, before: int, after: int, value=0) -> jax.Array:
+        widths = [(0, 0)] * x.ndim
+        widths[1] = (before, after)
+        return jnp.pad(x, widths, constant_values=value)
+
+    q_NxBxCxNxH = pad_seq(q_BxLxNxH, 0, pad).reshape(b, n_chunks, chunk, n_heads, head_dim).swapaxes(0, 1)
+    k_pad, v_pad = pad_seq(k_BxLxKxH, left, pad), pad_seq(v_BxLxKxH, left, pad)
+    seg = jnp.zeros((b, seq), jnp.int32) if segment_ids_BxL is None else segment_ids_BxL
+    seg_q_NxBxC = pad_seq(seg, 0, pad).reshape(b, n_chunks, chunk).swapaxes(0, 1)
+    seg_k = pad_seq(seg, left, pad)
+
+    @jax.checkpoint
+    def one_chunk(c: jax.Array, q_BxCxNxH: jax.Array, seg_q_BxC: jax.Array) -> jax.Array:
+        # padded key p sits at absolute position p - left; full layers read every key from 0
+        k_start = c * chunk if left else 0
+        k_c = jax.lax.dynamic_slice_in_dim(k_pad, k_start, span, axis=1)
+        v_c = jax.lax.dynamic_slice_in_dim(v_pad, k_start, span, axis=1)
+        seg_k_c = jax.lax.dynamic_slice_in_dim(seg_k, k_start, span, axis=1)
+        q_pos = c * chunk + jnp.arange(chunk)[:, None]
+        k_pos = k_start - left + jnp.arange(span)[None, :]
+        allowed = (k_pos <= q_pos) & (k_pos >= 0)
+        if window is not None:
+            allowed = allowed & (k_pos > q_pos - window)
+        mask = allowed[None, None] & (seg_q_BxC[:, :, None] == seg_k_c[:, None, :])[:, None]
+        return _masked_softmax_attend(q_BxCxNxH, k_c, v_c, mask)
+
+    def body(carry: None, xs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[None, jax.Array]:
+        return None, one_chunk(*xs)
+
+    _, out_NxBxCxNxH = jax.lax.scan(body, None, (jnp.arange(n_chunks), q_NxBxCxNxH, seg_q_NxBxC))
+    out = out_NxBxCxNxH.swapaxes(0, 1).reshape(b, n_chunks * chunk, n_heads, head_dim)
+    return out[:, :seq]
 
 
 def attend_jax(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
@@ -73,9 +127,11 @@ def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, window: int | None,
-           segment_ids: jax.Array | None, impl: str) -> jax.Array:
-    """Dispatch to one attention kernel by name: 'xla', 'jax' or 'cudnn'."""
+           segment_ids: jax.Array | None, impl: str, chunk: int = 0) -> jax.Array:
+    """Dispatch to one attention kernel by name: 'xla' (chunked past `chunk` tokens), 'jax' or 'cudnn'."""
     if impl == "xla":
+        if 0 < chunk < q.shape[1]:
+            return attend_chunked(q, k, v, window, segment_ids, chunk)
         return attend_xla(q, k, v, window, segment_ids)
     if impl in ("jax", "cudnn"):
         return attend_jax(q, k, v, window, segment_ids, None if impl == "jax" else "cudnn")
@@ -106,5 +162,6 @@ class Attention(nnx.Module):
         k_BxLxKxH = apply_rope(k_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim), cos_LxH, sin_LxH)
         v_BxLxKxH = v_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim)
         impl = resolve_impl(cfg.attention_impl, dtype)
-        out_BxLxNxH = attend(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl)
+        out_BxLxNxH = attend(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl,
+                             cfg.attention_chunk)
         return out_BxLxNxH.reshape(b, seq, -1) @ self.o_proj[...].astype(dtype)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
-from olmax.model.attention import attend_jax, attend_xla, attention_mask
+from olmax.model.attention import attend_chunked, attend_jax, attend_xla, attention_mask
 from olmax.model.convert import from_hf
 from olmax.model.hf_reference import random_hf_model
 from olmax.model.rope import rope_tables
@@ -53,6 +53,28 @@ def test_xla_and_jax_kernels_agree(n_kv, window):
     for s in (None, seg):
         np.testing.assert_allclose(np.asarray(attend_xla(q, k, v, window, s)),
                                    np.asarray(attend_jax(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
+
+
+@pytest.mark.parametrize("seq, window, chunk", [(48, WINDOW, 16), (45, WINDOW, 16), (48, None, 16),
+                                                (50, 7, 8), (40, 100, 16), (48, WINDOW, 5)])
+def test_chunked_kernel_equals_plain(seq, window, chunk):
+    q, k, v = random_qkv(3, n_kv=2, seq=seq)
+    seg = jnp.asarray(np.sort(np.random.default_rng(seq).integers(0, 3, size=(2, seq)), axis=1))
+    for s in (None, seg):
+        np.testing.assert_allclose(np.asarray(attend_chunked(q, k, v, window, s, chunk)),
+                                   np.asarray(attend_xla(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
+
+
+def test_chunked_kernel_gradients_equal_plain():
+    q, k, v = random_qkv(4, n_kv=2, seq=40)
+
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v)))
+
+    plain = jax.grad(loss(lambda q, k, v: attend_xla(q, k, v, WINDOW)), argnums=(0, 1, 2))(q, k, v)
+    chunked = jax.grad(loss(lambda q, k, v: attend_chunked(q, k, v, WINDOW, None, 16)), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(plain, chunked):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=SIMPLE, rtol=SIMPLE)
 
 
 def test_xla_kernel_matches_brute_force_gqa():

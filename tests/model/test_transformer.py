@@ -66,6 +66,11 @@ def test_whole_model_matches_hf(pair):
     out = forward(ours, ids)
     assert out.shape == (2, SEQ, 1000) and out.dtype == np.float32
     np.testing.assert_allclose(out, ref, atol=COMPOSITE, rtol=COMPOSITE)
+    # the chunked XLA kernel (long-sequence path) and jax.nn.dot_product_attention give the same logits
+    for changes in (dict(attention_chunk=16), dict(attention_impl="jax")):
+        other = nnx.merge(nnx.graphdef(Transformer(ours.cfg.replace(**changes), rngs=nnx.Rngs(0))),
+                          nnx.state(ours))
+        np.testing.assert_allclose(forward(other, ids), ref, atol=COMPOSITE, rtol=COMPOSITE)
 
 
 def test_causality():
@@ -118,7 +123,7 @@ def test_remat_changes_no_gradient():
     def grads(remat):
         model = init_model(tiny(remat=remat), seed=6)
         loss = lambda m: jnp.mean(jax.nn.logsumexp(m(ids), -1))  # noqa: E731
-        return nnx.state(nnx.grad(loss)(model)).to_pure_dict()
+        return nnx.state(nnx.jit(nnx.grad(loss))(model)).to_pure_dict()
 
     base, full = grads("none"), grads("full")
     for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(full)):
