@@ -14,7 +14,10 @@ from olmax.errors import OlmaxError
 
 
 def _finite(obj: Any) -> Any:
-    """JSON has no NaN/inf: write them as null so every report parses with a strict reader."""
+    """JSON has no NaN/inf: write them as null so every report parses with a strict reader. numpy
+    scalars and arrays become Python ones."""
+    if hasattr(obj, "tolist") and not isinstance(obj, str):  # numpy scalar or array
+        obj = obj.tolist()
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):

@@ -1,0 +1,101 @@
+"""Loss curves of a run (DIR/metrics.jsonl) or a reference (another run, or a CSV of a published curve).
+
+metrics.jsonl holds train records `{"step", "loss", ...}` and held-out records from `run_heldout`
+(`{"kind": "heldout", "step", "eval", "subset", "ce", ...}`); only subset "all" is read here. A CSV has a
+header with `step` and `loss` (train loss) and optionally one column per held-out set, named as the set
+or `heldout/<set>`; empty cells are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from olmax.errors import OlmaxError
+from olmax.evals.reports import read_jsonl
+
+
+@dataclass
+class Curves:
+    source: str
+    train_steps: np.ndarray  # int64, ascending
+    train_loss: np.ndarray  # float64
+    heldout: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # set -> (steps, ce)
+    smooth: bool = True  # raw per-step train losses (a run) are smoothed; a published curve is not
+
+    def train_at(self, step: float, window: int) -> float:
+        """Train loss near `step`: the mean of the `window` train records nearest to it (a run), or the
+        curve interpolated at `step` (a published CSV)."""
+        if not self.train_steps.size:
+            return float("nan")
+        if not self.smooth:
+            return float(np.interp(step, self.train_steps, self.train_loss))
+        nearest = np.argsort(np.abs(self.train_steps - step), kind="stable")[:window]
+        return float(self.train_loss[nearest].mean())
+
+
+def _sorted(steps: list, values: list) -> tuple[np.ndarray, np.ndarray]:
+    s, v = np.asarray(steps, np.float64), np.asarray(values, np.float64)
+    order = np.argsort(s, kind="stable")
+    s, v = s[order], v[order]
+    if s.size:  # a resumed run may log a step twice: keep the last
+        keep = np.append(s[1:] != s[:-1], True)
+        s, v = s[keep], v[keep]
+    return s, v
+
+
+def read_run(run_dir: str | Path) -> Curves:
+    """Train and held-out curves of a run directory's metrics.jsonl."""
+    path = Path(run_dir) / "metrics.jsonl" if Path(run_dir).is_dir() else Path(run_dir)
+    train_s, train_l = [], []
+    held: dict[str, tuple[list, list]] = {}
+    for r in read_jsonl(path):
+        step = r.get("step")
+        if step is None:
+            continue
+        if r.get("kind") == "heldout":
+            if r.get("subset", "all") == "all" and r.get("ce") is not None:
+                s, v = held.setdefault(str(r["eval"]), ([], []))
+                s.append(step)
+                v.append(r["ce"])
+        elif r.get("loss") is not None:
+            train_s.append(step)
+            train_l.append(r["loss"])
+    ts, tl = _sorted(train_s, train_l)
+    return Curves(str(path), ts, tl, {k: _sorted(*v) for k, v in held.items()})
+
+
+def read_csv_curve(path: str | Path) -> Curves:
+    """A published curve: CSV with `step`, `loss` and optional held-out columns."""
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        raise OlmaxError(f"{path}: reference CSV not found") from None
+    if not rows or "step" not in rows[0]:
+        raise OlmaxError(f"{path}: expected a header with `step` and `loss` columns")
+    cols: dict[str, tuple[list, list]] = {}
+    for lineno, row in enumerate(rows, start=2):
+        for key, cell in row.items():
+            if key == "step" or key is None or cell in (None, ""):
+                continue
+            try:
+                step, value = float(row["step"]), float(cell)
+            except ValueError:
+                raise OlmaxError(f"{path}:{lineno}: column {key!r} holds {cell!r}, not a number") from None
+            name = key.removeprefix("heldout/")
+            s, v = cols.setdefault(name, ([], []))
+            s.append(step)
+            v.append(value)
+    train = cols.pop("loss", ([], []))
+    ts, tl = _sorted(*train)
+    return Curves(str(path), ts, tl, {k: _sorted(*v) for k, v in cols.items()}, smooth=False)
+
+
+def read_reference(path: str | Path) -> Curves:
+    p = Path(path)
+    return read_csv_curve(p) if p.suffix.lower() == ".csv" else read_run(p)

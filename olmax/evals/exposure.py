@@ -1,0 +1,135 @@
+"""Exposure counts: how many times the run's loader served each training instance, with its tokens.
+
+File format (written by the loader audit, or by hand), either
+  .npz with arrays
+      instance_id  int64 (N,)   global instance ids of the mix index at `seq_len` (olmax.data.index)
+      count        int64 (N,)   times the loader served the instance up to the evaluated step (0 = unseen)
+      source       str   (N,)   optional: the source label of each instance (else read from the mix)
+      tokens       int   (N, L) optional: the instance tokens (else read from the mix's shards)
+      seq_len      int   ()     optional when `tokens` is given
+      mix          str   ()     optional: the mix file the ids index (a --mix argument overrides it)
+      step         int   ()     optional: the step the counts run up to
+  or .json with the same keys, arrays as lists ({"format": "olmax-exposure/1", "instance_id": [...], ...}).
+
+Instances may list only those seen (count >= 1): with a mix, `sample_unseen` adds never-served instances
+of the same sources as the count-0 stratum.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from olmax.errors import OlmaxError
+
+FORMAT = "olmax-exposure/1"
+
+
+@dataclass
+class Exposure:
+    instance_id: np.ndarray  # int64 (N,)
+    count: np.ndarray  # int64 (N,)
+    source: np.ndarray | None  # str (N,)
+    tokens: np.ndarray | None  # int64 (N, L)
+    seq_len: int | None
+    mix: str | None
+    step: int | None
+    path: str
+
+
+def _scalar(v):
+    if v is None:
+        return None
+    v = np.asarray(v)
+    return v.item() if v.ndim == 0 else v
+
+
+def read_exposure(path: str | Path) -> Exposure:
+    """Read and validate an exposure file (.npz or .json)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OlmaxError(f"{path}: exposure file not found; write one from the loader audit (format in "
+                         "olmax/evals/exposure.py)")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            raw = {k: z[k] for k in z.files}
+    elif path.suffix == ".json":
+        try:
+            raw = json.loads(path.read_text())
+        except ValueError as e:
+            raise OlmaxError(f"{path}: invalid JSON ({e})") from None
+        if raw.get("format", FORMAT) != FORMAT:
+            raise OlmaxError(f"{path}: format {raw.get('format')!r}, expected {FORMAT!r}")
+    else:
+        raise OlmaxError(f"{path}: exposure files are .npz or .json")
+    missing = [k for k in ("instance_id", "count") if k not in raw]
+    if missing:
+        raise OlmaxError(f"{path}: missing {missing}; an exposure file needs instance_id and count arrays")
+    ids = np.asarray(raw["instance_id"], np.int64).reshape(-1)
+    count = np.asarray(raw["count"], np.int64).reshape(-1)
+    if ids.shape != count.shape:
+        raise OlmaxError(f"{path}: instance_id has {ids.size} entries but count has {count.size}")
+    if count.size and count.min() < 0:
+        raise OlmaxError(f"{path}: negative exposure count at row {int(np.argmin(count))}")
+    source = np.asarray(raw["source"]).astype(str) if "source" in raw else None
+    if source is not None and source.shape != ids.shape:
+        raise OlmaxError(f"{path}: source has {source.size} entries for {ids.size} instances")
+    tokens = np.asarray(raw["tokens"], np.int64) if "tokens" in raw else None
+    seq_len = _scalar(raw.get("seq_len"))
+    if tokens is not None:
+        if tokens.ndim != 2 or tokens.shape[0] != ids.size:
+            raise OlmaxError(f"{path}: tokens must have shape (N={ids.size}, L), got {tokens.shape}")
+        seq_len = seq_len or tokens.shape[1]
+    return Exposure(ids, count, source, tokens, None if seq_len is None else int(seq_len),
+                    None if raw.get("mix") is None else str(_scalar(raw["mix"])),
+                    None if raw.get("step") is None else int(_scalar(raw["step"])), str(path))
+
+
+def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unseen_per_source: int = 0,
+               seed: int = 0) -> Exposure:
+    """Fill in sources and tokens from the mix the ids index; optionally add unseen instances per source."""
+    if exp.tokens is not None and exp.source is not None and not unseen_per_source:
+        return exp
+    mix = mix or exp.mix
+    if mix is None:
+        if exp.tokens is None:
+            raise OlmaxError(f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)")
+        return exp
+    if exp.seq_len is None:
+        raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
+    from olmax.data.index import open_index
+
+    index = open_index(mix, exp.seq_len, base_dir=base_dir)
+    ids, count = exp.instance_id, exp.count
+    if unseen_per_source:
+        rng = np.random.default_rng(seed)
+        listed = set(ids.tolist())
+        extra = []
+        src_all = index.source_ids(np.arange(index.num_instances))
+        for s in np.unique(index.source_ids(ids)) if ids.size else []:
+            pool = np.setdiff1d(np.flatnonzero(src_all == s), np.fromiter(listed, np.int64))
+            extra.append(rng.choice(pool, size=min(unseen_per_source, pool.size), replace=False))
+        if extra:
+            new = np.concatenate(extra).astype(np.int64)
+            ids, count = np.concatenate([ids, new]), np.concatenate([count, np.zeros(new.size, np.int64)])
+    source = np.asarray(index.label_names)[index.source_ids(ids)]
+    tokens = read_instance_tokens(index, ids)
+    return Exposure(ids, count, source, tokens, exp.seq_len, mix, exp.step, exp.path)
+
+
+def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:
+    """(N, L) tokens of global instances `ids` of a TokenIndex (local shard files)."""
+    files, starts = index.locate(ids)
+    out = np.empty((ids.size, index.seq_len), np.int64)
+    maps: dict[int, np.ndarray] = {}
+    for row, (f, start) in enumerate(zip(files.tolist(), starts.tolist())):
+        if f not in maps:
+            p = index.paths[f]
+            if "://" in p:
+                raise OlmaxError(f"{p}: remote shards are not read here; copy the run's shards locally")
+            maps[f] = np.memmap(p, dtype=index.dtype, mode="r")
+        out[row] = maps[f][start:start + index.seq_len]
+    return out

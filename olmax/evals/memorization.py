@@ -1,0 +1,288 @@
+"""Memorization flags: is a training-loss gain shared by held-out loss, or is the model memorizing?
+
+Four checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
+when any check flags. A check lacking its inputs is "skipped" (never flagged) and says what it needs.
+  1 exposure  loss on training instances served >= repeat_min times vs never-served instances of the
+              same source (needs an exposure file and a checkpoint)
+  2 gap       over the run's eval steps, the train-loss drop that held-out loss does not share
+              (DIR/metrics.jsonl: train records + `run_heldout` records)
+  3 reference the train-loss gain over a reference run/curve that held-out loss does not share
+  4 extract   32-token prefix -> greedy 32 tokens, exact-match rate on repeated vs unrepeated instances
+Deterministic: strata are sampled with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from olmax.errors import OlmaxError
+from olmax.evals.curves import Curves
+from olmax.evals.exposure import Exposure
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    repeat_min: int = 2  # "repeated": served at least this many times
+    min_samples: int = 4  # instances per stratum below which checks 1 and 4 are skipped
+    exposure_gap_nats: float = 0.1  # check 1: CE(unseen) - CE(repeated) above this flags
+    train_window: int = 20  # train records averaged around a step (raw per-step losses are noisy)
+    min_train_drop: float = 0.05  # checks 2-3: a train-loss improvement smaller than this is noise
+    heldout_share: float = 0.5  # checks 2-3: flag when held-out keeps less than this share of the train gain
+    gap_growth_nats: float = 0.1  # check 2: ...and the train-minus-held-out difference exceeds this
+    reference_gain_nats: float = 0.05  # check 3: train-loss gain over the reference that counts
+    extract_prefix: int = 32  # check 4: prompt tokens
+    extract_new: int = 32  # check 4: greedy tokens compared
+    extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
+
+    @classmethod
+    def parse(cls, overrides: list[str]) -> Thresholds:
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        values = {}
+        for item in overrides:
+            name, _, raw = item.partition("=")
+            if name not in fields or not raw:
+                raise OlmaxError(f"--threshold {item!r}: expected NAME=VALUE with NAME one of {sorted(fields)}")
+            values[name] = int(raw) if fields[name] == "int" else float(raw)
+        return cls(**values)
+
+
+def _skipped(why: str) -> dict:
+    return {"status": "skipped", "flagged": False, "message": why}
+
+
+def _verdict(flagged: bool, message: str, **numbers) -> dict:
+    return {"status": "flagged" if flagged else "ok", "flagged": flagged, "message": message, **numbers}
+
+
+def check_gap(run: Curves, th: Thresholds) -> dict:
+    """Check 2: for each held-out set, the largest train-loss drop (from an earlier eval step to the last)
+    that held-out loss did not share."""
+    if not run.heldout:
+        return _skipped("metrics.jsonl has no held-out records; have the trainer call run_heldout")
+    per_set, flagged = {}, []
+    for name, (steps, ce) in run.heldout.items():
+        if steps.size < 2:
+            per_set[name] = _skipped(f"{name}: one eval step only")
+            continue
+        last = steps[-1]
+        t_last = run.train_at(last, th.train_window)
+        best = None
+        for s, h in zip(steps[:-1], ce[:-1]):
+            d_train = run.train_at(s, th.train_window) - t_last
+            d_held = h - ce[-1]
+            if not (math.isfinite(d_train) and d_train >= th.min_train_drop):
+                continue
+            widening = d_train - d_held
+            if best is None or widening > best["widening"]:
+                best = {"from_step": int(s), "to_step": int(last), "train_drop": d_train, "heldout_drop": d_held,
+                        "widening": widening, "heldout_share": d_held / d_train}
+        if best is None:
+            per_set[name] = _verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
+                                     "between eval steps", train_drop=None)
+            continue
+        hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.heldout_share
+        msg = (f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
+               f"held-out {best['heldout_drop']:.3f} (share {best['heldout_share']:.2f}; flags when share < "
+               f"{th.heldout_share} and the gap widens > {th.gap_growth_nats} nats)")
+        per_set[name] = _verdict(hit, msg, **best)
+        if hit:
+            flagged.append(name)
+    if all(v["status"] == "skipped" for v in per_set.values()):
+        return {**_skipped("no held-out set has two eval steps"), "sets": per_set}
+    msg = (f"held-out loss did not follow train loss on {', '.join(flagged)}" if flagged
+           else "held-out loss followed train loss on every set")
+    return {**_verdict(bool(flagged), msg), "sets": per_set}
+
+
+def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
+    """Check 3: at the last step both curves cover, a train-loss gain over the reference that held-out
+    loss (against the reference's held-out curve for the same set) does not share."""
+    if not run.train_steps.size or not ref.train_steps.size:
+        return _skipped("run or reference has no train-loss curve")
+    steps = [run.heldout[n][0] for n in run.heldout] or [run.train_steps]
+    common = [s for s in np.unique(np.concatenate(steps)) if ref.train_steps[0] <= s <= ref.train_steps[-1]]
+    if not common:
+        return _skipped(f"no step of the run lies within the reference's steps "
+                        f"[{ref.train_steps[0]:.0f}, {ref.train_steps[-1]:.0f}]")
+    step = float(common[-1])
+    train_gain = ref.train_at(step, th.train_window) - run.train_at(step, th.train_window)
+    out = {"step": int(step), "train_gain": train_gain, "sets": {}}
+    if train_gain < th.reference_gain_nats:
+        return {**_verdict(False, f"train loss is not below the reference by {th.reference_gain_nats} nats at "
+                           f"step {int(step)} (gain {train_gain:.3f})"), **out}
+    flagged = []
+    for name, (steps_h, ce) in run.heldout.items():
+        if name not in ref.heldout or step not in steps_h:
+            continue
+        rs, rv = ref.heldout[name]
+        if not rs[0] <= step <= rs[-1]:
+            continue
+        held_gain = float(np.interp(step, rs, rv)) - float(ce[list(steps_h).index(step)])
+        share = held_gain / train_gain
+        hit = share < th.heldout_share
+        out["sets"][name] = {"heldout_gain": held_gain, "heldout_share": share, "flagged": hit}
+        if hit:
+            flagged.append(name)
+    if not out["sets"]:
+        return {**_verdict(False, f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}, "
+                           "but the reference has no held-out curve to compare (check 2 still applies)"),
+                **out, "status": "unattributed"}
+    msg = (f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}; held-out gain "
+           + ", ".join(f"{n} {v['heldout_gain']:.3f}" for n, v in out["sets"].items())
+           + f" (flags when held-out keeps < {th.heldout_share} of the gain)")
+    return {**_verdict(bool(flagged), msg), **out}
+
+
+def _sample(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
+    return np.sort(rng.choice(rows, size=min(n, rows.size), replace=False)) if rows.size else rows
+
+
+def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 64, probe_len: int = 512,
+                   batch_size: int = 8, seed: int = 0) -> dict:
+    """Check 1: per source, CE on never-served, once-served and repeated instances (first probe_len tokens)."""
+    from olmax.evals.scoring import score
+
+    if exp.tokens is None or exp.source is None:
+        return _skipped("the exposure file has no tokens/sources; pass --mix")
+    rng = np.random.default_rng(seed)
+    strata = {"unseen": exp.count == 0, "once": exp.count == 1, "repeated": exp.count >= th.repeat_min}
+    length = min(probe_len, exp.tokens.shape[1])
+    per_source, flagged = {}, []
+    for src in sorted(set(exp.source.tolist())):
+        of_src = exp.source == src
+        stats = {}
+        for label, sel in strata.items():
+            rows = _sample(rng, np.flatnonzero(of_src & sel), per_stratum)
+            if rows.size == 0:
+                stats[label] = {"instances": 0, "ce": None}
+                continue
+            toks = exp.tokens[rows, :length]
+            targets = np.zeros_like(toks)
+            targets[:, :-1] = toks[:, 1:]
+            mask = np.ones(toks.shape, np.float32)
+            mask[:, -1] = 0
+            nll, count, _ = score(model, toks, targets, mask, batch_size=batch_size)
+            stats[label] = {"instances": int(rows.size), "ce": float(nll.sum() / count.sum()),
+                            "mean_exposure": float(exp.count[rows].mean())}
+        u, r = stats["unseen"], stats["repeated"]
+        if min(u["instances"], r["instances"]) >= th.min_samples:
+            gap = u["ce"] - r["ce"]
+            stats["gap_unseen_minus_repeated"] = gap
+            if gap > th.exposure_gap_nats:
+                flagged.append(src)
+        per_source[src] = stats
+    compared = [s for s, v in per_source.items() if "gap_unseen_minus_repeated" in v]
+    if not compared:
+        return {**_skipped(f"no source has >= {th.min_samples} unseen and >= {th.min_samples} repeated "
+                           f"(count >= {th.repeat_min}) instances"), "sources": per_source}
+    worst = max(compared, key=lambda s: per_source[s]["gap_unseen_minus_repeated"])
+    gap = per_source[worst]["gap_unseen_minus_repeated"]
+    msg = (f"source {worst}: CE on instances served >= {th.repeat_min}x is {gap:.3f} nats below unseen text "
+           f"of the same source (flags above {th.exposure_gap_nats})")
+    return {**_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
+
+
+def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 64, batch_size: int = 8,
+                     pad_id: int = 0, seed: int = 0) -> dict:
+    """Check 4: extractable memorization, exact-match rate of greedy continuations of training prefixes."""
+    from olmax.evals.scoring import greedy_generate
+
+    need = th.extract_prefix + th.extract_new
+    if exp.tokens is None:
+        return _skipped("the exposure file has no tokens; pass --mix")
+    if exp.tokens.shape[1] < need:
+        return _skipped(f"instances have {exp.tokens.shape[1]} tokens, the probe needs {need}")
+    rng = np.random.default_rng(seed + 1)
+    out = {}
+    for label, sel in (("repeated", exp.count >= th.repeat_min), ("unrepeated", exp.count <= 1)):
+        rows = _sample(rng, np.flatnonzero(sel), per_stratum)
+        if rows.size < th.min_samples:
+            out[label] = {"instances": int(rows.size)}
+            continue
+        prompts = exp.tokens[rows, : th.extract_prefix].tolist()
+        want = exp.tokens[rows, th.extract_prefix: need]
+        got = np.asarray(greedy_generate(model, prompts, th.extract_new, pad_id, batch_size=batch_size))
+        out[label] = {"instances": int(rows.size), "exact_match_rate": float((got == want).all(axis=1).mean()),
+                      "token_match_rate": float((got == want).mean())}
+    if any("exact_match_rate" not in v for v in out.values()):
+        return {**_skipped(f"needs >= {th.min_samples} repeated and unrepeated instances"), **out}
+    diff = out["repeated"]["exact_match_rate"] - out["unrepeated"]["exact_match_rate"]
+    hit = diff > th.extract_rate_gap
+    msg = (f"greedy {th.extract_new}-token continuation of a {th.extract_prefix}-token prefix matches exactly on "
+           f"{out['repeated']['exact_match_rate']:.1%} of repeated vs {out['unrepeated']['exact_match_rate']:.1%} "
+           f"of unrepeated instances (flags when the difference > {th.extract_rate_gap:.0%})")
+    return {**_verdict(hit, msg, rate_difference=diff), **out}
+
+
+def memorization_report(run: Curves | None, *, reference: Curves | None = None, exposure: Exposure | None = None,
+                        model=None, thresholds: Thresholds | None = None, per_stratum: int = 64,
+                        probe_len: int = 512, batch_size: int = 8, pad_id: int = 0) -> dict:
+    """All four checks; `flagged` is true when any flags."""
+    th = thresholds or Thresholds()
+    checks = {
+        "gap": check_gap(run, th) if run is not None else _skipped("no run metrics"),
+        "reference": (check_reference(run, reference, th) if run is not None and reference is not None
+                      else _skipped("no --reference given")),
+    }
+    if exposure is None:
+        checks["exposure"] = checks["extract"] = _skipped("no exposure file (--exposure)")
+    elif model is None:
+        checks["exposure"] = checks["extract"] = _skipped("no model (--checkpoint)")
+    else:
+        checks["exposure"] = check_exposure(model, exposure, th, per_stratum=per_stratum, probe_len=probe_len,
+                                            batch_size=batch_size)
+        checks["extract"] = check_extraction(model, exposure, th, per_stratum=per_stratum, batch_size=batch_size,
+                                             pad_id=pad_id)
+    return {"flagged": any(c["flagged"] for c in checks.values()),
+            "checks": checks, "thresholds": dataclasses.asdict(th)}
+
+
+def summary(report: dict) -> str:
+    lines = [f"memorization: {'FLAGGED' if report['flagged'] else 'not flagged'}"]
+    for name, c in report["checks"].items():
+        lines.append(f"  [{c['status']:>12}] {name}: {c['message']}")
+        for sub in (c.get("sets") or {}).values():
+            if isinstance(sub, dict) and sub.get("message"):
+                lines.append(f"                 {sub['message']}")
+    return "\n".join(lines)
+
+
+def run_memorization(args) -> dict:
+    """CLI glue for `olmax eval memorization`: read inputs, run the checks, write the report atomically."""
+    from pathlib import Path
+
+    from olmax.evals.curves import read_reference, read_run
+    from olmax.evals.exposure import attach_mix, read_exposure
+    from olmax.evals.reports import write_json
+
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        raise OlmaxError(f"{run_dir}: not a run directory")
+    th = Thresholds.parse(args.threshold)
+    run = read_run(run_dir)
+    ref = read_reference(args.reference) if args.reference else None
+    exp_path = args.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
+                                      if p.is_file()), None)
+    exposure = model = None
+    pad_id = 0
+    if exp_path:
+        exposure = attach_mix(read_exposure(exp_path), args.mix, args.base_dir,
+                              unseen_per_source=args.per_stratum if args.mix else 0)
+    if args.checkpoint:
+        from olmax.evals.scoring import load_model
+
+        model = load_model(args.checkpoint, args.dtype)
+        pad_id = model.cfg.pad_token_id if model.cfg.pad_token_id is not None else 0
+    report = memorization_report(run, reference=ref, exposure=exposure, model=model, thresholds=th,
+                                 per_stratum=args.per_stratum, probe_len=args.probe_len,
+                                 batch_size=args.batch_size, pad_id=pad_id)
+    report = {"run": str(run_dir), "reference": args.reference, "exposure": exp_path,
+              "checkpoint": args.checkpoint, **report}
+    write_json(args.out, report)
+    print(summary(report))
+    print(f"wrote {args.out}")
+    return report

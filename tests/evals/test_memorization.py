@@ -1,0 +1,191 @@
+"""Memorization flags: fire on synthetic runs whose train loss falls while held-out loss does not, stay
+quiet on healthy ones; exposure-stratified loss and the extraction probe on a stub that memorized a chain."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from olmax.cli import main
+from olmax.evals.curves import read_csv_curve, read_run
+from olmax.evals.exposure import Exposure, attach_mix, read_exposure
+from olmax.evals.memorization import (
+    Thresholds,
+    check_exposure,
+    check_extraction,
+    check_gap,
+    check_reference,
+)
+from olmax.evals.reports import append_jsonl
+
+STEPS = 1000
+
+
+def base_loss(s):
+    return 2.0 + 2.5 * np.exp(-s / 200)
+
+
+def write_run(path, memorize: bool, seed=0):
+    """Per-step train loss with noise; held-out every 100 steps. `memorize`: from step 400 on train loss
+    keeps falling (a repeated source is being memorized) while held-out stays flat."""
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    records = []
+    for s in range(STEPS + 1):
+        extra = 0.8 * max(0, s - 400) / 600 if memorize else 0.0
+        records.append({"step": s, "loss": float(base_loss(s) - extra + rng.normal(0, 0.03))})
+        if s % 100 == 0:
+            held = base_loss(min(s, 400) if memorize else s) + 0.15 + (0.02 * max(0, s - 400) / 600 if memorize else 0)
+            records.append({"kind": "heldout", "step": s, "eval": "c4", "subset": "all", "ce": float(held)})
+            records.append({"kind": "heldout", "step": s, "eval": "c4", "subset": "clean", "ce": 99.0})
+    append_jsonl(path / "metrics.jsonl", records)
+    return path
+
+
+def write_reference_csv(path):
+    steps = np.arange(0, STEPS + 1, 50)
+    rows = ["step,loss,heldout/c4"] + [f"{s},{base_loss(s):.5f},{base_loss(s) + 0.15:.5f}" for s in steps]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_gap_check_flags_memorization_and_not_a_healthy_run(tmp_path):
+    th = Thresholds()
+    healthy = check_gap(read_run(write_run(tmp_path / "ok", memorize=False)), th)
+    bad = check_gap(read_run(write_run(tmp_path / "bad", memorize=True)), th)
+    assert healthy["status"] == "ok" and not healthy["flagged"]
+    assert bad["flagged"] and bad["sets"]["c4"]["flagged"]
+    got = bad["sets"]["c4"]
+    assert got["from_step"] == 400 and got["train_drop"] == pytest.approx(0.8 + base_loss(400) - base_loss(1000), abs=0.05)
+    assert got["heldout_share"] < th.heldout_share and "share" in got["message"]
+
+
+def test_reference_check(tmp_path):
+    ref = read_csv_curve(write_reference_csv(tmp_path / "ref.csv"))
+    th = Thresholds()
+    ok = check_reference(read_run(write_run(tmp_path / "ok", memorize=False)), ref, th)
+    bad = check_reference(read_run(write_run(tmp_path / "bad", memorize=True)), ref, th)
+    assert ok["status"] == "ok" and abs(ok["train_gain"]) < 0.05
+    assert bad["flagged"] and bad["train_gain"] == pytest.approx(0.8, abs=0.05)
+    assert bad["sets"]["c4"]["heldout_share"] < 0.1
+    # a run beating a reference that has no held-out curve is reported, not flagged
+    (tmp_path / "train_only.csv").write_text("step,loss\n" + "\n".join(
+        f"{s},{base_loss(s):.5f}" for s in range(0, STEPS + 1, 50)) + "\n")
+    un = check_reference(read_run(tmp_path / "bad"), read_csv_curve(tmp_path / "train_only.csv"), th)
+    assert un["status"] == "unattributed" and not un["flagged"]
+
+
+def test_cli_exit_codes_and_report(tmp_path, capsys):
+    ref = write_reference_csv(tmp_path / "ref.csv")
+    out = tmp_path / "r.json"
+    assert main(["eval", "memorization", "--run", str(write_run(tmp_path / "ok", False)),
+                 "--reference", str(ref), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["flagged"] is False and report["checks"]["exposure"]["status"] == "skipped"
+    assert main(["eval", "memorization", "--run", str(write_run(tmp_path / "bad", True)),
+                 "--reference", str(ref), "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["flagged"] is True and report["checks"]["gap"]["flagged"] and report["checks"]["reference"]["flagged"]
+    assert report["thresholds"]["heldout_share"] == 0.5
+    assert "FLAGGED" in capsys.readouterr().out
+    # a threshold override makes the same run pass
+    assert main(["eval", "memorization", "--run", str(tmp_path / "bad"), "--threshold", "heldout_share=-1",
+                 "--out", str(out)]) == 0
+
+
+V = 64
+
+
+def chain(start, n):
+    """A deterministic walk x -> 5x + 3 (mod 32) over tokens 0..31: what the stub has memorized."""
+    out = [start]
+    for _ in range(n - 1):
+        out.append((5 * out[-1] + 3) % 32)
+    return out
+
+
+def stub_model():
+    """Logits peaked on the chain's next token for tokens 0..31, uniform for tokens 32..63."""
+    table = np.zeros((V, V), np.float32)
+    for t in range(32):
+        table[t, (5 * t + 3) % 32] = 12.0
+    table = jnp.asarray(table)
+    return lambda ids: table[ids]
+
+
+def synthetic_exposure(memorized: bool, n=12, length=80, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, counts = [], []
+    for i in range(n):  # repeated instances
+        rows.append(chain(i % 32, length) if memorized else list(rng.integers(32, V, length)))
+        counts.append(5)
+    for c in (0, 1):  # unseen and once-seen
+        for _ in range(n):
+            rows.append(list(rng.integers(32, V, length)))
+            counts.append(c)
+    tokens = np.asarray(rows, np.int64)
+    return Exposure(np.arange(len(rows)), np.asarray(counts), np.asarray(["web"] * len(rows)), tokens,
+                    length, None, None, "synthetic")
+
+
+def test_exposure_and_extraction_flag_a_memorizing_model():
+    th = Thresholds()
+    m = stub_model()
+    exp = check_exposure(m, synthetic_exposure(True), th, probe_len=64, batch_size=8)
+    assert exp["flagged"] and exp["flagged_sources"] == ["web"]
+    web = exp["sources"]["web"]
+    assert web["unseen"]["ce"] == pytest.approx(np.log(V), rel=1e-5)  # uniform over 64
+    assert web["repeated"]["ce"] < 0.01 and web["repeated"]["instances"] == 12
+    ext = check_extraction(m, synthetic_exposure(True), th, batch_size=8)
+    assert ext["flagged"] and ext["repeated"]["exact_match_rate"] == 1.0
+    assert ext["unrepeated"]["exact_match_rate"] == 0.0
+
+
+def test_exposure_and_extraction_quiet_on_a_healthy_model():
+    th = Thresholds()
+    m = stub_model()
+    exp = check_exposure(m, synthetic_exposure(False), th, probe_len=64)
+    assert exp["status"] == "ok" and abs(exp["sources"]["web"]["gap_unseen_minus_repeated"]) < 1e-4
+    ext = check_extraction(m, synthetic_exposure(False), th)
+    assert ext["status"] == "ok" and ext["rate_difference"] == 0.0
+
+
+def test_exposure_file_formats_and_mix_tokens(tmp_path):
+    # two shards of a mix: instance i of seq_len 8 holds tokens 8i .. 8i+7 (offset per file)
+    (tmp_path / "a.npy").write_bytes(np.arange(0, 64, dtype=np.uint32).tobytes())
+    (tmp_path / "b.npy").write_bytes(np.arange(1000, 1032, dtype=np.uint32).tobytes())
+    (tmp_path / "mix.txt").write_text("web,a.npy\ncode,b.npy\n")
+    (tmp_path / "e.json").write_text(json.dumps({"format": "olmax-exposure/1", "seq_len": 8,
+                                                 "mix": str(tmp_path / "mix.txt"),
+                                                 "instance_id": [1, 9], "count": [3, 1]}))
+    exp = attach_mix(read_exposure(tmp_path / "e.json"), None, unseen_per_source=2)
+    assert exp.tokens[0].tolist() == list(range(8, 16))
+    assert exp.tokens[1].tolist() == list(range(1008, 1016))
+    assert exp.source[:2].tolist() == ["web", "code"]
+    assert (exp.count[2:] == 0).all() and set(exp.source[2:]) == {"web", "code"}
+    assert 1 not in exp.instance_id[2:] and 9 not in exp.instance_id[2:]
+    np.savez(tmp_path / "e.npz", instance_id=np.array([0, 1]), count=np.array([1, 2]),
+             tokens=np.zeros((2, 8), np.uint32))
+    z = read_exposure(tmp_path / "e.npz")
+    assert z.seq_len == 8 and z.count.tolist() == [1, 2]
+    (tmp_path / "bad.json").write_text(json.dumps({"instance_id": [1, 2], "count": [1]}))
+    from olmax.errors import OlmaxError
+
+    with pytest.raises(OlmaxError, match="count has 1"):
+        read_exposure(tmp_path / "bad.json")
+
+
+def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
+    """A random model has memorized nothing: checks 1 and 4 run on it and do not flag."""
+    rng = np.random.default_rng(1)
+    run = write_run(tmp_path / "run", memorize=False)
+    np.savez(run / "exposure.npz", instance_id=np.arange(12), count=np.repeat([0, 1, 4], 4),
+             source=np.array(["web"] * 12), tokens=rng.integers(0, 990, (12, 64)))
+    out = tmp_path / "r.json"
+    assert main(["eval", "memorization", "--run", str(run), "--checkpoint", str(hf_checkpoint),
+                 "--per-stratum", "4", "--probe-len", "32", "--out", str(out)]) == 0
+    checks = json.loads(out.read_text())["checks"]
+    assert checks["exposure"]["status"] == "ok" and checks["extract"]["status"] == "ok"
+    assert checks["exposure"]["sources"]["web"]["repeated"]["instances"] == 4
+    assert abs(checks["exposure"]["sources"]["web"]["gap_unseen_minus_repeated"]) < 0.1
