@@ -1,0 +1,133 @@
+"""`olmax audit ...`: loader plan audit, train↔eval leak audit, emitted-stream audit; parsing only."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _out(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="report JSON (written atomically)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    audit = sub.add_parser("audit", help="audit data before launch: loader plan, repeats, train↔eval leaks")
+    asub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
+
+    lo = asub.add_parser(
+        "loader", help="replay a run's data plan and check repeats, rank overlap, shares, duplicates",
+        description="Replays the exact batches olmax's loader would emit (no training) and checks that "
+        "every instance is seen as often as planned, no two ranks share a row, source shares match the "
+        "mix, and no content repeats from another file/position beyond the mix's planned repetition. "
+        "Exits 1 when a gated check fails.")
+    lo.add_argument("--mix", required=True)
+    lo.add_argument("--seq-len", type=int, required=True)
+    lo.add_argument("--global-batch-size", type=int, required=True, help="sequences per global batch")
+    lo.add_argument("--seed", type=int, default=34521)
+    g = lo.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=int, help="audit this many global steps from the start")
+    g.add_argument("--epochs", type=int, help="audit this many whole epochs (default 1)")
+    lo.add_argument("--process-count", type=int, default=1)
+    lo.add_argument("--base-dir")
+    lo.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
+    lo.add_argument("--order", default="olmo-core", choices=["olmo-core", "feistel"])
+    lo.add_argument("--work-dir", help="order files and spill files (default $OLMAX_WORK_DIR or tmp)")
+    lo.add_argument("--resume-at", type=int, nargs="*", default=[],
+                    help="save and restore the loader state before these stream steps")
+    lo.add_argument("--resume-process-count", type=int, help="process count after a --resume-at")
+    lo.add_argument("--share-tolerance", type=float, default=0.02,
+                    help="allowed |observed - planned| source share, on top of 4 sigma of sampling")
+    lo.add_argument("--max-dup-instance-frac", type=float, default=0.0,
+                    help="allowed fraction of instances whose content repeats another file/position")
+    lo.add_argument("--max-dup-doc-frac", type=float, default=0.01,
+                    help="allowed fraction of document tokens in exact duplicate documents")
+    lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
+    lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")
+    lo.add_argument("--threads", type=int, default=2)
+    _out(lo)
+    lo.set_defaults(func=_loader)
+
+    lk = asub.add_parser(
+        "leaks", help="find held-out eval items inside the training data",
+        description="Indexes eval items' token n-grams exactly, probes every training window, and "
+        "reports per item the matched n-grams, longest matched span, covered fraction and where. "
+        "Exits 1 when any item of a gated set is contaminated.")
+    lk.add_argument("--mix", required=True)
+    lk.add_argument("--eval", action="append", default=[], metavar="NAME=PATH",
+                    help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
+                    "folder, or a bundled set name (NAME alone, e.g. arc_easy); repeat")
+    lk.add_argument("--base-dir")
+    lk.add_argument("--mix-tokenizer", help="{TOKENIZER} value for the mix's paths")
+    lk.add_argument("--tokenizer", default="dolma2", help="tokenizer the mix was tokenized with")
+    lk.add_argument("--ngram", type=int, default=13)
+    lk.add_argument("--min-item-tokens", type=int, default=4,
+                    help="items shorter than this (normalized tokens) are too short to decide")
+    lk.add_argument("--coverage", type=float, default=0.5,
+                    help="flag when one training document covers this fraction of an item's "
+                    "non-boilerplate n-grams")
+    lk.add_argument("--span-fraction", type=float, default=0.9,
+                    help="flag when one contiguous match covers this fraction of the item")
+    lk.add_argument("--boilerplate-docs", type=int, default=5,
+                    help="an n-gram found in this many training documents is boilerplate")
+    lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
+    lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
+    lk.add_argument("--threads", type=int, default=2)
+    _out(lk)
+    lk.set_defaults(func=_leaks)
+
+    st = asub.add_parser(
+        "stream", help="audit the token rows a loader actually emitted (any loader)",
+        description="Matches every emitted row (.npy (steps, rows, L) per host) to the mix's instances "
+        "by content hash and reports repeats, never-seen instances, foreign rows, cross-host overlap "
+        "and source shares. Exits 1 on an unplanned repeat, a foreign row or a cross-host overlap.")
+    st.add_argument("--mix", required=True)
+    st.add_argument("--seq-len", type=int, required=True)
+    st.add_argument("--batches", nargs="+", required=True, metavar="FILE",
+                    help="one .npy per host, in host order")
+    st.add_argument("--base-dir")
+    st.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
+    st.add_argument("--threads", type=int, default=2)
+    _out(st)
+    st.set_defaults(func=_stream)
+
+
+def _finish(report: dict, out: str) -> int:
+    from olmax.audit.report import write_json
+
+    write_json(out, report)
+    print("\n".join(report["summary"]))
+    print(f"report: {out}")
+    return 0 if report["ok"] else 1
+
+
+def _loader(args: argparse.Namespace) -> int:
+    from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
+
+    cfg = LoaderAuditConfig(
+        mix=args.mix, seq_len=args.seq_len, global_batch_size=args.global_batch_size, seed=args.seed,
+        steps=args.steps, epochs=args.epochs, process_count=args.process_count, base_dir=args.base_dir,
+        tokenizer=args.tokenizer, order=args.order, work_dir=args.work_dir,
+        resume_at=tuple(args.resume_at), resume_process_count=args.resume_process_count,
+        share_tolerance=args.share_tolerance, max_dup_instance_frac=args.max_dup_instance_frac,
+        max_dup_doc_frac=args.max_dup_doc_frac, min_doc_tokens=args.min_doc_tokens,
+        content=not args.no_content, threads=args.threads)
+    return _finish(audit_loader(cfg), args.out)
+
+
+def _leaks(args: argparse.Namespace) -> int:
+    from olmax.audit.leaks import LeakConfig, audit_leaks
+
+    cfg = LeakConfig(mix=args.mix, evals=tuple(args.eval), base_dir=args.base_dir,
+                     mix_tokenizer=args.mix_tokenizer, tokenizer=args.tokenizer, ngram=args.ngram,
+                     min_item_tokens=args.min_item_tokens, coverage=args.coverage,
+                     span_fraction=args.span_fraction, boilerplate_docs=args.boilerplate_docs,
+                     gate=tuple(args.gate) if args.gate is not None else None,
+                     clean_dir=args.clean_dir, threads=args.threads)
+    return _finish(audit_leaks(cfg), args.out)
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from olmax.audit.stream import StreamConfig, audit_stream
+
+    cfg = StreamConfig(mix=args.mix, seq_len=args.seq_len, batches=tuple(args.batches),
+                       base_dir=args.base_dir, tokenizer=args.tokenizer, threads=args.threads)
+    return _finish(audit_stream(cfg), args.out)

@@ -1,0 +1,133 @@
+"""Content identity of a mix: identical instances and documents across different files or positions.
+
+Map (per distinct physical file, in parallel threads: xxh3 and numpy release the GIL): xxh3-64 of
+every L-token instance window and of every document (sidecar or EOS boundaries). Reduce (per hash
+partition, see partition.py): equal hashes at different (physical file, position) are duplicate
+content; each reported pair is re-read and compared byte for byte, so a hash collision is never
+counted. A path the mix lists twice is one physical file, hence never a duplicate here: planned
+repetition is told apart by construction, and a byte-identical copy under another name is not.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from olmax.audit.hashing import spans_hashes, window_spans_hashes
+from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.spans import documents, physical_ids
+from olmax.data.index import TokenIndex
+from olmax.data.shards import read_tokens
+
+INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
+DOC_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("doc", "<i8"), ("start", "<i8"), ("ntok", "<i8")])
+
+
+@dataclass
+class ContentReport:
+    """What the content pass found (all positions are physical: the file's first mix path)."""
+
+    phys: np.ndarray  # (F,) physical id of each mix file
+    phys_paths: list[str]
+    # canonical[phys_offsets[p] + w] = the physical window whose content window w of file p repeats
+    phys_offsets: np.ndarray
+    canonical: np.ndarray
+    duplicate_windows: int = 0  # physical windows whose content appeared earlier elsewhere
+    duplicate_docs: int = 0
+    duplicate_doc_tokens: int = 0
+    doc_tokens: int = 0
+    docs: int = 0
+    collisions: int = 0  # equal hashes whose bytes differed (expected 0)
+    window_examples: list[dict] = field(default_factory=list)
+    doc_examples: list[dict] = field(default_factory=list)
+
+    def content_ids(self, index: TokenIndex, instance_ids: np.ndarray) -> np.ndarray:
+        """int64: one id per distinct content for each global instance id."""
+        files, starts = index.locate(instance_ids)
+        return self.canonical[self.phys_offsets[self.phys[files]] + starts // index.seq_len]
+
+
+def _map_file(path: str, phys: int, seq_len: int,
+              min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    tokens = read_tokens(path)
+    h = window_spans_hashes(tokens, seq_len)
+    inst = np.empty(h.size, dtype=INSTANCE_REC)
+    inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
+    docs = documents(path, tokens)
+    lengths = docs.ends - docs.starts
+    keep = np.flatnonzero(lengths >= min_doc_tokens)
+    d = np.empty(keep.size, dtype=DOC_REC)
+    d["hash"] = spans_hashes(tokens, docs.starts[keep], docs.ends[keep])
+    d["phys"], d["doc"], d["start"], d["ntok"] = phys, keep, docs.starts[keep], lengths[keep]
+    return inst, d, int(lengths.sum()), int(lengths.size)
+
+
+def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
+    a = read_tokens(paths[a_phys])[a_start:a_start + n]
+    b = read_tokens(paths[b_phys])[b_start:b_start + n]
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 2, bits: int = 4,
+                 work_dir: str | None = None, examples: int = 10) -> ContentReport:
+    """Hash every instance and document of the mix's distinct physical files and find duplicates."""
+    phys = physical_ids(index.paths)
+    first = {}
+    for f, p in enumerate(phys.tolist()):
+        first.setdefault(p, f)
+    phys_paths = [index.paths[first[p]] for p in range(len(first))]
+    counts = np.asarray([index.counts[first[p]] for p in range(len(first))], dtype=np.int64)
+    phys_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
+    rep = ContentReport(phys, phys_paths, phys_offsets, canonical)
+    L = index.seq_len
+    with PartitionSpill(INSTANCE_REC, bits=bits, work_dir=work_dir) as inst_spill, \
+            PartitionSpill(DOC_REC, bits=bits, work_dir=work_dir) as doc_spill, \
+            ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        jobs = [pool.submit(_map_file, path, p, L, min_doc_tokens) for p, path in enumerate(phys_paths)]
+        for job in jobs:  # in file order, so the first occurrence in mix order is the canonical one
+            inst, docs, ntok, ndocs = job.result()
+            inst_spill.add(inst)
+            doc_spill.add(docs)
+            rep.doc_tokens += ntok
+            rep.docs += ndocs
+        for part in inst_spill.partitions():
+            starts, ends = equal_runs(part["hash"])
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                group = part[a:b]
+                group = group[np.lexsort((group["window"], group["phys"]))]
+                head = group[0]
+                for rec in group[1:]:
+                    if not _same(phys_paths, int(head["phys"]), int(head["window"]) * L,
+                                 int(rec["phys"]), int(rec["window"]) * L, L):
+                        rep.collisions += 1
+                        continue
+                    rep.duplicate_windows += 1
+                    canonical[phys_offsets[rec["phys"]] + rec["window"]] = \
+                        phys_offsets[head["phys"]] + head["window"]
+                    if len(rep.window_examples) < examples:
+                        rep.window_examples.append({
+                            "file": phys_paths[rec["phys"]], "window": int(rec["window"]),
+                            "same_as_file": phys_paths[head["phys"]], "same_as_window": int(head["window"])})
+        for part in doc_spill.partitions():
+            starts, ends = equal_runs(part["hash"])
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                group = part[a:b]
+                group = group[np.lexsort((group["start"], group["phys"]))]
+                head = group[0]
+                for rec in group[1:]:
+                    if rec["ntok"] != head["ntok"] or not _same(
+                            phys_paths, int(head["phys"]), int(head["start"]), int(rec["phys"]),
+                            int(rec["start"]), int(rec["ntok"])):
+                        rep.collisions += 1
+                        continue
+                    rep.duplicate_docs += 1
+                    rep.duplicate_doc_tokens += int(rec["ntok"])
+                    if len(rep.doc_examples) < examples:
+                        rep.doc_examples.append({
+                            "file": phys_paths[rec["phys"]], "doc": int(rec["doc"]),
+                            "tokens": int(rec["ntok"]), "same_as_file": phys_paths[head["phys"]],
+                            "same_as_doc": int(head["doc"])})
+    return rep

@@ -1,0 +1,241 @@
+"""`olmax audit loader`: replay a run's exact data plan (no training, no token reads) and check it.
+
+Contract. The replay asks olmax's own `Loader` (same index, order and fingerprint as training) for
+the instance ids of every rank's rows of every global batch in the audited window: `--steps N`
+stream steps from epoch 1 step 0, or `--epochs E` whole epochs. `--resume-at K` saves the loader
+state before stream step K, round-trips it through its dict form and resumes with a fresh loader
+(optionally at another process count), exactly as a restart would. Checks (gated unless marked):
+- instances_over_planned: an instance emitted more than once within one epoch (the plan is a
+  permutation: at most once per epoch);
+- instances_missing: in a fully audited epoch, fewer distinct instances than batches x G;
+- rank_overlap / rank_union: an instance on two ranks in one step, or the ranks' rows not being
+  exactly the global batch (double sharding);
+- path_under_several_labels: one physical file listed under two labels (planned repetition lists the
+  same path under the same label: olmax prepare writes it so);
+- source_share:<label>: observed token share vs the mix's, within --share-tolerance plus 4 sigma;
+- duplicate_instances / duplicate_documents: identical content at different physical files or
+  positions (a copied shard, a document in two shards), as a fraction of the mix;
+- unplanned_repeat_rows: emitted rows whose content was already emitted from another position;
+- exposure (info): per source, distinct content tokens seen 1x, 2x, ... in the audited window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.errors import OlmaxError
+
+
+@dataclass(frozen=True)
+class LoaderAuditConfig:
+    mix: str
+    seq_len: int
+    global_batch_size: int
+    seed: int = 34521
+    steps: int | None = None  # stream steps from the start; None: whole epochs
+    epochs: int | None = None  # None with steps None: 1 epoch
+    process_count: int = 1
+    base_dir: str | None = None
+    tokenizer: str | None = None
+    order: str = "olmo-core"
+    work_dir: str | None = None
+    resume_at: tuple[int, ...] = ()
+    resume_process_count: int | None = None
+    share_tolerance: float = 0.02
+    max_dup_instance_frac: float = 0.0
+    max_dup_doc_frac: float = 0.01
+    min_doc_tokens: int = 32
+    content: bool = True
+    threads: int = 2
+    examples: int = 10
+
+
+def _loaders(index, config: LoaderAuditConfig, process_count: int):
+    from olmax.data.loader import Loader, LoaderConfig
+
+    cfg = LoaderConfig(seq_len=config.seq_len, global_batch_size=config.global_batch_size,
+                       seed=config.seed, order=config.order, work_dir=config.work_dir, num_threads=0)
+    return [Loader(index, cfg, process_index=p, process_count=process_count)
+            for p in range(process_count)]
+
+
+def replay(index, config: LoaderAuditConfig) -> dict:
+    """Every emitted row of the audited window: arrays stream step, epoch, step, rank, instance id."""
+    from olmax.data.state import LoaderState
+
+    loaders = _loaders(index, config, config.process_count)
+    reference = _loaders(index, config, 1)[0]
+    bpe = loaders[0].batches_per_epoch
+    total = config.steps if config.steps is not None else (config.epochs or 1) * bpe
+    if total <= 0:
+        raise OlmaxError(f"nothing to audit: --steps/--epochs give {total} steps")
+    pending = sorted(set(config.resume_at))
+    ks, ranks, ids, resumes = [], [], [], []
+    overlap_rows = union_bad_steps = 0
+    k = 0
+    while k < total:
+        if pending and pending[0] == k:
+            pending.pop(0)
+            epoch, step = 1 + k // bpe, k % bpe
+            state = LoaderState.from_dict(loaders[0].state_at(epoch, step).to_dict())
+            loaders = _loaders(index, config, config.resume_process_count or config.process_count)
+            e2, s2 = loaders[0].resume_position(state)
+            k2 = (e2 - 1) * bpe + s2
+            resumes.append({"saved_before_step": k, "resumed_at_step": k2,
+                            "process_count": len(loaders)})
+            k = k2
+        epoch, step = 1 + k // bpe, k % bpe
+        rows = [ld.instance_ids(epoch, step) for ld in loaders]
+        allrows = np.concatenate(rows)
+        overlap_rows += int(allrows.size - np.unique(allrows).size)
+        if not np.array_equal(np.sort(allrows), np.sort(reference.instance_ids(epoch, step))):
+            union_bad_steps += 1
+        for r, row in enumerate(rows):
+            ks.append(np.full(row.size, k, dtype=np.int64))
+            ranks.append(np.full(row.size, r, dtype=np.int32))
+            ids.append(row)
+        k += 1
+    ks_a = np.concatenate(ks)
+    return {"k": ks_a, "epoch": 1 + ks_a // bpe, "rank": np.concatenate(ranks),
+            "ids": np.concatenate(ids), "steps": int(np.unique(ks_a).size), "planned_steps": total,
+            "batches_per_epoch": bpe, "overlap_rows": overlap_rows, "union_bad_steps": union_bad_steps,
+            "resumes": resumes}
+
+
+def audit_loader(config: LoaderAuditConfig) -> dict:
+    """Run every check; returns the report dict (`report["ok"]` False when a gated check fails)."""
+    from olmax.audit.spans import physical_ids
+    from olmax.data.index import open_index
+
+    index = open_index(config.mix, config.seq_len, base_dir=config.base_dir, tokenizer=config.tokenizer)
+    G, L, N = config.global_batch_size, config.seq_len, index.num_instances
+    run = replay(index, config)
+    ids, epochs, k, rank = run["ids"], run["epoch"], run["k"], run["rank"]
+    checks: list[Check] = []
+    ex = config.examples
+
+    # 1. Each instance at most once per epoch; full epochs cover batches_per_epoch x G instances.
+    key = (epochs - 1) * N + ids
+    uniq, first_at, counts = np.unique(key, return_index=True, return_counts=True)
+    over = counts > 1
+    over_examples = []
+    for u in uniq[over][:ex].tolist():
+        where = np.flatnonzero(key == u)
+        f, s = index.locate(np.asarray([u % N]))
+        over_examples.append({"instance": int(u % N), "epoch": int(u // N) + 1,
+                              "file": index.paths[int(f[0])], "window": int(s[0]) // L,
+                              "emitted_at": [{"step": int(k[i]), "rank": int(rank[i])} for i in where]})
+    n_over = int((counts[over] - 1).sum())
+    checks.append(Check("instances_over_planned", n_over == 0, n_over, 0,
+                        detail="rows repeating an instance within its epoch"))
+    bpe = run["batches_per_epoch"]
+    missing = 0
+    full_epochs = [e for e in np.unique(epochs).tolist()
+                   if np.unique(k[epochs == e]).size == bpe]
+    for e in full_epochs:
+        missing += bpe * G - int(np.unique(ids[epochs == e]).size)
+    checks.append(Check("instances_missing", missing == 0, missing, 0,
+                        detail=f"over {len(full_epochs)} full epoch(s); the epoch tail of "
+                        f"{N - bpe * G} instances is dropped by plan"))
+    checks.append(Check("rank_overlap", run["overlap_rows"] == 0, run["overlap_rows"], 0,
+                        detail="rows whose instance another rank holds in the same step"))
+    checks.append(Check("rank_union", run["union_bad_steps"] == 0, run["union_bad_steps"], 0,
+                        detail="steps whose ranks' rows are not exactly the global batch"))
+    if run["steps"] != run["planned_steps"] or any(r["resumed_at_step"] != r["saved_before_step"]
+                                                    for r in run["resumes"]):
+        checks.append(Check("resume_position", False, run["resumes"], "resume where saved"))
+    elif run["resumes"]:
+        checks.append(Check("resume_position", True, run["resumes"], "resume where saved"))
+
+    # 2. One physical file under two labels.
+    phys = physical_ids(index.paths)
+    several = []
+    for p in np.unique(phys).tolist():
+        labels = sorted({index.labels[f] for f in np.flatnonzero(phys == p).tolist()})
+        if len(labels) > 1:
+            several.append({"file": index.paths[int(np.flatnonzero(phys == p)[0])], "labels": labels})
+    checks.append(Check("path_under_several_labels", not several, len(several), 0,
+                        detail="; ".join(f"{s['file']} as {'+'.join(s['labels'])}" for s in several[:3])))
+
+    # 3. Source shares: observed vs the mix's plan.
+    planned = index.tokens_by_label()
+    total_planned = sum(planned.values())
+    src = index.source_ids(ids)
+    observed = np.bincount(src, minlength=len(index.label_names)) * L
+    shares = {}
+    for i, name in enumerate(index.label_names):
+        p = planned[name] / total_planned
+        o = float(observed[i]) / max(1, ids.size * L)
+        slack = config.share_tolerance + 4 * math.sqrt(p * (1 - p) / max(1, ids.size))
+        shares[name] = {"planned_tokens": planned[name], "planned_share": round(p, 6),
+                        "observed_tokens": int(observed[i]), "observed_share": round(o, 6)}
+        checks.append(Check(f"source_share:{name}", abs(o - p) <= slack, round(o, 6),
+                            f"{p:.4f} ± {slack:.4f}"))
+
+    report: dict = {"command": "audit loader", "settings": asdict(config),
+                    "fingerprint": index.fingerprint,
+                    "index": {"files": len(index.paths), "physical_files": int(np.unique(phys).size),
+                              "instances": N, "tokens": index.num_tokens, "batches_per_epoch": bpe},
+                    "replay": {"steps": run["steps"], "rows": int(ids.size), "resumes": run["resumes"],
+                               "full_epochs": full_epochs},
+                    "instances_over_planned_examples": over_examples,
+                    "paths_under_several_labels": several, "sources": shares}
+
+    # 4. Content: identical instances/documents elsewhere, unplanned repeats, exposure.
+    if config.content:
+        from olmax.audit.content import scan_content
+
+        content = scan_content(index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
+                               work_dir=config.work_dir, examples=ex)
+        dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
+                                != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
+                           for p in content.phys[:].tolist()))  # counted per mix line
+        frac = dup_inst / max(1, N)
+        checks.append(Check("duplicate_instances", frac <= config.max_dup_instance_frac,
+                            round(frac, 6), config.max_dup_instance_frac,
+                            detail=f"{dup_inst} of {N} instances repeat content found at another "
+                            f"file/position"))
+        dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
+        checks.append(Check("duplicate_documents", dfrac <= config.max_dup_doc_frac, round(dfrac, 6),
+                            config.max_dup_doc_frac,
+                            detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
+                            f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document"))
+        cid = content.content_ids(index, ids)
+        files, starts = index.locate(ids)
+        raw = content.phys_offsets[content.phys[files]] + starts // L
+        # Rows whose content was emitted from another physical window: beyond the most-emitted one.
+        pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
+        by_cid: dict[int, list[int]] = {}
+        for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
+            by_cid.setdefault(c, []).append(n)
+        unplanned = int(sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1))
+        checks.append(Check("unplanned_repeat_rows", unplanned == 0, unplanned, 0,
+                            detail="emitted rows repeating content emitted from another file/position"))
+        cu, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
+        exposure = {}
+        for i, name in enumerate(index.label_names):
+            sel = src[cfirst] == i
+            levels, tok = np.unique(cn[sel], return_counts=True)
+            exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
+        checks.append(Check("hash_collisions", content.collisions == 0, content.collisions, 0,
+                            gated=False, detail="equal xxh3 hashes whose bytes differed"))
+        report["content"] = {"duplicate_instances": dup_inst,
+                             "duplicate_instance_examples": content.window_examples,
+                             "duplicate_documents": content.duplicate_docs,
+                             "duplicate_document_tokens": content.duplicate_doc_tokens,
+                             "documents": content.docs, "document_tokens": content.doc_tokens,
+                             "duplicate_document_examples": content.doc_examples,
+                             "unplanned_repeat_rows": unplanned}
+        report["exposure"] = exposure
+    report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
+                         "re-compared byte for byte before it is counted")
+    report["checks"] = checks_json(checks)
+    report["ok"] = not failed(checks)
+    report["summary"] = summary_lines(f"olmax audit loader: {config.mix} (L={L}, G={G}, seed="
+                                      f"{config.seed}, {run['steps']} steps x {config.process_count} "
+                                      f"ranks, {ids.size} rows)", checks)
+    return report

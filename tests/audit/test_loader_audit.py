@@ -1,0 +1,136 @@
+"""`olmax audit loader` on real-text mixes: clean, planned repetition, a shard under two labels, a
+byte-identical copy of a shard, and a resume that replays a step, each against counts built here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import write_mix
+
+from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
+from olmax.cli import main
+from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+
+L, G, SEED = 64, 8, 7
+
+
+def lines(corpus, *extra):
+    s = corpus["shards"]
+    return [("code", s["code-0"]), ("code", s["code-1"]), ("code", s["code-2"]),
+            ("prose", s["prose-0"]), *extra]
+
+
+def audit(mix, tmp_path, **kw):
+    return audit_loader(LoaderAuditConfig(mix=mix, seq_len=L, global_batch_size=G, seed=SEED,
+                                          work_dir=str(tmp_path / "work"), **kw))
+
+
+def windows(path):
+    return len(read_tokens(path)) // L
+
+
+def repeated_docs(paths, min_tokens=32):
+    """Brute force: documents (>= min_tokens) equal to an earlier document of these distinct files."""
+    seen, repeats = set(), 0
+    for path in paths:
+        toks = read_tokens(path)
+        for r in read_sidecar(path):
+            if r.end - r.start >= min_tokens:
+                key = toks[r.start:r.end].tobytes()
+                repeats += key in seen
+                seen.add(key)
+    return repeats
+
+
+def test_clean_mix_passes_and_counts_rows(corpus, tmp_path):
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    rep = audit(mix, tmp_path, process_count=2)
+    n = sum(windows(p) for p in corpus["shards"].values())
+    assert rep["ok"], rep["summary"]
+    assert rep["index"]["instances"] == n
+    assert rep["replay"]["rows"] == (n // G) * G and rep["replay"]["full_epochs"] == [1]
+    assert rep["content"]["duplicate_instances"] == 0
+    assert rep["content"]["duplicate_documents"] == repeated_docs(corpus["shards"].values())
+    assert rep["checks"]["instances_missing"]["value"] == 0
+    # one epoch of a clean mix: every distinct token seen exactly once
+    assert all(set(e) == {"1x"} for e in rep["exposure"].values())
+    assert sum(v["1x"] for v in rep["exposure"].values()) == (n // G) * G * L
+
+
+def test_planned_repetition_is_not_a_duplicate(corpus, tmp_path):
+    s = corpus["shards"]
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", s["prose-0"])))
+    rep = audit(mix, tmp_path, epochs=1)
+    assert rep["ok"], rep["summary"]
+    assert rep["content"]["duplicate_instances"] == 0
+    assert rep["checks"]["unplanned_repeat_rows"]["value"] == 0
+    # the prose shard is listed twice: its share doubles and its content shows up to 2x exposure
+    assert rep["sources"]["prose"]["planned_tokens"] == 2 * windows(s["prose-0"]) * L
+    assert "2x" in rep["exposure"]["prose"]
+
+
+def test_shard_under_two_labels_fails(corpus, tmp_path):
+    s = corpus["shards"]
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", s["code-1"])))
+    rep = audit(mix, tmp_path)
+    assert not rep["ok"]
+    assert rep["checks"]["path_under_several_labels"]["value"] == 1
+    assert rep["paths_under_several_labels"][0]["labels"] == ["code", "prose"]
+    assert rep["content"]["duplicate_instances"] == 0  # same physical file: not a content copy
+
+
+def test_copied_shard_fails_with_exact_counts(corpus, tmp_path, capsys):
+    s = corpus["shards"]
+    copy = tmp_path / "copy-of-code-1.npy"
+    shutil.copy(s["code-1"], copy)
+    shutil.copy(sidecar_path(s["code-1"]), sidecar_path(copy))
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", str(copy))))
+    out = tmp_path / "r.json"
+    rc = main(["audit", "loader", "--mix", mix, "--seq-len", str(L), "--global-batch-size", str(G),
+               "--seed", str(SEED), "--work-dir", str(tmp_path / "w"), "--out", str(out)])
+    assert rc == 1
+    rep = json.loads(out.read_text())
+    assert rep["content"]["duplicate_instances"] == windows(copy)
+    assert rep["content"]["duplicate_documents"] == repeated_docs([*corpus["shards"].values(), copy])
+    assert rep["content"]["duplicate_documents"] > repeated_docs(corpus["shards"].values())
+    assert not rep["checks"]["duplicate_instances"]["ok"]
+    assert not rep["checks"]["duplicate_documents"]["ok"]
+    ex = rep["content"]["duplicate_instance_examples"][0]
+    assert ex["file"] == str(copy) and ex["same_as_file"] == s["code-1"]
+    assert ex["window"] == ex["same_as_window"]
+    assert "FAIL duplicate_instances" in capsys.readouterr().out
+
+
+def test_replayed_resume_is_caught(corpus, tmp_path, monkeypatch):
+    from olmax.data.loader import Loader
+
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    good = audit(mix, tmp_path, steps=6, resume_at=(3,), resume_process_count=2)
+    assert good["ok"] and good["replay"]["resumes"][0]["resumed_at_step"] == 3
+
+    real = Loader.resume_position
+
+    def replays_one_step(self, state):
+        epoch, step = real(self, state)
+        return epoch, step - 1
+
+    monkeypatch.setattr(Loader, "resume_position", replays_one_step)
+    bad = audit(mix, tmp_path, steps=6, resume_at=(3,))
+    assert not bad["ok"]
+    assert bad["checks"]["instances_over_planned"]["value"] == G  # step 2 emitted twice
+    assert bad["checks"]["resume_position"]["ok"] is False
+    ex = bad["instances_over_planned_examples"][0]
+    assert [e["step"] for e in ex["emitted_at"]] == [2, 2]
+
+
+def test_share_check_uses_the_mix_plan(corpus, tmp_path):
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    rep = audit(mix, tmp_path, share_tolerance=0.0)
+    n = sum(windows(p) for p in corpus["shards"].values())
+    prose = windows(corpus["shards"]["prose-0"])
+    assert rep["sources"]["prose"]["planned_share"] == pytest.approx(prose / n, abs=1e-6)
+    emitted = np.asarray([rep["sources"][k]["observed_tokens"] for k in ("code", "prose")]).sum()
+    assert emitted == (n // G) * G * L
