@@ -1,0 +1,202 @@
+"""An lm-eval model registered as `olmax`: loglikelihood, loglikelihood_rolling and generate_until over
+an olmax model, scored by the same jitted code as the held-out evals.
+
+Use from Python (the lm-eval CLI cannot import out-of-tree models by itself):
+  import olmax.evals.lm_eval_adapter  # registers "olmax"
+  lm_eval.simple_evaluate(model="olmax", model_args={"checkpoint": DIR}, tasks=[...])
+or `olmax eval lm-eval --checkpoint DIR --tasks T --include-path TASKS_DIR --out R.json`, or wrap an
+in-memory model (the trainer's): `OlmaxLM(model=m, tokenizer=tok)`.
+
+Scoring: context + continuation, left-truncated to max_length + 1 tokens, one row each; rows are sorted
+by length and padded to a power-of-two bucket so few shapes compile. Empty contexts are conditioned on
+EOS (dolma2 has no BOS), as lm-eval's TemplateLM does. Generation is greedy (sampling arguments are
+ignored) and stops at EOS or at the first `until` string.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from olmax.errors import OlmaxError
+
+log = logging.getLogger(__name__)
+
+
+def _bucket(n: int, lo: int = 16) -> int:
+    return max(lo, 1 << (n - 1).bit_length())
+
+
+@register_model("olmax")
+class OlmaxLM(TemplateLM):
+    """lm-eval model over an olmax checkpoint directory (HF or olmax format) or an in-memory model."""
+
+    def __init__(self, checkpoint: str | None = None, tokenizer=None, batch_size: int | str = 8,
+                 max_length: int | str | None = None, dtype: str = "float32", max_gen_toks: int | str = 256,
+                 model=None, **kwargs):
+        super().__init__()
+        from olmax.evals.scoring import load_model
+
+        if model is None:
+            if checkpoint is None:
+                raise OlmaxError("the olmax lm-eval model needs checkpoint=DIR (or model=...)")
+            model = load_model(checkpoint, dtype)
+        self.model = model
+        if tokenizer is None or isinstance(tokenizer, str | Path):
+            from olmax.assets import tokenizer_path
+            from olmax.data.tokenize import load_tokenizer
+
+            if tokenizer is None:
+                local = Path(checkpoint or "") / "tokenizer.json"
+                tokenizer = str(local) if checkpoint and local.is_file() else "dolma2"
+            tokenizer = load_tokenizer(str(tokenizer_path(str(tokenizer))))
+        self.tok = tokenizer
+        cfg = getattr(model, "cfg", None)
+        self.max_length = int(max_length or (cfg.max_position_embeddings if cfg else 2048))
+        self.batch_size = int(str(batch_size).split(":")[0]) if str(batch_size) != "auto" else 8
+        self.max_gen_toks = int(max_gen_toks)
+        pad = getattr(cfg, "pad_token_id", None) if cfg else None
+        self.pad_id = pad if pad is not None else (self.tok.pad_token_id or 0)
+        if kwargs:
+            log.info("olmax lm-eval model ignores %s", sorted(kwargs))
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tok.eos_token_id
+
+    @property
+    def tokenizer_name(self) -> str:
+        return f"olmax-{self.tok.sha256[:12]}"
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tok.encode_batch([string])[0]
+
+    def tok_decode(self, tokens: Sequence[int]) -> str:
+        return self.tok.decode(list(tokens))
+
+    def _score_rows(self, rows: list[tuple[list[int], int]], disable_tqdm: bool = True) -> list[tuple[float, bool]]:
+        """Score (tokens, n_continuation) rows: sum log p of the last n tokens, and whether all are greedy."""
+        from olmax.evals.scoring import score
+
+        results: list[tuple[float, bool] | None] = [None] * len(rows)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        groups: dict[int, list[int]] = {}
+        for i in order:
+            groups.setdefault(min(_bucket(len(rows[i][0]) - 1), self.max_length), []).append(i)
+        for width, members in groups.items():
+            inputs = np.full((len(members), width), self.pad_id, np.int32)
+            targets = np.full_like(inputs, self.pad_id)
+            mask = np.zeros(inputs.shape, np.float32)
+            for r, i in enumerate(members):
+                toks, n_cont = rows[i]
+                n = len(toks) - 1
+                inputs[r, :n] = toks[:-1]
+                targets[r, :n] = toks[1:]
+                mask[r, n - n_cont: n] = 1.0
+            nll, _, greedy = score(self.model, inputs, targets, mask, batch_size=self.batch_size,
+                                   progress=not disable_tqdm, desc=f"olmax loglikelihood L={width}")
+            for r, i in enumerate(members):
+                results[i] = (-float(nll[r]), bool(greedy[r]))
+        return results  # type: ignore[return-value]
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        rows = []
+        for _, context_enc, continuation_enc in requests:
+            if not continuation_enc:
+                raise OlmaxError("lm-eval asked for the loglikelihood of an empty continuation")
+            whole = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1):]
+            rows.append((whole, min(len(continuation_enc), len(whole) - 1)))
+        out = self._score_rows(rows, disable_tqdm)
+        for (key, _, _), res in zip(requests, out):
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, res)
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        windows, owner = [], []
+        for k, req in enumerate(requests):
+            (text,) = req.args
+            for ctx, pred in map(make_disjoint_window, get_rolling_token_windows(
+                    self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length,
+                    context_len=1)):
+                windows.append((None, ctx, pred))
+                owner.append(k)
+        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm) if windows else []
+        totals = [0.0] * len(requests)
+        for k, (lp, _) in zip(owner, scores):
+            totals[k] += lp
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        from olmax.evals.scoring import greedy_generate
+
+        out: list[str | None] = [None] * len(requests)
+        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for i, req in enumerate(requests):
+            context, gen_kwargs = req.args
+            kw = dict(gen_kwargs or {})
+            until = kw.get("until") or []
+            until = (until,) if isinstance(until, str) else tuple(until)
+            groups.setdefault((int(kw.get("max_gen_toks", self.max_gen_toks)), until), []).append(i)
+        for (max_new, until), members in groups.items():
+            max_new = min(max_new, self.max_length - 1)
+            prompts = []
+            for i in members:
+                ids = self.tok_encode(requests[i].args[0]) or [self.eot_token_id]
+                prompts.append(ids[-(self.max_length - max_new):])
+            gens = greedy_generate(self.model, prompts, max_new, self.pad_id, batch_size=self.batch_size)
+            for i, gen in zip(members, gens):
+                if self.eot_token_id in gen:
+                    gen = gen[: gen.index(self.eot_token_id)]
+                text = self.tok_decode(gen)
+                for stop in until:
+                    if stop and stop in text:
+                        text = text[: text.index(stop)]
+                out[i] = text
+                self.cache_hook.add_partial("generate_until", requests[i].args, text)
+        return out  # type: ignore[return-value]
+
+
+def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | None = None, include_defaults: bool = True,
+             num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234) -> dict:
+    """Run lm-eval tasks on `lm`; returns lm-eval's results dict (JSON-safe parts)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=include_path, include_defaults=include_defaults)
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        raise OlmaxError(f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "
+                         "(offline: dataset_path: arrow)")
+    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
+                                  task_manager=tm, log_samples=False, bootstrap_iters=0, random_seed=seed,
+                                  numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+    keep = {k: res.get(k) for k in ("results", "versions", "n-shot", "n-samples", "higher_is_better")}
+    return json.loads(json.dumps(keep, default=str))
+
+
+def run_lm_eval(args) -> dict:
+    """CLI glue for `olmax eval lm-eval`."""
+    from olmax.evals.reports import write_json
+
+    lm = OlmaxLM(checkpoint=args.checkpoint, tokenizer=args.tokenizer, batch_size=args.batch_size,
+                 max_length=args.max_length, dtype=args.dtype)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    res = evaluate(lm, tasks, include_path=args.include_path, num_fewshot=args.num_fewshot, limit=args.limit,
+                   seed=args.seed)
+    report = {"checkpoint": args.checkpoint, "tasks": tasks, **res}
+    write_json(args.out, report)
+    for task, metrics in (res.get("results") or {}).items():
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"{task}: {shown}")
+    print(f"wrote {args.out}")
+    return report
