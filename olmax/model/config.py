@@ -48,6 +48,7 @@ class ModelConfig:
     vocab_multiple: int = 128  # embedding rows padded to 100,352 = 784 x 128
     rms_eps: float = 1e-6  # OLMo-core olmo2_7B layer_norm_eps
     rope_theta: float = 500_000.0  # OLMo-core olmo2_7B rope_theta
+    sliding_rope_theta: float | None = None  # None: rope_theta (HF configs may set one per layer type)
     rope_scaling: YarnConfig | None = None  # stage 3 only, full-attention layers only
     sliding_window: int | None = 4096  # OLMo-core olmo3_7B pattern [4096, 4096, 4096, -1]
     layer_types: tuple[str, ...] = ()  # () means the OLMo 3 pattern: full iff i % 4 == 3
@@ -85,6 +86,12 @@ class ModelConfig:
     def padded_vocab(self) -> int:
         m = self.vocab_multiple
         return -(-self.vocab_size // m) * m
+
+    def theta(self, layer_type: str) -> float:
+        """RoPE base of a layer type."""
+        if layer_type == SLIDING and self.sliding_rope_theta is not None:
+            return self.sliding_rope_theta
+        return self.rope_theta
 
     def window(self, layer: int) -> int | None:
         """Keys a query sees in `layer` (itself included), None for full causal attention."""
@@ -133,8 +140,15 @@ _KNOWN_HF_KEYS = {
 }
 
 
-def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, YarnConfig | None]:
-    """Read theta and the full-attention YaRN from either HF layout (nested `rope_parameters` or legacy)."""
+def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, float | None, YarnConfig | None]:
+    """Thetas (full, sliding or None if equal) and the full-attention YaRN, from either HF rope layout.
+
+    Nested `rope_parameters` (what transformers 5 writes) are read per layer type. A legacy top-level
+    `rope_theta` applies to every layer, as OLMo-core means it; note that transformers 5.x itself reads
+    a legacy `rope_theta` into the full-attention layers only and gives sliding ones its 500,000 default,
+    which is the same thing for every OLMo 3 checkpoint (theta 500,000).
+    """
+    sliding_theta = None
     params = hf.get("rope_parameters")
     if params and isinstance(params.get(FULL), Mapping):
         full, sliding = dict(params[FULL]), dict(params.get(SLIDING) or {})
@@ -142,7 +156,7 @@ def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, YarnConfig 
             raise OlmaxError(f"{where}: rope_parameters.{SLIDING} uses {sliding['rope_type']!r}; OLMo 3 "
                              "scales RoPE on full-attention layers only. Set it to {\"rope_type\": \"default\"}")
         if sliding.get("rope_theta", full.get("rope_theta")) != full.get("rope_theta"):
-            raise OlmaxError(f"{where}: different rope_theta per layer type is not supported")
+            sliding_theta = float(sliding["rope_theta"])
         scaling: Mapping[str, Any] | None = full
     elif params:
         scaling = params
@@ -151,7 +165,7 @@ def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, YarnConfig 
     theta = float(scaling.get("rope_theta", hf.get("rope_theta", 500_000.0)))
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "default":
-        return theta, None
+        return theta, sliding_theta, None
     if kind != "yarn":
         raise OlmaxError(f"{where}: rope type {kind!r} is not supported; OLMo 3 uses default or yarn")
     if scaling.get("mscale") or scaling.get("mscale_all_dim"):
@@ -166,7 +180,7 @@ def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, YarnConfig 
         # it is True for every Olmo3 checkpoint whatever the file says
         truncate=True,
     )
-    return theta, yarn
+    return theta, sliding_theta, yarn
 
 
 def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **overrides: Any) -> ModelConfig:
@@ -186,7 +200,7 @@ def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **override
         raise OlmaxError(f"{where}: missing {missing}; write them into the config (HF class defaults are "
                          "not OLMo 3's)")
     n_heads = int(hf["num_attention_heads"])
-    theta, yarn = _rope_from_hf(hf, where)
+    theta, sliding_theta, yarn = _rope_from_hf(hf, where)
     eos = hf.get("eos_token_id")
     if isinstance(eos, list):
         eos = eos[0] if eos else None
@@ -201,6 +215,7 @@ def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **override
         mlp_hidden=int(hf["intermediate_size"]),
         rms_eps=float(hf.get("rms_norm_eps", 1e-5)),  # HF's class default when absent, as transformers does
         rope_theta=theta,
+        sliding_rope_theta=sliding_theta,
         rope_scaling=yarn,
         sliding_window=hf.get("sliding_window", 4096),
         layer_types=tuple(hf.get("layer_types") or ()),
@@ -220,7 +235,12 @@ def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **override
 
 
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
-    """The HF `config.json` dict for `cfg`, in the legacy rope layout every Olmo3 transformers release reads."""
+    """The HF `config.json` dict for `cfg`.
+
+    RoPE is written twice: nested `rope_parameters` per layer type (read by transformers 5, which would
+    otherwise give sliding layers its default theta) and the legacy `rope_theta` / `rope_scaling` pair
+    that earlier Olmo3 releases read.
+    """
     out: dict[str, Any] = dict(cfg.extra_hf)
     out.update(
         architectures=["Olmo3ForCausalLM"],
@@ -257,4 +277,8 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
                                    original_max_position_embeddings=y.original_max_position_embeddings)
         if y.attention_factor is not None:
             out["rope_scaling"]["attention_factor"] = y.attention_factor
+    out["rope_parameters"] = {
+        FULL: {"rope_type": "default", "rope_theta": cfg.theta(FULL), **(out["rope_scaling"] or {})},
+        SLIDING: {"rope_type": "default", "rope_theta": cfg.theta(SLIDING)},
+    }
     return out

@@ -96,8 +96,8 @@ class Transformer(nnx.Module):
         x_BxLxD = jnp.take(self.embed[...], input_ids_BxL, axis=0).astype(dtype)
         positions_L = jnp.arange(input_ids_BxL.shape[1])
         # YaRN (stage 3) rescales RoPE on the full-attention layers only
-        rope = {SLIDING: rope_tables(positions_L, cfg.head_dim, cfg.rope_theta),
-                FULL: rope_tables(positions_L, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)}
+        rope = {SLIDING: rope_tables(positions_L, cfg.head_dim, cfg.theta(SLIDING)),
+                FULL: rope_tables(positions_L, cfg.head_dim, cfg.theta(FULL), cfg.rope_scaling)}
         graphdef, state = nnx.split(self.blocks)
 
         def run_layer(layer_state: nnx.State, x: jax.Array, layer: int) -> jax.Array:

@@ -39,7 +39,8 @@ def test_32b_and_hd256_presets():
 
 
 @pytest.mark.parametrize("cfg", [olmo3_7b(), olmo3_32b(), olmo3_7b_hd256(), tiny(),
-                                 olmo3_7b(rope_scaling=YarnConfig(), max_position_embeddings=65_536)])
+                                 olmo3_7b(rope_scaling=YarnConfig(), max_position_embeddings=65_536),
+                                 tiny(rope_theta=1e4), tiny(rope_theta=1e4, sliding_rope_theta=2e4)])
 def test_hf_config_round_trip_and_transformers_reads_it(cfg):
     d = to_hf_config(cfg)
     assert from_hf_config(d) == cfg
@@ -48,8 +49,10 @@ def test_hf_config_round_trip_and_transformers_reads_it(cfg):
     assert tuple(hf.layer_types) == cfg.layer_types and hf.sliding_window == cfg.sliding_window
     assert getattr(hf, "head_dim", hf.hidden_size // hf.num_attention_heads) == cfg.head_dim
     full, sliding = hf.rope_parameters[FULL], hf.rope_parameters[SLIDING]
-    assert sliding["rope_type"] == "default" and sliding["rope_theta"] == cfg.rope_theta
+    assert sliding["rope_type"] == "default" and sliding["rope_theta"] == cfg.theta(SLIDING)
     assert full["rope_type"] == ("default" if cfg.rope_scaling is None else "yarn")
+    assert full["rope_theta"] == cfg.theta(FULL)
+    assert from_hf_config(hf.to_dict()) == cfg
 
 
 def test_nested_rope_parameters_are_read():
@@ -69,7 +72,7 @@ def test_nested_rope_parameters_are_read():
     ({"model_type": "llama"}, "model_type"),
     ({"tie_word_embeddings": True}, "untied"),
     ({"attention_bias": True}, "biases"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "not supported"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_parameters": None}, "not supported"),
     ({"num_attention_heads": 5}, "multiple of n_kv_heads"),
 ])
 def test_bad_configs_name_the_file(change, message):
@@ -84,3 +87,13 @@ def test_missing_keys_never_fall_back_to_hf_class_defaults():
     del d["vocab_size"]
     with pytest.raises(OlmaxError, match="vocab_size"):
         from_hf_config(d)
+
+
+def test_per_layer_type_theta_as_transformers_builds_it():
+    # transformers 5 puts a legacy rope_theta kwarg on the full layers only; sliding keep 500,000
+    hf = Olmo3Config(**{k: v for k, v in to_hf_config(tiny()).items()
+                        if k not in ("rope_parameters", "architectures", "model_type", "torch_dtype")} |
+                     {"rope_theta": 1e4})
+    c = from_hf_config(hf.to_dict())
+    assert c.theta(FULL) == hf.rope_parameters[FULL]["rope_theta"]
+    assert c.theta(SLIDING) == hf.rope_parameters[SLIDING]["rope_theta"]
