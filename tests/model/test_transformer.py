@@ -138,3 +138,19 @@ def test_bf16_compute_keeps_fp32_params_and_tracks_fp32():
     a, b = forward(f32, ids), forward(b16, ids)
     assert b.dtype == np.float32
     assert np.mean(a.argmax(-1) == b.argmax(-1)) > 0.9
+
+
+def test_packed_documents_see_only_themselves():
+    # RoPE is relative, so a document packed after another reads the same logits as when alone
+    model = init_model(tiny(), seed=9)
+    ids = np.random.default_rng(9).integers(0, 1000, size=(1, 40))
+    seg = jnp.asarray([[0] * 15 + [1] * 25])
+    packed = nnx.jit(lambda m, x, s: m(x, s))(model, jnp.asarray(ids), seg)
+    alone = forward(model, ids[:, 15:])
+    np.testing.assert_allclose(np.asarray(packed)[:, 15:], alone, atol=COMPOSITE, rtol=COMPOSITE)
+
+
+def test_eager_call_on_numpy_ids():
+    model = init_model(tiny(n_layers=1), seed=10)
+    ids = np.array([[1, 2, 3]])
+    np.testing.assert_allclose(np.asarray(model(ids)), forward(model, ids), atol=1e-6, rtol=1e-6)
