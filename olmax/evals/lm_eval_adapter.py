@@ -166,13 +166,24 @@ class OlmaxLM(TemplateLM):
         return out  # type: ignore[return-value]
 
 
-def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | None = None, include_defaults: bool = True,
-             num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234) -> dict:
-    """Run lm-eval tasks on `lm`; returns lm-eval's results dict (JSON-safe parts)."""
+def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | None = None,
+             include_defaults: bool | None = None, num_fewshot: int | None = None, limit: float | None = None,
+             seed: int = 1234) -> dict:
+    """Run lm-eval tasks on `lm`; returns lm-eval's results dict (JSON-safe parts).
+
+    `include_defaults=None`: lm-eval's built-in tasks are indexed (~8 s) only when `include_path` does not
+    define every task asked for.
+    """
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    tm = TaskManager(include_path=include_path, include_defaults=include_defaults)
+    tm = None
+    if include_path is not None and include_defaults is not True:
+        tm = TaskManager(include_path=include_path, include_defaults=False)
+        if include_defaults is None and any(t not in tm.all_tasks for t in tasks):
+            tm = None
+    if tm is None:
+        tm = TaskManager(include_path=include_path, include_defaults=include_defaults is not False)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
         raise OlmaxError(f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "

