@@ -1,0 +1,252 @@
+"""The experiment config: one frozen dataclass per area, composed, loaded from YAML with dotted overrides.
+
+A config file (`configs/NAME.yaml`, or any path) has one mapping per area: `model` (a preset name from
+`olmax.model.PRESETS` under `preset`, then any `ModelConfig` field), `data`, `optim`, `mesh`,
+`checkpoint`, `train`. Overrides are `area.field=value` strings (OmegaConf dotlist syntax) applied on
+top. Unknown keys are errors that name the file and the key, so a typo never trains silently with a
+default. `dump_yaml` writes the fully resolved config, which `load_config` reads back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from olmax.errors import OlmaxError
+from olmax.model.config import PRESETS, ModelConfig, YarnConfig
+
+CONFIG_DIRS = (Path(__file__).resolve().parents[2] / "configs", Path(__file__).resolve().parents[1] / "configs")
+DEMO_MIX = "demo"  # data.mix value: prepare the embedded stdlib code+prose mix on first use
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which tokens, cut how, in which order (all of it decides the batch stream)."""
+
+    mix: str = DEMO_MIX  # mix file path/URL, or "demo"
+    base_dir: str | None = None  # base for the mix's relative paths (OLMo-core's mix_base_dir)
+    seq_len: int = 8192
+    global_batch_size: int = 512  # sequences per optimizer step, whatever the device count
+    seed: int = 34521
+    order: str = "olmo-core"
+    work_dir: str | None = None  # loader order files; None: $OLMAX_WORK_DIR or the temp dir
+    num_threads: int = 2  # Grain read threads (never changes the stream)
+    prefetch_buffer_size: int = 4
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW + schedule + clipping + skip-step + z-loss (OLMo-core SkipStepAdamW, OLMo 3 values)."""
+
+    lr: float = 3e-4
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1  # not on the embedding (OLMo-core group override "embeddings.weight")
+    max_grad_norm: float = 1.0
+    z_loss: float = 1e-5  # z_loss_multiplier
+    schedule: str = "cosine"  # cosine | half_cosine | linear | constant (OLMo-core *WithWarmup)
+    warmup_steps: int = 2000
+    t_max: int | None = None  # schedule horizon in steps; None: train.steps
+    alpha_f: float = 0.1  # final LR = alpha_f * lr
+    warmup_min_lr: float = 0.0
+    skip_sigma: float = 6.0  # skip a step whose loss or grad norm > mean + 6 std of the window
+    skip_window: int = 128  # rolling_interval_length
+    skip_steps: bool = True
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh axes; -1 means "all devices left". The batch is split over data x fsdp."""
+
+    data: int = 1
+    fsdp: int = -1
+    per_device_batch: int | None = None  # sequences per device per microbatch; None: G / devices
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 1000  # OLMo 3 save_interval
+    keep: int = 3  # newest complete checkpoints kept
+    async_save: bool = True
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000  # absolute optimizer step to train to
+    seed: int = 0  # parameter init and the saved RNG
+    eval_every: int = 0  # held-out eval hook period in steps; 0: never
+    log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
+    peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: a per-device-kind table
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "run"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    model_preset: str = "olmo3_7b"
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def replace(self, **areas: Any) -> ExperimentConfig:
+        return dataclasses.replace(self, **areas)
+
+
+_AREAS = {"data": DataConfig, "optim": OptimConfig, "mesh": MeshConfig, "checkpoint": CheckpointConfig,
+          "train": TrainConfig}
+
+
+def find_config(name_or_path: str) -> Path:
+    """A YAML path as given, or the preset `configs/NAME.yaml`."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise OlmaxError(f"--config {name_or_path}: no such file")
+        return p
+    for d in CONFIG_DIRS:
+        if (d / f"{name_or_path}.yaml").is_file():
+            return d / f"{name_or_path}.yaml"
+    names = sorted({q.stem for d in CONFIG_DIRS if d.is_dir() for q in d.glob("*.yaml")})
+    raise OlmaxError(f"--config {name_or_path}: not a file and not a preset; presets: {', '.join(names)}")
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Convert a YAML/CLI value to the field's type (CLI values may arrive as strings)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
+            return None
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        return tuple(value)
+    try:
+        if hint is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1")
+            return bool(value)
+        if hint is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if hint is float:
+            return float(value)
+        if hint is str:
+            return str(value)
+    except (TypeError, ValueError) as e:
+        raise OlmaxError(f"{where}: {value!r} is not a valid {getattr(hint, '__name__', hint)}") from e
+    return value
+
+
+def _build(cls: type, values: dict, where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise OlmaxError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _build_model(values: dict, where: str) -> tuple[ModelConfig, str]:
+    values = dict(values)
+    preset = values.pop("preset", "olmo3_7b")
+    if preset not in PRESETS:
+        raise OlmaxError(f"{where}.preset: unknown model preset {preset!r}; choose from {', '.join(PRESETS)}")
+    hints = typing.get_type_hints(ModelConfig)
+    names = {f.name for f in dataclasses.fields(ModelConfig)} - {"extra_hf"}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise OlmaxError(f"{where}: unknown model key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    overrides: dict[str, Any] = {}
+    for k, v in values.items():
+        if k == "rope_scaling":
+            overrides[k] = None if v is None else _build(YarnConfig, dict(v), f"{where}.rope_scaling")
+        elif k == "layer_types":
+            overrides[k] = tuple(v or ())
+        else:
+            overrides[k] = _coerce(v, hints[k], f"{where}.{k}")
+    if "n_layers" in overrides and "layer_types" not in overrides:
+        overrides["layer_types"] = ()
+    try:
+        return PRESETS[preset](**overrides), preset
+    except OlmaxError as e:
+        raise OlmaxError(f"{where}: {e}") from e
+
+
+def from_dict(raw: dict, where: str = "config") -> ExperimentConfig:
+    """Build and validate an ExperimentConfig from nested plain dicts."""
+    raw = dict(raw)
+    unknown = sorted(set(raw) - {"name", "model", *_AREAS})
+    if unknown:
+        raise OlmaxError(f"{where}: unknown section(s) {', '.join(unknown)}; valid: name, model, "
+                         f"{', '.join(_AREAS)}")
+    model, preset = _build_model(raw.get("model") or {}, f"{where}: model")
+    areas = {k: _build(cls, dict(raw.get(k) or {}), f"{where}: {k}") for k, cls in _AREAS.items()}
+    cfg = ExperimentConfig(name=str(raw.get("name", "run")), model=model, model_preset=preset, **areas)
+    validate(cfg, where)
+    return cfg
+
+
+def validate(cfg: ExperimentConfig, where: str = "config") -> None:
+    """Cross-field checks that are knowable before touching devices or data."""
+    if cfg.train.steps < 0:
+        raise OlmaxError(f"{where}: train.steps must be >= 0, got {cfg.train.steps}")
+    if cfg.checkpoint.every <= 0 or cfg.checkpoint.keep <= 0:
+        raise OlmaxError(f"{where}: checkpoint.every and checkpoint.keep must be positive")
+    if cfg.optim.schedule not in ("cosine", "half_cosine", "linear", "constant"):
+        raise OlmaxError(f"{where}: optim.schedule {cfg.optim.schedule!r}; use cosine, half_cosine, linear "
+                         "or constant")
+    if cfg.data.seq_len > cfg.model.max_position_embeddings and cfg.model.rope_scaling is None:
+        raise OlmaxError(f"{where}: data.seq_len {cfg.data.seq_len} exceeds model.max_position_embeddings "
+                         f"{cfg.model.max_position_embeddings}; raise it or add rope_scaling")
+    if cfg.data.global_batch_size <= 0:
+        raise OlmaxError(f"{where}: data.global_batch_size must be positive")
+
+
+def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = find_config(name_or_path)
+    try:
+        base = OmegaConf.load(path)
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        raise OlmaxError(f"{path}: cannot read config: {e}") from e
+    bad = [o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"]
+    if bad:
+        raise OlmaxError(f"override {bad[0]!r}: write overrides as area.key=value, e.g. optim.lr=1e-3")
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
+        raw = OmegaConf.to_container(merged, resolve=True)
+    except OmegaConfBaseException as e:
+        raise OlmaxError(f"{path}: {e}") from e
+    return from_dict(raw or {}, where=str(path))
+
+
+def to_dict(cfg: ExperimentConfig) -> dict:
+    """The resolved config as plain data (round-trips through `from_dict`)."""
+    model = dataclasses.asdict(cfg.model)
+    model.pop("extra_hf")
+    model["layer_types"] = list(cfg.model.layer_types)
+    out: dict[str, Any] = {"name": cfg.name, "model": {"preset": cfg.model_preset, **model}}
+    for k in _AREAS:
+        out[k] = dataclasses.asdict(getattr(cfg, k))
+    return out
+
+
+def dump_yaml(cfg: ExperimentConfig) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))

@@ -1,0 +1,68 @@
+"""The trainer's data: open the configured mix (preparing the embedded demo mix on first use) as a Loader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from olmax.data.loader import Loader, LoaderConfig
+from olmax.errors import OlmaxError
+from olmax.train.config import DEMO_MIX, DataConfig
+
+
+def demo_mix_dir(work_dir: str | None) -> Path:
+    from olmax.data.order import default_work_dir
+
+    return Path(work_dir or default_work_dir()) / "demo-mix"
+
+
+def prepare_demo_mix(out: Path) -> Path:
+    """The stdlib code+prose mix `olmax demo` builds, tokenized with dolma2; reused when present."""
+    mix = out / "shards" / "mix.txt"
+    if mix.is_file():
+        return mix
+    from olmax.cli import main
+    from olmax.demo import _write_raw
+
+    out.mkdir(parents=True, exist_ok=True)
+    if main(["assets", "fetch"]):
+        raise OlmaxError("preparing the demo mix: `olmax assets fetch` failed (see above)")
+    code, prose = _write_raw(out, 400)
+    spec = out / "mix.yaml"
+    spec.write_text(f"sources:\n  code:\n    paths: [\"{code}\"]\n    ratio: 0.75\n"
+                    f"  prose:\n    paths: [\"{prose}\"]\n    ratio: 0.25\n    max_repetition: 2\n")
+    rc = main(["data", "prepare", "--tokenizer", "dolma2", "--out", str(out / "shards"), "--mix-spec", str(spec),
+               "--workers", "2", "--shard-size", "2MB"])
+    if rc or not mix.is_file():
+        raise OlmaxError(f"preparing the demo mix in {out} failed (exit {rc}); delete the folder and rerun")
+    return mix
+
+
+def resolve_mix(cfg: DataConfig, override: str | None = None) -> str:
+    """The mix file to read: --mix, else data.mix, where "demo" prepares the embedded mix (primary process)."""
+    mix = override or cfg.mix
+    if mix != DEMO_MIX:
+        return mix
+    import jax
+
+    path = demo_mix_dir(cfg.work_dir) / "shards" / "mix.txt"
+    if jax.process_index() == 0:
+        prepare_demo_mix(path.parent.parent)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("olmax demo mix prepared")
+    return str(path)
+
+
+def open_loader(cfg: DataConfig, mix: str) -> Loader:
+    """This process's Loader over `mix` at the config's sequence length, batch and seed."""
+    from olmax.data.index import open_index
+
+    if not (mix.startswith(("http://", "https://", "gs://", "s3://")) or os.path.exists(mix)):
+        raise OlmaxError(f"data.mix {mix}: no such file; pass --mix PATH or data.mix=PATH")
+    index = open_index(mix, cfg.seq_len, base_dir=cfg.base_dir)
+    lcfg = LoaderConfig(seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
+                        order=cfg.order, work_dir=cfg.work_dir, num_threads=cfg.num_threads,
+                        prefetch_buffer_size=cfg.prefetch_buffer_size)
+    return Loader(index, lcfg)

@@ -1,0 +1,169 @@
+"""OLMo 3's optimizer: AdamW with the skip-step rule, global-norm clipping, LR schedules, z-loss CE.
+
+Each piece mirrors OLMo-core (v3.0.0) arithmetic, written for JAX:
+- schedules: `CosWithWarmup`, `HalfCosWithWarmup`, `LinearWithWarmup`, `ConstantWithWarmup`
+  (`olmo_core/optim/scheduler.py`), evaluated at the global step (skipped steps still advance it);
+- clipping: torch `clip_grads_with_norm_` (coefficient max_norm / (norm + 1e-6), capped at 1);
+- `SkipStepAdamW` (`olmo_core/optim/adamw.py`): a step whose CE loss or pre-clip grad norm exceeds the
+  mean of the previous (up to) 128 values by 6 unbiased standard deviations leaves params, moments and
+  the Adam step count untouched; the rule is live once 64 values (the current one included) exist;
+- weight decay is decoupled (p <- p - lr * wd * p) and masked off the embedding.
+Everything here is a pure function of its inputs, so a resumed run recomputes the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from olmax.train.config import OptimConfig
+
+CLIP_EPS = 1e-6  # torch.nn.utils.clip_grads_with_norm_
+
+
+# ----- learning-rate schedules (step -> lr), valid for Python ints and traced int arrays -----
+
+def _where(c, a, b):
+    return jnp.where(c, a, b) if isinstance(c, jax.Array) else (a if c else b)
+
+
+def _cos(x):
+    return jnp.cos(x) if isinstance(x, jax.Array) else math.cos(x)
+
+
+def _warmup(peak: float, step, warmup: int, min_lr: float):
+    return min_lr + (peak - min_lr) * (jnp.minimum(step, warmup) if isinstance(step, jax.Array)
+                                        else min(step, warmup)) / max(warmup, 1)
+
+
+def learning_rate(cfg: OptimConfig, step, t_max: int):
+    """LR at global step `step` (0-based: the step about to be taken) under `cfg.schedule`."""
+    lr, warmup, eta_min = cfg.lr, cfg.warmup_steps, cfg.lr * cfg.alpha_f
+    t_max = cfg.t_max if cfg.t_max is not None else t_max
+    if isinstance(step, jax.Array):
+        step = step.astype(jnp.float32)
+    if cfg.schedule == "constant":
+        return _where(step < warmup, _warmup(lr, step, warmup, cfg.warmup_min_lr), lr)
+    span = max(t_max - warmup, 1)
+    current = step - warmup
+    if cfg.schedule == "cosine":
+        decayed = eta_min + (lr - eta_min) * (1 + _cos(math.pi * current / span)) / 2
+        head = _warmup(lr, step, warmup, cfg.warmup_min_lr)
+    elif cfg.schedule == "half_cosine":
+        # the second half of a cosine whose first half ended at `warmup` (OLMo 3 stage 1 part 2);
+        # the "warmup" ramps to the cosine's midpoint, as OLMo-core's HalfCosWithWarmup does
+        decayed = eta_min + (lr - eta_min) * (1 + _cos(math.pi * (current + span) / (2 * span))) / 2
+        head = _warmup(eta_min + (lr - eta_min) / 2, step, warmup, cfg.warmup_min_lr)
+    elif cfg.schedule == "linear":
+        decayed = lr - (lr - eta_min) * (current / span)
+        head = _warmup(lr, step, warmup, cfg.warmup_min_lr)
+    else:
+        raise ValueError(f"unknown schedule {cfg.schedule!r}")
+    return _where(step < warmup, head, _where(step >= t_max, eta_min, decayed))
+
+
+# ----- loss -----
+
+def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float, vocab_size: int | None = None
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Summed CE and z-loss terms over labels = inputs shifted left (last position ignored), and the count.
+
+    `logits_BxLxV` may cover a padded vocabulary: columns >= `vocab_size` are masked out of the softmax,
+    so the loss is over the real vocabulary (what `to_hf` exports). Every position is computed and the
+    last one weighted 0, which avoids copying the (B, L, V) logits. Returns (sum of CE, sum of
+    z_loss * logsumexp^2, number of predicted tokens), fp32, so microbatches add before one division
+    by the global token count (OLMo-core normalizes that way).
+    """
+    b, seq, v = logits_BxLxV.shape
+    logits = logits_BxLxV.astype(jnp.float32)
+    if vocab_size is not None and vocab_size < v:
+        logits = jnp.where(jnp.arange(v) < vocab_size, logits, jnp.finfo(jnp.float32).min)
+    labels_BxL = jnp.concatenate([input_ids_BxL[:, 1:], jnp.zeros((b, 1), input_ids_BxL.dtype)], axis=1)
+    weight_1xL = (jnp.arange(seq) < seq - 1).astype(jnp.float32)[None, :]
+    lse_BxL = jax.nn.logsumexp(logits, axis=-1)
+    label_logit_BxL = jnp.take_along_axis(logits, labels_BxL[..., None], axis=-1)[..., 0]
+    ce = jnp.sum((lse_BxL - label_logit_BxL) * weight_1xL)
+    z = z_loss * jnp.sum(jnp.square(lse_BxL) * weight_1xL)
+    return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
+
+
+# ----- AdamW with skip-step -----
+
+def decay_mask(params: dict) -> dict:
+    """True where weight decay applies: every parameter but the token embedding."""
+    return {k: jax.tree.map(lambda _, decay=(k != "embed"): decay, v) for k, v in params.items()}
+
+
+def init_opt_state(params: dict, window: int) -> dict:
+    """Moments (fp32, shaped like params), the Adam step count, and the skip-step history."""
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    return {"mu": zeros, "nu": jax.tree.map(jnp.copy, zeros), "count": jnp.zeros((), jnp.float32),
+            "skip": {"loss": jnp.zeros((window,), jnp.float32), "grad_norm": jnp.zeros((window,), jnp.float32),
+                     "n": jnp.zeros((), jnp.int32)}}
+
+
+def global_norm(tree: Any) -> jax.Array:
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
+def _mean_std(hist: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mean and unbiased std (torch.std_mean) of the valid entries of a ring buffer."""
+    k = jnp.sum(valid).astype(jnp.float32)
+    mean = jnp.sum(jnp.where(valid, hist, 0.0)) / jnp.maximum(k, 1.0)
+    var = jnp.sum(jnp.where(valid, jnp.square(hist - mean), 0.0)) / jnp.maximum(k - 1.0, 1.0)
+    return mean, jnp.sqrt(var)
+
+
+def skip_decision(skip: dict, loss: jax.Array, grad_norm: jax.Array, cfg: OptimConfig
+                  ) -> tuple[jax.Array, dict]:
+    """(step_factor 1.0 or 0.0, updated history) for this step's CE loss and pre-clip grad norm."""
+    window = skip["loss"].shape[0]
+    n = skip["n"]
+    valid = jnp.arange(window) < jnp.minimum(n, window)
+    loss_mean, loss_std = _mean_std(skip["loss"], valid)
+    gn_mean, gn_std = _mean_std(skip["grad_norm"], valid)
+    ok = jnp.logical_and(loss - loss_mean <= cfg.skip_sigma * loss_std,
+                         grad_norm - gn_mean <= cfg.skip_sigma * gn_std)
+    # OLMo-core: inactive while fewer than max(2, window // 2) values (the current one included) exist
+    active = (n + 1 >= max(2, window // 2)) & cfg.skip_steps
+    factor = jnp.where(active, ok, True).astype(jnp.float32)
+    slot = n % window
+    new = {"loss": skip["loss"].at[slot].set(loss), "grad_norm": skip["grad_norm"].at[slot].set(grad_norm),
+           "n": n + 1}
+    return factor, new
+
+
+def adamw_update(params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: OptimConfig
+                 ) -> tuple[dict, dict, jax.Array]:
+    """Clip, then one AdamW step; returns (params, moments+count, pre-clip grad norm). No skip logic."""
+    grad_norm = global_norm(grads)
+    coef = jnp.minimum(cfg.max_grad_norm / (grad_norm + CLIP_EPS), 1.0)
+    grads = jax.tree.map(lambda g: g.astype(jnp.float32) * coef, grads)
+    count = opt["count"] + 1.0
+    bc1 = 1.0 - cfg.b1 ** count
+    bc2 = 1.0 - cfg.b2 ** count
+    mu = jax.tree.map(lambda m, g: cfg.b1 * m + (1.0 - cfg.b1) * g, opt["mu"], grads)
+    nu = jax.tree.map(lambda v, g: cfg.b2 * v + (1.0 - cfg.b2) * jnp.square(g), opt["nu"], grads)
+
+    def step(p, m, v, decay):
+        wd = cfg.weight_decay if decay else 0.0
+        update = (m / bc1) / (jnp.sqrt(v) / jnp.sqrt(bc2) + cfg.eps)
+        return (p * (1.0 - lr * wd) - lr * update).astype(p.dtype)
+
+    new_params = jax.tree.map(step, params, mu, nu, decay_mask(params))
+    return new_params, {**opt, "mu": mu, "nu": nu, "count": count}, grad_norm
+
+
+def apply_update(params: dict, grads: dict, opt: dict, lr: jax.Array, loss: jax.Array, cfg: OptimConfig
+                 ) -> tuple[dict, dict, dict[str, jax.Array]]:
+    """AdamW + skip-step: a skipped step keeps params, moments and count, but records its loss/norm."""
+    new_params, new_opt, grad_norm = adamw_update(params, grads, opt, lr, cfg)
+    factor, skip = skip_decision(opt["skip"], loss, grad_norm, cfg)
+    keep = factor > 0
+    params = jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_params, params)
+    kept = jax.tree.map(lambda new, old: jnp.where(keep, new, old),
+                        {k: new_opt[k] for k in ("mu", "nu", "count")}, {k: opt[k] for k in ("mu", "nu", "count")})
+    return params, {**kept, "skip": skip}, {"grad_norm": grad_norm, "skipped": 1.0 - factor}

@@ -1,0 +1,100 @@
+"""The jitted train step: microbatched loss and gradients, AdamW + skip-step, metrics.
+
+Contract. `state` is a plain pytree {params, opt, step, rng}; the step is a pure function of
+(state, global batch), compiled once for a given mesh, so an uninterrupted run and a run restored
+from a checkpoint of the same state compute bit-identical results on the same device layout. The
+CE loss is the mean over all G * (L - 1) predicted tokens of the global batch, accumulated over
+microbatches as sums and divided once (OLMo-core normalizes by the batch's token count the same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from olmax.model.config import ModelConfig
+from olmax.model.transformer import Transformer
+from olmax.train.config import OptimConfig
+from olmax.train.mesh import BATCH_AXES, batch_sharding, replicated, state_shardings
+from olmax.train.optim import apply_update, cross_entropy, init_opt_state, learning_rate
+
+
+def model_graphdef(cfg: ModelConfig) -> tuple[Any, dict]:
+    """(graphdef, abstract params as a plain dict of ShapeDtypeStructs), without allocating weights."""
+    abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+    graphdef, params = nnx.split(abstract)
+    return graphdef, params.to_pure_dict()
+
+
+def init_state(model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> dict:
+    """A fresh train state (unsharded; call under jit with out_shardings to place it)."""
+    model = Transformer(model_cfg, rngs=nnx.Rngs(seed))
+    params = nnx.split(model)[1].to_pure_dict()
+    return {"params": params, "opt": init_opt_state(params, optim_cfg.skip_window),
+            "step": jnp.zeros((), jnp.int32), "rng": jax.random.key_data(jax.random.key(seed))}
+
+
+def abstract_state(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh) -> tuple[Any, Any]:
+    """(ShapeDtypeStructs with shardings for the train state, the shardings tree)."""
+    shapes = jax.eval_shape(lambda: init_state(model_cfg, optim_cfg, 0))
+    shardings = state_shardings(shapes, mesh)
+    abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    return abstract, shardings
+
+
+def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: int) -> dict:
+    """Initialise the train state directly in its FSDP shards."""
+    _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
+    return jax.jit(lambda: init_state(model_cfg, optim_cfg, seed), out_shardings=shardings)()
+
+
+def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, *, n_micro: int,
+                    per_device_batch: int, t_max: int) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
+    """jit(step)(state, batch_GxL) -> (state, metrics); microbatch j takes b rows of every device."""
+    graphdef, _ = model_graphdef(model_cfg)
+    _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
+    n_devices = mesh.size
+    micro_sharding = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
+
+    def loss_fn(params: dict, ids_BxL: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        model = nnx.merge(graphdef, params)
+        ce, z, _ = cross_entropy(model(ids_BxL), ids_BxL, optim_cfg.z_loss)
+        return ce + z, (ce, z)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(state: dict, batch_GxL: jax.Array) -> tuple[dict, dict]:
+        g_rows, seq = batch_GxL.shape
+        params = state["params"]
+        # device k holds rows [k*G/D, (k+1)*G/D); microbatch j takes rows j*b..j*b+b-1 of each device
+        ids_MxBxL = batch_GxL.reshape(n_devices, n_micro, per_device_batch, seq).swapaxes(0, 1)
+        ids_MxBxL = jax.lax.with_sharding_constraint(
+            ids_MxBxL.reshape(n_micro, n_devices * per_device_batch, seq), micro_sharding)
+        if n_micro == 1:
+            (_, (ce, z)), grads = grad_fn(params, ids_MxBxL[0])
+        else:
+            def accumulate(carry, ids_BxL):
+                g_acc, ce_acc, z_acc = carry
+                (_, (ce, z)), g = grad_fn(params, ids_BxL)
+                return (jax.tree.map(jnp.add, g_acc, g), ce_acc + ce, z_acc + z), None
+
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            zero = jnp.zeros((), jnp.float32)
+            (grads, ce, z), _ = jax.lax.scan(accumulate, (zeros, zero, zero), ids_MxBxL)
+        n_tokens = float(g_rows * (seq - 1))
+        grads = jax.tree.map(lambda g: g / n_tokens, grads)
+        loss, z_loss = ce / n_tokens, z / n_tokens
+        lr = learning_rate(optim_cfg, state["step"], t_max)
+        new_params, new_opt, info = apply_update(params, grads, state["opt"], lr, loss, optim_cfg)
+        new_state = {"params": new_params, "opt": new_opt, "step": state["step"] + 1, "rng": state["rng"]}
+        metrics = {"loss": loss, "z_loss": z_loss, "lr": jnp.asarray(lr, jnp.float32), **info}
+        return new_state, metrics
+
+    metric_sharding = {k: replicated(mesh) for k in ("loss", "z_loss", "lr", "grad_norm", "skipped")}
+    return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
+                   out_shardings=(shardings, metric_sharding), donate_argnums=(0,))

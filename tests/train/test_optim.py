@@ -1,0 +1,169 @@
+"""Optimizer pieces against hand values and against OLMo-core's own torch implementations."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from olmax.train.config import OptimConfig
+from olmax.train.optim import (
+    adamw_update,
+    apply_update,
+    cross_entropy,
+    decay_mask,
+    init_opt_state,
+    learning_rate,
+    skip_decision,
+)
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def test_schedules_hand_values():
+    cos = OptimConfig(lr=1.0, schedule="cosine", warmup_steps=10, alpha_f=0.1)
+    assert learning_rate(cos, 0, 110) == 0.0
+    assert learning_rate(cos, 5, 110) == 0.5
+    assert learning_rate(cos, 10, 110) == 1.0
+    assert learning_rate(cos, 60, 110) == pytest.approx(0.55)  # halfway: (1 + 0.1) / 2
+    assert learning_rate(cos, 110, 110) == pytest.approx(0.1)
+    assert learning_rate(cos, 500, 110) == pytest.approx(0.1)
+    half = OptimConfig(lr=1.0, schedule="half_cosine", warmup_steps=10, alpha_f=0.1)
+    assert learning_rate(half, 5, 110) == pytest.approx(0.275)  # ramps to the cosine's midpoint 0.55
+    assert learning_rate(half, 10, 110) == pytest.approx(0.55)
+    assert learning_rate(half, 60, 110) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 0.75)) / 2)
+    assert learning_rate(half, 110, 110) == pytest.approx(0.1)
+    lin = OptimConfig(lr=2.0, schedule="linear", warmup_steps=0, alpha_f=0.0)
+    assert [learning_rate(lin, s, 4) for s in range(6)] == [2.0, 1.5, 1.0, 0.5, 0.0, 0.0]
+    const = OptimConfig(lr=1.0, schedule="constant", warmup_steps=4)
+    assert [learning_rate(const, s, 9) for s in (0, 2, 4, 100)] == [0.0, 0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("cosine", dict(warmup_steps=2000, alpha_f=0.1)),
+    ("half_cosine", dict(warmup_steps=597_046, alpha_f=0.1)),
+    ("linear", dict(warmup_steps=200, alpha_f=0.0)),
+])
+def test_schedules_match_olmo_core(name, kwargs):
+    from olmo_core.optim import CosWithWarmup, HalfCosWithWarmup, LinearWithWarmup
+
+    ref = {"cosine": CosWithWarmup, "half_cosine": HalfCosWithWarmup, "linear": LinearWithWarmup}[name](
+        warmup=kwargs["warmup_steps"], alpha_f=kwargs["alpha_f"])
+    cfg = OptimConfig(lr=3e-4, schedule=name, **kwargs)
+    t_max = 1_668_931 if name == "half_cosine" else 1_192_093
+    for step in (0, 1, 199, 200, 1999, 2000, 2001, 500_000, 597_045, 597_046, 600_000, t_max - 1, t_max,
+                 t_max + 5):
+        want = ref.get_lr(3e-4, step, t_max)
+        assert learning_rate(cfg, step, t_max) == pytest.approx(want, rel=1e-12, abs=1e-15), step
+        traced = float(jax.jit(lambda s: learning_rate(cfg, s, t_max))(jnp.int32(step)))
+        assert traced == pytest.approx(want, rel=2e-6, abs=1e-10), step  # fp32 step arithmetic
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    return {"embed": jnp.asarray(rng.normal(size=(6, 4)), jnp.float32),
+            "blocks": {"w": jnp.asarray(rng.normal(size=(2, 4, 3)), jnp.float32)},
+            "lm_head": jnp.asarray(rng.normal(size=(4, 6)), jnp.float32)}
+
+
+def test_decay_mask_spares_only_the_embedding():
+    assert decay_mask(_params()) == {"embed": False, "blocks": {"w": True}, "lm_head": True}
+
+
+def test_adamw_matches_olmo_core_two_steps():
+    """Two steps of olmax AdamW (with clipping) vs OLMo-core's adamw_step on torch tensors."""
+    from olmo_core.optim.adamw import adamw_step
+
+    cfg = OptimConfig(lr=1e-2, weight_decay=0.1, max_grad_norm=1.0)
+    params = _params()
+    opt = init_opt_state(params, 8)
+    rng = np.random.default_rng(1)
+    names = ["embed", "blocks.w", "lm_head"]
+    flat = lambda t: [t["embed"], t["blocks"]["w"], t["lm_head"]]  # noqa: E731
+    ref_p = [torch.tensor(np.asarray(p)) for p in flat(params)]
+    ref_m = [torch.zeros_like(p) for p in ref_p]
+    ref_v = [torch.zeros_like(p) for p in ref_p]
+    ref_steps = [torch.zeros(()) for _ in ref_p]
+    for _ in range(2):
+        grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape) * 3, jnp.float32), params)
+        params, opt, norm = adamw_update(params, grads, opt, jnp.float32(cfg.lr), cfg)
+        g = [torch.tensor(np.asarray(x)) for x in flat(grads)]
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(x) for x in g]))
+        assert float(norm) == pytest.approx(float(total), rel=1e-6)
+        coef = min(1.0, 1.0 / (float(total) + 1e-6))
+        for i, name in enumerate(names):
+            adamw_step(ref_p[i], g[i] * coef, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+                       weight_decay=0.0 if name == "embed" else 0.1, exp_avg=ref_m[i], exp_avg_sq=ref_v[i],
+                       step=ref_steps[i], step_factor=torch.tensor(1.0))
+    for got, want in zip(flat(params), ref_p):
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-5, atol=1e-7)
+    assert float(opt["count"]) == 2.0
+
+
+def test_first_adam_step_is_sign_times_lr():
+    """Hand value: step 1 moves each weight by lr * g / (|g| + eps), plus decoupled decay."""
+    cfg = OptimConfig(lr=0.1, weight_decay=0.5, max_grad_norm=1e9)
+    params = {"embed": jnp.ones((2,)), "w": jnp.ones((2,))}
+    grads = {"embed": jnp.asarray([2.0, -3.0]), "w": jnp.asarray([4.0, -0.5])}
+    new, _, _ = adamw_update(params, grads, init_opt_state(params, 4), jnp.float32(0.1), cfg)
+    np.testing.assert_allclose(np.asarray(new["embed"]), [0.9, 1.1], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(new["w"]), [1 - 0.05 - 0.1, 1 - 0.05 + 0.1], rtol=1e-6)
+
+
+def test_skip_rule_matches_olmo_core():
+    """Step factors over a long series with spikes equal OLMo-core's SkipStepOptimizer's."""
+    from olmo_core.optim.skip_step_optimizer import SkipStepOptimizer
+
+    cfg = OptimConfig(skip_window=16)  # active once 8 values exist
+    ref = SkipStepOptimizer([torch.nn.Parameter(torch.zeros(1))], {}, rolling_interval_length=16,
+                            sigma_factor=6)
+    rng = np.random.default_rng(3)
+    hist = init_opt_state({"w": jnp.zeros(1)}, 16)["skip"]
+    decisions = []
+    for t in range(60):
+        loss = np.float32(3.0 + 0.01 * rng.normal() + (5.0 if t in (5, 20, 41) else 0.0))
+        norm = np.float32(1.0 + 0.01 * rng.normal() + (9.0 if t in (30, 50) else 0.0))
+        ref.latest_loss = torch.tensor(loss)
+        ref.latest_grad_norm = torch.tensor(norm)
+        want = float(ref.get_step_factor())
+        got, hist = skip_decision(hist, jnp.float32(loss), jnp.float32(norm), cfg)
+        assert float(got) == want, t
+        decisions.append(want)
+    # t=5 comes before the rule is live and, still in the window, widens the loss std enough that
+    # the t=20 spike passes; the later spikes are skipped
+    assert [t for t, d in enumerate(decisions) if d == 0.0] == [30, 41, 50]
+
+
+def test_skipped_step_keeps_params_and_moments():
+    cfg = OptimConfig(lr=0.1, skip_window=4)
+    params = {"embed": jnp.ones((3,)), "w": jnp.ones((3,))}
+    opt = init_opt_state(params, 4)
+    grads = jax.tree.map(lambda p: jnp.full(p.shape, 0.1), params)
+    for loss in (1.0, 1.0, 1.0):  # equal losses and grad norms: std 0, nothing exceeds
+        params, opt, info = apply_update(params, grads, opt, jnp.float32(0.1), jnp.float32(loss), cfg)
+        assert float(info["skipped"]) == 0.0
+    before = (params, opt)
+    params, opt, info = apply_update(params, grads, opt, jnp.float32(0.1), jnp.float32(50.0), cfg)
+    assert float(info["skipped"]) == 1.0
+    for a, b in zip(jax.tree.leaves((params, {k: opt[k] for k in ("mu", "nu", "count")})),
+                    jax.tree.leaves((before[0], {k: before[1][k] for k in ("mu", "nu", "count")}))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(opt["skip"]["n"]) == 4  # the skipped step's loss still enters the history, as in OLMo-core
+
+
+def test_cross_entropy_and_z_loss_hand_values():
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5)), jnp.float32)
+    ids = jnp.asarray([[1, 4, 2], [0, 3, 3]], jnp.int32)
+    ce, z, n = cross_entropy(logits, ids, 1e-4)
+    lg = np.asarray(logits, np.float64)
+    lse = np.log(np.exp(lg).sum(-1))
+    want_ce = sum(lse[b, t] - lg[b, t, ids[b, t + 1]] for b in range(2) for t in range(2))
+    assert float(n) == 4
+    assert float(ce) == pytest.approx(want_ce, rel=1e-6)
+    assert float(z) == pytest.approx(1e-4 * (lse[:, :2] ** 2).sum(), rel=1e-6)
+    # padded vocabulary columns are excluded from the softmax
+    padded = jnp.concatenate([logits, jnp.full((2, 3, 3), 7.0)], axis=-1)
+    ce_p, z_p, _ = cross_entropy(padded, ids, 1e-4, vocab_size=5)
+    assert float(ce_p) == pytest.approx(float(ce), rel=1e-6) and float(z_p) == pytest.approx(float(z), rel=1e-6)
