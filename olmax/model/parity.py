@@ -117,11 +117,21 @@ def run_parity(checkpoint: str | os.PathLike, seq_len: int | None = None, dtype:
     else:
         text = default_text(8 * seq_len)
     ids_L, how = tokenize(text, checkpoint, int(hf_cfg["vocab_size"]), seq_len)
-    stats = compare_logits(hf_logits(checkpoint, ids_L, hf_dtype), olmax_logits(checkpoint, ids_L, dtype))
+    ref_LxV = hf_logits(checkpoint, ids_L, hf_dtype)
+    stats = compare_logits(ref_LxV, olmax_logits(checkpoint, ids_L, dtype))
     limits = THRESHOLDS[dtype]
     passed = stats["mean_kl"] <= limits["max_mean_kl"] and stats["top1_agreement"] >= limits["min_top1"]
-    return {"checkpoint": str(checkpoint), "seq_len": seq_len, "dtype": dtype, "hf_dtype": hf_dtype,
-            "window": window, "tokens": how, **stats, "thresholds": limits, "passed": bool(passed)}
+    report = {"checkpoint": str(checkpoint), "seq_len": seq_len, "dtype": dtype, "hf_dtype": hf_dtype,
+              "window": window, "tokens": how, **stats, "thresholds": limits}
+    if dtype == "bfloat16" and hf_dtype == "float32":
+        # transformers' own bf16 error against the same fp32 reference: on near-uniform (e.g. step-0)
+        # logits top-1 is mostly ties, so olmax also passes by being no worse than transformers in bf16
+        base = compare_logits(ref_LxV, hf_logits(checkpoint, ids_L, "bfloat16"))
+        report["hf_bf16_baseline"] = base
+        passed = passed or (stats["mean_kl"] <= base["mean_kl"]
+                            and stats["top1_agreement"] >= base["top1_agreement"])
+    report["passed"] = bool(passed)
+    return report
 
 
 def write_report(report: dict, out: str | os.PathLike) -> None:
@@ -144,5 +154,10 @@ def print_report(report: dict, file=None) -> None:
           f"top-1 {100 * report['top1_agreement']:.2f}%  max |dlogit| {report['max_abs_logit_diff']:.3e}",
           file=file)
     t = report["thresholds"]
-    print(f"  {'PASS' if report['passed'] else 'FAIL'} (mean KL <= {t['max_mean_kl']:g}, "
-          f"top-1 >= {100 * t['min_top1']:g}%)", file=file)
+    rule = f"mean KL <= {t['max_mean_kl']:g} and top-1 >= {100 * t['min_top1']:g}%"
+    if "hf_bf16_baseline" in report:
+        base = report["hf_bf16_baseline"]
+        print(f"  transformers bf16 vs its fp32: mean KL {base['mean_kl']:.3e}  top-1 "
+              f"{100 * base['top1_agreement']:.2f}%  max |dlogit| {base['max_abs_logit_diff']:.3e}", file=file)
+        rule += ", or no worse than transformers bf16 on both"
+    print(f"  {'PASS' if report['passed'] else 'FAIL'} ({rule})", file=file)

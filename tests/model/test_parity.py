@@ -68,6 +68,19 @@ def test_drift_fails_with_exit_1(checkpoint, monkeypatch):
     assert main(["model", "parity", "--hf", str(checkpoint)]) == 1
 
 
+@pytest.mark.parametrize("ours_noise, passed", [(0.5, True), (2.0, False)])
+def test_bf16_rule_compares_with_transformers_own_bf16(checkpoint, monkeypatch, ours_noise, passed):
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(48, 1000)).astype(np.float32)
+    noise = rng.normal(size=ref.shape).astype(np.float32) * 0.05
+    fake_hf = {"float32": ref, "bfloat16": ref + noise}  # transformers' own bf16 error
+    monkeypatch.setattr(parity, "hf_logits", lambda ck, ids, dtype: fake_hf[dtype])
+    monkeypatch.setattr(parity, "olmax_logits", lambda ck, ids, dtype: ref + ours_noise * noise)
+    report = run_parity(checkpoint, dtype="bfloat16")
+    assert report["top1_agreement"] < 0.9875  # fails the fixed bar either way
+    assert report["passed"] is passed
+
+
 def test_short_text_is_an_error(checkpoint, tmp_path, capsys):
     text = tmp_path / "short.txt"
     text.write_text("too short")
