@@ -5,6 +5,10 @@ pure function of the parameters and inputs (no dropout, no state), so it is dete
 Parameters are fp32; activations run in `cfg.dtype`. Layer parameters are stacked on a leading axis
 (n_layers, ...); the forward pass scans over groups of `cfg.scan_group` layers, one period of the
 sliding/full pattern, so each layer's window stays static and compile time does not grow with depth.
+`segment_ids_BxL` (optional) masks attention to the query's own document; RoPE positions stay 0..L-1,
+which is the same thing for attention since RoPE scores depend only on relative position.
+Written in Flax NNX: modules hold their parameters as plain attributes, so HF conversion is a copy into
+a dict of arrays and any layer can be pulled out and run on its own (`Transformer.layer(i)`).
 """
 
 from __future__ import annotations
