@@ -50,7 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "columns step,loss[,<heldout set>...]")
     m.add_argument("--exposure", default=None, help="exposure file (.npz or .json; see olmax/evals/exposure.py)"
                    "; default DIR/exposure.npz or DIR/exposure.json when present")
-    m.add_argument("--checkpoint", default=None, help="model for checks 1 and 4 (HF or olmax dir)")
+    m.add_argument("--checkpoint", default=None, help="model for checks 1 and 4 (HF or olmax dir); default: "
+                   "the newest Orbax checkpoint in DIR/checkpoints")
+    m.add_argument("--step", type=int, default=None, help="which DIR/checkpoints step (default: the newest)")
+    m.add_argument("--no-replay", action="store_true", help="without --exposure, do not replay the run's "
+                   "loader to count exposures (checks 1 and 4 are then skipped)")
     m.add_argument("--mix", default=None, help="mix file to read instance tokens when the exposure file has none")
     m.add_argument("--base-dir", default=None, help="base dir for relative paths in --mix")
     m.add_argument("--per-stratum", type=int, default=64, help="instances scored per exposure stratum")

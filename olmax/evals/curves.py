@@ -1,7 +1,9 @@
 """Loss curves of a run (DIR/metrics.jsonl) or a reference (another run, or a CSV of a published curve).
 
-metrics.jsonl holds train records `{"step", "loss", ...}` and held-out records from `run_heldout`
-(`{"kind": "heldout", "step", "eval", "subset", "ce", ...}`); only subset "all" is read here. A CSV has a
+metrics.jsonl holds train records `{"step", "loss", ...}` and held-out results in either of two shapes:
+keys `eval/<set>/ce` inside a train record (what `olmax train`'s eval hook writes, see hook.py), or
+separate records from `run_heldout` (`{"kind": "heldout", "step", "eval", "subset", "ce", ...}`, what
+`eval heldout --append-metrics` writes). Only whole sets are read here, not their clean subsets. A CSV has a
 header with `step` and `loss` (train loss) and optionally one column per held-out set, named as the set
 or `heldout/<set>`; empty cells are skipped.
 """
@@ -61,9 +63,16 @@ def read_run(run_dir: str | Path) -> Curves:
                 s, v = held.setdefault(str(r["eval"]), ([], []))
                 s.append(step)
                 v.append(r["ce"])
-        elif r.get("loss") is not None:
+            continue
+        if r.get("loss") is not None:
             train_s.append(step)
             train_l.append(r["loss"])
+        for key, value in r.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "eval" and parts[2] == "ce" and value is not None:
+                s, v = held.setdefault(parts[1], ([], []))
+                s.append(step)
+                v.append(value)
     ts, tl = _sorted(train_s, train_l)
     return Curves(str(path), ts, tl, {k: _sorted(*v) for k, v in held.items()})
 

@@ -268,20 +268,31 @@ def run_memorization(args) -> dict:
     exp_path = args.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
                                       if p.is_file()), None)
     exposure = model = None
-    pad_id = 0
-    if exp_path:
-        exposure = attach_mix(read_exposure(exp_path), args.mix, args.base_dir,
-                              unseen_per_source=args.per_stratum if args.mix else 0)
+    pad_id, step = 0, None
     if args.checkpoint:
         from olmax.evals.scoring import load_model
 
         model = load_model(args.checkpoint, args.dtype)
-        pad_id = model.cfg.pad_token_id if model.cfg.pad_token_id is not None else 0
+    elif (run_dir / "checkpoints").is_dir():
+        from olmax.evals.run_dir import load_run_model
+
+        model, step = load_run_model(run_dir, args.step, args.dtype)
+    if model is not None and model.cfg.pad_token_id is not None:
+        pad_id = model.cfg.pad_token_id
+    if exp_path:
+        exposure = attach_mix(read_exposure(exp_path), args.mix, args.base_dir,
+                              unseen_per_source=args.per_stratum if args.mix else 0)
+    elif step is not None and not args.no_replay:
+        from olmax.evals.run_dir import replay_exposure
+
+        exp_path = f"replayed from {run_dir / 'config.yaml'} up to step {step}"
+        exposure = replay_exposure(run_dir, step, unseen_per_source=args.per_stratum)
     report = memorization_report(run, reference=ref, exposure=exposure, model=model, thresholds=th,
                                  per_stratum=args.per_stratum, probe_len=args.probe_len,
                                  batch_size=args.batch_size, pad_id=pad_id)
     report = {"run": str(run_dir), "reference": args.reference, "exposure": exp_path,
-              "checkpoint": args.checkpoint, **report}
+              "checkpoint": args.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
+              **report}
     write_json(args.out, report)
     print(summary(report))
     print(f"wrote {args.out}")

@@ -1,0 +1,49 @@
+"""The trainer's in-loop held-out eval: `train_hook(cfg)` -> `hook(ctx) -> {"<set>/ce": ..., ...}`.
+
+`olmax train` calls `hook(EvalContext(step, model, mesh, run_dir, config))` every `train.eval_every`
+steps and merges the returned floats into that step's metrics.jsonl record as `eval/<set>/<metric>`
+(metrics: ce, ppl, bpb, tokens; `<set>/clean/...` for clean subsets). Sets are tokenized once, when the
+hook is built; each call only scores (`run_heldout`), reusing one compiled function across steps.
+
+Which sets: `$OLMAX_EVAL_SETS` (`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and
+`arc_easy` sets; `$OLMAX_EVAL_LIMIT` documents of each (default 64); tokenizer `$OLMAX_EVAL_TOKENIZER`,
+else dolma2; instance length = data.seq_len.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+DEFAULT_SETS = ("sciq", "arc_easy")
+
+
+def flatten(records: list[dict]) -> dict[str, float]:
+    """`run_heldout` records -> the flat floats a metrics.jsonl train record carries."""
+    out: dict[str, float] = {}
+    for r in records:
+        key = r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
+        for metric in ("ce", "ppl", "bpb", "tokens"):
+            out[f"{key}/{metric}"] = r[metric]
+    return out
+
+
+def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None,
+               tokenizer: str | None = None, batch_size: int = 8) -> Callable[[Any], dict[str, float]]:
+    """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig)."""
+    from olmax.assets import tokenizer_path
+    from olmax.data.tokenize import load_tokenizer
+    from olmax.evals.heldout import prepare_eval_sets, run_heldout
+
+    env_sets = os.environ.get("OLMAX_EVAL_SETS")
+    specs = sets or ([s for s in env_sets.split(";") if s.strip()] if env_sets else list(DEFAULT_SETS))
+    limit = limit if limit is not None else int(os.environ.get("OLMAX_EVAL_LIMIT", "64"))
+    tok = load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
+    prepared = prepare_eval_sets(specs, tok, cfg.data.seq_len, limit=limit or None,
+                                 vocab_size=cfg.model.vocab_size)
+
+    def hook(ctx: Any) -> dict[str, float]:
+        return flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))
+
+    return hook
