@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lk.add_argument("--mix-tokenizer", help="{TOKENIZER} value for the mix's paths")
     lk.add_argument("--tokenizer", default="dolma2", help="tokenizer the mix was tokenized with")
     lk.add_argument("--ngram", type=int, default=13)
-    lk.add_argument("--min-item-tokens", type=int, default=4,
-                    help="items shorter than this (normalized tokens) are too short to decide")
+    lk.add_argument("--min-item-words", type=int, default=4,
+                    help="items with fewer words than this are too short to decide")
     lk.add_argument("--coverage", type=float, default=0.5,
                     help="flag when one training document covers this fraction of an item's "
                     "non-boilerplate n-grams")
@@ -118,7 +118,7 @@ def _leaks(args: argparse.Namespace) -> int:
 
     cfg = LeakConfig(mix=args.mix, evals=tuple(args.eval), base_dir=args.base_dir,
                      mix_tokenizer=args.mix_tokenizer, tokenizer=args.tokenizer, ngram=args.ngram,
-                     min_item_tokens=args.min_item_tokens, coverage=args.coverage,
+                     min_item_words=args.min_item_words, coverage=args.coverage,
                      span_fraction=args.span_fraction, boilerplate_docs=args.boilerplate_docs,
                      gate=tuple(args.gate) if args.gate is not None else None,
                      clean_dir=args.clean_dir, threads=args.threads)

@@ -89,15 +89,19 @@ _CACHE = _PowerCache()
 class PrefixHasher:
     """Prefix sums of one token array; `windows(k)` hashes all its length-k windows.
 
-    Tokens must be <= MAX_TOKEN (dolma2 ids are < 2^17) and windows at most MAX_WINDOW long.
+    `tokens` is one array of ids <= MAX_TOKEN (dolma2 ids are < 2^17), used by both bases, or a list
+    of one array per base of values <= MAX_TOKEN (the 20-bit word values of normalize.py). Windows
+    are at most MAX_WINDOW long.
     """
 
-    def __init__(self, tokens: np.ndarray):
-        x = np.ascontiguousarray(tokens)
-        self.n = int(x.size)
+    def __init__(self, tokens: np.ndarray | list[np.ndarray]):
+        per_base = isinstance(tokens, list)
+        xs = [np.ascontiguousarray(x) for x in tokens] if per_base else [np.ascontiguousarray(tokens)]
+        self.n = int(xs[0].size)
         fwd, self._inv = _CACHE.get(max(1, self.n))
         self._sums = []
         for b in range(len(BASES)):
+            x = xs[b] if per_base else xs[0]
             s = np.zeros(self.n + 1, dtype=np.uint64)
             np.multiply(x, fwd[b][: self.n], out=s[1:], casting="unsafe")
             np.cumsum(s[1:], out=s[1:])
@@ -122,6 +126,20 @@ class PrefixHasher:
             else:
                 out |= d
         return out
+
+
+    def windows_at(self, k: int, starts: np.ndarray) -> np.ndarray:
+        """uint64: hashes of the length-k windows starting at `starts` (each + k <= n)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        out = None
+        for b, s in enumerate(self._sums):
+            d = s[starts + k] - s[starts]
+            tmp = np.empty_like(d)
+            _reduce(d, tmp)
+            d *= self._inv[b][starts]
+            _reduce(d, tmp)
+            out = d << np.uint64(32) if out is None else out | d
+        return out if out is not None else np.zeros(0, np.uint64)
 
 
 def window_hashes(tokens: np.ndarray, k: int, stride: int = 1) -> np.ndarray:

@@ -74,3 +74,18 @@ def summary_lines(title: str, checks: list[Check]) -> list[str]:
     bad = failed(checks)
     lines.append(f"  => {'FAIL: ' + ', '.join(c.name for c in bad) if bad else 'PASS'}")
     return lines
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder, then rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

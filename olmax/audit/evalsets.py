@@ -1,0 +1,145 @@
+"""Held-out eval items as (id, text): jsonl files, HF `datasets` folders, or the bundled sets.
+
+The text of an item is what a contaminated training document would hold: for jsonl, the `text`
+field, else its passage/context, question and answer fields joined by spaces; for the known HF
+schemas (ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social IQa, CommonsenseQA, COPA,
+MMLU, ...), the context and question followed by the correct answer's text.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from olmax.errors import OlmaxError
+
+# Field order of the joined text: context first, then the question, then the answer.
+CONTEXT_FIELDS = ("passage", "support", "context", "ctx", "premise", "goal", "sentence", "article")
+QUESTION_FIELDS = ("question", "question_stem", "query", "prompt")
+ANSWER_FIELDS = ("answer", "answers", "correct_answer", "target", "completion", "response")
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    id: str
+    text: str
+
+
+def _answer_text(row: dict) -> str:
+    """The correct answer's text for the common multiple-choice schemas ('' when not derivable)."""
+    def pick(options, key) -> str:
+        try:
+            return str(options[int(key)])
+        except (ValueError, IndexError, TypeError, KeyError):
+            return ""
+
+    choices = row.get("choices")
+    if isinstance(choices, dict) and "text" in choices and "answerKey" in row:  # ARC, OBQA, CSQA
+        labels = list(choices.get("label") or [])
+        return str(choices["text"][labels.index(row["answerKey"])]) if row["answerKey"] in labels else ""
+    if isinstance(choices, list) and "answer" in row:  # MMLU: answer is an index
+        return pick(choices, row["answer"])
+    if "endings" in row and "label" in row:  # HellaSwag
+        return pick(row["endings"], row["label"])
+    if "sol1" in row and "label" in row:  # PIQA
+        return str(row.get(f"sol{int(row['label']) + 1}", "")) if str(row["label"]).isdigit() else ""
+    if "option1" in row and "answer" in row:  # WinoGrande
+        return str(row.get(f"option{row['answer']}", ""))
+    if "answerA" in row and "label" in row:  # Social IQa (1-based)
+        return str(row.get("answer" + "ABC"[int(row["label"]) - 1], "")) if str(row["label"]) in "123" \
+            else ""
+    if "choice1" in row and "label" in row:  # COPA
+        return str(row.get(f"choice{int(row['label']) + 1}", ""))
+    for name in ANSWER_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and isinstance(value[0], str):
+            return value[0]
+    return ""
+
+
+def item_text(row: dict) -> str:
+    """The text of one record (see the module docstring)."""
+    if isinstance(row.get("text"), str):
+        return row["text"]
+    parts = [str(row[f]) for f in CONTEXT_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
+    parts += [str(row[f]) for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
+    answer = _answer_text(row)
+    if answer.strip():
+        parts.append(answer)
+    return " ".join(parts)
+
+
+def _item_id(row: dict, fallback: str) -> str:
+    for name in ("id", "ind", "idx", "question_id", "doc_id"):
+        if row.get(name) is not None and str(row[name]) != "":
+            return str(row[name])
+    return fallback
+
+
+def _read_jsonl(path: Path) -> list[EvalItem]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    items = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise OlmaxError(f"{path}:{lineno}: not JSON ({e.msg}); each line must be an object "
+                                 f"with id and text (or question/answer/passage)") from e
+            items.append(EvalItem(_item_id(row, f"{path.name}:{lineno}"), item_text(row)))
+    return items
+
+
+def _dataset_dirs(root: Path) -> list[Path]:
+    """Folders under `root` (itself included) that hold a saved HF dataset, sorted."""
+    found = sorted({p.parent for p in root.rglob("dataset_info.json")} |
+                   {p.parent for p in root.rglob("state.json")})
+    return [d for d in found if any(d.glob("*.arrow"))]
+
+
+def _read_hf(root: Path) -> list[EvalItem]:
+    import datasets
+
+    items = []
+    dirs = _dataset_dirs(root)
+    if not dirs:
+        raise OlmaxError(f"{root}: no saved HF dataset inside (no dataset_info.json/state.json with "
+                         f".arrow files); pass a jsonl file or a `datasets.save_to_disk` folder")
+    for d in dirs:
+        ds = datasets.load_from_disk(str(d))
+        rel = "" if d == root else str(d.relative_to(root)) + "/"
+        for i, row in enumerate(ds):
+            items.append(EvalItem(rel + _item_id(row, str(i)), item_text(row)))
+    return items
+
+
+def load_eval(spec: str) -> tuple[str, list[EvalItem]]:
+    """`NAME=PATH` or a bundled set's NAME → (NAME, items). PATH: .jsonl[.gz] or an HF datasets folder."""
+    name, sep, path = spec.partition("=")
+    if not sep:
+        from olmax.assets import eval_set_path
+
+        path = str(eval_set_path(name, quiet=True))
+    p = Path(os.path.expanduser(path))
+    if not p.exists():
+        from olmax.assets import EVAL_SETS, eval_set_path
+
+        if path in EVAL_SETS:
+            p = eval_set_path(path, quiet=True)
+        else:
+            raise OlmaxError(f"--eval {spec}: {path} does not exist and is not a bundled set")
+    items = _read_jsonl(p) if p.is_file() else _read_hf(p)
+    seen: dict[str, int] = {}
+    out = []
+    for it in items:  # ids must be unique within a set: suffix repeats
+        n = seen.get(it.id, 0)
+        seen[it.id] = n + 1
+        out.append(it if n == 0 else EvalItem(f"{it.id}#{n}", it.text))
+    return name, out

@@ -1,0 +1,149 @@
+"""Word-level normalization for leak probing: the same words whatever the tokenization, case or spacing.
+
+A token stream is turned into a stream of *words*, vectorized from per-token tables built once from
+the tokenizer's vocabulary: each token's bytes are ASCII-lowercased and cut into runs of word bytes
+(ASCII letters, digits, and every byte >= 0x80, so UTF-8 letters stay inside words); a run that
+starts a token joins the previous token's last run when no separator byte lies between them, so a
+word split over several BPE tokens (" Dar" + "win") is one word. Punctuation and whitespace are
+dropped. Special tokens (EOS, PAD, any added token) and ids past the vocabulary become a BOUNDARY
+word that no eval n-gram contains, so no match crosses a document. "The  theory,\\nof EVOLUTION"
+and "the theory of evolution" give the same four words.
+
+A word is identified by two polynomial hashes of its bytes modulo p = 2^31 - 1, each cut to its low
+20 bits (40 bits of word identity; two different words of <= l bytes get equal values with
+probability about 2^-40 + l/p per base), and the n-gram hash of hashing.py runs over these values as
+if they were token ids: base 1 over the first value, base 2 over the second.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from olmax.audit.hashing import BASES, MERSENNE31, _powers, _reduce
+
+NORMALIZATION = ("word-level: token bytes ASCII-lowercased; words are maximal runs of ASCII letters, "
+                 "digits and non-ASCII bytes, joined across BPE token boundaries; punctuation and "
+                 "whitespace dropped; special tokens (EOS) are document boundaries")
+_WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
+MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
+# Word-byte hash bases (distinct from the n-gram bases, same modulus).
+WORD_BASES = (1_234_567_891, 1_987_654_321)
+BOUNDARY_VALUE = (1 << 20) - 1  # the boundary word's value (a real word takes it w.p. 2^-40)
+WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <= hashing.MAX_TOKEN
+
+
+class WordTables:
+    """Per-token run tables: (V + 1) tokens, the last one standing for every id past the vocabulary."""
+
+    def __init__(self, tokenizer_json: str):
+        from olmax.data.tokenize import _byte_decoder
+
+        with open(tokenizer_json, "rb") as f:
+            spec = json.load(f)
+        vocab: dict[str, int] = spec["model"]["vocab"]
+        added = {int(t["id"]) for t in spec.get("added_tokens", [])}
+        size = max([*vocab.values(), *added]) + 2
+        decoder = _byte_decoder()
+        token_bytes: list[bytes | None] = [None] * size  # None: boundary
+        for token, i in vocab.items():
+            if i in added:
+                continue
+            try:
+                token_bytes[i] = bytes(decoder[ch] for ch in token).lower()
+            except KeyError:
+                token_bytes[i] = token.encode("utf-8").lower()
+        n_runs = np.zeros(size, dtype=np.int64)
+        starts_word = np.zeros(size, dtype=bool)
+        ends_word = np.zeros(size, dtype=bool)
+        h1, h2, lens = [], [], []
+        for i, raw in enumerate(token_bytes):
+            if raw is None:
+                n_runs[i] = 1
+                h1.append(BOUNDARY_VALUE)
+                h2.append(BOUNDARY_VALUE)
+                lens.append(1)
+                continue
+            runs = [m.group() for m in _WORD.finditer(raw)]
+            n_runs[i] = len(runs)
+            if runs:
+                starts_word[i] = _WORD.match(raw) is not None
+                ends_word[i] = raw[-1:] != b"" and _WORD.fullmatch(raw[-1:]) is not None
+            for r in runs:
+                for out, base in ((h1, WORD_BASES[0]), (h2, WORD_BASES[1])):
+                    out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r))
+                               % MERSENNE31)
+                lens.append(len(r))
+        self.boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
+        self.n_runs = n_runs
+        self.run_ptr = np.concatenate([[0], np.cumsum(n_runs)]).astype(np.int64)
+        self.run_h = [np.asarray(h1, dtype=np.uint64), np.asarray(h2, dtype=np.uint64)]
+        self.run_len = np.asarray(lens, dtype=np.int64)
+        self.starts_word = starts_word & ~self.boundary
+        self.ends_word = ends_word & ~self.boundary
+        self.qpow = [_powers(b, MAX_WORD_BYTES) for b in WORD_BASES]
+        self.size = size
+
+    def words(self, tokens: np.ndarray, *, joins_first: bool = False,
+              final: bool = True) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """([word values base 1, base 2], index of each word's first token, tokens consumed).
+
+        With final=False the last word is held back (it may continue in the next chunk): the
+        returned `consumed` is the index of the token where it starts, and the caller passes the
+        stream again from there. `joins_first` says the first token continues a word (never needed
+        when chunks restart at a word start).
+        """
+        t = np.minimum(np.asarray(tokens, dtype=np.int64), self.size - 1)
+        nr = self.n_runs[t]
+        # A token's first run joins the previous token's last run when both touch the boundary.
+        prev_ends = np.empty(t.size, dtype=bool)
+        if t.size:
+            prev_ends[0] = joins_first
+            prev_ends[1:] = self.ends_word[t[:-1]]
+        tok_joins = self.starts_word[t] & prev_ends
+        if nr.size and nr.max() <= 1:  # fast path: no token holds two runs (the common case)
+            tok_of_run = np.flatnonzero(nr)
+            run_id = self.run_ptr[t[tok_of_run]]
+            joins = tok_joins[tok_of_run]
+        else:
+            total = int(nr.sum())
+            tok_of_run = np.repeat(np.arange(t.size), nr)
+            within = np.arange(total) - (np.cumsum(nr) - nr)[tok_of_run]
+            run_id = self.run_ptr[t][tok_of_run] + within
+            joins = (within == 0) & tok_joins[tok_of_run]
+        word_starts = np.flatnonzero(~joins)
+        consumed = t.size
+        if not final and word_starts.size:
+            consumed = int(tok_of_run[word_starts[-1]])
+            keep_runs = word_starts[-1]
+            word_starts = word_starts[:-1]
+            run_id, joins, tok_of_run = run_id[:keep_runs], joins[:keep_runs], tok_of_run[:keep_runs]
+        first_tok = tok_of_run[word_starts] if word_starts.size else np.zeros(0, np.int64)
+        joined = np.flatnonzero(joins)
+        values = []
+        for b in range(len(BASES)):
+            c = self.run_h[b][run_id]
+            if joined.size:  # runs continuing a word: shift by the bytes before them in the word
+                lens = self.run_len[run_id]
+                offset = np.cumsum(lens) - lens
+                word_of_run = np.cumsum(~joins) - 1
+                rel = np.minimum(offset - offset[word_starts][word_of_run], MAX_WORD_BYTES - 1)
+                cj = c[joined] * self.qpow[b][rel[joined]]
+                c[joined] = _reduce(cj, np.empty_like(cj))
+                w = np.add.reduceat(c, word_starts) if word_starts.size else np.zeros(0, np.uint64)
+                multi = np.flatnonzero(np.diff(np.append(word_starts, c.size)) > 1)
+                wm = w[multi]
+                w[multi] = _reduce(wm, np.empty_like(wm))
+            else:
+                w = c[word_starts]
+            values.append(w & WORD_MASK)
+        return values, first_tok, consumed
+
+
+@lru_cache(maxsize=2)
+def word_tables(tokenizer_json: str) -> WordTables:
+    """The (cached) word tables of a tokenizer.json."""
+    return WordTables(tokenizer_json)

@@ -1,0 +1,86 @@
+"""Span hashes against brute force; word normalization invariances; the partitioned reduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from olmax.audit.hashing import BASES, MERSENNE31, PrefixHasher, spans_hashes, window_hashes
+from olmax.audit.partition import PartitionSpill, equal_runs
+
+
+def brute(x, k, base):
+    return [sum(int(x[i + j]) * pow(base, j, MERSENNE31) for j in range(k)) % MERSENNE31
+            for i in range(len(x) - k + 1)]
+
+
+@pytest.mark.parametrize("k", [1, 4, 13, 50])
+def test_window_hashes_equal_the_polynomial(k):
+    x = np.random.default_rng(k).integers(0, 100_278, size=700, dtype=np.uint32)
+    h = window_hashes(x, k)
+    want = [(a << 32) | b for a, b in zip(brute(x, k, BASES[0]), brute(x, k, BASES[1]))]
+    assert h.tolist() == want
+    # position independent, strided and at chosen starts
+    assert window_hashes(x[123:123 + k], k)[0] == h[123]
+    np.testing.assert_array_equal(window_hashes(x, k, stride=7), h[::7])
+    starts = np.array([0, 5, 600 - k])
+    np.testing.assert_array_equal(PrefixHasher(x).windows_at(k, starts), h[starts])
+
+
+def test_distinct_windows_get_distinct_hashes():
+    x = np.random.default_rng(0).integers(0, 50, size=200_000, dtype=np.uint32)  # many near-repeats
+    h = window_hashes(x, 8)
+    windows = np.lib.stride_tricks.sliding_window_view(x, 8)
+    assert np.unique(h).size == np.unique(windows, axis=0).shape[0]
+
+
+def test_spans_hashes_are_content_hashes():
+    x = np.arange(100, dtype=np.uint32)
+    y = np.concatenate([x[50:60], x[:50]])
+    a = spans_hashes(x, np.array([0, 50]), np.array([10, 60]))
+    b = spans_hashes(y, np.array([0, 10]), np.array([10, 20]))
+    assert a[1] == b[0] and a[0] != a[1] and b[1] == a[0]
+
+
+def test_partition_spill_groups_equal_hashes(tmp_path):
+    dt = np.dtype([("hash", "<u8"), ("v", "<i8")])
+    rng = np.random.default_rng(0)
+    hashes = rng.integers(0, 2**64 - 1, size=500, dtype=np.uint64)
+    hashes[100:110] = hashes[5]
+    with PartitionSpill(dt, bits=3, work_dir=str(tmp_path)) as spill:
+        for chunk in np.array_split(np.arange(500), 7):
+            rec = np.empty(chunk.size, dt)
+            rec["hash"], rec["v"] = hashes[chunk], chunk
+            spill.add(rec)
+        groups = []
+        for part in spill.partitions():
+            s, e = equal_runs(part["hash"])
+            groups += [part["v"][a:b].tolist() for a, b in zip(s, e)]
+    assert groups == [[5, *range(100, 110)]]
+    assert not list(tmp_path.iterdir())  # spill files removed
+
+
+def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
+    from olmax.assets import tokenizer_path
+    from olmax.audit.normalize import WordTables
+
+    tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
+
+    def words(text):
+        ids = np.asarray(tokenizer.encode_batch([text])[0], dtype=np.int64)
+        return [v.tolist() for v in tables.words(ids)[0]]
+
+    base = words("the theory of evolution by darwin")
+    assert len(base[0]) == 6
+    assert words("The  Theory,\nof EVOLUTION by   DARWIN.") == base
+    assert words("THE THEORY OF EVOLUTION BY DARWIN") == base
+    assert words("the theory of evolution by darwins") != base
+    # a document boundary (EOS) is a word no text produces
+    eos = tables.words(np.asarray([100257], dtype=np.int64))[0]
+    assert eos[0].tolist() not in [[v] for v in base[0]]
+    # chunked with held-back last words == whole
+    ids = np.asarray(tokenizer.encode_batch(["alpha beta gamma, delta epsilon"])[0], dtype=np.int64)
+    whole = tables.words(ids)[0][0].tolist()
+    vals, _, consumed = tables.words(ids[:5], final=False)
+    rest = tables.words(ids[consumed:])[0][0].tolist()
+    assert vals[0].tolist() + rest == whole

