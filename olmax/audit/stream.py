@@ -1,0 +1,200 @@
+"""`olmax audit stream`: audit the rows a loader actually emitted (any loader) against the mix.
+
+Input: one `.npy` per host of shape (steps, rows, L), int32 or uint32, in host order. Every emitted
+row and every instance window of the mix (one pass over its distinct physical files) is hashed with
+xxh3-64 over its uint32 bytes; both record kinds go through the same hash-partitioned spill
+(partition.py), and each partition is joined on its own (bounded memory). Definitions:
+- rows: all emitted rows; distinct_rows: distinct row contents; repeated_rows = rows - distinct_rows
+  (rows whose content was emitted earlier in the window);
+- planned multiplicity of a content: the number of mix instances holding it (a path listed twice
+  gives 2) per epoch, where step s belongs to epoch s // (N // G) (G = all hosts' rows per step);
+  unplanned_repeated_rows: rows beyond it within an epoch;
+- foreign_rows: rows equal to no instance of the mix (misaligned windows, wrong files, bad reads);
+- instances_never_seen: mix instances whose content was emitted fewer times than the instances
+  holding it (reported when the window covers an epoch: rows >= N - N mod G, G = all hosts' rows);
+- cross_host_rows: rows whose content another host emitted in the same step;
+- source shares: observed tokens per label (of the instance a row is) vs the mix's plan.
+A row hash equal to an instance hash is confirmed by comparing the bytes before it counts as that
+instance (collisions become foreign rows). Exit 1 on an unplanned repeat, a foreign row or a
+cross-host row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from olmax.audit.hashing import window_spans_hashes
+from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.errors import OlmaxError
+
+# kind 0: a mix instance (a = global instance id); kind 1: an emitted row (a = host, b = step, c = row)
+REC = np.dtype([("hash", "<u8"), ("kind", "<u1"), ("a", "<i8"), ("b", "<i8"), ("c", "<i8")])
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    mix: str
+    seq_len: int
+    batches: tuple[str, ...]
+    base_dir: str | None = None
+    tokenizer: str | None = None
+    threads: int = 2
+    work_dir: str | None = None
+    examples: int = 10
+
+
+def _open_batches(path: str, seq_len: int) -> np.ndarray:
+    try:
+        arr = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise OlmaxError(f"{path}: not a readable .npy array ({e}); pass each host's emitted token "
+                         f"ids as a (steps, rows, L) .npy") from e
+    if arr.ndim != 3 or arr.shape[2] != seq_len or arr.dtype not in (np.int32, np.uint32):
+        raise OlmaxError(f"{path}: expected a (steps, rows, {seq_len}) int32/uint32 array, got "
+                         f"{arr.shape} {arr.dtype}")
+    return arr
+
+
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """uint64 (R,): xxh3-64 of each row's uint32 bytes (token ids are < 2^31: int32 rows view as-is)."""
+    flat = np.ascontiguousarray(rows).view(np.uint32).reshape(-1)
+    return window_spans_hashes(flat, rows.shape[-1])
+
+
+def audit_stream(cfg: StreamConfig) -> dict:
+    from olmax.audit.spans import physical_ids
+    from olmax.data.index import open_index
+    from olmax.data.shards import read_tokens
+
+    index = open_index(cfg.mix, cfg.seq_len, base_dir=cfg.base_dir, tokenizer=cfg.tokenizer)
+    L, N = cfg.seq_len, index.num_instances
+    hosts = [_open_batches(p, L) for p in cfg.batches]
+    steps = {h.shape[0] for h in hosts}
+    rows_per_host = [h.shape[1] for h in hosts]
+    total_rows = int(sum(h.shape[0] * h.shape[1] for h in hosts))
+    G = int(sum(rows_per_host))
+    bpe = max(1, N // max(1, G))  # global batches per epoch, OLMo-core style (tail dropped)
+    epochs = max(1, math.ceil(max(steps, default=0) / bpe))
+    covers_epoch = total_rows >= N - N % max(1, G)
+    phys = physical_ids(index.paths)
+    ex = cfg.examples
+
+    stats = dict(distinct=0, repeated=0, unplanned=0, foreign=0, never=0, cross=0, collisions=0)
+    repeat_examples, foreign_examples, cross_examples = [], [], []
+    observed = np.zeros(len(index.label_names), dtype=np.int64)
+    file_labels = index.file_label_ids
+    with PartitionSpill(REC, bits=4, work_dir=cfg.work_dir) as spill:
+        hashed: dict[int, np.ndarray] = {}
+        for f, path in enumerate(index.paths):
+            p = int(phys[f])
+            if p not in hashed:
+                hashed[p] = window_spans_hashes(read_tokens(path), L)
+            h = hashed[p][: index.counts[f]]
+            rec = np.zeros(h.size, REC)
+            rec["hash"], rec["kind"], rec["a"] = h, 0, index.offsets[f] + np.arange(h.size)
+            spill.add(rec)
+        hashed.clear()
+        for host, arr in enumerate(hosts):
+            for s in range(arr.shape[0]):
+                h = row_hashes(np.asarray(arr[s]))
+                rec = np.zeros(h.size, REC)
+                rec["hash"], rec["kind"], rec["a"], rec["b"], rec["c"] = h, 1, host, s, np.arange(h.size)
+                spill.add(rec)
+
+        def row_of(r) -> np.ndarray:
+            return np.asarray(hosts[int(r["a"])][int(r["b"]), int(r["c"])]).view(np.uint32)
+
+        def instance_tokens(i: int) -> np.ndarray:
+            f, start = index.locate(np.asarray([i]))
+            return read_tokens(index.paths[int(f[0])])[int(start[0]):int(start[0]) + L]
+
+        for part in spill.partitions():
+            starts, ends = equal_runs(part["hash"], min_size=1)
+            n_rows = np.add.reduceat(part["kind"].astype(np.int64), starts) if starts.size else starts
+            n_inst = (ends - starts) - n_rows
+            # Groups without rows only add never-seen instances: counted in bulk, no Python loop.
+            stats["never"] += int(n_inst[n_rows == 0].sum())
+            with_rows = np.flatnonzero(n_rows > 0)
+            for a, b in zip(starts[with_rows].tolist(), ends[with_rows].tolist()):
+                group = part[a:b]
+                inst = group[group["kind"] == 0]
+                rows = group[group["kind"] == 1]
+                if rows.size and inst.size and not np.array_equal(row_of(rows[0]),
+                                                                  instance_tokens(int(inst[0]["a"]))):
+                    stats["collisions"] += 1
+                    inst = inst[:0]  # equal hash, different bytes: not this instance
+                if rows.size:
+                    rows = rows[np.lexsort((rows["c"], rows["a"], rows["b"]))]  # stream order
+                    stats["distinct"] += 1
+                    stats["repeated"] += rows.size - 1
+                    if inst.size == 0:
+                        stats["foreign"] += rows.size
+                        if len(foreign_examples) < ex:
+                            foreign_examples.append({"host": int(rows[0]["a"]), "step": int(rows[0]["b"]),
+                                                     "row": int(rows[0]["c"]), "rows": int(rows.size)})
+                    else:
+                        # planned: each instance once per epoch (epoch of a step = step // (N // G))
+                        per_epoch = np.bincount(rows["b"] // bpe)
+                        extra = int(np.maximum(per_epoch - inst.size, 0).sum())
+                        observed[file_labels[index.locate(inst["a"][:1])[0][0]]] += rows.size * L
+                        if extra > 0:
+                            stats["unplanned"] += extra
+                        if rows.size > 1 and len(repeat_examples) < ex:
+                            f, start = index.locate(inst["a"][:1])
+                            repeat_examples.append({
+                                "instance": int(inst[0]["a"]), "file": index.paths[int(f[0])],
+                                "window": int(start[0]) // L, "planned_per_epoch": int(inst.size),
+                                "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])}
+                                              for r in rows[:8]]})
+                    # same content on two hosts in one step
+                    for step in (np.unique(rows["b"]).tolist() if rows.size > 1 else []):
+                        at = rows[rows["b"] == step]
+                        n_hosts = np.unique(at["a"]).size
+                        if n_hosts > 1:
+                            stats["cross"] += int(at.size - np.sum(at["a"] == at[0]["a"]))
+                            if len(cross_examples) < ex:
+                                cross_examples.append({"step": step, "hosts": np.unique(at["a"]).tolist()})
+                if inst.size > rows.size:
+                    stats["never"] += int(inst.size - rows.size)
+
+    checks = [
+        Check("unplanned_repeated_rows", stats["unplanned"] == 0, stats["unplanned"], 0,
+              detail=f"beyond each content's planned multiplicity per epoch ({epochs} epoch(s))"),
+        Check("foreign_rows", stats["foreign"] == 0, stats["foreign"], 0,
+              detail="rows equal to no instance of the mix"),
+        Check("cross_host_rows", stats["cross"] == 0, stats["cross"], 0,
+              detail="rows another host emitted in the same step"),
+        Check("hash_collisions", stats["collisions"] == 0, stats["collisions"], 0, gated=False),
+    ]
+    if len(steps) > 1:
+        checks.append(Check("hosts_same_steps", False, sorted(steps), "equal", gated=False,
+                            detail="hosts emitted different numbers of steps"))
+    planned = index.tokens_by_label()
+    total_planned = sum(planned.values())
+    matched = max(1, int(observed.sum()))
+    shares = {name: {"planned_share": round(planned[name] / total_planned, 6),
+                     "observed_share": round(float(observed[i]) / matched, 6),
+                     "observed_tokens": int(observed[i])}
+              for i, name in enumerate(index.label_names)}
+    report = {
+        "command": "audit stream", "settings": asdict(cfg), "fingerprint": index.fingerprint,
+        "instances": N, "hosts": len(hosts), "rows_per_host": rows_per_host,
+        "rows": total_rows, "distinct_rows": stats["distinct"], "repeated_rows": stats["repeated"],
+        "unplanned_repeated_rows": stats["unplanned"], "foreign_rows": stats["foreign"],
+        "instances_never_seen": stats["never"] if covers_epoch else None,
+        "instances_not_seen_in_window": stats["never"],
+        "cross_host_rows": stats["cross"], "epochs_spanned": epochs, "covers_epoch": covers_epoch,
+        "repeat_examples": repeat_examples, "foreign_examples": foreign_examples,
+        "cross_host_examples": cross_examples, "sources": shares,
+        "hashing": "xxh3-64 of each row's and each instance's uint32 bytes; matches re-compared byte "
+                   "for byte",
+        "checks": checks_json(checks), "ok": not failed(checks),
+    }
+    report["summary"] = summary_lines(
+        f"olmax audit stream: {len(hosts)} host(s), {total_rows} rows ({stats['distinct']} distinct, "
+        f"{stats['repeated']} repeated, {stats['foreign']} foreign), mix of {N} instances", checks)
+    return report

@@ -1,0 +1,128 @@
+"""`olmax audit stream` on emitted streams whose truth is computed here by brute force: olmax's own
+two-host stream (clean), a step replayed after a fake resume, hosts that double-shard (both emit
+the same half), and a misaligned window."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import write_mix
+
+from olmax.audit.stream import StreamConfig, audit_stream
+from olmax.cli import main
+from olmax.data.index import open_index
+from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.shards import read_tokens
+
+L, G, SEED, P = 64, 8, 3, 2
+
+
+@pytest.fixture(scope="module")
+def setup(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    s = corpus["shards"]
+    mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("code", s["code-1"]),
+                                        ("prose", s["prose-0"])])
+    index = open_index(mix, L)
+    cfg = LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(root / "w"), num_threads=0)
+    loaders = [Loader(index, cfg, process_index=r, process_count=P) for r in range(P)]
+    bpe = loaders[0].batches_per_epoch
+    hosts = [np.stack([ld.batch(1, k)["input_ids"] for k in range(bpe)]) for ld in loaders]
+    windows = [read_tokens(p)[w * L:(w + 1) * L] for p in index.paths
+               for w in range(len(read_tokens(p)) // L)]
+    return {"root": root, "mix": mix, "index": index, "hosts": hosts, "bpe": bpe, "windows": windows}
+
+
+def truth(hosts, windows):
+    """The counts, from bytes, with no olmax code."""
+    rows = [(h, s, r, arr[s, r].astype(np.uint32).tobytes()) for h, arr in enumerate(hosts)
+            for s in range(arr.shape[0]) for r in range(arr.shape[1])]
+    inst = Counter(w.tobytes() for w in windows)
+    seen = Counter(b for *_, b in rows)
+    cross = 0
+    for s in range(hosts[0].shape[0]):
+        at = Counter(b for h, ss, _, b in rows if ss == s)
+        first_host = {}
+        for h, ss, _, b in rows:
+            if ss == s:
+                first_host.setdefault(b, h)
+                cross += at[b] > 1 and first_host[b] != h
+    return {"rows": len(rows), "distinct_rows": len(seen), "repeated_rows": len(rows) - len(seen),
+            "foreign_rows": sum(n for b, n in seen.items() if b not in inst),
+            "instances_not_seen_in_window": sum(max(0, n - seen[b]) for b, n in inst.items()),
+            "unplanned_repeated_rows": sum(max(0, n - inst[b]) for b, n in seen.items() if b in inst),
+            "cross_host_rows": cross}
+
+
+def run(setup, hosts, tmp_path, name):
+    paths = []
+    for h, arr in enumerate(hosts):
+        paths.append(str(tmp_path / f"{name}-host{h}.npy"))
+        np.save(paths[-1], arr)
+    return audit_stream(StreamConfig(mix=setup["mix"], seq_len=L, batches=tuple(paths),
+                                     work_dir=str(tmp_path))), paths
+
+
+def check(rep, want):
+    assert {k: rep[k] for k in want} == want
+
+
+def test_clean_two_host_stream(setup, tmp_path):
+    rep, _ = run(setup, setup["hosts"], tmp_path, "clean")
+    want = truth(setup["hosts"], setup["windows"])
+    check(rep, want)
+    assert rep["ok"] and rep["covers_epoch"]
+    assert rep["repeated_rows"] == 0 and rep["foreign_rows"] == 0
+    assert rep["instances_never_seen"] == setup["index"].num_instances - setup["bpe"] * G
+
+
+def test_replayed_step_after_fake_resume(setup, tmp_path):
+    k = 5  # the trainer resumed at step 5 but the loader served step 4 again; same number of steps
+    hosts = [np.concatenate([a[:k], a[k - 1:k], a[k:-1]]) for a in setup["hosts"]]
+    rep, _ = run(setup, hosts, tmp_path, "replay")
+    want = truth(hosts, setup["windows"])
+    check(rep, want)
+    assert rep["repeated_rows"] == G and rep["unplanned_repeated_rows"] == G and not rep["ok"]
+    ex = rep["repeat_examples"][0]
+    assert sorted({p["step"] for p in ex["positions"]}) == [k - 1, k]
+
+
+def test_double_sharded_hosts(setup, tmp_path):
+    hosts = [setup["hosts"][0], setup["hosts"][0].copy()]  # both hosts emit host 0's half
+    rep, _ = run(setup, hosts, tmp_path, "double")
+    check(rep, truth(hosts, setup["windows"]))
+    assert rep["cross_host_rows"] == setup["bpe"] * G // P and not rep["ok"]
+
+
+def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
+    hosts = [a.copy() for a in setup["hosts"]]
+    index = setup["index"]
+    for s, r in ((3, 0), (7, 2)):  # read one token late
+        f, start = index.locate(np.asarray([0]))
+        inst = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+                                          work_dir=str(setup["root"] / "w")),
+                      process_index=1, process_count=P).instance_ids(1, s)[r]
+        f, start = index.locate(np.asarray([inst]))
+        toks = read_tokens(index.paths[int(f[0])])
+        hosts[1][s, r] = toks[int(start[0]) + 1:int(start[0]) + 1 + L]
+    rep, paths = run(setup, hosts, tmp_path, "shifted")
+    check(rep, truth(hosts, setup["windows"]))
+    assert rep["foreign_rows"] == 2
+    assert {(e["host"], e["step"], e["row"]) for e in rep["foreign_examples"]} == {(1, 3, 0), (1, 7, 2)}
+    out = tmp_path / "r.json"
+    assert main(["audit", "stream", "--mix", setup["mix"], "--seq-len", str(L), "--batches", *paths,
+                 "--out", str(out)]) == 1
+    assert json.loads(out.read_text())["foreign_rows"] == 2
+    assert "FAIL foreign_rows" in capsys.readouterr().out
+
+
+def test_bad_batches_file_is_a_clear_error(setup, tmp_path):
+    from olmax.errors import OlmaxError
+
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((2, 3), np.int32))
+    with pytest.raises(OlmaxError, match="expected a \\(steps, rows, 64\\)"):
+        audit_stream(StreamConfig(mix=setup["mix"], seq_len=L, batches=(str(bad),)))
