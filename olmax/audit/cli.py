@@ -74,6 +74,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     _out(lk)
     lk.set_defaults(func=_leaks)
 
+    dd = asub.add_parser(
+        "dedup", help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
+        description="Hashes every document and every span-token window inside a document of the "
+        "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.")
+    dd.add_argument("--mix", required=True)
+    dd.add_argument("--span", type=int, default=50, help="repeated-span length in tokens (ExactSubstr: 50)")
+    dd.add_argument("--base-dir")
+    dd.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
+    dd.add_argument("--min-doc-tokens", type=int, default=32)
+    dd.add_argument("--max-dup-doc-frac", type=float, default=0.01)
+    dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
+    dd.add_argument("--threads", type=int, default=2)
+    dd.add_argument("--work-dir", help="spill files (default the temp dir)")
+    _out(dd)
+    dd.set_defaults(func=_dedup)
+
     st = asub.add_parser(
         "stream", help="audit the token rows a loader actually emitted (any loader)",
         description="Matches every emitted row (.npy (steps, rows, L) per host) to the mix's instances "
@@ -123,6 +139,16 @@ def _leaks(args: argparse.Namespace) -> int:
                      gate=tuple(args.gate) if args.gate is not None else None,
                      clean_dir=args.clean_dir, threads=args.threads)
     return _finish(audit_leaks(cfg), args.out)
+
+
+def _dedup(args: argparse.Namespace) -> int:
+    from olmax.audit.dedup import DedupConfig, audit_dedup
+
+    cfg = DedupConfig(mix=args.mix, span=args.span, base_dir=args.base_dir, tokenizer=args.tokenizer,
+                      min_doc_tokens=args.min_doc_tokens, max_dup_doc_frac=args.max_dup_doc_frac,
+                      max_repeated_span_frac=args.max_repeated_span_frac, threads=args.threads,
+                      work_dir=args.work_dir)
+    return _finish(audit_dedup(cfg), args.out)
 
 
 def _stream(args: argparse.Namespace) -> int:

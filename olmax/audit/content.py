@@ -49,10 +49,10 @@ class ContentReport:
         return self.canonical[self.phys_offsets[self.phys[files]] + starts // index.seq_len]
 
 
-def _map_file(path: str, phys: int, seq_len: int,
+def _map_file(path: str, phys: int, seq_len: int | None,
               min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     tokens = read_tokens(path)
-    h = window_spans_hashes(tokens, seq_len)
+    h = window_spans_hashes(tokens, seq_len) if seq_len else np.zeros(0, np.uint64)
     inst = np.empty(h.size, dtype=INSTANCE_REC)
     inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
     docs = documents(path, tokens)
@@ -71,8 +71,9 @@ def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int
 
 
 def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 2, bits: int = 4,
-                 work_dir: str | None = None, examples: int = 10) -> ContentReport:
-    """Hash every instance and document of the mix's distinct physical files and find duplicates."""
+                 work_dir: str | None = None, examples: int = 10, instances: bool = True) -> ContentReport:
+    """Hash every instance (unless instances=False) and document of the mix's distinct physical
+    files and find duplicates."""
     phys = physical_ids(index.paths)
     first = {}
     for f, p in enumerate(phys.tolist()):
@@ -86,7 +87,8 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
     with PartitionSpill(INSTANCE_REC, bits=bits, work_dir=work_dir) as inst_spill, \
             PartitionSpill(DOC_REC, bits=bits, work_dir=work_dir) as doc_spill, \
             ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        jobs = [pool.submit(_map_file, path, p, L, min_doc_tokens) for p, path in enumerate(phys_paths)]
+        jobs = [pool.submit(_map_file, path, p, L if instances else None, min_doc_tokens)
+                for p, path in enumerate(phys_paths)]
         for job in jobs:  # in file order, so the first occurrence in mix order is the canonical one
             inst, docs, ntok, ndocs = job.result()
             inst_spill.add(inst)

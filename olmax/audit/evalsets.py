@@ -1,9 +1,11 @@
 """Held-out eval items as (id, text): jsonl files, HF `datasets` folders, or the bundled sets.
 
-The text of an item is what a contaminated training document would hold: for jsonl, the `text`
-field, else its passage/context, question and answer fields joined by spaces; for the known HF
-schemas (ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social IQa, CommonsenseQA, COPA,
-MMLU, ...), the context and question followed by the correct answer's text.
+The text of an item is what a contaminated training document must hold: for jsonl, the `text`
+field, else its passage/context and question fields joined by spaces (the same for the known HF
+schemas: ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social IQa, CommonsenseQA, COPA,
+MMLU, ...). The answer is left out on purpose: a document holding the question with its answer, or
+the question alone, both contain it, so leaving it out can only add recall (the answer alone is
+used for records with nothing else).
 """
 
 from __future__ import annotations
@@ -68,10 +70,14 @@ def item_text(row: dict) -> str:
         return row["text"]
     parts = [str(row[f]) for f in CONTEXT_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
     parts += [str(row[f]) for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
-    answer = _answer_text(row)
-    if answer.strip():
-        parts.append(answer)
+    if not parts:  # nothing but an answer: match on it
+        parts = [_answer_text(row)]
     return " ".join(parts)
+
+
+def item_answer(row: dict) -> str:
+    """The correct answer's text (reported beside an item; not part of what is matched)."""
+    return _answer_text(row)
 
 
 def _item_id(row: dict, fallback: str) -> str:
