@@ -10,13 +10,21 @@ when a gated check fails):
 - `window_hashes`, `PrefixHasher`, `spans_hashes` — the span hashes they share.
 """
 
-from olmax.audit.dedup import DedupConfig, audit_dedup
-from olmax.audit.hashing import PrefixHasher, spans_hashes, window_hashes
-from olmax.audit.leaks import LeakConfig, audit_leaks
-from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
-from olmax.audit.monitor import ReplayError, StreamMonitor
-from olmax.audit.stream import StreamConfig, audit_stream
+import importlib
 
-__all__ = ["DedupConfig", "LeakConfig", "LoaderAuditConfig", "PrefixHasher", "ReplayError",
-           "StreamConfig", "StreamMonitor", "audit_dedup", "audit_leaks", "audit_loader",
-           "audit_stream", "spans_hashes", "window_hashes"]
+# Lazy exports: `olmax --help` imports olmax.audit.cli, which must not pull numpy in through here.
+_EXPORTS = {
+    "DedupConfig": "dedup", "audit_dedup": "dedup",
+    "PrefixHasher": "hashing", "spans_hashes": "hashing", "window_hashes": "hashing",
+    "LeakConfig": "leaks", "audit_leaks": "leaks",
+    "LoaderAuditConfig": "loader_audit", "audit_loader": "loader_audit",
+    "ReplayError": "monitor", "StreamMonitor": "monitor",
+    "StreamConfig": "stream", "audit_stream": "stream",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"olmax.audit.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'olmax.audit' has no attribute {name!r}")
