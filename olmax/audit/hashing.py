@@ -49,6 +49,15 @@ def _reduce(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     return a
 
 
+def _fold(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+    """One Mersenne fold in place: a' = (a & p) + (a >> 31) is congruent to a mod p; for a < 2^63,
+    a' < 2^31 + 2^32."""
+    np.right_shift(a, _S31, out=tmp)
+    a &= _P
+    a += tmp
+    return a
+
+
 def _powers(base: int, n: int) -> np.ndarray:
     """uint64 (n,): base^i mod p, built as an outer product of a small and a strided table."""
     small = np.empty(_BLOCK, dtype=np.uint64)
@@ -116,9 +125,9 @@ class PrefixHasher:
             return np.zeros(0, dtype=np.uint64)
         out = None
         for b, s in enumerate(self._sums):
-            d = s[k:k + m:stride] - s[0:m:stride]  # exact: the window's sum is < 2^64
+            d = s[k:k + m:stride] - s[0:m:stride]  # exact: the window's sum is < 2^63
             tmp = np.empty_like(d)
-            _reduce(d, tmp)
+            _fold(d, tmp)  # < 2^33, so the product below stays < 2^64
             d *= self._inv[b][0:m:stride]
             _reduce(d, tmp)
             if out is None:

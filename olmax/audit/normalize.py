@@ -86,6 +86,12 @@ class WordTables:
         self.ends_word = ends_word & ~self.boundary
         self.qpow = [_powers(b, MAX_WORD_BYTES) for b in WORD_BASES]
         self.size = size
+        # Fast path tables, per token: its (only) run's hash and length (0 for tokens with no run).
+        first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
+        has = n_runs > 0
+        self.tok_h = [np.where(has, h[first], 0).astype(np.uint64) for h in self.run_h]
+        self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
+        self.multi = n_runs > 1
 
     def words(self, tokens: np.ndarray, *, joins_first: bool = False,
               final: bool = True) -> tuple[list[np.ndarray], np.ndarray, int]:
@@ -96,7 +102,12 @@ class WordTables:
         stream again from there. `joins_first` says the first token continues a word (never needed
         when chunks restart at a word start).
         """
-        t = np.minimum(np.asarray(tokens, dtype=np.int64), self.size - 1)
+        t = np.asarray(tokens)
+        if t.size and int(t.max()) >= self.size:
+            t = np.minimum(t, self.size - 1)
+        if t.size and not self.multi[t].any():
+            return self._words_single(t, joins_first, final)
+        t = t.astype(np.int64)
         nr = self.n_runs[t]
         # A token's first run joins the previous token's last run when both touch the boundary.
         prev_ends = np.empty(t.size, dtype=bool)
@@ -104,16 +115,11 @@ class WordTables:
             prev_ends[0] = joins_first
             prev_ends[1:] = self.ends_word[t[:-1]]
         tok_joins = self.starts_word[t] & prev_ends
-        if nr.size and nr.max() <= 1:  # fast path: no token holds two runs (the common case)
-            tok_of_run = np.flatnonzero(nr)
-            run_id = self.run_ptr[t[tok_of_run]]
-            joins = tok_joins[tok_of_run]
-        else:
-            total = int(nr.sum())
-            tok_of_run = np.repeat(np.arange(t.size), nr)
-            within = np.arange(total) - (np.cumsum(nr) - nr)[tok_of_run]
-            run_id = self.run_ptr[t][tok_of_run] + within
-            joins = (within == 0) & tok_joins[tok_of_run]
+        total = int(nr.sum())
+        tok_of_run = np.repeat(np.arange(t.size), nr)
+        within = np.arange(total) - (np.cumsum(nr) - nr)[tok_of_run]
+        run_id = self.run_ptr[t][tok_of_run] + within
+        joins = (within == 0) & tok_joins[tok_of_run]
         word_starts = np.flatnonzero(~joins)
         consumed = t.size
         if not final and word_starts.size:
@@ -141,6 +147,41 @@ class WordTables:
                 w = c[word_starts]
             values.append(w & WORD_MASK)
         return values, first_tok, consumed
+
+    def _words_single(self, t: np.ndarray, joins_first: bool,
+                      final: bool) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """`words` when no token holds two runs: per-token tables, and work on joined tokens only."""
+        has = self.tok_len[t] > 0
+        joins = np.empty(t.size, dtype=bool)
+        joins[0] = joins_first
+        joins[1:] = self.ends_word[t[:-1]]
+        joins &= self.starts_word[t]
+        starts = np.flatnonzero(has & ~joins)  # token index of each word's first token
+        consumed = t.size
+        if not final and starts.size:
+            consumed = int(starts[-1])
+            starts = starts[:-1]
+        joined = np.flatnonzero(joins[:consumed])
+        values = [h[t[starts]] for h in self.tok_h]
+        if joined.size and starts.size:
+            # word of each joined token, and its byte offset inside that word
+            word = np.searchsorted(starts, joined, side="right") - 1
+            ok = word >= 0
+            joined, word = joined[ok], word[ok]
+            lens = self.tok_len[t]
+            cl = np.cumsum(lens)
+            rel = np.minimum(cl[joined - 1] - cl[starts[word]] + lens[starts[word]], MAX_WORD_BYTES - 1)
+            for b in range(len(BASES)):
+                c = self.tok_h[b][t[joined]] * self.qpow[b][rel]
+                _reduce(c, np.empty_like(c))
+                w = values[b]
+                first = np.flatnonzero(np.concatenate([[True], word[1:] != word[:-1]]))
+                add = np.add.reduceat(c, first)
+                tgt = word[first]
+                merged = w[tgt] + add
+                w[tgt] = _reduce(merged, np.empty_like(merged))
+        values = [v & WORD_MASK for v in values]
+        return values, starts.astype(np.int64), consumed
 
 
 @lru_cache(maxsize=2)

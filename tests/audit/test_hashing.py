@@ -84,3 +84,22 @@ def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
     vals, _, consumed = tables.words(ids[:5], final=False)
     rest = tables.words(ids[consumed:])[0][0].tolist()
     assert vals[0].tolist() + rest == whole
+
+
+def test_fast_and_general_word_paths_agree(tokenizer):
+    from olmax.assets import tokenizer_path
+    from olmax.audit.normalize import WordTables
+
+    tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
+    multi = np.flatnonzero(tables.multi[:100_000])
+    assert multi.size  # the vocabulary has tokens holding two word runs (e.g. "a.b")
+    ids = np.asarray(tokenizer.encode_batch(["Charles Darwin's theory, of EVOLUTION-by natural "
+                                             "selection (1859) naïve café"])[0], dtype=np.int64)
+    fast = tables.words(ids)
+    # the same stream with a multi-run token appended forces the general path for the whole chunk
+    dot = tokenizer.encode_batch([" ."])[0]
+    general = tables.words(np.concatenate([ids, dot, multi[:1]]))
+    n = fast[0][0].size
+    for b in range(2):
+        np.testing.assert_array_equal(general[0][b][:n], fast[0][b])
+    np.testing.assert_array_equal(general[1][:n], fast[1])
