@@ -83,6 +83,7 @@ class TrainConfig:
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: a per-device-kind table
     progress: bool = True
+    tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tb
 
 
 @dataclass(frozen=True)

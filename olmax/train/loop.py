@@ -141,7 +141,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     if jax.process_index() == 0:
         _write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
     it = loader.iterate(loader_state)
-    log = MetricsLog(run_dir, start)
+    log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
     summary: dict[str, Any] = {"start_step": start, "steps": steps, "note": note, "mesh": describe(mesh),
                                "microbatches": n_micro, "per_device_batch": per_device}
     if jax.process_index() == 0:

@@ -17,6 +17,8 @@ SIZES = (700, 500, 333, 480)
 VOCAB = 1000  # olmax.model.tiny
 SEQ, GBS = 32, 8
 STEPS_PER_EPOCH = 7
+# XLA's persistent compilation cache, shared by the test processes: identical steps compile once
+CACHE_DIR = os.environ.get("OLMAX_TEST_JAX_CACHE", os.path.join(os.environ.get("TMPDIR", "/tmp"), "olmax-test-jax-cache"))
 
 
 def write_mix(folder: Path, sizes: Sequence[int] = SIZES, seed: int = 0) -> str:
@@ -46,7 +48,7 @@ def write_config(path: Path, mix: str, *, steps: int = 10, every: int = 3, work_
         "optim": {"lr": 1e-2, "schedule": "cosine", "warmup_steps": 2, "t_max": 20},
         "mesh": {},
         "checkpoint": {"every": every, "keep": 2},
-        "train": {"steps": steps, "progress": False},
+        "train": {"steps": steps, "progress": False, "tensorboard": False},
     }
     for area, fields in extra.items():
         cfg[area] = {**cfg.get(area, {}), **fields}
@@ -68,7 +70,8 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def train_env(devices: int = 1) -> dict:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": CACHE_DIR,
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     env.pop("OLMAX_COORDINATOR", None)
     return env
