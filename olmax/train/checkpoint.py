@@ -61,3 +61,16 @@ class Checkpointer:
     def close(self) -> None:
         self.mngr.wait_until_finished()
         self.mngr.close()
+
+
+def restore_init(step_dir: str | Path, abstract_state: Any) -> Any:
+    """The train state item of a checkpoint step directory (`RUN/checkpoints/STEP`), for `train.init_from`."""
+    path = Path(step_dir).resolve() / "state"
+    if not path.is_dir():
+        raise OlmaxError(f"train.init_from {step_dir}: no `state` item there; point it at a checkpoint step "
+                         f"directory such as RUN_DIR/checkpoints/1413814")
+    with ocp.StandardCheckpointer() as ckptr:
+        try:
+            return ckptr.restore(path, abstract_state)
+        except (ValueError, KeyError, TypeError) as e:
+            raise OlmaxError(f"train.init_from {step_dir}: does not match this config's model/optimizer ({e})") from e

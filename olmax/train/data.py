@@ -41,6 +41,9 @@ def prepare_demo_mix(out: Path) -> Path:
 def resolve_mix(cfg: DataConfig, override: str | None = None) -> str:
     """The mix file to read: --mix, else data.mix, where "demo" prepares the embedded mix (primary process)."""
     mix = override or cfg.mix
+    if mix in ("???", "", None):
+        raise OlmaxError("data.mix is not set: this recipe names the OLMo-core mix it trains on in its "
+                         "comment; prepare or download it and pass --mix PATH (or data.mix=PATH)")
     if mix != DEMO_MIX:
         return mix
     import jax

@@ -134,6 +134,19 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
         if int(jax.device_get(state["step"])) != start:
             raise OlmaxError(f"{ckpt.directory / str(start)}: holds step {int(state['step'])}, not {start}")
         note = f"resumed from step {start} (saved on {meta.get('devices')} devices)"
+    elif cfg.train.init_from:
+        from olmax.train.checkpoint import restore_init
+        from olmax.train.optim import init_opt_state
+
+        start, loader_state = 0, None
+        state = restore_init(cfg.train.init_from, abstract)
+        # a new stage: params, moments and Adam count carry over (OLMo-core load_optim_state=True,
+        # load_trainer_state=False); the step, the data position and the skip-step history start afresh
+        fresh_skip = jax.jit(lambda: init_opt_state({}, cfg.optim.skip_window)["skip"],
+                             out_shardings=jax.tree.map(lambda a: a.sharding, abstract["opt"]["skip"]))()
+        state = {**state, "step": jax.device_put(0 * state["step"], abstract["step"].sharding),
+                 "opt": {**state["opt"], "skip": fresh_skip}}
+        note = f"initialised from {cfg.train.init_from}"
     else:
         start, loader_state = 0, None
         state = make_init(cfg.model, cfg.optim, mesh, cfg.train.seed)

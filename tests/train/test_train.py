@@ -135,3 +135,16 @@ def test_config_presets_and_overrides(tmp_path):
     for name in ("olmo3_7b_stage1", "olmo3_7b_stage1_part2", "olmo3_7b_stage2", "olmo3_7b_stage3"):
         if Path(__file__).resolve().parents[2].joinpath("configs", f"{name}.yaml").exists():
             load_config(name)
+
+
+def test_init_from_starts_a_new_stage_from_a_checkpoint(setup, reference, tmp_path):
+    _, config = setup
+    cfg = load_config(config, ["train.steps=1", f"train.init_from={reference / 'checkpoints' / '10'}",
+                               "data.seed=8"])
+    summary = train(cfg, tmp_path / "stage2")
+    assert summary["note"].startswith("initialised from")
+    recs = metrics(tmp_path / "stage2")
+    assert [r["step"] for r in recs] == [1] and recs[0]["lr"] == 0.0
+    assert recs[0]["loss"] < metrics(reference)[0]["loss"] - 0.1  # trained weights, not a fresh init
+    with pytest.raises(OlmaxError, match="init_from"):
+        train(load_config(config, ["train.init_from=/nonexistent"]), tmp_path / "bad")
