@@ -66,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "non-boilerplate n-grams")
     lk.add_argument("--span-fraction", type=float, default=0.9,
                     help="flag when one contiguous match covers this fraction of the item")
-    lk.add_argument("--boilerplate-docs", type=int, default=5,
+    lk.add_argument("--boilerplate-docs", type=int, default=3,
                     help="an n-gram found in this many training documents is boilerplate")
     lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")

@@ -50,7 +50,7 @@ class LeakConfig:
     min_item_words: int = 4
     coverage: float = 0.5
     span_fraction: float = 0.9
-    boilerplate_docs: int = 5
+    boilerplate_docs: int = 3
     gate: tuple[str, ...] | None = None  # None: every set gates
     clean_dir: str | None = None
     threads: int = 2
@@ -97,9 +97,13 @@ class EvalIndex:
         bits = int(min(30, max(16, np.ceil(np.log2(max(1, self.ukeys.size) * 16)))))
         self.mask = np.uint64((1 << bits) - 1)
         self.filter = np.zeros(1 << bits, dtype=np.uint8)
-        self.filter[((self.ukeys >> np.uint64(32)) & self.mask).astype(np.int64)] = 1
+        self.filter[self._slot(self.ukeys)] = 1
         self.anchor_filter = np.zeros(1 << bits, dtype=np.uint8)
-        self.anchor_filter[((self.anchors >> np.uint64(32)) & self.mask).astype(np.int64)] = 1
+        self.anchor_filter[self._slot(self.anchors)] = 1
+
+    def _slot(self, h: np.ndarray) -> np.ndarray:
+        """Prefilter slot of each hash: low bits of one 32-bit half (one pass, no uint64 temporary)."""
+        return np.bitwise_and(h.view(np.uint32)[1::2], np.uint32(self.mask))
 
     @property
     def num_keys(self) -> int:
@@ -121,12 +125,12 @@ class EvalIndex:
         h = hasher.windows(self.n)[lo:]
         if h.size:
             h ^= length_salt(self.n)
-            cand = np.flatnonzero(self.filter[((h >> np.uint64(32)) & self.mask).astype(np.intp)])
+            cand = np.flatnonzero(self.filter[self._slot(h)])
             lookup(h[cand], cand + lo)
         if self.anchor:
             lo = max(0, first_new - max(self.short_lengths) + 1)
             h = hasher.windows(self.anchor)[lo:]
-            cand = np.flatnonzero(self.anchor_filter[((h >> np.uint64(32)) & self.mask).astype(np.intp)])
+            cand = np.flatnonzero(self.anchor_filter[self._slot(h)])
             hc = h[cand]
             idx = np.minimum(np.searchsorted(self.anchors, hc), max(0, self.anchors.size - 1))
             at = cand[self.anchors[idx] == hc] + lo
