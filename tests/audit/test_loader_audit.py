@@ -134,3 +134,15 @@ def test_share_check_uses_the_mix_plan(corpus, tmp_path):
     assert rep["sources"]["prose"]["planned_share"] == pytest.approx(prose / n, abs=1e-6)
     emitted = np.asarray([rep["sources"][k]["observed_tokens"] for k in ("code", "prose")]).sum()
     assert emitted == (n // G) * G * L
+
+
+def test_two_epochs_expose_every_token_twice(corpus, tmp_path):
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    rep = audit(mix, tmp_path, epochs=2, process_count=4)
+    n = sum(windows(p) for p in corpus["shards"].values())
+    assert rep["ok"], rep["summary"]
+    assert rep["replay"]["full_epochs"] == [1, 2]
+    assert rep["checks"]["instances_over_planned"]["value"] == 0
+    # each epoch drops a different tail, so a few instances are seen once, the rest twice
+    seen = {k: sum(e.get(k, 0) for e in rep["exposure"].values()) for k in ("1x", "2x")}
+    assert seen["1x"] + 2 * seen["2x"] == 2 * (n // G) * G * L
