@@ -36,9 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     lo.add_argument("--resume-process-count", type=int, help="process count after a --resume-at")
     lo.add_argument("--share-tolerance", type=float, default=0.02,
                     help="allowed |observed - planned| source share, on top of 4 sigma of sampling")
-    lo.add_argument("--max-dup-instance-frac", type=float, default=0.0,
-                    help="allowed fraction of instances whose content repeats another file/position")
-    lo.add_argument("--max-dup-doc-frac", type=float, default=0.01,
+    lo.add_argument("--max-dup-instance-frac", type=float, default=0.01,
+                    help="allowed fraction of instances (and of emitted rows) whose content repeats "
+                    "another file/position")
+    lo.add_argument("--max-dup-doc-frac", type=float, default=0.02,
                     help="allowed fraction of document tokens in exact duplicate documents")
     lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
     lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")

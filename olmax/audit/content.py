@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+import xxhash
 
 from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
@@ -40,6 +41,7 @@ class ContentReport:
     doc_tokens: int = 0
     docs: int = 0
     collisions: int = 0  # equal hashes whose bytes differed (expected 0)
+    identical_files: list[dict] = field(default_factory=list)  # whole files equal to an earlier one
     window_examples: list[dict] = field(default_factory=list)
     doc_examples: list[dict] = field(default_factory=list)
 
@@ -50,8 +52,9 @@ class ContentReport:
 
 
 def _map_file(path: str, phys: int, seq_len: int | None,
-              min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+              min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     tokens = read_tokens(path)
+    whole = xxhash.xxh3_128_intdigest(np.ascontiguousarray(tokens)) if len(tokens) else 0
     h = window_spans_hashes(tokens, seq_len) if seq_len else np.zeros(0, np.uint64)
     inst = np.empty(h.size, dtype=INSTANCE_REC)
     inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
@@ -61,7 +64,7 @@ def _map_file(path: str, phys: int, seq_len: int | None,
     d = np.empty(keep.size, dtype=DOC_REC)
     d["hash"] = spans_hashes(tokens, docs.starts[keep], docs.ends[keep])
     d["phys"], d["doc"], d["start"], d["ntok"] = phys, keep, docs.starts[keep], lengths[keep]
-    return inst, d, int(lengths.sum()), int(lengths.size)
+    return inst, d, int(lengths.sum()), int(lengths.size), whole
 
 
 def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
@@ -89,8 +92,12 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
             ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         jobs = [pool.submit(_map_file, path, p, L if instances else None, min_doc_tokens)
                 for p, path in enumerate(phys_paths)]
-        for job in jobs:  # in file order, so the first occurrence in mix order is the canonical one
-            inst, docs, ntok, ndocs = job.result()
+        whole: dict[tuple[int, int], int] = {}
+        for p, job in enumerate(jobs):  # in file order: the first occurrence in mix order is canonical
+            inst, docs, ntok, ndocs, digest = job.result()
+            first_p = whole.setdefault((digest, ntok), p)
+            if first_p != p and _same(phys_paths, first_p, 0, p, 0, ntok):
+                rep.identical_files.append({"file": phys_paths[p], "same_as_file": phys_paths[first_p]})
             inst_spill.add(inst)
             doc_spill.add(docs)
             rep.doc_tokens += ntok

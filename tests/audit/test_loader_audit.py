@@ -52,7 +52,7 @@ def test_clean_mix_passes_and_counts_rows(corpus, tmp_path):
     assert rep["ok"], rep["summary"]
     assert rep["index"]["instances"] == n
     assert rep["replay"]["rows"] == (n // G) * G and rep["replay"]["full_epochs"] == [1]
-    assert rep["content"]["duplicate_instances"] == 0
+    assert rep["content"]["duplicate_instances"] == 0 and rep["content"]["identical_files"] == []
     assert rep["content"]["duplicate_documents"] == repeated_docs(corpus["shards"].values())
     assert rep["checks"]["instances_missing"]["value"] == 0
     # one epoch of a clean mix: every distinct token seen exactly once
@@ -98,6 +98,7 @@ def test_copied_shard_fails_with_exact_counts(corpus, tmp_path, capsys):
     assert rep["content"]["duplicate_documents"] > repeated_docs(corpus["shards"].values())
     assert not rep["checks"]["duplicate_instances"]["ok"]
     assert not rep["checks"]["duplicate_documents"]["ok"]
+    assert rep["content"]["identical_files"] == [{"file": str(copy), "same_as_file": s["code-1"]}]
     ex = rep["content"]["duplicate_instance_examples"][0]
     assert ex["file"] == str(copy) and ex["same_as_file"] == s["code-1"]
     assert ex["window"] == ex["same_as_window"]
@@ -146,3 +147,16 @@ def test_two_epochs_expose_every_token_twice(corpus, tmp_path):
     # each epoch drops a different tail, so a few instances are seen once, the rest twice
     seen = {k: sum(e.get(k, 0) for e in rep["exposure"].values()) for k in ("1x", "2x")}
     assert seen["1x"] + 2 * seen["2x"] == 2 * (n // G) * G * L
+
+
+def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
+    from conftest import write_shard
+
+    header = corpus["code"][0][1][:120]  # a license-like header repeated in three documents
+    docs = [(f"h{i}", list(header) + list(t)) for i, (_, t) in enumerate(corpus["code"][10:13])]
+    extra = write_shard(tmp_path / "extra.npy", [*docs, ("again", list(header))])
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("code", str(extra))))
+    rep = audit(mix, tmp_path)
+    assert rep["ok"], rep["summary"]
+    assert rep["content"]["identical_files"] == []
+    assert rep["content"]["duplicate_documents"] == repeated_docs([*corpus["shards"].values(), extra])
