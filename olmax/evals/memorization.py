@@ -1,6 +1,6 @@
 """Memorization flags: is a training-loss gain shared by held-out loss, or is the model memorizing?
 
-Four checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
+Five checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
 when any check flags. A check lacking its inputs is "skipped" (never flagged) and says what it needs.
   1 exposure  loss on training instances served >= repeat_min times vs never-served instances of the
               same source (needs an exposure file and a checkpoint)
@@ -8,6 +8,10 @@ when any check flags. A check lacking its inputs is "skipped" (never flagged) an
               (DIR/metrics.jsonl: train records + `run_heldout` records)
   3 reference the train-loss gain over a reference run/curve that held-out loss does not share
   4 extract   32-token prefix -> greedy 32 tokens, exact-match rate on repeated vs unrepeated instances
+  5 train_vs_unseen  the run's train loss at the checkpoint step vs the checkpoint's loss on mix text it
+              never saw, weighted by each source's share of the served stream. Each train batch was unseen
+              when its loss was logged, so in a healthy run the two agree (train slightly higher: the
+              model improved since); a train loss below unseen text means it is scored on text it knows.
 Deterministic: strata are sampled with a fixed seed.
 """
 
@@ -37,6 +41,7 @@ class Thresholds:
     extract_prefix: int = 32  # check 4: prompt tokens
     extract_new: int = 32  # check 4: greedy tokens compared
     extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
+    unseen_gap_nats: float = 0.1  # check 5: CE(unseen mix text) - train loss above this (and 3 s.e.) flags
 
     @classmethod
     def parse(cls, overrides: list[str]) -> Thresholds:
@@ -231,10 +236,65 @@ def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int =
     return {**_verdict(hit, msg, rate_difference=diff), **out}
 
 
+def _window_ce(model, tokens: np.ndarray, batch_size: int) -> np.ndarray:
+    """Per-row CE (nats/token) of whole training windows, scored as the train loss is (last target unused)."""
+    from olmax.evals.scoring import score
+
+    targets = np.zeros_like(tokens)
+    targets[:, :-1] = tokens[:, 1:]
+    mask = np.ones(tokens.shape, np.float32)
+    mask[:, -1] = 0
+    nll, count, _ = score(model, tokens, targets, mask, batch_size=batch_size)
+    return nll / count
+
+
+def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, per_stratum: int = 64,
+                          batch_size: int = 8, seed: int = 0) -> dict:
+    """Check 5: train loss near the checkpoint step vs the checkpoint's CE on never-served text of the mix."""
+    if exp.tokens is None or exp.source is None:
+        return _skipped("the exposure data has no tokens/sources; pass --mix")
+    if not run.train_steps.size:
+        return _skipped("metrics.jsonl has no train loss")
+    step = exp.step if exp.step is not None else int(run.train_steps[-1])
+    before = run.train_steps <= step
+    if not before.any():
+        return _skipped(f"no train loss logged at or before step {step}")
+    recent = run.train_loss[before][-th.train_window:]
+    train = float(recent.mean())
+    rng = np.random.default_rng(seed + 2)
+    served = exp.count >= 1
+    sources = {}
+    for src in sorted(set(exp.source.tolist())):
+        weight = int((served & (exp.source == src)).sum())
+        rows = _sample(rng, np.flatnonzero((exp.source == src) & (exp.count == 0)), per_stratum)
+        entry = {"served_instances": weight, "unseen_instances": int(rows.size)}
+        if weight and rows.size >= th.min_samples:
+            ce = _window_ce(model, exp.tokens[rows], batch_size)
+            entry.update(unseen_ce=float(ce.mean()), stderr=float(ce.std(ddof=1) / np.sqrt(ce.size)))
+        sources[src] = entry
+    covered = {k: v for k, v in sources.items() if "unseen_ce" in v}
+    total = sum(v["served_instances"] for v in sources.values())
+    if not covered or not total:
+        return {**_skipped("no served source has enough never-served text to compare"), "sources": sources}
+    w = sum(v["served_instances"] for v in covered.values())
+    unseen = sum(v["served_instances"] * v["unseen_ce"] for v in covered.values()) / w
+    se = float(np.sqrt(sum((v["served_instances"] / w * v["stderr"]) ** 2 for v in covered.values())))
+    coverage = w / total
+    gap = unseen - train
+    hit = gap > th.unseen_gap_nats and gap > 3 * se
+    missing = sorted(set(sources) - set(covered))
+    msg = (f"train loss {train:.3f} (mean of the last {recent.size} steps to {step}) vs {unseen:.3f} (+-{se:.3f}) "
+           f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats})")
+    if missing:
+        msg += f"; {1 - coverage:.0%} of the served stream came from {', '.join(missing)}, with no unseen text left"
+    return _verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
+                    coverage=coverage, sources=sources)
+
+
 def memorization_report(run: Curves | None, *, reference: Curves | None = None, exposure: Exposure | None = None,
                         model=None, thresholds: Thresholds | None = None, per_stratum: int = 64,
                         probe_len: int = 512, batch_size: int = 8, pad_id: int = 0) -> dict:
-    """All four checks; `flagged` is true when any flags."""
+    """All five checks; `flagged` is true when any flags."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else _skipped("no run metrics"),
@@ -242,14 +302,17 @@ def memorization_report(run: Curves | None, *, reference: Curves | None = None, 
                       else _skipped("no --reference given")),
     }
     if exposure is None:
-        checks["exposure"] = checks["extract"] = _skipped("no exposure file (--exposure)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = _skipped("no exposure file (--exposure)")
     elif model is None:
-        checks["exposure"] = checks["extract"] = _skipped("no model (--checkpoint)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = _skipped("no model (--checkpoint)")
     else:
         checks["exposure"] = check_exposure(model, exposure, th, per_stratum=per_stratum, probe_len=probe_len,
                                             batch_size=batch_size)
         checks["extract"] = check_extraction(model, exposure, th, per_stratum=per_stratum, batch_size=batch_size,
                                              pad_id=pad_id)
+        checks["train_vs_unseen"] = (
+            check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
+            if run is not None else _skipped("no run metrics"))
     return {"flagged": any(c["flagged"] for c in checks.values()),
             "checks": checks, "thresholds": dataclasses.asdict(th)}
 

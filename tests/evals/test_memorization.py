@@ -149,7 +149,10 @@ def test_exposure_file_formats_and_mix_tokens(tmp_path):
 def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
     """A random model has memorized nothing: checks 1 and 4 run on it and do not flag."""
     rng = np.random.default_rng(1)
-    run = write_run(tmp_path / "run", memorize=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    # a random model's CE on random ids is about ln(1000) = 6.9: log a train loss a bit above it
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 7.2}) + "\n" for s in range(1, 30)))
     np.savez(run / "exposure.npz", instance_id=np.arange(12), count=np.repeat([0, 1, 4], 4),
              source=np.array(["web"] * 12), tokens=rng.integers(0, 990, (12, 64)))
     out = tmp_path / "r.json"
@@ -157,5 +160,29 @@ def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
                  "--per-stratum", "4", "--probe-len", "32", "--out", str(out)]) == 0
     checks = json.loads(out.read_text())["checks"]
     assert checks["exposure"]["status"] == "ok" and checks["extract"]["status"] == "ok"
+    assert checks["train_vs_unseen"]["status"] == "ok" and checks["train_vs_unseen"]["gap_nats"] < 0
     assert checks["exposure"]["sources"]["web"]["repeated"]["instances"] == 4
     assert abs(checks["exposure"]["sources"]["web"]["excess_nats"]) < 0.2
+
+
+def test_train_vs_unseen():
+    """Train loss logged below the checkpoint's loss on never-served text flags; at or above it does not."""
+    from olmax.evals.curves import Curves
+    from olmax.evals.memorization import check_train_vs_unseen
+
+    exp = synthetic_exposure(False)
+    exp.step = 100
+    steps = np.arange(1, 121, dtype=np.float64)
+
+    def run(loss):
+        return Curves("synthetic", steps, np.full(steps.shape, loss))
+
+    th = Thresholds()
+    healthy = check_train_vs_unseen(stub_model(), run(np.log(V) + 0.02), exp, th)
+    assert healthy["status"] == "ok" and healthy["unseen_ce"] == pytest.approx(np.log(V), rel=1e-5)
+    assert healthy["coverage"] == 1.0 and healthy["train_loss"] == pytest.approx(np.log(V) + 0.02)
+    bad = check_train_vs_unseen(stub_model(), run(np.log(V) - 0.5), exp, th)
+    assert bad["flagged"] and bad["gap_nats"] == pytest.approx(0.5, rel=1e-4)
+    # only steps up to the exposure's step count: later (lower) losses are ignored
+    later = Curves("synthetic", steps, np.where(steps <= 100, np.log(V), 0.0))
+    assert check_train_vs_unseen(stub_model(), later, exp, th)["status"] == "ok"
