@@ -4,8 +4,9 @@ Model: OLMo-3-shaped (reordered norm, QK-norm, SwiGLU, untied head, RoPE 500k, w
 i % 4 != 3) with the real dolma2 vocabulary (100,278; olmax pads its embedding to 100,352), d_model 512,
 8 heads x 64, MLP 1,376, a few layers; fp32 on both sides. One random HF checkpoint is saved to a temp
 dir and loaded by both (olmax through `olmax.model.from_hf`), their logits are checked to agree, then
-each runs `--iters` timed forward passes after one warm-up (olmax's warm-up includes jit compilation,
-which is not timed; HF uses its default SDPA attention under `torch.inference_mode`). The last line is
+after one warm-up each (olmax's includes jit compilation, not timed) they run `--iters` timed forward
+passes in alternation, so both see the same background load, and the medians are compared. HF uses
+its default SDPA attention under `torch.inference_mode`. The last line is
 `forward tokens/s olmax/hf-torch = N.Nx`.
 
     .venv/bin/python bench/forward.py [--layers 4] [--batch 2] [--seq 1024] [--iters 5]
@@ -20,12 +21,17 @@ import time
 import numpy as np
 
 
-def time_it(fn, iters: int) -> float:
-    fn()  # warm-up (and compile)
-    start = time.perf_counter()
+def time_interleaved(fns: dict, iters: int) -> dict[str, list[float]]:
+    """Seconds per call of each fn, alternating between them so both see the same background load."""
+    for fn in fns.values():
+        fn()  # warm-up (and jit compilation), not timed
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) / iters
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def main() -> None:
@@ -75,11 +81,11 @@ def main() -> None:
           f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}")
     flop = forward_flops(model.cfg, args.seq).total * args.batch
     results = {}
-    for name, fn in (("hf-torch", run_hf), ("olmax", run_olmax)):
-        sec = time_it(fn, args.iters)
+    for name, secs in time_interleaved({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
+        sec = float(np.median(secs))
         results[name] = tokens / sec
-        print(f"{name:9s} {sec * 1e3:9.1f} ms/forward  {tokens / sec:10.1f} tokens/s  "
-              f"{flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)")
+        print(f"{name:9s} {sec * 1e3:9.1f} ms/forward (median of {len(secs)}, best {min(secs) * 1e3:.1f})  "
+              f"{tokens / sec:10.1f} tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)")
     print(f"forward tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
 
 

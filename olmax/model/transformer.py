@@ -84,17 +84,22 @@ class Transformer(nnx.Module):
         self.lm_head = nnx.Param(truncated_normal(rngs, (d, vp), cfg.init_std) * pad_rows.T)
 
     def __call__(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+        return self.head(self.hidden(input_ids_BxL, segment_ids_BxL))
+
+    def head(self, x_BxLxD: jax.Array, padded: bool = False) -> jax.Array:
+        """fp32 logits of final hidden states over the real vocabulary (or the padded one)."""
         cfg = self.cfg
-        logits_BxLxVp = self.padded_logits(input_ids_BxL, segment_ids_BxL)
-        return logits_BxLxVp[..., : cfg.vocab_size]
+        # slicing the (D, V) weight, not the (B, L, V) logits, keeps the big output a single write
+        w_DxV = self.lm_head[...] if padded else self.lm_head[:, : cfg.vocab_size]
+        return jnp.einsum("bld,dv->blv", x_BxLxD, w_DxV.astype(x_BxLxD.dtype), preferred_element_type=jnp.float32)
 
     def layer(self, i: int) -> Block:
         """Layer `i` as a standalone Block (a view on slice i of the stacked parameters)."""
         graphdef, state = nnx.split(self.blocks)
         return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], state))
 
-    def padded_logits(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
-        """Logits over the padded vocabulary (padding columns are zero-weight: they read 0)."""
+    def hidden(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+        """Final-normed hidden states (B, L, D) in the compute dtype: what the LM head reads."""
         cfg = self.cfg
         dtype = jnp.dtype(cfg.dtype)
         x_BxLxD = jnp.take(self.embed[...], input_ids_BxL, axis=0).astype(dtype)
@@ -125,9 +130,7 @@ class Transformer(nnx.Module):
         for layer in range(n_groups * g, cfg.n_layers):
             x_BxLxD = run_layer(jax.tree.map(lambda a, i=layer: a[i], state), x_BxLxD, layer)
 
-        x_BxLxD = self.final_norm(x_BxLxD)
-        return jnp.einsum("bld,dv->blv", x_BxLxD, self.lm_head[...].astype(dtype),
-                          preferred_element_type=jnp.float32)
+        return self.final_norm(x_BxLxD)
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
