@@ -26,8 +26,13 @@ ANSWER_FIELDS = ("answer", "answers", "correct_answer", "target", "completion", 
 
 @dataclass(frozen=True)
 class EvalItem:
-    id: str
+    id: str  # unique within its set (a repeated id gets "#1", "#2", ...)
     text: str
+    raw_id: object = None  # the id as the source wrote it (int or str), reported as "id"
+
+    @property
+    def report_id(self) -> object:
+        return self.id if self.raw_id is None else self.raw_id
 
 
 def _answer_text(row: dict) -> str:
@@ -80,10 +85,11 @@ def item_answer(row: dict) -> str:
     return _answer_text(row)
 
 
-def _item_id(row: dict, fallback: str) -> str:
+def _item_id(row: dict, fallback: object) -> object:
+    """The record's own id (id, ind, idx, question_id, doc_id), else `fallback` (its 0-based index)."""
     for name in ("id", "ind", "idx", "question_id", "doc_id"):
         if row.get(name) is not None and str(row[name]) != "":
-            return str(row[name])
+            return row[name]
     return fallback
 
 
@@ -99,7 +105,10 @@ def _read_jsonl(path: Path) -> list[EvalItem]:
             except json.JSONDecodeError as e:
                 raise OlmaxError(f"{path}:{lineno}: not JSON ({e.msg}); each line must be an object "
                                  f"with id and text (or question/answer/passage)") from e
-            items.append(EvalItem(_item_id(row, f"{path.name}:{lineno}"), item_text(row)))
+            if not isinstance(row, dict):
+                raise OlmaxError(f"{path}:{lineno}: expected a JSON object with id and text")
+            raw = _item_id(row, len(items))
+            items.append(EvalItem(str(raw), item_text(row), raw))
     return items
 
 
@@ -122,7 +131,9 @@ def _read_hf(root: Path) -> list[EvalItem]:
         ds = datasets.load_from_disk(str(d))
         rel = "" if d == root else str(d.relative_to(root)) + "/"
         for i, row in enumerate(ds):
-            items.append(EvalItem(rel + _item_id(row, str(i)), item_text(row)))
+            raw = _item_id(row, i)
+            raw = f"{rel}{raw}" if rel else raw
+            items.append(EvalItem(str(raw), item_text(row), raw))
     return items
 
 
@@ -147,5 +158,5 @@ def load_eval(spec: str) -> tuple[str, list[EvalItem]]:
     for it in items:  # ids must be unique within a set: suffix repeats
         n = seen.get(it.id, 0)
         seen[it.id] = n + 1
-        out.append(it if n == 0 else EvalItem(f"{it.id}#{n}", it.text))
+        out.append(it if n == 0 else EvalItem(f"{it.id}#{n}", it.text, f"{it.id}#{n}"))
     return name, out

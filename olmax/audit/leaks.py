@@ -311,7 +311,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
             doc_cache[f] = documents(paths[f])
         docs = doc_cache[f]
         s = int(set_of[item])
-        contaminated.append({"eval": sets[s][0], "id": all_items[item].id,
+        contaminated.append({"eval": sets[s][0], "id": all_items[item].report_id,
                              "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
                              **{kk: v for kk, v in ev.items() if kk != "contaminated"},
                              "file": paths[f], "doc": docs.id_of(ev["doc"])})
@@ -330,7 +330,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
 
             clean = [all_items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]
             out = os.path.join(cfg.clean_dir, f"{name}.jsonl")
-            write_text_atomic(out, "".join(json.dumps({"id": it.id, "text": it.text}) + "\n"
+            write_text_atomic(out, "".join(json.dumps({"id": it.report_id, "text": it.text}) + "\n"
                                            for it in clean))
             per_set[name]["clean_subset"] = out
         checks.append(Check(f"contaminated:{name}", n_bad == 0, n_bad, 0, gated=name in gate,

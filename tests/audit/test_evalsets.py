@@ -19,9 +19,25 @@ def test_jsonl_text_and_fields(tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
     name, items = load_eval(f"mine={p}")
     assert name == "mine"
-    assert [(it.id, it.text) for it in items] == [
-        ("a", "plain text item"), ("b", "Some passage. what is it?"), ("e.jsonl:3", "no id here"),
+    assert [(it.report_id, it.text) for it in items] == [
+        ("a", "plain text item"), ("b", "Some passage. what is it?"), (2, "no id here"),
         ("a#1", "same id again")]
+
+
+def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
+    from conftest import tokenize_docs, write_mix, write_shard
+
+    from olmax.audit.leaks import LeakConfig, audit_leaks
+
+    planted = "the sky was green over the northern quarry all night long"
+    ev = tmp_path / "e.jsonl"
+    ev.write_text(json.dumps({"id": 7, "text": planted}) + "\n" +
+                  json.dumps({"id": 8, "text": "an item nobody planted in any training text"}) + "\n")
+    shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "x = 1\n# " + planted)]))
+    mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
+    rep = audit_leaks(LeakConfig(mix=mix, evals=(f"e={ev}",), clean_dir=str(tmp_path / "c")))
+    assert [c["id"] for c in rep["contaminated"]] == [7]
+    assert json.loads((tmp_path / "c" / "e.jsonl").read_text())["id"] == 8
 
 
 def test_bad_jsonl_names_the_line(tmp_path):
