@@ -1,8 +1,8 @@
 """Exact forward matmul FLOPs of an OLMo 3 model, counting the keys each query actually attends to.
 
 A multiply-add is 2 FLOPs. Counted: q/k/v/o projections, QK^T and PV (per query, over the keys its
-causal or sliding window lets it see), the SwiGLU matmuls and the LM head (over the padded vocabulary
-by default, since that is what the forward pass computes). Not counted: norms, RoPE, softmax, SiLU and
+causal or sliding window lets it see), the SwiGLU matmuls and the LM head (over the real vocabulary,
+which is what the forward pass multiplies by; `padded_vocab=True` counts the padded width instead). Not counted: norms, RoPE, softmax, SiLU and
 the embedding gather, which are elementwise or free and together well under 1% at 7B.
 A training step costs 3x the forward (backward = 2x forward), which the trainer applies for MFU.
 """
@@ -41,7 +41,7 @@ class FlopCount:
         return self.total / self.seq_len
 
 
-def forward_flops(cfg: ModelConfig, seq_len: int, padded_vocab: bool = True) -> FlopCount:
+def forward_flops(cfg: ModelConfig, seq_len: int, padded_vocab: bool = False) -> FlopCount:
     """Forward FLOPs for one sequence of `seq_len` tokens of `cfg` (no intra-document masking)."""
     d, qd, kvd = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     per_token_proj = 2 * d * (2 * qd + 2 * kvd)
@@ -59,6 +59,6 @@ def forward_flops(cfg: ModelConfig, seq_len: int, padded_vocab: bool = True) -> 
     )
 
 
-def flops_per_token(cfg: ModelConfig, seq_len: int, padded_vocab: bool = True) -> float:
+def flops_per_token(cfg: ModelConfig, seq_len: int, padded_vocab: bool = False) -> float:
     """Average forward FLOPs per token over a sequence of `seq_len` tokens."""
     return forward_flops(cfg, seq_len, padded_vocab).per_token

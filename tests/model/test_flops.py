@@ -53,9 +53,9 @@ def test_7b_flops_per_token_by_hand():
     fl = forward_flops(olmo3_7b(), 8192)
     proj = 32 * 2 * 4096 * (4 * 4096)  # q, k, v, o: 4,294,967,296
     mlp = 32 * 2 * 3 * 4096 * 11008  # 8,657,043,456
-    head = 2 * 4096 * 100_352  # padded vocab: 822,083,584
+    head = 2 * 4096 * 100_278  # real vocab: 821,477,376
     # full layers: (8192 + 1) / 2 keys per query; sliding: (4096 * 4097 / 2 + 4096 * 4096) / 8192
     pairs_per_token = 8 * 4096.5 + 24 * 3072.25
     attention = pairs_per_token * 4 * 4096
-    assert fl.per_token == proj + mlp + head + attention == 15_519_088_640
-    assert forward_flops(olmo3_7b(), 8192, padded_vocab=False).lm_head == 8192 * 2 * 4096 * 100_278
+    assert fl.per_token == proj + mlp + head + attention == 15_518_482_432
+    assert forward_flops(olmo3_7b(), 8192, padded_vocab=True).lm_head == 8192 * 2 * 4096 * 100_352
