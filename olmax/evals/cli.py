@@ -16,8 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="One document per instance: [EOS] + doc + [EOS] truncated to --seq-len, right-padded "
         "with PAD, padding masked. Reports CE (nats/token), exp(CE), bits-per-byte = -loglik / (ln 2 x "
         "UTF-8 bytes), token/byte counts and each set's content fingerprint.")
-    h.add_argument("--checkpoint", required=True, help="HF checkpoint dir (config.json + safetensors) or "
-                   "an olmax dir (model_config.json + params/)")
+    h.add_argument("--checkpoint", required=True, help="HF checkpoint dir (config.json + safetensors), an "
+                   "olmax dir (model_config.json + params/), a training run folder (newest checkpoint) or its "
+                   "checkpoints/<step> folder")
     h.add_argument("--eval", action="append", required=True, metavar="NAME=PATH",
                    help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
                    "name (sciq, arc_easy, ...); repeatable")

@@ -192,14 +192,33 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
             if excess > th.exposure_gap_nats and excess > 3 * se:
                 flagged.append(src)
         per_source[src] = stats
+    # a source served only repeatedly (e.g. re-listed in the mix until nothing of it is unseen) has no
+    # baseline of its own: compare it with the once-seen (else unseen) text of all other sources
+    for src, stats in per_source.items():
+        r = stats["repeated"]
+        if "excess_nats" in stats or r["instances"] < th.min_samples:
+            continue
+        for base in ("once", "unseen"):
+            pool = _sample(rng, np.flatnonzero((exp.source != src) & strata[base]), per_stratum)
+            if pool.size >= th.min_samples:
+                ce = _window_ce(model, exp.tokens[pool, :length], batch_size)
+                excess = float(ce.mean()) - r["ce"]
+                se = float(np.hypot(ce.std(ddof=1) / np.sqrt(ce.size), r["stderr"] or 0.0))
+                stats.update(compared_with=f"{base} (other sources)", baseline_ce=float(ce.mean()),
+                             excess_nats=excess, excess_stderr=se)
+                if excess > th.exposure_gap_nats and excess > 3 * se:
+                    flagged.append(src)
+                break
     compared = [s for s, v in per_source.items() if "excess_nats" in v]
     if not compared:
         return {**_skipped(f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
                            f">= {th.min_samples} once-seen or unseen instances"), "sources": per_source}
     worst = max(compared, key=lambda s: per_source[s]["excess_nats"])
     w = per_source[worst]
+    base = {"once": "once-seen", "unseen": "never-served"}[w["compared_with"].replace(" (other sources)", "")]
+    where = "of other sources (it has none of its own)" if "other" in w["compared_with"] else "of the same source"
     msg = (f"source {worst}: CE on instances served >= {th.repeat_min}x is {w['excess_nats']:.3f} "
-           f"(+-{w['excess_stderr']:.3f}) nats below {w['compared_with']} text of the same source "
+           f"(+-{w['excess_stderr']:.3f}) nats below {base} text {where} "
            f"(flags above {th.exposure_gap_nats} and 3 standard errors)")
     return {**_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
 
@@ -282,7 +301,7 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
     coverage = w / total
     gap = unseen - train
     hit = gap > th.unseen_gap_nats and gap > 3 * se
-    missing = sorted(set(sources) - set(covered))
+    missing = sorted(k for k, v in sources.items() if k not in covered and v["served_instances"])
     msg = (f"train loss {train:.3f} (mean of the last {recent.size} steps to {step}) vs {unseen:.3f} (+-{se:.3f}) "
            f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats})")
     if missing:

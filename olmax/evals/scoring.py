@@ -23,7 +23,9 @@ from olmax.errors import OlmaxError
 
 
 def load_model(path: str | os.PathLike, dtype: str = "float32"):
-    """An olmax model from an HF checkpoint dir (config.json + safetensors) or an olmax one (model_config.json)."""
+    """An olmax model from an HF checkpoint dir (config.json + safetensors), an olmax one
+    (model_config.json + params/), a training run folder (its newest checkpoint) or one of its
+    `checkpoints/<step>` folders."""
     from olmax.model import from_hf, load_olmax
 
     p = Path(path)
@@ -31,8 +33,17 @@ def load_model(path: str | os.PathLike, dtype: str = "float32"):
         return from_hf(p, dtype=dtype)
     if (p / "model_config.json").is_file():
         return load_olmax(p, dtype=dtype)
-    raise OlmaxError(f"{p}: neither an HF checkpoint (config.json + *.safetensors) nor an olmax one "
-                     "(model_config.json + params/); convert a training checkpoint with `olmax model convert`")
+    if (p / "config.yaml").is_file() and (p / "checkpoints").is_dir():
+        from olmax.evals.run_dir import load_run_model
+
+        return load_run_model(p, None, dtype)[0]
+    if p.name.isdigit() and p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").is_file():
+        from olmax.evals.run_dir import load_run_model
+
+        return load_run_model(p.parent.parent, int(p.name), dtype)[0]
+    raise OlmaxError(f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
+                     "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
+                     "one of its checkpoints/<step> folders")
 
 
 def _row_scores(model, inputs_BxL: jax.Array, targets_BxL: jax.Array, mask_BxL: jax.Array):

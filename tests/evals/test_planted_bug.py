@@ -1,0 +1,57 @@
+"""End to end with the real trainer: a tiny run on a mix where one small source is re-listed many times
+(a planted loader bug) is flagged by `olmax eval memorization --run DIR`; the same run on the clean mix
+is not. Tokens come from a sparse Markov chain over 200 of 1,000 ids (learnable, entropy ln 4 = 1.39 nats), so a
+small model learns the chain on clean data and can only go below it by memorizing."""
+
+import json
+
+import numpy as np
+import pytest
+
+from olmax.cli import main
+
+V, L, G, ACTIVE, STEPS = 1000, 64, 4, 200, 200
+OVERRIDES = [f"model.vocab_size={V}", "model.eos_token_id=999", "model.pad_token_id=998",
+             f"data.seq_len={L}", f"data.global_batch_size={G}", "optim.warmup_steps=10", "optim.lr=1e-2"]
+
+
+def markov_tokens(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    succ = rng.integers(0, ACTIVE, (ACTIVE, 4))  # each of the first 200 ids has 4 successors, in every source
+    walk = np.random.default_rng(seed)
+    choice = walk.integers(0, 4, n)
+    out = np.empty(n, np.uint32)
+    t = int(walk.integers(0, ACTIVE))
+    for i in range(n):
+        out[i] = t
+        t = int(succ[t, choice[i]])
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mix")
+    (d / "web.npy").write_bytes(markov_tokens(1500 * L, seed=1).tobytes())
+    (d / "small.npy").write_bytes(markov_tokens(4 * L, seed=2).tobytes())
+    (d / "clean.txt").write_text(f"web,{d / 'web.npy'}\nsmall,{d / 'small.npy'}\n")
+    (d / "planted.txt").write_text(f"web,{d / 'web.npy'}\n" + f"small,{d / 'small.npy'}\n" * 60)
+    return d
+
+
+def train_and_check(mixes, kind, tmp_path):
+    run = tmp_path / kind
+    assert main(["train", "--config", "tiny", "--run-dir", str(run), "--steps", str(STEPS), "--mix",
+                 str(mixes / f"{kind}.txt"), "--no-progress", f"checkpoint.every={STEPS}", *OVERRIDES]) == 0
+    out = tmp_path / f"{kind}.json"
+    rc = main(["eval", "memorization", "--run", str(run), "--per-stratum", "32", "--out", str(out)])
+    return rc, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path):
+    rc, planted = train_and_check(mixes, "planted", tmp_path)
+    assert rc == 1 and planted["flagged"], json.dumps(planted["checks"], indent=1)[:3000]
+    assert planted["checks"]["train_vs_unseen"]["flagged"]
+    rc, clean = train_and_check(mixes, "clean", tmp_path)
+    assert rc == 0 and not clean["flagged"], json.dumps(clean["checks"], indent=1)[:3000]
+    assert clean["checks"]["train_vs_unseen"]["status"] == "ok"
