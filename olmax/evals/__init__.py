@@ -1,1 +1,17 @@
-"""Evals: held-out loss and bits-per-byte, memorization flags, an lm-eval adapter."""
+"""Evals: held-out loss and bits-per-byte, memorization flags, an lm-eval adapter, loss-curve plots.
+
+Modules (heavy imports stay inside each; importing this package is cheap):
+  sets.py        held-out documents from jsonl/arrow/parquet/`datasets` folders or bundled sets; fingerprints;
+                 the audit's clean subset
+  instances.py   one document per row, truncated to L, right-padded with PAD, label mask on padding
+  scoring.py     jitted batched scoring and greedy decoding over any `model(ids) -> logits`; `load_model`
+  heldout.py     `prepare_eval_sets` (once) + `run_heldout(model, sets, step=...) -> records` (every N steps)
+  hook.py        `train_hook(cfg)`: the in-loop hook `olmax train` calls every `train.eval_every` steps
+  curves.py      train/held-out curves from metrics.jsonl, reference runs and CSV curves
+  exposure.py    the exposure file format (per-instance served counts) and reading instance tokens
+  run_dir.py     from a training run folder: the newest checkpoint's model, exposure by replaying the loader
+  memorization.py  the five memorization checks and the `eval memorization` report
+  lm_eval_adapter.py  lm-eval model `olmax` (loglikelihood, loglikelihood_rolling, generate_until)
+  plots.py       PNG loss curves
+  cli.py         `olmax eval heldout | memorization | lm-eval | plot`
+"""
