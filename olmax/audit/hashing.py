@@ -137,6 +137,19 @@ class PrefixHasher:
         return out
 
 
+    def base_windows(self, k: int, b: int = 0) -> np.ndarray:
+        """uint64 (n - k + 1,): one base's half of `windows(k)` (the high 32 bits for b = 0): a cheap
+        first-stage filter value, completed by `windows_at` where it matters."""
+        m = self.n - k + 1
+        if m <= 0:
+            return np.zeros(0, dtype=np.uint64)
+        s = self._sums[b]
+        d = s[k:k + m] - s[0:m]
+        tmp = np.empty_like(d)
+        _fold(d, tmp)
+        d *= self._inv[b][0:m]
+        return _reduce(d, tmp)
+
     def windows_at(self, k: int, starts: np.ndarray) -> np.ndarray:
         """uint64: hashes of the length-k windows starting at `starts` (each + k <= n)."""
         starts = np.asarray(starts, dtype=np.int64)

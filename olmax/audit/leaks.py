@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -68,14 +69,16 @@ class EvalIndex:
     def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int):
         self.n = n
         self.lengths_of = np.asarray([s[0].size for s in seqs], dtype=np.int64)
-        keys, items, qs = [], [], []
+        keys, items, qs, first_half = [], [], [], []
         for i, s in enumerate(seqs):
             k = s[0].size
             if k < min_item_words:
                 continue
             w = n if k >= n else k
-            h = PrefixHasher(s).windows(w) ^ length_salt(w)
-            keys.append(h)
+            h = PrefixHasher(s).windows(w)
+            if w == n:
+                first_half.append(h >> np.uint64(32))
+            keys.append(h ^ length_salt(w))
             items.append(np.full(h.size, i, dtype=np.int64))
             qs.append(np.arange(h.size, dtype=np.int64))
         key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
@@ -94,16 +97,20 @@ class EvalIndex:
         anchors = [PrefixHasher(s).windows(self.anchor)[:1] for s in seqs
                    if min_item_words <= s[0].size < n] if self.anchor else []
         self.anchors = np.unique(np.concatenate(anchors)) if anchors else np.zeros(0, np.uint64)
+        # Prefilters: one byte per slot, indexed by the low bits of a window's base-1 half (the
+        # training side computes only that half everywhere, the full hash only where a slot is set).
         bits = int(min(30, max(16, np.ceil(np.log2(max(1, self.ukeys.size) * 16)))))
         self.mask = np.uint64((1 << bits) - 1)
         self.filter = np.zeros(1 << bits, dtype=np.uint8)
-        self.filter[self._slot(self.ukeys)] = 1
+        if first_half:
+            self.filter[(np.concatenate(first_half) & self.mask).astype(np.intp)] = 1
         self.anchor_filter = np.zeros(1 << bits, dtype=np.uint8)
-        self.anchor_filter[self._slot(self.anchors)] = 1
+        self.anchor_filter[((self.anchors >> np.uint64(32)) & self.mask).astype(np.intp)] = 1
 
-    def _slot(self, h: np.ndarray) -> np.ndarray:
-        """Prefilter slot of each hash: low bits of one 32-bit half (one pass, no uint64 temporary)."""
-        return np.bitwise_and(h.view(np.uint32)[1::2], np.uint32(self.mask))
+    def _slot(self, h1: np.ndarray) -> np.ndarray:
+        """Prefilter slot of each base-1 half (values < 2^31: the low 32-bit word holds them)."""
+        return np.bitwise_and(h1.view(np.uint32)[0::2] if sys.byteorder == "little" else
+                              h1.astype(np.uint32), np.uint32(self.mask))
 
     @property
     def num_keys(self) -> int:
@@ -122,18 +129,17 @@ class EvalIndex:
             starts.append(at[ok])
 
         lo = max(0, first_new - self.n + 1)
-        h = hasher.windows(self.n)[lo:]
-        if h.size:
-            h ^= length_salt(self.n)
-            cand = np.flatnonzero(self.filter[self._slot(h)])
-            lookup(h[cand], cand + lo)
+        h1 = hasher.base_windows(self.n)[lo:]
+        if h1.size:
+            cand = np.flatnonzero(self.filter[self._slot(h1)]) + lo
+            lookup(hasher.windows_at(self.n, cand) ^ length_salt(self.n), cand)
         if self.anchor:
             lo = max(0, first_new - max(self.short_lengths) + 1)
-            h = hasher.windows(self.anchor)[lo:]
-            cand = np.flatnonzero(self.anchor_filter[self._slot(h)])
-            hc = h[cand]
+            h1 = hasher.base_windows(self.anchor)[lo:]
+            cand = np.flatnonzero(self.anchor_filter[self._slot(h1)]) + lo
+            hc = hasher.windows_at(self.anchor, cand)
             idx = np.minimum(np.searchsorted(self.anchors, hc), max(0, self.anchors.size - 1))
-            at = cand[self.anchors[idx] == hc] + lo
+            at = cand[self.anchors[idx] == hc] if self.anchors.size else cand[:0]
             for k in self.short_lengths:
                 # windows that fit and end in the new part (older ones were probed with the last chunk)
                 ak = at[(at + k <= c[0].size) & (at + k > first_new)]

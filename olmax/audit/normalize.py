@@ -92,6 +92,10 @@ class WordTables:
         self.tok_h = [np.where(has, h[first], 0).astype(np.uint64) for h in self.run_h]
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
         self.multi = n_runs > 1
+        # One byte per token for the fast path: bit 0 has a run, 1 starts a word, 2 ends a word,
+        # 3 holds two or more runs.
+        self.flags = (has.astype(np.uint8) | (self.starts_word.astype(np.uint8) << 1) |
+                      (self.ends_word.astype(np.uint8) << 2) | (self.multi.astype(np.uint8) << 3))
 
     def words(self, tokens: np.ndarray, *, joins_first: bool = False,
               final: bool = True) -> tuple[list[np.ndarray], np.ndarray, int]:
@@ -105,8 +109,10 @@ class WordTables:
         t = np.asarray(tokens)
         if t.size and int(t.max()) >= self.size:
             t = np.minimum(t, self.size - 1)
-        if t.size and not self.multi[t].any():
-            return self._words_single(t, joins_first, final)
+        if t.size:
+            f = self.flags[t]
+            if not (f & 8).any():
+                return self._words_single(t, f, joins_first, final)
         t = t.astype(np.int64)
         nr = self.n_runs[t]
         # A token's first run joins the previous token's last run when both touch the boundary.
@@ -148,15 +154,19 @@ class WordTables:
             values.append(w & WORD_MASK)
         return values, first_tok, consumed
 
-    def _words_single(self, t: np.ndarray, joins_first: bool,
+    def _words_single(self, t: np.ndarray, f: np.ndarray, joins_first: bool,
                       final: bool) -> tuple[list[np.ndarray], np.ndarray, int]:
-        """`words` when no token holds two runs: per-token tables, and work on joined tokens only."""
-        has = self.tok_len[t] > 0
-        joins = np.empty(t.size, dtype=bool)
-        joins[0] = joins_first
-        joins[1:] = self.ends_word[t[:-1]]
-        joins &= self.starts_word[t]
-        starts = np.flatnonzero(has & ~joins)  # token index of each word's first token
+        """`words` when no token holds two runs: per-token tables, and work on joined tokens only.
+        `f` is flags[t]."""
+        # joins[i]: token i starts with a word byte and token i-1 ended with one (bit 1 of f[i] and
+        # bit 2 of f[i-1]); a word starts at a token with a run that does not join.
+        joins = np.empty(t.size, dtype=np.uint8)
+        joins[0] = 4 if joins_first else 0
+        joins[1:] = f[:-1]
+        joins >>= 1
+        joins &= f
+        joins = (joins & 2) > 0
+        starts = np.flatnonzero((f & 1).view(bool) & ~joins)  # each word's first token
         consumed = t.size
         if not final and starts.size:
             consumed = int(starts[-1])
@@ -164,24 +174,28 @@ class WordTables:
         joined = np.flatnonzero(joins[:consumed])
         values = [h[t[starts]] for h in self.tok_h]
         if joined.size and starts.size:
-            # word of each joined token, and its byte offset inside that word
+            # word of each joined token, and its byte offset inside that word: the word's first
+            # token's length plus the lengths of the joined tokens before it (all on the subset)
             word = np.searchsorted(starts, joined, side="right") - 1
             ok = word >= 0
             joined, word = joined[ok], word[ok]
-            lens = self.tok_len[t]
-            cl = np.cumsum(lens)
-            rel = np.minimum(cl[joined - 1] - cl[starts[word]] + lens[starts[word]], MAX_WORD_BYTES - 1)
+        if joined.size and starts.size:
+            new_word = np.concatenate([[True], word[1:] != word[:-1]])
+            first = np.flatnonzero(new_word)
+            group = np.cumsum(new_word) - 1
+            lj = self.tok_len[t[joined]]
+            before = np.cumsum(lj) - lj
+            rel = self.tok_len[t[starts[word]]] + before - before[first][group]
+            rel = np.minimum(rel, MAX_WORD_BYTES - 1)
+            tgt = word[first]
             for b in range(len(BASES)):
                 c = self.tok_h[b][t[joined]] * self.qpow[b][rel]
                 _reduce(c, np.empty_like(c))
                 w = values[b]
-                first = np.flatnonzero(np.concatenate([[True], word[1:] != word[:-1]]))
-                add = np.add.reduceat(c, first)
-                tgt = word[first]
-                merged = w[tgt] + add
+                merged = w[tgt] + np.add.reduceat(c, first)
                 w[tgt] = _reduce(merged, np.empty_like(merged))
         values = [v & WORD_MASK for v in values]
-        return values, starts.astype(np.int64), consumed
+        return values, starts.astype(np.int64, copy=False), consumed
 
 
 @lru_cache(maxsize=2)
