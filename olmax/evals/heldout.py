@@ -22,7 +22,7 @@ import numpy as np
 from olmax.errors import OlmaxError
 from olmax.evals.instances import Instances, build_instances
 from olmax.evals.scoring import score
-from olmax.evals.sets import EvalSet, load_eval_set, parse_eval_spec
+from olmax.evals.sets import EvalSet, clean_rows, load_eval_set, parse_eval_spec
 
 LN2 = math.log(2.0)
 
@@ -53,7 +53,7 @@ def prepare_eval_set(eval_set: EvalSet, tokenizer, seq_len: int, *, drop_ids: se
                            prefix_eos=prefix_eos)
     clean = None
     if drop_ids is not None:
-        clean = np.asarray([i for i, d in enumerate(eval_set.ids) if d not in drop_ids], np.int64)
+        clean = np.asarray(clean_rows(eval_set, drop_ids), np.int64)
     return PreparedSet(eval_set.name, eval_set.fingerprint, inst, tokenizer.sha256, seq_len, clean)
 
 

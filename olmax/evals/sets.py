@@ -100,10 +100,9 @@ def _bundled_rows(name: str, path: str, limit: int | None) -> EvalSet:
     n = len(ds) if limit is None else min(limit, len(ds))
     template = TEMPLATES[_template_key(name, path)]
     ids, texts = [], []
-    base = Path(path).name
     for i in range(n):
         row = ds[i]
-        ids.append(str(row["id"]) if "id" in row else f"{base}:{i + 1}")
+        ids.append(_own_id(row, i))  # the ids `olmax audit leaks` reports for bundled sets
         texts.append(template(row))
     return EvalSet(name, tuple(ids), tuple(texts), path)
 
@@ -158,8 +157,58 @@ def contaminated_ids(leaks_report: Mapping[str, Any]) -> dict[str, set[str]]:
     return out
 
 
+_AUDIT_ID_FIELDS = ("id", "ind", "idx", "question_id", "doc_id")
+
+
+def _own_id(row: Mapping[str, Any], fallback: int) -> str:
+    for name in _AUDIT_ID_FIELDS:
+        if row.get(name) is not None and str(row[name]) != "":
+            return str(row[name])
+    return str(fallback)
+
+
+def audit_ids(eval_set: EvalSet) -> tuple[str, ...]:
+    """Ids as `olmax audit leaks` names items: the row's id/ind/idx/question_id/doc_id, else its 0-based
+    index in its file; a repeated id gets "#1", "#2", ... Empty when the source cannot be re-read."""
+    import json
+
+    path = Path(eval_set.source)
+    raw: list[str] = []
+    if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
+        import gzip
+
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    raw.append(_own_id(row, len(raw)) if isinstance(row, dict) else str(len(raw)))
+    elif path.is_dir():
+        import datasets
+
+        ds = datasets.load_from_disk(str(path))
+        raw = [_own_id(row, i) for i, row in enumerate(ds.select(range(min(len(ds), len(eval_set)))))]
+    if len(raw) < len(eval_set):
+        return ()
+    seen: dict[str, int] = {}
+    out = []
+    for r in raw[: len(eval_set)]:
+        n = seen.get(r, 0)
+        seen[r] = n + 1
+        out.append(r if n == 0 else f"{r}#{n}")
+    return tuple(out)
+
+
+def clean_rows(eval_set: EvalSet, drop_ids: set[str]) -> list[int]:
+    """Rows of `eval_set` named neither by our id nor by the audit's id in `drop_ids`."""
+    if not drop_ids:
+        return list(range(len(eval_set)))
+    theirs = audit_ids(eval_set) or (None,) * len(eval_set)
+    return [i for i, (d, a) in enumerate(zip(eval_set.ids, theirs)) if d not in drop_ids and a not in drop_ids]
+
+
 def clean_subset(eval_set: EvalSet, drop_ids: set[str]) -> EvalSet:
     """The documents of `eval_set` whose id is not in `drop_ids` (the audit's clean subset)."""
-    keep = [i for i, d in enumerate(eval_set.ids) if d not in drop_ids]
+    keep = clean_rows(eval_set, drop_ids)
     return EvalSet(eval_set.name, tuple(eval_set.ids[i] for i in keep), tuple(eval_set.texts[i] for i in keep),
                    eval_set.source)

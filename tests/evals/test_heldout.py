@@ -116,6 +116,14 @@ def test_clean_subset_and_cli(hf_checkpoint, tmp_path, capsys):
     assert (full["subset"], clean["subset"]) == ("all", "clean")
     assert full["documents"] == 4 and clean["documents"] == 3
     assert clean["tokens"] < full["tokens"]
+    # the audit names items without an id field by their 0-based index: those ids drop the same rows
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    leaks.write_text(json.dumps({"contaminated": [{"eval": "bare", "id": 0}, {"eval": "bare", "id": 2}]}))
+    assert main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", f"bare={bare}",
+                 "--seq-len", "48", "--leaks", str(leaks), "--out", str(out)]) == 0
+    full, clean = json.loads(out.read_text())["results"]
+    assert full["documents"] == 4 and clean["documents"] == 2
     assert "held" in capsys.readouterr().out
 
 
