@@ -167,7 +167,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
         return {**summary, "last": None}
 
     train_step = make_train_step(cfg.model, cfg.optim, mesh, n_micro=n_micro, per_device_batch=per_device,
-                                 t_max=t_max)
+                                 t_max=t_max, ce_chunk=cfg.train.ce_chunk)
     tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
     flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * tokens_per_step
     peak = peak_flops(cfg)

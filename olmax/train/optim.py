@@ -8,7 +8,7 @@ Each piece mirrors OLMo-core (v3.0.0) arithmetic, written for JAX:
   mean of the previous (up to) 128 values by 6 unbiased standard deviations leaves params, moments and
   the Adam step count untouched; the rule is live once 64 values (the current one included) exist;
 - weight decay is decoupled (p <- p - lr * wd * p) and masked off the embedding.
-Everything here is a pure function of its inputs, so a resumed run recomputes the same numbers.
+CE and z-loss live in `olmax.train.loss`. Everything here is a pure function of its inputs, so a resumed run recomputes the same numbers.
 """
 
 from __future__ import annotations
@@ -63,31 +63,6 @@ def learning_rate(cfg: OptimConfig, step, t_max: int):
     else:
         raise ValueError(f"unknown schedule {cfg.schedule!r}")
     return _where(step < warmup, head, _where(step >= t_max, eta_min, decayed))
-
-
-# ----- loss -----
-
-def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float, vocab_size: int | None = None
-                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Summed CE and z-loss terms over labels = inputs shifted left (last position ignored), and the count.
-
-    `logits_BxLxV` may cover a padded vocabulary: columns >= `vocab_size` are masked out of the softmax,
-    so the loss is over the real vocabulary (what `to_hf` exports). Every position is computed and the
-    last one weighted 0, which avoids copying the (B, L, V) logits. Returns (sum of CE, sum of
-    z_loss * logsumexp^2, number of predicted tokens), fp32, so microbatches add before one division
-    by the global token count (OLMo-core normalizes that way).
-    """
-    b, seq, v = logits_BxLxV.shape
-    logits = logits_BxLxV.astype(jnp.float32)
-    if vocab_size is not None and vocab_size < v:
-        logits = jnp.where(jnp.arange(v) < vocab_size, logits, jnp.finfo(jnp.float32).min)
-    labels_BxL = jnp.concatenate([input_ids_BxL[:, 1:], jnp.zeros((b, 1), input_ids_BxL.dtype)], axis=1)
-    weight_1xL = (jnp.arange(seq) < seq - 1).astype(jnp.float32)[None, :]
-    lse_BxL = jax.nn.logsumexp(logits, axis=-1)
-    label_logit_BxL = jnp.take_along_axis(logits, labels_BxL[..., None], axis=-1)[..., 0]
-    ce = jnp.sum((lse_BxL - label_logit_BxL) * weight_1xL)
-    z = z_loss * jnp.sum(jnp.square(lse_BxL) * weight_1xL)
-    return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
 
 
 # ----- AdamW with skip-step -----

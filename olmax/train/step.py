@@ -20,8 +20,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from olmax.model.config import ModelConfig
 from olmax.model.transformer import Transformer
 from olmax.train.config import OptimConfig
+from olmax.train.loss import cross_entropy, head_cross_entropy
 from olmax.train.mesh import BATCH_AXES, batch_sharding, replicated, state_shardings
-from olmax.train.optim import apply_update, cross_entropy, init_opt_state, learning_rate
+from olmax.train.optim import apply_update, init_opt_state, learning_rate
 
 
 def model_graphdef(cfg: ModelConfig) -> tuple[Any, dict]:
@@ -53,18 +54,38 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
     return jax.jit(lambda: init_state(model_cfg, optim_cfg, seed), out_shardings=shardings)()
 
 
-def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, *, n_micro: int,
-                    per_device_batch: int, t_max: int) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
-    """jit(step)(state, batch_GxL) -> (state, metrics); microbatch j takes b rows of every device."""
+def default_ce_chunk() -> int:
+    """Sequence positions per fused LM-head/CE chunk: cache-sized on CPU, large on accelerators."""
+    return 16 if jax.default_backend() == "cpu" else 1024
+
+
+def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
+                 ) -> Callable[[dict, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]:
+    """loss(params, ids) -> (sum CE + sum z-loss, (sum CE, sum z-loss)) for one microbatch."""
     graphdef, _ = model_graphdef(model_cfg)
+    chunk = default_ce_chunk() if ce_chunk is None else ce_chunk
+
+    def loss_fn(params: dict, ids_BxL: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        if chunk == 0:  # reference path: full (B, L, V) logits
+            ce, z, _ = cross_entropy(nnx.merge(graphdef, params)(ids_BxL), ids_BxL, optim_cfg.z_loss)
+        else:
+            h_BxLxD = nnx.merge(graphdef, params).hidden(ids_BxL)
+            # the head over the real vocabulary, as Transformer.head computes it (padding columns unused)
+            w_DxV = params["lm_head"][:, : model_cfg.vocab_size]
+            ce, z, _ = head_cross_entropy(h_BxLxD, w_DxV, ids_BxL, optim_cfg.z_loss, model_cfg.vocab_size, chunk)
+        return ce + z, (ce, z)
+
+    return loss_fn
+
+
+def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, *, n_micro: int,
+                    per_device_batch: int, t_max: int, ce_chunk: int | None = None
+                    ) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
+    """jit(step)(state, batch_GxL) -> (state, metrics); microbatch j takes b rows of every device."""
     _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
     n_devices = mesh.size
     micro_sharding = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
-
-    def loss_fn(params: dict, ids_BxL: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        model = nnx.merge(graphdef, params)
-        ce, z, _ = cross_entropy(model(ids_BxL), ids_BxL, optim_cfg.z_loss)
-        return ce + z, (ce, z)
+    loss_fn = make_loss_fn(model_cfg, optim_cfg, ce_chunk)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from olmax.train.config import OptimConfig
+from olmax.train.loss import cross_entropy, head_cross_entropy
 from olmax.train.optim import (
     adamw_update,
     apply_update,
-    cross_entropy,
     decay_mask,
     init_opt_state,
     learning_rate,
@@ -167,3 +167,26 @@ def test_cross_entropy_and_z_loss_hand_values():
     padded = jnp.concatenate([logits, jnp.full((2, 3, 3), 7.0)], axis=-1)
     ce_p, z_p, _ = cross_entropy(padded, ids, 1e-4, vocab_size=5)
     assert float(ce_p) == pytest.approx(float(ce), rel=1e-6) and float(z_p) == pytest.approx(float(z), rel=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 16])
+def test_fused_head_cross_entropy_matches_full_logits(chunk):
+    """Value and gradients of the chunked LM-head CE equal the full-logits CE (padded vocab masked)."""
+    rng = np.random.default_rng(chunk)
+    h = jnp.asarray(rng.normal(size=(2, 16, 8)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(8, 24)), jnp.float32)
+    ids = jnp.asarray(rng.integers(0, 20, (2, 16)), jnp.int32)
+
+    def full(h, w):
+        ce, z, _ = cross_entropy(jnp.einsum("bld,dv->blv", h, w), ids, 1e-2, vocab_size=20)
+        return ce + z
+
+    def fused(h, w):
+        ce, z, _ = head_cross_entropy(h, w, ids, 1e-2, 20, chunk)
+        return ce + z
+
+    (va, ga), (vb, gb) = jax.value_and_grad(full, (0, 1))(h, w), jax.value_and_grad(fused, (0, 1))(h, w)
+    assert float(vb) == pytest.approx(float(va), rel=1e-6)
+    for a, b in zip(ga, gb):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(gb[1])[:, 20:], 0.0)  # padding columns get no gradient

@@ -42,7 +42,8 @@ def write_config(path: Path, mix: str, *, steps: int = 10, every: int = 3, work_
     """A tiny-model experiment YAML over `mix`; `extra` maps an area to field overrides."""
     cfg = {
         "name": "test",
-        "model": {"preset": "tiny", "max_position_embeddings": 64},
+        "model": {"preset": "tiny", "max_position_embeddings": 64, "vocab_size": VOCAB, "eos_token_id": 999,
+                  "pad_token_id": 998},
         "data": {"mix": mix, "seq_len": SEQ, "global_batch_size": GBS, "seed": 7, "num_threads": 0,
                  "work_dir": work_dir or str(path.parent / "work")},
         "optim": {"lr": 1e-2, "schedule": "cosine", "warmup_steps": 2, "t_max": 20},
