@@ -123,6 +123,8 @@ class EvalIndex:
         keys, starts = [], []
 
         def lookup(h: np.ndarray, at: np.ndarray) -> None:
+            order = np.argsort(h)  # sorted queries: the binary searches walk the table in order
+            h, at = h[order], at[order]
             idx = np.minimum(np.searchsorted(self.ukeys, h), self.ukeys.size - 1)
             ok = self.ukeys[idx] == h
             keys.append(idx[ok])

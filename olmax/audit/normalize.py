@@ -172,7 +172,8 @@ class WordTables:
             consumed = int(starts[-1])
             starts = starts[:-1]
         joined = np.flatnonzero(joins[:consumed])
-        values = [h[t[starts]] for h in self.tok_h]
+        ts = t[starts]
+        values = [h[ts] for h in self.tok_h]
         if joined.size and starts.size:
             # word of each joined token, and its byte offset inside that word: the word's first
             # token's length plus the lengths of the joined tokens before it (all on the subset)
