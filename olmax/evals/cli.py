@@ -72,7 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Calls lm_eval.simple_evaluate with model `olmax`. For offline runs give a task YAML "
         "folder with --include-path (dataset_path: arrow) and set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1.")
     lm.add_argument("--checkpoint", required=True)
-    lm.add_argument("--tasks", required=True, help="comma-separated task names")
+    lm.add_argument("--tasks", required=True, help="comma-separated task names; offline over the bundled "
+                    "sets: olmax_arc_easy, olmax_arc_challenge, olmax_boolq, olmax_sciq, olmax_piqa, "
+                    "olmax_openbookqa")
     lm.add_argument("--include-path", default=None, help="folder of extra task YAMLs")
     lm.add_argument("--tokenizer", default=None)
     lm.add_argument("--num-fewshot", type=int, default=None)

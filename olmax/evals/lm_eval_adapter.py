@@ -166,7 +166,7 @@ class OlmaxLM(TemplateLM):
         return out  # type: ignore[return-value]
 
 
-def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | None = None,
+def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | list[str] | None = None,
              include_defaults: bool | None = None, num_fewshot: int | None = None, limit: float | None = None,
              seed: int = 1234) -> dict:
     """Run lm-eval tasks on `lm`; returns lm-eval's results dict (JSON-safe parts).
@@ -177,6 +177,12 @@ def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | None = No
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    from olmax.evals.lm_eval_tasks import TASKS, bundled_task_dir
+
+    ours = [t for t in tasks if t in TASKS]
+    if ours:  # the bundled offline tasks: their YAMLs live in a generated folder
+        paths = [str(bundled_task_dir(ours))] + ([include_path] if include_path else [])
+        include_path = paths if len(paths) > 1 else paths[0]
     tm = None
     if include_path is not None and include_defaults is not True:
         tm = TaskManager(include_path=include_path, include_defaults=False)

