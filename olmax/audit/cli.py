@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lo.add_argument("--max-dup-instance-frac", type=float, default=0.01,
                     help="allowed fraction of instances (and of emitted rows) whose content repeats "
                     "another file/position")
-    lo.add_argument("--max-dup-doc-frac", type=float, default=0.02,
+    lo.add_argument("--max-dup-doc-frac", type=float, default=0.05,
                     help="allowed fraction of document tokens in exact duplicate documents")
     lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
     lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")

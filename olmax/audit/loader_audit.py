@@ -49,7 +49,7 @@ class LoaderAuditConfig:
     resume_process_count: int | None = None
     share_tolerance: float = 0.02
     max_dup_instance_frac: float = 0.01
-    max_dup_doc_frac: float = 0.02
+    max_dup_doc_frac: float = 0.05
     min_doc_tokens: int = 32
     content: bool = True
     threads: int = 2

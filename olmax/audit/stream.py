@@ -11,7 +11,8 @@ xxh3-64 over its uint32 bytes; both record kinds go through the same hash-partit
   unplanned_repeated_rows: rows beyond it within an epoch;
 - foreign_rows: rows equal to no instance of the mix (misaligned windows, wrong files, bad reads);
 - instances_never_seen: mix instances whose content was emitted fewer times than the instances
-  holding it (reported when the window covers an epoch: rows >= N - N mod G, G = all hosts' rows);
+  holding it (a statement about the data only when the window covers an epoch: `covers_epoch`,
+  rows >= N - N mod G with G = all hosts' rows per step);
 - cross_host_rows: rows whose content another host emitted in the same step;
 - source shares: observed tokens per label (of the instance a row is) vs the mix's plan.
 A row hash equal to an instance hash is confirmed by comparing the bytes before it counts as that
@@ -185,8 +186,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
         "instances": N, "hosts": len(hosts), "rows_per_host": rows_per_host,
         "rows": total_rows, "distinct_rows": stats["distinct"], "repeated_rows": stats["repeated"],
         "unplanned_repeated_rows": stats["unplanned"], "foreign_rows": stats["foreign"],
-        "instances_never_seen": stats["never"] if covers_epoch else None,
-        "instances_not_seen_in_window": stats["never"],
+        "instances_never_seen": stats["never"],
         "cross_host_rows": stats["cross"], "epochs_spanned": epochs, "covers_epoch": covers_epoch,
         "repeat_examples": repeat_examples, "foreign_examples": foreign_examples,
         "cross_host_examples": cross_examples, "sources": shares,

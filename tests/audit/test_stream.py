@@ -52,7 +52,7 @@ def truth(hosts, windows):
                 cross += at[b] > 1 and first_host[b] != h
     return {"rows": len(rows), "distinct_rows": len(seen), "repeated_rows": len(rows) - len(seen),
             "foreign_rows": sum(n for b, n in seen.items() if b not in inst),
-            "instances_not_seen_in_window": sum(max(0, n - seen[b]) for b, n in inst.items()),
+            "instances_never_seen": sum(max(0, n - seen[b]) for b, n in inst.items()),
             "unplanned_repeated_rows": sum(max(0, n - inst[b]) for b, n in seen.items() if b in inst),
             "cross_host_rows": cross}
 
@@ -126,3 +126,17 @@ def test_bad_batches_file_is_a_clear_error(setup, tmp_path):
     np.save(bad, np.zeros((2, 3), np.int32))
     with pytest.raises(OlmaxError, match="expected a \\(steps, rows, 64\\)"):
         audit_stream(StreamConfig(mix=setup["mix"], seq_len=L, batches=(str(bad),)))
+
+
+def test_sharded_twice_stream(setup, tmp_path):
+    # Host r's sampler already holds positions r::P of each global batch; a second layer then keeps
+    # elements r::P of that host stream, so each host reads two global batches per emitted step.
+    hosts = []
+    for r, a in enumerate(setup["hosts"]):
+        flat = a.reshape(-1, L)[r::P]
+        steps = flat.shape[0] // a.shape[1]
+        hosts.append(flat[: steps * a.shape[1]].reshape(steps, a.shape[1], L))
+    rep, _ = run(setup, hosts, tmp_path, "twice")
+    want = truth(hosts, setup["windows"])
+    check(rep, want)
+    assert rep["instances_never_seen"] > setup["index"].num_instances // 2 and not rep["covers_epoch"]
