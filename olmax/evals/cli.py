@@ -64,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     m.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                    help="override a threshold (see the report's thresholds block); repeatable")
+    m.add_argument("--plot", default=None, metavar="PNG", help="also write the loss curves (train vs each "
+                   "held-out set, and the reference) as a PNG")
     m.add_argument("--out", required=True, help="report JSON (written atomically)")
     m.set_defaults(func=_memorization)
 

@@ -388,6 +388,10 @@ def run_memorization(args) -> dict:
     report = {"run": str(run_dir), "reference": args.reference, "exposure": exp_path,
               "checkpoint": args.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
               **report}
+    if getattr(args, "plot", None) and (run.train_steps.size or run.heldout):
+        from olmax.evals.plots import plot_run
+
+        report["plot"] = str(plot_run(run_dir, args.plot, reference=args.reference))
     write_json(args.out, report)
     print(summary(report))
     print(f"wrote {args.out}")

@@ -54,7 +54,8 @@ def test_cli_exit_codes_and_report(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["flagged"] is False and report["checks"]["exposure"]["status"] == "skipped"
     assert main(["eval", "memorization", "--run", str(write_run(tmp_path / "bad", True)),
-                 "--reference", str(ref), "--out", str(out)]) == 1
+                 "--reference", str(ref), "--plot", str(tmp_path / "bad.png"), "--out", str(out)]) == 1
+    assert (tmp_path / "bad.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads(out.read_text())
     assert report["flagged"] is True and report["checks"]["gap"]["flagged"] and report["checks"]["reference"]["flagged"]
     assert report["thresholds"]["heldout_share"] == 0.5
