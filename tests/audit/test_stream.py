@@ -139,4 +139,4 @@ def test_sharded_twice_stream(setup, tmp_path):
     rep, _ = run(setup, hosts, tmp_path, "twice")
     want = truth(hosts, setup["windows"])
     check(rep, want)
-    assert rep["instances_never_seen"] > setup["index"].num_instances // 2 and not rep["covers_epoch"]
+    assert rep["instances_never_seen"] >= setup["index"].num_instances // 2 and not rep["covers_epoch"]
