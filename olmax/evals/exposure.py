@@ -97,6 +97,9 @@ def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unse
     if mix is None:
         if exp.tokens is None:
             raise OlmaxError(f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)")
+        if exp.source is None:  # one undivided source
+            exp = Exposure(exp.instance_id, exp.count, np.full(exp.count.shape, "all"), exp.tokens, exp.seq_len,
+                           None, exp.step, exp.path)
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
