@@ -42,20 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     m = ev_sub.add_parser(
         "memorization", help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
-        description="Checks: (1) exposure-stratified loss and (4) extractable memorization, both from an "
-        "exposure file and a checkpoint; (2) train/held-out gap over steps from DIR/metrics.jsonl; (3) gain "
-        "over a reference run or CSV curve that held-out loss does not share. Every check reports its "
-        "numbers and thresholds; the report's \"flagged\" is true when any check flags.")
+        description="Checks: (1) exposure-stratified loss, (4) extractable memorization and (5) train loss vs "
+        "never-served mix text, from exposure counts (an --exposure file, else replayed from the run's "
+        "config.yaml) and a model (--checkpoint, else the run's newest checkpoint); (2) train/held-out gap "
+        "over steps from DIR/metrics.jsonl; (3) gain over a reference run or CSV curve that held-out loss "
+        "does not share. Every check reports its numbers and thresholds; the report's \"flagged\" is true "
+        "when any check flags, and the command then exits 1.")
     m.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     m.add_argument("--reference", default=None, help="another run dir (its metrics.jsonl) or a CSV with "
                    "columns step,loss[,<heldout set>...]")
     m.add_argument("--exposure", default=None, help="exposure file (.npz or .json; see olmax/evals/exposure.py)"
                    "; default DIR/exposure.npz or DIR/exposure.json when present")
-    m.add_argument("--checkpoint", default=None, help="model for checks 1 and 4 (HF or olmax dir); default: "
+    m.add_argument("--checkpoint", default=None, help="model for checks 1, 4 and 5 (HF or olmax dir); default: "
                    "the newest Orbax checkpoint in DIR/checkpoints")
     m.add_argument("--step", type=int, default=None, help="which DIR/checkpoints step (default: the newest)")
     m.add_argument("--no-replay", action="store_true", help="without --exposure, do not replay the run's "
-                   "loader to count exposures (checks 1 and 4 are then skipped)")
+                   "loader to count exposures (checks 1, 4 and 5 are then skipped)")
     m.add_argument("--mix", default=None, help="mix file to read instance tokens when the exposure file has none")
     m.add_argument("--base-dir", default=None, help="base dir for relative paths in --mix")
     m.add_argument("--per-stratum", type=int, default=64, help="instances scored per exposure stratum")
