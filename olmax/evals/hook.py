@@ -29,9 +29,15 @@ def flatten(records: list[dict]) -> dict[str, float]:
     return out
 
 
+LOGITS_BUDGET = 1 << 29  # fp32 logits elements per eval batch (2 GiB): B x L x V stays below this
+
+
 def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None,
-               tokenizer: str | None = None, batch_size: int = 8) -> Callable[[Any], dict[str, float]]:
-    """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig)."""
+               tokenizer: str | None = None, batch_size: int | None = None) -> Callable[[Any], dict[str, float]]:
+    """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig).
+
+    `batch_size` defaults to what keeps the full logits of a batch within 2 GiB (1 row at 7B, L = 8192).
+    """
     from olmax.assets import tokenizer_path
     from olmax.data.tokenize import load_tokenizer
     from olmax.evals.heldout import prepare_eval_sets, run_heldout
@@ -40,6 +46,8 @@ def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None
     specs = sets or ([s for s in env_sets.split(";") if s.strip()] if env_sets else list(DEFAULT_SETS))
     limit = limit if limit is not None else int(os.environ.get("OLMAX_EVAL_LIMIT", "64"))
     tok = load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
+    if batch_size is None:
+        batch_size = max(1, min(8, LOGITS_BUDGET // (cfg.data.seq_len * cfg.model.vocab_size)))
     prepared = prepare_eval_sets(specs, tok, cfg.data.seq_len, limit=limit or None,
                                  vocab_size=cfg.model.vocab_size)
 

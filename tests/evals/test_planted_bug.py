@@ -48,10 +48,18 @@ def train_and_check(mixes, kind, tmp_path):
 
 
 @pytest.mark.slow
-def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path):
+def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path, tokenizer_file):
     rc, planted = train_and_check(mixes, "planted", tmp_path)
     assert rc == 1 and planted["flagged"], json.dumps(planted["checks"], indent=1)[:3000]
-    assert planted["checks"]["train_vs_unseen"]["flagged"]
+    assert planted["checks"]["exposure"]["flagged_sources"] == ["small"]
+    # held-out loss straight from the run's Orbax checkpoint (a run folder or one checkpoints/<step>)
+    text = tmp_path / "held.jsonl"
+    text.write_text(json.dumps({"text": "The quick brown fox jumps over the lazy dog."}) + "\n")
+    for ck in (tmp_path / "planted", tmp_path / "planted" / "checkpoints" / str(STEPS)):
+        out = tmp_path / "held.json"
+        assert main(["eval", "heldout", "--checkpoint", str(ck), "--tokenizer", str(tokenizer_file),
+                     "--eval", f"held={text}", "--out", str(out)]) == 0
+        assert json.loads(out.read_text())["results"][0]["tokens"] > 0
     rc, clean = train_and_check(mixes, "clean", tmp_path)
     assert rc == 0 and not clean["flagged"], json.dumps(clean["checks"], indent=1)[:3000]
     assert clean["checks"]["train_vs_unseen"]["status"] == "ok"
