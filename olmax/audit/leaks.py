@@ -99,18 +99,23 @@ class EvalIndex:
         self.anchors = np.unique(np.concatenate(anchors)) if anchors else np.zeros(0, np.uint64)
         # Prefilters: one byte per slot, indexed by the low bits of a window's base-1 half (the
         # training side computes only that half everywhere, the full hash only where a slot is set).
-        bits = int(min(30, max(16, np.ceil(np.log2(max(1, self.ukeys.size) * 16)))))
-        self.mask = np.uint64((1 << bits) - 1)
-        self.filter = np.zeros(1 << bits, dtype=np.uint8)
-        if first_half:
-            self.filter[(np.concatenate(first_half) & self.mask).astype(np.intp)] = 1
-        self.anchor_filter = np.zeros(1 << bits, dtype=np.uint8)
-        self.anchor_filter[((self.anchors >> np.uint64(32)) & self.mask).astype(np.intp)] = 1
+        # About 8 slots per key: ~12% of positions pass to the exact lookup, which is cheap with
+        # sorted queries, while a smaller table keeps the per-position gather in cache.
+        def table(values: np.ndarray) -> tuple[np.ndarray, np.uint32]:
+            bits = int(min(30, max(12, np.ceil(np.log2(max(1, values.size) * 8)))))
+            t = np.zeros(1 << bits, dtype=np.uint8)
+            t[(values & np.uint64((1 << bits) - 1)).astype(np.intp)] = 1
+            return t, np.uint32((1 << bits) - 1)
 
-    def _slot(self, h1: np.ndarray) -> np.ndarray:
+        halves = np.concatenate(first_half) if first_half else np.zeros(0, np.uint64)
+        self.filter, self.mask = table(halves)
+        self.anchor_filter, self.anchor_mask = table(self.anchors >> np.uint64(32))
+
+    @staticmethod
+    def _slot(h1: np.ndarray, mask: np.uint32) -> np.ndarray:
         """Prefilter slot of each base-1 half (values < 2^31: the low 32-bit word holds them)."""
-        return np.bitwise_and(h1.view(np.uint32)[0::2] if sys.byteorder == "little" else
-                              h1.astype(np.uint32), np.uint32(self.mask))
+        low = h1.view(np.uint32)[0::2] if sys.byteorder == "little" else h1.astype(np.uint32)
+        return np.bitwise_and(low, mask)
 
     @property
     def num_keys(self) -> int:
@@ -133,15 +138,17 @@ class EvalIndex:
         lo = max(0, first_new - self.n + 1)
         h1 = hasher.base_windows(self.n)[lo:]
         if h1.size:
-            cand = np.flatnonzero(self.filter[self._slot(h1)]) + lo
+            cand = np.flatnonzero(self.filter[self._slot(h1, self.mask)]) + lo
             lookup(hasher.windows_at(self.n, cand) ^ length_salt(self.n), cand)
         if self.anchor:
             lo = max(0, first_new - max(self.short_lengths) + 1)
             h1 = hasher.base_windows(self.anchor)[lo:]
-            cand = np.flatnonzero(self.anchor_filter[self._slot(h1)]) + lo
+            cand = np.flatnonzero(self.anchor_filter[self._slot(h1, self.anchor_mask)]) + lo
             hc = hasher.windows_at(self.anchor, cand)
+            order = np.argsort(hc)
+            hc, cand = hc[order], cand[order]
             idx = np.minimum(np.searchsorted(self.anchors, hc), max(0, self.anchors.size - 1))
-            at = cand[self.anchors[idx] == hc] if self.anchors.size else cand[:0]
+            at = np.sort(cand[self.anchors[idx] == hc]) if self.anchors.size else cand[:0]
             for k in self.short_lengths:
                 # windows that fit and end in the new part (older ones were probed with the last chunk)
                 ak = at[(at + k <= c[0].size) & (at + k > first_new)]
