@@ -34,6 +34,7 @@ class DataConfig:
     seed: int = 34521
     order: str = "olmo-core"
     work_dir: str | None = None  # loader order files; None: $OLMAX_WORK_DIR or the temp dir
+    document_masks: bool = False  # attend within documents only (segment ids from EOS); off in stages 1-2
     num_threads: int = 2  # Grain read threads (never changes the stream)
     prefetch_buffer_size: int = 4
 

@@ -58,14 +58,19 @@ def resolve_mix(cfg: DataConfig, override: str | None = None) -> str:
     return str(path)
 
 
-def open_loader(cfg: DataConfig, mix: str) -> Loader:
+def open_loader(cfg: DataConfig, mix: str, eos_token_id: int | None = None) -> Loader:
     """This process's Loader over `mix` at the config's sequence length, batch and seed."""
     from olmax.data.index import open_index
 
     if not (mix.startswith(("http://", "https://", "gs://", "s3://")) or os.path.exists(mix)):
         raise OlmaxError(f"data.mix {mix}: no such file; pass --mix PATH or data.mix=PATH")
     index = open_index(mix, cfg.seq_len, base_dir=cfg.base_dir)
+    from olmax.data.index import DOLMA2_EOS
+
+    # the EOS id only matters for document masks (segments end at EOS)
+    eos_token_id = DOLMA2_EOS if eos_token_id is None else eos_token_id
     lcfg = LoaderConfig(seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
-                        order=cfg.order, work_dir=cfg.work_dir, num_threads=cfg.num_threads,
+                        order=cfg.order, work_dir=cfg.work_dir, document_masks=cfg.document_masks,
+                        eos_token_id=eos_token_id, num_threads=cfg.num_threads,
                         prefetch_buffer_size=cfg.prefetch_buffer_size)
     return Loader(index, lcfg)

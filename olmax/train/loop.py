@@ -30,6 +30,7 @@ from olmax.train.config import ExperimentConfig, dump_yaml
 PEAK_FLOPS = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 312e12, "TPU v5p": 459e12,
               "TPU v5 lite": 197e12, "TPU v4": 275e12, "TPU7x": 2307e12, "cpu": 78e9}
 
+BATCH_KEYS = ("input_ids", "segment_ids")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
 
 
@@ -122,7 +123,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     run_dir.mkdir(parents=True, exist_ok=True)
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
-    loader = open_loader(cfg.data, resolve_mix(cfg.data, mix))
+    loader = open_loader(cfg.data, resolve_mix(cfg.data, mix), cfg.model.eos_token_id)
     steps = cfg.train.steps
     t_max = cfg.optim.t_max or steps
 
@@ -185,7 +186,8 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     try:
         for step in range(start + 1, steps + 1):
             epoch, _ = it.position
-            batch = global_batch(next(it)["input_ids"], mesh, cfg.data.global_batch_size)
+            rows = next(it)
+            batch = {k: global_batch(rows[k], mesh, cfg.data.global_batch_size) for k in BATCH_KEYS if k in rows}
             state, metrics = train_step(state, batch)
             metrics = jax.device_get(metrics)
             now = time.perf_counter()

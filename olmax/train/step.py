@@ -61,15 +61,17 @@ def default_ce_chunk() -> int:
 
 def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
                  ) -> Callable[[dict, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]:
-    """loss(params, ids) -> (sum CE + sum z-loss, (sum CE, sum z-loss)) for one microbatch."""
+    """loss(params, {input_ids[, segment_ids]}) -> (CE sum + z-loss sum, (CE sum, z-loss sum)), one microbatch."""
     graphdef, _ = model_graphdef(model_cfg)
     chunk = default_ce_chunk() if ce_chunk is None else ce_chunk
 
-    def loss_fn(params: dict, ids_BxL: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def loss_fn(params: dict, batch: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        ids_BxL, segment_ids_BxL = batch["input_ids"], batch.get("segment_ids")
+        model = nnx.merge(graphdef, params)
         if chunk == 0:  # reference path: full (B, L, V) logits
-            ce, z, _ = cross_entropy(nnx.merge(graphdef, params)(ids_BxL), ids_BxL, optim_cfg.z_loss)
+            ce, z, _ = cross_entropy(model(ids_BxL, segment_ids_BxL), ids_BxL, optim_cfg.z_loss)
         else:
-            h_BxLxD = nnx.merge(graphdef, params).hidden(ids_BxL)
+            h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
             # the head over the real vocabulary, as Transformer.head computes it (padding columns unused)
             w_DxV = params["lm_head"][:, : model_cfg.vocab_size]
             ce, z, _ = head_cross_entropy(h_BxLxD, w_DxV, ids_BxL, optim_cfg.z_loss, model_cfg.vocab_size, chunk)
@@ -81,7 +83,8 @@ def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int |
 def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, *, n_micro: int,
                     per_device_batch: int, t_max: int, ce_chunk: int | None = None
                     ) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
-    """jit(step)(state, batch_GxL) -> (state, metrics); microbatch j takes b rows of every device."""
+    """jit(step)(state, batch) -> (state, metrics); `batch` maps input_ids (and, with document masks,
+    segment_ids) to (G, L) global arrays; microbatch j takes b rows of every device."""
     _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
     n_devices = mesh.size
     micro_sharding = NamedSharding(mesh, PartitionSpec(None, BATCH_AXES, None))
@@ -89,24 +92,28 @@ def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, 
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def step(state: dict, batch_GxL: jax.Array) -> tuple[dict, dict]:
-        g_rows, seq = batch_GxL.shape
+    def step(state: dict, batch: dict) -> tuple[dict, dict]:
+        g_rows, seq = batch["input_ids"].shape
         params = state["params"]
-        # device k holds rows [k*G/D, (k+1)*G/D); microbatch j takes rows j*b..j*b+b-1 of each device
-        ids_MxBxL = batch_GxL.reshape(n_devices, n_micro, per_device_batch, seq).swapaxes(0, 1)
-        ids_MxBxL = jax.lax.with_sharding_constraint(
-            ids_MxBxL.reshape(n_micro, n_devices * per_device_batch, seq), micro_sharding)
+
+        def split(a_GxL: jax.Array) -> jax.Array:
+            # device k holds rows [k*G/D, (k+1)*G/D); microbatch j takes rows j*b..j*b+b-1 of each device
+            a = a_GxL.reshape(n_devices, n_micro, per_device_batch, seq).swapaxes(0, 1)
+            return jax.lax.with_sharding_constraint(a.reshape(n_micro, n_devices * per_device_batch, seq),
+                                                    micro_sharding)
+
+        micro = {k: split(v) for k, v in batch.items()}
         if n_micro == 1:
-            (_, (ce, z)), grads = grad_fn(params, ids_MxBxL[0])
+            (_, (ce, z)), grads = grad_fn(params, {k: v[0] for k, v in micro.items()})
         else:
-            def accumulate(carry, ids_BxL):
+            def accumulate(carry, mb):
                 g_acc, ce_acc, z_acc = carry
-                (_, (ce, z)), g = grad_fn(params, ids_BxL)
+                (_, (ce, z)), g = grad_fn(params, mb)
                 return (jax.tree.map(jnp.add, g_acc, g), ce_acc + ce, z_acc + z), None
 
             zeros = jax.tree.map(jnp.zeros_like, params)
             zero = jnp.zeros((), jnp.float32)
-            (grads, ce, z), _ = jax.lax.scan(accumulate, (zeros, zero, zero), ids_MxBxL)
+            (grads, ce, z), _ = jax.lax.scan(accumulate, (zeros, zero, zero), micro)
         n_tokens = float(g_rows * (seq - 1))
         grads = jax.tree.map(lambda g: g / n_tokens, grads)
         loss, z_loss = ce / n_tokens, z / n_tokens

@@ -148,3 +148,22 @@ def test_init_from_starts_a_new_stage_from_a_checkpoint(setup, reference, tmp_pa
     assert recs[0]["loss"] < metrics(reference)[0]["loss"] - 0.1  # trained weights, not a fresh init
     with pytest.raises(OlmaxError, match="init_from"):
         train(load_config(config, ["train.init_from=/nonexistent"]), tmp_path / "bad")
+
+
+def test_document_masks_feed_segment_ids_to_the_model(setup, tmp_path):
+    """With data.document_masks the step attends within documents; the loss differs from plain windows."""
+    root, _ = setup
+    import numpy as np
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 990, 2048).astype(np.uint32)
+    tokens[::13] = 999  # EOS (tiny test vocab) every 13 tokens: many documents per window
+    tokens.tofile(folder / "docs.npy")
+    (folder / "mix.txt").write_text("web,docs.npy\n")
+    config = write_config(tmp_path / "docs.yaml", str(folder / "mix.txt"), steps=1, every=5)
+    train(load_config(config), tmp_path / "plain")
+    train(load_config(config, ["data.document_masks=true"]), tmp_path / "masked")
+    plain, masked = losses(tmp_path / "plain")[1], losses(tmp_path / "masked")[1]
+    assert np.isfinite(masked) and masked != plain

@@ -1,0 +1,124 @@
+"""Training-step throughput: HF transformers `Olmo3ForCausalLM` + torch AdamW vs the olmax train step, same CPU.
+
+Model: OLMo-3-shaped (as bench/forward.py) with the real dolma2 vocabulary (100,278), d_model 512,
+8 heads x 64, MLP 1,376, a few layers; fp32 on both sides. One step on each side = forward, backward,
+global-norm clip 1.0 and AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1 (olmax also computes its z-loss
+and the skip-step statistics, which HF does not). After one untimed warm-up each (olmax's includes jit
+compilation), `--iters` timed steps run in alternation so both see the same background load; medians
+are compared. FLOPs per step are 3x the forward matmul FLOPs (olmax.model.flops) for both, and each
+side's FLOP/s is also printed as a fraction of its own framework's measured fp32 matmul peak on this
+machine (a 2048^3 matmul, best of 5). The last line is `train tokens/s olmax/hf-torch = N.Nx`.
+
+    .venv/bin/python bench/train.py [--layers 4] [--batch 1] [--seq 1024] [--iters 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def time_interleaved(fns: dict, iters: int) -> dict[str, list[float]]:
+    for fn in fns.values():
+        fn()  # warm-up (and jit compilation), not timed
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def matmul_peaks(n: int = 2048) -> dict[str, float]:
+    """Best-of-5 fp32 FLOP/s of an n^3 matmul in torch and in JAX."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    a = np.random.default_rng(0).normal(size=(n, n)).astype(np.float32)
+    ta, ja = torch.from_numpy(a), jnp.asarray(a)
+    mm = jax.jit(jnp.dot)
+    mm(ja, ja).block_until_ready()
+    out = {}
+    for name, fn in (("hf-torch", lambda: torch.mm(ta, ta)), ("olmax", lambda: mm(ja, ja).block_until_ready())):
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+        out[name] = 2 * n**3 / best
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--d-model", type=int, default=512)
+    args = parser.parse_args()
+
+    import jax
+    import torch
+
+    from olmax.model.config import ModelConfig
+    from olmax.model.flops import forward_flops
+    from olmax.model.hf_reference import random_hf_model
+    from olmax.train.config import MeshConfig, OptimConfig
+    from olmax.train.mesh import global_batch, make_mesh
+    from olmax.train.step import make_init, make_train_step
+
+    d = args.d_model
+    mlp = int(d * 8 / 3 / 32 + 0.999) * 32
+    shape = dict(vocab_size=100_278, hidden_size=d, intermediate_size=mlp, num_hidden_layers=args.layers,
+                 num_attention_heads=d // 64, num_key_value_heads=d // 64, sliding_window=4096,
+                 max_position_embeddings=8192, eos_token_id=100_257, pad_token_id=100_277)
+    hf = random_hf_model(seed=0, **shape).train()
+    hf.config._attn_implementation = "sdpa"
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    ids = np.random.default_rng(0).integers(0, 100_278, size=(args.batch, args.seq))
+    ids_t = torch.from_numpy(ids)
+
+    def run_hf():
+        loss = hf(input_ids=ids_t, labels=ids_t).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss)
+
+    cfg = ModelConfig(vocab_size=100_278, d_model=d, n_layers=args.layers, n_heads=d // 64, n_kv_heads=d // 64,
+                      head_dim=64, mlp_hidden=mlp)
+    optim = OptimConfig(lr=1e-4, warmup_steps=0)
+    mesh = make_mesh(MeshConfig(data=1, fsdp=-1))
+    state = {"s": make_init(cfg, optim, mesh, 0)}
+    step = make_train_step(cfg, optim, mesh, n_micro=1, per_device_batch=args.batch // mesh.size, t_max=100)
+    batch = {"input_ids": global_batch(ids.astype(np.int32), mesh, args.batch)}
+
+    def run_olmax():
+        state["s"], metrics = step(state["s"], batch)
+        return float(jax.device_get(metrics["loss"]))
+
+    tokens = args.batch * args.seq
+    flop = 3 * forward_flops(cfg, args.seq).total * args.batch
+    peaks = matmul_peaks()
+    print(f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {mlp}, vocab 100,278; batch "
+          f"{args.batch} x seq {args.seq}; fp32; torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"jax {jax.__version__} ({jax.device_count()} {jax.devices()[0].platform} device(s))")
+    print(f"fp32 matmul peak (2048^3, best of 5): torch {peaks['hf-torch'] / 1e9:.1f} GFLOP/s, "
+          f"jax {peaks['olmax'] / 1e9:.1f} GFLOP/s")
+    results = {}
+    for name, secs in time_interleaved({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
+        sec = float(np.median(secs))
+        results[name] = tokens / sec
+        print(f"{name:9s} {sec:8.2f} s/step (median of {len(secs)}, best {min(secs):.2f})  {tokens / sec:8.1f} "
+              f"tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s = {flop / sec / peaks[name]:.0%} of its matmul peak")
+    print(f"train tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
