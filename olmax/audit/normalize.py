@@ -1,8 +1,9 @@
 """Word-level normalization for leak probing: the same words whatever the tokenization, case or spacing.
 
 A token stream is turned into a stream of *words*, vectorized from per-token tables built once from
-the tokenizer's vocabulary: each token's bytes are ASCII-lowercased and cut into runs of word bytes
-(ASCII letters, digits, and every byte >= 0x80, so UTF-8 letters stay inside words); a run that
+the tokenizer's vocabulary: each token's text is lowercased, its Unicode punctuation, symbols and
+spaces (curly quotes, dashes, NBSP) become separators, and it is cut into runs of word bytes
+(ASCII letters, digits, and every other byte >= 0x80, so UTF-8 letters stay inside words); a run that
 starts a token joins the previous token's last run when no separator byte lies between them, so a
 word split over several BPE tokens (" Dar" + "win") is one word. Punctuation and whitespace are
 dropped. Special tokens (EOS, PAD, any added token) and ids past the vocabulary become a BOUNDARY
@@ -19,21 +20,35 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from functools import lru_cache
 
 import numpy as np
 
 from olmax.audit.hashing import BASES, MERSENNE31, _powers, _reduce
 
-NORMALIZATION = ("word-level: token bytes ASCII-lowercased; words are maximal runs of ASCII letters, "
-                 "digits and non-ASCII bytes, joined across BPE token boundaries; punctuation and "
-                 "whitespace dropped; special tokens (EOS) are document boundaries")
+NORMALIZATION = ("word-level: token text lowercased (Unicode where a token holds whole characters); "
+                 "words are maximal runs of ASCII letters, digits and non-ASCII letters, joined across "
+                 "BPE token boundaries; punctuation, symbols and whitespace (ASCII and Unicode) "
+                 "dropped; special tokens (EOS) are document boundaries")
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
 WORD_BASES = (1_234_567_891, 1_987_654_321)
 BOUNDARY_VALUE = (1 << 20) - 1  # the boundary word's value (a real word takes it w.p. 2^-40)
 WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <= hashing.MAX_TOKEN
+
+
+def _fold_bytes(raw: bytes) -> bytes:
+    """Lowercase a token's bytes; when they are whole UTF-8, also lowercase non-ASCII letters and
+    turn Unicode punctuation and spaces (curly quotes, dashes, NBSP, ...) into ASCII spaces. A token
+    holding part of a character keeps its bytes (ASCII-lowercased): they stay word bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.lower()
+    return "".join(" " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
+                   for ch in text.lower()).encode("utf-8")
 
 
 class WordTables:
@@ -53,9 +68,10 @@ class WordTables:
             if i in added:
                 continue
             try:
-                token_bytes[i] = bytes(decoder[ch] for ch in token).lower()
+                raw = bytes(decoder[ch] for ch in token)
             except KeyError:
-                token_bytes[i] = token.encode("utf-8").lower()
+                raw = token.encode("utf-8")
+            token_bytes[i] = _fold_bytes(raw)
         n_runs = np.zeros(size, dtype=np.int64)
         starts_word = np.zeros(size, dtype=bool)
         ends_word = np.zeros(size, dtype=bool)

@@ -74,6 +74,8 @@ def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
     assert len(base[0]) == 6
     assert words("The  Theory,\nof EVOLUTION by   DARWIN.") == base
     assert words("THE THEORY OF EVOLUTION BY DARWIN") == base
+    assert words("\u201cThe theory\u201d\u00a0of evolution \u2014 by Darwin") == base
+    assert len(words("the théorie")[0]) == 2 and words("THE THÉORIE") == words("the théorie")
     assert words("the theory of evolution by darwins") != base
     # a document boundary (EOS) is a word no text produces
     eos = tables.words(np.asarray([100257], dtype=np.int64))[0]
@@ -91,15 +93,16 @@ def test_fast_and_general_word_paths_agree(tokenizer):
     from olmax.audit.normalize import WordTables
 
     tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
-    multi = np.flatnonzero(tables.multi[:100_000])
-    assert multi.size  # the vocabulary has tokens holding two word runs (e.g. "a.b")
     ids = np.asarray(tokenizer.encode_batch(["Charles Darwin's theory, of EVOLUTION-by natural "
-                                             "selection (1859) naïve café"])[0], dtype=np.int64)
+                                             "selection (1859) na\u00efve caf\u00e9 x.y_z"])[0],
+                     dtype=np.int64)
     fast = tables.words(ids)
-    # the same stream with a multi-run token appended forces the general path for the whole chunk
-    dot = tokenizer.encode_batch([" ."])[0]
-    general = tables.words(np.concatenate([ids, dot, multi[:1]]))
-    n = fast[0][0].size
-    for b in range(2):
-        np.testing.assert_array_equal(general[0][b][:n], fast[0][b])
-    np.testing.assert_array_equal(general[1][:n], fast[1])
+    fast_held = tables.words(ids, final=False)
+    tables.flags = tables.flags | np.uint8(8)  # claim every token has two runs: the general path
+    general = tables.words(ids)
+    general_held = tables.words(ids, final=False)
+    for a, b in ((fast, general), (fast_held, general_held)):
+        for base in range(2):
+            np.testing.assert_array_equal(a[0][base], b[0][base])
+        np.testing.assert_array_equal(a[1], b[1])
+        assert a[2] == b[2]
