@@ -121,13 +121,13 @@ def olmo3_7b_hd256(**overrides: Any) -> ModelConfig:
 
 
 def tiny(**overrides: Any) -> ModelConfig:
-    """A small OLMo-3-shaped model for tests and the demo: 4 layers (one full), window 16, GQA 4/2.
+    """A few-MB OLMo-3-shaped model for tests: 4 layers (one full), window 16, GQA 4/2, vocab 1,000.
 
-    It keeps the real dolma2 vocabulary so it reads real token shards (12.8M of its 13.0M params are the
-    embedding and head); tests that need it smaller pass `vocab_size`.
+    The demo recipe (configs/tiny.yaml) overrides the vocabulary with dolma2's 100,278 to read real shards.
     """
-    base: dict[str, Any] = dict(d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=16, mlp_hidden=160,
-                                sliding_window=16, max_position_embeddings=256)
+    base: dict[str, Any] = dict(vocab_size=1000, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2,
+                                head_dim=16, mlp_hidden=160, sliding_window=16, max_position_embeddings=256,
+                                eos_token_id=999, pad_token_id=998)
     return ModelConfig(**{**base, **overrides})
 
 

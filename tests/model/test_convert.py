@@ -13,20 +13,13 @@ from safetensors.numpy import load_file
 from transformers import Olmo3ForCausalLM
 
 from olmax.errors import OlmaxError
-from olmax.model.config import tiny as tiny_preset
+from olmax.model.config import tiny
 from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
 from olmax.model.hf_reference import save_random_checkpoint
 from olmax.model.safetensors_io import SafetensorsReader
 from olmax.model.transformer import init_model
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-
-def tiny(**overrides):
-    """The tiny preset with a 1,000-token vocabulary, small enough for fast tests."""
-    return tiny_preset(**{"vocab_size": 1000, "eos_token_id": 999, "pad_token_id": 998, **overrides})
-
-
 YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32}
 
 

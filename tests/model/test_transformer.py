@@ -8,20 +8,13 @@ import pytest
 import torch
 from flax import nnx
 
-from olmax.model.config import tiny as tiny_preset
+from olmax.model.config import tiny
 from olmax.model.convert import from_hf
 from olmax.model.hf_reference import random_hf_model
 from olmax.model.rope import rope_tables
 from olmax.model.transformer import Transformer, init_model, scan_plan
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-
-def tiny(**overrides):
-    """The tiny preset with a 1,000-token vocabulary, small enough for fast tests."""
-    return tiny_preset(**{"vocab_size": 1000, "eos_token_id": 999, "pad_token_id": 998, **overrides})
-
-
 COMPOSITE = 1e-4
 WINDOW, SEQ = 16, 48  # seq = 3 x window
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
