@@ -18,7 +18,7 @@ import xxhash
 
 from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
-from olmax.audit.spans import documents, physical_ids
+from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
 from olmax.data.shards import read_tokens
 
@@ -77,6 +77,8 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
                  work_dir: str | None = None, examples: int = 10, instances: bool = True) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates."""
+    require_local(index.paths, "the content pass",
+                  " (or --no-content to audit the plan only)" if instances else "")
     phys = physical_ids(index.paths)
     first = {}
     for f, p in enumerate(phys.tolist()):

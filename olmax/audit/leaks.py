@@ -34,7 +34,7 @@ import xxhash
 from olmax.audit.hashing import PrefixHasher
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
-from olmax.audit.spans import documents
+from olmax.audit.spans import documents, require_local
 from olmax.data.shards import read_tokens
 
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
@@ -284,6 +284,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
 
     # Map over distinct training files (a path listed twice is probed once), reduce in file order.
     paths = list(dict.fromkeys(index.paths))
+    require_local(paths, "the leak probe")
     t1 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, cfg.threads)) as pool:
         results = list(pool.map(lambda fp: probe_file(fp[1], fp[0], eidx, tables,

@@ -63,3 +63,13 @@ def physical_ids(paths: tuple[str, ...]) -> np.ndarray:
             key = (st.st_dev, st.st_ino)
         out[i] = seen.setdefault(key, len(seen))
     return out
+
+
+def require_local(paths, what: str, hint: str = "") -> None:
+    """Content passes read whole files through memmaps: refuse URLs with the fix in the message."""
+    remote = [p for p in paths if is_url(p)]
+    if remote:
+        from olmax.errors import OlmaxError
+
+        raise OlmaxError(f"{remote[0]}: {what} reads every token of the mix's files and needs local "
+                         f"copies; mirror the files and pass --base-dir to the mirror{hint}")

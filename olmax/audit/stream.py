@@ -67,11 +67,12 @@ def row_hashes(rows: np.ndarray) -> np.ndarray:
 
 
 def audit_stream(cfg: StreamConfig) -> dict:
-    from olmax.audit.spans import physical_ids
+    from olmax.audit.spans import physical_ids, require_local
     from olmax.data.index import open_index
     from olmax.data.shards import read_tokens
 
     index = open_index(cfg.mix, cfg.seq_len, base_dir=cfg.base_dir, tokenizer=cfg.tokenizer)
+    require_local(index.paths, "the stream audit")
     L, N = cfg.seq_len, index.num_instances
     hosts = [_open_batches(p, L) for p in cfg.batches]
     steps = {h.shape[0] for h in hosts}

@@ -160,3 +160,13 @@ def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
     assert rep["ok"], rep["summary"]
     assert rep["content"]["identical_files"] == []
     assert rep["content"]["duplicate_documents"] == repeated_docs([*corpus["shards"].values(), extra])
+
+
+def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
+    from olmax.audit.content import scan_content
+    from olmax.data.index import index_from_sizes
+    from olmax.errors import OlmaxError
+
+    index = index_from_sizes(["s3://bucket/a.npy"], ["web"], [4096], L)
+    with pytest.raises(OlmaxError, match="--base-dir to the mirror .or --no-content"):
+        scan_content(index)
