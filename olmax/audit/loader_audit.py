@@ -54,6 +54,7 @@ class LoaderAuditConfig:
     content: bool = True
     threads: int = 2
     examples: int = 10
+    rank_check_steps: int = 512  # steps on which every rank's loader is asked (see replay)
 
 
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
@@ -66,7 +67,13 @@ def _loaders(index, config: LoaderAuditConfig, process_count: int):
 
 
 def replay(index, config: LoaderAuditConfig) -> dict:
-    """Every emitted row of the audited window: arrays stream step, epoch, step, rank, instance id."""
+    """Every emitted row of the audited window: arrays stream step, epoch, rank, instance id.
+
+    Every rank's loader is asked for its rows on `rank_check_steps` steps (all of them in short
+    audits; else evenly spaced ones plus the first step after each resume) and those rows are
+    checked against the global batch; on the other steps the global batch stands for the ranks'
+    union (rank = position mod P, the loader's contract). Memory: 10 bytes per row.
+    """
     from olmax.data.state import LoaderState
 
     loaders = _loaders(index, config, config.process_count)
@@ -75,11 +82,15 @@ def replay(index, config: LoaderAuditConfig) -> dict:
     total = config.steps if config.steps is not None else (config.epochs or 1) * bpe
     if total <= 0:
         raise OlmaxError(f"nothing to audit: --steps/--epochs give {total} steps")
+    n_check = max(1, config.rank_check_steps)
+    checked_steps = set(np.linspace(0, total - 1, min(total, n_check)).round().astype(int).tolist())
+    id_dtype = np.uint32 if index.num_instances < 2**32 else np.int64
     pending = sorted(set(config.resume_at))
     ks, ranks, ids, resumes = [], [], [], []
-    overlap_rows = union_bad_steps = 0
+    overlap_rows = union_bad_steps = checked = 0
     k = 0
     while k < total:
+        check = k in checked_steps
         if pending and pending[0] == k:
             pending.pop(0)
             epoch, step = 1 + k // bpe, k % bpe
@@ -89,23 +100,29 @@ def replay(index, config: LoaderAuditConfig) -> dict:
             k2 = (e2 - 1) * bpe + s2
             resumes.append({"saved_before_step": k, "resumed_at_step": k2,
                             "process_count": len(loaders)})
-            k = k2
+            k, check = k2, True
         epoch, step = 1 + k // bpe, k % bpe
-        rows = [ld.instance_ids(epoch, step) for ld in loaders]
-        allrows = np.concatenate(rows)
-        overlap_rows += int(allrows.size - np.unique(allrows).size)
-        if not np.array_equal(np.sort(allrows), np.sort(reference.instance_ids(epoch, step))):
-            union_bad_steps += 1
-        for r, row in enumerate(rows):
-            ks.append(np.full(row.size, k, dtype=np.int64))
-            ranks.append(np.full(row.size, r, dtype=np.int32))
-            ids.append(row)
+        global_ids = reference.instance_ids(epoch, step)
+        if check:
+            checked += 1
+            rows = [ld.instance_ids(epoch, step) for ld in loaders]
+            allrows = np.concatenate(rows)
+            overlap_rows += int(allrows.size - np.unique(allrows).size)
+            if not np.array_equal(np.sort(allrows), np.sort(global_ids)):
+                union_bad_steps += 1
+            rank = np.concatenate([np.full(r.size, i, dtype=np.int16) for i, r in enumerate(rows)])
+        else:
+            allrows = global_ids
+            rank = (np.arange(allrows.size) % len(loaders)).astype(np.int16)
+        ks.append(np.full(allrows.size, k, dtype=np.int32))
+        ranks.append(rank)
+        ids.append(allrows.astype(id_dtype))
         k += 1
     ks_a = np.concatenate(ks)
     return {"k": ks_a, "epoch": 1 + ks_a // bpe, "rank": np.concatenate(ranks),
-            "ids": np.concatenate(ids), "steps": int(np.unique(ks_a).size), "planned_steps": total,
-            "batches_per_epoch": bpe, "overlap_rows": overlap_rows, "union_bad_steps": union_bad_steps,
-            "resumes": resumes}
+            "ids": np.concatenate(ids).astype(np.int64), "steps": int(np.unique(ks_a).size),
+            "planned_steps": total, "batches_per_epoch": bpe, "overlap_rows": overlap_rows,
+            "union_bad_steps": union_bad_steps, "rank_checked_steps": checked, "resumes": resumes}
 
 
 def audit_loader(config: LoaderAuditConfig) -> dict:
@@ -183,7 +200,7 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                     "index": {"files": len(index.paths), "physical_files": int(np.unique(phys).size),
                               "instances": N, "tokens": index.num_tokens, "batches_per_epoch": bpe},
                     "replay": {"steps": run["steps"], "rows": int(ids.size), "resumes": run["resumes"],
-                               "full_epochs": full_epochs},
+                               "full_epochs": full_epochs, "rank_checked_steps": run["rank_checked_steps"]},
                     "instances_over_planned_examples": over_examples,
                     "paths_under_several_labels": several, "sources": shares}
 

@@ -170,3 +170,22 @@ def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
     index = index_from_sizes(["s3://bucket/a.npy"], ["web"], [4096], L)
     with pytest.raises(OlmaxError, match="--base-dir to the mirror .or --no-content"):
         scan_content(index)
+
+
+def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkeypatch):
+    from olmax.data.grain_source import BatchSource
+
+    real = BatchSource.instance_ids
+
+    def every_rank_reads_rank_0(self, epoch, step):  # a double-sharding-like bug
+        if self.process_count == 1:
+            return real(self, epoch, step)
+        g = self.global_batch_size
+        return self._epoch_order(epoch).take(step * g, (step + 1) * g, self.process_count).astype(np.int64)
+
+    monkeypatch.setattr(BatchSource, "instance_ids", every_rank_reads_rank_0)
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    rep = audit(mix, tmp_path, steps=40, process_count=2, rank_check_steps=10)
+    assert rep["replay"]["rank_checked_steps"] == 10
+    assert rep["checks"]["rank_overlap"]["value"] == 10 * G // 2
+    assert rep["checks"]["rank_union"]["value"] == 10 and not rep["ok"]
