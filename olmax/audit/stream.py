@@ -45,7 +45,7 @@ class StreamConfig:
     tokenizer: str | None = None
     threads: int = 2
     work_dir: str | None = None
-    examples: int = 10
+    examples: int = 10_000  # repeated contents / foreign rows / overlaps listed in full up to this
 
 
 def _open_batches(path: str, seq_len: int) -> np.ndarray:
@@ -135,9 +135,9 @@ def audit_stream(cfg: StreamConfig) -> dict:
                     stats["repeated"] += rows.size - 1
                     if inst.size == 0:
                         stats["foreign"] += rows.size
-                        if len(foreign_examples) < ex:
-                            foreign_examples.append({"host": int(rows[0]["a"]), "step": int(rows[0]["b"]),
-                                                     "row": int(rows[0]["c"]), "rows": int(rows.size)})
+                        for r in rows[: max(0, ex - len(foreign_examples))]:
+                            foreign_examples.append({"host": int(r["a"]), "step": int(r["b"]),
+                                                     "row": int(r["c"])})
                     else:
                         # planned: each instance once per epoch (epoch of a step = step // (N // G))
                         per_epoch = np.bincount(rows["b"] // bpe)
@@ -151,7 +151,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
                                 "instance": int(inst[0]["a"]), "file": index.paths[int(f[0])],
                                 "window": int(start[0]) // L, "planned_per_epoch": int(inst.size),
                                 "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])}
-                                              for r in rows[:8]]})
+                                              for r in rows]})
                     # same content on two hosts in one step
                     for step in (np.unique(rows["b"]).tolist() if rows.size > 1 else []):
                         at = rows[rows["b"] == step]
@@ -189,8 +189,8 @@ def audit_stream(cfg: StreamConfig) -> dict:
         "unplanned_repeated_rows": stats["unplanned"], "foreign_rows": stats["foreign"],
         "instances_never_seen": stats["never"],
         "cross_host_rows": stats["cross"], "epochs_spanned": epochs, "covers_epoch": covers_epoch,
-        "repeat_examples": repeat_examples, "foreign_examples": foreign_examples,
-        "cross_host_examples": cross_examples, "sources": shares,
+        "repeats": repeat_examples, "foreign": foreign_examples,
+        "cross_host": cross_examples, "sources": shares,
         "hashing": "xxh3-64 of each row's and each instance's uint32 bytes; matches re-compared byte "
                    "for byte",
         "checks": checks_json(checks), "ok": not failed(checks),

@@ -86,7 +86,7 @@ def test_replayed_step_after_fake_resume(setup, tmp_path):
     want = truth(hosts, setup["windows"])
     check(rep, want)
     assert rep["repeated_rows"] == G and rep["unplanned_repeated_rows"] == G and not rep["ok"]
-    ex = rep["repeat_examples"][0]
+    ex = rep["repeats"][0]
     assert sorted({p["step"] for p in ex["positions"]}) == [k - 1, k]
 
 
@@ -111,7 +111,7 @@ def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
     rep, paths = run(setup, hosts, tmp_path, "shifted")
     check(rep, truth(hosts, setup["windows"]))
     assert rep["foreign_rows"] == 2
-    assert {(e["host"], e["step"], e["row"]) for e in rep["foreign_examples"]} == {(1, 3, 0), (1, 7, 2)}
+    assert {(e["host"], e["step"], e["row"]) for e in rep["foreign"]} == {(1, 3, 0), (1, 7, 2)}
     out = tmp_path / "r.json"
     assert main(["audit", "stream", "--mix", setup["mix"], "--seq-len", str(L), "--batches", *paths,
                  "--out", str(out)]) == 1
