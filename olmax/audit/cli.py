@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="allowed fraction of document tokens in exact duplicate documents")
     lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
     lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")
+    lo.add_argument("--exposure-out", help="also write per-instance serve counts (.npz or .json, the "
+                    "format `olmax eval memorization --exposure` reads)")
     lo.add_argument("--rank-check-steps", type=int, default=512,
                     help="steps on which every rank's loader is asked and checked against the global "
                     "batch (all steps when the audit is shorter)")
@@ -129,7 +131,8 @@ def _loader(args: argparse.Namespace) -> int:
         resume_at=tuple(args.resume_at), resume_process_count=args.resume_process_count,
         share_tolerance=args.share_tolerance, max_dup_instance_frac=args.max_dup_instance_frac,
         max_dup_doc_frac=args.max_dup_doc_frac, min_doc_tokens=args.min_doc_tokens,
-        content=not args.no_content, threads=args.threads, rank_check_steps=args.rank_check_steps)
+        content=not args.no_content, threads=args.threads, rank_check_steps=args.rank_check_steps,
+        exposure_out=args.exposure_out)
     return _finish(audit_loader(cfg), args.out)
 
 

@@ -55,6 +55,7 @@ class LoaderAuditConfig:
     threads: int = 2
     examples: int = 10
     rank_check_steps: int = 512  # steps on which every rank's loader is asked (see replay)
+    exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
 
 
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
@@ -254,6 +255,9 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                              "duplicate_document_examples": content.doc_examples,
                              "unplanned_repeat_rows": unplanned}
         report["exposure"] = exposure
+    if config.exposure_out:
+        write_exposure(config.exposure_out, index, ids, config, last_step=int(k.max()) + 1)
+        report["exposure_file"] = config.exposure_out
     report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
                          "re-compared byte for byte before it is counted")
     report["checks"] = checks_json(checks)
@@ -262,3 +266,32 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                                       f"{config.seed}, {run['steps']} steps x {config.process_count} "
                                       f"ranks, {ids.size} rows)", checks)
     return report
+
+
+def write_exposure(path: str, index, ids: np.ndarray, config: LoaderAuditConfig, last_step: int) -> None:
+    """Per-instance serve counts of the audited window as `olmax-exposure/1` .npz (or .json), atomically:
+    instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure.py)."""
+    import json
+    import os
+    import tempfile
+
+    uniq, counts = np.unique(ids, return_counts=True)
+    source = np.asarray(index.label_names)[index.source_ids(uniq)]
+    fields = {"instance_id": uniq.astype(np.int64), "count": counts.astype(np.int64), "source": source,
+              "seq_len": np.int64(config.seq_len), "mix": np.str_(config.mix), "step": np.int64(last_step)}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if path.endswith(".json"):
+                f.write(json.dumps({"format": "olmax-exposure/1",
+                                    **{k: (v.tolist() if isinstance(v, np.ndarray) else v.item())
+                                       for k, v in fields.items()}}).encode())
+            else:
+                np.savez(f, **fields)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

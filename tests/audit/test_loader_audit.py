@@ -189,3 +189,16 @@ def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkey
     assert rep["replay"]["rank_checked_steps"] == 10
     assert rep["checks"]["rank_overlap"]["value"] == 10 * G // 2
     assert rep["checks"]["rank_union"]["value"] == 10 and not rep["ok"]
+
+
+def test_exposure_file_reads_back_through_evals(corpus, tmp_path):
+    from olmax.evals.exposure import read_exposure
+
+    s = corpus["shards"]
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", s["prose-0"])))
+    out = tmp_path / "exposure.npz"
+    rep = audit(mix, tmp_path, steps=30, exposure_out=str(out))
+    exp = read_exposure(out)
+    assert exp.count.sum() == 30 * G == rep["replay"]["rows"]
+    assert exp.seq_len == L and exp.step == 30 and set(exp.source) <= {"code", "prose"}
+    assert (exp.count == 1).all()  # 30 steps of one epoch: every served instance once
