@@ -22,6 +22,8 @@ byte before it is counted (`same_bytes`).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import xxhash
 
@@ -80,16 +82,20 @@ class _PowerCache:
 
     def __init__(self) -> None:
         self.n = 0
-        self.fwd: list[np.ndarray] = []
-        self.inv: list[np.ndarray] = []
+        self.tables: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+        self._lock = threading.Lock()
 
     def get(self, n: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        if n > self.n:
-            size = max(n, 1 << 16, 2 * self.n)
-            self.fwd = [_powers(b, size) for b in BASES]
-            self.inv = [_powers(pow(b, -1, MERSENNE31), size) for b in BASES]
-            self.n = size
-        return self.fwd, self.inv
+        fwd, inv = self.tables  # one consistent pair, even while another thread grows the tables
+        if fwd and n <= fwd[0].size:
+            return fwd, inv
+        with self._lock:
+            if n > self.n:
+                size = max(n, 1 << 16, 2 * self.n)
+                self.tables = ([_powers(b, size) for b in BASES],
+                               [_powers(pow(b, -1, MERSENNE31), size) for b in BASES])
+                self.n = size
+            return self.tables
 
 
 _CACHE = _PowerCache()
