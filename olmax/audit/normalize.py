@@ -106,6 +106,8 @@ class WordTables:
         first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
         has = n_runs > 0
         self.tok_h = [np.where(has, h[first], 0).astype(np.uint64) for h in self.run_h]
+        # Both bases' 20-bit word values of a one-token word in one uint64 (one gather per word).
+        self.tok_pack = ((self.tok_h[0] & WORD_MASK) << np.uint64(32)) | (self.tok_h[1] & WORD_MASK)
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
         self.multi = n_runs > 1
         # One byte per token for the fast path: bit 0 has a run, 1 starts a word, 2 ends a word,
@@ -188,8 +190,8 @@ class WordTables:
             consumed = int(starts[-1])
             starts = starts[:-1]
         joined = np.flatnonzero(joins[:consumed])
-        ts = t[starts]
-        values = [h[ts] for h in self.tok_h]
+        packed = self.tok_pack[t[starts]]
+        values = [packed >> np.uint64(32), packed & WORD_MASK]
         if joined.size and starts.size:
             # word of each joined token, and its byte offset inside that word: the word's first
             # token's length plus the lengths of the joined tokens before it (all on the subset)
@@ -205,13 +207,12 @@ class WordTables:
             rel = self.tok_len[t[starts[word]]] + before - before[first][group]
             rel = np.minimum(rel, MAX_WORD_BYTES - 1)
             tgt = word[first]
+            head = t[starts[tgt]]  # the first token of each multi-token word
             for b in range(len(BASES)):
                 c = self.tok_h[b][t[joined]] * self.qpow[b][rel]
                 _reduce(c, np.empty_like(c))
-                w = values[b]
-                merged = w[tgt] + np.add.reduceat(c, first)
-                w[tgt] = _reduce(merged, np.empty_like(merged))
-        values = [v & WORD_MASK for v in values]
+                merged = self.tok_h[b][head] + np.add.reduceat(c, first)
+                values[b][tgt] = _reduce(merged, np.empty_like(merged)) & WORD_MASK
         return values, starts.astype(np.int64, copy=False), consumed
 
 
