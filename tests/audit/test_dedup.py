@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import write_mix, write_shard
+from audit_testdata import write_mix, write_shard
 
 from olmax.audit.dedup import DedupConfig, audit_dedup
 from olmax.cli import main

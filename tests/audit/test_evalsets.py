@@ -25,7 +25,7 @@ def test_jsonl_text_and_fields(tmp_path):
 
 
 def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
-    from conftest import tokenize_docs, write_mix, write_shard
+    from audit_testdata import tokenize_docs, write_mix, write_shard
 
     from olmax.audit.leaks import LeakConfig, audit_leaks
 

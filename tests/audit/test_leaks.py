@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import tokenize_docs, write_mix, write_shard
+from audit_testdata import tokenize_docs, write_mix, write_shard
 
 from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.cli import main

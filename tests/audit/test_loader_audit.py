@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import write_mix
+from audit_testdata import write_mix
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
@@ -150,7 +150,7 @@ def test_two_epochs_expose_every_token_twice(corpus, tmp_path):
 
 
 def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
-    from conftest import write_shard
+    from audit_testdata import write_shard
 
     header = corpus["code"][0][1][:120]  # a license-like header repeated in three documents
     docs = [(f"h{i}", list(header) + list(t)) for i, (_, t) in enumerate(corpus["code"][10:13])]

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import write_mix
+from audit_testdata import write_mix
 
 from olmax.audit.monitor import ReplayError, StreamMonitor
 from olmax.data.index import open_index

@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import write_mix
+from audit_testdata import write_mix
 
 from olmax.audit.stream import StreamConfig, audit_stream
 from olmax.cli import main

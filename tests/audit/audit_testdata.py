@@ -1,0 +1,34 @@
+"""Builders for the audit tests: OLMo-format shards with sidecars, mix files, tokenized documents."""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+
+from olmax.data.index import DOLMA2_EOS
+from olmax.data.shards import ShardWriter
+
+Doc = namedtuple("Doc", "id src loc")
+
+
+def write_shard(path: str | os.PathLike, docs: list[tuple[str, list[int]]]) -> Path:
+    """A raw uint32 shard (each document's tokens + EOS) with its start,end,id,src,loc sidecar."""
+    path = Path(path)
+    w = ShardWriter(path, path.parent)
+    toks = [np.asarray(list(t) + [DOLMA2_EOS], dtype=np.uint32) for _, t in docs]
+    w.add_batch(np.concatenate(toks) if toks else np.zeros(0, np.uint32), [len(t) for t in toks],
+                [Doc(i, "test", n + 1) for n, (i, _) in enumerate(docs)], 0)
+    w.close()
+    return path
+
+
+def write_mix(path: str | os.PathLike, lines: list[tuple[str, str]]) -> str:
+    Path(path).write_text("".join(f"{label},{p}\n" for label, p in lines))
+    return str(path)
+
+
+def tokenize_docs(tokenizer, docs: list[tuple[str, str]]) -> list[tuple[str, list[int]]]:
+    return list(zip([i for i, _ in docs], tokenizer.encode_batch([t for _, t in docs], num_threads=2)))
