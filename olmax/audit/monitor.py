@@ -12,6 +12,16 @@ first occurrence reported) or a Bloom filter (`bloom_bits`, fixed memory, false-
 (1 - exp(-k n / m))^k reported; rows of planned-repeat instances are not checked in this mode).
 `state_dict()`/`load_state_dict()` round-trip everything (save it with the checkpoint), so a resume
 that replays steps is caught by the restored monitor. `counters()` is what the trainer logs.
+
+Wiring into a training loop (what `olmax train` should do; olmax/train is not wired yet):
+    monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index)
+    monitor.load_state_dict(ckpt["audit"])                 # on resume, beside the loader state
+    batch = next(it)
+    monitor.update(step, batch["input_ids"], host=jax.process_index(),
+                   instance_ids=batch["instance_ids"])     # raises ReplayError at the replayed step
+    metrics.update(monitor.counters()); ckpt["audit"] = monitor.state_dict()
+Each host sees only its own rows: a replay across hosts (two hosts emitting the same row) needs the
+global batch fed to one monitor, or `olmax audit stream` after the fact.
 """
 
 from __future__ import annotations
