@@ -76,3 +76,20 @@ def test_answers_of_known_schemas():
     assert item_answer({"sentence": "s _", "option1": "o1", "option2": "o2", "answer": "2"}) == "o2"
     assert item_answer({"context": "c", "answerA": "a", "answerB": "b", "answerC": "c", "label": "3"}) == "c"
     assert item_answer({"premise": "p", "choice1": "c1", "choice2": "c2", "label": 0}) == "c1"
+
+
+def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
+    import datasets
+    from audit_testdata import tokenize_docs, write_mix, write_shard
+
+    from olmax.audit.leaks import LeakConfig, audit_leaks
+
+    rows = {"question": ["Which gas do green plants take in from the air to make their food?",
+                         "What is the boiling point of water at sea level in degrees Celsius?"],
+            "answer": ["carbon dioxide", "one hundred"]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "qa"))
+    planted = f"Q: {rows['question'][1]}\nA: {rows['answer'][1]}"
+    shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "print(1)\n" + planted)]))
+    mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
+    rep = audit_leaks(LeakConfig(mix=mix, evals=(f"qa={tmp_path / 'qa'}",)))
+    assert [(c["eval"], c["id"], c["kind"]) for c in rep["contaminated"]] == [("qa", 1, "ngram")]
