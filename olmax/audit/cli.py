@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="allowed fraction of document tokens in exact duplicate documents")
     lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
     lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")
+    lo.add_argument("--span-tokens", type=int, default=0,
+                    help="also find repeated spans of this many tokens (50: ExactSubstr) across files and "
+                    "positions; 0 (default) skips this slower pass")
+    lo.add_argument("--max-repeated-span-frac", type=float, default=0.05)
     lo.add_argument("--exposure-out", help="also write per-instance serve counts (.npz or .json, the "
                     "format `olmax eval memorization --exposure` reads)")
     lo.add_argument("--rank-check-steps", type=int, default=512,
@@ -132,7 +136,8 @@ def _loader(args: argparse.Namespace) -> int:
         share_tolerance=args.share_tolerance, max_dup_instance_frac=args.max_dup_instance_frac,
         max_dup_doc_frac=args.max_dup_doc_frac, min_doc_tokens=args.min_doc_tokens,
         content=not args.no_content, threads=args.threads, rank_check_steps=args.rank_check_steps,
-        exposure_out=args.exposure_out)
+        exposure_out=args.exposure_out, span_tokens=args.span_tokens,
+        max_repeated_span_frac=args.max_repeated_span_frac)
     return _finish(audit_loader(cfg), args.out)
 
 

@@ -54,10 +54,62 @@ def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1
         yield rec
 
 
+def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_tokens: int = 1 << 20,
+                   work_dir: str | None = None, examples: int = 10) -> dict:
+    """Repeated `span`-token windows over distinct files `paths` (labels: each file's source).
+
+    Returns per-file boolean masks of tokens inside a later occurrence, counts of later occurrences
+    within and across sources, and examples. The reduce is vectorized per partition."""
+    from olmax.data.shards import read_tokens
+
+    sizes = [len(read_tokens(p)) for p in paths]
+    diff = [np.zeros(n + 1, dtype=np.int32) for n in sizes]
+    label_id = {name: i for i, name in enumerate(dict.fromkeys(labels))}
+    lab = np.asarray([label_id[x] for x in labels], dtype=np.int64)
+    within = across = windows = 0
+    found: list[dict] = []
+    with PartitionSpill(SPAN_REC, bits=4, work_dir=work_dir) as spill:
+        for p, path in enumerate(paths):
+            for rec in span_records(read_tokens(path), p, span, chunk_tokens):
+                spill.add(rec)
+        for part in spill.partitions():
+            starts, ends = equal_runs(part["hash"])
+            if starts.size == 0:
+                continue
+            member = np.zeros(part.size + 1, dtype=np.int64)
+            np.add.at(member, starts, 1)
+            np.add.at(member, ends, -1)
+            sel = np.flatnonzero(np.cumsum(member[:-1]) > 0)
+            group = np.repeat(np.arange(starts.size), ends - starts)
+            recs = part[sel]
+            order = np.lexsort((recs["pos"], recs["phys"], group))
+            recs, group = recs[order], group[order]
+            head = np.ones(recs.size, dtype=bool)
+            head[1:] = group[1:] != group[:-1]
+            head_of = np.flatnonzero(head)[np.cumsum(head) - 1]
+            later = ~head
+            windows += int(later.sum())
+            same = lab[recs["phys"][later]] == lab[recs["phys"][head_of[later]]]
+            within += int(same.sum())
+            across += int((~same).sum())
+            for q in np.unique(recs["phys"][later]).tolist():
+                at = recs["pos"][later & (recs["phys"] == q)]
+                np.add.at(diff[q], at, 1)
+                np.add.at(diff[q], np.minimum(at + span, sizes[q]), -1)
+            for h in np.flatnonzero(head)[: max(0, examples - len(found))].tolist():
+                g = recs[h:h + int((group == group[h]).sum())]
+                found.append({"file": paths[int(g[0]["phys"])], "offset": int(g[0]["pos"]),
+                              "occurrences": int(g.size),
+                              "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])}
+                                          for r in g[1:4]]})
+    masks = [np.cumsum(d[:-1]) > 0 for d in diff]
+    return {"sizes": sizes, "masks": masks, "windows": windows, "within": within, "across": across,
+            "examples": found}
+
+
 def audit_dedup(cfg: DedupConfig) -> dict:
     from olmax.audit.content import scan_content
     from olmax.data.index import open_index
-    from olmax.data.shards import read_tokens
 
     index = open_index(cfg.mix, 1, base_dir=cfg.base_dir, tokenizer=cfg.tokenizer, allow_short_files=True)
     content = scan_content(index, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads,
@@ -67,31 +119,10 @@ def audit_dedup(cfg: DedupConfig) -> dict:
     for f, p in enumerate(phys.tolist()):
         label_of_phys.setdefault(p, index.labels[f])
     names = index.label_names
-    sizes = [len(read_tokens(p)) for p in paths]
-    repeated = [np.zeros(n, dtype=bool) for n in sizes]
-    within = across = windows = 0
-    examples = []
-    with PartitionSpill(SPAN_REC, bits=4, work_dir=cfg.work_dir) as spill:
-        for p, path in enumerate(paths):
-            for rec in span_records(read_tokens(path), p, cfg.span, cfg.chunk_tokens):
-                spill.add(rec)
-        for part in spill.partitions():
-            starts, ends = equal_runs(part["hash"])
-            for a, b in zip(starts.tolist(), ends.tolist()):
-                group = part[a:b]
-                group = group[np.lexsort((group["pos"], group["phys"]))]
-                head = group[0]
-                windows += group.size - 1
-                for rec in group[1:]:
-                    repeated[rec["phys"]][rec["pos"]:rec["pos"] + cfg.span] = True
-                    same = label_of_phys[int(rec["phys"])] == label_of_phys[int(head["phys"])]
-                    within += same
-                    across += not same
-                if len(examples) < cfg.examples:
-                    examples.append({"file": paths[int(head["phys"])], "offset": int(head["pos"]),
-                                     "occurrences": int(group.size),
-                                     "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])}
-                                                 for r in group[1:4]]})
+    spans = repeated_spans(paths, [label_of_phys[p] for p in range(len(paths))], cfg.span,
+                           chunk_tokens=cfg.chunk_tokens, work_dir=cfg.work_dir, examples=cfg.examples)
+    sizes, repeated = spans["sizes"], spans["masks"]
+    windows, within, across, examples = spans["windows"], spans["within"], spans["across"], spans["examples"]
     per_source = {name: {"tokens": 0, "repeated_span_tokens": 0} for name in names}
     for p in range(len(paths)):
         s = per_source[label_of_phys[p]]

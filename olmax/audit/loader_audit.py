@@ -18,6 +18,8 @@ state before stream step K, round-trips it through its dict form and resumes wit
   positions (part of a shard copied, a document in two shards), as a fraction of the mix (limits
   above 0 by default: real corpora repeat some documents, e.g. license headers, by nature);
 - unplanned_repeat_rows: emitted rows whose content was already emitted from another position;
+- repeated_spans (with --span-tokens S): tokens inside a later copy of an S-token span found
+  elsewhere in the mix (a shard copied at an offset, pasted documents), as a fraction;
 - exposure (info): per source, distinct content tokens seen 1x, 2x, ... in the audited window.
 """
 
@@ -56,6 +58,8 @@ class LoaderAuditConfig:
     examples: int = 10
     rank_check_steps: int = 512  # steps on which every rank's loader is asked (see replay)
     exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
+    span_tokens: int = 0  # > 0: also find repeated spans of this many tokens (dedup.py), gated below
+    max_repeated_span_frac: float = 0.05
 
 
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
@@ -255,6 +259,23 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                              "duplicate_document_examples": content.doc_examples,
                              "unplanned_repeat_rows": unplanned}
         report["exposure"] = exposure
+        if config.span_tokens > 0:
+            from olmax.audit.dedup import repeated_spans
+
+            labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])]
+                      for p in range(len(content.phys_paths))]
+            spans = repeated_spans(content.phys_paths, labels, config.span_tokens,
+                                   work_dir=config.work_dir, examples=ex)
+            rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
+            frac = rep_tokens / max(1, sum(spans["sizes"]))
+            checks.append(Check("repeated_spans", frac <= config.max_repeated_span_frac, round(frac, 6),
+                                config.max_repeated_span_frac,
+                                detail=f"{rep_tokens} tokens inside a later copy of a >= "
+                                f"{config.span_tokens}-token span ({spans['across']} across sources)"))
+            report["content"]["repeated_spans"] = {
+                "span_tokens": config.span_tokens, "repeated_tokens": rep_tokens,
+                "within_source": spans["within"], "across_sources": spans["across"],
+                "examples": spans["examples"]}
     if config.exposure_out:
         write_exposure(config.exposure_out, index, ids, config, last_step=int(k.max()) + 1)
         report["exposure_file"] = config.exposure_out

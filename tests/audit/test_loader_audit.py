@@ -202,3 +202,16 @@ def test_exposure_file_reads_back_through_evals(corpus, tmp_path):
     assert exp.count.sum() == 30 * G == rep["replay"]["rows"]
     assert exp.seq_len == L and exp.step == 30 and set(exp.source) <= {"code", "prose"}
     assert (exp.count == 1).all()  # 30 steps of one epoch: every served instance once
+
+
+def test_shard_copied_at_an_offset_is_caught_by_spans(corpus, tmp_path):
+    s = corpus["shards"]
+    toks = read_tokens(s["code-1"])
+    shifted = tmp_path / "shifted.npy"
+    np.concatenate([np.asarray([11, 12, 13], dtype=np.uint32), toks]).tofile(shifted)  # windows misaligned
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("code", str(shifted))))
+    plain = audit(mix, tmp_path)
+    assert plain["content"]["duplicate_instances"] == 0 and plain["content"]["identical_files"] == []
+    rep = audit(mix, tmp_path, span_tokens=50)
+    assert not rep["checks"]["repeated_spans"]["ok"]
+    assert rep["content"]["repeated_spans"]["repeated_tokens"] >= len(toks) - 200
