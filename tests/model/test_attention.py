@@ -65,6 +65,7 @@ def test_chunked_kernel_equals_plain(seq, window, chunk):
                                    np.asarray(attend_xla(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
 
 
+@pytest.mark.slow
 def test_chunked_kernel_gradients_equal_plain():
     q, k, v = random_qkv(4, n_kv=2, seq=40)
 

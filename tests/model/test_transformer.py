@@ -118,6 +118,7 @@ def test_scan_groups_equal_unrolled_layers():
     np.testing.assert_allclose(forward(scanned, ids), forward(unrolled, ids), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_remat_changes_no_gradient():
     ids = jnp.asarray(np.random.default_rng(6).integers(0, 1000, size=(1, 32)))
 
@@ -147,11 +148,5 @@ def test_packed_documents_see_only_themselves():
     ids = np.random.default_rng(9).integers(0, 1000, size=(1, 40))
     seg = jnp.asarray([[0] * 15 + [1] * 25])
     packed = nnx.jit(lambda m, x, s: m(x, s))(model, jnp.asarray(ids), seg)
-    alone = forward(model, ids[:, 15:])
-    np.testing.assert_allclose(np.asarray(packed)[:, 15:], alone, atol=COMPOSITE, rtol=COMPOSITE)
-
-
-def test_eager_call_on_numpy_ids():
-    model = init_model(tiny(n_layers=1), seed=10)
-    ids = np.array([[1, 2, 3]])
-    np.testing.assert_allclose(np.asarray(model(ids)), forward(model, ids), atol=1e-6, rtol=1e-6)
+    alone = model(ids[:, 15:])  # also the plain eager call on numpy ids (ARCHITECTURE.md's contract)
+    np.testing.assert_allclose(np.asarray(packed)[:, 15:], np.asarray(alone), atol=COMPOSITE, rtol=COMPOSITE)
