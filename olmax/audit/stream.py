@@ -9,7 +9,9 @@ xxh3-64 over its uint32 bytes; both record kinds go through the same hash-partit
 - planned multiplicity of a content: the number of mix instances holding it (a path listed twice
   gives 2) per epoch, where step s belongs to epoch s // (N // G) (G = all hosts' rows per step);
   unplanned_repeated_rows: rows beyond it within an epoch;
-- foreign_rows: rows equal to no instance of the mix (misaligned windows, wrong files, bad reads);
+- foreign_rows: rows equal to no instance of the mix, each listed with its kind (`foreign_kinds`):
+  misaligned (the file's tokens at an offset that is no window start; `shift` = offset mod L),
+  corrupted (starts like the mix's tokens, differs later), unknown (start found nowhere in the mix);
 - instances_never_seen: mix instances whose content was emitted fewer times than the instances
   holding it (a statement about the data only when the window covers an epoch: `covers_epoch`,
   rows >= N - N mod G with G = all hosts' rows per step);
@@ -163,6 +165,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
                 if inst.size > rows.size:
                     stats["never"] += int(inst.size - rows.size)
 
+    diagnosis = diagnose_foreign(index, hosts, foreign_examples) if foreign_examples else {}
     checks = [
         Check("unplanned_repeated_rows", stats["unplanned"] == 0, stats["unplanned"], 0,
               detail=f"beyond each content's planned multiplicity per epoch ({epochs} epoch(s))"),
@@ -189,7 +192,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
         "unplanned_repeated_rows": stats["unplanned"], "foreign_rows": stats["foreign"],
         "instances_never_seen": stats["never"],
         "cross_host_rows": stats["cross"], "epochs_spanned": epochs, "covers_epoch": covers_epoch,
-        "repeats": repeat_examples, "foreign": foreign_examples,
+        "repeats": repeat_examples, "foreign": foreign_examples, "foreign_kinds": diagnosis,
         "cross_host": cross_examples, "sources": shares,
         "hashing": "xxh3-64 of each row's and each instance's uint32 bytes; matches re-compared byte "
                    "for byte",
@@ -199,3 +202,49 @@ def audit_stream(cfg: StreamConfig) -> dict:
         f"olmax audit stream: {len(hosts)} host(s), {total_rows} rows ({stats['distinct']} distinct, "
         f"{stats['repeated']} repeated, {stats['foreign']} foreign), mix of {N} instances", checks)
     return report
+
+
+def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe: int = 32) -> dict:
+    """Say where each listed foreign row comes from; annotates `foreign` in place, returns counts.
+
+    The first `probe` tokens of each row are looked up at every offset of the mix's files (rolling
+    hashes, one pass): `misaligned` (the row equals the file's tokens at an offset that is not a
+    window start: the loader cut its window at the wrong place), `corrupted` (it starts like a
+    window or file position but differs later: a bad read), `unknown` (its start is nowhere in the
+    mix: another file, or a damaged start)."""
+    from olmax.audit.hashing import window_hashes
+    from olmax.data.shards import read_tokens
+
+    L = index.seq_len
+    k = min(probe, L)
+    rows = [np.asarray(hosts[e["host"]][e["step"], e["row"]]).view(np.uint32) for e in foreign]
+    heads = np.asarray([window_hashes(r[:k], k)[0] for r in rows], dtype=np.uint64)
+    order = np.argsort(heads)
+    sorted_heads = heads[order]
+    where: dict[int, tuple[int, int]] = {}  # foreign index -> (file, offset) of the first sighting
+    for f, path in enumerate(dict.fromkeys(index.paths)):
+        tokens = read_tokens(path)
+        step = 1 << 20
+        for a in range(0, max(0, len(tokens) - k + 1), step):
+            h = window_hashes(np.asarray(tokens[a:a + step + k - 1]), k)
+            idx = np.minimum(np.searchsorted(sorted_heads, h), sorted_heads.size - 1)
+            for off in np.flatnonzero(sorted_heads[idx] == h).tolist():
+                lo = np.searchsorted(sorted_heads, h[off])
+                hi = np.searchsorted(sorted_heads, h[off], side="right")
+                for j in order[lo:hi].tolist():
+                    where.setdefault(j, (f, a + off))
+        if len(where) == len(rows):
+            break
+    paths = list(dict.fromkeys(index.paths))
+    counts = {"misaligned": 0, "corrupted": 0, "unknown": 0}
+    for j, e in enumerate(foreign):
+        if j not in where:
+            e["kind"] = "unknown"
+        else:
+            f, off = where[j]
+            tokens = read_tokens(paths[f])
+            same = np.array_equal(np.asarray(tokens[off:off + L]), rows[j])
+            e.update(kind="misaligned" if same and off % L else "corrupted", file=paths[f], offset=off,
+                     shift=off % L)
+        counts[e["kind"]] += 1
+    return counts

@@ -108,14 +108,20 @@ def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
         f, start = index.locate(np.asarray([inst]))
         toks = read_tokens(index.paths[int(f[0])])
         hosts[1][s, r] = toks[int(start[0]) + 1:int(start[0]) + 1 + L]
+    hosts[0][2, 1, 40] += 1  # a bad read in the middle of a row
+    hosts[0][4, 0] = np.random.default_rng(0).integers(0, 100_000, size=L)  # not from the mix at all
     rep, paths = run(setup, hosts, tmp_path, "shifted")
     check(rep, truth(hosts, setup["windows"]))
-    assert rep["foreign_rows"] == 2
-    assert {(e["host"], e["step"], e["row"]) for e in rep["foreign"]} == {(1, 3, 0), (1, 7, 2)}
+    assert rep["foreign_rows"] == 4
+    kinds = {(e["host"], e["step"], e["row"]): e["kind"] for e in rep["foreign"]}
+    assert kinds == {(1, 3, 0): "misaligned", (1, 7, 2): "misaligned", (0, 2, 1): "corrupted",
+                     (0, 4, 0): "unknown"}
+    assert rep["foreign_kinds"] == {"misaligned": 2, "corrupted": 1, "unknown": 1}
+    assert {e["shift"] for e in rep["foreign"] if e["kind"] == "misaligned"} == {1}
     out = tmp_path / "r.json"
     assert main(["audit", "stream", "--mix", setup["mix"], "--seq-len", str(L), "--batches", *paths,
                  "--out", str(out)]) == 1
-    assert json.loads(out.read_text())["foreign_rows"] == 2
+    assert json.loads(out.read_text())["foreign_rows"] == 4
     assert "FAIL foreign_rows" in capsys.readouterr().out
 
 
