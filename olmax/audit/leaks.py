@@ -94,9 +94,14 @@ class EvalIndex:
         # Short items are found through an anchor: their first `anchor` words, probed at every
         # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
         self.anchor = min(self.short_lengths, default=0)
-        anchors = [PrefixHasher(s).windows(self.anchor)[:1] for s in seqs
-                   if min_item_words <= s[0].size < n] if self.anchor else []
-        self.anchors = np.unique(np.concatenate(anchors)) if anchors else np.zeros(0, np.uint64)
+        shorts = [s for s in seqs if min_item_words <= s[0].size < n] if self.anchor else []
+        anchors = np.asarray([PrefixHasher(s).windows(self.anchor)[0] for s in shorts], dtype=np.uint64)
+        bit = np.asarray([1 << (s[0].size - self.anchor) for s in shorts], dtype=np.int64)
+        self.anchors, inv = np.unique(anchors, return_inverse=True)
+        # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
+        # hashed at the lengths of the items it could begin
+        self.anchor_lengths = np.zeros(self.anchors.size, dtype=np.int64)
+        np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
         # Prefilters: one byte per slot, indexed by the low bits of a window's base-1 half (the
         # training side computes only that half everywhere, the full hash only where a slot is set).
         # About 8 slots per key: ~12% of positions pass to the exact lookup, which is cheap with
@@ -148,10 +153,13 @@ class EvalIndex:
             order = np.argsort(hc)
             hc, cand = hc[order], cand[order]
             idx = np.minimum(np.searchsorted(self.anchors, hc), max(0, self.anchors.size - 1))
-            at = np.sort(cand[self.anchors[idx] == hc]) if self.anchors.size else cand[:0]
+            ok = self.anchors[idx] == hc if self.anchors.size else np.zeros(hc.size, dtype=bool)
+            at, bits = cand[ok], self.anchor_lengths[idx[ok]]
             for k in self.short_lengths:
-                # windows that fit and end in the new part (older ones were probed with the last chunk)
-                ak = at[(at + k <= c[0].size) & (at + k > first_new)]
+                # windows of a length some item with this anchor has, that fit and end in the new
+                # part (older ones were probed with the last chunk)
+                ak = at[((bits >> (k - self.anchor)) & 1).astype(bool) & (at + k <= c[0].size) &
+                        (at + k > first_new)]
                 if ak.size:
                     lookup(hasher.windows_at(k, ak) ^ length_salt(k), ak)
         if not keys:
