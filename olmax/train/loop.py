@@ -119,11 +119,11 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
     from olmax.train.step import abstract_state, make_init, make_train_step, model_graphdef
 
-    run_dir = Path(run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
     loader = open_loader(cfg.data, resolve_mix(cfg.data, mix), cfg.model.eos_token_id)
+    run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
+    run_dir.mkdir(parents=True, exist_ok=True)
     steps = cfg.train.steps
     t_max = cfg.optim.t_max or steps
 

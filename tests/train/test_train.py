@@ -167,3 +167,16 @@ def test_document_masks_feed_segment_ids_to_the_model(setup, tmp_path):
     train(load_config(config, ["data.document_masks=true"]), tmp_path / "masked")
     plain, masked = losses(tmp_path / "plain")[1], losses(tmp_path / "masked")[1]
     assert np.isfinite(masked) and masked != plain
+
+
+def test_cli_dry_run_and_errors(capsys, tmp_path):
+    from olmax.cli import main
+
+    assert main(["train", "--config", "olmo3_7b_stage1", "--dry-run", "optim.lr=1e-4"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.0001" in out and "params: 7,298,011,136" in out and "steps: 597,046" in out
+    assert main(["train", "--config", "olmo3_7b_stage1"]) == 2  # no --run-dir
+    assert main(["train", "--config", "olmo3_7b_stage1", "--run-dir", str(tmp_path / "run")]) == 2  # no mix
+    assert "data.mix is not set" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    assert main(["train", "--config", "tiny", "--dry-run", "optim.lr"]) == 2
+    assert "area.key=value" in capsys.readouterr().err
