@@ -180,3 +180,18 @@ def test_cli_dry_run_and_errors(capsys, tmp_path):
     assert "data.mix is not set" in capsys.readouterr().err and not (tmp_path / "run").exists()
     assert main(["train", "--config", "tiny", "--dry-run", "optim.lr"]) == 2
     assert "area.key=value" in capsys.readouterr().err
+
+
+def test_eval_hook_runs_every_n_steps_and_logs_its_values(setup, tmp_path):
+    _, config = setup
+    calls = []
+
+    def hook(ctx):
+        calls.append(ctx.step)
+        logits = ctx.model(jax.numpy.zeros((1, 4), jax.numpy.int32))
+        return {"held_out/loss": float(ctx.step), "logit_mean": float(logits.mean())}
+
+    train(load_config(config, ["train.steps=4", "train.eval_every=2"]), tmp_path / "run", eval_hook=hook)
+    assert calls == [2, 4]
+    recs = metrics(tmp_path / "run")
+    assert [r.get("eval/held_out/loss") for r in recs] == [None, 2.0, None, 4.0]
