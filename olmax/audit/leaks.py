@@ -37,6 +37,7 @@ from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents, require_local
 from olmax.data.shards import read_tokens
 
+MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
 
@@ -318,7 +319,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
     boiler_of = np.bincount(eidx.rec_item[rec_boiler], minlength=len(seqs))
 
     doc_cache: dict[int, object] = {}
-    contaminated, flagged = [], np.zeros(len(seqs), dtype=bool)
+    contaminated, near, flagged = [], [], np.zeros(len(seqs), dtype=bool)
     order = np.argsort(h_item, kind="stable")
     items_hit, first = np.unique(h_item[order], return_index=True)
     bounds = np.concatenate([first, [order.size]])
@@ -327,18 +328,19 @@ def audit_leaks(cfg: LeakConfig) -> dict:
         k = int(eidx.lengths_of[item])
         ev = _decide(hits[hit_of[sel]], h_q[sel], h_boiler[sel], k, cfg.ngram, int(ngrams_of[item]),
                      int(ngrams_of[item] - boiler_of[item]), cfg)
-        if not ev["contaminated"]:
+        if not ev["contaminated"] and len(near) >= MAX_NEAR_MISSES:
             continue
-        flagged[item] = True
+        flagged[item] = ev["contaminated"]
         f = ev.pop("file")
         if f not in doc_cache:
             doc_cache[f] = documents(paths[f])
         docs = doc_cache[f]
         s = int(set_of[item])
-        contaminated.append({"eval": sets[s][0], "id": all_items[item].report_id,
-                             "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
-                             **{kk: v for kk, v in ev.items() if kk != "contaminated"},
-                             "file": paths[f], "doc": docs.id_of(ev["doc"])})
+        (contaminated if ev["contaminated"] else near).append({
+            "eval": sets[s][0], "id": all_items[item].report_id,
+            "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
+            **{kk: v for kk, v in ev.items() if kk != "contaminated"},
+            "file": paths[f], "doc": docs.id_of(ev["doc"])})
     too_short = eidx.lengths_of < cfg.min_item_words
     gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in sets}
     per_set, checks = {}, []
@@ -375,7 +377,9 @@ def audit_leaks(cfg: LeakConfig) -> dict:
         "eval_index": {"items": len(seqs), "keys": eidx.num_keys, "lengths": eidx.lengths},
         "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3),
                    "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9))},
-        "sets": per_set, "contaminated": contaminated, "checks": checks_json(checks),
+        "sets": per_set, "contaminated": contaminated,
+        "near_misses": near,  # items with matches that the rule did not flag (first MAX_NEAR_MISSES)
+        "checks": checks_json(checks),
         "ok": not failed(checks),
     }
     report["summary"] = summary_lines(f"olmax audit leaks: {cfg.mix} ({train_tokens:,} training tokens, "

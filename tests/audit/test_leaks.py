@@ -131,6 +131,11 @@ def test_boilerplate_threshold_is_what_protects_hard_negatives(planted):
 
     assert hard(boilerplate_docs=50) == {f"hard-{j}" for j in range(10)}
     assert hard() == set()
+    # ... but they are listed as near misses, with the boilerplate they matched
+    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"][1:]))
+    near = {c["id"]: c for c in rep["near_misses"]}
+    assert {f"hard-{j}" for j in range(10)} <= set(near)
+    assert all(near[f"hard-{j}"]["matched_nonboilerplate"] == 0 for j in range(10))
 
 
 def test_short_items_below_the_minimum_are_undecided(planted, tmp_path):
