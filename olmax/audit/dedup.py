@@ -146,6 +146,9 @@ def audit_dedup(cfg: DedupConfig) -> dict:
               "repeated_span_windows": int(windows), "repeated_span_tokens": rep_tokens,
               "repeated_within_source": int(within), "repeated_across_sources": int(across),
               "repeated_span_examples": examples, "sources": per_source,
+              "hashing": (f"documents: xxh3-64, byte-confirmed; spans: {cfg.span}-token Karp-Rabin hashes "
+                          f"(two bases mod 2^31-1), per-pair collision <= ((span-1)/p)^2 = "
+                          f"{((cfg.span - 1) / (2**31 - 1)) ** 2:.1e}, not re-checked"),
               "checks": checks_json(checks), "ok": not failed(checks)}
     report["summary"] = summary_lines(f"olmax audit dedup: {cfg.mix} ({sum(sizes):,} tokens, "
                                       f"{len(paths)} files)", checks)
