@@ -35,9 +35,14 @@ class Thresholds:
     exposure_gap_nats: float = 0.1  # check 1: CE(once-seen, else unseen) - CE(repeated) above this flags
     train_window: int = 20  # train records averaged around a step (raw per-step losses are noisy)
     min_train_drop: float = 0.05  # checks 2-3: a train-loss improvement smaller than this is noise
-    heldout_share: float = 0.5  # checks 2-3: flag when held-out keeps less than this share of the train gain
-    gap_growth_nats: float = 0.1  # check 2: ...and the train-minus-held-out difference exceeds this
+    # check 2: flag when a held-out set kept less than this share of the train-loss drop since an earlier
+    # eval step (and the gap widened by more than gap_growth_nats). Held-out sets unlike the training mix
+    # (e.g. QA sets for a code model) improve less than train loss even in a healthy run, so the default
+    # only flags held-out loss that (nearly) stopped improving; check 5 is the in-distribution comparison.
+    gap_heldout_share: float = 0.1
+    gap_growth_nats: float = 0.1
     reference_gain_nats: float = 0.05  # check 3: train-loss gain over the reference that counts
+    reference_heldout_share: float = 0.5  # check 3: flag when held-out keeps less than this share of that gain
     extract_prefix: int = 32  # check 4: prompt tokens
     extract_new: int = 32  # check 4: greedy tokens compared
     extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
@@ -89,10 +94,10 @@ def check_gap(run: Curves, th: Thresholds) -> dict:
             per_set[name] = _verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
                                      "between eval steps", train_drop=None)
             continue
-        hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.heldout_share
+        hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.gap_heldout_share
         msg = (f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
                f"held-out {best['heldout_drop']:.3f} (share {best['heldout_share']:.2f}; flags when share < "
-               f"{th.heldout_share} and the gap widens > {th.gap_growth_nats} nats)")
+               f"{th.gap_heldout_share} and the gap widens > {th.gap_growth_nats} nats)")
         per_set[name] = _verdict(hit, msg, **best)
         if hit:
             flagged.append(name)
@@ -128,7 +133,7 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
             continue
         held_gain = float(np.interp(step, rs, rv)) - float(ce[list(steps_h).index(step)])
         share = held_gain / train_gain
-        hit = share < th.heldout_share
+        hit = share < th.reference_heldout_share
         out["sets"][name] = {"heldout_gain": held_gain, "heldout_share": share, "flagged": hit}
         if hit:
             flagged.append(name)
@@ -138,7 +143,7 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
                 **out, "status": "unattributed"}
     msg = (f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}; held-out gain "
            + ", ".join(f"{n} {v['heldout_gain']:.3f}" for n, v in out["sets"].items())
-           + f" (flags when held-out keeps < {th.heldout_share} of the gain)")
+           + f" (flags when held-out keeps < {th.reference_heldout_share} of the gain)")
     return {**_verdict(bool(flagged), msg), **out}
 
 

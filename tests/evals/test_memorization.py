@@ -28,7 +28,7 @@ def test_gap_check_flags_memorization_and_not_a_healthy_run(tmp_path):
     assert bad["flagged"] and bad["sets"]["c4"]["flagged"]
     got = bad["sets"]["c4"]
     assert got["from_step"] == 400 and got["train_drop"] == pytest.approx(0.8 + base_loss(400) - base_loss(1000), abs=0.05)
-    assert got["heldout_share"] < th.heldout_share and "share" in got["message"]
+    assert got["heldout_share"] < th.gap_heldout_share and "share" in got["message"]
 
 
 def test_reference_check(tmp_path):
@@ -58,10 +58,10 @@ def test_cli_exit_codes_and_report(tmp_path, capsys):
     assert (tmp_path / "bad.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads(out.read_text())
     assert report["flagged"] is True and report["checks"]["gap"]["flagged"] and report["checks"]["reference"]["flagged"]
-    assert report["thresholds"]["heldout_share"] == 0.5
+    assert report["thresholds"]["reference_heldout_share"] == 0.5 and report["thresholds"]["gap_heldout_share"] == 0.1
     assert "FLAGGED" in capsys.readouterr().out
     # a threshold override makes the same run pass
-    assert main(["eval", "memorization", "--run", str(tmp_path / "bad"), "--threshold", "heldout_share=-1",
+    assert main(["eval", "memorization", "--run", str(tmp_path / "bad"), "--threshold", "gap_heldout_share=-1",
                  "--out", str(out)]) == 0
 
 
