@@ -41,6 +41,9 @@ class Thresholds:
     # only flags held-out loss that (nearly) stopped improving; check 5 is the in-distribution comparison.
     gap_heldout_share: float = 0.1
     gap_growth_nats: float = 0.1
+    # check 2 compares from an eval step only where the set's CE is within this of the train loss: a set
+    # far from the training distribution says little about memorization (its loss barely moves anyway)
+    comparable_nats: float = 0.5
     reference_gain_nats: float = 0.05  # check 3: train-loss gain over the reference that counts
     reference_heldout_share: float = 0.5  # check 3: flag when held-out keeps less than this share of that gain
     extract_prefix: int = 32  # check 4: prompt tokens
@@ -81,18 +84,26 @@ def check_gap(run: Curves, th: Thresholds) -> dict:
         last = steps[-1]
         t_last = run.train_at(last, th.train_window)
         best = None
+        distance = []
         for s, h in zip(steps[:-1], ce[:-1]):
-            d_train = run.train_at(s, th.train_window) - t_last
+            t_s = run.train_at(s, th.train_window)
+            distance.append(abs(h - t_s))
+            d_train = t_s - t_last
             d_held = h - ce[-1]
-            if not (math.isfinite(d_train) and d_train >= th.min_train_drop):
+            if not (math.isfinite(d_train) and d_train >= th.min_train_drop) or distance[-1] > th.comparable_nats:
                 continue
             widening = d_train - d_held
             if best is None or widening > best["widening"]:
                 best = {"from_step": int(s), "to_step": int(last), "train_drop": d_train, "heldout_drop": d_held,
                         "widening": widening, "heldout_share": d_held / d_train}
         if best is None:
-            per_set[name] = _verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
-                                     "between eval steps", train_drop=None)
+            if distance and min(distance) > th.comparable_nats:
+                per_set[name] = _skipped(f"{name}: held-out CE is {min(distance):.2f}+ nats from the train loss at "
+                                         f"every earlier eval step (> {th.comparable_nats}): a set unlike the "
+                                         "training mix; check 5 compares with never-served mix text instead")
+            else:
+                per_set[name] = _verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
+                                         "between comparable eval steps", train_drop=None)
             continue
         hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.gap_heldout_share
         msg = (f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
@@ -285,6 +296,7 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
         return _skipped(f"no train loss logged at or before step {step}")
     recent = run.train_loss[before][-th.train_window:]
     train = float(recent.mean())
+    train_se = float(recent.std(ddof=1) / np.sqrt(recent.size)) if recent.size > 1 else 0.0
     rng = np.random.default_rng(seed + 2)
     served = exp.count >= 1
     sources = {}
@@ -302,7 +314,9 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
         return {**_skipped("no served source has enough never-served text to compare"), "sources": sources}
     w = sum(v["served_instances"] for v in covered.values())
     unseen = sum(v["served_instances"] * v["unseen_ce"] for v in covered.values()) / w
-    se = float(np.sqrt(sum((v["served_instances"] / w * v["stderr"]) ** 2 for v in covered.values())))
+    # standard error of the difference: the unseen sample's and the logged train losses' (step-to-step noise)
+    se = float(np.sqrt(train_se ** 2 + sum((v["served_instances"] / w * v["stderr"]) ** 2
+                                           for v in covered.values())))
     coverage = w / total
     gap = unseen - train
     hit = gap > th.unseen_gap_nats and gap > 3 * se

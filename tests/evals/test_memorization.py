@@ -31,6 +31,19 @@ def test_gap_check_flags_memorization_and_not_a_healthy_run(tmp_path):
     assert got["heldout_share"] < th.gap_heldout_share and "share" in got["message"]
 
 
+def test_gap_check_skips_a_set_unlike_the_training_mix(tmp_path):
+    """A held-out set whose loss sits far from the train loss and barely moves (QA text for a code
+    model) is not evidence either way: check 2 skips it instead of flagging a healthy run."""
+    run = tmp_path / "ood"
+    run.mkdir()
+    records = [{"step": s, "loss": float(base_loss(s))} for s in range(STEPS + 1)]
+    records += [{"step": s, "eval/qa/ce": 9.0 - 0.0001 * s} for s in range(100, STEPS + 1, 100)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    got = check_gap(read_run(run), Thresholds())
+    assert got["status"] == "skipped" and not got["flagged"]
+    assert "unlike the training mix" in got["sets"]["qa"]["message"]
+
+
 def test_reference_check(tmp_path):
     ref = read_csv_curve(write_reference_csv(tmp_path / "ref.csv"))
     th = Thresholds()
