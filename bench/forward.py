@@ -4,12 +4,12 @@ Model: OLMo-3-shaped (reordered norm, QK-norm, SwiGLU, untied head, RoPE 500k, w
 i % 4 != 3) with the real dolma2 vocabulary (100,278; olmax pads its embedding to 100,352), d_model 512,
 8 heads x 64, MLP 1,376, a few layers; fp32 on both sides. One random HF checkpoint is saved to a temp
 dir and loaded by both (olmax through `olmax.model.from_hf`), their logits are checked to agree, then
-after one warm-up each (olmax's includes jit compilation, not timed) they run `--iters` timed forward
-passes in alternation, so both see the same background load, and the medians are compared. HF uses
-its default SDPA attention under `torch.inference_mode`. The last line is
+each runs two blocks of `--iters` timed forward passes, hf/olmax then olmax/hf, each block after one
+untimed call (jit compilation for olmax), and the medians are compared. HF uses its default SDPA
+attention under `torch.inference_mode`. The last line is
 `forward tokens/s olmax/hf-torch = N.Nx`.
 
-    .venv/bin/python bench/forward.py [--layers 4] [--batch 2] [--seq 1024] [--iters 5]
+    .venv/bin/python bench/forward.py [--layers 4] [--batch 2] [--seq 1024] [--iters 3]
 """
 
 from __future__ import annotations
@@ -21,16 +21,22 @@ import time
 import numpy as np
 
 
-def time_interleaved(fns: dict, iters: int) -> dict[str, list[float]]:
-    """Seconds per call of each fn, alternating between them so both see the same background load."""
-    for fn in fns.values():
-        fn()  # warm-up (and jit compilation), not timed
+def time_blocks(fns: dict, iters: int, rounds: int = 2) -> dict[str, list[float]]:
+    """Seconds per call of each fn, timed in blocks of `iters` calls, block order swapped every round.
+
+    Each block starts with one untimed call: it absorbs jit compilation and the other framework's
+    threads still spinning after its last call (OpenMP busy-waits), so the frameworks do not tax each
+    other; swapping the order spreads any drift in background load over both.
+    """
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(iters):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    names = list(fns)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fns[name]()
+            for _ in range(iters):
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
     return times
 
 
@@ -39,7 +45,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=3, help="timed calls per block (2 blocks each)")
     parser.add_argument("--d-model", type=int, default=512)
     args = parser.parse_args()
 
@@ -81,7 +87,7 @@ def main() -> None:
           f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}")
     flop = forward_flops(model.cfg, args.seq).total * args.batch
     results = {}
-    for name, secs in time_interleaved({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
+    for name, secs in time_blocks({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
         sec = float(np.median(secs))
         results[name] = tokens / sec
         print(f"{name:9s} {sec * 1e3:9.1f} ms/forward (median of {len(secs)}, best {min(secs) * 1e3:.1f})  "
