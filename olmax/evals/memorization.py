@@ -113,7 +113,8 @@ def check_gap(run: Curves, th: Thresholds) -> dict:
         if hit:
             flagged.append(name)
     if all(v["status"] == "skipped" for v in per_set.values()):
-        return {**_skipped("no held-out set has two eval steps"), "sets": per_set}
+        return {**_skipped("no held-out set has two eval steps with a loss comparable to the train loss "
+                           "(per-set reasons below)"), "sets": per_set}
     msg = (f"held-out loss did not follow train loss on {', '.join(flagged)}" if flagged
            else "held-out loss followed train loss on every set")
     return {**_verdict(bool(flagged), msg), "sets": per_set}
