@@ -89,7 +89,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     cfg = ModelConfig(vocab_size=100_278, d_model=d, n_layers=args.layers, n_heads=d // 64, n_kv_heads=d // 64,
                       head_dim=64, mlp_hidden=mlp)

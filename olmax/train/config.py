@@ -85,7 +85,7 @@ class TrainConfig:
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: a per-device-kind table
     progress: bool = True
     tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tb
-    ce_chunk: int | None = None  # LM head + CE fused over sequence chunks of this size; None: auto; 0: off
+    ce_chunk: int | None = None  # LM head + CE fused over blocks of this many vocab columns; None: auto; 0: off
     init_from: str | None = None  # a fresh run starts from this checkpoint step dir's params + optimizer
 
 

@@ -4,11 +4,12 @@ Labels are the inputs shifted left; the last position of each row has no label a
 (OLMo-core: labels[-1] = ignore). z-loss = multiplier * logsumexp(logits)^2 per predicted token.
 Both come back as fp32 *sums* so microbatches add up before one division by the global token count.
 
-`head_cross_entropy` never materialises the (B, L, V) logits: it scans over chunks of the sequence,
-computing each chunk's logits, logsumexp and label logit, and its custom VJP recomputes a chunk's
-logits to form (softmax - onehot) and accumulate dW and dx. With the real 100k vocabulary the logits
-dominate memory traffic (FIELD-NOTES.md), so this is both the memory and the CPU-time win; the
-arithmetic is the same as `cross_entropy` on full logits up to float summation order.
+`head_cross_entropy` never materialises the (B, L, V) logits: it scans over blocks of vocabulary
+columns with an online logsumexp, and its custom VJP recomputes each block's logits to form
+(softmax - onehot), writing that block of dW once and accumulating dh (N x D, small). Every matmul
+keeps all N tokens, so each is large and efficient. With the real 100k vocabulary the logits dominate
+memory traffic (FIELD-NOTES.md), so this is both the memory and the time win; the arithmetic is the
+same as `cross_entropy` on full logits up to float summation order.
 """
 
 from __future__ import annotations
@@ -42,76 +43,94 @@ def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: flo
     return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
 
 
-def _chunks(a: jax.Array, chunk: int) -> jax.Array:
-    """(B, L, ...) -> (L / chunk, B, chunk, ...): scan over sequence chunks, batch (sharded) untouched."""
-    b, seq = a.shape[:2]
-    return a.reshape(b, seq // chunk, chunk, *a.shape[2:]).swapaxes(0, 1)
+def _column_chunks(w_DxV: jax.Array, chunk: int) -> jax.Array:
+    """(D, V) -> (V / chunk, D, chunk): scan over vocabulary column blocks."""
+    d, v = w_DxV.shape
+    return w_DxV.reshape(d, v // chunk, chunk).swapaxes(0, 1)
 
 
-def _logits(h_BxCxD: jax.Array, w_DxV: jax.Array, vocab: int) -> jax.Array:
-    logits = jnp.einsum("bcd,dv->bcv", h_BxCxD, w_DxV.astype(h_BxCxD.dtype), preferred_element_type=jnp.float32)
-    v = logits.shape[-1]
-    return logits if vocab >= v else jnp.where(jnp.arange(v) < vocab, logits, -jnp.inf)
+def _block_logits(h_NxD: jax.Array, w_DxC: jax.Array, first: jax.Array, vocab: int) -> jax.Array:
+    """fp32 logits of one column block; columns at or past `vocab` (padding) read -inf."""
+    logits = jnp.einsum("nd,dc->nc", h_NxD, w_DxC.astype(h_NxD.dtype), preferred_element_type=jnp.float32)
+    cols = first + jnp.arange(w_DxC.shape[1])
+    return jnp.where(cols[None, :] < vocab, logits, -jnp.inf)
 
 
-def _forward(h, w, labels, weights, vocab, chunk, z_mult):
-    def body(_, xs):
-        hc, lc, wc = xs
-        logits = _logits(hc, w, vocab)
-        lse = jax.nn.logsumexp(logits, axis=-1)
-        label_logit = jnp.take_along_axis(logits, lc[..., None], axis=-1)[..., 0]
-        return None, (lse, jnp.sum((lse - label_logit) * wc), jnp.sum(jnp.square(lse) * wc))
+def _forward(h, w, labels, weights, vocab, chunk):
+    """Online logsumexp over column blocks: (sum CE, sum lse^2) weighted, and lse per token."""
+    n = h.shape[0]
 
-    _, (lse, ce, zz) = jax.lax.scan(body, None, (_chunks(h, chunk), _chunks(labels, chunk), _chunks(weights, chunk)))
-    return (jnp.sum(ce), z_mult * jnp.sum(zz)), lse
+    def body(carry, xs):
+        run_max, run_sum, label_logit = carry
+        w_c, first = xs
+        logits = _block_logits(h, w_c, first, vocab)
+        new_max = jnp.maximum(run_max, jnp.max(logits, axis=-1))
+        run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+        local = labels - first
+        inside = (local >= 0) & (local < w_c.shape[1])
+        picked = jnp.take_along_axis(logits, jnp.clip(local, 0, w_c.shape[1] - 1)[:, None], axis=-1)[:, 0]
+        return (new_max, run_sum, label_logit + jnp.where(inside, picked, 0.0)), None
+
+    lowest = jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32)
+    zeros = jnp.zeros((n,), jnp.float32)
+    firsts = jnp.arange(0, w.shape[1], chunk)
+    (run_max, run_sum, label_logit), _ = jax.lax.scan(body, (lowest, zeros, zeros), (_column_chunks(w, chunk), firsts))
+    lse = run_max + jnp.log(run_sum)
+    return (jnp.sum((lse - label_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _fused(h, w, labels, weights, vocab, chunk, z_mult):
-    return _forward(h, w, labels, weights, vocab, chunk, z_mult)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _fused(h, w, labels, weights, vocab, chunk):
+    return _forward(h, w, labels, weights, vocab, chunk)[0]
 
 
-def _fused_fwd(h, w, labels, weights, vocab, chunk, z_mult):
-    out, lse = _forward(h, w, labels, weights, vocab, chunk, z_mult)
+def _fused_fwd(h, w, labels, weights, vocab, chunk):
+    out, lse = _forward(h, w, labels, weights, vocab, chunk)
     return out, (h, w, labels, weights, lse)
 
 
-def _fused_bwd(vocab, chunk, z_mult, res, g):
+def _fused_bwd(vocab, chunk, res, g):
     h, w, labels, weights, lse = res
-    g_ce, g_z = g
+    g_ce, g_zz = g
+    # d/dlogits of w*(lse - label_logit) and of w*lse^2: w*p - w*onehot and 2*w*lse*p
+    coef_N = (g_ce + 2.0 * g_zz * lse) * weights
 
-    def body(dw, xs):
-        hc, lc, wc, lsec = xs
-        logits = _logits(hc, w, vocab)
-        p = jnp.exp(logits - lsec[..., None])  # softmax; masked columns give exp(-inf) = 0
-        # d/dlogits of w*(lse - label_logit) + z*w*lse^2 = w*(1 + 2z*lse)*p - w*onehot
-        coef = (g_ce + g_z * z_mult * 2.0 * lsec) * wc
-        dlogits = p * coef[..., None] - jax.nn.one_hot(lc, p.shape[-1], dtype=p.dtype) * (g_ce * wc)[..., None]
-        dhc = jnp.einsum("bcv,dv->bcd", dlogits.astype(hc.dtype), w.astype(hc.dtype),
-                         preferred_element_type=jnp.float32).astype(hc.dtype)
-        dw = dw + jnp.einsum("bcd,bcv->dv", hc, dlogits.astype(hc.dtype), preferred_element_type=jnp.float32)
-        return dw, dhc
+    def body(dh, xs):
+        w_c, first = xs
+        logits = _block_logits(h, w_c, first, vocab)
+        p = jnp.exp(logits - lse[:, None])  # softmax block; padding columns exp(-inf) = 0
+        onehot = (labels - first)[:, None] == jnp.arange(w_c.shape[1])[None, :]
+        dlogits = (p * coef_N[:, None] - jnp.where(onehot, (g_ce * weights)[:, None], 0.0)).astype(h.dtype)
+        dh = dh + jnp.einsum("nc,dc->nd", dlogits, w_c.astype(h.dtype), preferred_element_type=jnp.float32)
+        dw_c = jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32)
+        return dh, dw_c
 
-    xs = (_chunks(h, chunk), _chunks(labels, chunk), _chunks(weights, chunk), lse)
-    dw, dh = jax.lax.scan(body, jnp.zeros(w.shape, jnp.float32), xs)
-    return dh.swapaxes(0, 1).reshape(h.shape), dw.astype(w.dtype), None, None
+    firsts = jnp.arange(0, w.shape[1], chunk)
+    dh, dw_KxDxC = jax.lax.scan(body, jnp.zeros(h.shape, jnp.float32), (_column_chunks(w, chunk), firsts))
+    dw = dw_KxDxC.swapaxes(0, 1).reshape(w.shape)
+    return dh.astype(h.dtype), dw.astype(w.dtype), None, None
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def pick_chunk(seq_len: int, want: int) -> int:
-    """The largest divisor of seq_len that is <= want (>= 1)."""
-    for c in range(min(want, seq_len), 0, -1):
-        if seq_len % c == 0:
+def pick_chunk(size: int, want: int) -> int:
+    """The largest divisor of `size` that is <= want (>= 1)."""
+    for c in range(min(want, size), 0, -1):
+        if size % c == 0:
             return c
     return 1
 
 
 def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float,
                        vocab_size: int, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count."""
-    b, seq, _ = h_BxLxD.shape
+    """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
+
+    `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
+    vocabulary columns per block (rounded down to a divisor of V).
+    """
+    b, seq, d = h_BxLxD.shape
     labels_BxL, weights_BxL = shifted_labels(input_ids_BxL)
-    ce, z = _fused(h_BxLxD, w_DxV, labels_BxL, weights_BxL, vocab_size, pick_chunk(seq, chunk), z_loss)
-    return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
+    ce, zz = _fused(h_BxLxD.reshape(b * seq, d), w_DxV, labels_BxL.reshape(-1), weights_BxL.reshape(-1),
+                    vocab_size, pick_chunk(w_DxV.shape[1], chunk))
+    return ce, z_loss * zz, jnp.asarray(b * (seq - 1), jnp.float32)

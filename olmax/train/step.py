@@ -55,8 +55,8 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
 
 
 def default_ce_chunk() -> int:
-    """Sequence positions per fused LM-head/CE chunk: cache-sized on CPU, large on accelerators."""
-    return 16 if jax.default_backend() == "cpu" else 1024
+    """Vocabulary columns per fused LM-head/CE block: cache-sized on CPU; 100,352 = 196 x 512 = 7 x 14,336."""
+    return 512 if jax.default_backend() == "cpu" else 14_336
 
 
 def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
@@ -72,9 +72,9 @@ def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int |
             ce, z, _ = cross_entropy(model(ids_BxL, segment_ids_BxL), ids_BxL, optim_cfg.z_loss)
         else:
             h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
-            # the head over the real vocabulary, as Transformer.head computes it (padding columns unused)
-            w_DxV = params["lm_head"][:, : model_cfg.vocab_size]
-            ce, z, _ = head_cross_entropy(h_BxLxD, w_DxV, ids_BxL, optim_cfg.z_loss, model_cfg.vocab_size, chunk)
+            # the padded head with its padding columns masked: the softmax is over the real vocabulary
+            ce, z, _ = head_cross_entropy(h_BxLxD, params["lm_head"], ids_BxL, optim_cfg.z_loss,
+                                          model_cfg.vocab_size, chunk)
         return ce + z, (ce, z)
 
     return loss_fn
