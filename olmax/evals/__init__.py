@@ -10,7 +10,8 @@ Modules (heavy imports stay inside each; importing this package is cheap):
   curves.py      train/held-out curves from metrics.jsonl, reference runs and CSV curves
   exposure.py    the exposure file format (per-instance served counts) and reading instance tokens
   run_dir.py     from a training run folder: the newest checkpoint's model, exposure by replaying the loader
-  memorization.py  the five memorization checks and the `eval memorization` report
+  memorization.py  the five memorization checks: curve checks 2-3 here, the report and `eval memorization`
+  model_checks.py  checks 1, 4, 5 (need a model and exposure counts); verdicts.py: thresholds and verdicts
   lm_eval_adapter.py  lm-eval model `olmax` (loglikelihood, loglikelihood_rolling, generate_until)
   plots.py       PNG loss curves
   cli.py         `olmax eval heldout | memorization | lm-eval | plot`

@@ -1,0 +1,51 @@
+"""Thresholds and verdicts shared by the memorization checks (see memorization.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from olmax.errors import OlmaxError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    repeat_min: int = 2  # "repeated": served at least this many times
+    min_samples: int = 4  # instances per stratum below which checks 1 and 4 are skipped
+    exposure_gap_nats: float = 0.1  # check 1: CE(once-seen, else unseen) - CE(repeated) above this flags
+    train_window: int = 20  # train records averaged around a step (raw per-step losses are noisy)
+    min_train_drop: float = 0.05  # checks 2-3: a train-loss improvement smaller than this is noise
+    # check 2: flag when a held-out set kept less than this share of the train-loss drop since an earlier
+    # eval step (and the gap widened by more than gap_growth_nats). Held-out sets unlike the training mix
+    # (e.g. QA sets for a code model) improve less than train loss even in a healthy run, so the default
+    # only flags held-out loss that (nearly) stopped improving; check 5 is the in-distribution comparison.
+    gap_heldout_share: float = 0.1
+    gap_growth_nats: float = 0.1
+    # check 2 compares from an eval step only where the set's CE is within this of the train loss: a set
+    # far from the training distribution says little about memorization (its loss barely moves anyway)
+    comparable_nats: float = 0.5
+    reference_gain_nats: float = 0.05  # check 3: train-loss gain over the reference that counts
+    reference_heldout_share: float = 0.5  # check 3: flag when held-out keeps less than this share of that gain
+    extract_prefix: int = 32  # check 4: prompt tokens
+    extract_new: int = 32  # check 4: greedy tokens compared
+    extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
+    unseen_gap_nats: float = 0.1  # check 5: CE(unseen mix text) - train loss above this (and 3 s.e.) flags
+
+    @classmethod
+    def parse(cls, overrides: list[str]) -> Thresholds:
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        values = {}
+        for item in overrides:
+            name, _, raw = item.partition("=")
+            if name not in fields or not raw:
+                raise OlmaxError(f"--threshold {item!r}: expected NAME=VALUE with NAME one of {sorted(fields)}")
+            values[name] = int(raw) if fields[name] == "int" else float(raw)
+        return cls(**values)
+
+
+def _skipped(why: str) -> dict:
+    return {"status": "skipped", "flagged": False, "message": why}
+
+
+def _verdict(flagged: bool, message: str, **numbers) -> dict:
+    return {"status": "flagged" if flagged else "ok", "flagged": flagged, "message": message, **numbers}
