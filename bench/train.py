@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--ce-chunk", type=int, default=None, help="olmax train.ce_chunk (default: auto)")
+    parser.add_argument("--olmax-only", action="store_true", help="skip the HF side")
     args = parser.parse_args()
 
     import jax
@@ -96,7 +98,8 @@ def main() -> None:
     optim = OptimConfig(lr=1e-4, warmup_steps=0)
     mesh = make_mesh(MeshConfig(data=1, fsdp=-1))
     state = {"s": make_init(cfg, optim, mesh, 0)}
-    step = make_train_step(cfg, optim, mesh, n_micro=1, per_device_batch=args.batch // mesh.size, t_max=100)
+    step = make_train_step(cfg, optim, mesh, n_micro=1, per_device_batch=args.batch // mesh.size, t_max=100,
+                           ce_chunk=args.ce_chunk)
     batch = {"input_ids": global_batch(ids.astype(np.int32), mesh, args.batch)}
 
     def run_olmax():
@@ -112,11 +115,14 @@ def main() -> None:
     print(f"fp32 matmul peak (2048^3, best of 5): torch {peaks['hf-torch'] / 1e9:.1f} GFLOP/s, "
           f"jax {peaks['olmax'] / 1e9:.1f} GFLOP/s")
     results = {}
-    for name, secs in time_interleaved({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
+    fns = {"olmax": run_olmax} if args.olmax_only else {"hf-torch": run_hf, "olmax": run_olmax}
+    for name, secs in time_interleaved(fns, args.iters).items():
         sec = float(np.median(secs))
         results[name] = tokens / sec
         print(f"{name:9s} {sec:8.2f} s/step (median of {len(secs)}, best {min(secs):.2f})  {tokens / sec:8.1f} "
               f"tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s = {flop / sec / peaks[name]:.0%} of its matmul peak")
+    if args.olmax_only:
+        return
     print(f"train tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
 
 

@@ -82,7 +82,7 @@ class TrainConfig:
     seed: int = 0  # parameter init and the saved RNG
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
-    peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: a per-device-kind table
+    peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
     progress: bool = True
     tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tb
     ce_chunk: int | None = None  # LM head + CE fused over blocks of this many vocab columns; None: auto; 0: off

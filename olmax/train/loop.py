@@ -25,10 +25,10 @@ import jax
 from olmax.errors import OlmaxError
 from olmax.train.config import ExperimentConfig, dump_yaml
 
-# bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets); CPU: the whole host,
-# measured fp32 matmul peak of this project's 2-core machines (FIELD-NOTES.md: ~78 GFLOP/s in JAX).
+# bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets). CPUs have no datasheet
+# figure here: their peak is measured at start (`cpu_matmul_peak`), so CPU MFU = fraction of that.
 PEAK_FLOPS = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 312e12, "TPU v5p": 459e12,
-              "TPU v5 lite": 197e12, "TPU v4": 275e12, "TPU7x": 2307e12, "cpu": 78e9}
+              "TPU v5 lite": 197e12, "TPU v4": 275e12, "TPU7x": 2307e12}
 
 BATCH_KEYS = ("input_ids", "segment_ids")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
@@ -51,11 +51,26 @@ def peak_flops(cfg: ExperimentConfig) -> float | None:
         return cfg.train.peak_flops
     dev = jax.devices()[0]
     if dev.platform == "cpu":
-        return PEAK_FLOPS["cpu"] * jax.process_count()
+        return cpu_matmul_peak() * jax.process_count()
     for kind, flops in PEAK_FLOPS.items():
         if dev.device_kind.startswith(kind):
             return flops * jax.device_count()
     return None
+
+
+def cpu_matmul_peak(n: int = 1024, tries: int = 5) -> float:
+    """This host's fp32 FLOP/s on an n^3 matmul (best of `tries`), one device: the CPU MFU denominator."""
+    import jax.numpy as jnp
+
+    a = jnp.ones((n, n), jnp.float32, device=jax.local_devices()[0])
+    mm = jax.jit(jnp.dot)
+    mm(a, a).block_until_ready()
+    best = float("inf")
+    for _ in range(tries):
+        t = time.perf_counter()
+        mm(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
 
 
 class MetricsLog:
@@ -172,6 +187,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
     flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * tokens_per_step
     peak = peak_flops(cfg)
+    summary["peak_flops"] = peak
     graphdef = model_graphdef(cfg.model)[0] if eval_hook else None
     bar = None
     if cfg.train.progress and jax.process_index() == 0:

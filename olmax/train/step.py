@@ -55,8 +55,8 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
 
 
 def default_ce_chunk() -> int:
-    """Vocabulary columns per fused LM-head/CE block: cache-sized on CPU; 100,352 = 196 x 512 = 7 x 14,336."""
-    return 512 if jax.default_backend() == "cpu" else 14_336
+    """Vocabulary columns per fused LM-head/CE block: 100,352 = 28 x 3,584 (best measured on CPU) = 7 x 14,336."""
+    return 3584 if jax.default_backend() == "cpu" else 14_336
 
 
 def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
