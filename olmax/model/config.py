@@ -59,7 +59,7 @@ class ModelConfig:
     init_std: float = 0.02  # truncated normal (OLMO3.md)
     dtype: str = "float32"  # compute dtype; params stay fp32
     attention_impl: AttentionImpl = "auto"
-    attention_chunk: int = 1024  # xla path: scan over query chunks past this length (0: never)
+    attention_chunk: int = 256  # xla path: scan over query chunks past this length (0: never)
     remat: RematPolicy = "none"
     scan_group: int = 4  # layers per scanned group: one period of the attention pattern
     hf_dtype: str = "float32"  # dtype the HF checkpoint stored; `to_hf` writes it back
