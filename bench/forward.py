@@ -75,10 +75,12 @@ def main() -> None:
         with torch.inference_mode():
             return hf(ids_t).logits
 
-    forward = nnx.jit(lambda m, x: m(x))
+    # jax.jit over the split state: nnx.jit would re-walk (and hand back) the module on every call
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))
 
     def run_olmax():
-        return jax.block_until_ready(forward(model, ids_j))
+        return jax.block_until_ready(forward(state, ids_j))
 
     diff = float(np.abs(run_hf()[:, :64].numpy() - np.asarray(run_olmax()[:, :64])).max())
     print(f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {shape['intermediate_size']}, "

@@ -95,9 +95,9 @@ def olmax_logits(checkpoint: Path, ids_L: np.ndarray, dtype: str) -> np.ndarray:
 
     from olmax.model.convert import from_hf
 
-    model = from_hf(checkpoint, dtype=dtype)
-    forward = nnx.jit(lambda m, x: m(x))
-    return np.asarray(jax.device_get(forward(model, jnp.asarray(ids_L[None], jnp.int32))[0]))
+    graphdef, state = nnx.split(from_hf(checkpoint, dtype=dtype))
+    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))
+    return np.asarray(jax.device_get(forward(state, jnp.asarray(ids_L[None], jnp.int32))[0]))
 
 
 def run_parity(checkpoint: str | os.PathLike, seq_len: int | None = None, dtype: str = "float32",
