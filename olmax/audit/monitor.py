@@ -13,7 +13,7 @@ first occurrence reported) or a Bloom filter (`bloom_bits`, fixed memory, false-
 `state_dict()`/`load_state_dict()` round-trip everything (save it with the checkpoint), so a resume
 that replays steps is caught by the restored monitor. `counters()` is what the trainer logs.
 
-Wiring into a training loop (what `olmax train` should do; olmax/train is not wired yet):
+Wiring into a training loop (what `olmax train` does, olmax/train/loop.py):
     monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index)
     monitor.load_state_dict(ckpt["audit"])                 # on resume, beside the loader state
     batch = next(it)
@@ -127,9 +127,13 @@ class StreamMonitor:
         return self._allowed[files]
 
     def update(self, step: int, rows: np.ndarray, *, host: int = 0,
-               instance_ids: np.ndarray | None = None) -> list[RepeatAlert]:
-        """Check one host's rows (R, L) of global step `step`; returns the alerts it raised."""
-        epoch = step // self.steps_per_epoch if self.steps_per_epoch else 0
+               instance_ids: np.ndarray | None = None, epoch: int | None = None) -> list[RepeatAlert]:
+        """Check one host's rows (R, L) of global step `step`; returns the alerts it raised.
+
+        `epoch` (the loader's data epoch) overrides `step // steps_per_epoch`: a trainer reports its own
+        1-based step numbers, which need not be stream positions (e.g. after a global batch change)."""
+        if epoch is None:
+            epoch = step // self.steps_per_epoch if self.steps_per_epoch else 0
         if epoch != self.epoch:
             self.epoch = epoch
             self._reset()
@@ -188,6 +192,30 @@ class StreamMonitor:
                          copy_hashes=np.asarray([h for h, _ in pairs], dtype=np.uint64),
                          copy_instances=np.asarray([i for _, i in pairs], dtype=np.int64))
         return state
+
+    def state_json(self) -> dict:
+        """`state_dict()` with arrays as base64 (dtype, shape, bytes): fits a checkpoint's JSON metadata."""
+        import base64
+
+        def enc(v):
+            if isinstance(v, np.ndarray):
+                return {"__array__": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode("ascii"),
+                        "dtype": v.dtype.str, "shape": list(v.shape)}
+            return v
+
+        return {k: enc(v) for k, v in self.state_dict().items()}
+
+    def load_state_json(self, state: dict) -> None:
+        """Inverse of `state_json`."""
+        import base64
+
+        def dec(v):
+            if isinstance(v, dict) and "__array__" in v:
+                raw = base64.b64decode(v["__array__"])
+                return np.frombuffer(raw, dtype=np.dtype(v["dtype"])).reshape(v["shape"]).copy()
+            return v
+
+        self.load_state_dict({k: dec(v) for k, v in state.items()})
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.rows, self.repeats = int(state["epoch"]), int(state["rows"]), int(state["repeats"])

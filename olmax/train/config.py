@@ -87,6 +87,8 @@ class TrainConfig:
     tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tb
     ce_chunk: int | None = None  # LM head + CE fused over blocks of this many vocab columns; None: auto; 0: off
     init_from: str | None = None  # a fresh run starts from this checkpoint step dir's params + optimizer
+    monitor: bool = True  # online replay monitor (olmax.audit.StreamMonitor): stop at an unplanned repeated row
+    monitor_bloom_bits: int = 0  # 0: exact per-epoch row set; else a Bloom filter of this many bits
 
 
 @dataclass(frozen=True)

@@ -18,24 +18,9 @@ def demo_mix_dir(work_dir: str | None) -> Path:
 
 def prepare_demo_mix(out: Path) -> Path:
     """The stdlib code+prose mix `olmax demo` builds, tokenized with dolma2; reused when present."""
-    mix = out / "shards" / "mix.txt"
-    if mix.is_file():
-        return mix
-    from olmax.cli import main
-    from olmax.demo import _write_raw
+    from olmax.demo import prepare_demo_mix as prepare
 
-    out.mkdir(parents=True, exist_ok=True)
-    if main(["assets", "fetch"]):
-        raise OlmaxError("preparing the demo mix: `olmax assets fetch` failed (see above)")
-    code, prose = _write_raw(out, 400)
-    spec = out / "mix.yaml"
-    spec.write_text(f"sources:\n  code:\n    paths: [\"{code}\"]\n    ratio: 0.75\n"
-                    f"  prose:\n    paths: [\"{prose}\"]\n    ratio: 0.25\n    max_repetition: 2\n")
-    rc = main(["data", "prepare", "--tokenizer", "dolma2", "--out", str(out / "shards"), "--mix-spec", str(spec),
-               "--workers", "2", "--shard-size", "2MB"])
-    if rc or not mix.is_file():
-        raise OlmaxError(f"preparing the demo mix in {out} failed (exit {rc}); delete the folder and rerun")
-    return mix
+    return prepare(out)
 
 
 def resolve_mix(cfg: DataConfig, override: str | None = None) -> str:

@@ -123,6 +123,23 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
+    """The online replay monitor (None when `train.monitor` is off), restored from a checkpoint's metadata.
+
+    Each process watches its own rows. Its state rides in the checkpoint's JSON metadata, which the
+    primary process writes, so it is restored only in single-process runs (multi-process runs restart it
+    at the resume; `olmax audit stream` covers cross-host repeats after the fact)."""
+    if not cfg.train.monitor:
+        return None
+    from olmax.audit.monitor import StreamMonitor
+
+    monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
+                            bloom_bits=cfg.train.monitor_bloom_bits or None)
+    if saved_meta and saved_meta.get("monitor") and jax.process_count() == 1:
+        monitor.load_state_json(saved_meta["monitor"])
+    return monitor
+
+
 def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
           eval_hook: EvalHook | None = None) -> dict:
     """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings)."""
@@ -170,6 +187,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     if jax.process_index() == 0:
         _write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
     it = loader.iterate(loader_state)
+    monitor = _monitor(cfg, loader, meta if start else None)
     log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
     summary: dict[str, Any] = {"start_step": start, "steps": steps, "note": note, "mesh": describe(mesh),
                                "microbatches": n_micro, "per_device_batch": per_device}
@@ -203,6 +221,9 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
         for step in range(start + 1, steps + 1):
             epoch, _ = it.position
             rows = next(it)
+            if monitor is not None:  # raises ReplayError naming this step before the row is trained on
+                monitor.update(step, rows["input_ids"], host=jax.process_index(),
+                               instance_ids=rows.get("instance_ids"), epoch=epoch)
             batch = {k: global_batch(rows[k], mesh, cfg.data.global_batch_size) for k in BATCH_KEYS if k in rows}
             state, metrics = train_step(state, batch)
             metrics = jax.device_get(metrics)
@@ -213,13 +234,14 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
                    "grad_norm": float(metrics["grad_norm"]), "lr": float(metrics["lr"]),
                    "tokens": step * tokens_per_step, "tokens_per_s": tps,
                    "mfu": (flops_per_step / dt / peak) if peak else None, "skipped": int(metrics["skipped"]),
-                   "epoch": epoch}
+                   "epoch": epoch, **(monitor.counters() if monitor is not None else {})}
             if eval_hook and cfg.train.eval_every and step % cfg.train.eval_every == 0:
                 model = nnx.merge(graphdef, state["params"])
                 rec.update({f"eval/{k}": v for k, v in eval_hook(EvalContext(step, model, mesh, run_dir, cfg)).items()})
             log.write(rec, cfg.train.log_every)
             if step % cfg.checkpoint.every == 0 or step == steps:
-                ckpt.save(step, state, it.state, {**meta, "step": step, "epoch": epoch})
+                extra = {"monitor": monitor.state_json()} if monitor is not None and jax.process_count() == 1 else {}
+                ckpt.save(step, state, it.state, {**meta, "step": step, "epoch": epoch, **extra})
             if bar is not None:
                 bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
                 bar.update(1)
