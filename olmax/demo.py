@@ -238,15 +238,6 @@ def _metrics(run_dir: Path) -> dict[int, dict]:
     return steps
 
 
-def _all_losses(run_dir: Path) -> list[tuple[int, float]]:
-    out = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if "loss" in rec and "step" in rec and rec.get("kind", "train") == "train":
-            out.append((int(rec["step"]), float(rec["loss"])))
-    return out
-
-
 # --------------------------------------------------------------------------------------------- steps
 def _step_prepare(d: _Demo, code_files: int) -> Path:
     argv = demo_prepare_args(d.out, code_files)
@@ -313,7 +304,7 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     d.add("3. Pre-launch audit", f"""
 Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] else 'FAILED'}**.
 ```
-{d.commands[-6]}
+{d.commands[-5]}
 ```
 | check | result | value |
 |---|---|---|
@@ -321,7 +312,7 @@ Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] e
 
 Leakage of the bundled held-out sets into the clean mix: **{'none found' if leaks['ok'] else 'FOUND'}**.
 ```
-{d.commands[-5]}
+{d.commands[-4]}
 ```
 {chr(10).join(leak_rows)}
 
@@ -329,6 +320,7 @@ The contaminated variant adds a `web` source quoting {PLANTED_ITEMS} {PLANTED_SE
 pages. The leak audit fails it (exit 1) and names the items:
 ```
 {d.commands[-3]}
+{d.commands[-2]}
 ```
 {chr(10).join(bad_rows)}
 
@@ -382,16 +374,18 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
             killed_after = seen
             break
     proc.wait()
+    pre_kill = {s: r["loss"] for s, r in _metrics(b).items()}  # what the killed run had logged
     d._say(f"killed the second run after step {killed_after} (exit {proc.returncode}); resuming it")
     d.subprocess(argv_b, env)
     la, lb = _metrics(a), _metrics(b)
     common = sorted(set(la) & set(lb))
     deltas = [abs(la[s]["loss"] - lb[s]["loss"]) for s in common]
-    before = [(s, x) for s, x in _all_losses(b)]
-    replayed = len(before) - len(set(s for s, _ in before))
+    pre_delta = max((abs(la[s]["loss"] - x) for s, x in pre_kill.items() if s in la), default=float("nan"))
+    resumed_from = max((s for s in range(every, steps + 1, every) if s <= (killed_after or 0)), default=0)
     worst = max(deltas) if deltas else float("nan")
     plot = d.out / "resume.png"
-    _plot_resume(la, _all_losses(b), killed_after, plot)
+    _plot_resume(la, sorted(pre_kill.items()) + [(s, lb[s]["loss"]) for s in sorted(lb) if s > resumed_from],
+                 killed_after, plot)
     d.add("4. Train the tiny OLMo 3, kill it, resume it", f"""
 Two runs of the same command to step {steps} (checkpoint every {every} steps, held-out evals every {every}):
 one uninterrupted, one SIGKILLed after step {killed_after} and resumed by rerunning the command.
@@ -400,9 +394,10 @@ one uninterrupted, one SIGKILLed after step {killed_after} and resumed by rerunn
 {d.commands[-2]}
 {d.commands[-1]}
 ```
-Steps compared: {len(common)}; max |loss difference| after the resume: **{worst:.3g}**
-({'identical at every step' if worst == 0 else 'NOT identical'}). Steps replayed from the last checkpoint
-after the kill: {replayed}; their losses equal the pre-kill values too.
+Steps compared: {len(common)}; max |loss difference| between the runs: **{worst:.3g}**
+({'identical at every step' if worst == 0 else 'NOT identical'}). The killed run resumed from its step-{resumed_from}
+checkpoint and recomputed steps {resumed_from + 1}–{killed_after}; before the kill it had logged {len(pre_kill)} steps,
+max |loss difference| from the uninterrupted run {pre_delta:.3g}.
 
 ![loss of both runs]({plot.name})
 
@@ -442,8 +437,10 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     d.olmax(["eval", "heldout", "--checkpoint", str(run), *evals, "--limit", "100", "--seq-len", str(SEQ_LEN),
              "--leaks", str(audit_dir / "leaks.json"), "--out", str(ev / "heldout.json")])
     held = _read(ev / "heldout.json")["results"]
-    rc = d.olmax(["eval", "memorization", "--run", str(run), "--exposure", str(audit_dir / "exposure.npz"),
-                  "--plot", str(ev / "curves.png"), "--out", str(ev / "memorization.json")], expect=(0, 1))
+    # exposure counts come from replaying the run's own loader over the steps it trained (content hashes, so
+    # a re-listed file counts); the audit's --exposure-out file covers the whole planned epoch instead
+    rc = d.olmax(["eval", "memorization", "--run", str(run), "--plot", str(ev / "curves.png"),
+                  "--out", str(ev / "memorization.json")], expect=(0, 1))
     mem = _read(ev / "memorization.json")
     rows = ["| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |", "|---|---|---:|---:|---:|---:|"]
     rows += [f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
