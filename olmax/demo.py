@@ -178,14 +178,10 @@ class _Demo:
         for title, body in self.sections:
             page.append(f"<h2>{html.escape(title)}</h2>{_md_to_html(body)}")
         page.append("<h2>Every command, in order</h2><pre>" + html.escape("\n".join(self.commands)) + "</pre>")
-        paths = []
-        for name, text in (("report.md", md), ("report.html", "\n".join(page))):
-            path = self.out / name
-            tmp = path.with_name(name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
-            paths.append(path)
-        return paths[0]
+        from olmax.atomic import write_text
+
+        write_text(self.out / "report.html", "\n".join(page))
+        return write_text(self.out / "report.md", md)
 
 
 def _md_to_html(body: str) -> str:

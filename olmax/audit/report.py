@@ -48,19 +48,10 @@ def _default(o: Any) -> Any:
 
 
 def write_json(path: str, report: dict) -> None:
-    """Write `report` to `path` through a temporary file in the same folder, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, default=_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `report` to `path` atomically (olmax.atomic)."""
+    from olmax.atomic import write_text
+
+    write_text(path, json.dumps(report, indent=1, default=_default) + "\n")
 
 
 def summary_lines(title: str, checks: list[Check]) -> list[str]:

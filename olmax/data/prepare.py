@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer, load_tokenizer
@@ -148,9 +149,7 @@ class _Journal:
         self.save()
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"settings": self.settings, "labels": self.labels}, indent=1))
-        os.replace(tmp, self.path)
+        write_text(self.path, json.dumps({"settings": self.settings, "labels": self.labels}, indent=1))
 
 
 def _batches(files: list[str], cfg: PrepareConfig, spec: SourceSpec, start: tuple[int, int],
@@ -390,12 +389,6 @@ def _duplicate_ids(out: Path, result: SourceResult) -> dict:
     return {"count": len(dups), "examples": dups[:10]}
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def prepare(cfg: PrepareConfig) -> dict:
     """Run prepare end to end; returns the manifest (also written to DIR/manifest.json)."""
     from olmax.assets import tokenizer_path
@@ -436,8 +429,8 @@ def prepare(cfg: PrepareConfig) -> dict:
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
     print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
           f"in {time.monotonic() - t0:.1f}s → {out / 'mix.txt'}", file=sys.stderr)
-    _write_atomic(out / "mix.txt", mix_text)
-    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    write_text(out / "mix.txt", mix_text)
+    write_text(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

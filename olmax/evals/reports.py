@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,19 +27,10 @@ def _finite(obj: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write `obj` as indented JSON to `path` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(_finite(obj), f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write `obj` as indented JSON to `path` atomically (olmax.atomic)."""
+    from olmax.atomic import write_text
+
+    return write_text(path, json.dumps(_finite(obj), indent=2, sort_keys=False) + "\n")
 
 
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:

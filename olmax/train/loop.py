@@ -13,7 +13,6 @@ step (written before a crash) are dropped first so every step appears once.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 import jax
 
+from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.train.config import ExperimentConfig, dump_yaml
 
@@ -91,9 +91,7 @@ class MetricsLog:
                     continue  # a line cut by the kill
                 if rec.get("step", 0) <= resume_step:
                     kept.append(line)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text("".join(s + "\n" for s in kept))
-            tmp.replace(self.path)
+            write_text(self.path, "".join(s + "\n" for s in kept))
         self.file = open(self.path, "a")  # noqa: SIM115 - lives as long as the run
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -115,12 +113,6 @@ class MetricsLog:
             self.file.close()
             if self.tb is not None:
                 self.tb.close()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
@@ -185,7 +177,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
         state = make_init(cfg.model, cfg.optim, mesh, cfg.train.seed)
         note = "initialised from scratch"
     if jax.process_index() == 0:
-        _write_atomic(run_dir / "config.yaml", dump_yaml(cfg))
+        write_text(run_dir / "config.yaml", dump_yaml(cfg))
     it = loader.iterate(loader_state)
     monitor = _monitor(cfg, loader, meta if start else None)
     log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
