@@ -28,6 +28,8 @@ bench: setup
 	$(PY) bench/prepare.py
 	$(PY) bench/loader.py
 	$(PY) bench/forward.py
+	$(PY) bench/train_step.py
+	$(PY) bench/audit.py
 
 lint: setup
 	.venv/bin/ruff check olmax tests bench

@@ -9,7 +9,7 @@ are compared. FLOPs per step are 3x the forward matmul FLOPs (olmax.model.flops)
 side's FLOP/s is also printed as a fraction of its own framework's measured fp32 matmul peak on this
 machine (a 2048^3 matmul, best of 5). The last line is `train tokens/s olmax/hf-torch = N.Nx`.
 
-    .venv/bin/python bench/train.py [--layers 4] [--batch 1] [--seq 1024] [--iters 3]
+    .venv/bin/python bench/train_step.py [--layers 4] [--batch 1] [--seq 1024] [--iters 3]
 """
 
 from __future__ import annotations
