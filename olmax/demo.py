@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
     p.add_argument("--steps", type=int, default=200, help="training steps of each tiny run (default 200)")
     p.add_argument("--kill-at", type=int, default=None,
-                   help="step after which the second run is SIGKILLed (default: 3/5 of --steps)")
+                   help="step after which the second run is SIGKILLed (default: 65%% of --steps)")
     p.add_argument("--code-files", type=int, default=400, help="standard-library modules in the code source")
     p.set_defaults(func=run)
 
@@ -371,13 +371,14 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
             break
     proc.wait()
     pre_kill = {s: r["loss"] for s, r in _metrics(b).items()}  # what the killed run had logged
+    # the newest complete checkpoint (Orbax renames a step folder to its bare number only once committed)
+    resumed_from = max((int(p.name) for p in (b / "checkpoints").iterdir() if p.name.isdigit()), default=0)
     d._say(f"killed the second run after step {killed_after} (exit {proc.returncode}); resuming it")
     d.subprocess(argv_b, env)
     la, lb = _metrics(a), _metrics(b)
     common = sorted(set(la) & set(lb))
     deltas = [abs(la[s]["loss"] - lb[s]["loss"]) for s in common]
     pre_delta = max((abs(la[s]["loss"] - x) for s, x in pre_kill.items() if s in la), default=float("nan"))
-    resumed_from = max((s for s in range(every, steps + 1, every) if s <= (killed_after or 0)), default=0)
     worst = max(deltas) if deltas else float("nan")
     plot = d.out / "resume.png"
     _plot_resume(la, sorted(pre_kill.items()) + [(s, lb[s]["loss"]) for s in sorted(lb) if s > resumed_from],
@@ -471,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
           "sha256-verified); nothing is fetched from a model hub.")
     mix = _step_prepare(d, args.code_files)
     _step_audit(d, mix, args.code_files)
-    kill_at = args.kill_at or max(1, args.steps * 3 // 5)
+    kill_at = args.kill_at or max(1, args.steps * 13 // 20)  # mid-way between checkpoints by default
     a, _ = _step_train(d, mix, args.steps, kill_at)
     _step_evals(d, a, out / "audit")
     d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
