@@ -362,3 +362,37 @@ def test_inspect_counts_and_decodes(tmp_path, inputs, dolma2, capsys):
     text = capsys.readouterr().out
     assert "total prose:" in text and "# doc abc.py" in text
     assert dict(stdlib_texts(40))["abc.py"][:300] in text
+
+
+def test_parquet_folder_and_split_shard_keep_arrayrecords_aligned(tmp_path, dolma2):
+    """A fractional planned repeat splits a shard; its per-document ArrayRecord file is split with it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from olmax.data.arrayrecord import decode_record, read_records
+
+    texts = [t for _, t in pydoc_texts()[:40]]
+    (tmp_path / "pq").mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"id": [f"p{i}-{j}" for j in range(20)], "text": texts[i * 20:(i + 1) * 20]}),
+                       tmp_path / "pq" / f"part-{i}.parquet")
+    spec = tmp_path / "mix.yaml"
+    spec.write_text(f"sources:\n  docs: {{paths: '{tmp_path / 'pq'}', target_tokens: 30000, max_repetition: 2}}\n")
+    out = tmp_path / "out"
+    assert run("--tokenizer", dolma2, "--out", str(out), "--format", "arrayrecord", "--mix-spec", str(spec)) == 0
+    plan = json.loads((out / "manifest.json").read_text())["mix"]["plan"]["docs"]
+    assert plan["whole_copies"] == 0 and 0 < plan["partial_tokens"] == plan["planned_tokens"]
+    shards = sorted((out / "allenai/dolma2-tokenizer/docs").glob("*.npy"))
+    assert [s.name for s in shards] == ["docs-00000-a.npy", "docs-00000-b.npy"]
+    assert read_mix(str(out / "mix.txt")).paths == (str(shards[0]),)  # only the planned prefix is listed
+    assert 0 < len(docs_by_id(out)) == len(read_sidecar(shards[0])) < 40
+    docs = {}
+    for shard in shards:
+        tokens = read_tokens(shard)
+        docs.update({row.id: np.array(tokens[row.start:row.end]) for row in read_sidecar(shard)})
+    assert len(docs) == 40
+    for shard in shards:
+        records = [decode_record(r) for r in read_records(shard.with_suffix(".arrayrecord"))]
+        assert [r["id"] for r in records] == [row.id for row in read_sidecar(shard)]
+        assert all(np.array_equal(r["input_ids"], docs[r["id"]]) for r in records)
+    assert not list(out.rglob("docs-00000.*"))  # the unsplit originals are gone
