@@ -85,7 +85,7 @@ def item_answer(row: dict) -> str:
     return _answer_text(row)
 
 
-def _item_id(row: dict, fallback: object) -> object:
+def item_id(row: dict, fallback: object) -> object:
     """The record's own id (id, ind, idx, question_id, doc_id), else `fallback` (its 0-based index)."""
     for name in ("id", "ind", "idx", "question_id", "doc_id"):
         if row.get(name) is not None and str(row[name]) != "":
@@ -107,7 +107,7 @@ def _read_jsonl(path: Path) -> list[EvalItem]:
                                  f"with id and text (or question/answer/passage)") from e
             if not isinstance(row, dict):
                 raise OlmaxError(f"{path}:{lineno}: expected a JSON object with id and text")
-            raw = _item_id(row, len(items))
+            raw = item_id(row, len(items))
             items.append(EvalItem(str(raw), item_text(row), raw))
     return items
 
@@ -131,7 +131,7 @@ def _read_hf(root: Path) -> list[EvalItem]:
         ds = datasets.load_from_disk(str(d))
         rel = "" if d == root else str(d.relative_to(root)) + "/"
         for i, row in enumerate(ds):
-            raw = _item_id(row, i)
+            raw = item_id(row, i)
             raw = f"{rel}{raw}" if rel else raw
             items.append(EvalItem(str(raw), item_text(row), raw))
     return items

@@ -157,46 +157,25 @@ def contaminated_ids(leaks_report: Mapping[str, Any]) -> dict[str, set[str]]:
     return out
 
 
-_AUDIT_ID_FIELDS = ("id", "ind", "idx", "question_id", "doc_id")
-
-
 def _own_id(row: Mapping[str, Any], fallback: int) -> str:
-    for name in _AUDIT_ID_FIELDS:
-        if row.get(name) is not None and str(row[name]) != "":
-            return str(row[name])
-    return str(fallback)
+    """The id `olmax audit leaks` gives this row (its rule, olmax.audit.evalsets.item_id)."""
+    from olmax.audit.evalsets import item_id
+
+    return str(item_id(row, fallback))
 
 
 def audit_ids(eval_set: EvalSet) -> tuple[str, ...]:
-    """Ids as `olmax audit leaks` names items: the row's id/ind/idx/question_id/doc_id, else its 0-based
-    index in its file; a repeated id gets "#1", "#2", ... Empty when the source cannot be re-read."""
-    import json
+    """Ids as `olmax audit leaks` names items (read by its own reader, repeats suffixed "#1", "#2", ...);
+    empty when the source cannot be re-read or holds fewer items than the set."""
+    from olmax.audit.evalsets import load_eval
 
     path = Path(eval_set.source)
-    raw: list[str] = []
-    if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
-        import gzip
-
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    raw.append(_own_id(row, len(raw)) if isinstance(row, dict) else str(len(raw)))
-    elif path.is_dir():
-        import datasets
-
-        ds = datasets.load_from_disk(str(path))
-        raw = [_own_id(row, i) for i, row in enumerate(ds.select(range(min(len(ds), len(eval_set)))))]
-    if len(raw) < len(eval_set):
+    if not (path.is_dir() or (path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")))):
         return ()
-    seen: dict[str, int] = {}
-    out = []
-    for r in raw[: len(eval_set)]:
-        n = seen.get(r, 0)
-        seen[r] = n + 1
-        out.append(r if n == 0 else f"{r}#{n}")
-    return tuple(out)
+    items = load_eval(f"{eval_set.name}={path}")[1]
+    if len(items) < len(eval_set):
+        return ()
+    return tuple(it.id for it in items[: len(eval_set)])
 
 
 def clean_rows(eval_set: EvalSet, drop_ids: set[str]) -> list[int]:
