@@ -124,15 +124,14 @@ def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unse
 
 
 def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:
-    """(N, L) tokens of global instances `ids` of a TokenIndex (local shard files)."""
+    """(N, L) int64 tokens of global instances `ids` of a TokenIndex, read by the loader's TokenReader."""
+    from olmax.data.reader import TokenReader
+
+    ids = np.asarray(ids)
     files, starts = index.locate(ids)
-    out = np.empty((ids.size, index.seq_len), np.int64)
-    maps: dict[int, np.ndarray] = {}
-    for row, (f, start) in enumerate(zip(files.tolist(), starts.tolist())):
-        if f not in maps:
-            p = index.paths[f]
-            if "://" in p:
-                raise OlmaxError(f"{p}: remote shards are not read here; copy the run's shards locally")
-            maps[f] = np.memmap(p, dtype=index.dtype, mode="r")
-        out[row] = maps[f][start:start + index.seq_len]
-    return out
+    out = np.empty((ids.size, index.seq_len), np.dtype(index.dtype))
+    reader = TokenReader(index)
+    try:
+        return reader.read(files, starts, out).astype(np.int64)
+    finally:
+        reader.close()
