@@ -104,7 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "stream", help="audit the token rows a loader actually emitted (any loader)",
         description="Matches every emitted row (.npy (steps, rows, L) per host) to the mix's instances "
         "by content hash and reports repeats, never-seen instances, foreign rows, cross-host overlap "
-        "and source shares. Exits 1 on an unplanned repeat, a foreign row or a cross-host overlap.")
+        "and source shares. Exits 1 on an unplanned repeat, a foreign row or a cross-host overlap "
+        "beyond the copies the mix plans.")
     st.add_argument("--mix", required=True)
     st.add_argument("--seq-len", type=int, required=True)
     st.add_argument("--batches", nargs="+", required=True, metavar="FILE",

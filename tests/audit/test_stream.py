@@ -42,19 +42,24 @@ def truth(hosts, windows):
             for s in range(arr.shape[0]) for r in range(arr.shape[1])]
     inst = Counter(w.tobytes() for w in windows)
     seen = Counter(b for *_, b in rows)
-    cross = 0
+    cross, unplanned_cross, shared = 0, 0, set()
     for s in range(hosts[0].shape[0]):
-        at = Counter(b for h, ss, _, b in rows if ss == s)
-        first_host = {}
+        hosts_of, copies = {}, Counter()
         for h, ss, _, b in rows:
             if ss == s:
-                first_host.setdefault(b, h)
-                cross += at[b] > 1 and first_host[b] != h
+                hosts_of.setdefault(b, set()).add(h)
+                copies[b] += 1
+        for _h, ss, _, b in rows:  # every copy of a content two hosts emitted in this step
+            if ss == s and len(hosts_of[b]) > 1:
+                cross += 1
+                unplanned_cross += copies[b] > inst[b]
+                shared.add(b)
     return {"rows": len(rows), "distinct_rows": len(seen), "repeated_rows": len(rows) - len(seen),
             "foreign_rows": sum(n for b, n in seen.items() if b not in inst),
             "instances_never_seen": sum(max(0, n - seen[b]) for b, n in inst.items()),
             "unplanned_repeated_rows": sum(max(0, n - inst[b]) for b, n in seen.items() if b in inst),
-            "cross_host_rows": cross}
+            "cross_host_rows": cross, "cross_host_contents": len(shared),
+            "unplanned_cross_host_rows": unplanned_cross}
 
 
 def run(setup, hosts, tmp_path, name):
@@ -94,7 +99,25 @@ def test_double_sharded_hosts(setup, tmp_path):
     hosts = [setup["hosts"][0], setup["hosts"][0].copy()]  # both hosts emit host 0's half
     rep, _ = run(setup, hosts, tmp_path, "double")
     check(rep, truth(hosts, setup["windows"]))
-    assert rep["cross_host_rows"] == setup["bpe"] * G // P and not rep["ok"]
+    # both copies of each of host 0's rows count; each content once
+    assert rep["cross_host_rows"] == setup["bpe"] * G and rep["cross_host_contents"] == setup["bpe"] * G // P
+    assert not rep["ok"]
+
+
+def test_cross_host_rows_count_every_copy_and_contents_once(setup, tmp_path):
+    hosts = [a.copy() for a in setup["hosts"]]
+    hosts[1][2, 0] = hosts[0][2, 1]  # step 2: one content on host 0 once and on host 1 twice
+    hosts[1][2, 1] = hosts[0][2, 1]
+    hosts[1][5, 3] = hosts[0][5, 0]  # step 5: another content, once on each host
+    hosts[1][6, 2] = hosts[0][4, 2]  # different steps: a repeat, not a cross-host row
+    rep, _ = run(setup, hosts, tmp_path, "cross")
+    check(rep, truth(hosts, setup["windows"]))
+    assert rep["cross_host_rows"] == 3 + 2 and rep["cross_host_contents"] == 2
+    assert "every copy counted" in rep["definitions"]["cross_host_rows"]
+    assert rep["unplanned_cross_host_rows"] == 5 and not rep["ok"]  # no path is listed twice here
+    line = next(x for x in rep["summary"] if " cross_host_rows:" in x)
+    assert "every copy counted" in line and "2 distinct" in line
+    assert any(x.lstrip().startswith("FAIL unplanned_cross_host_rows: 5") for x in rep["summary"])
 
 
 def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
