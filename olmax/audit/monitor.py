@@ -13,15 +13,22 @@ first occurrence reported) or a Bloom filter (`bloom_bits`, fixed memory, false-
 `state_dict()`/`load_state_dict()` round-trip everything (save it with the checkpoint), so a resume
 that replays steps is caught by the restored monitor. `counters()` is what the trainer logs.
 
+Several hosts. `update_all_hosts(step, local_rows, instance_ids=)` is called by every JAX process at
+every step: each hashes its own rows, the hashes (+ instance ids, process index: 20 bytes per row,
+~10 KB for a 512-row global batch) are all-gathered, and every process's monitor checks the whole
+global batch in host order. Every process then holds identical state and counters, so the state
+process 0 saves restores every process (on any process count), a replay on any host raises on all of
+them at the same step (no process is left waiting in a collective), and a content two hosts emit in
+the same step is caught the step it happens (the later host's row is the repeat). `update(..., host=)`
+checks one host's rows alone (a single-process loop, or a test).
+
 Wiring into a training loop (what `olmax train` does, olmax/train/loop.py):
     monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index)
-    monitor.load_state_dict(ckpt["audit"])                 # on resume, beside the loader state
+    monitor.load_state_json(meta["monitor"])               # on resume, on every process
     batch = next(it)
-    monitor.update(step, batch["input_ids"], host=jax.process_index(),
-                   instance_ids=batch["instance_ids"])     # raises ReplayError at the replayed step
-    metrics.update(monitor.counters()); ckpt["audit"] = monitor.state_dict()
-Each host sees only its own rows: a replay across hosts (two hosts emitting the same row) needs the
-global batch fed to one monitor, or `olmax audit stream` after the fact.
+    monitor.update_all_hosts(step, batch["input_ids"],
+                             instance_ids=batch["instance_ids"])  # raises ReplayError at the replay
+    metrics.update(monitor.counters()); meta["monitor"] = monitor.state_json()
 """
 
 from __future__ import annotations
@@ -92,6 +99,39 @@ class _Bloom:
         return (1 - math.exp(-self.k * self.n / self.m)) ** self.k
 
 
+def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
+                  ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Every process's (row hashes uint64, instance ids int64 or None), in process order.
+
+    One `process_allgather` of 5 uint32 words per row (hash, instance id, process index: 64-bit
+    values travel as two words, so it works without jax_enable_x64); every process must call it with
+    the same row count. With one process no collective runs."""
+    import jax
+
+    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
+    if jax.process_count() == 1:
+        return [(hashes, None if instance_ids is None else np.asarray(instance_ids, dtype=np.int64))]
+    from jax.experimental import multihost_utils
+
+    ids = np.full(hashes.size, -1, np.int64) if instance_ids is None else np.asarray(instance_ids, np.int64)
+    if ids.shape != hashes.shape:
+        raise OlmaxError(f"monitor: {hashes.size} rows but {ids.size} instance ids on process "
+                         f"{jax.process_index()}; pass one instance id per row")
+    words = np.empty((hashes.size, 5), np.uint32)
+    words[:, 0:2] = hashes.view(np.uint32).reshape(-1, 2)
+    words[:, 2:4] = np.ascontiguousarray(ids).view(np.uint32).reshape(-1, 2)
+    words[:, 4] = jax.process_index()
+    out = np.asarray(multihost_utils.process_allgather(words))  # (processes, R, 5)
+    if out.shape[1]:  # blocks in process order, whatever order the device mesh gathered them in
+        out = out[np.argsort(out[:, 0, 4], kind="stable")]
+    result = []
+    for block in out:
+        h = np.ascontiguousarray(block[:, 0:2]).view(np.uint64).reshape(-1)
+        i = np.ascontiguousarray(block[:, 2:4]).view(np.int64).reshape(-1)
+        result.append((h, None if instance_ids is None else i))
+    return result
+
+
 class StreamMonitor:
     """See the module docstring."""
 
@@ -132,13 +172,34 @@ class StreamMonitor:
 
         `epoch` (the loader's data epoch) overrides `step // steps_per_epoch`: a trainer reports its own
         1-based step numbers, which need not be stream positions (e.g. after a global batch change)."""
+        rows = np.asarray(rows)
+        new = self._check(step, row_hashes(rows.reshape(-1, rows.shape[-1])), host, instance_ids, epoch)
+        return self._report(new)
+
+    def update_all_hosts(self, step: int, rows: np.ndarray, *, instance_ids: np.ndarray | None = None,
+                         epoch: int | None = None) -> list[RepeatAlert]:
+        """Check global step `step`, given this process's rows (R, L); every process calls it at each step.
+
+        Each process hashes its own rows; with several JAX processes the hashes and instance ids are
+        all-gathered (`gather_hashes`, 20 bytes per row), and every process checks all hosts' rows in
+        host order. So every process holds the same state (any one's `state_dict()` restores all), and
+        a content two hosts emit in one step is caught as a repeat at the later host. With one process
+        this is `update(step, rows, host=0, ...)`."""
+        rows = np.asarray(rows)
+        hashes = row_hashes(rows.reshape(-1, rows.shape[-1]))
+        new: list[RepeatAlert] = []
+        for host, (h, ids) in enumerate(gather_hashes(hashes, instance_ids)):
+            new += self._check(step, h, host, ids, epoch)
+        return self._report(new)
+
+    def _check(self, step: int, hashes: np.ndarray, host: int, instance_ids: np.ndarray | None,
+               epoch: int | None) -> list[RepeatAlert]:
+        """Record one host's row hashes of step `step`; returns the repeats found (not yet reported)."""
         if epoch is None:
             epoch = step // self.steps_per_epoch if self.steps_per_epoch else 0
         if epoch != self.epoch:
             self.epoch = epoch
             self._reset()
-        rows = np.asarray(rows)
-        hashes = row_hashes(rows.reshape(-1, rows.shape[-1]))
         planned = self._planned(instance_ids, hashes.size)
         inst = np.asarray(instance_ids) if instance_ids is not None else np.full(hashes.size, -1)
         new: list[RepeatAlert] = []
@@ -163,6 +224,9 @@ class StreamMonitor:
                 elif others is not None:
                     others.add(i)
         self.rows += hashes.size
+        return new
+
+    def _report(self, new: list[RepeatAlert]) -> list[RepeatAlert]:
         self.repeats += len(new)
         self.alerts += new
         for alert in new:

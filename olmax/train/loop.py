@@ -118,16 +118,16 @@ class MetricsLog:
 def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
     """The online replay monitor (None when `train.monitor` is off), restored from a checkpoint's metadata.
 
-    Each process watches its own rows. Its state rides in the checkpoint's JSON metadata, which the
-    primary process writes, so it is restored only in single-process runs (multi-process runs restart it
-    at the resume; `olmax audit stream` covers cross-host repeats after the fact)."""
+    Every process checks the whole global batch (`update_all_hosts` all-gathers the row hashes), so all
+    hold the same state; the primary process writes it into the checkpoint's JSON metadata and every
+    process restores it, whatever the process count of the run that saved it."""
     if not cfg.train.monitor:
         return None
     from olmax.audit.monitor import StreamMonitor
 
     monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
                             bloom_bits=cfg.train.monitor_bloom_bits or None)
-    if saved_meta and saved_meta.get("monitor") and jax.process_count() == 1:
+    if saved_meta and saved_meta.get("monitor"):
         monitor.load_state_json(saved_meta["monitor"])
     return monitor
 
@@ -214,8 +214,8 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
             epoch, _ = it.position
             rows = next(it)
             if monitor is not None:  # raises ReplayError naming this step before the row is trained on
-                monitor.update(step, rows["input_ids"], host=jax.process_index(),
-                               instance_ids=rows.get("instance_ids"), epoch=epoch)
+                monitor.update_all_hosts(step, rows["input_ids"], instance_ids=rows.get("instance_ids"),
+                                         epoch=epoch)
             batch = {k: global_batch(rows[k], mesh, cfg.data.global_batch_size) for k in BATCH_KEYS if k in rows}
             state, metrics = train_step(state, batch)
             metrics = jax.device_get(metrics)
@@ -232,7 +232,7 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
                 rec.update({f"eval/{k}": v for k, v in eval_hook(EvalContext(step, model, mesh, run_dir, cfg)).items()})
             log.write(rec, cfg.train.log_every)
             if step % cfg.checkpoint.every == 0 or step == steps:
-                extra = {"monitor": monitor.state_json()} if monitor is not None and jax.process_count() == 1 else {}
+                extra = {"monitor": monitor.state_json()} if monitor is not None else {}
                 ckpt.save(step, state, it.state, {**meta, "step": step, "epoch": epoch, **extra})
             if bar is not None:
                 bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
