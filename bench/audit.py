@@ -58,8 +58,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from olmax.assets import EVAL_SETS, tokenizer_path
+    from olmax.audit.evalindex import EvalIndex
     from olmax.audit.evalsets import load_eval
-    from olmax.audit.leaks import EvalIndex, cap_hits, probe_file
+    from olmax.audit.leaks import HitSet, probe_file
     from olmax.audit.normalize import WordTables
     from olmax.data.tokenize import load_tokenizer
 
@@ -94,12 +95,14 @@ def main() -> None:
 
     t = time.perf_counter()
     cpu0 = time.process_time()
+    kept = HitSet(6)
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
-        results = list(pool.map(lambda fp: probe_file(fp[1], fp[0], index, tables, cap_docs=6),
-                                enumerate(paths)))
+        for file_hits, _ in pool.map(lambda fp: probe_file(fp[1], fp[0], index, tables, cap_docs=6),
+                                     enumerate(paths)):
+            kept.add(file_hits)
+    hits = kept.result()
     wall = time.perf_counter() - t
     cpu = time.process_time() - cpu0
-    hits, _ = cap_hits(np.concatenate([r[0] for r in results]), index.num_keys, 6)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"probe: {train_tokens:,} tokens in {wall:.1f}s wall, {cpu:.1f}s CPU, {args.threads} thread(s); "
           f"{hits.size:,} hits kept; peak RSS {peak:,.0f} MiB")

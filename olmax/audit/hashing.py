@@ -7,7 +7,8 @@ computed at once from prefix sums: S[i] = sum_{t<i} x_t * P^t (wrapping uint64 s
 each term is < 2^51 and a window sums at most MAX_WINDOW = 2^12 of them), then H(window at i) = (S[i+k] - S[i]) *
 P^-i mod p. One pass gives windows of every length k from the same prefix sums, which is how short
 eval items get an exact whole-item probe for free. About 12 numpy operations per token per base; no
-Python call per window.
+Python call per window. `packed_windows_at` gives the same hashes for a few chosen windows of a long
+array by summing their terms directly (the leak probe's candidates: no prefix sums over all).
 
 Collision bound. For two different windows of length k, H_b(w) - H_b(w') is a nonzero polynomial in
 P_b of degree < k over GF(p) (token ids are < 2^20 < p), so for bases drawn independently of the data
@@ -142,20 +143,6 @@ class PrefixHasher:
                 out |= d
         return out
 
-
-    def base_windows(self, k: int, b: int = 0) -> np.ndarray:
-        """uint64 (n - k + 1,): one base's half of `windows(k)` (the high 32 bits for b = 0): a cheap
-        first-stage filter value, completed by `windows_at` where it matters."""
-        m = self.n - k + 1
-        if m <= 0:
-            return np.zeros(0, dtype=np.uint64)
-        s = self._sums[b]
-        d = s[k:k + m] - s[0:m]
-        tmp = np.empty_like(d)
-        _fold(d, tmp)
-        d *= self._inv[b][0:m]
-        return _reduce(d, tmp)
-
     def windows_at(self, k: int, starts: np.ndarray) -> np.ndarray:
         """uint64: hashes of the length-k windows starting at `starts` (each + k <= n)."""
         starts = np.asarray(starts, dtype=np.int64)
@@ -168,6 +155,31 @@ class PrefixHasher:
             _reduce(d, tmp)
             out = d << np.uint64(32) if out is None else out | d
         return out if out is not None else np.zeros(0, np.uint64)
+
+
+def packed_windows_at(packed: np.ndarray, k: int, starts: np.ndarray, block: int = 1 << 16) -> np.ndarray:
+    """uint64: `PrefixHasher([packed >> 32, packed & (2^32 - 1)]).windows_at(k, starts)` without prefix
+    sums: each window's two halves (values <= MAX_TOKEN) summed term by term, for a few windows of a
+    long array (the candidates that pass the leak probe's prefilter)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    out = np.empty(starts.size, dtype=np.uint64)
+    if not 0 < k <= MAX_WINDOW:
+        raise ValueError(f"window length must lie in [1, {MAX_WINDOW}], got {k}")
+    fwd, _ = _CACHE.get(k)
+    span = np.arange(k, dtype=np.int64)
+    step = max(1, block // k)
+    for a in range(0, starts.size, step):
+        x = packed[starts[a:a + step, None] + span]  # (windows, k)
+        half = x >> np.uint64(32)
+        x &= np.uint64(0xFFFFFFFF)
+        out_a = None
+        for b, v in enumerate((half, x)):
+            v *= fwd[b][:k]  # each term < 2^20 * 2^31, a window's sum < 2^63 (k <= MAX_WINDOW)
+            h = v.sum(axis=1, dtype=np.uint64)
+            _reduce(h, np.empty_like(h))
+            out_a = h << np.uint64(32) if out_a is None else out_a | h
+        out[a:a + step] = out_a
+    return out
 
 
 def window_hashes(tokens: np.ndarray, k: int, stride: int = 1) -> np.ndarray:

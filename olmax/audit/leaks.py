@@ -2,13 +2,19 @@
 
 Method. Eval items are tokenized with the mix's tokenizer and both sides are turned into the same
 normalized *words* (normalize.py: case, spacing, punctuation and BPE splits do not matter). The eval
-side is indexed exactly: every n-word window (default n = 13) of every item, and for items shorter
-than n words (but at least --min-item-words) the whole item, as rolling hashes (hashing.py) keyed by
-length, in one sorted array behind a byte-array prefilter. The training side is probed at every
-word position: per file (the map; files in parallel threads) words are hashed in 1M-token chunks at
-each probed length and looked up; a hit keeps (key, file, document, word index, token offset). The
-reduce counts each key's document frequency (df) and keeps hit details for its first
-boilerplate_docs + 1 documents only (bounded memory: at most that many documents per eval key).
+side is indexed exactly (evalindex.py): every n-word window (default n = 13) of every item, and for
+items shorter than n words (but at least --min-item-words) the whole item, as rolling hashes
+(hashing.py) keyed by length, in one sorted array behind a bit-table prefilter with no false
+negatives (prefilter.py). The training side is probed at every word position: per file (the map;
+files in parallel threads) words are made in 1M-token chunks, every window passes the prefilter
+or not, and only the ~0.4% that pass are hashed and looked up; a hit keeps (key, file, document,
+word index, token offset).
+
+Bounded memory. Hits are kept only for each key's first boilerplate_docs + 1 documents (in file,
+document order), merged as they arrive (HitSet: within a file chunk by chunk, then across files):
+memory grows with the eval index and how often its keys recur in those documents, never with the
+training corpus. A key's document frequency (df) is counted on the kept hits, so it saturates at
+boilerplate_docs + 1, which is all the boilerplate test (df >= boilerplate_docs) needs.
 
 Decision (per item, on the single best training document):
 - short item (fewer than n words): an exact whole-item match anywhere;
@@ -23,15 +29,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import xxhash
 
-from olmax.audit.hashing import PrefixHasher
+from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents, require_local
@@ -59,167 +64,120 @@ class LeakConfig:
     chunk_tokens: int = 1 << 20
 
 
-def length_salt(k: int) -> np.uint64:
-    """Keys of different window lengths live in one table: xor each length's hashes with its own salt."""
-    return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-window-{k}".encode()))
-
-
-class EvalIndex:
-    """Exact index of the eval side: sorted keys → (set, item, n-gram position), plus a prefilter."""
-
-    def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int):
-        self.n = n
-        self.lengths_of = np.asarray([s[0].size for s in seqs], dtype=np.int64)
-        keys, items, qs, first_half = [], [], [], []
-        for i, s in enumerate(seqs):
-            k = s[0].size
-            if k < min_item_words:
-                continue
-            w = n if k >= n else k
-            h = PrefixHasher(s).windows(w)
-            if w == n:
-                first_half.append(h >> np.uint64(32))
-            keys.append(h ^ length_salt(w))
-            items.append(np.full(h.size, i, dtype=np.int64))
-            qs.append(np.arange(h.size, dtype=np.int64))
-        key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        self.rec_item = (np.concatenate(items) if items else np.zeros(0, np.int64))[order]
-        self.rec_q = (np.concatenate(qs) if qs else np.zeros(0, np.int64))[order]
-        self.ukeys, first = np.unique(key, return_index=True)
-        self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
-        self.lengths = sorted({n if k >= n else int(k) for k in self.lengths_of.tolist()
-                               if k >= min_item_words})
-        self.short_lengths = [k for k in self.lengths if k < n]
-        # Short items are found through an anchor: their first `anchor` words, probed at every
-        # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
-        self.anchor = min(self.short_lengths, default=0)
-        shorts = [s for s in seqs if min_item_words <= s[0].size < n] if self.anchor else []
-        anchors = np.asarray([PrefixHasher(s).windows(self.anchor)[0] for s in shorts], dtype=np.uint64)
-        bit = np.asarray([1 << (s[0].size - self.anchor) for s in shorts], dtype=np.int64)
-        self.anchors, inv = np.unique(anchors, return_inverse=True)
-        # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
-        # hashed at the lengths of the items it could begin
-        self.anchor_lengths = np.zeros(self.anchors.size, dtype=np.int64)
-        np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
-        # Prefilters: one byte per slot, indexed by the low bits of a window's base-1 half (the
-        # training side computes only that half everywhere, the full hash only where a slot is set).
-        # About 8 slots per key: ~12% of positions pass to the exact lookup, which is cheap with
-        # sorted queries, while a smaller table keeps the per-position gather in cache.
-        def table(values: np.ndarray) -> tuple[np.ndarray, np.uint32]:
-            bits = int(min(30, max(12, np.ceil(np.log2(max(1, values.size) * 8)))))
-            t = np.zeros(1 << bits, dtype=np.uint8)
-            t[(values & np.uint64((1 << bits) - 1)).astype(np.intp)] = 1
-            return t, np.uint32((1 << bits) - 1)
-
-        halves = np.concatenate(first_half) if first_half else np.zeros(0, np.uint64)
-        self.filter, self.mask = table(halves)
-        self.anchor_filter, self.anchor_mask = table(self.anchors >> np.uint64(32))
-
-    @staticmethod
-    def _slot(h1: np.ndarray, mask: np.uint32) -> np.ndarray:
-        """Prefilter slot of each base-1 half (values < 2^31: the low 32-bit word holds them)."""
-        low = h1.view(np.uint32)[0::2] if sys.byteorder == "little" else h1.astype(np.uint32)
-        return np.bitwise_and(low, mask)
-
-    @property
-    def num_keys(self) -> int:
-        return int(self.ukeys.size)
-
-    def probe(self, c: list[np.ndarray], first_new: int) -> tuple[np.ndarray, np.ndarray]:
-        """(key index, window start) of every window of the word values `c` (one array per base)
-        that ends at or after index first_new."""
-        hasher = PrefixHasher(c)
-        keys, starts = [], []
-
-        def lookup(h: np.ndarray, at: np.ndarray) -> None:
-            order = np.argsort(h)  # sorted queries: the binary searches walk the table in order
-            h, at = h[order], at[order]
-            idx = np.minimum(np.searchsorted(self.ukeys, h), self.ukeys.size - 1)
-            ok = self.ukeys[idx] == h
-            keys.append(idx[ok])
-            starts.append(at[ok])
-
-        lo = max(0, first_new - self.n + 1)
-        h1 = hasher.base_windows(self.n)[lo:]
-        if h1.size:
-            cand = np.flatnonzero(self.filter[self._slot(h1, self.mask)]) + lo
-            lookup(hasher.windows_at(self.n, cand) ^ length_salt(self.n), cand)
-        if self.anchor:
-            lo = max(0, first_new - max(self.short_lengths) + 1)
-            h1 = hasher.base_windows(self.anchor)[lo:]
-            cand = np.flatnonzero(self.anchor_filter[self._slot(h1, self.anchor_mask)]) + lo
-            hc = hasher.windows_at(self.anchor, cand)
-            order = np.argsort(hc)
-            hc, cand = hc[order], cand[order]
-            idx = np.minimum(np.searchsorted(self.anchors, hc), max(0, self.anchors.size - 1))
-            ok = self.anchors[idx] == hc if self.anchors.size else np.zeros(hc.size, dtype=bool)
-            at, bits = cand[ok], self.anchor_lengths[idx[ok]]
-            for k in self.short_lengths:
-                # windows of a length some item with this anchor has, that fit and end in the new
-                # part (older ones were probed with the last chunk)
-                ak = at[((bits >> (k - self.anchor)) & 1).astype(bool) & (at + k <= c[0].size) &
-                        (at + k > first_new)]
-                if ak.size:
-                    lookup(hasher.windows_at(k, ak) ^ length_salt(k), ak)
-        if not keys:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
-
-
 def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables, *, cap_docs: int,
-               chunk_tokens: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, int]:
-    """Map: the hits of one training file (at most cap_docs documents per key), df per key, tokens.
+               chunk_tokens: int = 1 << 20) -> tuple[np.ndarray, int]:
+    """Map: the hits of one training file (those of each key's first cap_docs documents), tokens.
 
     Hit positions: `cpos` counts words from the file's start, `pos` is the token offset of the
     matched span's first word."""
     tokens = read_tokens(path)
-    docs = documents(path, tokens)
+    docs = None  # read on the first hit (an EOS scan of the file when there is no sidecar)
     carry = max(index.lengths, default=1) - 1
-    prev = [np.zeros(0, np.uint64), np.zeros(0, np.uint64)]
+    prev = np.zeros(0, np.uint64)
     prev_pos = np.zeros(0, np.int64)
-    cbase = 0  # word index of prev[0][0]
-    out = []
+    cbase = 0  # word index of prev[0]
+    hits = HitSet(cap_docs)
     a, total = 0, len(tokens)
     while a < total:
         b = min(total, a + chunk_tokens)
-        vals, first_tok, consumed = tables.words(tokens[a:b], final=b == total)
+        vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=b == total)
         if consumed == 0:  # one word longer than a chunk: cut it here
-            vals, first_tok, consumed = tables.words(tokens[a:b], final=True)
-        cc = [np.concatenate([p, v]) for p, v in zip(prev, vals)]
-        pos = np.concatenate([prev_pos, first_tok + a])
-        key, start = index.probe(cc, prev[0].size)
+            vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=True)
+        cc = np.concatenate([prev, vals])
+        key, start = index.probe(cc, prev.size)
         if key.size:
+            if docs is None:
+                docs = documents(path, tokens)
+            at = np.concatenate([prev_pos, first_tok + a])[start]
             rec = np.empty(key.size, dtype=HIT_REC)
-            rec["key"], rec["file"], rec["cpos"], rec["pos"] = key, file_index, start + cbase, pos[start]
-            rec["doc"] = docs.doc_at(pos[start])
-            out.append(rec)
-        size = cc[0].size
-        tail = min(carry, size)
-        cbase += size - tail
-        prev, prev_pos = [c[size - tail:] for c in cc], pos[size - tail:]
+            rec["key"], rec["file"], rec["cpos"], rec["pos"] = key, file_index, start + cbase, at
+            rec["doc"] = docs.doc_at(at)
+            hits.add(rec)
+        # carry the last words (and their token offsets) into the next chunk
+        tail = min(carry, cc.size)
+        k_new = min(tail, first_tok.size)
+        prev_pos = np.concatenate([prev_pos[prev_pos.size - (tail - k_new):],
+                                   first_tok[first_tok.size - k_new:] + a])
+        prev = cc[cc.size - tail:]
+        cbase += cc.size - tail
         a += consumed
-    hits = np.concatenate(out) if out else np.zeros(0, HIT_REC)
-    hits, df = cap_hits(hits, index.num_keys, cap_docs)
-    return hits, df, len(tokens)
+    return hits.result(), len(tokens)
 
 
-def cap_hits(hits: np.ndarray, num_keys: int, cap_docs: int) -> tuple[np.ndarray, np.ndarray]:
-    """(hits of each key's first cap_docs documents in (file, doc) order, distinct documents per key)."""
+class HitSet:
+    """Bounded hit collection: the hits of each key's first cap_docs documents in (file, doc) order,
+    merged as they arrive (any arrival order gives the same set). Holds at most twice that set plus
+    min_merge plus the last batch (a merge runs once the pending hits outgrow both what is kept and
+    min_merge), whatever the corpus size: memory grows with the eval side and with how often its
+    keys recur inside those first documents, not with the training data."""
+
+    def __init__(self, cap_docs: int, min_merge: int = 1 << 16):
+        self.cap_docs = cap_docs
+        self.min_merge = min_merge
+        self.kept = np.zeros(0, HIT_REC)
+        self.pending: list[np.ndarray] = []
+        self.n_pending = 0
+
+    def add(self, rec: np.ndarray) -> None:
+        if rec.size == 0:
+            return
+        self.pending.append(rec)
+        self.n_pending += rec.size
+        if self.n_pending > max(self.min_merge, self.kept.size):
+            self._merge()
+
+    def _merge(self) -> None:
+        if self.pending:
+            self.kept = cap_hits(np.concatenate([self.kept, *self.pending]), self.cap_docs)
+            self.pending, self.n_pending = [], 0
+
+    def result(self) -> np.ndarray:
+        """The kept hits, sorted by (key, file, doc, cpos)."""
+        self._merge()
+        return self.kept
+
+
+def _in_order(pool: ThreadPoolExecutor, fn, items, ahead: int):
+    """pool.map, but with at most `ahead` files submitted and not yet consumed: a slow file never
+    lets the finished ones behind it pile up."""
+    waiting: deque = deque()
+    for it in items:
+        waiting.append(pool.submit(fn, it))
+        if len(waiting) >= ahead:
+            yield waiting.popleft().result()
+    while waiting:
+        yield waiting.popleft().result()
+
+
+def cap_hits(hits: np.ndarray, cap_docs: int) -> np.ndarray:
+    """The hits of each key's first cap_docs documents in (file, doc) order, sorted by
+    (key, file, doc, cpos)."""
     if hits.size == 0:
-        return hits, np.zeros(num_keys, np.int64)
+        return hits
     hits = hits[np.lexsort((hits["cpos"], hits["doc"], hits["file"], hits["key"]))]
-    k, f, d = hits["key"], hits["file"], hits["doc"]
-    new_doc = np.ones(hits.size, dtype=bool)
-    new_doc[1:] = (k[1:] != k[:-1]) | (f[1:] != f[:-1]) | (d[1:] != d[:-1])
+    new_doc = _new_docs(hits)
     new_key = np.ones(hits.size, dtype=bool)
-    new_key[1:] = k[1:] != k[:-1]
+    new_key[1:] = hits["key"][1:] != hits["key"][:-1]
     doc_no = np.cumsum(new_doc)
     key_first_doc = np.maximum.accumulate(np.where(new_key, doc_no, 0))
     rank = doc_no - key_first_doc  # 0 for the key's first document
-    df = np.bincount(k[new_doc], minlength=num_keys).astype(np.int64)
-    return hits[rank < cap_docs], df
+    return hits[rank < cap_docs]
+
+
+def doc_freq(hits: np.ndarray, num_keys: int) -> np.ndarray:
+    """int64 (num_keys,): distinct documents per key among hits sorted as cap_hits leaves them. On
+    capped hits this is min(df, cap_docs): enough to test df >= boilerplate_docs < cap_docs."""
+    if hits.size == 0:
+        return np.zeros(num_keys, np.int64)
+    return np.bincount(hits["key"][_new_docs(hits)], minlength=num_keys).astype(np.int64)
+
+
+def _new_docs(hits: np.ndarray) -> np.ndarray:
+    """bool: where a sorted hit starts a new (key, file, doc)."""
+    k, f, d = hits["key"], hits["file"], hits["doc"]
+    new_doc = np.ones(hits.size, dtype=bool)
+    new_doc[1:] = (k[1:] != k[:-1]) | (f[1:] != f[:-1]) | (d[1:] != d[:-1])
+    return new_doc
 
 
 def _decide(item_hits: np.ndarray, q: np.ndarray, boiler: np.ndarray, k: int, n: int,
@@ -295,15 +253,19 @@ def audit_leaks(cfg: LeakConfig) -> dict:
     paths = list(dict.fromkeys(index.paths))
     require_local(paths, "the leak probe")
     t1 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, cfg.threads)) as pool:
-        results = list(pool.map(lambda fp: probe_file(fp[1], fp[0], eidx, tables,
-                                                      cap_docs=cfg.boilerplate_docs + 1,
-                                                      chunk_tokens=cfg.chunk_tokens),
-                                enumerate(paths)))
+    # df is counted on the capped hits: min(df, cap_docs), which decides df >= boilerplate_docs.
+    cap_docs = cfg.boilerplate_docs + 1
+    kept, train_tokens = HitSet(cap_docs), 0
+    threads = max(1, cfg.threads)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for file_hits, n_tokens in _in_order(pool, lambda fp: probe_file(
+                fp[1], fp[0], eidx, tables, cap_docs=cap_docs, chunk_tokens=cfg.chunk_tokens),
+                enumerate(paths), ahead=2 * threads):
+            kept.add(file_hits)
+            train_tokens += n_tokens
     probe_s = time.perf_counter() - t1
-    train_tokens = sum(r[2] for r in results)
-    df = np.sum([r[1] for r in results], axis=0) if results else np.zeros(eidx.num_keys, np.int64)
-    hits, _ = cap_hits(np.concatenate([r[0] for r in results]), eidx.num_keys, cfg.boilerplate_docs + 1)
+    hits = kept.result()
+    df = doc_freq(hits, eidx.num_keys)
 
     # Expand hits to (item, n-gram position) through the index's records.
     per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]

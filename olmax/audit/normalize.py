@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from olmax.audit.hashing import BASES, MERSENNE31, _powers, _reduce
+from olmax.audit.hashing import BASES, MERSENNE31, _fold, _powers, _reduce
 
 NORMALIZATION = ("word-level: token text lowercased (Unicode where a token holds whole characters); "
                  "words are maximal runs of ASCII letters, digits and non-ASCII letters, joined across "
@@ -124,20 +124,32 @@ class WordTables:
         stream again from there. `joins_first` says the first token continues a word (never needed
         when chunks restart at a word start).
         """
-        t = np.asarray(tokens)
-        if t.size and int(t.max()) >= self.size:
-            t = np.minimum(t, self.size - 1)
-        if t.size:
-            f = self.flags[t]
-            if not (f & 8).any():
-                return self._words_single(t, f, joins_first, final)
+        packed, first_tok, consumed = self.packed_words(tokens, joins_first=joins_first, final=final)
+        return [packed >> np.uint64(32), packed & WORD_MASK], first_tok, consumed
+
+    def packed_words(self, tokens: np.ndarray, *, joins_first: bool = False,
+                     final: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+        """`words` with both values of a word in one uint64, (base 1 << 32) | base 2: the probe's form."""
+        # intp ids index fastest; ids past the vocabulary read the last table row (mode="clip")
+        t = np.asarray(tokens).astype(np.intp, copy=False)
+        if t.size == 0:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64), 0
+        f = np.take(self.flags, t, mode="clip")
+        if not (f & 8).any():
+            return self._words_single(t, f, joins_first, final)
+        t = np.minimum(t, self.size - 1)
+        values, first_tok, consumed = self._words_general(t, joins_first, final)
+        return (values[0] << np.uint64(32)) | values[1], first_tok, consumed
+
+    def _words_general(self, t: np.ndarray, joins_first: bool,
+                       final: bool) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """`words` for any tokens, including those holding two or more runs (per-run tables)."""
         t = t.astype(np.int64)
         nr = self.n_runs[t]
         # A token's first run joins the previous token's last run when both touch the boundary.
         prev_ends = np.empty(t.size, dtype=bool)
-        if t.size:
-            prev_ends[0] = joins_first
-            prev_ends[1:] = self.ends_word[t[:-1]]
+        prev_ends[0] = joins_first
+        prev_ends[1:] = self.ends_word[t[:-1]]
         tok_joins = self.starts_word[t] & prev_ends
         total = int(nr.sum())
         tok_of_run = np.repeat(np.arange(t.size), nr)
@@ -173,9 +185,9 @@ class WordTables:
         return values, first_tok, consumed
 
     def _words_single(self, t: np.ndarray, f: np.ndarray, joins_first: bool,
-                      final: bool) -> tuple[list[np.ndarray], np.ndarray, int]:
-        """`words` when no token holds two runs: per-token tables, and work on joined tokens only.
-        `f` is flags[t]."""
+                      final: bool) -> tuple[np.ndarray, np.ndarray, int]:
+        """`packed_words` when no token holds two runs: per-token tables, and work on joined tokens
+        only. `f` is flags[t]."""
         # joins[i]: token i starts with a word byte and token i-1 ended with one (bit 1 of f[i] and
         # bit 2 of f[i-1]); a word starts at a token with a run that does not join.
         joins = np.empty(t.size, dtype=np.uint8)
@@ -183,37 +195,50 @@ class WordTables:
         joins[1:] = f[:-1]
         joins >>= 1
         joins &= f
-        joins = (joins & 2) > 0
-        starts = np.flatnonzero((f & 1).view(bool) & ~joins)  # each word's first token
+        joins >>= 1
+        joins &= 1
+        joins = joins.view(bool)
+        is_start = (f & 1).view(bool) & ~joins
+        starts = np.flatnonzero(is_start)  # each word's first token
         consumed = t.size
         if not final and starts.size:
             consumed = int(starts[-1])
             starts = starts[:-1]
+        ts = np.take(t, starts)
+        packed = np.take(self.tok_pack, ts, mode="clip")
         joined = np.flatnonzero(joins[:consumed])
-        packed = self.tok_pack[t[starts]]
-        values = [packed >> np.uint64(32), packed & WORD_MASK]
-        if joined.size and starts.size:
-            # word of each joined token, and its byte offset inside that word: the word's first
-            # token's length plus the lengths of the joined tokens before it (all on the subset)
-            word = np.searchsorted(starts, joined, side="right") - 1
-            ok = word >= 0
-            joined, word = joined[ok], word[ok]
-        if joined.size and starts.size:
-            new_word = np.concatenate([[True], word[1:] != word[:-1]])
-            first = np.flatnonzero(new_word)
-            group = np.cumsum(new_word) - 1
-            lj = self.tok_len[t[joined]]
-            before = np.cumsum(lj) - lj
-            rel = self.tok_len[t[starts[word]]] + before - before[first][group]
-            rel = np.minimum(rel, MAX_WORD_BYTES - 1)
-            tgt = word[first]
-            head = t[starts[tgt]]  # the first token of each multi-token word
-            for b in range(len(BASES)):
-                c = self.tok_h[b][t[joined]] * self.qpow[b][rel]
-                _reduce(c, np.empty_like(c))
-                merged = self.tok_h[b][head] + np.add.reduceat(c, first)
-                values[b][tgt] = _reduce(merged, np.empty_like(merged)) & WORD_MASK
-        return values, starts.astype(np.int64, copy=False), consumed
+        if joined.size and starts.size and joined[0] < starts[0]:
+            joined = joined[joined > starts[0]]  # continues a word begun before these tokens
+        if not (joined.size and starts.size):
+            return packed, starts, consumed
+        # Multi-token words. Consecutive joined tokens form a run that continues the word whose
+        # first token (its head) comes right before the run; a joined token's byte offset in its
+        # word is its head's length plus the lengths of the run's tokens before it.
+        brk = np.empty(joined.size, dtype=bool)
+        brk[0] = True
+        np.not_equal(joined[1:], joined[:-1] + 1, out=brk[1:])
+        first = np.flatnonzero(brk)
+        is_start[:-1] &= joins[1:]  # now: heads (a start followed by a joined token)
+        is_start[-1] = False
+        word = np.flatnonzero(is_start[starts])  # the word each head begins, in run order
+        tj, th = np.take(t, joined), np.take(ts, word)
+        lj = np.take(self.tok_len, tj, mode="clip")
+        rel = np.cumsum(lj)
+        rel -= lj
+        rel += np.repeat(np.take(self.tok_len, th, mode="clip") - rel[first],
+                         np.diff(first, append=joined.size))
+        np.minimum(rel, MAX_WORD_BYTES - 1, out=rel)
+        merged = []
+        for b in range(len(BASES)):
+            c = np.take(self.tok_h[b], tj, mode="clip")
+            c *= np.take(self.qpow[b], rel)  # < 2^62
+            tmp = np.empty_like(c)
+            _fold(c, tmp)  # < 2^32: a run's sum stays far below 2^64
+            m = np.add.reduceat(c, first)
+            m += np.take(self.tok_h[b], th, mode="clip")
+            merged.append(_reduce(m, np.empty_like(m)) & WORD_MASK)
+        packed[word] = (merged[0] << np.uint64(32)) | merged[1]
+        return packed, starts, consumed
 
 
 @lru_cache(maxsize=2)

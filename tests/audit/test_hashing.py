@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmax.audit.hashing import BASES, MERSENNE31, PrefixHasher, spans_hashes, window_hashes
+from olmax.audit.hashing import (
+    BASES,
+    MERSENNE31,
+    PrefixHasher,
+    packed_windows_at,
+    spans_hashes,
+    window_hashes,
+)
 from olmax.audit.partition import PartitionSpill, equal_runs
 
 
@@ -25,6 +32,20 @@ def test_window_hashes_equal_the_polynomial(k):
     np.testing.assert_array_equal(window_hashes(x, k, stride=7), h[::7])
     starts = np.array([0, 5, 600 - k])
     np.testing.assert_array_equal(PrefixHasher(x).windows_at(k, starts), h[starts])
+
+
+@pytest.mark.parametrize("k", [1, 4, 13, 50])
+def test_packed_windows_equal_the_prefix_sums(k):
+    rng = np.random.default_rng(k)
+    v = [rng.integers(0, 1 << 20, size=3000, dtype=np.uint64) for _ in BASES]
+    packed = (v[0] << np.uint64(32)) | v[1]
+    starts = rng.integers(0, 3000 - k + 1, size=900)
+    want = PrefixHasher(v).windows_at(k, starts)
+    np.testing.assert_array_equal(packed_windows_at(packed, k, starts), want)
+    np.testing.assert_array_equal(packed_windows_at(packed, k, starts, block=k * 5), want)  # blocks
+    np.testing.assert_array_equal(packed_windows_at(packed, k, np.arange(3000 - k + 1)),
+                                  PrefixHasher(v).windows(k))
+    assert packed_windows_at(packed, k, np.zeros(0, np.int64)).size == 0
 
 
 def test_distinct_windows_get_distinct_hashes():
@@ -90,14 +111,15 @@ def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
 
 def test_fast_and_general_word_paths_agree(tokenizer):
     from olmax.assets import tokenizer_path
-    from olmax.audit.normalize import WordTables
+    from olmax.audit.normalize import BOUNDARY_VALUE, WordTables
 
     tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
     ids = np.asarray(tokenizer.encode_batch(["Charles Darwin's theory, of EVOLUTION-by natural "
-                                             "selection (1859) na\u00efve caf\u00e9 x.y_z"])[0],
-                     dtype=np.int64)
+                                             "selection (1859) na\u00efve caf\u00e9 x.y_z"])[0] +
+                     [10**7, 5], dtype=np.int64)  # an id past the vocabulary is a boundary
     fast = tables.words(ids)
     fast_held = tables.words(ids, final=False)
+    assert fast[0][0][fast[1].tolist().index(ids.size - 2)] == BOUNDARY_VALUE
     tables.flags = tables.flags | np.uint8(8)  # claim every token has two runs: the general path
     general = tables.words(ids)
     general_held = tables.words(ids, final=False)

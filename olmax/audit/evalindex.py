@@ -1,0 +1,128 @@
+"""The eval side of the leak probe: an exact index of eval word windows, and the probe of a word stream.
+
+Index. Every n-word window (default n = 13) of every eval item, and for items shorter than n words
+(but at least min_item_words) the whole item, as rolling hashes (hashing.py) xor'ed with a salt per
+length, in one sorted array of unique keys; each key points to its (item, n-gram position) records.
+
+Probe. A chunk of training words is probed at every position: one prefix sum of its packed word
+values gives every window's bag sum, the prefilter (prefilter.py, no false negatives) keeps about
+0.4% of positions, and only those are hashed exactly and looked up (binary search over sorted
+queries). Items shorter than n words are found through an anchor, their first `anchor` words: anchor
+windows pass their own prefilter and exact anchor lookup, and only then are hashed at the lengths of
+the items their anchor begins. The probe's answer is exactly the set of windows whose rolling hash
+is an index key: the prefilter only saves work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xxhash
+
+from olmax.audit.hashing import PrefixHasher, packed_windows_at
+from olmax.audit.prefilter import WindowFilter, prefix_sums, window_sums
+
+
+def length_salt(k: int) -> np.uint64:
+    """Keys of different window lengths live in one table: xor each length's hashes with its own salt."""
+    return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-window-{k}".encode()))
+
+
+def _find(table: np.ndarray, h: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index in the sorted `table`, position) of the hashes `h` found there."""
+    if h.size == 0 or table.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(h)  # sorted queries: the binary searches walk the table in order
+    h, at = h[order], at[order]
+    idx = np.minimum(np.searchsorted(table, h), table.size - 1)
+    ok = table[idx] == h
+    return idx[ok], at[ok]
+
+
+class EvalIndex:
+    """Exact index of the eval side: sorted keys → (item, n-gram position), plus the prefilters.
+
+    `seqs` holds each item's words as [base-1 values, base-2 values] (normalize.WordTables.words)."""
+
+    def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int):
+        self.n = n
+        self.lengths_of = np.asarray([s[0].size for s in seqs], dtype=np.int64)
+        keys, items, qs, bag_n = [], [], [], []
+        for i, s in enumerate(seqs):
+            k = s[0].size
+            if k < min_item_words:
+                continue
+            w = n if k >= n else k
+            h = PrefixHasher(s).windows(w)
+            if w == n:
+                bag_n.append(window_sums(_pack(s), n))
+            keys.append(h ^ length_salt(w))
+            items.append(np.full(h.size, i, dtype=np.int64))
+            qs.append(np.arange(h.size, dtype=np.int64))
+        key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        self.rec_item = (np.concatenate(items) if items else np.zeros(0, np.int64))[order]
+        self.rec_q = (np.concatenate(qs) if qs else np.zeros(0, np.int64))[order]
+        self.ukeys, first = np.unique(key, return_index=True)
+        self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
+        self.lengths = sorted({n if k >= n else int(k) for k in self.lengths_of.tolist()
+                               if k >= min_item_words})
+        self.short_lengths = [k for k in self.lengths if k < n]
+        self.salts = {k: length_salt(k) for k in {n, *self.lengths}}
+        # Short items are found through an anchor: their first `anchor` words, probed at every
+        # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
+        self.anchor = min(self.short_lengths, default=0)
+        shorts = [s for s in seqs if min_item_words <= s[0].size < n] if self.anchor else []
+        anchors = np.asarray([PrefixHasher(s).windows(self.anchor)[0] for s in shorts], dtype=np.uint64)
+        bit = np.asarray([1 << (s[0].size - self.anchor) for s in shorts], dtype=np.int64)
+        self.anchors, inv = np.unique(anchors, return_inverse=True)
+        # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
+        # hashed at the lengths of the items it could begin
+        self.anchor_lengths = np.zeros(self.anchors.size, dtype=np.int64)
+        np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
+        self.has_ngrams = bool(bag_n)
+        self.filter = WindowFilter(np.concatenate(bag_n) if bag_n else np.zeros(0, np.uint64))
+        self.anchor_filter = WindowFilter(np.asarray(
+            [window_sums(_pack(s), self.anchor)[0] for s in shorts], dtype=np.uint64))
+
+    @property
+    def num_keys(self) -> int:
+        return int(self.ukeys.size)
+
+    def probe(self, packed: np.ndarray, first_new: int) -> tuple[np.ndarray, np.ndarray]:
+        """(key index, window start) of every window of the packed word values (normalize.py
+        `packed_words`) that ends at or after index first_new and is an index key."""
+        m = packed.size
+        s = prefix_sums(packed)
+        keys, starts = [], []
+        n = self.n
+        lo = max(0, first_new - n + 1)
+        if self.has_ngrams and m - n + 1 > lo:
+            cand = self.filter.candidates(s[lo + n:] - s[lo:m - n + 1])
+            cand += lo
+            k_, at = _find(self.ukeys, packed_windows_at(packed, n, cand) ^ self.salts[n], cand)
+            keys.append(k_)
+            starts.append(at)
+        a = self.anchor
+        lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
+        if a and m - a + 1 > lo:
+            cand = self.anchor_filter.candidates(s[lo + a:] - s[lo:m - a + 1])
+            cand += lo
+            idx, at = _find(self.anchors, packed_windows_at(packed, a, cand), cand)
+            bits = self.anchor_lengths[idx]
+            for k in self.short_lengths:
+                # windows of a length some item with this anchor has, that fit and end in the new
+                # part (older ones were probed with the last chunk)
+                ak = at[((bits >> (k - a)) & 1).astype(bool) & (at + k <= m) & (at + k > first_new)]
+                if ak.size:
+                    k_, at_k = _find(self.ukeys, packed_windows_at(packed, k, ak) ^ self.salts[k], ak)
+                    keys.append(k_)
+                    starts.append(at_k)
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
+
+
+def _pack(words: list[np.ndarray]) -> np.ndarray:
+    """[base-1 values, base-2 values] → packed uint64 values (base 1 << 32 | base 2)."""
+    return (np.asarray(words[0], dtype=np.uint64) << np.uint64(32)) | np.asarray(words[1], dtype=np.uint64)
