@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from olmax.model.attention import Attention, truncated_normal
+from olmax.model.attention import Attention, linear, truncated_normal
 from olmax.model.config import FULL, SLIDING, ModelConfig
 from olmax.model.norm import RMSNorm
 from olmax.model.rope import rope_tables
@@ -39,10 +39,9 @@ class MLP(nnx.Module):
         self.down_proj = nnx.Param(truncated_normal(rngs, (f, d), cfg.init_std))
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
-        dtype = x_BxLxD.dtype
-        gate_BxLxF = jax.nn.silu(x_BxLxD @ self.gate_proj[...].astype(dtype))
-        up_BxLxF = x_BxLxD @ self.up_proj[...].astype(dtype)
-        return (gate_BxLxF * up_BxLxF) @ self.down_proj[...].astype(dtype)
+        gate_BxLxF = jax.nn.silu(linear(x_BxLxD, self.gate_proj[...]))
+        up_BxLxF = linear(x_BxLxD, self.up_proj[...])
+        return linear(gate_BxLxF * up_BxLxF, self.down_proj[...])
 
 
 class Block(nnx.Module):

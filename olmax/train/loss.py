@@ -5,9 +5,12 @@ Labels are the inputs shifted left; the last position of each row has no label a
 Both come back as fp32 *sums* so microbatches add up before one division by the global token count.
 
 `head_cross_entropy` never materialises the (B, L, V) logits: it scans over blocks of vocabulary
-columns with an online logsumexp, and its custom VJP recomputes each block's logits to form
-(softmax - onehot), writing that block of dW once and accumulating dh (N x D, small). Every matmul
-keeps all N tokens, so each is large and efficient. With the real 100k vocabulary the logits dominate
+columns with an online logsumexp, and its custom VJP forms (softmax - onehot) block by block, writing
+that block of dW in place and accumulating dh (N x D, small). The softmax block comes either from
+recomputing the block's logits (3 + 1 head matmuls, no N x V memory: the accelerator default) or from
+the forward's saved exp(logits - running max) blocks, rescaled by exp(max - lse) (3 matmuls and one
+exp per logit, N x V fp32 kept: the CPU default, where memory is plentiful and exp is dear). Every
+matmul keeps all N tokens, so each is large and efficient. With the real 100k vocabulary the logits dominate
 memory traffic (FIELD-NOTES.md), so this is both the memory and the time win; the arithmetic is the
 same as `cross_entropy` on full logits up to float summation order.
 """
@@ -43,75 +46,106 @@ def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: flo
     return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
 
 
-def _column_chunks(w_DxV: jax.Array, chunk: int) -> jax.Array:
-    """(D, V) -> (V / chunk, D, chunk): scan over vocabulary column blocks."""
-    d, v = w_DxV.shape
-    return w_DxV.reshape(d, v // chunk, chunk).swapaxes(0, 1)
-
-
-def _block_logits(h_NxD: jax.Array, w_DxC: jax.Array, first: jax.Array, vocab: int) -> jax.Array:
-    """fp32 logits of one column block; columns at or past `vocab` (padding) read -inf."""
+def _block_logits(h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, chunk: int, vocab: int
+                  ) -> jax.Array:
+    """fp32 logits of the `chunk` columns from `first` (read in place); padding columns read -inf."""
+    w_DxC = jax.lax.dynamic_slice_in_dim(w_DxV, first, chunk, axis=1)
     logits = jnp.einsum("nd,dc->nc", h_NxD, w_DxC.astype(h_NxD.dtype), preferred_element_type=jnp.float32)
-    cols = first + jnp.arange(w_DxC.shape[1])
+    if isinstance(first, int) and first + chunk <= vocab:
+        return logits  # a block known (statically) to hold no padding column
+    cols = first + jnp.arange(chunk)
     return jnp.where(cols[None, :] < vocab, logits, -jnp.inf)
 
 
-def _forward(h, w, labels, weights, vocab, chunk):
-    """Online logsumexp over column blocks: (sum CE, sum lse^2) weighted, and lse per token."""
+def _label_logit(logits_NxC: jax.Array, labels_N: jax.Array, first: jax.Array) -> jax.Array:
+    """Each row's label logit if the label falls in this block, else 0."""
+    chunk = logits_NxC.shape[1]
+    local = labels_N - first
+    inside = (local >= 0) & (local < chunk)
+    picked = jnp.take_along_axis(logits_NxC, jnp.clip(local, 0, chunk - 1)[:, None], axis=-1)[:, 0]
+    return jnp.where(inside, picked, 0.0)
+
+
+def _forward(h, w, labels, weights, vocab, chunk, store):
+    """Online logsumexp over column blocks: ((sum CE, sum lse^2) weighted, lse per token, saved blocks).
+
+    With `store` the blocks run unrolled (static slices, no scan buffers to zero-fill) and each one's
+    exp(logits - running max) and that running max come back, so the backward pass rescales them into
+    probabilities instead of recomputing the logits matmul and its exp.
+    """
     n = h.shape[0]
 
-    def body(carry, xs):
+    def block(carry, first):
         run_max, run_sum, label_logit = carry
-        w_c, first = xs
-        logits = _block_logits(h, w_c, first, vocab)
+        logits = _block_logits(h, w, first, chunk, vocab)
         new_max = jnp.maximum(run_max, jnp.max(logits, axis=-1))
-        run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
-        local = labels - first
-        inside = (local >= 0) & (local < w_c.shape[1])
-        picked = jnp.take_along_axis(logits, jnp.clip(local, 0, w_c.shape[1] - 1)[:, None], axis=-1)[:, 0]
-        return (new_max, run_sum, label_logit + jnp.where(inside, picked, 0.0)), None
+        e_NxC = jnp.exp(logits - new_max[:, None])
+        run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(e_NxC, axis=-1)
+        return (new_max, run_sum, label_logit + _label_logit(logits, labels, first)), (e_NxC, new_max)
 
-    lowest = jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32)
-    zeros = jnp.zeros((n,), jnp.float32)
-    firsts = jnp.arange(0, w.shape[1], chunk)
-    (run_max, run_sum, label_logit), _ = jax.lax.scan(body, (lowest, zeros, zeros), (_column_chunks(w, chunk), firsts))
+    carry = (jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32), jnp.zeros((n,), jnp.float32),
+             jnp.zeros((n,), jnp.float32))
+    if store:
+        saved = []
+        for first in range(0, w.shape[1], chunk):
+            carry, kept = block(carry, first)
+            saved.append(kept)
+    else:
+        carry, _ = jax.lax.scan(lambda c, f: (block(c, f)[0], None), carry, jnp.arange(0, w.shape[1], chunk))
+        saved = None
+    run_max, run_sum, label_logit = carry
     lse = run_max + jnp.log(run_sum)
-    return (jnp.sum((lse - label_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse
+    return (jnp.sum((lse - label_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse, saved
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _fused(h, w, labels, weights, vocab, chunk):
-    return _forward(h, w, labels, weights, vocab, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _fused(h, w, labels, weights, vocab, chunk, store):
+    return _forward(h, w, labels, weights, vocab, chunk, False)[0]
 
 
-def _fused_fwd(h, w, labels, weights, vocab, chunk):
-    out, lse = _forward(h, w, labels, weights, vocab, chunk)
-    return out, (h, w, labels, weights, lse)
+def _fused_fwd(h, w, labels, weights, vocab, chunk, store):
+    out, lse, saved = _forward(h, w, labels, weights, vocab, chunk, store)
+    return out, (h, w, labels, weights, lse, saved)
 
 
-def _fused_bwd(vocab, chunk, res, g):
-    h, w, labels, weights, lse = res
+def _fused_bwd(vocab, chunk, store, res, g):
+    h, w, labels, weights, lse, saved = res
     g_ce, g_zz = g
     # d/dlogits of w*(lse - label_logit) and of w*lse^2: w*p - w*onehot and 2*w*lse*p
     coef_N = (g_ce + 2.0 * g_zz * lse) * weights
 
-    def body(dh, xs):
-        w_c, first = xs
-        logits = _block_logits(h, w_c, first, vocab)
-        p = jnp.exp(logits - lse[:, None])  # softmax block; padding columns exp(-inf) = 0
-        onehot = (labels - first)[:, None] == jnp.arange(w_c.shape[1])[None, :]
-        dlogits = (p * coef_N[:, None] - jnp.where(onehot, (g_ce * weights)[:, None], 0.0)).astype(h.dtype)
-        dh = dh + jnp.einsum("nc,dc->nd", dlogits, w_c.astype(h.dtype), preferred_element_type=jnp.float32)
-        dw_c = jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32)
-        return dh, dw_c
+    def block(first, p_NxC):
+        """(dh contribution, dW block) of the `chunk` columns from `first`, given their softmax."""
+        onehot = (labels - first)[:, None] == jnp.arange(chunk)[None, :]
+        dlogits = (p_NxC * coef_N[:, None] - jnp.where(onehot, (g_ce * weights)[:, None], 0.0)).astype(h.dtype)
+        w_DxC = jax.lax.dynamic_slice_in_dim(w, first, chunk, axis=1).astype(h.dtype)
+        dh = jnp.einsum("nc,dc->nd", dlogits, w_DxC, preferred_element_type=jnp.float32)
+        return dh, jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32).astype(w.dtype)
 
-    firsts = jnp.arange(0, w.shape[1], chunk)
-    dh, dw_KxDxC = jax.lax.scan(body, jnp.zeros(h.shape, jnp.float32), (_column_chunks(w, chunk), firsts))
-    dw = dw_KxDxC.swapaxes(0, 1).reshape(w.shape)
-    return dh.astype(h.dtype), dw.astype(w.dtype), None, None
+    if store:  # p = exp(logits - m) * exp(m - lse): the forward's exp, rescaled
+        dh, dw_blocks = jnp.zeros(h.shape, jnp.float32), []
+        for k, (e_NxC, m_N) in enumerate(saved):
+            dh_c, dw_c = block(k * chunk, e_NxC * jnp.exp(m_N - lse)[:, None])
+            dh = dh + dh_c
+            dw_blocks.append(dw_c)
+        dw = jnp.concatenate(dw_blocks, axis=1)
+    else:  # recompute each block's logits; padding columns give exp(-inf) = 0
+        def body(carry, first):
+            dh, dw = carry
+            dh_c, dw_c = block(first, jnp.exp(_block_logits(h, w, first, chunk, vocab) - lse[:, None]))
+            return (dh + dh_c, jax.lax.dynamic_update_slice_in_dim(dw, dw_c, first, axis=1)), None
+
+        init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(w.shape, w.dtype))
+        (dh, dw), _ = jax.lax.scan(body, init, jnp.arange(0, w.shape[1], chunk))
+    return dh.astype(h.dtype), dw, None, None
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def default_store() -> bool:
+    """Keep the forward's exp blocks for the backward pass (N x V fp32) where memory allows: on CPU."""
+    return jax.default_backend() == "cpu"
 
 
 def pick_chunk(size: int, want: int) -> int:
@@ -123,14 +157,16 @@ def pick_chunk(size: int, want: int) -> int:
 
 
 def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float,
-                       vocab_size: int, chunk: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+                       vocab_size: int, chunk: int, store: bool | None = None
+                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
 
     `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
-    vocabulary columns per block (rounded down to a divisor of V).
+    vocabulary columns per block (rounded down to a divisor of V). `store` (default: on CPU) keeps
+    the forward's exp blocks, B * L * V fp32, so the backward skips recomputing the logits.
     """
     b, seq, d = h_BxLxD.shape
     labels_BxL, weights_BxL = shifted_labels(input_ids_BxL)
     ce, zz = _fused(h_BxLxD.reshape(b * seq, d), w_DxV, labels_BxL.reshape(-1), weights_BxL.reshape(-1),
-                    vocab_size, pick_chunk(w_DxV.shape[1], chunk))
+                    vocab_size, pick_chunk(w_DxV.shape[1], chunk), default_store() if store is None else store)
     return ce, z_loss * zz, jnp.asarray(b * (seq - 1), jnp.float32)

@@ -111,34 +111,45 @@ def skip_decision(skip: dict, loss: jax.Array, grad_norm: jax.Array, cfg: OptimC
     return factor, new
 
 
-def adamw_update(params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: OptimConfig
-                 ) -> tuple[dict, dict, jax.Array]:
+def adamw_update(params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: OptimConfig,
+                 grad_norm: jax.Array | None = None) -> tuple[dict, dict, jax.Array]:
     """Clip, then one AdamW step; returns (params, moments+count, pre-clip grad norm). No skip logic."""
-    grad_norm = global_norm(grads)
+    grad_norm = global_norm(grads) if grad_norm is None else grad_norm
     coef = jnp.minimum(cfg.max_grad_norm / (grad_norm + CLIP_EPS), 1.0)
-    grads = jax.tree.map(lambda g: g.astype(jnp.float32) * coef, grads)
     count = opt["count"] + 1.0
     bc1 = 1.0 - cfg.b1 ** count
     bc2 = 1.0 - cfg.b2 ** count
-    mu = jax.tree.map(lambda m, g: cfg.b1 * m + (1.0 - cfg.b1) * g, opt["mu"], grads)
-    nu = jax.tree.map(lambda v, g: cfg.b2 * v + (1.0 - cfg.b2) * jnp.square(g), opt["nu"], grads)
 
-    def step(p, m, v, decay):
+    def leaf(p, g, m, v, decay):
+        # one pass per parameter: clipped grad, both moments and the decayed, updated weight
+        g = g.astype(jnp.float32) * coef
+        m = cfg.b1 * m + (1.0 - cfg.b1) * g
+        v = cfg.b2 * v + (1.0 - cfg.b2) * jnp.square(g)
         wd = cfg.weight_decay if decay else 0.0
         update = (m / bc1) / (jnp.sqrt(v) / jnp.sqrt(bc2) + cfg.eps)
-        return (p * (1.0 - lr * wd) - lr * update).astype(p.dtype)
+        return (p * (1.0 - lr * wd) - lr * update).astype(p.dtype), m, v
 
-    new_params = jax.tree.map(step, params, mu, nu, decay_mask(params))
+    out = jax.tree.map(leaf, params, grads, opt["mu"], opt["nu"], decay_mask(params))
+    is_leaf = lambda x: isinstance(x, tuple)  # noqa: E731
+    new_params, mu, nu = (jax.tree.map(lambda t, i=i: t[i], out, is_leaf=is_leaf) for i in range(3))
     return new_params, {**opt, "mu": mu, "nu": nu, "count": count}, grad_norm
 
 
 def apply_update(params: dict, grads: dict, opt: dict, lr: jax.Array, loss: jax.Array, cfg: OptimConfig
                  ) -> tuple[dict, dict, dict[str, jax.Array]]:
-    """AdamW + skip-step: a skipped step keeps params, moments and count, but records its loss/norm."""
-    new_params, new_opt, grad_norm = adamw_update(params, grads, opt, lr, cfg)
+    """AdamW + skip-step: a skipped step keeps params, moments and count, but records its loss/norm.
+
+    The skip decision needs only the loss and the pre-clip grad norm, so it is taken first and the
+    update runs under `lax.cond`: a kept step is one fused pass per parameter, with no select over
+    old and new copies of the weights and moments (which cost as much time and memory as the update).
+    """
+    grad_norm = global_norm(grads)
     factor, skip = skip_decision(opt["skip"], loss, grad_norm, cfg)
-    keep = factor > 0
-    params = jax.tree.map(lambda new, old: jnp.where(keep, new, old), new_params, params)
-    kept = jax.tree.map(lambda new, old: jnp.where(keep, new, old),
-                        {k: new_opt[k] for k in ("mu", "nu", "count")}, {k: opt[k] for k in ("mu", "nu", "count")})
-    return params, {**kept, "skip": skip}, {"grad_norm": grad_norm, "skipped": 1.0 - factor}
+    moments = {k: opt[k] for k in ("mu", "nu", "count")}
+
+    def take(params, moments):
+        new_params, new_opt, _ = adamw_update(params, grads, moments, lr, cfg, grad_norm)
+        return new_params, {k: new_opt[k] for k in ("mu", "nu", "count")}
+
+    params, moments = jax.lax.cond(factor > 0, take, lambda p, m: (p, m), params, moments)
+    return params, {**moments, "skip": skip}, {"grad_norm": grad_norm, "skipped": 1.0 - factor}
