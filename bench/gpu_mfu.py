@@ -9,9 +9,10 @@ AdamW, donated state) on a 1-device mesh, batch B x seq 8192 of random token ids
 
 Memory decides how many layers fit. The donated state is 12 bytes per parameter (fp32 params, two
 moments): 18.2 GiB at 4 layers + 2.26 GiB per layer, 81.5 GiB at 32. XLA's CPU buffer plan for this
-step (compiled here, never run) adds temporaries of 26.4 GiB at 4 layers + 3.0 GiB per layer with
-remat full (fp32 grads and a second copy of the updated state), which would put 16 layers at ~108
-GiB and 24 or more past the ~133 GiB a row gets. The GPU plan may differ; the table reports each row
+step (compiled here with the GPU's recompute-mode CE, never run) adds temporaries of 22.3 GiB at 4
+layers + 3.0 GiB per layer with remat full (fp32 grads and the updated state, which the skip-step
+`lax.cond` does not write in place), which would put 16 layers at ~103 GiB and 24 or more past the
+~133 GiB a row gets. The GPU plan may differ; the table reports each row
 as measured or OOM, and skips larger layer counts after an OOM with the same settings.
 
 Each row runs in a fresh child process: its peak GPU memory (`device.memory_stats()`) is that
