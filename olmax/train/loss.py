@@ -9,7 +9,7 @@ columns with an online logsumexp, and its custom VJP forms (softmax - onehot) bl
 that block of dW in place and accumulating dh (N x D, small). The softmax block comes either from
 recomputing the block's logits (3 + 1 head matmuls, no N x V memory: the accelerator default) or from
 the forward's saved exp(logits - running max) blocks, rescaled by exp(max - lse) (3 matmuls and one
-exp per logit, N x V fp32 kept: the CPU default, where memory is plentiful and exp is dear). Every
+exp per logit, N x V fp32 kept: the CPU default up to 2 GiB, where memory is plentiful and exp is dear). Every
 matmul keeps all N tokens, so each is large and efficient. With the real 100k vocabulary the logits dominate
 memory traffic (FIELD-NOTES.md), so this is both the memory and the time win; the arithmetic is the
 same as `cross_entropy` on full logits up to float summation order.
@@ -143,9 +143,13 @@ def _fused_bwd(vocab, chunk, store, res, g):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def default_store() -> bool:
-    """Keep the forward's exp blocks for the backward pass (N x V fp32) where memory allows: on CPU."""
-    return jax.default_backend() == "cpu"
+STORE_LIMIT_BYTES = 2 << 30
+
+
+def default_store(n_tokens: int, columns: int) -> bool:
+    """Keep the forward's exp blocks (N x V fp32) for the backward pass on CPU, where host memory is
+    plentiful and recomputing logits and exp is dear, up to 2 GiB per microbatch; recompute otherwise."""
+    return jax.default_backend() == "cpu" and 4 * n_tokens * columns <= STORE_LIMIT_BYTES
 
 
 def pick_chunk(size: int, want: int) -> int:
@@ -162,11 +166,12 @@ def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.
     """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
 
     `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
-    vocabulary columns per block (rounded down to a divisor of V). `store` (default: on CPU) keeps
-    the forward's exp blocks, B * L * V fp32, so the backward skips recomputing the logits.
+    vocabulary columns per block (rounded down to a divisor of V). `store` (default: on CPU, up to 2 GiB)
+    keeps the forward's exp blocks, B * L * V fp32, so the backward skips recomputing the logits.
     """
     b, seq, d = h_BxLxD.shape
     labels_BxL, weights_BxL = shifted_labels(input_ids_BxL)
     ce, zz = _fused(h_BxLxD.reshape(b * seq, d), w_DxV, labels_BxL.reshape(-1), weights_BxL.reshape(-1),
-                    vocab_size, pick_chunk(w_DxV.shape[1], chunk), default_store() if store is None else store)
+                    vocab_size, pick_chunk(w_DxV.shape[1], chunk),
+                    default_store(b * seq, w_DxV.shape[1]) if store is None else store)
     return ce, z_loss * zz, jnp.asarray(b * (seq - 1), jnp.float32)

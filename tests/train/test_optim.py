@@ -169,9 +169,11 @@ def test_cross_entropy_and_z_loss_hand_values():
     assert float(ce_p) == pytest.approx(float(ce), rel=1e-6) and float(z_p) == pytest.approx(float(z), rel=1e-6)
 
 
+@pytest.mark.parametrize("store", [False, True])
 @pytest.mark.parametrize("chunk", [1, 4, 8, 24])
-def test_fused_head_cross_entropy_matches_full_logits(chunk):
-    """Value and gradients of the chunked LM-head CE equal the full-logits CE (padded vocab masked)."""
+def test_fused_head_cross_entropy_matches_full_logits(chunk, store):
+    """Value and gradients of the chunked LM-head CE equal the full-logits CE (padded vocab masked),
+    whether the backward recomputes each block's logits or rescales the forward's saved exp blocks."""
     rng = np.random.default_rng(chunk)
     h = jnp.asarray(rng.normal(size=(2, 16, 8)), jnp.float32)
     w = jnp.asarray(rng.normal(size=(8, 24)), jnp.float32)
@@ -182,7 +184,7 @@ def test_fused_head_cross_entropy_matches_full_logits(chunk):
         return ce + z
 
     def fused(h, w):
-        ce, z, _ = head_cross_entropy(h, w, ids, 1e-2, 20, chunk)
+        ce, z, _ = head_cross_entropy(h, w, ids, 1e-2, 20, chunk, store)
         return ce + z
 
     (va, ga), (vb, gb) = jax.value_and_grad(full, (0, 1))(h, w), jax.value_and_grad(fused, (0, 1))(h, w)
@@ -190,3 +192,24 @@ def test_fused_head_cross_entropy_matches_full_logits(chunk):
     for a, b in zip(ga, gb):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(gb[1])[:, 20:], 0.0)  # padding columns get no gradient
+
+
+def test_fused_head_cross_entropy_saved_blocks_survive_a_late_maximum():
+    """The saved exp blocks are relative to the running max when they were made; a later block with a
+    far larger logit must rescale them (exp(m - lse)), not leave them stale: both backward modes agree
+    with the full-logits gradient when the largest logits sit in the last block."""
+    rng = np.random.default_rng(7)
+    h = jnp.asarray(rng.normal(size=(1, 12, 4)), jnp.float32)
+    w = rng.normal(size=(4, 32)).astype(np.float32)
+    w[:, 28:] *= 30.0  # the last block of 4 holds logits ~30x larger than every earlier block
+    w = jnp.asarray(w)
+    ids = jnp.asarray(rng.integers(0, 32, (1, 12)), jnp.int32)
+
+    def full(w):
+        ce, z, _ = cross_entropy(jnp.einsum("bld,dv->blv", h, w), ids, 1e-3)
+        return ce + z
+
+    want = np.asarray(jax.grad(full)(w))
+    for store in (False, True):
+        got = jax.grad(lambda w, store=store: sum(head_cross_entropy(h, w, ids, 1e-3, 32, 4, store)[:2]))(w)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
