@@ -2,8 +2,10 @@
 
 Window semantics are HF's (`masking_utils.sliding_window_overlay`): with window W, query i sees keys
 j with i - W < j <= i, i.e. W keys including itself. Interchangeable kernels compute it: a plain XLA
-path (`attend_xla`, einsums and an explicit mask; `attend_chunked` scans it over query chunks for long
-sequences) and `jax.nn.dot_product_attention` (`attend_jax`, cuDNN flash attention on GPU). Optional `segment_ids` restrict attention to keys of the same document.
+path (`attend_xla`, einsums and an explicit mask, with a hand-written VJP; `attend_blocks` unrolls it
+over query chunks that read only the keys they can see, `attend_chunked` scans it over query chunks
+for long sequences) and `jax.nn.dot_product_attention` (`attend_jax`, cuDNN flash attention on GPU).
+Optional `segment_ids` restrict attention to keys of the same document.
 """
 
 from __future__ import annotations
@@ -114,6 +116,39 @@ def attend_xla(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array,
     return _masked_softmax_attend(q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask)
 
 
+UNROLL_CHUNKS = 16  # at most this many query chunks run unrolled, each over only the keys it can see
+SAVE_PROBS_BYTES = 256 << 20  # unrolled chunks keep their probabilities for the backward up to this
+
+
+def attend_blocks(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array, window: int | None,
+                  segment_ids_BxL: jax.Array | None = None, chunk: int = 256) -> jax.Array:
+    """Self-attention over query chunks unrolled with static key ranges; same result as `attend_xla`.
+
+    Chunk [a, b) of queries reads only keys [max(0, a - W + 1), b): the causal (and window) triangle
+    above the diagonal is never computed, so a full layer does about half the work of `attend_xla`.
+    The chunks' probabilities are kept for the backward pass while they total at most
+    SAVE_PROBS_BYTES per layer; past that each chunk is rematerialised (`jax.checkpoint`).
+    """
+    b, seq, n_heads, _ = q_BxLxNxH.shape
+    starts = list(range(0, seq, chunk))
+    spans = [(a, min(a + chunk, seq), 0 if window is None else max(0, a - window + 1)) for a in starts]
+    saved_bytes = sum((hi - a) * (hi - lo) for a, hi, lo in spans) * b * n_heads * 4
+    attend_one = _masked_softmax_attend if saved_bytes <= SAVE_PROBS_BYTES else jax.checkpoint(_masked_softmax_attend)
+    outs = []
+    for a, hi, lo in spans:
+        q_pos = jnp.arange(a, hi)[:, None]
+        k_pos = jnp.arange(lo, hi)[None, :]
+        allowed = k_pos <= q_pos
+        if window is not None:
+            allowed = allowed & (k_pos > q_pos - window)
+        mask = allowed[None, None]
+        if segment_ids_BxL is not None:
+            same_doc = segment_ids_BxL[:, a:hi, None] == segment_ids_BxL[:, None, lo:hi]
+            mask = mask & same_doc[:, None]
+        outs.append(attend_one(q_BxLxNxH[:, a:hi], k_BxLxKxH[:, lo:hi], v_BxLxKxH[:, lo:hi], mask))
+    return jnp.concatenate(outs, axis=1)
+
+
 def attend_chunked(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array, window: int | None,
                    segment_ids_BxL: jax.Array | None = None, chunk: int = 1024) -> jax.Array:
     """Self-attention scanned over query chunks of `chunk` tokens; same result as `attend_xla`.
@@ -183,9 +218,12 @@ def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, window: int | None,
            segment_ids: jax.Array | None, impl: str, chunk: int = 0) -> jax.Array:
-    """Dispatch to one attention kernel by name: 'xla' (chunked past `chunk` tokens), 'jax' or 'cudnn'."""
+    """Dispatch to one attention kernel by name: 'xla' (in query chunks past `chunk` tokens: unrolled
+    with causal skipping up to UNROLL_CHUNKS chunks, scanned beyond), 'jax' or 'cudnn'."""
     if impl == "xla":
         if 0 < chunk < q.shape[1]:
+            if -(-q.shape[1] // chunk) <= UNROLL_CHUNKS:
+                return attend_blocks(q, k, v, window, segment_ids, chunk)
             return attend_chunked(q, k, v, window, segment_ids, chunk)
         return attend_xla(q, k, v, window, segment_ids)
     if impl in ("jax", "cudnn"):
