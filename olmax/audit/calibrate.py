@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sysconfig
 import tempfile
 from collections import namedtuple
@@ -52,6 +53,22 @@ def _edit(text: str, rng: random.Random) -> str:
     return "  ".join(words[:cut]) + "\n" + " ".join(words[cut:])
 
 
+def _independent(items: list, span: int = 8) -> list:
+    """Items sharing no run of `span` words with an earlier kept item (BoolQ asks several questions
+    about one passage: planting one such item contaminates its siblings for real, which would count
+    as a false positive of the detector if a sibling were drawn as an unplanted item)."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for it in items:
+        words = tuple(re.findall(r"\w+", it.text.lower()))
+        grams = {words[i:i + span] for i in range(max(1, len(words) - span + 1))}
+        if grams & seen:
+            continue
+        seen |= grams
+        kept.append(it)
+    return kept
+
+
 def run(per_kind: int = 40, seed: int = 0, ngram: int = 13, boiler_docs: int = 12,
         work: str | None = None) -> dict:
     from pydoc_data.topics import topics
@@ -72,6 +89,7 @@ def run(per_kind: int = 40, seed: int = 0, ngram: int = 13, boiler_docs: int = 1
 
     pool = [it for name in ("sciq", "arc_easy", "boolq") for it in load_eval(name)[1]]
     rng.shuffle(pool)
+    pool = _independent(pool[:6000])
     long_items = [it for it in pool[:4000] if nwords(it.text) >= ngram + 2]
     short_items = [it for it in pool[:4000] if 5 <= nwords(it.text) < ngram]
     need = 4 * per_kind
