@@ -177,7 +177,8 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
     hit = gap > th.unseen_gap_nats and gap > 3 * se
     missing = sorted(k for k, v in sources.items() if k not in covered and v["served_instances"])
     msg = (f"train loss {train:.3f} (mean of the last {recent.size} steps to {step}) vs {unseen:.3f} (+-{se:.3f}) "
-           f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats})")
+           f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats} "
+           f"and 3 standard errors)")
     if missing:
         msg += f"; {1 - coverage:.0%} of the served stream came from {', '.join(missing)}, with no unseen text left"
     return _verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
