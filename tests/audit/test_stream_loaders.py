@@ -214,18 +214,24 @@ def trim(hosts: list[dict], steps: int | None = None) -> list[dict]:
     return [{k: v[:n] for k, v in h.items()} for h in hosts]
 
 
-def test_grain_per_host_seed(mix, tmp_path):
+def stacked(batches) -> dict:
+    """One host's emitted batches as (steps, R, L) tokens and (steps, R) source indices."""
+    batches = list(batches)
+    return {"tokens": np.stack([b["tokens"] for b in batches]), "index": np.stack([b["index"] for b in batches])}
+
+
+def grain_map_hosts(source, seed_of_host) -> list[dict]:
+    """Each host's batches from a Grain MapDataset pipeline: shuffle, take every P-th, batch, trimmed."""
     import grain
 
+    return trim([stacked(grain.MapDataset.source(source).shuffle(seed=seed_of_host(host))[host::P]
+                         .batch(R, drop_remainder=True)) for host in range(P)])
+
+
+def test_grain_per_host_seed(mix, tmp_path):
     source = WindowSource(windows(mix["paths"]))
     universe = [w.tobytes() for w in source.wins]
-    hosts = []
-    for host in range(P):  # the bug: seed + process index, so the hosts shuffle differently
-        ds = grain.MapDataset.source(source).shuffle(seed=SEED + host)[host::P].batch(R, drop_remainder=True)
-        batches = list(ds)
-        hosts.append({"tokens": np.stack([b["tokens"] for b in batches]),
-                      "index": np.stack([b["index"] for b in batches])})
-    hosts = trim(hosts)
+    hosts = grain_map_hosts(source, lambda host: SEED + host)  # the bug: the hosts shuffle differently
     want = grain_truth(hosts, source, universe)
     code, rep = audit(mix, [h["tokens"] for h in hosts], tmp_path, "grain-seed")
     assert counts(rep) == want
@@ -233,12 +239,7 @@ def test_grain_per_host_seed(mix, tmp_path):
     # about half of what host 1 emits host 0 emits too; as many instances are never seen
     assert want["instances_never_seen"] > len(universe) // 8
     # the same pipeline with one seed is clean (planned prose copies only)
-    same = []
-    for host in range(P):
-        batches = list(grain.MapDataset.source(source).shuffle(seed=SEED)[host::P].batch(R, drop_remainder=True))
-        same.append({"tokens": np.stack([b["tokens"] for b in batches]),
-                     "index": np.stack([b["index"] for b in batches])})
-    same = trim(same)
+    same = grain_map_hosts(source, lambda host: SEED)
     code, rep = audit(mix, [h["tokens"] for h in same], tmp_path, "grain-clean")
     clean = grain_truth(same, source, universe)
     assert counts(rep) == clean and code == 0
@@ -262,9 +263,7 @@ def test_grain_shard_count_is_the_device_count(mix, tmp_path):
         loader = grain.DataLoader(data_source=source, sampler=sampler, worker_count=0,
                                   operations=[grain.transforms.Batch(R, drop_remainder=True)])
         it = iter(loader)
-        batches = [next(it) for _ in range(steps)]
-        hosts.append({"tokens": np.stack([b["tokens"] for b in batches]),
-                      "index": np.stack([b["index"] for b in batches])})
+        hosts.append(stacked(next(it) for _ in range(steps)))
     want = grain_truth(hosts, source, universe)
     code, rep = audit(mix, [h["tokens"] for h in hosts], tmp_path, "grain-shards")
     assert counts(rep) == want
@@ -280,17 +279,10 @@ def test_grain_shard_count_is_the_device_count(mix, tmp_path):
 
 
 def test_reader_with_one_file_a_token_late(mix, tmp_path):
-    import grain
-
     prose = mix["paths"][2]
     source = WindowSource(windows(mix["paths"], shift={prose: 1}))  # e.g. a BOS strip on one file
     universe = [w.tobytes() for w in windows(mix["paths"])]
-    hosts = []
-    for host in range(P):
-        batches = list(grain.MapDataset.source(source).shuffle(seed=SEED)[host::P].batch(R, drop_remainder=True))
-        hosts.append({"tokens": np.stack([b["tokens"] for b in batches]),
-                      "index": np.stack([b["index"] for b in batches])})
-    hosts = trim(hosts)
+    hosts = grain_map_hosts(source, lambda host: SEED)
     want = grain_truth(hosts, source, universe)
     code, rep = audit(mix, [h["tokens"] for h in hosts], tmp_path, "late")
     assert counts(rep) == want
