@@ -138,6 +138,10 @@ class _Journal:
                 raise OlmaxError(f"{out} holds a prepare run with other settings or changed inputs "
                                  f"(see {self.path}); pass --overwrite to start over, or a new --out")
             self.labels = saved["labels"]
+            # a kill can leave temporaries behind (a shard being written, a journal being replaced):
+            # they were never renamed into place, so nothing refers to them
+            for stale in sorted(out.rglob("*.tmp")):
+                stale.unlink()
             return
         if entries and not overwrite:
             raise OlmaxError(f"output folder {out} is not empty ({len(entries)} entries, e.g. {entries[0].name}); "

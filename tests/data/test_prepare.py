@@ -179,6 +179,17 @@ def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
     assert read_folder_bytes(out) == ref
 
 
+def test_rerun_removes_temporaries_a_kill_left_behind(tmp_path, inputs, dolma2):
+    """A SIGKILL can land mid-way through an atomic write (the journal's temporary, a shard's `.tmp`);
+    the rerun resumes and leaves exactly the bytes of a clean run, with no stale temporary beside them."""
+    ref = read_folder_bytes(prepare_into(tmp_path / "ref", inputs, dolma2))
+    out = prepare_into(tmp_path / "out", inputs, dolma2)
+    (out / ".olmax-prepare.json.k1lled.tmp").write_bytes(b"")
+    shard_dir = next(p.parent for p in out.rglob("*.npy"))
+    (shard_dir / "code-00099.npy.tmp").write_bytes(b"\x00" * 12)
+    assert read_folder_bytes(prepare_into(out, inputs, dolma2)) == ref
+
+
 def test_dolma_compat_strips_like_dolma_tokens(tmp_path, dolma2):
     from tokenizers import Tokenizer
 
