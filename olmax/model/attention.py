@@ -87,7 +87,8 @@ def _grouped_attend_bwd(res, d_out_BxLxKxGxH):
     d_out = d_out_BxLxKxGxH.astype(f32).transpose(0, 2, 3, 1, 4)  # B K G L H
     d_probs = jnp.einsum("bkglh,bkhs->bkgls", d_out, v.astype(f32).transpose(0, 2, 3, 1))
     row_dot = jnp.sum(d_out * out.astype(f32).transpose(0, 2, 3, 1, 4), axis=-1, keepdims=True)
-    d_scores = probs * (d_probs - row_dot)  # masked entries have probs 0, hence gradient 0
+    # masked scores were replaced by a constant: no gradient reaches them (even in a fully masked row)
+    d_scores = jnp.where(mask[:, :, None], probs * (d_probs - row_dot), 0.0)
     dq = jnp.einsum("bkgls,bksh->bkglh", d_scores, k.astype(f32).transpose(0, 2, 1, 3)) * scale
     dk_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", q.astype(f32).transpose(0, 2, 4, 3, 1), d_scores) * scale
     dv_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", d_out.transpose(0, 1, 4, 2, 3), probs)

@@ -6,13 +6,13 @@ Both come back as fp32 *sums* so microbatches add up before one division by the 
 
 `head_cross_entropy` never materialises the (B, L, V) logits: it scans over blocks of vocabulary
 columns with an online logsumexp, and its custom VJP forms (softmax - onehot) block by block, writing
-that block of dW in place and accumulating dh (N x D, small). The softmax block comes either from
-recomputing the block's logits (3 + 1 head matmuls, no N x V memory: the accelerator default) or from
-the forward's saved exp(logits - running max) blocks, rescaled by exp(max - lse) (3 matmuls and one
-exp per logit, N x V fp32 kept: the CPU default up to 2 GiB, where memory is plentiful and exp is dear). Every
-matmul keeps all N tokens, so each is large and efficient. With the real 100k vocabulary the logits dominate
-memory traffic (FIELD-NOTES.md), so this is both the memory and the time win; the arithmetic is the
-same as `cross_entropy` on full logits up to float summation order.
+that block of dW and accumulating dh (N x D, small). The softmax block comes either from
+recomputing the block's logits (3 + 1 head matmuls, no N x V memory: the accelerator default) or
+from the forward's saved exp(logits - running max) blocks, rescaled by exp(max - lse) (3 matmuls
+and one exp per logit, N x V fp32 kept: the CPU default up to 2 GiB, where memory is plentiful and
+exp is dear). Every matmul keeps all N tokens, so each is large and efficient. With the real 100k
+vocabulary the logits dominate memory traffic (FIELD-NOTES.md), so this is both the memory and the
+time win; the arithmetic is the same as `cross_entropy` on full logits up to float summation order.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _block_logits(h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, ch
     return jnp.where(cols[None, :] < vocab, logits, -jnp.inf)
 
 
-def _label_logit(logits_NxC: jax.Array, labels_N: jax.Array, first: jax.Array) -> jax.Array:
+def _label_logit(logits_NxC: jax.Array, labels_N: jax.Array, first: jax.Array | int) -> jax.Array:
     """Each row's label logit if the label falls in this block, else 0."""
     chunk = logits_NxC.shape[1]
     local = labels_N - first
