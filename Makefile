@@ -30,6 +30,7 @@ bench: setup
 	$(PY) bench/forward.py
 	$(PY) bench/train_step.py
 	$(PY) bench/audit.py
+	$(PY) bench/leak_calibration.py
 
 lint: setup
 	.venv/bin/ruff check olmax tests bench
