@@ -99,13 +99,18 @@ class _Bloom:
         return (1 - math.exp(-self.k * self.n / self.m)) ** self.k
 
 
+_agreed_rows: int | None = None  # the per-process row count all processes were checked to share
+
+
 def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
                   ) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """Every process's (row hashes uint64, instance ids int64 or None), in process order.
 
     One `process_allgather` of 5 uint32 words per row (hash, instance id, process index: 64-bit
     values travel as two words, so it works without jax_enable_x64); every process must call it with
-    the same row count. With one process no collective runs."""
+    the same row count, which the first call (and any call with a new count) checks with one more
+    small all-gather, raising a clear error instead of a mismatched collective. With one process no
+    collective runs."""
     import jax
 
     hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
@@ -117,6 +122,14 @@ def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
     if ids.shape != hashes.shape:
         raise OlmaxError(f"monitor: {hashes.size} rows but {ids.size} instance ids on process "
                          f"{jax.process_index()}; pass one instance id per row")
+    global _agreed_rows
+    if _agreed_rows != hashes.size:  # first call (or a new local batch size): agree on the row count
+        counts = np.asarray(multihost_utils.process_allgather(np.asarray([hashes.size], np.int32))).reshape(-1)
+        if (counts != hashes.size).any():
+            raise OlmaxError("monitor: processes feed different row counts per step ("
+                             + ", ".join(f"process {p}: {int(c)}" for p, c in enumerate(counts))
+                             + "); every process must pass its G / P rows of the global batch")
+        _agreed_rows = hashes.size
     words = np.empty((hashes.size, 5), np.uint32)
     words[:, 0:2] = hashes.view(np.uint32).reshape(-1, 2)
     words[:, 2:4] = np.ascontiguousarray(ids).view(np.uint32).reshape(-1, 2)

@@ -130,3 +130,43 @@ def test_two_hosts_emitting_the_same_rows_are_caught_in_the_first_step(tmp_path)
     assert out[0]["state"] == out[1]["state"]
     assert out[0]["counters"]["audit_repeats"] == GBS // 2  # every row host 1 emitted
     assert not (tmp_path / "run" / "metrics.jsonl").exists() or not metrics(tmp_path / "run")
+
+
+GATHER_WORKER = textwrap.dedent('''
+    import json, sys
+    import jax
+    import numpy as np
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    port, pid, out = sys.argv[1:4]
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=int(pid))
+    from olmax.audit.monitor import gather_hashes
+    from olmax.errors import OlmaxError
+
+    rows = 4 - int(pid)  # process 0 feeds 4 rows, process 1 feeds 3
+    try:
+        gather_hashes(np.arange(rows, dtype=np.uint64), np.arange(rows))
+        result = {"error": None}
+    except OlmaxError as e:
+        result = {"error": str(e)}
+    with open(out, "w") as f:
+        json.dump(result, f)
+''')
+
+
+@pytest.mark.slow
+def test_processes_feeding_different_row_counts_get_a_clear_error(tmp_path):
+    """A loader bug that gives hosts different row counts must not reach the hash all-gather (a
+    mismatched collective): the first call agrees on the count and every process raises, naming it."""
+    script = tmp_path / "gather_worker.py"
+    script.write_text(GATHER_WORKER)
+    port = _free_port()
+    outs = [tmp_path / f"gather-{i}.json" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), str(outs[i])], env=train_env(2),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    logs = [p.communicate(timeout=120)[0] for p in procs]  # a mismatched all-gather would hang
+    for i, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"process {i} failed:\n{log[-4000:]}"
+    for out in outs:
+        error = json.loads(out.read_text())["error"]
+        assert error and "process 0: 4, process 1: 3" in error
