@@ -137,15 +137,9 @@ def attend_blocks(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Arr
     attend_one = _masked_softmax_attend if saved_bytes <= SAVE_PROBS_BYTES else jax.checkpoint(_masked_softmax_attend)
     outs = []
     for a, hi, lo in spans:
-        q_pos = jnp.arange(a, hi)[:, None]
-        k_pos = jnp.arange(lo, hi)[None, :]
-        allowed = k_pos <= q_pos
-        if window is not None:
-            allowed = allowed & (k_pos > q_pos - window)
-        mask = allowed[None, None]
-        if segment_ids_BxL is not None:
-            same_doc = segment_ids_BxL[:, a:hi, None] == segment_ids_BxL[:, None, lo:hi]
-            mask = mask & same_doc[:, None]
+        # the chunk's queries are the last hi - a of its keys [lo, hi): attention_mask's own layout
+        seg = None if segment_ids_BxL is None else segment_ids_BxL[:, lo:hi]
+        mask = attention_mask(hi - a, hi - lo, window, seg)
         outs.append(attend_one(q_BxLxNxH[:, a:hi], k_BxLxKxH[:, lo:hi], v_BxLxKxH[:, lo:hi], mask))
     return jnp.concatenate(outs, axis=1)
 
