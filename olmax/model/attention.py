@@ -59,13 +59,16 @@ def _scores(q_BxLxKxGxH: jax.Array, k_BxSxKxH: jax.Array) -> jax.Array:
 
 
 def _attend_fwd(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
-    """(output B x L x K x G x H, fp32 probabilities B x K x G x L x S)."""
+    """(output B x L x K x G x H, unnormalised fp32 probabilities exp(s - max) B x K x G x L x S, and the
+    reciprocal of their row sums B x K x G x L x 1). The output is normalised after the PV matmul, on the
+    (L, H) result rather than the (L, S) probabilities: one fewer pass over the largest tensor."""
     scores = jnp.where(mask_Bx1xLxS[:, :, None], _scores(q_BxLxKxGxH, k_BxSxKxH), jnp.finfo(jnp.float32).min)
-    probs_BxKxGxLxS = jax.nn.softmax(scores, axis=-1)
+    exp_BxKxGxLxS = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+    inv_sum_BxKxGxLx1 = 1.0 / jnp.sum(exp_BxKxGxLxS, axis=-1, keepdims=True)
     v_BxKxSxH = v_BxSxKxH.transpose(0, 2, 1, 3)
-    out = jnp.einsum("bkgls,bksh->bkglh", probs_BxKxGxLxS.astype(v_BxSxKxH.dtype), v_BxKxSxH,
-                     preferred_element_type=jnp.float32)
-    return out.transpose(0, 3, 1, 2, 4).astype(q_BxLxKxGxH.dtype), probs_BxKxGxLxS
+    out = jnp.einsum("bkgls,bksh->bkglh", exp_BxKxGxLxS.astype(v_BxSxKxH.dtype), v_BxKxSxH,
+                     preferred_element_type=jnp.float32) * inv_sum_BxKxGxLx1
+    return out.transpose(0, 3, 1, 2, 4).astype(q_BxLxKxGxH.dtype), exp_BxKxGxLxS, inv_sum_BxKxGxLx1
 
 
 @jax.custom_vjp
@@ -74,24 +77,27 @@ def _grouped_attend(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
 
 
 def _grouped_attend_fwd(q, k, v, mask):
-    out, probs = _attend_fwd(q, k, v, mask)
-    return out, (q, k, v, mask, probs, out)
+    out, exp, inv_sum = _attend_fwd(q, k, v, mask)
+    return out, (q, k, v, mask, exp, inv_sum, out)
 
 
 def _grouped_attend_bwd(res, d_out_BxLxKxGxH):
     """Softmax attention's gradients written out (as autodiff would derive them) so that every
-    contraction with the (L, S) matrices reads them in place: dK and dV are formed transposed."""
-    q, k, v, mask, probs, out = res
+    contraction with the (L, S) matrices reads them in place: dK and dV are formed transposed.
+    With P = E / l (E the saved exponentials, 1/l per row): dV = E^T (dO / l) and
+    dS = P * (dP - rowsum(dO * O)) = E * ((dO / l) V^T - rowsum(dO * O) / l), so P is never formed."""
+    q, k, v, mask, exp, inv_sum, out = res
     f32 = jnp.float32
     scale = q.shape[-1] ** -0.5
     d_out = d_out_BxLxKxGxH.astype(f32).transpose(0, 2, 3, 1, 4)  # B K G L H
-    d_probs = jnp.einsum("bkglh,bkhs->bkgls", d_out, v.astype(f32).transpose(0, 2, 3, 1))
-    row_dot = jnp.sum(d_out * out.astype(f32).transpose(0, 2, 3, 1, 4), axis=-1, keepdims=True)
+    d_out_l = d_out * inv_sum
+    d_probs_l = jnp.einsum("bkglh,bkhs->bkgls", d_out_l, v.astype(f32).transpose(0, 2, 3, 1))
+    row_dot_l = jnp.sum(d_out_l * out.astype(f32).transpose(0, 2, 3, 1, 4), axis=-1, keepdims=True)
     # masked scores were replaced by a constant: no gradient reaches them (even in a fully masked row)
-    d_scores = jnp.where(mask[:, :, None], probs * (d_probs - row_dot), 0.0)
+    d_scores = jnp.where(mask[:, :, None], exp * (d_probs_l - row_dot_l), 0.0)
     dq = jnp.einsum("bkgls,bksh->bkglh", d_scores, k.astype(f32).transpose(0, 2, 1, 3)) * scale
     dk_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", q.astype(f32).transpose(0, 2, 4, 3, 1), d_scores) * scale
-    dv_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", d_out.transpose(0, 1, 4, 2, 3), probs)
+    dv_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", d_out_l.transpose(0, 1, 4, 2, 3), exp)
     return (dq.transpose(0, 3, 1, 2, 4).astype(q.dtype), dk_BxKxHxS.transpose(0, 3, 1, 2).astype(k.dtype),
             dv_BxKxHxS.transpose(0, 3, 1, 2).astype(v.dtype), None)
 
