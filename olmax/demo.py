@@ -341,7 +341,8 @@ def _short(v: object, n: int = 90) -> str:
 def _train_argv(run_dir: Path, mix: Path, steps: int, every: int) -> list[str]:
     return ["train", "--config", "tiny", "--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every",
             str(every), "--mix", str(mix), "--no-progress", f"data.seq_len={SEQ_LEN}",
-            f"data.global_batch_size={GLOBAL_BATCH}", f"optim.t_max={steps}", f"train.eval_every={every}"]
+            f"data.global_batch_size={GLOBAL_BATCH}", f"optim.t_max={steps}", f"train.eval_every={every}",
+            "train.eval_sets=[sciq,arc_easy]", "train.eval_limit=32"]
 
 
 def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path]:
@@ -352,7 +353,7 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
         shutil.rmtree(r, ignore_errors=True)
     # Both runs are separate processes with the same environment, as a user would run them; the second is
     # SIGKILLed once it has passed `kill_at`, then finished by rerunning the very same command.
-    env = dict(os.environ, OLMAX_EVAL_SETS="sciq;arc_easy", OLMAX_EVAL_LIMIT="32")
+    env = dict(os.environ)
     argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
     d.subprocess(argv_a, env)
     d.commands.append("olmax " + shlex.join(argv_b) + f"   # SIGKILLed after step {kill_at}")

@@ -5,9 +5,10 @@ steps and merges the returned floats into that step's metrics.jsonl record as `e
 (metrics: ce, ppl, bpb, tokens; `<set>/clean/...` for clean subsets). Sets are tokenized once, when the
 hook is built; each call only scores (`run_heldout`), reusing one compiled function across steps.
 
-Which sets: `$OLMAX_EVAL_SETS` (`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and
-`arc_easy` sets; `$OLMAX_EVAL_LIMIT` documents of each (default 64); tokenizer `$OLMAX_EVAL_TOKENIZER`,
-else dolma2; instance length = data.seq_len.
+Which sets: the config's `train.eval_sets` (bundled names or NAME=PATH), else `$OLMAX_EVAL_SETS`
+(`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and `arc_easy` sets; `train.eval_limit`,
+else `$OLMAX_EVAL_LIMIT`, documents of each (default 64, 0: all); tokenizer `$OLMAX_EVAL_TOKENIZER`, else
+dolma2; instance length = data.seq_len.
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None
     from olmax.data.tokenize import load_tokenizer
     from olmax.evals.heldout import prepare_eval_sets, run_heldout
 
-    env_sets = os.environ.get("OLMAX_EVAL_SETS")
-    specs = sets or ([s for s in env_sets.split(";") if s.strip()] if env_sets else list(DEFAULT_SETS))
-    limit = limit if limit is not None else int(os.environ.get("OLMAX_EVAL_LIMIT", "64"))
+    train = getattr(cfg, "train", None)
+    env_sets = [s.strip() for s in os.environ.get("OLMAX_EVAL_SETS", "").split(";") if s.strip()]
+    specs = sets or list(getattr(train, "eval_sets", ()) or ()) or env_sets or list(DEFAULT_SETS)
+    if limit is None:
+        limit = getattr(train, "eval_limit", None)
+    if limit is None:
+        limit = int(os.environ.get("OLMAX_EVAL_LIMIT", "64"))
     tok = load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
     if batch_size is None:
         batch_size = max(1, min(8, LOGITS_BUDGET // (cfg.data.seq_len * cfg.model.vocab_size)))

@@ -81,6 +81,8 @@ class TrainConfig:
     steps: int = 1000  # absolute optimizer step to train to
     seed: int = 0  # parameter init and the saved RNG
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
+    eval_sets: tuple[str, ...] = ()  # bundled names or NAME=PATH; (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
     progress: bool = True
@@ -133,7 +135,8 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             return None
         return _coerce(value, args[0], where)
     if origin is tuple:
-        return tuple(value)
+        # a YAML/CLI list, or one string of ';'-separated items (a bare string is not split into characters)
+        return tuple(v.strip() for v in value.split(";") if v.strip()) if isinstance(value, str) else tuple(value)
     try:
         if hint is bool:
             if isinstance(value, str):

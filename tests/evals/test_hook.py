@@ -28,3 +28,21 @@ def test_hook_scores_and_metrics_round_trip(model, tokenizer_file, tmp_path):
     steps, ce = curves.heldout["held"]
     assert steps.tolist() == [10, 20] and ce[0] == pytest.approx(first["held/ce"])
     assert curves.train_loss.tolist() == [5.0, 4.0]
+
+
+def test_hook_sets_from_config_then_env(model, tokenizer_file, tmp_path, monkeypatch):
+    data = tmp_path / "held.jsonl"
+    data.write_text(json.dumps({"text": "one two three four"}) + "\n")
+
+    def cfg(sets=(), limit=None):
+        return SimpleNamespace(data=SimpleNamespace(seq_len=32), model=SimpleNamespace(vocab_size=1000),
+                               train=SimpleNamespace(eval_sets=sets, eval_limit=limit))
+
+    # the config's sets win over the environment (which names a set that does not exist)
+    monkeypatch.setenv("OLMAX_EVAL_SETS", "no_such_set")
+    hook = train_hook(cfg((f"from_cfg={data}",), 0), tokenizer=str(tokenizer_file))
+    assert set(hook(SimpleNamespace(step=1, model=model))) == {f"from_cfg/{m}" for m in ("ce", "ppl", "bpb", "tokens")}
+    # no sets in the config: the environment's
+    monkeypatch.setenv("OLMAX_EVAL_SETS", f"from_env={data}")
+    hook = train_hook(cfg((), 0), tokenizer=str(tokenizer_file))
+    assert {k.split("/")[0] for k in hook(SimpleNamespace(step=1, model=model))} == {"from_env"}

@@ -126,6 +126,9 @@ def test_config_presets_and_overrides(tmp_path):
     path = tmp_path / "resolved.yaml"
     path.write_text(dump_yaml(cfg))
     assert load_config(str(path)) == cfg
+    # list-valued fields: a YAML/CLI list, or one ';'-separated string (never split into characters)
+    assert load_config("tiny", ["train.eval_sets=[sciq,arc_easy]"]).train.eval_sets == ("sciq", "arc_easy")
+    assert load_config("tiny", ["train.eval_sets=sciq"]).train.eval_sets == ("sciq",)
     with pytest.raises(OlmaxError, match="unknown key.*lrr"):
         load_config("tiny", ["optim.lrr=1"])
     with pytest.raises(OlmaxError, match="not a valid int"):
