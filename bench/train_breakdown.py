@@ -18,21 +18,14 @@ Each pair runs in alternation `--iters` times after a warm-up; medians are print
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 
 def median_pair(fns: dict, iters: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(iters):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    from train_step import time_interleaved  # bench/ is the script's folder, so on sys.path
+
+    return {name: float(np.median(t)) for name, t in time_interleaved(fns, iters).items()}
 
 
 def main() -> None:
