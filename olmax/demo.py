@@ -15,7 +15,6 @@ import argparse
 import gzip
 import html
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -151,14 +150,14 @@ class _Demo:
             raise OlmaxError(f"demo step failed: `{line}` exited {rc} (expected {expect})", code=rc or 1)
         return rc
 
-    def subprocess(self, argv: list[str], env: dict) -> None:
+    def subprocess(self, argv: list[str]) -> None:
         """Run one `olmax` command as its own process (training: each run gets a fresh JAX runtime)."""
         from olmax.errors import OlmaxError
 
         line = "olmax " + shlex.join(argv)
         self.commands.append(line)
         self._say(f"$ {line}")
-        rc = subprocess.run([sys.executable, "-m", "olmax.cli", *argv], env=env).returncode
+        rc = subprocess.run([sys.executable, "-m", "olmax.cli", *argv]).returncode
         if rc:
             raise OlmaxError(f"demo step failed: `{line}` exited {rc}", code=rc)
 
@@ -353,12 +352,11 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
         shutil.rmtree(r, ignore_errors=True)
     # Both runs are separate processes with the same environment, as a user would run them; the second is
     # SIGKILLed once it has passed `kill_at`, then finished by rerunning the very same command.
-    env = dict(os.environ)
     argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
-    d.subprocess(argv_a, env)
+    d.subprocess(argv_a)
     d.commands.append("olmax " + shlex.join(argv_b) + f"   # SIGKILLed after step {kill_at}")
     d._say(f"$ {d.commands[-1]}")
-    proc = subprocess.Popen([sys.executable, "-m", "olmax.cli", *argv_b], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "olmax.cli", *argv_b])
     killed_after = None
     while proc.poll() is None:
         time.sleep(0.2)
@@ -375,7 +373,7 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
     # the newest complete checkpoint (Orbax renames a step folder to its bare number only once committed)
     resumed_from = max((int(p.name) for p in (b / "checkpoints").iterdir() if p.name.isdigit()), default=0)
     d._say(f"killed the second run after step {killed_after} (exit {proc.returncode}); resuming it")
-    d.subprocess(argv_b, env)
+    d.subprocess(argv_b)
     la, lb = _metrics(a), _metrics(b)
     common = sorted(set(la) & set(lb))
     deltas = [abs(la[s]["loss"] - lb[s]["loss"]) for s in common]

@@ -45,7 +45,7 @@ def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None
 
     train = getattr(cfg, "train", None)
     env_sets = [s.strip() for s in os.environ.get("OLMAX_EVAL_SETS", "").split(";") if s.strip()]
-    specs = sets or list(getattr(train, "eval_sets", ()) or ()) or env_sets or list(DEFAULT_SETS)
+    specs = sets or list(getattr(train, "eval_sets", ())) or env_sets or list(DEFAULT_SETS)
     if limit is None:
         limit = getattr(train, "eval_limit", None)
     if limit is None:
