@@ -20,6 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmax.atomic import write_bytes
 from olmax.errors import OlmaxError
 
 
@@ -107,11 +108,7 @@ def _extract_member(wheel_path: Path, member: str, out: Path, sha256: str | None
         data = z.read(member)
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise OlmaxError(f"{member} inside {wheel_path} has an unexpected sha256; refusing to use it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
-    return out
+    return write_bytes(out, data)
 
 
 def _hub_tokenizer() -> Path | None:

@@ -1,22 +1,78 @@
-"""Atomic writes: a final name only ever holds a whole file (write a temporary name beside it, then rename)."""
+"""Atomic writes: a final name only ever holds a whole file (write a temporary name beside it, then rename).
+
+The one home of whole-file writes (JSON and JSONL go through olmax.jsonio, which calls these). Writers
+that stream a large file incrementally (token shards, order files, safetensors) keep their own temporary
+names but follow the same rule. A failed write leaves the old file (or nothing) and no temporary behind.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from olmax.errors import OlmaxError
 
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` through a temporary file in the same folder, then rename over `path`."""
+
+@contextmanager
+def temp_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary name beside `path` for a writer that needs a file name (savefig, np.savez, a memmap):
+    renamed over `path` when the block succeeds, removed when it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` through a temporary file in the same folder, then rename over `path`."""
+    with temp_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through a temporary file in the same folder, then rename over `path`."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def exclusive(target: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Hold the writer's lock of `target` (an output file or folder) for the block: a second process
+    writing the same target refuses at once with an OlmaxError instead of interleaving its writes.
+
+    The lock is a `.NAME.lock` file beside the target, flock'ed (the OS releases it when the holder
+    dies, so a killed run never leaves a stale lock) and removed on exit."""
+    import fcntl
+
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = target.with_name(f".{target.name}.lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OlmaxError(f"{target}: another olmax process is writing it ({what}, lock {lock}); wait for "
+                             "it to finish, or choose another output") from None
+        try:
+            held = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            held = False
+        if held:  # not a lock file its previous holder unlinked between our open and our flock
+            break
+        os.close(fd)
+    try:
+        yield target
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)

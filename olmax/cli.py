@@ -8,24 +8,15 @@ Those modules import only argparse at module level, so `olmax --help` stays fast
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from olmax.errors import OlmaxError
 
-# Areas whose `cli.register` adds subcommands; a missing module is skipped so areas can land one by one.
+# Areas whose `register(subparsers)` adds subcommands, in `olmax --help` order.
 _AREAS = ("olmax.assets_cli", "olmax.data.cli", "olmax.audit.cli", "olmax.model.cli",
-          "olmax.train.cli", "olmax.evals.cli", "olmax.demo")
-
-
-def import_optional(name: str):
-    """Import module `name`, or return None when that module itself does not exist (an area not landed)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name == name:
-            return None
-        raise
+          "olmax.train.cli", "olmax.evals.cli", "olmax.demo_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,9 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _AREAS:
-        module = import_optional(name)
-        if module is not None:
-            module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
@@ -48,8 +37,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except OlmaxError as e:
-        print(f"olmax: error: {e}", file=sys.stderr)
+        # one line, whatever a library message quoted (YAML and pyarrow errors span several)
+        message = " ".join(part.strip() for part in str(e).splitlines() if part.strip())
+        print(f"olmax: error: {message}", file=sys.stderr)
         return e.code
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise
+        # a full disk (or a file-size limit) is the machine's state, not a bug: one line, no traceback;
+        # every output is written to a temporary name and renamed, so what was there before is intact
+        print(f"olmax: error: {e.filename or 'an output file'}: {e.strerror} while writing; free disk space "
+              "and rerun the same command", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("olmax: interrupted", file=sys.stderr)
         return 130

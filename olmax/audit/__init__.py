@@ -10,21 +10,13 @@ when a gated check fails):
 - `window_hashes`, `PrefixHasher`, `spans_hashes` — the span hashes they share.
 """
 
-import importlib
+from olmax.lazy import lazy_exports
 
-# Lazy exports: `olmax --help` imports olmax.audit.cli, which must not pull numpy in through here.
-_EXPORTS = {
-    "DedupConfig": "dedup", "audit_dedup": "dedup",
-    "PrefixHasher": "hashing", "spans_hashes": "hashing", "window_hashes": "hashing",
-    "LeakConfig": "leaks", "audit_leaks": "leaks",
-    "LoaderAuditConfig": "loader_audit", "audit_loader": "loader_audit",
-    "ReplayError": "monitor", "StreamMonitor": "monitor",
-    "StreamConfig": "stream", "audit_stream": "stream",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"olmax.audit.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'olmax.audit' has no attribute {name!r}")
+__getattr__, __all__ = lazy_exports(__name__, {
+    "DedupConfig": "olmax.audit.dedup", "audit_dedup": "olmax.audit.dedup",
+    "PrefixHasher": "olmax.audit.hashing", "spans_hashes": "olmax.audit.hashing", "window_hashes": "olmax.audit.hashing",
+    "LeakConfig": "olmax.audit.leaks", "audit_leaks": "olmax.audit.leaks",
+    "LoaderAuditConfig": "olmax.audit.loader_audit", "audit_loader": "olmax.audit.loader_audit",
+    "ReplayError": "olmax.audit.monitor", "StreamMonitor": "olmax.audit.monitor",
+    "StreamConfig": "olmax.audit.stream", "audit_stream": "olmax.audit.stream",
+})

@@ -53,7 +53,7 @@ def _edit(text: str, rng: random.Random) -> str:
     return "  ".join(words[:cut]) + "\n" + " ".join(words[cut:])
 
 
-def _independent(items: list, span: int = 8) -> list:
+def independent_items(items: list, span: int = 8) -> list:
     """Items sharing no run of `span` words with an earlier kept item (BoolQ asks several questions
     about one passage: planting one such item contaminates its siblings for real, which would count
     as a false positive of the detector if a sibling were drawn as an unplanted item)."""
@@ -75,8 +75,9 @@ def run(per_kind: int = 40, seed: int = 0, ngram: int = 13, boiler_docs: int = 1
 
     from olmax.assets import tokenizer_path
     from olmax.audit.evalsets import load_eval
+    from olmax.audit.leaks import LeakConfig, audit_leaks
     from olmax.audit.normalize import word_tables
-    from olmax.cli import main
+    from olmax.data.stream import StreamSpec
     from olmax.data.tokenize import load_tokenizer
 
     rng = random.Random(seed)
@@ -89,7 +90,7 @@ def run(per_kind: int = 40, seed: int = 0, ngram: int = 13, boiler_docs: int = 1
 
     pool = [it for name in ("sciq", "arc_easy", "boolq") for it in load_eval(name)[1]]
     rng.shuffle(pool)
-    pool = _independent(pool[:6000])
+    pool = independent_items(pool[:6000])
     long_items = [it for it in pool[:4000] if nwords(it.text) >= ngram + 2]
     short_items = [it for it in pool[:4000] if 5 <= nwords(it.text) < ngram]
     need = 4 * per_kind
@@ -154,9 +155,9 @@ def run(per_kind: int = 40, seed: int = 0, ngram: int = 13, boiler_docs: int = 1
     with open(root / "items.jsonl", "w") as f:
         for i, t in items:
             f.write(json.dumps({"id": i, "text": t}) + "\n")
-    main(["audit", "leaks", "--mix", str(root / "mix.txt"), "--eval", f"cal={root / 'items.jsonl'}",
-          "--ngram", str(ngram), "--out", str(root / "report.json")])
-    flagged = {c["id"] for c in json.loads((root / "report.json").read_text())["contaminated"]}
+    report = audit_leaks(LeakConfig(StreamSpec(mix=str(root / "mix.txt")), evals=(f"cal={root / 'items.jsonl'}",),
+                                    ngram=ngram))
+    flagged = {c["id"] for c in report["contaminated"]}
     positive = ("verbatim", "inside", "short", "edited")
     out = {}
     for kind, members in kinds.items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from olmax.data.stream_cli import add_stream_options, stream_from_args
+
 
 def _out(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="report JSON (written atomically)")
@@ -19,18 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "every instance is seen as often as planned, no two ranks share a row, source shares match the "
         "mix, and no content repeats from another file/position beyond the mix's planned repetition. "
         "Exits 1 when a gated check fails.")
-    lo.add_argument("--mix", required=True)
-    lo.add_argument("--seq-len", type=int, required=True)
-    lo.add_argument("--global-batch-size", type=int, required=True, help="sequences per global batch")
-    lo.add_argument("--seed", type=int, default=34521)
+    add_stream_options(lo)
     g = lo.add_mutually_exclusive_group()
     g.add_argument("--steps", type=int, help="audit this many global steps from the start")
     g.add_argument("--epochs", type=int, help="audit this many whole epochs (default 1)")
     lo.add_argument("--process-count", type=int, default=1)
-    lo.add_argument("--base-dir")
-    lo.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
-    lo.add_argument("--order", default="olmo-core", choices=["olmo-core", "feistel"])
-    lo.add_argument("--work-dir", help="order files and spill files (default $OLMAX_WORK_DIR or tmp)")
     lo.add_argument("--resume-at", type=int, nargs="*", default=[],
                     help="save and restore the loader state before these stream steps")
     lo.add_argument("--resume-process-count", type=int, help="process count after a --resume-at")
@@ -61,13 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Indexes eval items' token n-grams exactly, probes every training window, and "
         "reports per item the matched n-grams, longest matched span, covered fraction and where. "
         "Exits 1 when any item of a gated set is contaminated.")
-    lk.add_argument("--mix", required=True)
+    add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
     lk.add_argument("--eval", action="append", default=[], metavar="NAME=PATH",
                     help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
                     "folder, or a bundled set name (NAME alone, e.g. arc_easy); repeat")
-    lk.add_argument("--base-dir")
-    lk.add_argument("--mix-tokenizer", help="{TOKENIZER} value for the mix's paths")
-    lk.add_argument("--tokenizer", default="dolma2", help="tokenizer the mix was tokenized with")
+    lk.add_argument("--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with")
     lk.add_argument("--ngram", type=int, default=13)
     lk.add_argument("--min-item-words", type=int, default=4,
                     help="items with fewer words than this are too short to decide")
@@ -88,15 +81,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "dedup", help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
         description="Hashes every document and every span-token window inside a document of the "
         "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.")
-    dd.add_argument("--mix", required=True)
+    add_stream_options(dd, seq_len=False, batch=False, order=False)
     dd.add_argument("--span", type=int, default=50, help="repeated-span length in tokens (ExactSubstr: 50)")
-    dd.add_argument("--base-dir")
-    dd.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
     dd.add_argument("--min-doc-tokens", type=int, default=32)
     dd.add_argument("--max-dup-doc-frac", type=float, default=0.01)
     dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
     dd.add_argument("--threads", type=int, default=2)
-    dd.add_argument("--work-dir", help="spill files (default the temp dir)")
     _out(dd)
     dd.set_defaults(func=_dedup)
 
@@ -106,19 +96,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "by content hash and reports repeats, never-seen instances, foreign rows, cross-host overlap "
         "and source shares. Exits 1 on an unplanned repeat, a foreign row or a cross-host overlap "
         "beyond the copies the mix plans.")
-    st.add_argument("--mix", required=True)
-    st.add_argument("--seq-len", type=int, required=True)
+    add_stream_options(st, batch=False, order=False)
     st.add_argument("--batches", nargs="+", required=True, metavar="FILE",
                     help="one .npy per host, in host order")
-    st.add_argument("--base-dir")
-    st.add_argument("--tokenizer", help="{TOKENIZER} value for the mix's paths")
     st.add_argument("--threads", type=int, default=2)
     _out(st)
     st.set_defaults(func=_stream)
 
 
 def _finish(report: dict, out: str) -> int:
-    from olmax.audit.report import write_json
+    from olmax.jsonio import write_json
 
     write_json(out, report)
     print("\n".join(report["summary"]))
@@ -129,10 +116,9 @@ def _finish(report: dict, out: str) -> int:
 def _loader(args: argparse.Namespace) -> int:
     from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 
+    stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     cfg = LoaderAuditConfig(
-        mix=args.mix, seq_len=args.seq_len, global_batch_size=args.global_batch_size, seed=args.seed,
-        steps=args.steps, epochs=args.epochs, process_count=args.process_count, base_dir=args.base_dir,
-        tokenizer=args.tokenizer, order=args.order, work_dir=args.work_dir,
+        stream=stream, steps=args.steps, epochs=args.epochs, process_count=args.process_count,
         resume_at=tuple(args.resume_at), resume_process_count=args.resume_process_count,
         share_tolerance=args.share_tolerance, max_dup_instance_frac=args.max_dup_instance_frac,
         max_dup_doc_frac=args.max_dup_doc_frac, min_doc_tokens=args.min_doc_tokens,
@@ -145,8 +131,8 @@ def _loader(args: argparse.Namespace) -> int:
 def _leaks(args: argparse.Namespace) -> int:
     from olmax.audit.leaks import LeakConfig, audit_leaks
 
-    cfg = LeakConfig(mix=args.mix, evals=tuple(args.eval), base_dir=args.base_dir,
-                     mix_tokenizer=args.mix_tokenizer, tokenizer=args.tokenizer, ngram=args.ngram,
+    cfg = LeakConfig(stream=stream_from_args(args), evals=tuple(args.eval), tokenizer=args.tokenizer,
+                     ngram=args.ngram,
                      min_item_words=args.min_item_words, coverage=args.coverage,
                      span_fraction=args.span_fraction, boilerplate_docs=args.boilerplate_docs,
                      gate=tuple(args.gate) if args.gate is not None else None,
@@ -157,16 +143,15 @@ def _leaks(args: argparse.Namespace) -> int:
 def _dedup(args: argparse.Namespace) -> int:
     from olmax.audit.dedup import DedupConfig, audit_dedup
 
-    cfg = DedupConfig(mix=args.mix, span=args.span, base_dir=args.base_dir, tokenizer=args.tokenizer,
-                      min_doc_tokens=args.min_doc_tokens, max_dup_doc_frac=args.max_dup_doc_frac,
-                      max_repeated_span_frac=args.max_repeated_span_frac, threads=args.threads,
-                      work_dir=args.work_dir)
+    cfg = DedupConfig(stream=stream_from_args(args), span=args.span, min_doc_tokens=args.min_doc_tokens,
+                      max_dup_doc_frac=args.max_dup_doc_frac, max_repeated_span_frac=args.max_repeated_span_frac,
+                      threads=args.threads)
     return _finish(audit_dedup(cfg), args.out)
 
 
 def _stream(args: argparse.Namespace) -> int:
     from olmax.audit.stream import StreamConfig, audit_stream
 
-    cfg = StreamConfig(mix=args.mix, seq_len=args.seq_len, batches=tuple(args.batches),
-                       base_dir=args.base_dir, tokenizer=args.tokenizer, threads=args.threads)
+    cfg = StreamConfig(stream=stream_from_args(args, required=("mix", "seq_len")), batches=tuple(args.batches),
+                       threads=args.threads)
     return _finish(audit_stream(cfg), args.out)

@@ -21,22 +21,23 @@ from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
+from olmax.data.stream import StreamSpec
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 
 
 @dataclass(frozen=True)
 class DedupConfig:
-    mix: str
+    """The mix (`stream`: its mix, base dir, {TOKENIZER} value and work dir for spill files are read)
+    and the duplicate limits."""
+
+    stream: StreamSpec
     span: int = 50
-    base_dir: str | None = None
-    tokenizer: str | None = None
     min_doc_tokens: int = 32
     max_dup_doc_frac: float = 0.01
     max_repeated_span_frac: float = 0.05
     chunk_tokens: int = 1 << 20
     threads: int = 2
-    work_dir: str | None = None
     examples: int = 10
 
 
@@ -109,18 +110,17 @@ def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_toke
 
 def audit_dedup(cfg: DedupConfig) -> dict:
     from olmax.audit.content import scan_content
-    from olmax.data.index import open_index
 
-    index = open_index(cfg.mix, 1, base_dir=cfg.base_dir, tokenizer=cfg.tokenizer, allow_short_files=True)
+    index = cfg.stream.open_index(seq_len=1, allow_short_files=True)
     content = scan_content(index, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads,
-                           work_dir=cfg.work_dir, examples=cfg.examples, instances=False)
+                           work_dir=cfg.stream.work_dir, examples=cfg.examples, instances=False)
     paths, phys = content.phys_paths, content.phys
     label_of_phys = {}
     for f, p in enumerate(phys.tolist()):
         label_of_phys.setdefault(p, index.labels[f])
     names = index.label_names
     spans = repeated_spans(paths, [label_of_phys[p] for p in range(len(paths))], cfg.span,
-                           chunk_tokens=cfg.chunk_tokens, work_dir=cfg.work_dir, examples=cfg.examples)
+                           chunk_tokens=cfg.chunk_tokens, work_dir=cfg.stream.work_dir, examples=cfg.examples)
     sizes, repeated = spans["sizes"], spans["masks"]
     windows, within, across, examples = spans["windows"], spans["within"], spans["across"], spans["examples"]
     per_source = {name: {"tokens": 0, "repeated_span_tokens": 0} for name in names}
@@ -150,6 +150,6 @@ def audit_dedup(cfg: DedupConfig) -> dict:
                           f"(two bases mod 2^31-1), per-pair collision <= ((span-1)/p)^2 = "
                           f"{((cfg.span - 1) / (2**31 - 1)) ** 2:.1e}, not re-checked"),
               "checks": checks_json(checks), "ok": not failed(checks)}
-    report["summary"] = summary_lines(f"olmax audit dedup: {cfg.mix} ({sum(sizes):,} tokens, "
+    report["summary"] = summary_lines(f"olmax audit dedup: {cfg.stream.mix} ({sum(sizes):,} tokens, "
                                       f"{len(paths)} files)", checks)
     return report

@@ -38,7 +38,7 @@ MAX_TOKEN = (1 << 20) - 1  # token ids must be <= this (dolma2: < 2^17); see the
 MAX_WINDOW = 1 << 12
 
 
-def _reduce(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+def reduce_mod(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     """a mod p in place, for any uint64 a (two Mersenne folds, then one conditional subtract)."""
     np.right_shift(a, _S31, out=tmp)
     a &= _P
@@ -52,7 +52,7 @@ def _reduce(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     return a
 
 
-def _fold(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
+def fold_mod(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     """One Mersenne fold in place: a' = (a & p) + (a >> 31) is congruent to a mod p; for a < 2^63,
     a' < 2^31 + 2^32."""
     np.right_shift(a, _S31, out=tmp)
@@ -61,7 +61,7 @@ def _fold(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     return a
 
 
-def _powers(base: int, n: int) -> np.ndarray:
+def powers_mod(base: int, n: int) -> np.ndarray:
     """uint64 (n,): base^i mod p, built as an outer product of a small and a strided table."""
     small = np.empty(_BLOCK, dtype=np.uint64)
     v = 1
@@ -75,7 +75,7 @@ def _powers(base: int, n: int) -> np.ndarray:
         big[i] = w
         w = w * step % MERSENNE31
     out = (big[:, None] * small[None, :]).ravel()[:n].copy()
-    return _reduce(out, np.empty_like(out))
+    return reduce_mod(out, np.empty_like(out))
 
 
 class _PowerCache:
@@ -93,8 +93,8 @@ class _PowerCache:
         with self._lock:
             if n > self.n:
                 size = max(n, 1 << 16, 2 * self.n)
-                self.tables = ([_powers(b, size) for b in BASES],
-                               [_powers(pow(b, -1, MERSENNE31), size) for b in BASES])
+                self.tables = ([powers_mod(b, size) for b in BASES],
+                               [powers_mod(pow(b, -1, MERSENNE31), size) for b in BASES])
                 self.n = size
             return self.tables
 
@@ -134,9 +134,9 @@ class PrefixHasher:
         for b, s in enumerate(self._sums):
             d = s[k:k + m:stride] - s[0:m:stride]  # exact: the window's sum is < 2^63
             tmp = np.empty_like(d)
-            _fold(d, tmp)  # < 2^33, so the product below stays < 2^64
+            fold_mod(d, tmp)  # < 2^33, so the product below stays < 2^64
             d *= self._inv[b][0:m:stride]
-            _reduce(d, tmp)
+            reduce_mod(d, tmp)
             if out is None:
                 out = d << np.uint64(32)
             else:
@@ -150,9 +150,9 @@ class PrefixHasher:
         for b, s in enumerate(self._sums):
             d = s[starts + k] - s[starts]
             tmp = np.empty_like(d)
-            _reduce(d, tmp)
+            reduce_mod(d, tmp)
             d *= self._inv[b][starts]
-            _reduce(d, tmp)
+            reduce_mod(d, tmp)
             out = d << np.uint64(32) if out is None else out | d
         return out if out is not None else np.zeros(0, np.uint64)
 
@@ -176,7 +176,7 @@ def packed_windows_at(packed: np.ndarray, k: int, starts: np.ndarray, block: int
         for b, v in enumerate((half, x)):
             v *= fwd[b][:k]  # each term < 2^20 * 2^31, a window's sum < 2^63 (k <= MAX_WINDOW)
             h = v.sum(axis=1, dtype=np.uint64)
-            _reduce(h, np.empty_like(h))
+            reduce_mod(h, np.empty_like(h))
             out_a = h << np.uint64(32) if out_a is None else out_a | h
         out[a:a + step] = out_a
     return out

@@ -27,7 +27,6 @@ Decision (per item, on the single best training document):
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents, require_local
 from olmax.data.shards import read_tokens
+from olmax.data.stream import StreamSpec
 
 MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
@@ -48,10 +48,11 @@ HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<
 
 @dataclass(frozen=True)
 class LeakConfig:
-    mix: str
+    """The training mix (`stream`: its mix, base dir and {TOKENIZER} value are read), the eval sets, the
+    tokenizer the mix was tokenized with, and the detection rule's settings."""
+
+    stream: StreamSpec
     evals: tuple[str, ...]
-    base_dir: str | None = None
-    mix_tokenizer: str | None = None
     tokenizer: str = "dolma2"
     ngram: int = 13
     min_item_words: int = 4
@@ -222,108 +223,26 @@ def _decide(item_hits: np.ndarray, q: np.ndarray, boiler: np.ndarray, k: int, n:
 
 
 def audit_leaks(cfg: LeakConfig) -> dict:
+    """Find the eval items inside the training data; returns the report (`ok` False when an item of a
+    gated set is contaminated). Phases: index the eval items → probe every training file → decide
+    each item that has hits → per-set counts and clean subsets → report."""
     from olmax.assets import tokenizer_path
-    from olmax.audit.evalsets import load_eval
-    from olmax.data.index import open_index
-    from olmax.data.tokenize import load_tokenizer
 
     t0 = time.perf_counter()
-    index = open_index(cfg.mix, 1, base_dir=cfg.base_dir, tokenizer=cfg.mix_tokenizer,
-                       allow_short_files=True)
+    index = cfg.stream.open_index(seq_len=1, allow_short_files=True)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
-    tok = load_tokenizer(tok_path)
     tables = word_tables(tok_path)
-    sets = [load_eval(spec) for spec in cfg.evals]
-    if not sets:
-        from olmax.errors import OlmaxError
-
-        raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
-    set_of, seqs, all_items = [], [], []
-    for s, (_, items) in enumerate(sets):
-        ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
-        for it, t in zip(items, ids):
-            seqs.append(tables.words(np.asarray(t, dtype=np.int64))[0])
-            set_of.append(s)
-            all_items.append(it)
-    set_of = np.asarray(set_of, dtype=np.int64)
-    eidx = EvalIndex(seqs, cfg.ngram, cfg.min_item_words)
+    ev = _index_evals(cfg, tok_path, tables)
     t_index = time.perf_counter() - t0
-
     # Map over distinct training files (a path listed twice is probed once), reduce in file order.
     paths = list(dict.fromkeys(index.paths))
     require_local(paths, "the leak probe")
     t1 = time.perf_counter()
-    # df is counted on the capped hits: min(df, cap_docs), which decides df >= boilerplate_docs.
-    cap_docs = cfg.boilerplate_docs + 1
-    kept, train_tokens = HitSet(cap_docs), 0
-    threads = max(1, cfg.threads)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for file_hits, n_tokens in _in_order(pool, lambda fp: probe_file(
-                fp[1], fp[0], eidx, tables, cap_docs=cap_docs, chunk_tokens=cfg.chunk_tokens),
-                enumerate(paths), ahead=2 * threads):
-            kept.add(file_hits)
-            train_tokens += n_tokens
+    hits, train_tokens = _probe(paths, ev.index, tables, cfg)
     probe_s = time.perf_counter() - t1
-    hits = kept.result()
-    df = doc_freq(hits, eidx.num_keys)
-
-    # Expand hits to (item, n-gram position) through the index's records.
-    per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]
-    hit_of = np.repeat(np.arange(hits.size), per)
-    rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (np.arange(hit_of.size) -
-                                                         np.repeat(np.cumsum(per) - per, per))
-    h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
-    h_boiler = df[hits["key"][hit_of]] >= cfg.boilerplate_docs
-    # boilerplate n-grams of every item (to count each item's non-boilerplate n-grams)
-    key_of_rec = np.repeat(np.arange(eidx.num_keys), np.diff(eidx.rec_ptr))
-    rec_boiler = df[key_of_rec] >= cfg.boilerplate_docs
-    ngrams_of = np.bincount(eidx.rec_item, minlength=len(seqs))
-    boiler_of = np.bincount(eidx.rec_item[rec_boiler], minlength=len(seqs))
-
-    doc_cache: dict[int, object] = {}
-    contaminated, near, flagged = [], [], np.zeros(len(seqs), dtype=bool)
-    order = np.argsort(h_item, kind="stable")
-    items_hit, first = np.unique(h_item[order], return_index=True)
-    bounds = np.concatenate([first, [order.size]])
-    for j, item in enumerate(items_hit.tolist()):
-        sel = order[bounds[j]:bounds[j + 1]]
-        k = int(eidx.lengths_of[item])
-        ev = _decide(hits[hit_of[sel]], h_q[sel], h_boiler[sel], k, cfg.ngram, int(ngrams_of[item]),
-                     int(ngrams_of[item] - boiler_of[item]), cfg)
-        if not ev["contaminated"] and len(near) >= MAX_NEAR_MISSES:
-            continue
-        flagged[item] = ev["contaminated"]
-        f = ev.pop("file")
-        if f not in doc_cache:
-            doc_cache[f] = documents(paths[f])
-        docs = doc_cache[f]
-        s = int(set_of[item])
-        (contaminated if ev["contaminated"] else near).append({
-            "eval": sets[s][0], "id": all_items[item].report_id,
-            "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
-            **{kk: v for kk, v in ev.items() if kk != "contaminated"},
-            "file": paths[f], "doc": docs.id_of(ev["doc"])})
-    too_short = eidx.lengths_of < cfg.min_item_words
-    gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in sets}
-    per_set, checks = {}, []
-    for s, (name, _items) in enumerate(sets):
-        sel = set_of == s
-        n_bad = int(flagged[sel].sum())
-        per_set[name] = {"items": int(sel.sum()), "contaminated": n_bad,
-                         "percent_contaminated": round(100.0 * n_bad / max(1, int(sel.sum())), 3),
-                         "too_short_to_decide": int(too_short[sel].sum()),
-                         "ngrams": int(ngrams_of[sel].sum()), "gated": name in gate}
-        if cfg.clean_dir:
-            from olmax.audit.report import write_text_atomic
-
-            clean = [all_items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]
-            out = os.path.join(cfg.clean_dir, f"{name}.jsonl")
-            write_text_atomic(out, "".join(json.dumps({"id": it.report_id, "text": it.text}) + "\n"
-                                           for it in clean))
-            per_set[name]["clean_subset"] = out
-        checks.append(Check(f"contaminated:{name}", n_bad == 0, n_bad, 0, gated=name in gate,
-                            detail=f"{per_set[name]['percent_contaminated']}% of "
-                            f"{per_set[name]['items']} items"))
+    contaminated, near, flagged = _decide_items(hits, ev, paths, cfg)
+    per_set, checks = _per_set(ev, flagged, cfg)
+    eidx = ev.index
     report = {
         "command": "audit leaks", "settings": asdict(cfg), "normalization": NORMALIZATION,
         "hashing": (f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
@@ -336,7 +255,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
                  f"need an exact whole-item match; items under {cfg.min_item_words} tokens are not "
                  f"decided"),
         "training": {"files": len(paths), "tokens": train_tokens},
-        "eval_index": {"items": len(seqs), "keys": eidx.num_keys, "lengths": eidx.lengths},
+        "eval_index": {"items": len(ev.items), "keys": eidx.num_keys, "lengths": eidx.lengths},
         "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3),
                    "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9))},
         "sets": per_set, "contaminated": contaminated,
@@ -344,6 +263,121 @@ def audit_leaks(cfg: LeakConfig) -> dict:
         "checks": checks_json(checks),
         "ok": not failed(checks),
     }
-    report["summary"] = summary_lines(f"olmax audit leaks: {cfg.mix} ({train_tokens:,} training tokens, "
-                                      f"{len(seqs)} eval items, {eidx.num_keys:,} keys)", checks)
+    report["summary"] = summary_lines(f"olmax audit leaks: {cfg.stream.mix} ({train_tokens:,} training tokens, "
+                                      f"{len(ev.items)} eval items, {eidx.num_keys:,} keys)", checks)
     return report
+
+
+@dataclass
+class _Evals:
+    """The eval items of every set, in one list: their set, their word sequences and the n-gram index."""
+
+    sets: list[tuple[str, list]]  # (set name, its items)
+    set_of: np.ndarray  # int64 (items,): which set each item is from
+    items: list  # EvalItem, all sets concatenated
+    index: EvalIndex
+
+
+def _index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> _Evals:
+    from olmax.audit.evalsets import load_eval
+    from olmax.data.tokenize import load_tokenizer
+    from olmax.errors import OlmaxError
+
+    sets = [load_eval(spec) for spec in cfg.evals]
+    if not sets:
+        raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
+    tok = load_tokenizer(tok_path)
+    set_of, seqs, all_items = [], [], []
+    for s, (_, items) in enumerate(sets):
+        ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
+        for it, t in zip(items, ids):
+            seqs.append(tables.words(np.asarray(t, dtype=np.int64))[0])
+            set_of.append(s)
+            all_items.append(it)
+    return _Evals(sets, np.asarray(set_of, dtype=np.int64), all_items, EvalIndex(seqs, cfg.ngram, cfg.min_item_words))
+
+
+def _probe(paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfig) -> tuple[np.ndarray, int]:
+    """Every (key, file, document) hit, each key's first `boilerplate_docs + 1` documents kept, and the
+    number of training tokens probed."""
+    # df is counted on the capped hits: min(df, cap_docs), which decides df >= boilerplate_docs.
+    cap_docs = cfg.boilerplate_docs + 1
+    kept, train_tokens = HitSet(cap_docs), 0
+    threads = max(1, cfg.threads)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for file_hits, n_tokens in _in_order(pool, lambda fp: probe_file(
+                fp[1], fp[0], eidx, tables, cap_docs=cap_docs, chunk_tokens=cfg.chunk_tokens),
+                enumerate(paths), ahead=2 * threads):
+            kept.add(file_hits)
+            train_tokens += n_tokens
+    return kept.result(), train_tokens
+
+
+def _decide_items(hits: np.ndarray, ev: _Evals, paths: list[str], cfg: LeakConfig
+                  ) -> tuple[list[dict], list[dict], np.ndarray]:
+    """(contaminated items, near misses, flagged mask over all items) by the rule in `_decide`."""
+    eidx, n_items = ev.index, len(ev.items)
+    df = doc_freq(hits, eidx.num_keys)
+    # Expand hits to (item, n-gram position) through the index's records.
+    per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]
+    hit_of = np.repeat(np.arange(hits.size), per)
+    rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (np.arange(hit_of.size) -
+                                                         np.repeat(np.cumsum(per) - per, per))
+    h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
+    h_boiler = df[hits["key"][hit_of]] >= cfg.boilerplate_docs
+    # boilerplate n-grams of every item (to count each item's non-boilerplate n-grams)
+    key_of_rec = np.repeat(np.arange(eidx.num_keys), np.diff(eidx.rec_ptr))
+    rec_boiler = df[key_of_rec] >= cfg.boilerplate_docs
+    ngrams_of = np.bincount(eidx.rec_item, minlength=n_items)
+    boiler_of = np.bincount(eidx.rec_item[rec_boiler], minlength=n_items)
+
+    doc_cache: dict[int, object] = {}
+    contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
+    order = np.argsort(h_item, kind="stable")
+    items_hit, first = np.unique(h_item[order], return_index=True)
+    bounds = np.concatenate([first, [order.size]])
+    for j, item in enumerate(items_hit.tolist()):
+        sel = order[bounds[j]:bounds[j + 1]]
+        k = int(eidx.lengths_of[item])
+        found = _decide(hits[hit_of[sel]], h_q[sel], h_boiler[sel], k, cfg.ngram, int(ngrams_of[item]),
+                        int(ngrams_of[item] - boiler_of[item]), cfg)
+        if not found["contaminated"] and len(near) >= MAX_NEAR_MISSES:
+            continue
+        flagged[item] = found["contaminated"]
+        f = found.pop("file")
+        if f not in doc_cache:
+            doc_cache[f] = documents(paths[f])
+        docs = doc_cache[f]
+        (contaminated if found["contaminated"] else near).append({
+            "eval": ev.sets[int(ev.set_of[item])][0], "id": ev.items[item].report_id,
+            "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
+            **{kk: v for kk, v in found.items() if kk != "contaminated"},
+            "file": paths[f], "doc": docs.id_of(found["doc"])})
+    return contaminated, near, flagged
+
+
+def _per_set(ev: _Evals, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
+    """Each set's counts (and clean subset, with `clean_dir`) and its gate check."""
+    eidx = ev.index
+    ngrams_of = np.bincount(eidx.rec_item, minlength=len(ev.items))
+    too_short = eidx.lengths_of < cfg.min_item_words
+    gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in ev.sets}
+    per_set, checks = {}, []
+    for s, (name, _items) in enumerate(ev.sets):
+        sel = ev.set_of == s
+        n_bad = int(flagged[sel].sum())
+        per_set[name] = {"items": int(sel.sum()), "contaminated": n_bad,
+                         "percent_contaminated": round(100.0 * n_bad / max(1, int(sel.sum())), 3),
+                         "too_short_to_decide": int(too_short[sel].sum()),
+                         "ngrams": int(ngrams_of[sel].sum()), "gated": name in gate}
+        if cfg.clean_dir:
+            from olmax.jsonio import write_jsonl
+
+            clean = [ev.items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]
+            out = os.path.join(cfg.clean_dir, f"{name}.jsonl")
+            write_jsonl(out, ({"id": it.report_id, "text": it.text} for it in clean))
+            per_set[name]["clean_subset"] = out
+        checks.append(Check(f"contaminated:{name}", n_bad == 0, n_bad, 0, gated=name in gate,
+                            detail=f"{per_set[name]['percent_contaminated']}% of "
+                            f"{per_set[name]['items']} items"))
+    return per_set, checks

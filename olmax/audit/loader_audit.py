@@ -31,22 +31,18 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 
 @dataclass(frozen=True)
 class LoaderAuditConfig:
-    mix: str
-    seq_len: int
-    global_batch_size: int
-    seed: int = 34521
+    """The stream audited (`StreamSpec`: mix, L, G, seed, order, ...) and how to audit it."""
+
+    stream: StreamSpec
     steps: int | None = None  # stream steps from the start; None: whole epochs
     epochs: int | None = None  # None with steps None: 1 epoch
     process_count: int = 1
-    base_dir: str | None = None
-    tokenizer: str | None = None
-    order: str = "olmo-core"
-    work_dir: str | None = None
     resume_at: tuple[int, ...] = ()
     resume_process_count: int | None = None
     share_tolerance: float = 0.02
@@ -63,12 +59,9 @@ class LoaderAuditConfig:
 
 
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
-    from olmax.data.loader import Loader, LoaderConfig
-
-    cfg = LoaderConfig(seq_len=config.seq_len, global_batch_size=config.global_batch_size,
-                       seed=config.seed, order=config.order, work_dir=config.work_dir, num_threads=0)
-    return [Loader(index, cfg, process_index=p, process_count=process_count)
-            for p in range(process_count)]
+    """One loader per rank over the audited stream, reading synchronously (ids only, no token reads)."""
+    spec = config.stream.replace(num_threads=0)
+    return [spec.open_loader(index, process_index=p, process_count=process_count) for p in range(process_count)]
 
 
 def replay(index, config: LoaderAuditConfig) -> dict:
@@ -131,23 +124,51 @@ def replay(index, config: LoaderAuditConfig) -> dict:
 
 
 def audit_loader(config: LoaderAuditConfig) -> dict:
-    """Run every check; returns the report dict (`report["ok"]` False when a gated check fails)."""
-    from olmax.audit.spans import physical_ids
-    from olmax.data.index import open_index
+    """Run every check; returns the report dict (`report["ok"]` False when a gated check fails).
 
-    index = open_index(config.mix, config.seq_len, base_dir=config.base_dir, tokenizer=config.tokenizer)
-    G, L, N = config.global_batch_size, config.seq_len, index.num_instances
+    Phases: replay the plan → plan checks (repeats, coverage, ranks, resume) → label checks → source
+    shares → content checks (duplicates, unplanned repeats, exposure, spans) → report."""
+    stream = config.stream
+    index = stream.open_index()
     run = replay(index, config)
-    ids, epochs, k, rank = run["ids"], run["epoch"], run["k"], run["rank"]
     checks: list[Check] = []
-    ex = config.examples
+    plan = _plan_checks(index, run, config, checks)
+    several, phys = _label_checks(index, checks)
+    shares = _share_checks(index, run["ids"], config, checks)
+    report: dict = {"command": "audit loader", "settings": asdict(config),
+                    "fingerprint": index.fingerprint,
+                    "index": {"files": len(index.paths), "physical_files": int(np.unique(phys).size),
+                              "instances": index.num_instances, "tokens": index.num_tokens,
+                              "batches_per_epoch": run["batches_per_epoch"]},
+                    "replay": {"steps": run["steps"], "rows": int(run["ids"].size), "resumes": run["resumes"],
+                               "full_epochs": plan["full_epochs"], "rank_checked_steps": run["rank_checked_steps"]},
+                    "instances_over_planned_examples": plan["over_examples"],
+                    "paths_under_several_labels": several, "sources": shares}
+    if config.content:
+        report.update(_content_checks(index, run, config, checks))
+    if config.exposure_out:
+        write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
+        report["exposure_file"] = config.exposure_out
+    report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
+                         "re-compared byte for byte before it is counted")
+    report["checks"] = checks_json(checks)
+    report["ok"] = not failed(checks)
+    report["summary"] = summary_lines(f"olmax audit loader: {stream.mix} (L={stream.seq_len}, "
+                                      f"G={stream.global_batch_size}, seed={stream.seed}, {run['steps']} steps x "
+                                      f"{config.process_count} ranks, {run['ids'].size} rows)", checks)
+    return report
 
-    # 1. Each instance at most once per epoch; full epochs cover batches_per_epoch x G instances.
+
+def _plan_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+    """Each instance at most once per epoch, full epochs covered, ranks disjoint and complete, resumes
+    where saved; returns the over-planned examples and the fully audited epochs."""
+    ids, epochs, k, rank = run["ids"], run["epoch"], run["k"], run["rank"]
+    G, L, N = config.stream.global_batch_size, config.stream.seq_len, index.num_instances
     key = (epochs - 1) * N + ids
-    uniq, first_at, counts = np.unique(key, return_index=True, return_counts=True)
+    uniq, counts = np.unique(key, return_counts=True)
     over = counts > 1
     over_examples = []
-    for u in uniq[over][:ex].tolist():
+    for u in uniq[over][:config.examples].tolist():
         where = np.flatnonzero(key == u)
         f, s = index.locate(np.asarray([u % N]))
         over_examples.append({"instance": int(u % N), "epoch": int(u // N) + 1,
@@ -157,11 +178,8 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
     checks.append(Check("instances_over_planned", n_over == 0, n_over, 0,
                         detail="rows repeating an instance within its epoch"))
     bpe = run["batches_per_epoch"]
-    missing = 0
-    full_epochs = [e for e in np.unique(epochs).tolist()
-                   if np.unique(k[epochs == e]).size == bpe]
-    for e in full_epochs:
-        missing += bpe * G - int(np.unique(ids[epochs == e]).size)
+    full_epochs = [e for e in np.unique(epochs).tolist() if np.unique(k[epochs == e]).size == bpe]
+    missing = sum(bpe * G - int(np.unique(ids[epochs == e]).size) for e in full_epochs)
     checks.append(Check("instances_missing", missing == 0, missing, 0,
                         detail=f"over {len(full_epochs)} full epoch(s); the epoch tail of "
                         f"{N - bpe * G} instances is dropped by plan"))
@@ -174,8 +192,13 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
         checks.append(Check("resume_position", False, run["resumes"], "resume where saved"))
     elif run["resumes"]:
         checks.append(Check("resume_position", True, run["resumes"], "resume where saved"))
+    return {"over_examples": over_examples, "full_epochs": full_epochs}
 
-    # 2. One physical file under two labels.
+
+def _label_checks(index, checks: list[Check]) -> tuple[list[dict], np.ndarray]:
+    """One physical file under two labels; returns those files and every path's physical id."""
+    from olmax.audit.spans import physical_ids
+
     phys = physical_ids(index.paths)
     several = []
     for p in np.unique(phys).tolist():
@@ -184,12 +207,15 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
             several.append({"file": index.paths[int(np.flatnonzero(phys == p)[0])], "labels": labels})
     checks.append(Check("path_under_several_labels", not several, len(several), 0,
                         detail="; ".join(f"{s['file']} as {'+'.join(s['labels'])}" for s in several[:3])))
+    return several, phys
 
-    # 3. Source shares: observed vs the mix's plan.
+
+def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+    """Observed token share of each source vs the mix's plan; returns the per-source shares."""
+    L = config.stream.seq_len
     planned = index.tokens_by_label()
     total_planned = sum(planned.values())
-    src = index.source_ids(ids)
-    observed = np.bincount(src, minlength=len(index.label_names)) * L
+    observed = np.bincount(index.source_ids(ids), minlength=len(index.label_names)) * L
     shares = {}
     for i, name in enumerate(index.label_names):
         p = planned[name] / total_planned
@@ -199,120 +225,96 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                         "observed_tokens": int(observed[i]), "observed_share": round(o, 6)}
         checks.append(Check(f"source_share:{name}", abs(o - p) <= slack, round(o, 6),
                             f"{p:.4f} ± {slack:.4f}"))
-
-    report: dict = {"command": "audit loader", "settings": asdict(config),
-                    "fingerprint": index.fingerprint,
-                    "index": {"files": len(index.paths), "physical_files": int(np.unique(phys).size),
-                              "instances": N, "tokens": index.num_tokens, "batches_per_epoch": bpe},
-                    "replay": {"steps": run["steps"], "rows": int(ids.size), "resumes": run["resumes"],
-                               "full_epochs": full_epochs, "rank_checked_steps": run["rank_checked_steps"]},
-                    "instances_over_planned_examples": over_examples,
-                    "paths_under_several_labels": several, "sources": shares}
-
-    # 4. Content: identical instances/documents elsewhere, unplanned repeats, exposure.
-    if config.content:
-        from olmax.audit.content import scan_content
-
-        content = scan_content(index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
-                               work_dir=config.work_dir, examples=ex)
-        dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
-                                != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
-                           for p in content.phys[:].tolist()))  # counted per mix line
-        frac = dup_inst / max(1, N)
-        checks.append(Check("duplicate_instances", frac <= config.max_dup_instance_frac,
-                            round(frac, 6), config.max_dup_instance_frac,
-                            detail=f"{dup_inst} of {N} instances repeat content found at another "
-                            f"file/position"))
-        dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
-        checks.append(Check("duplicate_documents", dfrac <= config.max_dup_doc_frac, round(dfrac, 6),
-                            config.max_dup_doc_frac,
-                            detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
-                            f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document"))
-        cid = content.content_ids(index, ids)
-        files, starts = index.locate(ids)
-        raw = content.phys_offsets[content.phys[files]] + starts // L
-        # Rows whose content was emitted from another physical window: beyond the most-emitted one.
-        pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
-        by_cid: dict[int, list[int]] = {}
-        for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
-            by_cid.setdefault(c, []).append(n)
-        unplanned = int(sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1))
-        checks.append(Check("unplanned_repeat_rows", unplanned <= config.max_dup_instance_frac * ids.size,
-                            unplanned, f"{config.max_dup_instance_frac} of {ids.size} rows",
-                            detail="emitted rows repeating content emitted from another file/position"))
-        same = content.identical_files
-        checks.append(Check("identical_files", not same, len(same), 0,
-                            detail="; ".join(f"{d['file']} == {d['same_as_file']}" for d in same[:3])))
-        cu, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
-        exposure = {}
-        for i, name in enumerate(index.label_names):
-            sel = src[cfirst] == i
-            levels, tok = np.unique(cn[sel], return_counts=True)
-            exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
-        checks.append(Check("hash_collisions", content.collisions == 0, content.collisions, 0,
-                            gated=False, detail="equal xxh3 hashes whose bytes differed"))
-        report["content"] = {"identical_files": same, "duplicate_instances": dup_inst,
-                             "duplicate_instance_examples": content.window_examples,
-                             "duplicate_documents": content.duplicate_docs,
-                             "duplicate_document_tokens": content.duplicate_doc_tokens,
-                             "documents": content.docs, "document_tokens": content.doc_tokens,
-                             "duplicate_document_examples": content.doc_examples,
-                             "unplanned_repeat_rows": unplanned}
-        report["exposure"] = exposure
-        if config.span_tokens > 0:
-            from olmax.audit.dedup import repeated_spans
-
-            labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])]
-                      for p in range(len(content.phys_paths))]
-            spans = repeated_spans(content.phys_paths, labels, config.span_tokens,
-                                   work_dir=config.work_dir, examples=ex)
-            rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
-            frac = rep_tokens / max(1, sum(spans["sizes"]))
-            checks.append(Check("repeated_spans", frac <= config.max_repeated_span_frac, round(frac, 6),
-                                config.max_repeated_span_frac,
-                                detail=f"{rep_tokens} tokens inside a later copy of a >= "
-                                f"{config.span_tokens}-token span ({spans['across']} across sources)"))
-            report["content"]["repeated_spans"] = {
-                "span_tokens": config.span_tokens, "repeated_tokens": rep_tokens,
-                "within_source": spans["within"], "across_sources": spans["across"],
-                "examples": spans["examples"]}
-    if config.exposure_out:
-        write_exposure(config.exposure_out, index, ids, config, last_step=int(k.max()) + 1)
-        report["exposure_file"] = config.exposure_out
-    report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
-                         "re-compared byte for byte before it is counted")
-    report["checks"] = checks_json(checks)
-    report["ok"] = not failed(checks)
-    report["summary"] = summary_lines(f"olmax audit loader: {config.mix} (L={L}, G={G}, seed="
-                                      f"{config.seed}, {run['steps']} steps x {config.process_count} "
-                                      f"ranks, {ids.size} rows)", checks)
-    return report
+    return shares
 
 
-def write_exposure(path: str, index, ids: np.ndarray, config: LoaderAuditConfig, last_step: int) -> None:
+def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+    """Identical instances/documents elsewhere, unplanned repeats, identical files, exposure and (with
+    `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
+    from olmax.audit.content import scan_content
+
+    ids, ex, L, N = run["ids"], config.examples, config.stream.seq_len, index.num_instances
+    work_dir = config.stream.work_dir
+    content = scan_content(index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
+                           work_dir=work_dir, examples=ex)
+    dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
+                            != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
+                       for p in content.phys[:].tolist()))  # counted per mix line
+    frac = dup_inst / max(1, N)
+    checks.append(Check("duplicate_instances", frac <= config.max_dup_instance_frac,
+                        round(frac, 6), config.max_dup_instance_frac,
+                        detail=f"{dup_inst} of {N} instances repeat content found at another "
+                        f"file/position"))
+    dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
+    checks.append(Check("duplicate_documents", dfrac <= config.max_dup_doc_frac, round(dfrac, 6),
+                        config.max_dup_doc_frac,
+                        detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
+                        f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document"))
+    cid = content.content_ids(index, ids)
+    files, starts = index.locate(ids)
+    raw = content.phys_offsets[content.phys[files]] + starts // L
+    # Rows whose content was emitted from another physical window: beyond the most-emitted one.
+    pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
+    by_cid: dict[int, list[int]] = {}
+    for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
+        by_cid.setdefault(c, []).append(n)
+    unplanned = int(sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1))
+    checks.append(Check("unplanned_repeat_rows", unplanned <= config.max_dup_instance_frac * ids.size,
+                        unplanned, f"{config.max_dup_instance_frac} of {ids.size} rows",
+                        detail="emitted rows repeating content emitted from another file/position"))
+    same = content.identical_files
+    checks.append(Check("identical_files", not same, len(same), 0,
+                        detail="; ".join(f"{d['file']} == {d['same_as_file']}" for d in same[:3])))
+    src = index.source_ids(ids)
+    _, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
+    exposure = {}
+    for i, name in enumerate(index.label_names):
+        sel = src[cfirst] == i
+        levels, tok = np.unique(cn[sel], return_counts=True)
+        exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
+    checks.append(Check("hash_collisions", content.collisions == 0, content.collisions, 0,
+                        gated=False, detail="equal xxh3 hashes whose bytes differed"))
+    section = {"identical_files": same, "duplicate_instances": dup_inst,
+               "duplicate_instance_examples": content.window_examples,
+               "duplicate_documents": content.duplicate_docs,
+               "duplicate_document_tokens": content.duplicate_doc_tokens,
+               "documents": content.docs, "document_tokens": content.doc_tokens,
+               "duplicate_document_examples": content.doc_examples,
+               "unplanned_repeat_rows": unplanned}
+    if config.span_tokens > 0:
+        section["repeated_spans"] = _span_checks(index, content, config, checks)
+    return {"content": section, "exposure": exposure}
+
+
+def _span_checks(index, content, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+    """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix."""
+    from olmax.audit.dedup import repeated_spans
+
+    labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])] for p in range(len(content.phys_paths))]
+    spans = repeated_spans(content.phys_paths, labels, config.span_tokens, work_dir=config.stream.work_dir,
+                           examples=config.examples)
+    rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
+    frac = rep_tokens / max(1, sum(spans["sizes"]))
+    checks.append(Check("repeated_spans", frac <= config.max_repeated_span_frac, round(frac, 6),
+                        config.max_repeated_span_frac,
+                        detail=f"{rep_tokens} tokens inside a later copy of a >= "
+                        f"{config.span_tokens}-token span ({spans['across']} across sources)"))
+    return {"span_tokens": config.span_tokens, "repeated_tokens": rep_tokens,
+            "within_source": spans["within"], "across_sources": spans["across"], "examples": spans["examples"]}
+
+
+def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_step: int) -> None:
     """Per-instance serve counts of the audited window as `olmax-exposure/1` .npz (or .json), atomically:
     instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure.py)."""
-    import json
-    import os
-    import tempfile
+    from olmax.atomic import temp_path
+    from olmax.jsonio import write_json
 
     uniq, counts = np.unique(ids, return_counts=True)
     source = np.asarray(index.label_names)[index.source_ids(uniq)]
     fields = {"instance_id": uniq.astype(np.int64), "count": counts.astype(np.int64), "source": source,
-              "seq_len": np.int64(config.seq_len), "mix": np.str_(config.mix), "step": np.int64(last_step)}
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if path.endswith(".json"):
-                f.write(json.dumps({"format": "olmax-exposure/1",
-                                    **{k: (v.tolist() if isinstance(v, np.ndarray) else v.item())
-                                       for k, v in fields.items()}}).encode())
-            else:
-                np.savez(f, **fields)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+              "seq_len": np.int64(stream.seq_len), "mix": np.str_(stream.mix), "step": np.int64(last_step)}
+    if path.endswith(".json"):
+        write_json(path, {"format": "olmax-exposure/1", **fields}, indent=None)
+    else:
+        with temp_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **fields)

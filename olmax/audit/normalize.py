@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from olmax.audit.hashing import BASES, MERSENNE31, _fold, _powers, _reduce
+from olmax.audit.hashing import BASES, MERSENNE31, fold_mod, powers_mod, reduce_mod
 
 NORMALIZATION = ("word-level: token text lowercased (Unicode where a token holds whole characters); "
                  "words are maximal runs of ASCII letters, digits and non-ASCII letters, joined across "
@@ -55,14 +55,14 @@ class WordTables:
     """Per-token run tables: (V + 1) tokens, the last one standing for every id past the vocabulary."""
 
     def __init__(self, tokenizer_json: str):
-        from olmax.data.tokenize import _byte_decoder
+        from olmax.data.tokenize import byte_decoder
 
         with open(tokenizer_json, "rb") as f:
             spec = json.load(f)
         vocab: dict[str, int] = spec["model"]["vocab"]
         added = {int(t["id"]) for t in spec.get("added_tokens", [])}
         size = max([*vocab.values(), *added]) + 2
-        decoder = _byte_decoder()
+        decoder = byte_decoder()
         token_bytes: list[bytes | None] = [None] * size  # None: boundary
         for token, i in vocab.items():
             if i in added:
@@ -100,7 +100,7 @@ class WordTables:
         self.run_len = np.asarray(lens, dtype=np.int64)
         self.starts_word = starts_word & ~self.boundary
         self.ends_word = ends_word & ~self.boundary
-        self.qpow = [_powers(b, MAX_WORD_BYTES) for b in WORD_BASES]
+        self.qpow = [powers_mod(b, MAX_WORD_BYTES) for b in WORD_BASES]
         self.size = size
         # Fast path tables, per token: its (only) run's hash and length (0 for tokens with no run).
         first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
@@ -174,11 +174,11 @@ class WordTables:
                 word_of_run = np.cumsum(~joins) - 1
                 rel = np.minimum(offset - offset[word_starts][word_of_run], MAX_WORD_BYTES - 1)
                 cj = c[joined] * self.qpow[b][rel[joined]]
-                c[joined] = _reduce(cj, np.empty_like(cj))
+                c[joined] = reduce_mod(cj, np.empty_like(cj))
                 w = np.add.reduceat(c, word_starts) if word_starts.size else np.zeros(0, np.uint64)
                 multi = np.flatnonzero(np.diff(np.append(word_starts, c.size)) > 1)
                 wm = w[multi]
-                w[multi] = _reduce(wm, np.empty_like(wm))
+                w[multi] = reduce_mod(wm, np.empty_like(wm))
             else:
                 w = c[word_starts]
             values.append(w & WORD_MASK)
@@ -233,10 +233,10 @@ class WordTables:
             c = np.take(self.tok_h[b], tj, mode="clip")
             c *= np.take(self.qpow[b], rel)  # < 2^62
             tmp = np.empty_like(c)
-            _fold(c, tmp)  # < 2^32: a run's sum stays far below 2^64
+            fold_mod(c, tmp)  # < 2^32: a run's sum stays far below 2^64
             m = np.add.reduceat(c, first)
             m += np.take(self.tok_h[b], th, mode="clip")
-            merged.append(_reduce(m, np.empty_like(m)) & WORD_MASK)
+            merged.append(reduce_mod(m, np.empty_like(m)) & WORD_MASK)
         packed[word] = (merged[0] << np.uint64(32)) | merged[1]
         return packed, starts, consumed
 

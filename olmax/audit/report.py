@@ -1,14 +1,9 @@
-"""Audit reports: checks with thresholds, an atomic JSON write and a readable summary."""
+"""Audit reports: checks with thresholds and a readable summary (written with olmax.jsonio.write_json)."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 
 @dataclass
@@ -35,25 +30,6 @@ def failed(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.gated and not c.ok]
 
 
-def _default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def write_json(path: str, report: dict) -> None:
-    """Write `report` to `path` atomically (olmax.atomic)."""
-    from olmax.atomic import write_text
-
-    write_text(path, json.dumps(report, indent=1, default=_default) + "\n")
-
-
 def summary_lines(title: str, checks: list[Check]) -> list[str]:
     """`PASS/FAIL/info name: value (threshold)` lines, gated failures first."""
     lines = [title]
@@ -65,18 +41,3 @@ def summary_lines(title: str, checks: list[Check]) -> list[str]:
     bad = failed(checks)
     lines.append(f"  => {'FAIL: ' + ', '.join(c.name for c in bad) if bad else 'PASS'}")
     return lines
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, then rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -37,6 +37,7 @@ import numpy as np
 from olmax.audit.hashing import window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 # What each count in the report means; written into every report as "definitions".
@@ -63,19 +64,18 @@ REC = np.dtype([("hash", "<u8"), ("kind", "<u1"), ("a", "<i8"), ("b", "<i8"), ("
 
 @dataclass(frozen=True)
 class StreamConfig:
-    mix: str
-    seq_len: int
+    """The mix and L the rows were cut from (`stream`: its mix, base dir, {TOKENIZER}, seq_len and work
+    dir are read; G comes from the files) and one emitted-rows file per host."""
+
+    stream: StreamSpec
     batches: tuple[str, ...]
-    base_dir: str | None = None
-    tokenizer: str | None = None
     threads: int = 2
-    work_dir: str | None = None
     examples: int = 10_000  # repeated contents / foreign rows / overlaps listed in full up to this
 
 
 def _open_batches(path: str, seq_len: int) -> np.ndarray:
     try:
-        arr = np.load(path, mmap_mode="r")
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
         raise OlmaxError(f"{path}: not a readable .npy array ({e}); pass each host's emitted token "
                          f"ids as a (steps, rows, L) .npy") from e
@@ -92,110 +92,132 @@ def row_hashes(rows: np.ndarray) -> np.ndarray:
 
 
 def audit_stream(cfg: StreamConfig) -> dict:
-    from olmax.audit.spans import physical_ids, require_local
-    from olmax.data.index import open_index
-    from olmax.data.shards import read_tokens
+    """Match every emitted row to the mix's instances by content; returns the report (`ok` False when a
+    gated check fails). Phases: open the rows → hash instances and rows into one spill → tally each
+    hash group → checks → report."""
+    from olmax.audit.spans import require_local
 
-    index = open_index(cfg.mix, cfg.seq_len, base_dir=cfg.base_dir, tokenizer=cfg.tokenizer)
+    index = cfg.stream.open_index()
     require_local(index.paths, "the stream audit")
-    L, N = cfg.seq_len, index.num_instances
+    L, N = cfg.stream.seq_len, index.num_instances
     hosts = [_open_batches(p, L) for p in cfg.batches]
     steps = {h.shape[0] for h in hosts}
-    rows_per_host = [h.shape[1] for h in hosts]
-    total_rows = int(sum(h.shape[0] * h.shape[1] for h in hosts))
-    G = int(sum(rows_per_host))
+    G = int(sum(h.shape[1] for h in hosts))
     bpe = max(1, N // max(1, G))  # global batches per epoch, OLMo-core style (tail dropped)
     epochs = max(1, math.ceil(max(steps, default=0) / bpe))
-    covers_epoch = total_rows >= N - N % max(1, G)
-    phys = physical_ids(index.paths)
-    ex = cfg.examples
-
-    stats = dict(distinct=0, repeated=0, unplanned=0, foreign=0, never=0, cross=0, cross_contents=0,
-                 cross_unplanned=0, collisions=0)
-    repeat_examples, foreign_examples, cross_examples = [], [], []
-    observed = np.zeros(len(index.label_names), dtype=np.int64)
-    file_labels = index.file_label_ids
-    with PartitionSpill(REC, bits=4, work_dir=cfg.work_dir) as spill:
-        hashed: dict[int, np.ndarray] = {}
-        for f, path in enumerate(index.paths):
-            p = int(phys[f])
-            if p not in hashed:
-                hashed[p] = window_spans_hashes(read_tokens(path), L)
-            h = hashed[p][: index.counts[f]]
-            rec = np.zeros(h.size, REC)
-            rec["hash"], rec["kind"], rec["a"] = h, 0, index.offsets[f] + np.arange(h.size)
-            spill.add(rec)
-        hashed.clear()
-        for host, arr in enumerate(hosts):
-            for s in range(arr.shape[0]):
-                h = row_hashes(np.asarray(arr[s]))
-                rec = np.zeros(h.size, REC)
-                rec["hash"], rec["kind"], rec["a"], rec["b"], rec["c"] = h, 1, host, s, np.arange(h.size)
-                spill.add(rec)
-
-        def row_of(r) -> np.ndarray:
-            return np.asarray(hosts[int(r["a"])][int(r["b"]), int(r["c"])]).view(np.uint32)
-
-        def instance_tokens(i: int) -> np.ndarray:
-            f, start = index.locate(np.asarray([i]))
-            return read_tokens(index.paths[int(f[0])])[int(start[0]):int(start[0]) + L]
-
+    tally = _Tally(index, hosts, L, bpe, cfg.examples)
+    with PartitionSpill(REC, bits=4, work_dir=cfg.stream.work_dir) as spill:
+        _spill_hashes(index, hosts, L, spill)
         for part in spill.partitions():
-            starts, ends = equal_runs(part["hash"], min_size=1)
-            n_rows = np.add.reduceat(part["kind"].astype(np.int64), starts) if starts.size else starts
-            n_inst = (ends - starts) - n_rows
-            # Groups without rows only add never-seen instances: counted in bulk, no Python loop.
-            stats["never"] += int(n_inst[n_rows == 0].sum())
-            with_rows = np.flatnonzero(n_rows > 0)
-            for a, b in zip(starts[with_rows].tolist(), ends[with_rows].tolist()):
-                group = part[a:b]
-                inst = group[group["kind"] == 0]
-                rows = group[group["kind"] == 1]
-                if rows.size and inst.size and not np.array_equal(row_of(rows[0]),
-                                                                  instance_tokens(int(inst[0]["a"]))):
-                    stats["collisions"] += 1
-                    inst = inst[:0]  # equal hash, different bytes: not this instance
-                if rows.size:
-                    rows = rows[np.lexsort((rows["c"], rows["a"], rows["b"]))]  # stream order
-                    stats["distinct"] += 1
-                    stats["repeated"] += rows.size - 1
-                    if inst.size == 0:
-                        stats["foreign"] += rows.size
-                        for r in rows[: max(0, ex - len(foreign_examples))]:
-                            foreign_examples.append({"host": int(r["a"]), "step": int(r["b"]),
-                                                     "row": int(r["c"])})
-                    else:
-                        # planned: each instance once per epoch (epoch of a step = step // (N // G))
-                        per_epoch = np.bincount(rows["b"] // bpe)
-                        extra = int(np.maximum(per_epoch - inst.size, 0).sum())
-                        observed[file_labels[index.locate(inst["a"][:1])[0][0]]] += rows.size * L
-                        if extra > 0:
-                            stats["unplanned"] += extra
-                        if rows.size > 1 and len(repeat_examples) < ex:
-                            f, start = index.locate(inst["a"][:1])
-                            repeat_examples.append({
-                                "instance": int(inst[0]["a"]), "file": index.paths[int(f[0])],
-                                "window": int(start[0]) // L, "planned_per_epoch": int(inst.size),
-                                "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])}
-                                              for r in rows]})
-                    # same content on two hosts in one step: every copy of it in that step counts
-                    shared = False
-                    for step in (np.unique(rows["b"]).tolist() if rows.size > 1 else []):
-                        at = rows[rows["b"] == step]
-                        hosts_at = np.unique(at["a"])
-                        if hosts_at.size > 1:
-                            stats["cross"] += int(at.size)
-                            shared = True
-                            if at.size > inst.size:  # more copies than instances hold this content
-                                stats["cross_unplanned"] += int(at.size)
-                            if len(cross_examples) < ex:
-                                cross_examples.append({"step": step, "hosts": hosts_at.tolist(),
-                                                       "copies": int(at.size), "planned": int(inst.size)})
-                    stats["cross_contents"] += shared
-                if inst.size > rows.size:
-                    stats["never"] += int(inst.size - rows.size)
+            tally.partition(part)
+    checks = _stream_checks(tally.stats, epochs, steps)
+    return _stream_report(cfg, index, hosts, tally, checks, epochs)
 
-    diagnosis = diagnose_foreign(index, hosts, foreign_examples) if foreign_examples else {}
+
+def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
+    """One REC per instance of the mix (kind 0) and per emitted row (kind 1), keyed by content hash."""
+    from olmax.audit.spans import physical_ids
+    from olmax.data.shards import read_tokens
+
+    phys = physical_ids(index.paths)
+    hashed: dict[int, np.ndarray] = {}
+    for f, path in enumerate(index.paths):
+        p = int(phys[f])
+        if p not in hashed:
+            hashed[p] = window_spans_hashes(read_tokens(path), L)
+        h = hashed[p][: index.counts[f]]
+        rec = np.zeros(h.size, REC)
+        rec["hash"], rec["kind"], rec["a"] = h, 0, index.offsets[f] + np.arange(h.size)
+        spill.add(rec)
+    hashed.clear()
+    for host, arr in enumerate(hosts):
+        for s in range(arr.shape[0]):
+            h = row_hashes(np.asarray(arr[s]))
+            rec = np.zeros(h.size, REC)
+            rec["hash"], rec["kind"], rec["a"], rec["b"], rec["c"] = h, 1, host, s, np.arange(h.size)
+            spill.add(rec)
+
+
+class _Tally:
+    """The counts and examples, built one equal-hash group (rows + instances of one content) at a time."""
+
+    def __init__(self, index, hosts: list[np.ndarray], L: int, bpe: int, examples: int):
+        self.index, self.hosts, self.L, self.bpe, self.ex = index, hosts, L, bpe, examples
+        self.stats = dict(distinct=0, repeated=0, unplanned=0, foreign=0, never=0, cross=0, cross_contents=0,
+                          cross_unplanned=0, collisions=0)
+        self.repeat_examples: list[dict] = []
+        self.foreign_examples: list[dict] = []
+        self.cross_examples: list[dict] = []
+        self.observed = np.zeros(len(index.label_names), dtype=np.int64)
+
+    def partition(self, part: np.ndarray) -> None:
+        starts, ends = equal_runs(part["hash"], min_size=1)
+        n_rows = np.add.reduceat(part["kind"].astype(np.int64), starts) if starts.size else starts
+        n_inst = (ends - starts) - n_rows
+        # Groups without rows only add never-seen instances: counted in bulk, no Python loop.
+        self.stats["never"] += int(n_inst[n_rows == 0].sum())
+        with_rows = np.flatnonzero(n_rows > 0)
+        for a, b in zip(starts[with_rows].tolist(), ends[with_rows].tolist()):
+            group = part[a:b]
+            self.group(group[group["kind"] == 0], group[group["kind"] == 1])
+
+    def _row(self, r) -> np.ndarray:
+        return np.asarray(self.hosts[int(r["a"])][int(r["b"]), int(r["c"])]).view(np.uint32)
+
+    def _instance_tokens(self, i: int) -> np.ndarray:
+        from olmax.data.shards import read_tokens
+
+        f, start = self.index.locate(np.asarray([i]))
+        return read_tokens(self.index.paths[int(f[0])])[int(start[0]):int(start[0]) + self.L]
+
+    def group(self, inst: np.ndarray, rows: np.ndarray) -> None:
+        stats, ex, index = self.stats, self.ex, self.index
+        if rows.size and inst.size and not np.array_equal(self._row(rows[0]), self._instance_tokens(int(inst[0]["a"]))):
+            stats["collisions"] += 1
+            inst = inst[:0]  # equal hash, different bytes: not this instance
+        if rows.size:
+            rows = rows[np.lexsort((rows["c"], rows["a"], rows["b"]))]  # stream order
+            stats["distinct"] += 1
+            stats["repeated"] += rows.size - 1
+            if inst.size == 0:
+                stats["foreign"] += rows.size
+                for r in rows[: max(0, ex - len(self.foreign_examples))]:
+                    self.foreign_examples.append({"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])})
+            else:
+                # planned: each instance once per epoch (epoch of a step = step // (N // G))
+                per_epoch = np.bincount(rows["b"] // self.bpe)
+                extra = int(np.maximum(per_epoch - inst.size, 0).sum())
+                self.observed[index.file_label_ids[index.locate(inst["a"][:1])[0][0]]] += rows.size * self.L
+                if extra > 0:
+                    stats["unplanned"] += extra
+                if rows.size > 1 and len(self.repeat_examples) < ex:
+                    f, start = index.locate(inst["a"][:1])
+                    self.repeat_examples.append({
+                        "instance": int(inst[0]["a"]), "file": index.paths[int(f[0])],
+                        "window": int(start[0]) // self.L, "planned_per_epoch": int(inst.size),
+                        "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])} for r in rows]})
+            self._cross_host(inst, rows)
+        if inst.size > rows.size:
+            stats["never"] += int(inst.size - rows.size)
+
+    def _cross_host(self, inst: np.ndarray, rows: np.ndarray) -> None:
+        """Same content on two hosts in one step: every copy of it in that step counts."""
+        shared = False
+        for step in (np.unique(rows["b"]).tolist() if rows.size > 1 else []):
+            at = rows[rows["b"] == step]
+            hosts_at = np.unique(at["a"])
+            if hosts_at.size > 1:
+                self.stats["cross"] += int(at.size)
+                shared = True
+                if at.size > inst.size:  # more copies than instances hold this content
+                    self.stats["cross_unplanned"] += int(at.size)
+                if len(self.cross_examples) < self.ex:
+                    self.cross_examples.append({"step": step, "hosts": hosts_at.tolist(), "copies": int(at.size),
+                                                "planned": int(inst.size)})
+        self.stats["cross_contents"] += shared
+
+
+def _stream_checks(stats: dict, epochs: int, steps: set[int]) -> list[Check]:
     checks = [
         Check("unplanned_repeated_rows", stats["unplanned"] == 0, stats["unplanned"], 0,
               detail=f"beyond each content's planned multiplicity per epoch ({epochs} epoch(s))"),
@@ -210,13 +232,22 @@ def audit_stream(cfg: StreamConfig) -> dict:
     if len(steps) > 1:
         checks.append(Check("hosts_same_steps", False, sorted(steps), "equal", gated=False,
                             detail="hosts emitted different numbers of steps"))
+    return checks
+
+
+def _stream_report(cfg: StreamConfig, index, hosts: list[np.ndarray], tally: _Tally, checks: list[Check],
+                   epochs: int) -> dict:
+    stats, N = tally.stats, index.num_instances
+    rows_per_host = [h.shape[1] for h in hosts]
+    total_rows = int(sum(h.shape[0] * h.shape[1] for h in hosts))
     planned = index.tokens_by_label()
     total_planned = sum(planned.values())
-    matched = max(1, int(observed.sum()))
+    matched = max(1, int(tally.observed.sum()))
     shares = {name: {"planned_share": round(planned[name] / total_planned, 6),
-                     "observed_share": round(float(observed[i]) / matched, 6),
-                     "observed_tokens": int(observed[i])}
+                     "observed_share": round(float(tally.observed[i]) / matched, 6),
+                     "observed_tokens": int(tally.observed[i])}
               for i, name in enumerate(index.label_names)}
+    foreign = tally.foreign_examples
     report = {
         "command": "audit stream", "settings": asdict(cfg), "fingerprint": index.fingerprint,
         "instances": N, "hosts": len(hosts), "rows_per_host": rows_per_host,
@@ -225,9 +256,10 @@ def audit_stream(cfg: StreamConfig) -> dict:
         "instances_never_seen": stats["never"],
         "cross_host_rows": stats["cross"], "cross_host_contents": stats["cross_contents"],
         "unplanned_cross_host_rows": stats["cross_unplanned"],
-        "epochs_spanned": epochs, "covers_epoch": covers_epoch,
-        "repeats": repeat_examples, "foreign": foreign_examples, "foreign_kinds": diagnosis,
-        "cross_host": cross_examples, "sources": shares,
+        "epochs_spanned": epochs, "covers_epoch": total_rows >= N - N % max(1, sum(rows_per_host)),
+        "repeats": tally.repeat_examples, "foreign": foreign,
+        "foreign_kinds": diagnose_foreign(index, hosts, foreign) if foreign else {},
+        "cross_host": tally.cross_examples, "sources": shares,
         "hashing": "xxh3-64 of each row's and each instance's uint32 bytes; matches re-compared byte "
                    "for byte",
         "definitions": DEFINITIONS, "checks": checks_json(checks), "ok": not failed(checks),

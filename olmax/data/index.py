@@ -21,7 +21,7 @@ import numpy as np
 from olmax.data.mixfile import Mix, is_url, read_mix
 from olmax.errors import OlmaxError
 
-# dolma2 / OLMo 3 special tokens (OLMO3.md): vocab 100,278, EOS 100257, PAD 100277, no BOS.
+# dolma2 / OLMo 3 special tokens (docs/olmo3.md): vocab 100,278, EOS 100257, PAD 100277, no BOS.
 DOLMA2_VOCAB_SIZE = 100278
 DOLMA2_EOS = 100257
 DOLMA2_PAD = 100277

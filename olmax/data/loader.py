@@ -14,7 +14,7 @@ consumed tokens), continues the stream exactly; epochs roll over to a fresh perm
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,23 +24,8 @@ from olmax.data.order import default_work_dir
 from olmax.data.state import LoaderState, advance, resume_step
 from olmax.errors import OlmaxError
 
-
-@dataclass(frozen=True)
-class LoaderConfig:
-    """How to cut and order the batches (all of it, bar the prefetch knobs, decides the stream)."""
-
-    seq_len: int  # 8192 in OLMo 3 stages 1-2
-    global_batch_size: int  # sequences: 512 = 4,194,304 tokens in stage 1
-    seed: int = 34521  # OLMo 3 stage-1 data seed
-    order: str = "olmo-core"  # or "feistel": stateless, no order file, not AI2's order
-    work_dir: str | None = None  # where order files live; None: $OLMAX_WORK_DIR or the temp dir
-    document_masks: bool = False  # off in OLMo 3 stages 1-2
-    eos_token_id: int = DOLMA2_EOS
-    bos_token_id: int | None = None
-    num_epochs: int | None = None  # None: unbounded
-    num_threads: int = 2  # Grain read threads; 0 reads synchronously
-    prefetch_buffer_size: int = 4  # batches read ahead
-    num_workers: int = 0  # Grain prefetch processes (mp_prefetch); 0: none
+if TYPE_CHECKING:
+    from olmax.data.stream import StreamSpec
 
 
 class BatchIterator(Iterator[dict[str, np.ndarray]]):
@@ -53,7 +38,7 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
         self._state = state
         self.index = start
         dataset = grain.MapDataset.source(loader.source)[start:]
-        cfg = loader.config
+        cfg = loader.spec
         if cfg.num_threads > 0 or cfg.num_workers > 0:
             options = grain.ReadOptions(num_threads=max(1, cfg.num_threads),
                                         prefetch_buffer_size=max(1, cfg.prefetch_buffer_size))
@@ -88,29 +73,35 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
     def __next__(self) -> dict[str, np.ndarray]:
         batch = next(self._it)
         self.index += 1
-        self._state = advance(self._state, global_batch_size=self._loader.config.global_batch_size,
+        self._state = advance(self._state, global_batch_size=self._loader.spec.global_batch_size,
                               batches_per_epoch=self._loader.batches_per_epoch)
         return batch
 
 
 class Loader:
-    """Binds an index, a config and this process's place; hands out batches and iterators."""
+    """Binds an index, a stream spec and this process's place; hands out batches and iterators.
 
-    def __init__(self, index: TokenIndex, config: LoaderConfig, *, process_index: int | None = None,
-                 process_count: int | None = None):
+    `num_epochs` (None: unbounded) stops the stream; `eos_token_id` / `bos_token_id` mark documents
+    for `document_masks` (OLMo 3: EOS 100257, no BOS)."""
+
+    def __init__(self, index: TokenIndex, spec: StreamSpec, *, process_index: int | None = None,
+                 process_count: int | None = None, num_epochs: int | None = None,
+                 eos_token_id: int = DOLMA2_EOS, bos_token_id: int | None = None):
         if process_index is None or process_count is None:
             import jax
 
             process_index = jax.process_index() if process_index is None else process_index
             process_count = jax.process_count() if process_count is None else process_count
+        if index.seq_len != spec.seq_len:
+            raise OlmaxError(f"the index was built at seq_len {index.seq_len}, the stream asks for {spec.seq_len}")
         self.index = index
-        self.config = config
+        self.spec = spec
+        self.num_epochs = num_epochs
         self.source = BatchSource(
-            index, global_batch_size=config.global_batch_size, seed=config.seed, order=config.order,
-            work_dir=config.work_dir or default_work_dir(), process_index=process_index,
-            process_count=process_count, num_epochs=config.num_epochs,
-            document_masks=config.document_masks, eos_token_id=config.eos_token_id,
-            bos_token_id=config.bos_token_id)
+            index, global_batch_size=spec.global_batch_size, seed=spec.seed, order=spec.order,
+            work_dir=spec.work_dir or default_work_dir(), process_index=process_index,
+            process_count=process_count, num_epochs=num_epochs,
+            document_masks=spec.document_masks, eos_token_id=eos_token_id, bos_token_id=bos_token_id)
 
     @property
     def batches_per_epoch(self) -> int:
@@ -119,7 +110,7 @@ class Loader:
 
     @property
     def rows_per_process(self) -> int:
-        return self.config.global_batch_size // self.source.process_count
+        return self.spec.global_batch_size // self.source.process_count
 
     def state_at(self, epoch: int = 1, step: int = 0) -> LoaderState:
         """The state just before global batch (epoch, step)."""
@@ -128,8 +119,8 @@ class Loader:
         if not 0 <= step < self.batches_per_epoch:
             raise OlmaxError(f"--start-step {step} is outside the epoch's {self.batches_per_epoch} "
                              f"global batches (N // G with N={self.index.num_instances}, "
-                             f"G={self.config.global_batch_size})")
-        cfg = self.config
+                             f"G={self.spec.global_batch_size})")
+        cfg = self.spec
         return LoaderState(fingerprint=self.index.fingerprint, seed=cfg.seed, epoch=epoch,
                            tokens_processed=step * cfg.global_batch_size * cfg.seq_len,
                            seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
@@ -137,7 +128,7 @@ class Loader:
 
     def resume_position(self, state: LoaderState) -> tuple[int, int]:
         """(epoch, step) where `state` continues under this loader's settings; refuses mismatches."""
-        cfg = self.config
+        cfg = self.spec
         return resume_step(state, fingerprint=self.index.fingerprint, seed=cfg.seed, order=cfg.order,
                            seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
                            batches_per_epoch=self.batches_per_epoch)
@@ -154,11 +145,11 @@ class Loader:
         """Batches from `state` (default: epoch 1, step 0) onward, prefetched through Grain."""
         state = state or self.state_at(1, 0)
         epoch, step = self.resume_position(state)
-        if self.config.num_epochs is not None and epoch > self.config.num_epochs:
-            raise OlmaxError(f"the state is past the last epoch ({self.config.num_epochs}); raise "
+        if self.num_epochs is not None and epoch > self.num_epochs:
+            raise OlmaxError(f"the state is past the last epoch ({self.num_epochs}); raise "
                              f"num_epochs to keep training")
         # Re-express the position at this loader's G so `state` advances in its units from here.
         tokens = state.tokens_processed if (epoch, step) != (state.epoch + 1, 0) else 0
         current = LoaderState(state.fingerprint, state.seed, epoch, tokens, state.seq_len,
-                              self.config.global_batch_size, state.order)
+                              self.spec.global_batch_size, state.order)
         return BatchIterator(self, current, self.source.stream_index(epoch, step))

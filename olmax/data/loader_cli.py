@@ -10,21 +10,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from olmax.data.index import TokenIndex
+    from olmax.data.stream import StreamSpec
 
 _WHERE = ("Relative paths in the mix resolve against --base-dir when given, else against the mix "
           "file's own folder; `olmo-core:NAME` reads an official OLMo-core mix (needs --base-dir).")
 
 
-def _add_mix_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mix", required=True,
-                   help="mix file of `label,path` lines (e.g. DIR/mix.txt from `olmax data prepare`), "
-                        "an fsspec URL, or olmo-core:NAME")
-    p.add_argument("--base-dir", help="folder or URL that relative mix paths resolve against")
-    p.add_argument("--tokenizer-id", help="value substituted for {TOKENIZER} in mix paths "
-                                          "(default: the name OLMo-core uses for dolma2 with this mix)")
-    p.add_argument("--seq-len", type=int, required=True, help="tokens per instance L (8192 in OLMo 3)")
-    p.add_argument("--global-batch-size", type=int, required=True,
-                   help="sequences per global batch G (512 in OLMo 3 stage 1)")
+def _add_mix_args(p: argparse.ArgumentParser, *, order: bool) -> None:
+    from olmax.data.stream_cli import add_stream_options
+
+    add_stream_options(p, order=order, work_dir=order)
     p.add_argument("--dtype", default="uint32", help="token dtype of the files (default uint32)")
     p.add_argument("--allow-short-files", action="store_true",
                    help="let files shorter than --seq-len contribute no instances (OLMo-core does "
@@ -42,17 +37,12 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
                     "(N, G/P, L). Global batches equal OLMo-core's NumpyFSLDataLoader batches for the "
                     "same mix, L, G and seed; process I holds positions I::P of each. Steps past the "
                     "end of the epoch continue into the next epoch's permutation. " + _WHERE)
-    _add_mix_args(b)
-    b.add_argument("--seed", type=int, required=True, help="data seed (34521 in OLMo 3 stage 1)")
+    _add_mix_args(b, order=True)
     b.add_argument("--start-step", type=int, default=0, help="first batch A, within --epoch")
     b.add_argument("--steps", type=int, required=True, help="number of batches N to write")
     b.add_argument("--epoch", type=int, default=1, help="1-based epoch of --start-step (default 1)")
     b.add_argument("--process-count", type=int, default=1, help="data-parallel processes P")
     b.add_argument("--process-index", type=int, default=0, help="this process I, 0 <= I < P")
-    b.add_argument("--order", default="olmo-core", choices=("olmo-core", "feistel"),
-                   help="olmo-core: AI2's permutation (cached file); feistel: stateless, not AI2's")
-    b.add_argument("--work-dir", help="where order files are cached (default $OLMAX_WORK_DIR or the "
-                                      "temp dir)")
     b.add_argument("--out", required=True, help="output FILE.npy, written atomically")
     b.set_defaults(func=run_batches)
 
@@ -61,19 +51,21 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         description="Summarize one epoch of a mix at sequence length L and global batch G: instances, "
                     "tokens, steps per epoch, each source's share of the tokens, and the OLMo-core "
                     "data fingerprint a resume is checked against. " + _WHERE)
-    _add_mix_args(p)
+    _add_mix_args(p, order=False)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--out", help="also write the plan as JSON to this file")
     p.set_defaults(func=run_plan)
 
 
-def _index(args: argparse.Namespace) -> TokenIndex:
-    from olmax.data.index import build_index
-    from olmax.data.mixfile import read_mix
+def _stream(args: argparse.Namespace) -> StreamSpec:
+    from olmax.data.stream_cli import stream_from_args
 
-    mix = read_mix(args.mix, base_dir=args.base_dir, tokenizer=args.tokenizer_id)
-    index = build_index(mix, args.seq_len, dtype=args.dtype, allow_short_files=args.allow_short_files,
-                        vocab_size=args.vocab_size)
+    return stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
+
+
+def _index(args: argparse.Namespace, stream: StreamSpec) -> TokenIndex:
+    index = stream.open_index(dtype=args.dtype, allow_short_files=args.allow_short_files,
+                              vocab_size=args.vocab_size)
     if args.check_vocab > 0:
         from olmax.data.reader import check_token_ids
 
@@ -84,23 +76,20 @@ def _index(args: argparse.Namespace) -> TokenIndex:
 def run_batches(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from olmax.data.loader import Loader, LoaderConfig
     from olmax.errors import OlmaxError
 
     if args.steps < 1:
         raise OlmaxError(f"--steps must be >= 1, got {args.steps}")
-    index = _index(args)
-    config = LoaderConfig(seq_len=args.seq_len, global_batch_size=args.global_batch_size,
-                          seed=args.seed, order=args.order, work_dir=args.work_dir)
-    loader = Loader(index, config, process_index=args.process_index,
-                    process_count=args.process_count)
+    stream = _stream(args)
+    loader = stream.open_loader(_index(args, stream), process_index=args.process_index,
+                                process_count=args.process_count)
     it = loader.iterate(loader.state_at(args.epoch, args.start_step))
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     tmp = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.tmp.npy")
     try:
         arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32,
-                                        shape=(args.steps, loader.rows_per_process, args.seq_len))
+                                        shape=(args.steps, loader.rows_per_process, stream.seq_len))
         for n in range(args.steps):
             arr[n] = next(it)["input_ids"]
         arr.flush()
@@ -109,7 +98,7 @@ def run_batches(args: argparse.Namespace) -> int:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    print(f"wrote {args.out}: {args.steps} batches x {loader.rows_per_process} rows x {args.seq_len} "
+    print(f"wrote {args.out}: {args.steps} batches x {loader.rows_per_process} rows x {stream.seq_len} "
           f"tokens (epoch {args.epoch}, steps {args.start_step}..{args.start_step + args.steps - 1}, "
           f"process {args.process_index}/{args.process_count})")
     return 0
@@ -132,16 +121,13 @@ def plan(index: TokenIndex, global_batch_size: int) -> dict:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from olmax.errors import OlmaxError
 
-    if args.global_batch_size <= 0:
-        raise OlmaxError(f"--global-batch-size must be positive, got {args.global_batch_size}")
-    result = plan(_index(args), args.global_batch_size)
+    stream = _stream(args)
+    result = plan(_index(args, stream), stream.global_batch_size)
     if args.out:
-        tmp = f"{args.out}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, args.out)
+        from olmax.jsonio import write_json
+
+        write_json(args.out, result, indent=1)
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         print()

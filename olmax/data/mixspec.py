@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +29,21 @@ from olmax.data.shards import ShardWriter, read_sidecar, read_tokens, sidecar_pa
 from olmax.errors import OlmaxError
 
 
-def load_mix_spec(path: str) -> tuple[list, float | None]:
+@dataclass(frozen=True)
+class SourceSpec:
+    """One labelled source: its inputs and (from a mix spec) how many tokens of it the mix plans."""
+
+    label: str
+    inputs: tuple[str, ...]
+    target_tokens: float | None = None
+    ratio: float | None = None
+    max_repetition: float = 1.0
+    text_field: str | None = None
+
+
+def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
     """Parse a YAML mix spec → ([SourceSpec], total_tokens). Input paths resolve against the spec's folder."""
     import yaml
-
-    from olmax.data.prepare import SourceSpec
 
     try:
         with open(path) as f:

@@ -29,27 +29,17 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from olmax.atomic import write_text
+from olmax.atomic import exclusive, write_text
 from olmax.data import readers
+from olmax.data.mixspec import SourceSpec, plan_mix
 from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer, load_tokenizer
 from olmax.errors import OlmaxError
+from olmax.jsonio import write_json
 
 STATE_FILE = ".olmax-prepare.json"
 FORMAT = "olmax-prepare/1"
 BATCH_TEXT_BYTES = 1 << 20  # ~1 MB of text per tokenizer task: big enough to amortize, small enough to overlap
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """One labelled source: its inputs and (from a mix spec) how many tokens of it the mix plans."""
-
-    label: str
-    inputs: tuple[str, ...]
-    target_tokens: float | None = None
-    ratio: float | None = None
-    max_repetition: float = 1.0
-    text_field: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +143,7 @@ class _Journal:
         self.save()
 
     def save(self) -> None:
-        write_text(self.path, json.dumps({"settings": self.settings, "labels": self.labels}, indent=1))
+        write_json(self.path, {"settings": self.settings, "labels": self.labels}, indent=1)
 
 
 def _batches(files: list[str], cfg: PrepareConfig, spec: SourceSpec, start: tuple[int, int],
@@ -366,6 +356,10 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
         progress.close()
     result.bad_lines = stats.bad_lines
     result.bad_line_examples = stats.bad_line_examples
+    if not result.docs:  # dolma's known failure is a silently empty output: say so instead
+        raise OlmaxError(f"source {spec.label!r}: no documents in {', '.join(files[:3])}"
+                         f"{' ...' if len(files) > 3 else ''} ({result.skipped_empty} empty texts, {stats.bad_lines} "
+                         "bad lines skipped); check the inputs, --text-field and the JSON lines")
     entry.update(done=True, bad_line_examples=stats.bad_line_examples, bad_lines=stats.bad_lines,
                  empty=result.skipped_empty)
     journal.save()
@@ -393,10 +387,22 @@ def _duplicate_ids(out: Path, result: SourceResult) -> dict:
     return {"count": len(dups), "examples": dups[:10]}
 
 
+def _discard_unstarted(out: Path, journal: _Journal, created: bool) -> None:
+    """After bad input, leave no output behind when no shard was finished: the journal and the empty
+    folders go (a folder this run created goes too); finished shards stay, so a rerun resumes them."""
+    if any(entry["shards"] for entry in journal.labels.values()):
+        return
+    journal.path.unlink(missing_ok=True)
+    for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+    if created and not any(out.iterdir()):
+        out.rmdir()
+
+
 def prepare(cfg: PrepareConfig) -> dict:
     """Run prepare end to end; returns the manifest (also written to DIR/manifest.json)."""
     from olmax.assets import tokenizer_path
-    from olmax.data.mixspec import plan_mix
 
     if not cfg.sources:
         raise OlmaxError("no sources: give LABEL=PATH_OR_GLOB arguments or --mix-spec FILE.yaml")
@@ -411,15 +417,26 @@ def prepare(cfg: PrepareConfig) -> dict:
     tok = load_tokenizer(str(tok_path), cfg.engine)
     files = {s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources}
     out = Path(cfg.out)
+    with exclusive(out, "olmax data prepare"):
+        return _prepare_into(cfg, out, tok, tok_path, files)
+
+
+def _prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]) -> dict:
+    """`prepare` once it holds the output folder's writer lock."""
+    created = not out.exists()
     journal = _Journal(out, _settings(cfg, tok, files))
     journal.load_or_init(cfg.overwrite)
     for f in (out / "mix.txt", out / "manifest.json"):
         f.unlink(missing_ok=True)  # rewritten at the end of this run; removed first so an error leaves none
     t0 = time.monotonic()
     results = []
-    with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
-        for spec in cfg.sources:
-            results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
+            for spec in cfg.sources:
+                results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool))
+    except OlmaxError:
+        _discard_unstarted(out, journal, created)
+        raise
     for r in results:
         r.duplicate_ids = _duplicate_ids(out, r)
         if r.duplicate_ids["count"]:
@@ -434,7 +451,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
           f"in {time.monotonic() - t0:.1f}s → {out / 'mix.txt'}", file=sys.stderr)
     write_text(out / "mix.txt", mix_text)
-    write_text(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    write_json(out / "manifest.json", manifest)
     return manifest
 
 

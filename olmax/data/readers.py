@@ -1,8 +1,10 @@
-"""Document readers for prepare: Dolma jsonl (.jsonl, .jsonl.gz, .jsonl.zst) and HF `datasets` folders.
+"""Readers of document files: jsonl (.jsonl, .json, either .gz or .zst), .arrow, .parquet, `datasets` folders.
 
-Every reader yields `Doc(id, text, src, loc)` in file order, `loc` being the 1-based line (jsonl) or row
-(datasets), so a resumed run can skip exactly the documents it already wrote. Bad input raises
-`OlmaxError` naming the file, the line and the byte offset (of the decompressed stream for .gz/.zst).
+The one parse of these formats. `read_documents` yields `Doc(id, text, src, loc)` for prepare;
+`read_rows` yields `(loc, record)` with every field of a record, for olmax.data.evalsets. Both go in file
+order, `loc` being the 1-based line (jsonl) or row (tables), so a resumed run can skip exactly the
+documents it already wrote. Bad input raises `OlmaxError` naming the file, the line and the byte offset
+(of the decompressed stream for .gz/.zst).
 """
 
 from __future__ import annotations
@@ -55,24 +57,84 @@ def expand_inputs(spec: str) -> list[str]:
     return files
 
 
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of every frame of a .zst file, raising ValueError on a frame cut short.
+
+    (zstandard's `stream_reader` stops after the first frame and ends silently inside a truncated one.)"""
+
+    def __init__(self, path: str):
+        import zstandard
+
+        self._file = open(path, "rb")
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._dobj = None  # None between frames
+        self._pending = memoryview(b"")  # decompressed, not yet read (a view: no copy per read)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self._pending:
+            data = self._dobj.unused_data if self._dobj is not None and self._dobj.eof else b""
+            if self._dobj is None or self._dobj.eof:
+                self._dobj = None
+            if not data:
+                data = self._file.read(1 << 18)  # 256 KB in: a few MB out for text
+            if not data:
+                if self._dobj is not None:
+                    raise ValueError("the file ends inside a zstd frame (truncated)")
+                return 0
+            if self._dobj is None:
+                self._dobj = self._new()
+            self._pending = memoryview(self._dobj.decompress(data))
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 def _open_binary(path: str) -> io.BufferedIOBase:
+    if os.path.getsize(path) == 0:
+        raise OlmaxError(f"{path}: the file is empty (0 bytes), a download or copy cut short?; restore it or "
+                         "leave it out of the inputs")
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     if path.endswith(".zst"):
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+        return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
     return open(path, "rb")
 
 
-def read_jsonl(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,
-               start_after: int = 0, stats: ReadStats | None = None) -> Iterator[Doc]:
-    """Documents of a Dolma-format jsonl file, from line `start_after + 1` on."""
+def _decode_errors() -> tuple[type[BaseException], ...]:
+    """What a corrupt or truncated .gz/.zst raises while it is read."""
+    import zlib
+
+    import zstandard
+
+    return (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile, ValueError)
+
+
+def _jsonl_objects(path: str, fix: str, skip_bad_lines: bool = False, start_after: int = 0,
+                   stats: ReadStats | None = None) -> Iterator[tuple[int, dict]]:
+    """(1-based line, object) of every non-blank line of a jsonl file after line `start_after`; a bad line
+    raises OlmaxError naming the file, the line (and the byte offset for bad UTF-8), ending with `fix`."""
     stats = stats if stats is not None else ReadStats()
-    base = os.path.basename(path)
-    offset = 0
+    offset, lineno = 0, 0
     with _open_binary(path) as f:
-        for lineno, raw in enumerate(f, start=1):
+        lines = iter(f)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except _decode_errors() as e:
+                raise OlmaxError(f"{path}: corrupt or truncated {path.rsplit('.', 1)[-1]} data after line {lineno}, "
+                                 f"at byte offset {offset} of the decompressed stream ({e}); re-download or "
+                                 "re-compress the file") from None
+            lineno += 1
             line_offset, offset = offset, offset + len(raw)
             if lineno <= start_after:
                 continue
@@ -93,23 +155,57 @@ def read_jsonl(path: str, text_field: str = "text", id_field: str = "id", skip_b
                 col = getattr(e, "colno", None)
                 msg = f"{path}:{lineno}: malformed JSON line" + (f" (column {col}: {e.msg})" if col else f" ({e})")
                 if not skip_bad_lines:
-                    raise OlmaxError(msg + "; fix it or pass --skip-bad-lines to skip and count such lines") from None
+                    raise OlmaxError(f"{msg}; {fix}") from None
                 stats.bad_lines += 1
                 if len(stats.bad_line_examples) < 5:
                     stats.bad_line_examples.append(msg)
                 continue
-            text = obj.get(text_field)
-            if not isinstance(text, str):
-                what = "has no" if text is None else "has a non-string"
-                raise OlmaxError(f"{path}:{lineno}: document {what} {text_field!r} field "
-                                 f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another")
-            doc_id = obj.get(id_field)
-            doc_id = f"{base}:{lineno}" if doc_id is None else str(doc_id)
-            yield Doc(doc_id, text, path, lineno)
+            yield lineno, obj
+
+
+def read_jsonl(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,
+               start_after: int = 0, stats: ReadStats | None = None) -> Iterator[Doc]:
+    """Documents of a Dolma-format jsonl file, from line `start_after + 1` on."""
+    base = os.path.basename(path)
+    fix = "fix it or pass --skip-bad-lines to skip and count such lines"
+    for lineno, obj in _jsonl_objects(path, fix, skip_bad_lines, start_after, stats):
+        text = obj.get(text_field)
+        if not isinstance(text, str):
+            what = "has no" if text is None else "has a non-string"
+            raise OlmaxError(f"{path}:{lineno}: document {what} {text_field!r} field "
+                             f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another")
+        doc_id = obj.get(id_field)
+        doc_id = f"{base}:{lineno}" if doc_id is None else str(doc_id)
+        yield Doc(doc_id, text, path, lineno)
 
 
 def _open_table(path: str):
-    """A pyarrow Table over a `datasets` folder (memory-mapped), an `.arrow` file or a `.parquet` file."""
+    """A pyarrow Table over a `datasets` folder (memory-mapped), an `.arrow` file or a `.parquet` file; an
+    unreadable one raises OlmaxError naming the file (for a folder, the first data file that fails)."""
+    import pyarrow as pa
+
+    try:
+        return _load_table(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        if not os.path.isdir(path):
+            raise OlmaxError(f"{path}: not a readable {path.rsplit('.', 1)[-1]} file, truncated or corrupt ({e}); "
+                             "re-download or re-export it") from None
+        for name in ("state.json", "dataset_info.json"):
+            try:
+                json.loads(Path(path, name).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as bad:
+                raise OlmaxError(f"{path}: not a readable datasets folder: {name} is missing or corrupt ({bad}); "
+                                 "write the folder again with Dataset.save_to_disk") from None
+        for data in sorted(Path(path).glob("*.arrow")):
+            try:
+                _load_table(str(data))
+            except (pa.ArrowException, OSError, ValueError) as bad:
+                raise OlmaxError(f"{data}: truncated or corrupt data file of the datasets folder {path} ({bad}); "
+                                 "write the folder again with Dataset.save_to_disk") from None
+        raise OlmaxError(f"{path}: not a readable datasets folder ({e})") from None
+
+
+def _load_table(path: str):
     if os.path.isdir(path):
         import datasets
 
@@ -146,6 +242,18 @@ def read_table(path: str, text_field: str = "text", id_field: str = "id", start_
             if not isinstance(text, str):
                 raise OlmaxError(f"{path}: row {row} has a non-string {text_field!r} value ({type(text).__name__})")
             yield Doc(str(ids[i]) if has_id else f"{base}:{row}", text, path, row)
+
+
+def read_rows(path: str, batch_rows: int = 1024) -> Iterator[tuple[int, dict]]:
+    """(loc, record) of every record of one input, whatever its fields: the 1-based line of a jsonl file
+    or row of a table (`datasets` folder, `.arrow`, `.parquet`), each as a dict of all its fields."""
+    if not (os.path.isdir(path) or path.endswith(TABLE_SUFFIXES)):
+        yield from _jsonl_objects(path, "each line must be one JSON object")
+        return
+    table = _open_table(path)
+    for start in range(0, table.num_rows, batch_rows):
+        for i, row in enumerate(table.slice(start, batch_rows).to_pylist()):
+            yield start + i + 1, row
 
 
 def read_documents(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,

@@ -21,7 +21,7 @@ from olmax.errors import OlmaxError
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """The inverse of GPT-2's byte → printable-unicode table used by ByteLevel BPE vocabularies."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     printable += list(range(ord("®"), ord("ÿ") + 1))
@@ -138,7 +138,7 @@ def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
     if engine != "tokenizers" and reason is None:
         import tiktoken
 
-        decoder = _byte_decoder()
+        decoder = byte_decoder()
         ranks: dict[bytes, int] = {}
         for token, rank in vocab.items():
             if token in added:

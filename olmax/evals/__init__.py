@@ -15,4 +15,16 @@ Modules (heavy imports stay inside each; importing this package is cheap):
   lm_eval_adapter.py  lm-eval model `olmax` (loglikelihood, loglikelihood_rolling, generate_until)
   plots.py       PNG loss curves
   cli.py         `olmax eval heldout | memorization | lm-eval | plot`
+
+Public API (resolved lazily): `run_heldout`, `prepare_eval_sets`, `run_memorization` /
+`MemorizationInputs`, `run_lm_eval`, `train_hook`.
 """
+
+from olmax.lazy import lazy_exports
+
+__getattr__, __all__ = lazy_exports(__name__, {
+    "prepare_eval_sets": "olmax.evals.heldout", "run_heldout": "olmax.evals.heldout",
+    "MemorizationInputs": "olmax.evals.memorization", "run_memorization": "olmax.evals.memorization",
+    "run_lm_eval": "olmax.evals.lm_eval_adapter",
+    "train_hook": "olmax.evals.hook",
+})

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from olmax.data.stream_cli import add_stream_options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="held-out loss and bits-per-byte, memorization flags, lm-eval, plots")
@@ -58,8 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--step", type=int, default=None, help="which DIR/checkpoints step (default: the newest)")
     m.add_argument("--no-replay", action="store_true", help="without --exposure, do not replay the run's "
                    "loader to count exposures (checks 1, 4 and 5 are then skipped)")
-    m.add_argument("--mix", default=None, help="mix file to read instance tokens when the exposure file has none")
-    m.add_argument("--base-dir", default=None, help="base dir for relative paths in --mix")
+    add_stream_options(m, seq_len=False, batch=False, order=False, work_dir=False)
     m.add_argument("--per-stratum", type=int, default=64, help="instances scored per exposure stratum")
     m.add_argument("--probe-len", type=int, default=512, help="tokens of each instance scored in check 1")
     m.add_argument("--batch-size", type=int, default=8)
@@ -108,9 +109,9 @@ def _resolve_tokenizer(arg: str | None, checkpoint: str):
 
 def _heldout(args: argparse.Namespace) -> int:
     from olmax.evals.heldout import prepare_eval_sets, run_heldout, summary
-    from olmax.evals.reports import append_jsonl, read_json, write_json
     from olmax.evals.scoring import load_model
     from olmax.evals.sets import contaminated_ids
+    from olmax.jsonio import append_jsonl, read_json, write_json
 
     model = load_model(args.checkpoint, args.dtype)
     tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
@@ -131,16 +132,35 @@ def _heldout(args: argparse.Namespace) -> int:
 
 
 def _memorization(args: argparse.Namespace) -> int:
-    from olmax.evals.memorization import run_memorization
+    from olmax.data.stream_cli import stream_from_args
+    from olmax.evals.memorization import MemorizationInputs, run_memorization, summary
+    from olmax.jsonio import write_json
 
-    report = run_memorization(args)
+    report = run_memorization(MemorizationInputs(
+        run=args.run, reference=args.reference, exposure=args.exposure, checkpoint=args.checkpoint,
+        step=args.step, replay=not args.no_replay,
+        stream=stream_from_args(args) if (args.mix or args.config) else None,
+        per_stratum=args.per_stratum, probe_len=args.probe_len, batch_size=args.batch_size, dtype=args.dtype,
+        thresholds=tuple(args.threshold), plot=args.plot))
+    write_json(args.out, report)
+    print(summary(report))
+    print(f"wrote {args.out}")
     return 1 if report["flagged"] else 0
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
     from olmax.evals.lm_eval_adapter import run_lm_eval
+    from olmax.jsonio import write_json
 
-    run_lm_eval(args)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    report = run_lm_eval(args.checkpoint, tasks, tokenizer=args.tokenizer, batch_size=args.batch_size,
+                         max_length=args.max_length, dtype=args.dtype, include_path=args.include_path,
+                         num_fewshot=args.num_fewshot, limit=args.limit, seed=args.seed)
+    write_json(args.out, report)
+    for task, metrics in (report.get("results") or {}).items():
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        print(f"{task}: {shown}")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -1,11 +1,11 @@
 """Loss curves of a run (DIR/metrics.jsonl) or a reference (another run, or a CSV of a published curve).
 
-metrics.jsonl holds train records `{"step", "loss", ...}` and held-out results in either of two shapes:
-keys `eval/<set>/ce` inside a train record (what `olmax train`'s eval hook writes, see hook.py), or
-separate records from `run_heldout` (`{"kind": "heldout", "step", "eval", "subset", "ce", ...}`, what
-`eval heldout --append-metrics` writes). Only whole sets are read here, not their clean subsets. A CSV has a
-header with `step` and `loss` (train loss) and optionally one column per held-out set, named as the set
-or `heldout/<set>`; empty cells are skipped.
+metrics.jsonl (schema: olmax.train.metrics) holds train records `{"step", "loss", ...}` and held-out
+results in either of two shapes: keys `eval/<set>/ce` inside a train record (what `olmax train`'s eval
+hook writes, see hook.py), or separate records from `run_heldout` (`{"kind": "heldout", "step", "eval",
+"subset", "ce", ...}`, what `eval heldout --append-metrics` writes). Only whole sets are read here, not
+their clean subsets. A CSV has a header with `step` and `loss` (train loss) and optionally one column per
+held-out set, named as the set or `heldout/<set>`; empty cells are skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from olmax.errors import OlmaxError
-from olmax.evals.reports import read_jsonl
+from olmax.train.metrics import metrics_path, read_records
 
 
 @dataclass
@@ -51,10 +51,10 @@ def _sorted(steps: list, values: list) -> tuple[np.ndarray, np.ndarray]:
 
 def read_run(run_dir: str | Path) -> Curves:
     """Train and held-out curves of a run directory's metrics.jsonl."""
-    path = Path(run_dir) / "metrics.jsonl" if Path(run_dir).is_dir() else Path(run_dir)
+    path = metrics_path(run_dir)
     train_s, train_l = [], []
     held: dict[str, tuple[list, list]] = {}
-    for r in read_jsonl(path):
+    for r in read_records(path):
         step = r.get("step")
         if step is None:
             continue

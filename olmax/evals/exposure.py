@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 FORMAT = "olmax-exposure/1"
@@ -88,13 +89,14 @@ def read_exposure(path: str | Path) -> Exposure:
                     None if raw.get("step") is None else int(_scalar(raw["step"])), str(path))
 
 
-def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unseen_per_source: int = 0,
-               seed: int = 0) -> Exposure:
-    """Fill in sources and tokens from the mix the ids index; optionally add unseen instances per source."""
+def attach_mix(exp: Exposure, stream: StreamSpec | None, unseen_per_source: int = 0, seed: int = 0) -> Exposure:
+    """Fill in sources and tokens from the mix the ids index (`stream`'s mix, base dir and {TOKENIZER},
+    else the mix the exposure file names); optionally add unseen instances per source."""
     if exp.tokens is not None and exp.source is not None and not unseen_per_source:
         return exp
-    mix = mix or exp.mix
-    if mix is None:
+    if stream is None and exp.mix is not None:
+        stream = StreamSpec(mix=exp.mix)
+    if stream is None:
         if exp.tokens is None:
             raise OlmaxError(f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)")
         if exp.source is None:  # one undivided source
@@ -103,9 +105,7 @@ def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unse
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
-    from olmax.data.index import open_index
-
-    index = open_index(mix, exp.seq_len, base_dir=base_dir)
+    index = stream.open_index(seq_len=exp.seq_len)
     ids, count = exp.instance_id, exp.count
     if unseen_per_source:
         rng = np.random.default_rng(seed)
@@ -120,7 +120,7 @@ def attach_mix(exp: Exposure, mix: str | None, base_dir: str | None = None, unse
             ids, count = np.concatenate([ids, new]), np.concatenate([count, np.zeros(new.size, np.int64)])
     source = np.asarray(index.label_names)[index.source_ids(ids)]
     tokens = read_instance_tokens(index, ids)
-    return Exposure(ids, count, source, tokens, exp.seq_len, mix, exp.step, exp.path)
+    return Exposure(ids, count, source, tokens, exp.seq_len, stream.mix, exp.step, exp.path)
 
 
 def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 Two steps, so the trainer tokenizes once and scores every N steps:
   sets = prepare_eval_sets(["c4=/data/c4.jsonl", "sciq"], tokenizer, seq_len=L)   # once
   records = run_heldout(model, sets, step=step)                                  # every N steps
-  append_jsonl(run_dir / "metrics.jsonl", records)
+  append_jsonl(run_dir / "metrics.jsonl", records)                               # olmax.jsonio
 
 Each record: {"kind": "heldout", "step", "eval", "subset" ("all" | "clean"), "ce" (nats per token,
 token-weighted over the set), "ppl" = exp(ce), "bpb" = sum NLL / (ln 2 x UTF-8 bytes), "tokens", "bytes",

@@ -201,19 +201,11 @@ def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | list[str]
     return json.loads(json.dumps(keep, default=str))
 
 
-def run_lm_eval(args) -> dict:
-    """CLI glue for `olmax eval lm-eval`."""
-    from olmax.evals.reports import write_json
-
-    lm = OlmaxLM(checkpoint=args.checkpoint, tokenizer=args.tokenizer, batch_size=args.batch_size,
-                 max_length=args.max_length, dtype=args.dtype)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    res = evaluate(lm, tasks, include_path=args.include_path, num_fewshot=args.num_fewshot, limit=args.limit,
-                   seed=args.seed)
-    report = {"checkpoint": args.checkpoint, "tasks": tasks, **res}
-    write_json(args.out, report)
-    for task, metrics in (res.get("results") or {}).items():
-        shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-        print(f"{task}: {shown}")
-    print(f"wrote {args.out}")
-    return report
+def run_lm_eval(checkpoint: str, tasks: Sequence[str], *, tokenizer: str | None = None, batch_size: int = 8,
+                max_length: int | None = None, dtype: str = "float32", include_path: str | None = None,
+                num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234) -> dict:
+    """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results)."""
+    lm = OlmaxLM(checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
+                 dtype=dtype)
+    res = evaluate(lm, list(tasks), include_path=include_path, num_fewshot=num_fewshot, limit=limit, seed=seed)
+    return {"checkpoint": checkpoint, "tasks": list(tasks), **res}

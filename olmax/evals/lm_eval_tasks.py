@@ -50,10 +50,8 @@ def task_yaml(name: str, arrow_files: list[str]) -> str:
 
 def bundled_task_dir(names: list[str] | None = None) -> Path:
     """Write the YAMLs of `names` (default: all) under the olmax cache and return that folder."""
-    import os
-    import tempfile
-
     from olmax.assets import cache_dir, eval_set_path
+    from olmax.atomic import write_text
 
     out = cache_dir() / "lm-eval-tasks"
     out.mkdir(parents=True, exist_ok=True)
@@ -64,8 +62,5 @@ def bundled_task_dir(names: list[str] | None = None) -> Path:
         path = out / f"{name}.yaml"
         if path.is_file() and path.read_text() == text:
             continue
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_text(path, text)
     return out

@@ -22,25 +22,26 @@ import math
 
 import numpy as np
 
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves
 from olmax.evals.exposure import Exposure
 from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
-from olmax.evals.verdicts import Thresholds, _skipped, _verdict
+from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 __all__ = ["Thresholds", "check_exposure", "check_extraction", "check_gap", "check_reference",
-           "check_train_vs_unseen", "memorization_report", "run_memorization", "summary"]
+           "check_train_vs_unseen", "memorization_report", "MemorizationInputs", "run_memorization", "summary"]
 
 
 def check_gap(run: Curves, th: Thresholds) -> dict:
     """Check 2: for each held-out set, the largest train-loss drop (from an earlier eval step to the last)
     that held-out loss did not share."""
     if not run.heldout:
-        return _skipped("metrics.jsonl has no held-out records; have the trainer call run_heldout")
+        return skipped_check("metrics.jsonl has no held-out records; have the trainer call run_heldout")
     per_set, flagged = {}, []
     for name, (steps, ce) in run.heldout.items():
         if steps.size < 2:
-            per_set[name] = _skipped(f"{name}: one eval step only")
+            per_set[name] = skipped_check(f"{name}: one eval step only")
             continue
         last = steps[-1]
         t_last = run.train_at(last, th.train_window)
@@ -59,43 +60,43 @@ def check_gap(run: Curves, th: Thresholds) -> dict:
                         "widening": widening, "heldout_share": d_held / d_train}
         if best is None:
             if distance and min(distance) > th.comparable_nats:
-                per_set[name] = _skipped(f"{name}: held-out CE is {min(distance):.2f}+ nats from the train loss at "
+                per_set[name] = skipped_check(f"{name}: held-out CE is {min(distance):.2f}+ nats from the train loss at "
                                          f"every earlier eval step (> {th.comparable_nats}): a set unlike the "
                                          "training mix; check 5 compares with never-served mix text instead")
             else:
-                per_set[name] = _verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
+                per_set[name] = check_verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
                                          "between comparable eval steps", train_drop=None)
             continue
         hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.gap_heldout_share
         msg = (f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
                f"held-out {best['heldout_drop']:.3f} (share {best['heldout_share']:.2f}; flags when share < "
                f"{th.gap_heldout_share} and the gap widens > {th.gap_growth_nats} nats)")
-        per_set[name] = _verdict(hit, msg, **best)
+        per_set[name] = check_verdict(hit, msg, **best)
         if hit:
             flagged.append(name)
     if all(v["status"] == "skipped" for v in per_set.values()):
-        return {**_skipped("no held-out set has two eval steps with a loss comparable to the train loss "
+        return {**skipped_check("no held-out set has two eval steps with a loss comparable to the train loss "
                            "(per-set reasons below)"), "sets": per_set}
     msg = (f"held-out loss did not follow train loss on {', '.join(flagged)}" if flagged
            else "held-out loss followed train loss on every set")
-    return {**_verdict(bool(flagged), msg), "sets": per_set}
+    return {**check_verdict(bool(flagged), msg), "sets": per_set}
 
 
 def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
     """Check 3: at the last step both curves cover, a train-loss gain over the reference that held-out
     loss (against the reference's held-out curve for the same set) does not share."""
     if not run.train_steps.size or not ref.train_steps.size:
-        return _skipped("run or reference has no train-loss curve")
+        return skipped_check("run or reference has no train-loss curve")
     steps = [run.heldout[n][0] for n in run.heldout] or [run.train_steps]
     common = [s for s in np.unique(np.concatenate(steps)) if ref.train_steps[0] <= s <= ref.train_steps[-1]]
     if not common:
-        return _skipped(f"no step of the run lies within the reference's steps "
+        return skipped_check(f"no step of the run lies within the reference's steps "
                         f"[{ref.train_steps[0]:.0f}, {ref.train_steps[-1]:.0f}]")
     step = float(common[-1])
     train_gain = ref.train_at(step, th.train_window) - run.train_at(step, th.train_window)
     out = {"step": int(step), "train_gain": train_gain, "sets": {}}
     if train_gain < th.reference_gain_nats:
-        return {**_verdict(False, f"train loss is not below the reference by {th.reference_gain_nats} nats at "
+        return {**check_verdict(False, f"train loss is not below the reference by {th.reference_gain_nats} nats at "
                            f"step {int(step)} (gain {train_gain:.3f})"), **out}
     flagged = []
     for name, (steps_h, ce) in run.heldout.items():
@@ -111,13 +112,13 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
         if hit:
             flagged.append(name)
     if not out["sets"]:
-        return {**_verdict(False, f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}, "
+        return {**check_verdict(False, f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}, "
                            "but the reference has no held-out curve to compare (check 2 still applies)"),
                 **out, "status": "unattributed"}
     msg = (f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}; held-out gain "
            + ", ".join(f"{n} {v['heldout_gain']:.3f}" for n, v in out["sets"].items())
            + f" (flags when held-out keeps < {th.reference_heldout_share} of the gain)")
-    return {**_verdict(bool(flagged), msg), **out}
+    return {**check_verdict(bool(flagged), msg), **out}
 
 
 def memorization_report(run: Curves | None, *, reference: Curves | None = None, exposure: Exposure | None = None,
@@ -126,14 +127,14 @@ def memorization_report(run: Curves | None, *, reference: Curves | None = None, 
     """All five checks; `flagged` is true when any flags."""
     th = thresholds or Thresholds()
     checks = {
-        "gap": check_gap(run, th) if run is not None else _skipped("no run metrics"),
+        "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
         "reference": (check_reference(run, reference, th) if run is not None and reference is not None
-                      else _skipped("no --reference given")),
+                      else skipped_check("no --reference given")),
     }
     if exposure is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = _skipped("no exposure file (--exposure)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check("no exposure file (--exposure)")
     elif model is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = _skipped("no model (--checkpoint)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check("no model (--checkpoint)")
     else:
         checks["exposure"] = check_exposure(model, exposure, th, per_stratum=per_stratum, probe_len=probe_len,
                                             batch_size=batch_size)
@@ -141,7 +142,7 @@ def memorization_report(run: Curves | None, *, reference: Curves | None = None, 
                                              pad_id=pad_id)
         checks["train_vs_unseen"] = (
             check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
-            if run is not None else _skipped("no run metrics"))
+            if run is not None else skipped_check("no run metrics"))
     return {"flagged": any(c["flagged"] for c in checks.values()),
             "checks": checks, "thresholds": dataclasses.asdict(th)}
 
@@ -156,53 +157,68 @@ def summary(report: dict) -> str:
     return "\n".join(lines)
 
 
-def run_memorization(args) -> dict:
-    """CLI glue for `olmax eval memorization`: read inputs, run the checks, write the report atomically."""
+@dataclasses.dataclass(frozen=True)
+class MemorizationInputs:
+    """What `olmax eval memorization` reads: the run, optional reference / exposure / model, settings."""
+
+    run: str  # run directory holding metrics.jsonl (and checkpoints/, config.yaml)
+    reference: str | None = None  # another run dir or a CSV of step,loss[,...]
+    exposure: str | None = None  # exposure file; None: RUN/exposure.{npz,json}, else replayed from the run
+    checkpoint: str | None = None  # model for checks 1, 4 and 5; None: the run's checkpoint at `step`
+    step: int | None = None  # which RUN/checkpoints step (None: the newest)
+    replay: bool = True  # without an exposure file, replay the run's data order
+    stream: StreamSpec | None = None  # its mix holds the instance tokens when the exposure file has none
+    per_stratum: int = 64
+    probe_len: int = 512
+    batch_size: int = 8
+    dtype: str = "float32"
+    thresholds: tuple[str, ...] = ()  # NAME=VALUE overrides of Thresholds
+    plot: str | None = None  # also write the loss curves here (PNG)
+
+
+def run_memorization(inp: MemorizationInputs) -> dict:
+    """Read the inputs, run the checks; returns the report (`report["flagged"]` holds the verdict)."""
     from pathlib import Path
 
     from olmax.evals.curves import read_reference, read_run
     from olmax.evals.exposure import attach_mix, read_exposure
-    from olmax.evals.reports import write_json
 
-    run_dir = Path(args.run)
+    run_dir = Path(inp.run)
     if not run_dir.is_dir():
         raise OlmaxError(f"{run_dir}: not a run directory")
-    th = Thresholds.parse(args.threshold)
+    th = Thresholds.parse(list(inp.thresholds))
     run = read_run(run_dir)
-    ref = read_reference(args.reference) if args.reference else None
-    exp_path = args.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
-                                      if p.is_file()), None)
+    ref = read_reference(inp.reference) if inp.reference else None
+    exp_path = inp.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
+                                     if p.is_file()), None)
     exposure = model = None
     pad_id, step = 0, None
-    if args.checkpoint:
+    if inp.checkpoint:
         from olmax.evals.scoring import load_model
 
-        model = load_model(args.checkpoint, args.dtype)
+        model = load_model(inp.checkpoint, inp.dtype)
     elif (run_dir / "checkpoints").is_dir():
         from olmax.evals.run_dir import load_run_model
 
-        model, step = load_run_model(run_dir, args.step, args.dtype)
+        model, step = load_run_model(run_dir, inp.step, inp.dtype)
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
     if exp_path:
-        exposure = attach_mix(read_exposure(exp_path), args.mix, args.base_dir,
-                              unseen_per_source=args.per_stratum if args.mix else 0)
-    elif step is not None and not args.no_replay:
+        exposure = attach_mix(read_exposure(exp_path), inp.stream,
+                              unseen_per_source=inp.per_stratum if inp.stream else 0)
+    elif step is not None and inp.replay:
         from olmax.evals.run_dir import replay_exposure
 
         exp_path = f"replayed from {run_dir / 'config.yaml'} up to step {step}"
-        exposure = replay_exposure(run_dir, step, unseen_per_source=args.per_stratum)
+        exposure = replay_exposure(run_dir, step, unseen_per_source=inp.per_stratum)
     report = memorization_report(run, reference=ref, exposure=exposure, model=model, thresholds=th,
-                                 per_stratum=args.per_stratum, probe_len=args.probe_len,
-                                 batch_size=args.batch_size, pad_id=pad_id)
-    report = {"run": str(run_dir), "reference": args.reference, "exposure": exp_path,
-              "checkpoint": args.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
+                                 per_stratum=inp.per_stratum, probe_len=inp.probe_len,
+                                 batch_size=inp.batch_size, pad_id=pad_id)
+    report = {"run": str(run_dir), "reference": inp.reference, "exposure": exp_path,
+              "checkpoint": inp.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
               **report}
-    if getattr(args, "plot", None) and (run.train_steps.size or run.heldout):
+    if inp.plot and (run.train_steps.size or run.heldout):
         from olmax.evals.plots import plot_run
 
-        report["plot"] = str(plot_run(run_dir, args.plot, reference=args.reference))
-    write_json(args.out, report)
-    print(summary(report))
-    print(f"wrote {args.out}")
+        report["plot"] = str(plot_run(run_dir, inp.plot, reference=inp.reference))
     return report

@@ -10,7 +10,7 @@ import numpy as np
 
 from olmax.evals.curves import Curves
 from olmax.evals.exposure import Exposure
-from olmax.evals.verdicts import Thresholds, _skipped, _verdict
+from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 
 def _sample(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
@@ -28,7 +28,7 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
     from olmax.evals.scoring import score
 
     if exp.tokens is None or exp.source is None:
-        return _skipped("the exposure file has no tokens/sources; pass --mix")
+        return skipped_check("the exposure file has no tokens/sources; pass --mix")
     rng = np.random.default_rng(seed)
     strata = {"unseen": exp.count == 0, "once": exp.count == 1, "repeated": exp.count >= th.repeat_min}
     length = min(probe_len, exp.tokens.shape[1])
@@ -82,7 +82,7 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
                 break
     compared = [s for s, v in per_source.items() if "excess_nats" in v]
     if not compared:
-        return {**_skipped(f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
+        return {**skipped_check(f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
                            f">= {th.min_samples} once-seen or unseen instances"), "sources": per_source}
     worst = max(compared, key=lambda s: per_source[s]["excess_nats"])
     w = per_source[worst]
@@ -91,7 +91,7 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
     msg = (f"source {worst}: CE on instances served >= {th.repeat_min}x is {w['excess_nats']:.3f} "
            f"(+-{w['excess_stderr']:.3f}) nats below {base} text {where} "
            f"(flags above {th.exposure_gap_nats} and 3 standard errors)")
-    return {**_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
+    return {**check_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
 
 
 def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 64, batch_size: int = 8,
@@ -101,9 +101,9 @@ def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int =
 
     need = th.extract_prefix + th.extract_new
     if exp.tokens is None:
-        return _skipped("the exposure file has no tokens; pass --mix")
+        return skipped_check("the exposure file has no tokens; pass --mix")
     if exp.tokens.shape[1] < need:
-        return _skipped(f"instances have {exp.tokens.shape[1]} tokens, the probe needs {need}")
+        return skipped_check(f"instances have {exp.tokens.shape[1]} tokens, the probe needs {need}")
     rng = np.random.default_rng(seed + 1)
     out = {}
     for label, sel in (("repeated", exp.count >= th.repeat_min), ("unrepeated", exp.count <= 1)):
@@ -117,13 +117,13 @@ def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int =
         out[label] = {"instances": int(rows.size), "exact_match_rate": float((got == want).all(axis=1).mean()),
                       "token_match_rate": float((got == want).mean())}
     if any("exact_match_rate" not in v for v in out.values()):
-        return {**_skipped(f"needs >= {th.min_samples} repeated and unrepeated instances"), **out}
+        return {**skipped_check(f"needs >= {th.min_samples} repeated and unrepeated instances"), **out}
     diff = out["repeated"]["exact_match_rate"] - out["unrepeated"]["exact_match_rate"]
     hit = diff > th.extract_rate_gap
     msg = (f"greedy {th.extract_new}-token continuation of a {th.extract_prefix}-token prefix matches exactly on "
            f"{out['repeated']['exact_match_rate']:.1%} of repeated vs {out['unrepeated']['exact_match_rate']:.1%} "
            f"of unrepeated instances (flags when the difference > {th.extract_rate_gap:.0%})")
-    return {**_verdict(hit, msg, rate_difference=diff), **out}
+    return {**check_verdict(hit, msg, rate_difference=diff), **out}
 
 
 def _window_ce(model, tokens: np.ndarray, batch_size: int) -> np.ndarray:
@@ -142,13 +142,13 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
                           batch_size: int = 8, seed: int = 0) -> dict:
     """Check 5: train loss near the checkpoint step vs the checkpoint's CE on never-served text of the mix."""
     if exp.tokens is None or exp.source is None:
-        return _skipped("the exposure data has no tokens/sources; pass --mix")
+        return skipped_check("the exposure data has no tokens/sources; pass --mix")
     if not run.train_steps.size:
-        return _skipped("metrics.jsonl has no train loss")
+        return skipped_check("metrics.jsonl has no train loss")
     step = exp.step if exp.step is not None else int(run.train_steps[-1])
     before = run.train_steps <= step
     if not before.any():
-        return _skipped(f"no train loss logged at or before step {step}")
+        return skipped_check(f"no train loss logged at or before step {step}")
     recent = run.train_loss[before][-th.train_window:]
     train = float(recent.mean())
     train_se = float(recent.std(ddof=1) / np.sqrt(recent.size)) if recent.size > 1 else 0.0
@@ -166,7 +166,7 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
     covered = {k: v for k, v in sources.items() if "unseen_ce" in v}
     total = sum(v["served_instances"] for v in sources.values())
     if not covered or not total:
-        return {**_skipped("no served source has enough never-served text to compare"), "sources": sources}
+        return {**skipped_check("no served source has enough never-served text to compare"), "sources": sources}
     w = sum(v["served_instances"] for v in covered.values())
     unseen = sum(v["served_instances"] * v["unseen_ce"] for v in covered.values()) / w
     # standard error of the difference: the unseen sample's and the logged train losses' (step-to-step noise)
@@ -181,5 +181,5 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
            f"and 3 standard errors)")
     if missing:
         msg += f"; {1 - coverage:.0%} of the served stream came from {', '.join(missing)}, with no unseen text left"
-    return _verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
+    return check_verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
                     coverage=coverage, sources=sources)

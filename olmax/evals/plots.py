@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from olmax.atomic import temp_path
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves, read_reference, read_run
 
@@ -49,14 +49,9 @@ def plot_run(run: str | os.PathLike, out: str | os.PathLike, reference: str | os
     ax.set_title(title or Path(run).name)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", bbox_inches="tight")
-        os.replace(tmp, out)
+        with temp_path(out, suffix=".png") as tmp:
+            fig.savefig(tmp, format="png", bbox_inches="tight")
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return out
+    return Path(out)

@@ -76,17 +76,11 @@ def _digest(row: np.ndarray) -> bytes:
 def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 64, seed: int = 0,
                     max_instances: int = 2_000_000) -> Exposure:
     """Exposure by content for the first `step` global batches of the run (see the module docstring)."""
-    from olmax.data.index import open_index
-    from olmax.data.loader import Loader, LoaderConfig
-    from olmax.train.data import resolve_mix
-
     run_dir = Path(run_dir)
-    cfg = _config(run_dir)
-    d = cfg.data
-    mix = resolve_mix(d)
-    index = open_index(mix, d.seq_len, base_dir=d.base_dir)
-    loader = Loader(index, LoaderConfig(seq_len=d.seq_len, global_batch_size=d.global_batch_size, seed=d.seed,
-                                        order=d.order, work_dir=d.work_dir), process_index=0, process_count=1)
+    d = _config(run_dir).data
+    mix = d.resolve_mix()
+    loader = d.open_loader(process_index=0, process_count=1)
+    index = loader.index
     if step * d.global_batch_size > max_instances:
         raise OlmaxError(f"replaying {step} steps x {d.global_batch_size} rows reads more than {max_instances:,} "
                          "windows; pass --exposure with the loader audit's counts instead")

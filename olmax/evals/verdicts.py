@@ -43,9 +43,11 @@ class Thresholds:
         return cls(**values)
 
 
-def _skipped(why: str) -> dict:
+def skipped_check(why: str) -> dict:
+    """A check that could not run, and why (never flags)."""
     return {"status": "skipped", "flagged": False, "message": why}
 
 
-def _verdict(flagged: bool, message: str, **numbers) -> dict:
+def check_verdict(flagged: bool, message: str, **numbers) -> dict:
+    """A check's result: flagged or ok, its one-line message and its numbers."""
     return {"status": "flagged" if flagged else "ok", "flagged": flagged, "message": message, **numbers}

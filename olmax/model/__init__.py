@@ -1,22 +1,15 @@
-"""OLMo 3 in Flax: configs, layers, transformer, HF conversion, parity and FLOP counts."""
+"""OLMo 3 in Flax: configs, layers, transformer, HF conversion, parity and FLOP counts.
 
-from olmax.model.config import (
-    PRESETS,
-    ModelConfig,
-    YarnConfig,
-    from_hf_config,
-    olmo3_7b,
-    olmo3_7b_hd256,
-    olmo3_32b,
-    tiny,
-    to_hf_config,
-)
-from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
-from olmax.model.flops import FlopCount, flops_per_token, forward_flops
-from olmax.model.transformer import Transformer, count_params, init_model
+Public API (resolved lazily: `import olmax.model` stays free of JAX): the presets and `ModelConfig`;
+`from_hf(path)` / `to_hf(model, path)` and olmax's own checkpoint format (`load_olmax`, `save_olmax`);
+`Transformer`, `init_model`, `count_params`; `flops_per_token`, `forward_flops`.
+"""
 
-__all__ = [
-    "PRESETS", "FlopCount", "ModelConfig", "Transformer", "YarnConfig", "count_params", "flops_per_token",
-    "forward_flops", "from_hf", "from_hf_config", "init_model", "load_olmax", "olmo3_32b", "olmo3_7b",
-    "olmo3_7b_hd256", "save_olmax", "tiny", "to_hf", "to_hf_config",
-]
+from olmax.lazy import lazy_exports
+
+__getattr__, __all__ = lazy_exports(__name__, {
+    "PRESETS": "olmax.model.config", "ModelConfig": "olmax.model.config", "YarnConfig": "olmax.model.config", "from_hf_config": "olmax.model.config", "to_hf_config": "olmax.model.config", "olmo3_7b": "olmax.model.config", "olmo3_7b_hd256": "olmax.model.config", "olmo3_32b": "olmax.model.config", "tiny": "olmax.model.config",
+    "from_hf": "olmax.model.convert", "to_hf": "olmax.model.convert", "load_olmax": "olmax.model.convert", "save_olmax": "olmax.model.convert",
+    "FlopCount": "olmax.model.flops", "flops_per_token": "olmax.model.flops", "forward_flops": "olmax.model.flops",
+    "Transformer": "olmax.model.transformer", "count_params": "olmax.model.transformer", "init_model": "olmax.model.transformer",
+})

@@ -38,7 +38,7 @@ class YarnConfig:
 class ModelConfig:
     """The shape and numerics of one OLMo 3 network; `layer_types[i]` is FULL or SLIDING."""
 
-    vocab_size: int = 100_278  # dolma2 tokenizer (OLMO3.md)
+    vocab_size: int = 100_278  # dolma2 tokenizer (docs/olmo3.md)
     d_model: int = 4096
     n_layers: int = 32
     n_heads: int = 32
@@ -56,7 +56,7 @@ class ModelConfig:
     bos_token_id: int | None = None  # dolma2 has no BOS
     eos_token_id: int | None = 100_257  # <|endoftext|>
     pad_token_id: int | None = 100_277  # <|pad|>
-    init_std: float = 0.02  # truncated normal (OLMO3.md)
+    init_std: float = 0.02  # truncated normal (docs/olmo3.md)
     dtype: str = "float32"  # compute dtype; params stay fp32
     attention_impl: AttentionImpl = "auto"
     attention_chunk: int = 256  # xla path: scan over query chunks past this length (0: never)

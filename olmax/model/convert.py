@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from olmax.errors import OlmaxError
+from olmax.jsonio import write_json
 from olmax.model.config import ModelConfig, from_hf_config, to_hf_config
 from olmax.model.safetensors_io import DTYPES, AtomicDirectory, SafetensorsReader, write_checkpoint
 from olmax.model.transformer import Transformer
@@ -150,7 +151,7 @@ def to_hf(model: Transformer, path: str | os.PathLike, dtype: str | None = None,
     cfg: ModelConfig = model.cfg
     hf_cfg = to_hf_config(dataclasses.replace(cfg, hf_dtype=dtype or cfg.hf_dtype))
     with AtomicDirectory(path) as tmp:
-        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+        write_json(tmp / "config.json", hf_cfg)
         write_checkpoint(tmp, hf_tensors(model, dtype), max_shard_bytes)
         if tokenizer_from is not None:
             for name in TOKENIZER_FILES:
@@ -166,7 +167,7 @@ def save_olmax(model: Transformer, path: str | os.PathLike) -> Path:
 
     config = dataclasses.asdict(model.cfg)
     with AtomicDirectory(path) as tmp:
-        (tmp / "model_config.json").write_text(json.dumps(config, indent=2, default=list) + "\n")
+        write_json(tmp / "model_config.json", config)
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save((tmp / "params").absolute(), nnx.state(model).to_pure_dict())
             ckptr.wait_until_finished()

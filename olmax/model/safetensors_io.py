@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from olmax.errors import OlmaxError
+from olmax.jsonio import write_json
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
           "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
@@ -127,7 +128,7 @@ def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_b
         weight_map.update({spec[0]: fname for spec in shard})
     if len(shards) > 1:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (directory / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+        write_json(directory / INDEX, index)
     return names
 
 

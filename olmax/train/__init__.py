@@ -1,6 +1,6 @@
 """Training: mesh and sharding, optimizer and schedules, train step, checkpoints, the loop.
 
-Public API (imported lazily, so `import olmax.train` and `olmax --help` stay free of JAX):
+Public API (resolved lazily: `import olmax.train` stays free of JAX):
 
 - `load_config(name_or_path, overrides)` -> `ExperimentConfig` (presets in configs/*.yaml, dotted
   `area.key=value` overrides), `dump_yaml(cfg)`;
@@ -8,26 +8,17 @@ Public API (imported lazily, so `import olmax.train` and `olmax --help` stay fre
   the newest complete checkpoint in `run_dir`; `dry_run(cfg)` -> the resolved config and sizes as text;
 - `EvalContext` / `EvalHook`: `eval_hook(ctx) -> {name: float}` runs every `train.eval_every` steps and
   its values land in that step's metrics.jsonl line as `eval/<name>`; the CLI takes the hook from
-  `olmax.evals.hook.train_hook(cfg)` when that module exists;
+  `olmax.evals.hook.train_hook(cfg)`;
 - `Checkpointer`, `make_mesh`, `make_train_step`, `learning_rate` for callers that build their own loop.
 """
 
-from __future__ import annotations
+from olmax.lazy import lazy_exports
 
-import importlib
-from typing import Any
-
-_EXPORTS = {
+__getattr__, __all__ = lazy_exports(__name__, {
     "ExperimentConfig": "olmax.train.config", "load_config": "olmax.train.config", "dump_yaml": "olmax.train.config",
-    "train": "olmax.train.loop", "dry_run": "olmax.train.loop", "EvalContext": "olmax.train.loop",
-    "EvalHook": "olmax.train.loop", "Checkpointer": "olmax.train.checkpoint", "make_mesh": "olmax.train.mesh",
-    "make_train_step": "olmax.train.step", "learning_rate": "olmax.train.optim",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'olmax.train' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+    "train": "olmax.train.loop", "dry_run": "olmax.train.loop", "EvalContext": "olmax.train.loop", "EvalHook": "olmax.train.loop",
+    "Checkpointer": "olmax.train.checkpoint",
+    "make_mesh": "olmax.train.mesh",
+    "make_train_step": "olmax.train.step",
+    "learning_rate": "olmax.train.optim",
+})

@@ -71,12 +71,12 @@ def _has_accelerator() -> bool:
 
 
 def _eval_hook(cfg):
-    """The held-out eval hook from olmax.evals when that area provides `train_hook(cfg)`, else None."""
-    from olmax.cli import import_optional
+    """The held-out eval hook (olmax.evals.hook) when the recipe evaluates in-loop, else None."""
+    if not cfg.train.eval_every:
+        return None
+    from olmax.evals.hook import train_hook
 
-    module = import_optional("olmax.evals.hook")
-    factory = getattr(module, "train_hook", None) if module else None
-    return factory(cfg) if factory and cfg.train.eval_every else None
+    return train_hook(cfg)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,11 +92,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.run_dir:
         raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
     _distributed(args)
-    from olmax.train.loop import train
+    import contextlib
 
-    summary = train(cfg, args.run_dir, eval_hook=_eval_hook(cfg))
     import jax
 
+    from olmax.atomic import exclusive
+    from olmax.train.loop import train
+
+    # one run per run directory: a second `olmax train` on it refuses (the processes of one multi-process
+    # run share the directory, and process 0 holds the lock for them all)
+    lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        summary = train(cfg, args.run_dir, eval_hook=_eval_hook(cfg))
     if jax.process_index() == 0:
         print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
     return 0

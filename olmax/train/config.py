@@ -16,27 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.model.config import PRESETS, ModelConfig, YarnConfig
 
 CONFIG_DIRS = (Path(__file__).resolve().parents[2] / "configs", Path(__file__).resolve().parents[1] / "configs")
-DEMO_MIX = "demo"  # data.mix value: prepare the embedded stdlib code+prose mix on first use
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Which tokens, cut how, in which order (all of it decides the batch stream)."""
-
-    mix: str = DEMO_MIX  # mix file path/URL, or "demo"
-    base_dir: str | None = None  # base for the mix's relative paths (OLMo-core's mix_base_dir)
-    seq_len: int = 8192
-    global_batch_size: int = 512  # sequences per optimizer step, whatever the device count
-    seed: int = 34521
-    order: str = "olmo-core"
-    work_dir: str | None = None  # loader order files; None: $OLMAX_WORK_DIR or the temp dir
-    document_masks: bool = False  # attend within documents only (segment ids from EOS); off in stages 1-2
-    num_threads: int = 2  # Grain read threads (never changes the stream)
-    prefetch_buffer_size: int = 4
 
 
 @dataclass(frozen=True)
@@ -98,7 +82,7 @@ class ExperimentConfig:
     name: str = "run"
     model: ModelConfig = field(default_factory=ModelConfig)
     model_preset: str = "olmo3_7b"
-    data: DataConfig = field(default_factory=DataConfig)
+    data: StreamSpec = field(default_factory=StreamSpec)  # the data stream (olmax.data.stream)
     optim: OptimConfig = field(default_factory=OptimConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -108,7 +92,7 @@ class ExperimentConfig:
         return dataclasses.replace(self, **areas)
 
 
-_AREAS = {"data": DataConfig, "optim": OptimConfig, "mesh": MeshConfig, "checkpoint": CheckpointConfig,
+_AREAS = {"data": StreamSpec, "optim": OptimConfig, "mesh": MeshConfig, "checkpoint": CheckpointConfig,
           "train": TrainConfig}
 
 
@@ -164,7 +148,10 @@ def _build(cls: type, values: dict, where: str) -> Any:
     if unknown:
         raise OlmaxError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except OlmaxError as e:
+        raise OlmaxError(f"{where}: {e}") from None
 
 
 def _build_model(values: dict, where: str) -> tuple[ModelConfig, str]:
@@ -219,19 +206,18 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
     if cfg.data.seq_len > cfg.model.max_position_embeddings and cfg.model.rope_scaling is None:
         raise OlmaxError(f"{where}: data.seq_len {cfg.data.seq_len} exceeds model.max_position_embeddings "
                          f"{cfg.model.max_position_embeddings}; raise it or add rope_scaling")
-    if cfg.data.global_batch_size <= 0:
-        raise OlmaxError(f"{where}: data.global_batch_size must be positive")
 
 
 def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     path = find_config(name_or_path)
     try:
-        base = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as e:
+        base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise OlmaxError(f"{path}: cannot read config: {e}") from e
     bad = [o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"]
     if bad:

@@ -1,6 +1,6 @@
 """The training loop: restore or initialise, step through the loader's batches, log, evaluate, checkpoint.
 
-Contract (ARCHITECTURE.md, `olmax train`). `train(cfg, run_dir)` trains to the absolute step
+Contract (docs/architecture.md, `olmax train`). `train(cfg, run_dir)` trains to the absolute step
 `cfg.train.steps`, resuming from the newest complete checkpoint in `run_dir/checkpoints` when one
 exists. Checkpoints hold params, optimizer state (moments, Adam count, skip-step history), step, RNG
 and the loader state, saved every `checkpoint.every` steps and always at the last step. Given the
@@ -12,9 +12,9 @@ step (written before a crash) are dropped first so every step appears once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,8 @@ import jax
 from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.train.config import ExperimentConfig, dump_yaml
-
-# bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets). CPUs have no datasheet
-# figure here: their peak is measured at start (`cpu_matmul_peak`), so CPU MFU = fraction of that.
-PEAK_FLOPS = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 312e12, "TPU v5p": 459e12,
-              "TPU v5 lite": 197e12, "TPU v4": 275e12, "TPU7x": 2307e12}
+from olmax.train.metrics import MetricsLog
+from olmax.train.mfu import mfu, peak_flops
 
 BATCH_KEYS = ("input_ids", "segment_ids")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
@@ -43,76 +40,6 @@ class EvalContext:
     mesh: Any
     run_dir: Path
     config: ExperimentConfig
-
-
-def peak_flops(cfg: ExperimentConfig) -> float | None:
-    """Machine peak FLOP/s for MFU: train.peak_flops, else the table above, else None (no MFU)."""
-    if cfg.train.peak_flops:
-        return cfg.train.peak_flops
-    dev = jax.devices()[0]
-    if dev.platform == "cpu":
-        return cpu_matmul_peak() * jax.process_count()
-    for kind, flops in PEAK_FLOPS.items():
-        if dev.device_kind.startswith(kind):
-            return flops * jax.device_count()
-    return None
-
-
-def cpu_matmul_peak(n: int = 1024, tries: int = 5) -> float:
-    """This host's fp32 FLOP/s on an n^3 matmul (best of `tries`), one device: the CPU MFU denominator."""
-    import jax.numpy as jnp
-
-    a = jnp.ones((n, n), jnp.float32, device=jax.local_devices()[0])
-    mm = jax.jit(jnp.dot)
-    mm(a, a).block_until_ready()
-    best = float("inf")
-    for _ in range(tries):
-        t = time.perf_counter()
-        mm(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
-
-
-class MetricsLog:
-    """metrics.jsonl (append, one line per step) + TensorBoard events, written by process 0 only."""
-
-    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = True):
-        self.path = run_dir / "metrics.jsonl"
-        self.primary = jax.process_index() == 0
-        self.tb = None
-        if not self.primary:
-            return
-        if self.path.exists():  # drop steps a killed run logged after its last checkpoint
-            kept = []
-            for line in self.path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by the kill
-                if rec.get("step", 0) <= resume_step:
-                    kept.append(line)
-            write_text(self.path, "".join(s + "\n" for s in kept))
-        self.file = open(self.path, "a")  # noqa: SIM115 - lives as long as the run
-        if tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self.tb = SummaryWriter(str(run_dir / "tb"))
-
-    def write(self, rec: dict, tb_every: int) -> None:
-        if not self.primary:
-            return
-        self.file.write(json.dumps(rec) + "\n")
-        self.file.flush()
-        if self.tb is not None and rec["step"] % tb_every == 0:
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)) and v is not None:
-                    self.tb.add_scalar(f"train/{k}" if "/" not in k else k, v, rec["step"])
-
-    def close(self) -> None:
-        if self.primary:
-            self.file.close()
-            if self.tb is not None:
-                self.tb.close()
 
 
 def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
@@ -134,36 +61,63 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
 
 def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
           eval_hook: EvalHook | None = None) -> dict:
-    """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings)."""
-    from flax import nnx
+    """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
 
-    from olmax.model.flops import flops_per_token
+    Phases: open the stream and the mesh → restore (or initialise) the state → step through the
+    batches, logging, evaluating and checkpointing → close everything, also on an error."""
     from olmax.train.checkpoint import Checkpointer
-    from olmax.train.data import open_loader, resolve_mix
-    from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
-    from olmax.train.step import abstract_state, make_init, make_train_step, model_graphdef
+    from olmax.train.mesh import describe, make_mesh, microbatches
+    from olmax.train.step import abstract_state
 
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
-    loader = open_loader(cfg.data, resolve_mix(cfg.data, mix), cfg.model.eos_token_id)
+    stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
+    loader = stream.open_loader(eos_token_id=cfg.model.eos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
     run_dir.mkdir(parents=True, exist_ok=True)
-    steps = cfg.train.steps
-    t_max = cfg.optim.t_max or steps
-
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
-    start = ckpt.latest_step()
     abstract, _ = abstract_state(cfg.model, cfg.optim, mesh)
+    start, state, loader_state, saved_meta, note = _restore_or_init(cfg, ckpt, abstract, mesh)
+    if jax.process_index() == 0:
+        write_text(run_dir / "config.yaml", dump_yaml(cfg))
+        print(f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
+              f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}", flush=True)
+    summary: dict[str, Any] = {"start_step": start, "steps": cfg.train.steps, "note": note,
+                               "mesh": describe(mesh), "microbatches": n_micro, "per_device_batch": per_device}
+    with ExitStack() as closing:  # checkpointer, loader threads and logs are closed also on an error
+        closing.callback(ckpt.close)
+        if start >= cfg.train.steps:
+            return {**summary, "last": None}
+        # the MFU denominator, measured before the loader's threads start (every process, same point)
+        peak = peak_flops(cfg)
+        summary.update(peak_flops=peak, mfu_peak=getattr(peak, "what", None))
+        it = loader.iterate(loader_state)
+        closing.callback(it.close)
+        log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
+        closing.callback(log.close)
+        t_run = time.perf_counter()
+        steps = _Steps(cfg, mesh, run_dir, loader.index, it, _monitor(cfg, loader, saved_meta if start else None),
+                       log, ckpt, n_micro, per_device, eval_hook, peak)
+        summary["last"] = steps.run(state, start)
+    summary["seconds"] = time.perf_counter() - t_run
+    return summary
+
+
+def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple[int, dict, Any, dict | None, str]:
+    """(start step, state, loader state, checkpoint metadata, what happened): the newest complete
+    checkpoint, else `train.init_from` (a new stage), else a fresh initialisation."""
+    from olmax.train.step import make_init
+
+    start = ckpt.latest_step()
     if start is not None:
         state, loader_state, meta = ckpt.restore(start, abstract)
         if int(jax.device_get(state["step"])) != start:
             raise OlmaxError(f"{ckpt.directory / str(start)}: holds step {int(state['step'])}, not {start}")
-        note = f"resumed from step {start} (saved on {meta.get('devices')} devices)"
-    elif cfg.train.init_from:
+        return start, state, loader_state, meta, f"resumed from step {start} (saved on {meta.get('devices')} devices)"
+    if cfg.train.init_from:
         from olmax.train.checkpoint import restore_init
         from olmax.train.optim import init_opt_state
 
-        start, loader_state = 0, None
         state = restore_init(cfg.train.init_from, abstract)
         # a new stage: params, moments and Adam count carry over (OLMo-core load_optim_state=True,
         # load_trainer_state=False); the step, the data position and the skip-step history start afresh
@@ -171,81 +125,113 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
                              out_shardings=jax.tree.map(lambda a: a.sharding, abstract["opt"]["skip"]))()
         state = {**state, "step": jax.device_put(0 * state["step"], abstract["step"].sharding),
                  "opt": {**state["opt"], "skip": fresh_skip}}
-        note = f"initialised from {cfg.train.init_from}"
-    else:
-        start, loader_state = 0, None
-        state = make_init(cfg.model, cfg.optim, mesh, cfg.train.seed)
-        note = "initialised from scratch"
-    if jax.process_index() == 0:
-        write_text(run_dir / "config.yaml", dump_yaml(cfg))
-    it = loader.iterate(loader_state)
-    monitor = _monitor(cfg, loader, meta if start else None)
-    log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
-    summary: dict[str, Any] = {"start_step": start, "steps": steps, "note": note, "mesh": describe(mesh),
-                               "microbatches": n_micro, "per_device_batch": per_device}
-    if jax.process_index() == 0:
-        print(f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
-              f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}", flush=True)
-    if start >= steps:
-        log.close()
-        ckpt.close()
-        it.close()
-        return {**summary, "last": None}
+        return 0, state, None, None, f"initialised from {cfg.train.init_from}"
+    return 0, make_init(cfg.model, cfg.optim, mesh, cfg.train.seed), None, None, "initialised from scratch"
 
-    train_step = make_train_step(cfg.model, cfg.optim, mesh, n_micro=n_micro, per_device_batch=per_device,
-                                 t_max=t_max, ce_chunk=cfg.train.ce_chunk)
-    tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
-    flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * tokens_per_step
-    peak = peak_flops(cfg)
-    summary["peak_flops"] = peak
-    graphdef = model_graphdef(cfg.model)[0] if eval_hook else None
-    bar = None
-    if cfg.train.progress and jax.process_index() == 0:
-        from tqdm import tqdm
 
-        bar = tqdm(total=steps, initial=start, unit="step", dynamic_ncols=True)
-    meta = {"devices": jax.device_count(), "processes": jax.process_count(), "mesh": dict(mesh.shape),
-            "global_batch_size": cfg.data.global_batch_size, "seq_len": cfg.data.seq_len}
-    rec: dict[str, Any] = {}
-    t_prev = time.perf_counter()
-    t_run = t_prev
-    try:
-        for step in range(start + 1, steps + 1):
-            epoch, _ = it.position
-            rows = next(it)
-            if monitor is not None:  # raises ReplayError naming this step before the row is trained on
-                monitor.update_all_hosts(step, rows["input_ids"], instance_ids=rows.get("instance_ids"),
-                                         epoch=epoch)
-            batch = {k: global_batch(rows[k], mesh, cfg.data.global_batch_size) for k in BATCH_KEYS if k in rows}
-            state, metrics = train_step(state, batch)
-            metrics = jax.device_get(metrics)
-            now = time.perf_counter()
-            dt, t_prev = now - t_prev, now
-            tps = tokens_per_step / dt
-            rec = {"step": step, "loss": float(metrics["loss"]), "z_loss": float(metrics["z_loss"]),
-                   "grad_norm": float(metrics["grad_norm"]), "lr": float(metrics["lr"]),
-                   "tokens": step * tokens_per_step, "tokens_per_s": tps,
-                   "mfu": (flops_per_step / dt / peak) if peak else None, "skipped": int(metrics["skipped"]),
-                   "epoch": epoch, **(monitor.counters() if monitor is not None else {})}
-            if eval_hook and cfg.train.eval_every and step % cfg.train.eval_every == 0:
-                model = nnx.merge(graphdef, state["params"])
-                rec.update({f"eval/{k}": v for k, v in eval_hook(EvalContext(step, model, mesh, run_dir, cfg)).items()})
-            log.write(rec, cfg.train.log_every)
-            if step % cfg.checkpoint.every == 0 or step == steps:
-                extra = {"monitor": monitor.state_json()} if monitor is not None else {}
-                ckpt.save(step, state, it.state, {**meta, "step": step, "epoch": epoch, **extra})
-            if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
-                bar.update(1)
-            t_prev = time.perf_counter()  # exclude logging and checkpoint launch from the next step's time
-    finally:
-        if bar is not None:
-            bar.close()
-        ckpt.close()
-        log.close()
-        it.close()
-    summary.update(last=rec, seconds=time.perf_counter() - t_run)
-    return summary
+class _Steps:
+    """The step loop. Step N+1 is dispatched before step N's metrics are read back, so the host's
+    logging, data reading and monitor overlap the device's work; at a checkpoint, an eval and the last
+    step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
+
+    def __init__(self, cfg: ExperimentConfig, mesh, run_dir: Path, index, it, monitor, log, ckpt, n_micro: int,
+                 per_device: int, eval_hook: EvalHook | None, peak: float | None):
+        from olmax.model.flops import flops_per_token
+        from olmax.train.step import make_train_step, model_graphdef
+
+        self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = cfg, mesh, run_dir, index, it, monitor
+        self.log, self.ckpt, self.eval_hook = log, ckpt, eval_hook
+        self.train_step = make_train_step(cfg.model, cfg.optim, mesh, n_micro=n_micro,
+                                          per_device_batch=per_device, t_max=cfg.optim.t_max or cfg.train.steps,
+                                          ce_chunk=cfg.train.ce_chunk)
+        self.tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
+        self.flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * self.tokens_per_step
+        self.peak = peak
+        self.graphdef = model_graphdef(cfg.model)[0] if eval_hook else None
+        self.meta = {"devices": jax.device_count(), "processes": jax.process_count(), "mesh": dict(mesh.shape),
+                     "global_batch_size": cfg.data.global_batch_size, "seq_len": cfg.data.seq_len}
+        self.bar, self.logged_peak = None, False
+        if cfg.train.progress and jax.process_index() == 0:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cfg.train.steps, initial=0, unit="step", dynamic_ncols=True)
+
+    def run(self, state: dict, start: int) -> dict:
+        """Steps start+1 .. train.steps; returns the last step's metrics record."""
+        cfg = self.cfg
+        if self.bar is not None:
+            self.bar.update(start)
+        pending: tuple | None = None  # (step, epoch, counters, device metrics) dispatched, not read back
+        rec: dict[str, Any] = {}
+        self.t_prev = time.perf_counter()
+        try:
+            for step in range(start + 1, cfg.train.steps + 1):
+                epoch, batch, counters = self._next_batch(step)
+                state, metrics = self.train_step(state, batch)
+                if pending is not None:
+                    done, pending = pending, None
+                    rec = self._finish(*done)
+                pending = (step, epoch, counters, metrics)
+                evaluate = bool(self.eval_hook and cfg.train.eval_every and step % cfg.train.eval_every == 0)
+                save = step % cfg.checkpoint.every == 0 or step == cfg.train.steps
+                if evaluate or save:
+                    done, pending = pending, None
+                    rec = self._finish(*done, state=state if evaluate else None)
+                if save:
+                    extra = {"monitor": self.monitor.state_json()} if self.monitor is not None else {}
+                    self.ckpt.save(step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra})
+                    self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
+        except BaseException:
+            if pending is not None:  # a step the device finished is logged even when the next one fails
+                self._finish(*pending)
+            raise
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        return rec
+
+    def _next_batch(self, step: int) -> tuple[int, dict, dict]:
+        """(epoch, the global batch, the monitor's counters after it) of `step`; the monitor sees its rows
+        before they are trained on, and an id outside the vocabulary stops the run before the step."""
+        from olmax.data.reader import check_batch_ids
+        from olmax.train.mesh import global_batch
+
+        epoch, _ = self.it.position
+        rows = next(self.it)
+        check_batch_ids(self.index, rows, self.cfg.model.vocab_size)
+        if self.monitor is not None:  # raises ReplayError naming this step before the row is trained on
+            self.monitor.update_all_hosts(step, rows["input_ids"], instance_ids=rows.get("instance_ids"), epoch=epoch)
+        G = self.cfg.data.global_batch_size
+        counters = self.monitor.counters() if self.monitor is not None else {}
+        return epoch, {k: global_batch(rows[k], self.mesh, G) for k in BATCH_KEYS if k in rows}, counters
+
+    def _finish(self, step: int, epoch: int, counters: dict, metrics, state: dict | None = None) -> dict:
+        """Read `step`'s metrics back, evaluate (given the state after it), log; returns the record."""
+        metrics = jax.device_get(metrics)
+        now = time.perf_counter()
+        dt, self.t_prev = now - self.t_prev, now
+        tps = self.tokens_per_step / dt
+        rec = {"step": step, "loss": float(metrics["loss"]), "z_loss": float(metrics["z_loss"]),
+               "grad_norm": float(metrics["grad_norm"]), "lr": float(metrics["lr"]),
+               "tokens": step * self.tokens_per_step, "tokens_per_s": tps,
+               "mfu": mfu(self.flops_per_step, dt, self.peak), "skipped": int(metrics["skipped"]),
+               "epoch": epoch, **counters}
+        if not self.logged_peak:  # the first record of each start says what `mfu` is a fraction of
+            rec.update(mfu_peak_flops=float(self.peak) if self.peak else None,
+                       mfu_peak=getattr(self.peak, "what", None))
+            self.logged_peak = True
+        if state is not None:
+            from flax import nnx
+
+            model = nnx.merge(self.graphdef, state["params"])
+            ctx = EvalContext(step, model, self.mesh, self.run_dir, self.cfg)
+            rec.update({f"eval/{k}": v for k, v in self.eval_hook(ctx).items()})
+            self.t_prev = time.perf_counter()  # the eval is not the next step's time
+        self.log.write(rec, self.cfg.train.log_every)
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
+            self.bar.update(1)
+        return rec
 
 
 def dry_run(cfg: ExperimentConfig) -> str:

@@ -11,7 +11,7 @@ recomputing the block's logits (3 + 1 head matmuls, no N x V memory: the acceler
 from the forward's saved exp(logits - running max) blocks, rescaled by exp(max - lse) (3 matmuls
 and one exp per logit, N x V fp32 kept: the CPU default up to 2 GiB, where memory is plentiful and
 exp is dear). Every matmul keeps all N tokens, so each is large and efficient. With the real 100k
-vocabulary the logits dominate memory traffic (FIELD-NOTES.md), so this is both the memory and the
+vocabulary the logits dominate memory traffic (docs/field-notes.md), so this is both the memory and the
 time win; the arithmetic is the same as `cross_entropy` on full logits up to float summation order.
 """
 

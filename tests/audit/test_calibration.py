@@ -24,7 +24,7 @@ def test_negatives_exclude_items_sharing_a_passage_with_another():
     would really contaminate the other, and the calibration would count a true hit as a false one."""
     from collections import namedtuple
 
-    from olmax.audit.calibrate import _independent
+    from olmax.audit.calibrate import independent_items
 
     Item = namedtuple("Item", "id text")
     passage = "The principal bridesmaid may be called the maid of honor if she is unmarried or matron if married."
@@ -32,4 +32,4 @@ def test_negatives_exclude_items_sharing_a_passage_with_another():
              Item("b", "Photosynthesis turns light into chemical energy in the chloroplasts of green plants."),
              Item("c", passage.upper() + " is the matron of honor married"),
              Item("d", "Short item.")]
-    assert [it.id for it in _independent(items)] == ["a", "b", "d"]
+    assert [it.id for it in independent_items(items)] == ["a", "b", "d"]

@@ -11,6 +11,7 @@ from olmax.audit.dedup import DedupConfig, audit_dedup
 from olmax.cli import main
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.shards import read_tokens
+from olmax.data.stream import StreamSpec
 
 
 def brute_repeated_tokens(paths, span):
@@ -39,7 +40,7 @@ def test_planted_document_and_span_repeats(corpus, tmp_path):
     b = write_shard(tmp_path / "b.npy", [*prose[:20], ("copy", code[0][1]),
                                           ("paste", list(prose[30][1][:40]) + piece)])
     mix = write_mix(tmp_path / "mix.txt", [("code", str(a)), ("prose", str(b)), ("prose", str(b))])
-    rep = audit_dedup(DedupConfig(mix=mix, work_dir=str(tmp_path), chunk_tokens=5000))
+    rep = audit_dedup(DedupConfig(StreamSpec(mix=mix, work_dir=str(tmp_path)), chunk_tokens=5000))
     assert rep["files"] == 2  # the path listed twice is planned repetition, hashed once
     assert rep["duplicate_documents"] >= 1
     assert any(e["file"] == str(b) and e["same_as_file"] == str(a)

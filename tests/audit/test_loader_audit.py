@@ -13,6 +13,7 @@ from audit_testdata import write_mix
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
 from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+from olmax.data.stream import StreamSpec
 
 L, G, SEED = 64, 8, 7
 
@@ -24,8 +25,9 @@ def lines(corpus, *extra):
 
 
 def audit(mix, tmp_path, **kw):
-    return audit_loader(LoaderAuditConfig(mix=mix, seq_len=L, global_batch_size=G, seed=SEED,
-                                          work_dir=str(tmp_path / "work"), **kw))
+    return audit_loader(LoaderAuditConfig(
+        stream=StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work")),
+        **kw))
 
 
 def windows(path):
@@ -215,3 +217,29 @@ def test_shard_copied_at_an_offset_is_caught_by_spans(corpus, tmp_path):
     rep = audit(mix, tmp_path, span_tokens=50)
     assert not rep["checks"]["repeated_spans"]["ok"]
     assert rep["content"]["repeated_spans"]["repeated_tokens"] >= len(toks) - 200
+
+
+def test_config_gives_the_recipe_stream_and_flags_override_it(corpus, tmp_path, monkeypatch):
+    """`--config RECIPE` audits the stream that recipe trains on (its L, G and data seed); a flag wins."""
+    from olmax.train.config import load_config
+
+    monkeypatch.setenv("OLMAX_WORK_DIR", str(tmp_path / "w"))
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    tiny = load_config("configs/tiny.yaml").data
+    out = tmp_path / "r.json"
+    assert main(["audit", "loader", "--config", "configs/tiny.yaml", "--mix", mix, "--out", str(out)]) == 0
+    settings = json.loads(out.read_text())["settings"]["stream"]
+    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == \
+        (tiny.seq_len, tiny.global_batch_size, tiny.seed)
+    assert settings["mix"] == mix
+    assert main(["audit", "loader", "--config", "tiny", "--mix", mix, "--seq-len", str(L), "--seed", "5",
+                 "--out", str(out)]) == 0
+    settings = json.loads(out.read_text())["settings"]["stream"]
+    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == (L, tiny.global_batch_size, 5)
+
+
+def test_without_config_the_stream_flags_are_required(corpus, tmp_path, capsys):
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus))
+    assert main(["audit", "loader", "--mix", mix, "--out", str(tmp_path / "r.json")]) == 2
+    assert "--seq-len, --global-batch-size required" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()

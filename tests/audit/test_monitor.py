@@ -12,8 +12,9 @@ from audit_testdata import write_mix
 
 from olmax.audit.monitor import ReplayError, StreamMonitor
 from olmax.data.index import open_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.state import LoaderState
+from olmax.data.stream import StreamSpec
 
 L, G = 64, 8
 
@@ -25,7 +26,7 @@ def loader(corpus, tmp_path_factory):
     mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("prose", s["prose-0"]),
                                         ("prose", s["prose-0"])])  # planned 2x
     index = open_index(mix, L)
-    cfg = LoaderConfig(seq_len=L, global_batch_size=G, seed=11, work_dir=str(root / "w"), num_threads=0)
+    cfg = StreamSpec(seq_len=L, global_batch_size=G, seed=11, work_dir=str(root / "w"), num_threads=0)
     return Loader(index, cfg, process_index=0, process_count=1)
 
 

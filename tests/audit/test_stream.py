@@ -14,8 +14,9 @@ from audit_testdata import write_mix
 from olmax.audit.stream import StreamConfig, audit_stream
 from olmax.cli import main
 from olmax.data.index import open_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.shards import read_tokens
+from olmax.data.stream import StreamSpec
 
 L, G, SEED, P = 64, 8, 3, 2
 
@@ -27,7 +28,7 @@ def setup(corpus, tmp_path_factory):
     mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("code", s["code-1"]),
                                         ("prose", s["prose-0"])])
     index = open_index(mix, L)
-    cfg = LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(root / "w"), num_threads=0)
+    cfg = StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(root / "w"), num_threads=0)
     loaders = [Loader(index, cfg, process_index=r, process_count=P) for r in range(P)]
     bpe = loaders[0].batches_per_epoch
     hosts = [np.stack([ld.batch(1, k)["input_ids"] for k in range(bpe)]) for ld in loaders]
@@ -67,8 +68,8 @@ def run(setup, hosts, tmp_path, name):
     for h, arr in enumerate(hosts):
         paths.append(str(tmp_path / f"{name}-host{h}.npy"))
         np.save(paths[-1], arr)
-    return audit_stream(StreamConfig(mix=setup["mix"], seq_len=L, batches=tuple(paths),
-                                     work_dir=str(tmp_path))), paths
+    return audit_stream(StreamConfig(StreamSpec(mix=setup["mix"], seq_len=L, work_dir=str(tmp_path)),
+                                     batches=tuple(paths))), paths
 
 
 def check(rep, want):
@@ -125,7 +126,7 @@ def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
     index = setup["index"]
     for s, r in ((3, 0), (7, 2)):  # read one token late
         f, start = index.locate(np.asarray([0]))
-        inst = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+        inst = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
                                           work_dir=str(setup["root"] / "w")),
                       process_index=1, process_count=P).instance_ids(1, s)[r]
         f, start = index.locate(np.asarray([inst]))
@@ -154,7 +155,7 @@ def test_bad_batches_file_is_a_clear_error(setup, tmp_path):
     bad = tmp_path / "bad.npy"
     np.save(bad, np.zeros((2, 3), np.int32))
     with pytest.raises(OlmaxError, match="expected a \\(steps, rows, 64\\)"):
-        audit_stream(StreamConfig(mix=setup["mix"], seq_len=L, batches=(str(bad),)))
+        audit_stream(StreamConfig(StreamSpec(mix=setup["mix"], seq_len=L), batches=(str(bad),)))
 
 
 def test_sharded_twice_stream(setup, tmp_path):

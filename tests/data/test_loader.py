@@ -10,8 +10,9 @@ from loader_testdata import LABELS, expected_rows, write_position_files
 
 from olmax.data.grain_source import BatchSource, document_masks
 from olmax.data.index import build_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 L, G, SEED = 16, 8, 5
@@ -22,9 +23,13 @@ def index(tmp_path_factory):
     return build_index(read_mix(write_position_files(str(tmp_path_factory.mktemp("pos")))), L)
 
 
+LOADER_ARGS = ("num_epochs", "eos_token_id", "bos_token_id")  # Loader's own; the rest describe the stream
+
+
 def make(index, work_dir, *, P=1, rank=0, **kw):
-    config = LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(work_dir), **kw)
-    return Loader(index, config, process_index=rank, process_count=P)
+    own = {k: kw.pop(k) for k in LOADER_ARGS if k in kw}
+    spec = StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(work_dir), **kw)
+    return Loader(index, spec, process_index=rank, process_count=P, **own)
 
 
 def test_batch_fields(index, tmp_path):

@@ -11,8 +11,9 @@ from loader_testdata import SIZES, write_position_files
 
 from olmax.cli import main
 from olmax.data.index import build_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
+from olmax.data.stream import StreamSpec
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def test_batches_writes_process_rows(mix_path, tmp_path):
     got = np.load(out)
     assert got.shape == (6, 4, 16) and got.dtype == np.int32
     loader = Loader(build_index(read_mix(mix_path), 16),
-                    LoaderConfig(seq_len=16, global_batch_size=8, seed=3, work_dir=str(tmp_path / "w")),
+                    StreamSpec(seq_len=16, global_batch_size=8, seed=3, work_dir=str(tmp_path / "w")),
                     process_index=1, process_count=2)
     it = loader.iterate(loader.state_at(1, 30))
     for n in range(6):  # runs past the end of epoch 1 (33 batches) into epoch 2

@@ -12,8 +12,9 @@ import numpy as np
 from loader_testdata import write_position_files
 
 from olmax.data.index import build_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
+from olmax.data.stream import StreamSpec
 
 L, G, SEED, STEPS = 16, 8, 21, 3
 
@@ -28,10 +29,11 @@ WORKER = textwrap.dedent("""
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
     from olmax.data.index import build_index
-    from olmax.data.loader import Loader, LoaderConfig
+    from olmax.data.loader import Loader
+    from olmax.data.stream import StreamSpec
     from olmax.data.mixfile import read_mix
     loader = Loader(build_index(read_mix(mix), %(L)d),
-                    LoaderConfig(seq_len=%(L)d, global_batch_size=%(G)d, seed=%(SEED)d, work_dir=work))
+                    StreamSpec(seq_len=%(L)d, global_batch_size=%(G)d, seed=%(SEED)d, work_dir=work))
     mesh = Mesh(np.array(jax.devices()), ("data",))
     sharding = NamedSharding(mesh, PartitionSpec("data"))
     it = loader.iterate()
@@ -79,7 +81,7 @@ def test_two_jax_processes_each_get_their_rows(tmp_path):
     assert all(int(o["count"]) == 2 and int(o["devices"]) == 4 for o in outs)
 
     full = Loader(build_index(read_mix(mix), L),
-                  LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "w")),
+                  StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "w")),
                   process_index=0, process_count=1)
     for step in range(STEPS + 2):
         batch = full.batch(1, step)

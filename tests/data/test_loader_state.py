@@ -9,10 +9,11 @@ import pytest
 from loader_testdata import olmo_core_loader, write_position_files
 
 from olmax.data.index import build_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave
 from olmax.data.mixfile import read_mix
 from olmax.data.state import LoaderState
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -26,7 +27,7 @@ def index(tmp_path_factory):
 
 
 def make(index, work_dir, *, G=G, P=1, rank=0, seed=SEED, **kw):
-    return Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=seed, work_dir=str(work_dir),
+    return Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=seed, work_dir=str(work_dir),
                                       **kw), process_index=rank, process_count=P)
 
 

@@ -13,8 +13,9 @@ from loader_testdata import (
 )
 
 from olmax.data.index import build_index
-from olmax.data.loader import Loader, LoaderConfig
+from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
+from olmax.data.stream import StreamSpec
 
 L, G, SEED = 16, 8, 7
 
@@ -44,7 +45,7 @@ def test_reference_is_what_we_think(reference):
 def test_global_batches_equal_olmo_core_for_every_process_count(mix, reference, tmp_path, P):
     index = build_index(mix, L)
     for rank in range(P):
-        loader = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
                                             work_dir=str(tmp_path)), process_index=rank, process_count=P)
         it = loader.iterate()
         for epoch in (1, 2):
@@ -62,7 +63,7 @@ def test_processes_match_olmo_core_ranks(mix, tmp_path, P):
     for rank in range(P):
         ref = olmo_core_epoch(olmo_core_loader(mix.paths, L, G, SEED, str(tmp_path / "oc"),
                                                dp_world_size=P, dp_rank=rank), 2)
-        loader = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
                                             work_dir=str(tmp_path)), process_index=rank, process_count=P)
         for step, (ids, _) in enumerate(ref):
             np.testing.assert_array_equal(loader.batch(2, step)["input_ids"], ids)
@@ -76,7 +77,7 @@ def test_random_start_step_gives_exact_continuation(mix, reference, tmp_path):
         epoch, start = int(rng.integers(1, 3)), int(rng.integers(0, steps))
         P = int(rng.choice([1, 2, 4]))
         rank = int(rng.integers(0, P))
-        loader = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
                                             work_dir=str(tmp_path)), process_index=rank, process_count=P)
         it = loader.iterate(loader.state_at(epoch, start))
         for step in range(start, steps):
@@ -88,7 +89,7 @@ def test_every_instance_exactly_once_per_epoch(mix, tmp_path):
     P = 4
     seen = []
     for rank in range(P):
-        loader = Loader(index, LoaderConfig(seq_len=L, global_batch_size=G, seed=SEED,
+        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
                                             work_dir=str(tmp_path)), process_index=rank, process_count=P)
         seen += [loader.batch(1, s)["instance_ids"] for s in range(loader.batches_per_epoch)]
     seen = np.concatenate(seen)
@@ -111,7 +112,7 @@ def test_parity_on_larger_random_layouts(tmp_path, seed):
     for epoch in (1, 2):
         batches = olmo_core_epoch(ref, epoch)
         for rank in range(P):
-            loader = Loader(index, LoaderConfig(seq_len=seq_len, global_batch_size=gbs, seed=seed,
+            loader = Loader(index, StreamSpec(seq_len=seq_len, global_batch_size=gbs, seed=seed,
                                                 work_dir=str(tmp_path / "w")), process_index=rank,
                             process_count=P)
             assert loader.batches_per_epoch == len(batches)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from olmax.evals.reports import append_jsonl
+from olmax.jsonio import append_jsonl
 
 STEPS = 1000
 

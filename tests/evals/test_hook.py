@@ -8,7 +8,7 @@ import pytest
 
 from olmax.evals.curves import read_run
 from olmax.evals.hook import train_hook
-from olmax.evals.reports import append_jsonl
+from olmax.jsonio import append_jsonl
 
 
 def test_hook_scores_and_metrics_round_trip(model, tokenizer_file, tmp_path):

@@ -26,7 +26,7 @@ def test_7b_preset():
     assert c.vocab_size == 100_278 and c.padded_vocab == 100_352 and c.eos_token_id == 100_257
     assert [i for i, t in enumerate(c.layer_types) if t == FULL] == list(range(3, 32, 4))
     assert c.window(0) == 4096 and c.window(3) is None
-    assert count_params(c) == 7_298_011_136  # OLMO3.md: ~7.30B
+    assert count_params(c) == 7_298_011_136  # docs/olmo3.md: ~7.30B
 
 
 def test_32b_and_hd256_presets():

@@ -148,5 +148,5 @@ def test_packed_documents_see_only_themselves():
     ids = np.random.default_rng(9).integers(0, 1000, size=(1, 40))
     seg = jnp.asarray([[0] * 15 + [1] * 25])
     packed = nnx.jit(lambda m, x, s: m(x, s))(model, jnp.asarray(ids), seg)
-    alone = model(ids[:, 15:])  # also the plain eager call on numpy ids (ARCHITECTURE.md's contract)
+    alone = model(ids[:, 15:])  # also the plain eager call on numpy ids (the contract in docs/architecture.md)
     np.testing.assert_allclose(np.asarray(packed)[:, 15:], np.asarray(alone), atol=COMPOSITE, rtol=COMPOSITE)

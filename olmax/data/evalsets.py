@@ -1,0 +1,267 @@
+"""Held-out eval sets, parsed once and rendered two ways: the audit's items and the evals' documents.
+
+A source is a file, a glob, a folder or a bundled set's short name (olmax.assets.EVAL_SETS, fetched on
+first use). A saved `datasets` folder is one part; any other folder is searched for saved `datasets`
+folders and for .jsonl[.gz|.zst] / .json / .arrow / .parquet files outside them, each one part, in path
+order. `read_eval_rows` parses the parts (olmax.data.readers.read_rows: every record with all its
+fields); the renderings:
+
+- `audit_items` (`olmax audit leaks`): EvalItem(id, text). The text is what a contaminated training
+  document must hold: the `text` field, else the passage/context and question fields joined by spaces
+  (the same for the known HF schemas: ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social
+  IQa, CommonsenseQA, COPA, MMLU, ...). The answer is left out on purpose: a document holding the
+  question with its answer, or the question alone, both contain it, so leaving it out can only add
+  recall (the answer alone is used for records with nothing else). The id is the record's own (`id`,
+  `ind`, `idx`, `question_id`, `doc_id`), else its 0-based index in its part, after `PART/` when the
+  source has several parts; a repeated id gets "#1", "#2", ...
+- `documents` (held-out loss, olmax.evals.sets): (id, text). The text is the `text_field` field and the
+  id the `id` field, else `FILE:LOC`, as olmax.data.readers names documents. The bundled
+  multiple-choice sets have no text field: each record is read as natural text through its set's
+  template (the question followed by its correct answer, or the passage), so a held-out loss on them
+  is a plain language-modelling loss on that text, and their ids are the audit's.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from olmax.data.readers import JSONL_SUFFIXES, TABLE_SUFFIXES, expand_inputs, read_rows
+from olmax.errors import OlmaxError
+
+# Field order of the audit's joined text: context first, then the question (the answer only when alone).
+CONTEXT_FIELDS = ("passage", "support", "context", "ctx", "premise", "goal", "sentence", "article")
+QUESTION_FIELDS = ("question", "question_stem", "query", "prompt")
+ANSWER_FIELDS = ("answer", "answers", "correct_answer", "target", "completion", "response")
+ID_FIELDS = ("id", "ind", "idx", "question_id", "doc_id")
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One record of a source, with where it came from."""
+
+    record: dict  # every field, as the source wrote it
+    part: str  # the file or `datasets` folder it was read from
+    prefix: str  # the part's path relative to the source folder; "" when the source is one part
+    index: int  # 0-based position within its part
+    loc: int  # 1-based line (jsonl) or row (tables) within its part
+
+
+# ------------------------------------------------------------------------------------------ parse
+def resolve_source(path: str) -> str:
+    """`path` as given when it exists or is not a bundled set's name; else the bundled set's local folder."""
+    from olmax.assets import EVAL_SETS, eval_set_path
+
+    if Path(path).expanduser().exists() or path not in EVAL_SETS:
+        return path
+    return str(eval_set_path(path))
+
+
+def _is_dataset_dir(d: Path) -> bool:
+    return ((d / "dataset_info.json").is_file() or (d / "state.json").is_file()) and any(d.glob("*.arrow"))
+
+
+def source_parts(source: str) -> list[tuple[str, str]]:
+    """(part, prefix) for each file or `datasets` folder of `source`, in path order (see the module docstring)."""
+    p = Path(source).expanduser()
+    if p.is_dir() and not _is_dataset_dir(p):
+        sets = sorted({str(f.parent) for f in p.rglob("*") if f.name in ("dataset_info.json", "state.json")
+                       and _is_dataset_dir(f.parent)})
+        inside = tuple(d + os.sep for d in sets)
+        files = [str(f) for f in p.rglob("*") if f.is_file() and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)
+                 and not str(f).startswith(inside)]
+        parts = sorted(sets + files)
+        if not parts:
+            raise OlmaxError(f"{source}: no eval records inside (expected .jsonl[.gz|.zst], .json, .arrow or "
+                             ".parquet files, or a saved `datasets` folder)")
+        return [(part, str(Path(part).relative_to(p))) for part in parts]
+    if p.is_dir():
+        return [(str(p), "")]
+    if not p.exists() and not glob.glob(os.path.expanduser(source), recursive=True):
+        from olmax.assets import EVAL_SETS
+
+        raise OlmaxError(f"eval set {source!r}: no such file or folder, no file matches it as a glob, and it is "
+                         f"not a bundled set (bundled: {', '.join(sorted(EVAL_SETS))})")
+    files = expand_inputs(source)
+    if len(files) == 1:
+        return [(files[0], "")]
+    base = os.path.commonpath(files)
+    return [(f, os.path.relpath(f, base)) for f in files]
+
+
+def read_eval_rows(source: str, limit: int | None = None) -> Iterator[EvalRow]:
+    """The records of `source` (a path or glob; see `resolve_source` for bundled names), the first `limit`."""
+    n = 0
+    for part, prefix in source_parts(source):
+        for index, (loc, record) in enumerate(read_rows(part)):
+            if limit is not None and n >= limit:
+                return
+            yield EvalRow(record, part, prefix, index, loc)
+            n += 1
+
+
+# --------------------------------------------------------------------------------- the audit's items
+@dataclass(frozen=True)
+class EvalItem:
+    id: str  # unique within its set (a repeated id gets "#1", "#2", ...)
+    text: str
+    raw_id: object = None  # the id as the source wrote it (int or str), reported as "id"
+
+    @property
+    def report_id(self) -> object:
+        return self.id if self.raw_id is None else self.raw_id
+
+
+def item_answer(row: Mapping[str, Any]) -> str:
+    """The correct answer's text for the common multiple-choice schemas ('' when not derivable); reported
+    beside an item, not part of what is matched."""
+    def pick(options, key) -> str:
+        try:
+            return str(options[int(key)])
+        except (ValueError, IndexError, TypeError, KeyError):
+            return ""
+
+    choices = row.get("choices")
+    if isinstance(choices, dict) and "text" in choices and "answerKey" in row:  # ARC, OBQA, CSQA
+        labels = list(choices.get("label") or [])
+        return str(choices["text"][labels.index(row["answerKey"])]) if row["answerKey"] in labels else ""
+    if isinstance(choices, list) and "answer" in row:  # MMLU: answer is an index
+        return pick(choices, row["answer"])
+    if "endings" in row and "label" in row:  # HellaSwag
+        return pick(row["endings"], row["label"])
+    if "sol1" in row and "label" in row:  # PIQA
+        return str(row.get(f"sol{int(row['label']) + 1}", "")) if str(row["label"]).isdigit() else ""
+    if "option1" in row and "answer" in row:  # WinoGrande
+        return str(row.get(f"option{row['answer']}", ""))
+    if "answerA" in row and "label" in row:  # Social IQa (1-based)
+        return str(row.get("answer" + "ABC"[int(row["label"]) - 1], "")) if str(row["label"]) in "123" \
+            else ""
+    if "choice1" in row and "label" in row:  # COPA
+        return str(row.get(f"choice{int(row['label']) + 1}", ""))
+    for name in ANSWER_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and value and isinstance(value[0], str):
+            return value[0]
+    return ""
+
+
+def item_text(row: Mapping[str, Any]) -> str:
+    """The audit's text of one record (see the module docstring)."""
+    if isinstance(row.get("text"), str):
+        return row["text"]
+    parts = [str(row[f]) for f in CONTEXT_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
+    parts += [str(row[f]) for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
+    if not parts:  # nothing but an answer: match on it
+        parts = [item_answer(row)]
+    return " ".join(parts)
+
+
+def item_id(row: Mapping[str, Any], fallback: object) -> object:
+    """The record's own id (ID_FIELDS, first present), else `fallback` (its 0-based index)."""
+    for name in ID_FIELDS:
+        if row.get(name) is not None and str(row[name]) != "":
+            return row[name]
+    return fallback
+
+
+def _own_id(r: EvalRow) -> object:
+    raw = item_id(r.record, r.index)
+    return f"{r.prefix}/{raw}" if r.prefix else raw
+
+
+def audit_items(rows: Iterable[EvalRow]) -> list[EvalItem]:
+    """The audit's rendering: an EvalItem per record, ids unique within the set (repeats suffixed)."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:
+        raw = _own_id(r)
+        key = str(raw)
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        text = item_text(r.record)
+        out.append(EvalItem(key, text, raw) if n == 0 else EvalItem(f"{key}#{n}", text, f"{key}#{n}"))
+    return out
+
+
+# ------------------------------------------------------------------------------ the evals' documents
+def _choices(row: Mapping[str, Any]) -> dict:
+    c = row["choices"]
+    return ast.literal_eval(c) if isinstance(c, str) else c
+
+
+def _keyed_answer(row: Mapping[str, Any], question: str) -> str:
+    c = _choices(row)
+    return f"{row[question]} {c['text'][list(c['label']).index(row['answerKey'])]}"
+
+
+def _option(row: Mapping[str, Any], options: Sequence[str], label: str, base: int) -> str:
+    return str(row[options[int(row[label]) - base]])
+
+
+def _hellaswag(row: Mapping[str, Any]) -> str:
+    endings = row["endings"]
+    endings = ast.literal_eval(endings) if isinstance(endings, str) else endings
+    return f"{row['ctx']} {endings[int(row['label'])]}"
+
+
+# Text of one row of each bundled set: the question (or context) followed by its correct answer.
+TEMPLATES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "arc_easy": lambda r: _keyed_answer(r, "question"),
+    "arc_challenge": lambda r: _keyed_answer(r, "question"),
+    "openbookqa": lambda r: _keyed_answer(r, "question_stem"),
+    "boolq": lambda r: f"{r['passage']}\nQuestion: {r['question']}?\nAnswer: {'yes' if r['answer'] in (True, 'True') else 'no'}",
+    "sciq": lambda r: (f"{r['support']}\n" if r["support"] else "") + f"Question: {r['question']}\nAnswer: {r['correct_answer']}",
+    "hellaswag": _hellaswag,
+    "piqa": lambda r: f"{r['goal']} {_option(r, ('sol1', 'sol2'), 'label', 0)}",
+    "winogrande": lambda r: r["sentence"].replace("_", _option(r, ("option1", "option2"), "answer", 1)),
+    "social_iqa": lambda r: f"{r['context']} {r['question']} {_option(r, ('answerA', 'answerB', 'answerC'), 'label', 1)}",
+}
+
+
+def template_key(name: str, path: str) -> str | None:
+    """The TEMPLATES key for set `name` read from `path`: the name itself, else the bundled set at `path`."""
+    from olmax.assets import EVAL_SETS
+
+    if name in TEMPLATES:
+        return name
+    for key, sub in EVAL_SETS.items():
+        if key in TEMPLATES and str(path).rstrip("/").endswith(sub):
+            return key
+    return None
+
+
+def _templated(key: str, r: EvalRow) -> str:
+    try:
+        return TEMPLATES[key](r.record)
+    except (KeyError, ValueError, IndexError, TypeError, SyntaxError) as e:
+        raise OlmaxError(f"{r.part}:{r.loc}: record does not fit the {key} template ({type(e).__name__}: {e}); "
+                         "give the records a `text` field") from None
+
+
+def _text(r: EvalRow, text_field: str) -> str:
+    text = r.record.get(text_field)
+    if not isinstance(text, str):
+        what = "has no" if text is None else "has a non-string"
+        raise OlmaxError(f"{r.part}:{r.loc}: record {what} {text_field!r} field (keys: "
+                         f"{', '.join(sorted(r.record))[:200]}); use --text-field to name another")
+    return text
+
+
+def documents(name: str, rows: Sequence[EvalRow], text_field: str = "text") -> list[tuple[str, str]]:
+    """The evals' rendering: (id, text) per record (see the module docstring)."""
+    key = template_key(name, rows[0].part) if rows and text_field == "text" else None
+    if key is not None and "text" not in rows[0].record:
+        return [(str(_own_id(r)), _templated(key, r)) for r in rows]
+    out = []
+    for r in rows:
+        doc_id = r.record.get("id")
+        out.append((f"{os.path.basename(r.part.rstrip('/'))}:{r.loc}" if doc_id is None else str(doc_id),
+                    _text(r, text_field)))
+    return out

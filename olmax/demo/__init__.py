@@ -1,0 +1,1 @@
+"""The demo: a script over the library (pipeline.py) and its report (report.py)."""

