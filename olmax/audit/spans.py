@@ -15,7 +15,7 @@ import numpy as np
 
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.mixfile import is_url
-from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+from olmax.data.shards import check_sidecar, read_sidecar, read_tokens, sidecar_path
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ def documents(path: str, tokens: np.ndarray | None = None, eos_token_id: int = D
     side = sidecar_path(path)
     if not is_url(path) and os.path.exists(side):
         rows = read_sidecar(side)
+        check_sidecar(path, rows, len(tokens) if tokens is not None else os.path.getsize(path) // 4)
         starts = np.fromiter((r.start for r in rows), dtype=np.int64, count=len(rows))
         ends = np.fromiter((r.end for r in rows), dtype=np.int64, count=len(rows))
         return Documents(starts, ends, tuple(r.id for r in rows))

@@ -16,8 +16,46 @@ def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
     return [(label, Path(p)) for label, p in zip(m.labels, m.paths)]
 
 
-def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2", max_chars: int = 2000) -> int:
+def verify_manifest(folder: Path) -> int:
+    """Check every shard of a prepare output against manifest.json (token count and xxh64); returns the
+    number of shards checked, raising OlmaxError at the first that differs."""
+    import json
+
+    import xxhash
+
+    manifest = folder / "manifest.json"
+    try:
+        sources = json.loads(manifest.read_text(encoding="utf-8"))["sources"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise OlmaxError(f"{manifest}: no readable manifest to verify against ({e}); --verify needs a folder "
+                         "written by `olmax data prepare`") from None
+    n = 0
+    for label, source in sources.items():
+        for rec in source["shards"]:
+            shard = folder / rec["path"]
+            if not shard.exists():
+                raise OlmaxError(f"{shard}: listed in {manifest} (source {label}) but missing; rerun `olmax data "
+                                 "prepare` into a new folder")
+            h = xxhash.xxh64()
+            with open(shard, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    h.update(chunk)
+            tokens = len(read_tokens(shard))
+            if tokens != rec["tokens"] or h.hexdigest() != rec["xxh64"]:
+                raise OlmaxError(f"{shard}: {tokens} tokens, xxh64 {h.hexdigest()}; {manifest} records {rec['tokens']} "
+                                 f"tokens, xxh64 {rec['xxh64']}: the shard changed after prepare; restore it or "
+                                 "prepare again")
+            n += 1
+    return n
+
+
+def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2", max_chars: int = 2000,
+                 verify: bool = False) -> int:
     p = Path(path)
+    if verify:
+        if not p.is_dir():
+            raise OlmaxError(f"{path}: --verify takes a prepare output folder (holding manifest.json)")
+        print(f"verified {verify_manifest(p)} shard(s) against {p / 'manifest.json'}")
     if p.is_dir():
         p = p / "mix.txt"
     if not p.exists():

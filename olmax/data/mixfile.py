@@ -96,12 +96,20 @@ def _read_text(mix: str) -> tuple[str, str | None]:
     if not os.path.isfile(mix):
         raise OlmaxError(f"{mix}: mix file not found; pass --mix PATH to a `label,path` file "
                          f"(e.g. DIR/mix.txt written by `olmax data prepare`)")
-    with open(mix, encoding="utf-8") as f:
-        return f.read(), os.path.dirname(os.path.abspath(mix))
+    with open(mix, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8"), os.path.dirname(os.path.abspath(mix))
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise OlmaxError(f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
+                         f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines") from None
 
 
-def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str) -> Mix:
-    """Parse mix text; `origin` names the file in errors, `base_dir` anchors relative paths."""
+def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str, confined: bool = False) -> Mix:
+    """Parse mix text; `origin` names the file in errors, `base_dir` anchors relative paths. `confined`
+    (relative paths anchored at the mix file's own folder, no --base-dir given) refuses a relative path
+    that climbs out of that folder."""
     paths: list[str] = []
     labels: list[str] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -118,6 +126,9 @@ def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str) -
             if base_dir is None:
                 raise OlmaxError(f"{origin}:{lineno}: relative path {path!r} needs a base; pass "
                                  f"--base-dir (a local mirror or a URL such as s3://ai2-llm)")
+            if confined and os.path.normpath(path).split(os.sep)[0] == os.pardir:
+                raise OlmaxError(f"{origin}:{lineno}: relative path {path!r} points outside the mix file's "
+                                 f"folder; pass --base-dir to say what it is relative to, or write it absolute")
             path = join_path(base_dir, path)
         paths.append(path)
         labels.append(label)
@@ -142,7 +153,8 @@ def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = N
     if tokenizer is None and folder is not None and not is_url(folder):
         tokenizer = _prepared_tokenizer_id(os.path.join(folder, "manifest.json"))
     return parse_mix(text, origin=mix, base_dir=base_dir or folder,
-                     tokenizer=tokenizer or default_tokenizer_id(name))
+                     tokenizer=tokenizer or default_tokenizer_id(name),
+                     confined=base_dir is None and folder is not None and not is_url(folder))
 
 
 def _prepared_tokenizer_id(manifest: str) -> str | None:

@@ -112,3 +112,17 @@ def check_token_ids(index: TokenIndex, vocab_size: int, *, samples: int = 64, se
                          f"{int(starts[r]) + int(c)} is >= vocab size {vocab_size}; the file was "
                          f"tokenized with another vocabulary or is not {index.dtype}")
     return int(rows.size)
+
+
+def check_batch_ids(index: TokenIndex, batch: dict[str, np.ndarray], vocab_size: int) -> None:
+    """Raise OlmaxError naming the file and token offset when a row of a loader batch holds an id outside
+    [0, vocab_size): the trainer's check before a step runs (an embedding lookup would not fail, it
+    would train on a clamped row). One vectorised compare per batch; uint32 ids >= 2^31 read as negative."""
+    ids = batch["input_ids"]
+    bad = np.argwhere((ids < 0) | (ids >= vocab_size))
+    if bad.size:
+        r, c = (int(v) for v in bad[0])
+        files, starts = index.locate(np.asarray(batch["instance_ids"][r:r + 1], dtype=np.int64))
+        raise OlmaxError(f"{index.paths[files[0]]}: token {int(ids[r, c]) & 0xFFFFFFFF} at token offset "
+                         f"{int(starts[0]) + c} is >= the model's vocab size {vocab_size}; the file was tokenized "
+                         f"with another vocabulary or is not {index.dtype}")

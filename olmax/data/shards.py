@@ -58,7 +58,10 @@ class ShardWriter:
     def add_batch(self, tokens: np.ndarray, lengths: list[int], docs: list, utf8_bytes: int) -> None:
         """Append a batch: `tokens` is the concatenation of the docs' tokens (each with EOS)."""
         buf = np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).tobytes()
-        self._f.write(buf)
+        try:
+            self._f.write(buf)
+        except OSError as e:
+            raise self._write_error(e) from None
         self._hash.update(buf)
         start = self.tokens
         for n, doc in zip(lengths, docs):
@@ -67,23 +70,37 @@ class ShardWriter:
         self.tokens = start
         self.utf8_bytes += utf8_bytes
 
+    def _write_error(self, e: OSError) -> OlmaxError:
+        """A failed write (disk full, a file-size limit): the temporaries go, the error names the shard."""
+        self.abort()
+        return OlmaxError(f"{self.tmp}: cannot write tokens at byte offset {self.tokens * TOKEN_DTYPE.itemsize} "
+                          f"({e.strerror or e}); free disk space and rerun the same command (finished shards "
+                          "are kept and resumed)")
+
     def close(self) -> ShardInfo:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
         side = sidecar_path(self.path)
         side_tmp = side.with_name(side.name + ".tmp")
-        text = io.StringIO()
-        csv.writer(text, lineterminator="\n").writerows(self._rows)
-        with open(side_tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-            gz.write(text.getvalue().encode("utf-8"))
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerows(self._rows)
+            with open(side_tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+                gz.write(text.getvalue().encode("utf-8"))
+        except OSError as e:
+            side_tmp.unlink(missing_ok=True)
+            raise self._write_error(e) from None
         os.replace(self.tmp, self.path)
         os.replace(side_tmp, side)
         return ShardInfo(str(self.path.relative_to(self.root)), self.tokens, len(self._rows), self.utf8_bytes,
                          self._hash.hexdigest())
 
     def abort(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError:
+            pass  # the flush of a failed write fails again; the temporary goes either way
         self.tmp.unlink(missing_ok=True)
 
 
@@ -115,13 +132,29 @@ def read_sidecar(path: str | Path) -> list[SidecarRow]:
     if path.name.endswith(".npy"):
         path = sidecar_path(path)
     rows = []
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-        for lineno, rec in enumerate(csv.reader(f), start=1):
-            if len(rec) < 2:
-                raise OlmaxError(f"{path}:{lineno}: expected start,end,id,src,loc; got {rec!r}")
-            start, end = int(rec[0]), int(rec[1])
-            doc_id = rec[2] if len(rec) > 2 else ""
-            src = rec[3] if len(rec) > 3 else ""
-            loc = int(rec[4]) if len(rec) > 4 and rec[4] else 0
-            rows.append(SidecarRow(start, end, doc_id, src, loc))
+    lineno = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+            for lineno, rec in enumerate(csv.reader(f), start=1):
+                if len(rec) < 2:
+                    raise OlmaxError(f"{path}:{lineno}: expected start,end,id,src,loc; got {rec!r}")
+                start, end = int(rec[0]), int(rec[1])
+                doc_id = rec[2] if len(rec) > 2 else ""
+                src = rec[3] if len(rec) > 3 else ""
+                loc = int(rec[4]) if len(rec) > 4 and rec[4] else 0
+                if not 0 <= start <= end or (rows and start < rows[-1].end):
+                    raise OlmaxError(f"{path}:{lineno}: document [{start}, {end}) is reversed or overlaps "
+                                     f"the previous one; the sidecar is corrupt")
+                rows.append(SidecarRow(start, end, doc_id, src, loc))
+    except (OSError, EOFError, ValueError, csv.Error) as e:  # a truncated or corrupt gzip, a non-integer field
+        raise OlmaxError(f"{path}:{lineno + 1}: unreadable sidecar ({e}); rerun `olmax data prepare` for its "
+                         "shard, or delete the sidecar to fall back to EOS boundaries") from None
     return rows
+
+
+def check_sidecar(path: str | Path, rows: list[SidecarRow], tokens: int) -> None:
+    """Refuse sidecar rows that reach past the `tokens` of their shard (a sidecar of another shard)."""
+    if rows and rows[-1].end > tokens:
+        raise OlmaxError(f"{sidecar_path(path)}:{len(rows)}: document ends at token {rows[-1].end} but the shard "
+                         f"{path} holds {tokens} tokens; the sidecar belongs to another shard: rerun `olmax "
+                         "data prepare` or delete the sidecar")

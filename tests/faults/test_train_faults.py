@@ -1,0 +1,127 @@
+"""Faults around `olmax train`, run as the real command in a subprocess: damaged checkpoints, a batch the
+devices cannot split, token ids the model cannot embed. Each gets a correct recovery that says what it
+did, or one clean error line with exit 2, no traceback, and nothing already written lost."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+
+from train_testdata import SEQ, losses, train_cmd, train_env, write_config, write_mix  # noqa: E402
+
+
+def olmax_train(config: str, run_dir: Path, *args: str, devices: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run(train_cmd(config, run_dir, *args), env=train_env(devices), capture_output=True,
+                          text=True, timeout=300)
+
+
+def one_error_line(p: subprocess.CompletedProcess) -> str:
+    """The single `olmax: error:` line of a failed run (exit 2, no traceback)."""
+    assert "Traceback" not in p.stdout + p.stderr, p.stderr[-3000:]
+    assert p.returncode == 2, f"exit {p.returncode}:\n{p.stderr[-3000:]}"
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("olmax: error: "), p.stderr[-3000:]
+    return lines[0]
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> tuple[Path, str]:
+    """A finished 4-step run with checkpoints at steps 2 and 4."""
+    root = tmp_path_factory.mktemp("faults")
+    config = write_config(root / "tiny.yaml", write_mix(root / "data"), steps=4, every=2)
+    p = olmax_train(config, root / "run")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return root / "run", config
+
+
+def copy_run(base: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    return run
+
+
+def test_newest_checkpoint_without_commit_marker_resumes_from_the_previous_and_says_so(base, tmp_path):
+    run0, config = base
+    run = copy_run(run0, tmp_path)
+    (run / "checkpoints" / "4" / "commit_success.txt").unlink()
+    p = olmax_train(config, run, "--steps", "4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert "checkpoints/4 has no commit_success.txt" in p.stderr and "resuming from step 2" in p.stderr
+    assert "resumed from step 2" in p.stdout
+    kept = run / "checkpoints-incomplete" / "4"  # moved aside, not deleted
+    assert files(kept) == {k[2:]: v for k, v in files(run0 / "checkpoints").items()
+                           if k.startswith("4/") and k != "4/commit_success.txt"}
+    assert (run / "checkpoints" / "4" / "commit_success.txt").exists()  # the rerun's own step 4
+    # steps 3 and 4 rerun from the complete checkpoint give the same losses as the first run
+    assert losses(run) == losses(run0)
+
+
+def test_truncated_newest_checkpoint_is_one_clear_error_and_loses_nothing(base, tmp_path):
+    run0, config = base
+    run = copy_run(run0, tmp_path)
+    data = sorted((run / "checkpoints" / "4" / "state").rglob("d/*"), key=lambda f: f.stat().st_size)[-1]
+    data.write_bytes(data.read_bytes()[:100])
+    before = files(run)
+    line = one_error_line(olmax_train(config, run, "--steps", "6"))
+    assert "checkpoints/4" in line and "corrupt or truncated" in line and "resume from step 2" in line
+    assert files(run) == before
+
+
+def test_checkpoint_of_another_model_shape_names_the_parameter(base, tmp_path):
+    run0, config = base
+    run = copy_run(run0, tmp_path)
+    before = files(run)
+    line = one_error_line(olmax_train(config, run, "--steps", "6", "model.d_model=32"))
+    assert "checkpoints/4" in line and "config.yaml" in line
+    assert re.search(r"\['params'\]\S*: checkpoint \([\d, ]+\), config \([\d, ]+\)", line), line
+    assert files(run) == before
+
+
+def test_global_batch_not_divisible_by_the_devices(tmp_path):
+    config = write_config(tmp_path / "tiny.yaml", write_mix(tmp_path / "data"), steps=1)
+    line = one_error_line(olmax_train(config, tmp_path / "run", devices=3))
+    assert "global_batch_size 8" in line and "3 devices" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_token_ids_above_the_vocabulary_fail_before_a_step(tmp_path):
+    mix = write_mix(tmp_path / "data")
+    shard = tmp_path / "data" / "part-1.npy"
+    tokens = np.fromfile(shard, dtype=np.uint32)
+    tokens[7::SEQ] = 5000  # one per instance, so the first batch holds one; the test vocabulary is 1000
+    tokens.tofile(shard)
+    config = write_config(tmp_path / "tiny.yaml", mix, steps=2)
+    line = one_error_line(olmax_train(config, tmp_path / "run"))
+    assert "part-1.npy" in line and "5000" in line
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or metrics.read_text() == ""  # no step ran
+
+
+def test_a_second_run_on_one_run_dir_refuses(base, tmp_path):
+    run0, config = base
+    run = copy_run(run0, tmp_path)
+    before = files(run)
+    code = ("import sys, time\nfrom olmax.atomic import exclusive\n"
+            "with exclusive(sys.argv[1], 'olmax train'):\n    print('held', flush=True)\n    time.sleep(300)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = one_error_line(olmax_train(config, run, "--steps", "6"))
+        assert "another olmax process is writing it" in line and str(run) in line
+        assert files(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
