@@ -41,6 +41,25 @@ def torch_loglik(hf_model, ctx_ids, cont_ids):
     return float(sum(logp[n - 1 + j, t] for j, t in enumerate(cont_ids)))
 
 
+def transformers_mc_accuracy(hf_model, tokenizer, docs, max_length: int, delimiter: str = " ") -> float:
+    """lm-eval's multiple-choice `acc` over (context, choices, gold index) docs, scored with transformers:
+    each choice follows the context after lm-eval's default target delimiter, the pair is tokenized
+    whole and split at the context's length, left-truncated to max_length + 1 tokens, and a doc counts
+    when the gold choice has the highest loglikelihood."""
+    correct = 0
+    for ctx, choices, gold in docs:
+        n_ctx = len(tokenizer.encode_batch([ctx])[0])
+        scores = []
+        for choice in choices:
+            whole = tokenizer.encode_batch([ctx + delimiter + choice])[0]
+            n_cont = len(whole) - n_ctx
+            whole = whole[-(max_length + 1):]
+            n_cont = min(n_cont, len(whole) - 1)
+            scores.append(torch_loglik(hf_model, whole[:-n_cont], whole[-n_cont:]))
+        correct += int(max(range(len(scores)), key=scores.__getitem__) == gold)
+    return correct / len(docs)
+
+
 def test_loglikelihood_matches_transformers(lm, hf_model, tokenizer):
     reqs = [SimpleNamespace(args=(q["question"], c)) for q in QUESTIONS for c in q["choices"]]
     reqs.append(SimpleNamespace(args=("", "hello world")))  # empty context: conditioned on EOS
@@ -146,13 +165,9 @@ def test_lm_eval_runs_local_tasks_end_to_end(lm, hf_model, tokenizer, tmp_path, 
         (tasks / f"{name}.yaml").write_text(body.format(arrow=arrow))
     res = evaluate(lm, list(TASKS), include_path=str(tasks), include_defaults=False)["results"]
     # accuracy: the choice with the highest loglikelihood, computed by transformers
-    correct = 0
-    for q in QUESTIONS:
-        ctx_ids = tokenizer.encode_batch([q["question"]])[0]
-        scores = [torch_loglik(hf_model, ctx_ids, tokenizer.encode_batch([q["question"] + c])[0][len(ctx_ids):])
-                  for c in q["choices"]]
-        correct += int(max(range(len(scores)), key=scores.__getitem__) == q["label"])
-    assert res["olmax_toy_mc"]["acc,none"] == pytest.approx(correct / len(QUESTIONS))
+    docs = [(q["question"], q["choices"], q["label"]) for q in QUESTIONS]
+    want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=64)
+    assert res["olmax_toy_mc"]["acc,none"] == pytest.approx(want)
     assert res["olmax_toy_gen"]["exact_match,none"] == 0.0  # a random model does not answer
     eos = tokenizer.eos_token_id
     total_lp = sum(torch_loglik(hf_model, [eos], tokenizer.encode_batch([q["question"]])[0]) for q in QUESTIONS)

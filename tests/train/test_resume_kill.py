@@ -1,11 +1,14 @@
 """`olmax train` in subprocesses: SIGKILL at a random moment (or mid-checkpoint-write) then the same
-command again gives bitwise the uninterrupted losses; 8 -> 2 -> 8 devices keeps the global batch."""
+command again resumes from the newest complete checkpoint and gives bitwise the uninterrupted losses;
+8 -> 2 -> 8 devices keeps the global batch."""
 
 import os
 import random
+import re
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,17 +37,39 @@ def _checkpoint_tmp(run: Path) -> bool:
     return ckpts.is_dir() and any("tmp" in p.name for p in ckpts.iterdir())
 
 
-def _kill_then_finish(config: str, run: Path, *, wait_lines: int, extra_s: float, mid_write: bool) -> bool:
-    """Start a run, SIGKILL it once metrics.jsonl has `wait_lines` lines (+ extra_s, or at the next
-    temporary checkpoint directory when `mid_write`), then rerun the same command. Returns whether a
-    half-written checkpoint was seen at the kill."""
+def _complete_steps(run: Path) -> list[int]:
+    """The steps of the finished checkpoints: Orbax renames a step's temporary directory to `<step>`
+    only once every item in it is written."""
+    ckpts = run / "checkpoints"
+    return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) if ckpts.is_dir() else []
+
+
+def _metric_lines(run: Path) -> int:
+    metrics = run / "metrics.jsonl"
+    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+
+RESUMED = re.compile(r"^olmax train: resumed from step (\d+) \(saved on 1 devices\)", re.M)
+
+
+@dataclass
+class Killed:
+    torn: bool  # a half-written checkpoint was on disk at the kill
+    saved: list[int]  # the complete checkpoints on disk once the killed process was gone
+    lines: int  # metrics.jsonl lines the killed run had written
+    output: str  # stdout + stderr of the resuming run
+
+
+def _kill_then_finish(config: str, run: Path, *, wait_lines: int, extra_s: float, mid_write: bool) -> Killed:
+    """Start a run, SIGKILL it once metrics.jsonl has `wait_lines` lines and a checkpoint is complete
+    (+ extra_s, or at the next temporary checkpoint directory when `mid_write`), then rerun the same
+    command."""
     proc = subprocess.Popen(train_cmd(config, run), env=train_env(1), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= wait_lines:
+            if _metric_lines(run) >= wait_lines and _complete_steps(run):
                 break
             time.sleep(0.01)
         if mid_write:
@@ -58,8 +83,15 @@ def _kill_then_finish(config: str, run: Path, *, wait_lines: int, extra_s: float
     finally:
         proc.kill()
         proc.wait()
-    run_train(config, run)
-    return torn
+    saved, lines = _complete_steps(run), _metric_lines(run)
+    return Killed(torn, saved, lines, run_train(config, run))
+
+
+def _assert_resumed_from_newest(killed: Killed) -> None:
+    """The rerun said it resumed, from the newest checkpoint that was complete at the kill."""
+    assert killed.saved, "no complete checkpoint at the kill: nothing to resume from"
+    assert killed.lines >= killed.saved[-1]  # step N's metrics line is written before its checkpoint
+    assert [int(n) for n in RESUMED.findall(killed.output)] == [killed.saved[-1]], (killed.saved, killed.output[-3000:])
 
 
 def test_sigkill_at_a_random_moment_then_resume_is_bitwise_exact(setup, reference):
@@ -67,11 +99,12 @@ def test_sigkill_at_a_random_moment_then_resume_is_bitwise_exact(setup, referenc
     rng = random.Random(os.getpid() ^ time.time_ns())  # a different moment each run
     wait_lines, extra = rng.randint(2, STEPS - 3), rng.uniform(0.0, 0.3)
     run = root / "killed"
-    _kill_then_finish(config, run, wait_lines=wait_lines, extra_s=extra, mid_write=False)
+    killed = _kill_then_finish(config, run, wait_lines=wait_lines, extra_s=extra, mid_write=False)
+    _assert_resumed_from_newest(killed)
     got = losses(run)
     assert got.keys() == reference.keys()
     deltas = {s: got[s] - reference[s] for s in reference}
-    assert all(d == 0.0 for d in deltas.values()), (wait_lines, extra, deltas)
+    assert all(d == 0.0 for d in deltas.values()), (wait_lines, extra, killed.saved, deltas)
 
 
 @pytest.mark.slow
@@ -79,8 +112,9 @@ def test_sigkill_at_a_random_moment_then_resume_is_bitwise_exact(setup, referenc
 def test_sigkill_mid_checkpoint_write_then_resume_is_bitwise_exact(setup, reference, wait_lines):
     root, config = setup
     run = root / f"torn{wait_lines}"
-    torn = _kill_then_finish(config, run, wait_lines=wait_lines, extra_s=0.0, mid_write=True)
-    assert torn, "the kill did not land while a checkpoint was being written; rerun"
+    killed = _kill_then_finish(config, run, wait_lines=wait_lines, extra_s=0.0, mid_write=True)
+    assert killed.torn, "the kill did not land while a checkpoint was being written; rerun"
+    _assert_resumed_from_newest(killed)
     assert not _checkpoint_tmp(run)  # the resumed run cleaned up the torn write
     assert losses(run) == reference
 
