@@ -131,7 +131,7 @@ def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple
 
 class _Steps:
     """The step loop. Step N+1 is dispatched before step N's metrics are read back, so the host's
-    logging, data reading and monitor overlap the device's work; at a checkpoint, an eval and the last
+    logging, data reading and monitor overlap the device's work (one process, or no monitor); at a checkpoint, an eval and the last
     step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
 
     def __init__(self, cfg: ExperimentConfig, mesh, run_dir: Path, index, it, monitor, log, ckpt, n_micro: int,
@@ -151,6 +151,9 @@ class _Steps:
         self.meta = {"devices": jax.device_count(), "processes": jax.process_count(), "mesh": dict(mesh.shape),
                      "global_batch_size": cfg.data.global_batch_size, "seq_len": cfg.data.seq_len}
         self.bar, self.logged_peak = None, False
+        # With several processes the monitor's all-gather is a collective of its own: it must not be
+        # issued while a train step's collectives may still be in flight, so the steps do not overlap.
+        self.overlap = jax.process_count() == 1 or monitor is None
         if cfg.train.progress and jax.process_index() == 0:
             from tqdm import tqdm
 
@@ -166,6 +169,9 @@ class _Steps:
         self.t_prev = time.perf_counter()
         try:
             for step in range(start + 1, cfg.train.steps + 1):
+                if pending is not None and not self.overlap:
+                    done, pending = pending, None
+                    rec = self._finish(*done)
                 epoch, batch, counters = self._next_batch(step)
                 state, metrics = self.train_step(state, batch)
                 if pending is not None:
