@@ -8,11 +8,15 @@ Same shapes as bench/train_step.py (real dolma2 vocabulary, d_model 512, 8 heads
 - `attention`: one layer's causal attention core alone, forward and backward (olmax's chunked XLA
   attention with its custom VJP vs torch `scaled_dot_product_attention`).
 - `optimizer`: global-norm clip 1.0 + AdamW over all 116 M parameters (olmax's `apply_update` with the
-  skip-step statistics, donated buffers; torch `clip_grad_norm_` + `AdamW`).
-Each pair runs in alternation `--iters` times after a warm-up; medians are printed with their ratio
-(> 1: olmax faster).
+  skip-step statistics, donated buffers; torch `clip_grad_norm_(foreach=True)` + AdamW on the faster of
+  `fused=True` / `foreach=True`, chosen by bench/train_step.py's probe, which also times AdamW with no
+  flag and prints all three).
+Each row's sides run in alternation `--iters` times after a warm-up; medians are printed with their
+ratio (> 1: olmax faster). The head, layers and attention rows also time the torch code under
+`torch.compile` (inductor, CPU; compilation untimed) as a third column with its own ratio; the
+optimizer row has none (the fused AdamW is already one kernel). `--no-compile` skips that column.
 
-    .venv/bin/python bench/train_breakdown.py [--batch 1] [--seq 1024] [--layers 4] [--iters 5]
+    .venv/bin/python bench/train_breakdown.py [--batch 1] [--seq 1024] [--layers 4] [--iters 5] [--no-compile]
 """
 
 from __future__ import annotations
@@ -28,18 +32,42 @@ def median_pair(fns: dict, iters: int) -> dict[str, float]:
     return {name: float(np.median(t)) for name, t in time_interleaved(fns, iters).items()}
 
 
+def compiled_variant(make_run, fn, label: str, enabled: bool) -> dict:
+    """{"torch.compile": make_run(torch.compile(fn))} once two untimed calls (compilation) succeed, else {}."""
+    if not enabled:
+        return {}
+    import time
+
+    import torch
+
+    run = make_run(torch.compile(fn))
+    t = time.perf_counter()
+    try:
+        run()
+        run()
+    except Exception as err:  # report why and leave the column empty
+        print(f"torch.compile failed for {label}: {type(err).__name__}: {str(err)[:300]}")
+        return {}
+    print(f"torch.compile, {label}: compilation + 2 calls {time.perf_counter() - t:.1f} s (untimed)", flush=True)
+    return {"torch.compile": run}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    parser.add_argument("--probe-iters", type=int, default=3, help="steps per AdamW path in the torch probe")
     args = parser.parse_args()
+    compile_on = not args.no_compile
 
     import jax
     import jax.numpy as jnp
     import torch
     from flax import nnx
+    from train_step import adamw, clip_and_step, describe_probe, probe_adamw
 
     from olmax.model.attention import attend
     from olmax.model.config import ModelConfig
@@ -75,13 +103,19 @@ def main() -> None:
     lin = torch.nn.Linear(d, vocab, bias=False)
     tids = torch.from_numpy(ids)
 
-    def torch_head():
-        logits = lin(th).float()
-        torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tids[:, 1:].reshape(-1)).backward()
-        lin.weight.grad = th.grad = None
+    def head_loss(h):
+        logits = lin(h).float()
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), tids[:, 1:].reshape(-1))
+
+    def torch_head(loss_fn):
+        def run():
+            loss_fn(th).backward()
+            lin.weight.grad = th.grad = None
+        return run
 
     rows["head (LM head + CE, fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(head_grad(jh, w)), "torch": torch_head}, args.iters)
+        {"olmax": lambda: jax.block_until_ready(head_grad(jh, w)), "torch": torch_head(head_loss),
+         **compiled_variant(torch_head, head_loss, "head", compile_on)}, args.iters)
 
     # --- layers + embedding
     graphdef, _ = model_graphdef(cfg)
@@ -90,13 +124,16 @@ def main() -> None:
     jc, tc = jnp.asarray(c_np), torch.from_numpy(c_np)
     layers_grad = jax.jit(jax.grad(lambda p: jnp.sum(nnx.merge(graphdef, p).hidden(jids, None) * jc)))
 
-    def hf_layers():
-        (hf.model(input_ids=tids).last_hidden_state * tc).sum().backward()
-        for p in hf.parameters():
-            p.grad = None
+    def hf_layers(body):
+        def run():
+            (body(input_ids=tids).last_hidden_state * tc).sum().backward()
+            for p in hf.parameters():
+                p.grad = None
+        return run
 
     rows["layers + embedding (fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(layers_grad(params)), "torch": hf_layers}, args.iters)
+        {"olmax": lambda: jax.block_until_ready(layers_grad(params)), "torch": hf_layers(hf.model),
+         **compiled_variant(hf_layers, hf.model, "layers + embedding", compile_on)}, args.iters)
 
     # --- one layer's attention core
     q_np = rng.normal(size=(b, seq, d // 64, 64)).astype(np.float32)
@@ -105,14 +142,19 @@ def main() -> None:
                                 argnums=(0, 1, 2)))
     tq = [torch.from_numpy(q_np.transpose(0, 2, 1, 3).copy()).requires_grad_() for _ in range(3)]
 
-    def torch_att():
-        out = torch.nn.functional.scaled_dot_product_attention(*tq, is_causal=True)
-        (out * tq[0].detach()).sum().backward()
-        for t in tq:
-            t.grad = None
+    def causal_sdpa(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def torch_att(att):
+        def run():
+            (att(*tq) * tq[0].detach()).sum().backward()
+            for t in tq:
+                t.grad = None
+        return run
 
     rows["attention core, one layer (fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(att_grad(jq, jq, jq)), "torch": torch_att}, args.iters)
+        {"olmax": lambda: jax.block_until_ready(att_grad(jq, jq, jq)), "torch": torch_att(causal_sdpa),
+         **compiled_variant(torch_att, causal_sdpa, "attention", compile_on)}, args.iters)
 
     # --- clip + AdamW over all parameters
     grads = jax.tree.map(lambda p: p * 1e-3, state["params"])
@@ -124,22 +166,28 @@ def main() -> None:
         held["p"], held["o"] = update(held["p"], grads, held["o"])
         jax.block_until_ready(held["p"])
 
-    for p in hf.parameters():
+    hf_params = list(hf.parameters())
+    choice, medians = probe_adamw(hf_params, args.probe_iters)
+    print(describe_probe(choice, medians, sum(p.numel() for p in hf_params)), flush=True)
+    for p in hf_params:
         p.grad = torch.randn_like(p) * 1e-3
-    opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = adamw(hf_params, choice)
 
-    def torch_update():
-        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
-        opt.step()
-
-    rows["clip + AdamW, all parameters"] = median_pair({"olmax": olmax_update, "torch": torch_update}, args.iters)
+    rows[f"clip + AdamW({choice}=True), all parameters"] = median_pair(
+        {"olmax": olmax_update, "torch": lambda: clip_and_step(hf_params, opt)}, args.iters)
 
     n_params = sum(x.size for x in jax.tree.leaves(state["params"]))
     print(f"{args.layers} layers, d_model {d}, vocab {vocab:,}, batch {b} x seq {seq}, {n_params / 1e6:.0f} M "
           f"parameters, fp32; medians of {args.iters}")
-    print(f"{'part':40s} {'olmax s':>9s} {'torch s':>9s} {'torch/olmax':>12s}")
+    print(f"{'part':45s} {'olmax s':>9s} {'torch s':>9s} {'torch/olmax':>12s} {'compile s':>10s} "
+          f"{'compile/olmax':>14s}")
     for name, t in rows.items():
-        print(f"{name:40s} {t['olmax']:9.3f} {t['torch']:9.3f} {t['torch'] / t['olmax']:11.2f}x")
+        line = f"{name:45s} {t['olmax']:9.3f} {t['torch']:9.3f} {t['torch'] / t['olmax']:11.2f}x"
+        if "torch.compile" in t:
+            line += f" {t['torch.compile']:10.3f} {t['torch.compile'] / t['olmax']:13.2f}x"
+        else:
+            line += f" {'-':>10s} {'-':>14s}"
+        print(line)
 
 
 if __name__ == "__main__":
