@@ -42,10 +42,15 @@ PLANTED_SET, PLANTED_ITEMS = "sciq", 12
 class _Demo(Report):
     """The report plus the way every step runs: `olmax ARGV` as its own process, as a user would type it."""
 
+    @staticmethod
+    def start(argv: list[str]) -> subprocess.Popen:
+        """`olmax ARGV` as its own process (the same Python and environment as the demo)."""
+        return subprocess.Popen([sys.executable, "-m", "olmax.cli", *argv])
+
     def olmax(self, argv: list[str], expect: tuple[int, ...] = (0,)) -> int:
         """Run one `olmax` command; fail the demo on an unexpected exit status."""
         line = self.command(argv)
-        rc = subprocess.run([sys.executable, "-m", "olmax.cli", *argv]).returncode
+        rc = self.start(argv).wait()
         if rc not in expect:
             raise OlmaxError(f"demo step failed: `{line}` exited {rc} (expected {expect})", code=rc or 1)
         return rc
@@ -198,7 +203,7 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
     argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
     d.olmax(argv_a)
     d.command(argv_b, note=f"SIGKILLed after step {kill_at}")
-    proc = subprocess.Popen([sys.executable, "-m", "olmax.cli", *argv_b])
+    proc = d.start(argv_b)
     killed_after = None
     while proc.poll() is None:
         time.sleep(0.2)

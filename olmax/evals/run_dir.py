@@ -78,7 +78,8 @@ def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 
     """Exposure by content for the first `step` global batches of the run (see the module docstring)."""
     run_dir = Path(run_dir)
     d = _config(run_dir).data
-    mix = d.resolve_mix()
+    d = d.replace(mix=d.resolve_mix())  # resolved once: "demo" becomes the prepared mix file's path
+    mix = d.mix
     loader = d.open_loader(process_index=0, process_count=1)
     index = loader.index
     if step * d.global_batch_size > max_instances:
