@@ -35,10 +35,12 @@ def _config(run_dir: Path):
 
 
 def latest_step(run_dir: str | Path) -> int | None:
-    """The newest complete checkpoint step under DIR/checkpoints (None when there is none)."""
-    ck = Path(run_dir) / "checkpoints"
-    steps = [int(p.name) for p in ck.iterdir() if p.is_dir() and p.name.isdigit()] if ck.is_dir() else []
-    return max(steps) if steps else None
+    """The newest complete checkpoint step under DIR/checkpoints (None when there is none): committed by
+    Orbax and matching its seal, the trainer's own rule (nothing is moved; the trainer does that)."""
+    from olmax.train.checkpoint import complete_steps
+
+    steps = complete_steps(Path(run_dir) / "checkpoints")
+    return steps[0] if steps else None
 
 
 def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32"):

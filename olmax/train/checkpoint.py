@@ -7,11 +7,20 @@ only once every item is complete. A process killed at any moment, even mid-write
 the newest *complete* step as `latest_step()`; half-written temporaries are ignored and cleaned up.
 Only the newest `keep` steps are kept. `restore` places arrays directly in the shardings of the
 abstract state it is given, so a checkpoint written on 8 devices restores onto 2 (or onto 2 processes).
+
+Once a step is complete, process 0 seals it: `<step>/olmax-files.json` lists every file of the step with
+its size. `restore_newest` checks a step against its seal before Orbax reads it, so a checkpoint cut short
+after its commit (a copy interrupted, a disk filled by another writer) is found without reading the
+arrays; it is moved aside to `checkpoints-corrupt/` (kept, never deleted) and the next older complete
+step is used, and stderr says so. A run never silently starts over from step 0.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +28,48 @@ import orbax.checkpoint as ocp
 
 from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave
 from olmax.data.state import LoaderState
+from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.train.config import CheckpointConfig
 
 COMMIT_MARKER = "commit_success.txt"  # Orbax writes it into a step directory once every item is complete
+SEAL = "olmax-files.json"  # olmax's list of a complete step's files and sizes
+
+
+def seal(step_dir: Path) -> None:
+    """Write `step_dir/olmax-files.json`: every file of the complete step, with its size in bytes."""
+    sizes = {str(f.relative_to(step_dir)): f.stat().st_size for f in sorted(step_dir.rglob("*"))
+             if f.is_file() and f.name != SEAL}
+    write_text(step_dir / SEAL, json.dumps({"files": sizes}, indent=0, sort_keys=True) + "\n")
+
+
+def seal_mismatch(step_dir: Path) -> str:
+    """The first way `step_dir` differs from its seal ("state/d/ab12: 100 bytes, sealed with 4096"), or ""
+    when it matches or has no seal (a step saved before olmax sealed, or killed between commit and seal)."""
+    try:
+        sealed = json.loads((step_dir / SEAL).read_text())["files"]
+    except FileNotFoundError:
+        return ""
+    except (ValueError, KeyError, TypeError) as e:
+        return f"{SEAL} unreadable ({e})"
+    for name, size in sealed.items():
+        f = step_dir / name
+        if not f.is_file():
+            return f"{name}: missing"
+        if f.stat().st_size != size:
+            return f"{name}: {f.stat().st_size} bytes, sealed with {size}"
+    return ""
+
+
+def complete_steps(directory: str | Path) -> list[int]:
+    """The steps of a checkpoint directory that carry Orbax's commit marker and match their seal, newest
+    first (`Checkpointer.latest_step`'s rule, as a read-only view that moves nothing: for readers of a
+    run such as the evals)."""
+    directory = Path(directory)
+    steps = sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
+                   reverse=True) if directory.is_dir() else []
+    committed = [s for s in steps if (directory / str(s) / COMMIT_MARKER).exists()] or steps  # no markers
+    return [s for s in committed if not seal_mismatch(directory / str(s))]  # at all: trust the renames
 
 
 class Checkpointer:
@@ -44,16 +91,52 @@ class Checkpointer:
         if not committed:
             return steps[0] if steps else None  # a writer that leaves no markers: trust the renames
         for s in steps[:steps.index(committed[0])]:
-            aside = self.directory.parent / f"{self.directory.name}-incomplete" / str(s)
-            while aside.exists():
-                aside = aside.with_name(aside.name + "+")
-            aside.parent.mkdir(exist_ok=True)
-            (self.directory / str(s)).rename(aside)
-            print(f"olmax: warning: {self.directory / str(s)} has no {COMMIT_MARKER} (incomplete): moved to "
-                  f"{aside}; resuming from step {committed[0]}, the newest complete checkpoint", file=sys.stderr)
+            self._move_aside(s, "incomplete", f"has no {COMMIT_MARKER} (incomplete)", committed[0])
+        self._sync("olmax-checkpoint-select")
         if committed[0] != steps[0]:
             self.mngr.reload()
         return committed[0]
+
+    def restore_newest(self, abstract_state: Any) -> tuple[int, Any, LoaderState, dict] | None:
+        """(step, state, loader state, metadata) of the newest complete, readable checkpoint; None when
+        there is none at all. A step that differs from its seal, or (one process) whose arrays Orbax cannot
+        read, is moved to `checkpoints-corrupt/` and the next older one is tried; when every checkpoint is
+        unreadable this is an error, never a silent start from step 0."""
+        import jax
+
+        step = self.latest_step()
+        moved: list[int] = []
+        while step is not None:
+            why = seal_mismatch(self.directory / str(step))
+            if not why:
+                try:
+                    return (step, *self.restore(step, abstract_state, fallback=jax.process_count() == 1))
+                except _Unreadable as e:
+                    why = f"is corrupt or truncated ({e})"
+            else:
+                why = f"differs from its {SEAL} ({why})"
+            self._sync("olmax-checkpoint-check")  # every process has looked before process 0 moves it
+            older = [s for s in self.mngr.all_steps() if s < step]
+            self._move_aside(step, "corrupt", why, max(older) if older else None)
+            self._sync("olmax-checkpoint-corrupt")
+            moved.append(step)
+            self.mngr.reload()
+            step = self.latest_step()
+        if moved:
+            self.close()
+            raise OlmaxError(f"{self.directory}: no readable checkpoint (moved step(s) {moved} to "
+                             f"{self.directory.name}-corrupt/); refusing to start over from step 0: restore a "
+                             f"good copy, or remove the run directory to start afresh")
+        return None
+
+    @staticmethod
+    def _sync(name: str) -> None:
+        import jax
+
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(name)
 
     def all_steps(self) -> list[int]:
         return list(self.mngr.all_steps())
@@ -62,9 +145,36 @@ class Checkpointer:
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=LoaderSave(loader_state),
                                   meta=ocp.args.JsonSave(meta))
         self.mngr.save(step, args=args, force=True)
+        self._seal_finished()  # Orbax's save waited for the previous one: it is complete now
 
-    def restore(self, step: int, abstract_state: Any) -> tuple[Any, LoaderState, dict]:
-        """(train state in the abstract state's shardings, loader state, metadata) of `step`."""
+    def _seal_finished(self) -> None:
+        import jax
+
+        if jax.process_index() != 0:
+            return
+        for s in self.mngr.all_steps():
+            d = self.directory / str(s)
+            if (d / COMMIT_MARKER).exists() and not (d / SEAL).exists():
+                seal(d)
+
+    def _move_aside(self, step: int, kind: str, why: str, newer_than: int | None) -> None:
+        """Move step directory `step` to `checkpoints-<kind>/` (process 0; kept, never deleted) and warn."""
+        import jax
+
+        src = self.directory / str(step)
+        aside = self.directory.parent / f"{self.directory.name}-{kind}" / str(step)
+        while aside.exists():
+            aside = aside.with_name(aside.name + "+")
+        if jax.process_index() == 0:
+            aside.parent.mkdir(exist_ok=True)
+            src.rename(aside)
+            then = (f"resuming from step {newer_than}, the newest complete checkpoint" if newer_than is not None
+                    else "no older checkpoint is left")
+            print(f"olmax: warning: {src} {why}: moved to {aside}; {then}", file=sys.stderr, flush=True)
+
+    def restore(self, step: int, abstract_state: Any, *, fallback: bool = False) -> tuple[Any, LoaderState, dict]:
+        """(train state in the abstract state's shardings, loader state, metadata) of `step`. Unreadable
+        array data is an OlmaxError, or `_Unreadable` with `fallback` (the caller then tries an older step)."""
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), data=LoaderRestore(),
                                   meta=ocp.args.JsonRestore())
         # shapes first, from the metadata alone: a mismatch found by the restore itself leaves Orbax's
@@ -73,7 +183,8 @@ class Checkpointer:
         try:
             if why:
                 raise ValueError(why)
-            out = self.mngr.restore(step, args=args)
+            with _drained_event_loops():
+                out = self.mngr.restore(step, args=args)
         except (ValueError, KeyError, TypeError) as e:
             why = why or self.shape_mismatch(step, abstract_state) or str(e)[:300]
             self.close()
@@ -81,11 +192,14 @@ class Checkpointer:
                              f"or optimizer shape in the config differs from the one that wrote it: use "
                              f"the run's own config ({self.directory.parent / 'config.yaml'})") from e
         except Exception as e:  # noqa: BLE001 - TensorStore reports unreadable data as a bare Exception
+            first = str(e).split(" See full TensorStore details")[0].splitlines()[0][:200]
+            if fallback:
+                raise _Unreadable(first) from e
             self.close()
             older = [s for s in self.mngr.all_steps() if s < step]
             fix = (f"move it aside to resume from step {max(older)}" if older else "move it aside to start over")
             raise OlmaxError(f"{self.directory / str(step)}: the checkpoint is corrupt or truncated "
-                             f"({str(e).splitlines()[0][:200]}); {fix}") from e
+                             f"({first}); {fix}") from e
         return out.state, out.data, dict(out.meta)
 
     def shape_mismatch(self, step: int, abstract_state: Any) -> str:
@@ -119,10 +233,50 @@ class Checkpointer:
 
     def wait(self) -> None:
         self.mngr.wait_until_finished()
+        self._seal_finished()
 
     def close(self) -> None:
         self.mngr.wait_until_finished()
+        self._seal_finished()
         self.mngr.close()
+
+
+@contextmanager
+def _drained_event_loops() -> Iterator[None]:
+    """Event loops created in the block are closed only once every task on them has finished.
+
+    Orbax runs a restore on a fresh event loop and closes it as soon as one array read fails, while
+    TensorStore's other reads are still in flight; when they complete they call back into the closed loop
+    and print "Event loop is closed" tracebacks, from other threads, into the middle of olmax's messages.
+    Here a loop's `close()` is deferred to the end of the block, which first runs the loop until its
+    pending reads are done (their errors are collected, not printed)."""
+    import asyncio
+
+    made: list[asyncio.AbstractEventLoop] = []
+
+    class Loop(asyncio.SelectorEventLoop):
+        def close(self) -> None:  # Orbax's close: deferred
+            if self not in made:
+                made.append(self)
+
+    class Policy(asyncio.DefaultEventLoopPolicy):
+        _loop_factory = Loop
+
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(Policy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(before)
+        for loop in made:
+            pending = asyncio.all_tasks(loop)
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            asyncio.SelectorEventLoop.close(loop)
+
+
+class _Unreadable(Exception):
+    """Orbax could not read a step's array data (Checkpointer.restore with fallback=True)."""
 
 
 def restore_init(step_dir: str | Path, abstract_state: Any) -> Any:

@@ -108,9 +108,9 @@ def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple
     checkpoint, else `train.init_from` (a new stage), else a fresh initialisation."""
     from olmax.train.step import make_init
 
-    start = ckpt.latest_step()
-    if start is not None:
-        state, loader_state, meta = ckpt.restore(start, abstract)
+    found = ckpt.restore_newest(abstract)
+    if found is not None:
+        start, state, loader_state, meta = found
         if int(jax.device_get(state["step"])) != start:
             raise OlmaxError(f"{ckpt.directory / str(start)}: holds step {int(state['step'])}, not {start}")
         return start, state, loader_state, meta, f"resumed from step {start} (saved on {meta.get('devices')} devices)"
