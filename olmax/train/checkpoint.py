@@ -26,9 +26,9 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from olmax.atomic import write_text
 from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave
 from olmax.data.state import LoaderState
-from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.train.config import CheckpointConfig
 
