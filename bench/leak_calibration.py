@@ -1,16 +1,31 @@
-"""Leak-rule calibration over several seeds: recall and precision of `olmax audit leaks` per kind of plant.
+"""Leak-rule calibration: real held-out items, transformed and planted into real text by a generator that
+shares no code with the detector, then found (or not) by `olmax audit leaks`; recall per kind of plant.
 
-Each seed builds a fresh training mix from the Python standard library (code) and pydoc topics
-(prose), plants bundled held-out items into it (as documents of their own, pasted inside longer
-documents, items shorter than n words, lightly edited copies), adds hard negatives (a boilerplate
-sentence carried by many training documents, followed by an item that was never planted) and
-unplanted items, and runs the real `olmax audit leaks` command over it (`olmax.audit.calibrate`, the
-one implementation; this script only repeats it and sums the counts). Items whose text overlaps a
-planted item's (BoolQ asks several questions about one passage) are kept out of the negatives.
+Plants: `bench/leak_plants.py` (standard library only, nothing imported from `olmax`: its words are
+whitespace runs of the raw text, not the detector's tokens or normalised words; every choice comes from
+a seeded `random.Random`). This script uses olmax only for data plumbing: `load_eval` for the bundled
+items, the dolma2 tokenizer and `ShardWriter` to write the training shards, and `audit_leaks` to run.
 
-    .venv/bin/python bench/leak_calibration.py [--seeds 0-3] [--per-kind 60] [--ngram 13]
+Each seed:
+  eval items   bundled SciQ, ARC-Easy, BoolQ and OpenBookQA items of >= 10 words, shuffled, drawn round-
+               robin over the sets; an item sharing an 8-word run with an earlier one is left out (one
+               BoolQ passage carries several questions: planting one contaminates its siblings for real)
+  training     the standard library's *.py files (code, each cut to <= 6000 characters at a line end)
+               and pydoc topics (prose, cut into <= 6000-character documents), dolma2 token shards
+  positives    `--per-kind` items each, every item used once, every host document used by one plant:
+               verbatim, prefix, suffix, each pasted into one host (`_one`) or into 3-6 hosts (`_many`);
+               substitute, drop, markup, unicode_variants, rewrap (items of >= 25 words for all but
+               verbatim), each pasted into one host
+  negatives    `--per-kind` items each, never planted: `unplanted` (clean items of the same sets),
+               `generic_sentence` (a clean item after a sentence that 12-16 training documents carry),
+               `training_boilerplate` (a clean item after a line found in >= 12 stdlib files)
+The eval files hold the original item texts (negatives: as built), one file per set. Printed: per kind
+the items, flagged and recall (or false-positive rate), overall precision, how many `_many` items got
+the planted document count, a threshold sweep over the reported scores, and a precision-recall PNG.
 
-The last line is `leak calibration: recall R, precision P over K seeds`.
+    .venv/bin/python bench/leak_calibration.py [--seeds 0-1] [--per-kind 40] [--png PNG] [--work DIR]
+
+The last line is `leak calibration: min recall per kind R, precision P over K seeds`.
 """
 
 from __future__ import annotations
@@ -18,7 +33,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
+import os
+import random
+import re
+import sys
+import sysconfig
 import tempfile
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import leak_plants as lp
+
+POSITIVE = ("verbatim_one", "verbatim_many", "prefix_one", "prefix_many", "suffix_one", "suffix_many",
+            "substitute", "drop", "markup", "unicode_variants", "rewrap")
+NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
+MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
+SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
+MIN_WORDS, MIN_EDITED_WORDS = 10, 25
+DOC_CHARS = 6000
+SWEEP = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))  # 0.50 .. 0.95
+_Doc = namedtuple("_Doc", "id src loc")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -30,37 +66,320 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+# ------------------------------------------------------------------------------------- training text
+def _cut(text: str, limit: int = DOC_CHARS) -> str:
+    """`text` cut at the last line end within `limit` characters (at `limit` when there is none)."""
+    if len(text) <= limit:
+        return text
+    end = text.rfind("\n", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit]
+
+
+def _chunks(text: str, limit: int = DOC_CHARS) -> list[str]:
+    out = []
+    while text:
+        piece = _cut(text, limit)
+        out.append(piece)
+        text = text[len(piece):]
+    return [p for p in out if p.strip()]
+
+
+def training_docs() -> list[list[str]]:
+    """[[source, name, text]]: the standard library's *.py files (code) and pydoc topics (prose)."""
+    from pydoc_data.topics import topics
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    docs = []
+    for p in sorted(stdlib.rglob("*.py")):
+        if "site-packages" in p.parts:
+            continue
+        text = _cut(p.read_text(encoding="utf-8", errors="replace"))
+        if text.strip():
+            docs.append(["code", str(p.relative_to(stdlib)), text])
+    for name, body in sorted(topics.items()):
+        for j, piece in enumerate(_chunks(body)):
+            docs.append(["prose", f"{name}#{j}", piece])
+    return docs
+
+
+def _write_shard(path: Path, tok, docs: list[tuple[str, str]]) -> None:
+    """Documents [(id, text)] as one dolma2 token shard (tokens + EOS each) with its sidecar."""
+    import numpy as np
+
+    from olmax.data.index import DOLMA2_EOS
+    from olmax.data.shards import ShardWriter
+
+    ids = tok.encode_batch([t for _, t in docs], num_threads=2)
+    toks = [np.asarray(list(t) + [DOLMA2_EOS], dtype=np.uint32) for t in ids]
+    w = ShardWriter(path, path.parent)
+    w.add_batch(np.concatenate(toks), [len(t) for t in toks],
+                [_Doc(i, "calibration", n + 1) for n, (i, _) in enumerate(docs)],
+                sum(len(t.encode()) for _, t in docs))
+    w.close()
+
+
+# ----------------------------------------------------------------------------------------- eval items
+def eval_pools(rng: random.Random) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
+    """(long, short): (set, EvalItem) pairs, independent of each other, shuffled; long items have >=
+    MIN_EDITED_WORDS words (interleaved round-robin over the sets), short ones MIN_WORDS up to that."""
+    from olmax.audit.evalsets import load_eval
+
+    pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
+    rng.shuffle(pool)
+    pool = [pool[i] for i in lp.independent([it.text for _, it in pool])]
+    long = _interleave([p for p in pool if len(p[1].text.split()) >= MIN_EDITED_WORDS])
+    short = [p for p in pool if len(p[1].text.split()) < MIN_EDITED_WORDS]
+    return long, short
+
+
+def _interleave(pairs: list) -> list:
+    """(set, item) pairs taken round-robin over the sets, each set's pairs in their given order."""
+    by_set = {name: [p for p in pairs if p[0] == name][::-1] for name in SETS}
+    out = []
+    while any(by_set.values()):
+        for name in SETS:
+            if by_set[name]:
+                out.append(by_set[name].pop())
+    return out
+
+
+def _distinct_lines(lines: list[str], k: int) -> list[str]:
+    """The first `k` lines of distinct shapes (quoted strings as `q`, runs of words as one `w`): the codec
+    tables' `'A'  #  0x41 -> LATIN CAPITAL LETTER A` rows count once, `from x import y` lines once."""
+    kept, shapes = [], set()
+    for ln in lines:
+        shape = re.sub(r"'[^']*'|\"[^\"]*\"", "q", ln)
+        shape = re.sub(r"[\w.-]+(?:\s+[\w.-]+)*", "w", " ".join(shape.split()))
+        if shape not in shapes:
+            shapes.add(shape)
+            kept.append(ln)
+    return kept[:k]
+
+
+def _deal(pairs: list, kinds: tuple[str, ...], per_kind: int, rng: random.Random) -> dict[str, list]:
+    """The first len(kinds) * per_kind of `pairs`, shuffled and dealt per_kind to each kind."""
+    need = len(kinds) * per_kind
+    if len(pairs) < need:
+        raise SystemExit(f"{need} eval items wanted for {kinds}, {len(pairs)} available; lower --per-kind")
+    take = pairs[:need]
+    del pairs[:need]
+    rng.shuffle(take)
+    return {k: take[i * per_kind:(i + 1) * per_kind] for i, k in enumerate(kinds)}
+
+
+# ------------------------------------------------------------------------------------------- one seed
+def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[str]]:
+    """Plant one seed's items into the training text under `root`; returns (records, eval specs): a
+    record per eval item {kind, eval, id, hosts}, `hosts` the training document ids it was planted in."""
+    rng = random.Random(seed)
+    long, short = eval_pools(rng)
+    edited = ("prefix_one", "prefix_many", "suffix_one", "suffix_many", "substitute", "drop", "markup",
+              "unicode_variants", "rewrap")
+    dealt = _deal(long, edited, per_kind, rng)
+    rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
+    rng.shuffle(rest)
+    rest = _interleave(rest)
+    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + NEGATIVE, per_kind, rng))
+
+    docs = training_docs()
+    ids = [f"{src}-{n}" for n, (src, _, _) in enumerate(docs)]
+    code = [t for src, _, t in docs if src == "code"]
+    boiler = _distinct_lines([ln for ln, _ in lp.common_lines(code, min_docs=12)], 30)
+    texts = [t for _, _, t in docs]
+    used: set[int] = set()
+    records: list[dict] = []
+    per_set: dict[str, list[dict]] = {}
+
+    def record(kind: str, name: str, item, text: str, hosts: list[int]) -> None:
+        records.append({"kind": kind, "eval": name, "id": str(item.id), "hosts": [ids[h] for h in hosts]})
+        per_set.setdefault(name, []).append({"id": str(item.id), "text": text})
+
+    for kind in POSITIVE:
+        base = kind.removesuffix("_one").removesuffix("_many")
+        for name, item in dealt[kind]:
+            plant = lp.TRANSFORMS[base](item.text, rng)
+            if kind in MANY:
+                pasted = lp.on_many(plant, texts, rng, used)
+            else:
+                h = lp.pick_hosts(len(texts), 1, rng, used)[0]
+                pasted = {h: lp.on_one(plant, texts[h], rng)}
+            for h, t in pasted.items():
+                texts[h] = t
+            record(kind, name, item, item.text, sorted(pasted))
+    for sentence in lp.GENERIC_SENTENCES:  # each carried by 12-16 training documents
+        for h, t in lp.on_many(sentence, texts, rng, used, count=rng.randint(12, 16)).items():
+            texts[h] = t
+    for j, (name, item) in enumerate(dealt["generic_sentence"]):
+        sentence = lp.GENERIC_SENTENCES[j % len(lp.GENERIC_SENTENCES)]
+        record("generic_sentence", name, item, lp.with_generic_sentence(item.text, sentence), [])
+    for name, item in dealt["training_boilerplate"]:
+        line = rng.choice(boiler)
+        record("training_boilerplate", name, item, lp.with_boilerplate_line(item.text, line), [])
+    for name, item in dealt["unplanted"]:
+        record("unplanted", name, item, item.text, [])
+
+    root.mkdir(parents=True, exist_ok=True)
+    for src in ("code", "prose"):
+        _write_shard(root / f"{src}.npy", tok,
+                     [(ids[n], texts[n]) for n, (s, _, _) in enumerate(docs) if s == src])
+    (root / "mix.txt").write_text(f"code,{root / 'code.npy'}\nprose,{root / 'prose.npy'}\n")
+    specs = []
+    for name, rows in sorted(per_set.items()):
+        path = root / f"{name}.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        specs.append(f"{name}={path}")
+    return records, specs
+
+
+def scores(report: dict) -> dict[tuple[str, str], dict]:
+    """{(eval, id): {score, flagged, n_documents}} of the items the report lists (others score 0); an
+    entry without a score (today's detector) scores 1 when flagged, else 0."""
+    out: dict[tuple[str, str], dict] = {}
+    for flagged, entries in ((True, report.get("contaminated", [])), (False, report.get("near_misses", []))):
+        for e in entries:
+            key = (e["eval"], str(e["id"]))
+            s = float(e.get("score", 1.0 if flagged else 0.0))
+            prev = out.setdefault(key, {"score": s, "flagged": flagged, "n_documents": e.get("n_documents")})
+            if prev["score"] < s:
+                prev["score"] = s
+            if flagged and not prev["flagged"]:
+                prev.update(flagged=True, n_documents=e.get("n_documents"))
+    return out
+
+
+def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
+    """One seed: plant, audit, and score every item. Returns {records, threshold, rule, seconds}; a
+    record: {kind, eval, id, hosts, score, flagged, n_documents}."""
+    from olmax.assets import tokenizer_path
+    from olmax.audit.leaks import LeakConfig, audit_leaks
+    from olmax.data.stream import StreamSpec
+    from olmax.data.tokenize import load_tokenizer
+
+    t0 = time.perf_counter()
+    tok = load_tokenizer(str(tokenizer_path("dolma2", quiet=True)))
+    with contextlib.ExitStack() as stack:
+        root = Path(work or stack.enter_context(tempfile.TemporaryDirectory(prefix="leak-cal-")))
+        records, specs = build(seed, per_kind, root, tok)
+        t1 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            report = audit_leaks(LeakConfig(StreamSpec(mix=str(root / "mix.txt")), evals=tuple(specs)))
+    found = scores(report)
+    for r in records:
+        f = found.get((r["eval"], r["id"]), {})
+        r.update(score=f.get("score", 0.0), flagged=f.get("flagged", False), n_documents=f.get("n_documents"))
+    return {"records": records, "threshold": report.get("settings", {}).get("threshold"),
+            "rule": report.get("rule", ""), "seconds": {"build": t1 - t0, "audit": time.perf_counter() - t1}}
+
+
+# ------------------------------------------------------------------------------------------- summary
+def _counts(records: list[dict], hit) -> tuple[dict[str, tuple[int, int]], float, float, float]:
+    """Per kind (items, hits) under the decision `hit(record)`, min recall over positive kinds, overall
+    recall and precision."""
+    per = {k: (0, 0) for k in POSITIVE + NEGATIVE}
+    for r in records:
+        n, h = per[r["kind"]]
+        per[r["kind"]] = (n + 1, h + bool(hit(r)))
+    tp = sum(per[k][1] for k in POSITIVE)
+    fp = sum(per[k][1] for k in NEGATIVE)
+    recall = tp / max(1, sum(per[k][0] for k in POSITIVE))
+    min_recall = min(per[k][1] / max(1, per[k][0]) for k in POSITIVE)
+    return per, min_recall, recall, tp / (tp + fp) if tp + fp else 1.0
+
+
+def summarize(records: list[dict]) -> dict:
+    """The calibration's numbers: per kind {items, flagged, rate, positive (+ full_count for `_many`)},
+    min recall over the positive kinds, overall recall and precision (the report's own flags), and the
+    threshold sweep [(threshold, min recall per kind, recall, precision)] over the reported scores."""
+    per, min_recall, recall, precision = _counts(records, lambda r: r["flagged"])
+    kinds = {k: {"items": n, "flagged": h, "rate": h / max(1, n), "positive": k in POSITIVE}
+             for k, (n, h) in per.items()}
+    for k in MANY:
+        kinds[k]["full_count"] = sum(r["kind"] == k and r["n_documents"] == len(r["hosts"]) for r in records)
+    sweep = [(t, *_counts(records, lambda r, t=t: r["score"] >= t - 1e-9)[1:]) for t in SWEEP]
+    return {"kinds": kinds, "min_recall": min_recall, "recall": recall, "precision": precision,
+            "sweep": sweep}
+
+
+def pr_curve(records: list[dict], png: Path, marks: list[tuple[float, float, str]]) -> None:
+    """The precision-recall curve over every distinct score as a threshold, written to `png` atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = []
+    for t in sorted({r["score"] for r in records} | set(SWEEP) | {1.0}, reverse=True):
+        if t <= 0:
+            continue
+        _, _, rec, prec = _counts(records, lambda r, t=t: r["score"] >= t - 1e-9)
+        pts.append((rec, prec))
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label="threshold on score")
+    for rec, prec, label in marks:
+        ax.scatter([rec], [prec], color="C3", zorder=3)
+        ax.annotate(label, (rec, prec), textcoords="offset points", xytext=(-110, -14), fontsize=8)
+    ax.set_xlabel("recall (all positive kinds)")
+    ax.set_ylabel("precision")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("olmax audit leaks: calibration")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    tmp = png.with_name(f".{png.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, png)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+
+
+def print_summary(s: dict, threshold, rule: str) -> None:
+    print(f"rule: {rule}" if rule else "rule: (not reported)")
+    print(f"{'kind':<22} {'items':>6} {'flagged':>8}  metric")
+    for k, r in s["kinds"].items():
+        metric = "recall" if r["positive"] else "false-positive rate"
+        print(f"{k:<22} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}")
+    print(f"overall recall {s['recall']:.3f}, precision {s['precision']:.3f}; flag threshold "
+          f"{threshold if threshold is not None else 'n/a'}")
+    print("planted document count reported (n_documents): " + ", ".join(
+        f"{k} {s['kinds'][k]['full_count']}/{s['kinds'][k]['items']}" for k in MANY))
+    print("threshold sweep (flag when score >= t):")
+    print(f"{'t':>6} {'min recall/kind':>16} {'recall':>8} {'precision':>10}")
+    for t, mn, rec, prec in s["sweep"]:
+        print(f"{t:>6.2f} {mn:>16.3f} {rec:>8.3f} {prec:>10.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0-3", help="e.g. 0-3 or 1,5,7")
-    ap.add_argument("--per-kind", type=int, default=60)
-    ap.add_argument("--ngram", type=int, default=13)
-    ap.add_argument("--boiler-docs", type=int, default=12)
+    ap.add_argument("--seeds", default="0-1", help="e.g. 0-3 or 1,5,7")
+    ap.add_argument("--per-kind", type=int, default=40)
+    ap.add_argument("--png", default=str(Path(__file__).resolve().parent / "leak_calibration.png"))
+    ap.add_argument("--work", help="keep each seed's training shards and eval files under WORK/seed-N")
     args = ap.parse_args()
 
-    from olmax.audit.calibrate import run
-
-    totals: dict[str, list[int]] = {}
     seeds = parse_seeds(args.seeds)
+    records: list[dict] = []
+    threshold, rule = None, ""
     for seed in seeds:
-        with tempfile.TemporaryDirectory(prefix="olmax-leak-cal-") as work, \
-                contextlib.redirect_stdout(io.StringIO()):  # the audit's own summary, once per seed
-            res = run(args.per_kind, seed, args.ngram, args.boiler_docs, work)
-        o = res.pop("overall")
-        print(f"seed {seed}: recall {o['recall']:.3f}, precision {o['precision']:.3f}", flush=True)
-        for kind, r in res.items():
-            t = totals.setdefault(kind, [0, 0])
-            t[0] += r["items"]
-            t[1] += r["flagged"]
-    print(f"{'kind':<14} {'items':>6} {'flagged':>8}  metric")
-    negative = ("hard_negative", "unplanted")
-    for kind, (items, flagged) in totals.items():
-        metric = "false-positive rate" if kind in negative else "recall"
-        print(f"{kind:<14} {items:>6} {flagged:>8}  {metric} {flagged / max(1, items):.3f}")
-    tp = sum(f for k, (_, f) in totals.items() if k not in negative)
-    fp = sum(f for k, (_, f) in totals.items() if k in negative)
-    positives = sum(i for k, (i, _) in totals.items() if k not in negative)
-    print(f"leak calibration: recall {tp / max(1, positives):.3f}, precision {tp / max(1, tp + fp):.3f} "
+        res = run(seed, args.per_kind, Path(args.work) / f"seed-{seed}" if args.work else None)
+        records += res["records"]
+        threshold, rule = res["threshold"], res["rule"]
+        s = summarize(res["records"])
+        sec = res["seconds"]
+        print(f"seed {seed}: min recall per kind {s['min_recall']:.3f}, recall {s['recall']:.3f}, precision "
+              f"{s['precision']:.3f} (build {sec['build']:.1f}s, audit {sec['audit']:.1f}s)",
+              file=sys.stderr, flush=True)
+    s = summarize(records)
+    print_summary(s, threshold, rule)
+    label = "detector's flags" + (f" (score >= {threshold})" if threshold is not None else "")
+    pr_curve(records, Path(args.png), [(s["recall"], s["precision"], label)])
+    print(f"precision-recall curve: {args.png}")
+    print(f"leak calibration: min recall per kind {s['min_recall']:.3f}, precision {s['precision']:.3f} "
           f"over {len(seeds)} seeds")
 
 

@@ -53,24 +53,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     lk = asub.add_parser(
         "leaks", help="find held-out eval items inside the training data",
-        description="Indexes eval items' token n-grams exactly, probes every training window, and "
-        "reports per item the matched n-grams, longest matched span, covered fraction and where. "
-        "Exits 1 when any item of a gated set is contaminated.")
+        description="Retrieve, then verify: every n-word window of the training text that equals an eval "
+        "item's window (exact hashed lookup) makes the (item, document) pair a candidate; each candidate is "
+        "verified by aligning the item's words against the document's words around the matches (inserted, "
+        "dropped and substituted words tolerated). An item is contaminated when one document aligns at least "
+        "--threshold of its words; the report lists every such document (source, file, doc id, token span, "
+        "score). Exits 1 when any item of a gated set is contaminated.")
     add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
     lk.add_argument("--eval", action="append", default=[], metavar="NAME=PATH",
                     help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
                     "folder, or a bundled set name (NAME alone, e.g. arc_easy); repeat")
     lk.add_argument("--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with")
-    lk.add_argument("--ngram", type=int, default=13)
+    lk.add_argument("--ngram", type=int, default=8,
+                    help="retrieval window in words (default 8: survives one edit in ten words)")
     lk.add_argument("--min-item-words", type=int, default=4,
                     help="items with fewer words than this are too short to decide")
-    lk.add_argument("--coverage", type=float, default=0.5,
-                    help="flag when one training document covers this fraction of an item's "
-                    "non-boilerplate n-grams")
-    lk.add_argument("--span-fraction", type=float, default=0.9,
-                    help="flag when one contiguous match covers this fraction of the item")
-    lk.add_argument("--boilerplate-docs", type=int, default=3,
-                    help="an n-gram found in this many training documents is boilerplate")
+    lk.add_argument("--threshold", type=float, default=0.75,
+                    help="flag when one document aligns this fraction of an item's words (default 0.75)")
+    lk.add_argument("--short-words", type=int, default=20,
+                    help="items of at most this many words need an exact whole-item match (default 20)")
+    lk.add_argument("--min-cover", type=float, default=0.25,
+                    help="verify an (item, document) pair when its matched windows cover this fraction "
+                    "of the item's words (at least one window)")
+    lk.add_argument("--template-items", type=int, default=10,
+                    help="a window shared by this many eval items is a template and not used (default 10)")
+    lk.add_argument("--max-docs-per-key", type=int, default=1000,
+                    help="hits kept per window: the first this many documents (bounds memory)")
     lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
     lk.add_argument("--threads", type=int, default=2)
@@ -132,9 +140,9 @@ def _leaks(args: argparse.Namespace) -> int:
     from olmax.audit.leaks import LeakConfig, audit_leaks
 
     cfg = LeakConfig(stream=stream_from_args(args), evals=tuple(args.eval), tokenizer=args.tokenizer,
-                     ngram=args.ngram,
-                     min_item_words=args.min_item_words, coverage=args.coverage,
-                     span_fraction=args.span_fraction, boilerplate_docs=args.boilerplate_docs,
+                     ngram=args.ngram, min_item_words=args.min_item_words, threshold=args.threshold,
+                     short_words=args.short_words, min_cover=args.min_cover, template_items=args.template_items,
+                     max_docs_per_key=args.max_docs_per_key,
                      gate=tuple(args.gate) if args.gate is not None else None,
                      clean_dir=args.clean_dir, threads=args.threads)
     return _finish(audit_leaks(cfg), args.out)

@@ -43,7 +43,9 @@ class EvalIndex:
 
     `seqs` holds each item's words as [base-1 values, base-2 values] (normalize.WordTables.words)."""
 
-    def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int):
+    def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int, max_items_per_key: int = 0):
+        """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
+        side ("which of the following is the"), kept out of the index (`template_keys` counts them)."""
         self.n = n
         self.lengths_of = np.asarray([s[0].size for s in seqs], dtype=np.int64)
         keys, items, qs, bag_n = [], [], [], []
@@ -63,6 +65,16 @@ class EvalIndex:
         key = key[order]
         self.rec_item = (np.concatenate(items) if items else np.zeros(0, np.int64))[order]
         self.rec_q = (np.concatenate(qs) if qs else np.zeros(0, np.int64))[order]
+        self.template_keys = 0
+        if max_items_per_key > 0 and key.size:
+            # distinct items per key (records are sorted by key, then by item within a key)
+            new_pair = np.ones(key.size, dtype=bool)
+            new_pair[1:] = (key[1:] != key[:-1]) | (self.rec_item[1:] != self.rec_item[:-1])
+            ukey, inv = np.unique(key, return_inverse=True)
+            n_items = np.bincount(inv.reshape(-1)[new_pair], minlength=ukey.size)
+            keep = n_items[inv.reshape(-1)] < max_items_per_key
+            self.template_keys = int((n_items >= max_items_per_key).sum())
+            key, self.rec_item, self.rec_q = key[keep], self.rec_item[keep], self.rec_q[keep]
         self.ukeys, first = np.unique(key, return_index=True)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
         self.lengths = sorted({n if k >= n else int(k) for k in self.lengths_of.tolist()

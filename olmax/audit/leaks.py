@@ -1,28 +1,33 @@
-"""`olmax audit leaks`: which held-out eval items does the training data contain?
+"""`olmax audit leaks`: which held-out eval items does the training data contain, and where?
 
-Method. Eval items are tokenized with the mix's tokenizer and both sides are turned into the same
-normalized *words* (normalize.py: case, spacing, punctuation and BPE splits do not matter). The eval
-side is indexed exactly (evalindex.py): every n-word window (default n = 13) of every item, and for
-items shorter than n words (but at least --min-item-words) the whole item, as rolling hashes
-(hashing.py) keyed by length, in one sorted array behind a bit-table prefilter with no false
-negatives (prefilter.py). The training side is probed at every word position: per file (the map;
-files in parallel threads) words are made in 1M-token chunks, every window passes the prefilter
-or not, and only the ~0.4% that pass are hashed and looked up; a hit keeps (key, file, document,
-word index, token offset).
+Retrieve, then verify. Eval items are tokenized with the mix's tokenizer and both sides are turned into
+the same normalized *words* (normalize.py: case, spacing, line wraps, punctuation, curly quotes and
+dashes, Unicode compatibility forms and accents, BPE splits do not matter). Eval items with the same
+words are deduplicated first (reported). The eval side is indexed exactly (evalindex.py): every n-word
+window (default n = 8: a substitution or a drop every 10 words still leaves whole windows) of every
+item, and for items shorter than n words (but at least --min-item-words) the whole item; a window that
+--template-items distinct items share is a template of the eval side ("which of the following ...")
+and is not indexed. The training side is probed at every word position (per file, files in parallel
+threads, 1M-token chunks, a prefilter with no false negatives in front of the exact lookup); a hit
+keeps (key, file, document, word index, token offset).
 
-Bounded memory. Hits are kept only for each key's first boilerplate_docs + 1 documents (in file,
-document order), merged as they arrive (HitSet: within a file chunk by chunk, then across files):
-memory grows with the eval index and how often its keys recur in those documents, never with the
-training corpus. A key's document frequency (df) is counted on the kept hits, so it saturates at
-boilerplate_docs + 1, which is all the boilerplate test (df >= boilerplate_docs) needs.
+Candidates. The hits of one (item, document) pair are a candidate when their windows cover at least
+max(n, --min-cover x k) of the item's k words. Being common in the training text does not disqualify
+an n-gram: an item copied onto many pages is found on every one (each key keeps the hits of its first
+--max-docs-per-key documents; a key that reaches that cap is reported as saturated).
 
-Decision (per item, on the single best training document):
-- short item (fewer than n words): an exact whole-item match anywhere;
-- otherwise contaminated when one contiguous matched span covers >= span_fraction of the item, or
-  when one document holds >= coverage of the item's non-boilerplate n-grams (an n-gram found in >=
-  boilerplate_docs documents is boilerplate: alone it never flags an item, so an item that only
-  shares a common sentence with training documents stays clean);
-- items shorter than min_item_words are too short to decide (reported, never flagged).
+Verify. Each candidate's item words are aligned against the document's words around the hits (the
+longest chain of hits in the item's order, extended by the item's words outside it, plus slack): the
+longest common subsequence of the two, computed bit-parallel, tolerates inserted words (markup, a
+sentence added), dropped and substituted words. The score is the aligned fraction of the item's words;
+an item is contaminated when one document scores >= --threshold (default 0.75). Items of at most
+--short-words words need an exact whole-item match (alignment is too permissive for them); items under
+--min-item-words words are not decided. Every document that passes is reported: source, file, document
+id, token span and score.
+
+Bounded memory. Hits are kept only for each key's first max_docs_per_key documents (in file, document
+order), merged as they arrive (HitSet): memory grows with the eval index and how often its keys recur,
+never with the training corpus.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
+from olmax.audit.normalize import NORMALIZATION, WORD_MASK, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents, require_local
 from olmax.data.shards import read_tokens
@@ -54,11 +59,13 @@ class LeakConfig:
     stream: StreamSpec
     evals: tuple[str, ...]
     tokenizer: str = "dolma2"
-    ngram: int = 13
+    ngram: int = 8
     min_item_words: int = 4
-    coverage: float = 0.5
-    span_fraction: float = 0.9
-    boilerplate_docs: int = 3
+    threshold: float = 0.75
+    short_words: int = 20
+    min_cover: float = 0.25
+    template_items: int = 10
+    max_docs_per_key: int = 1000
     gate: tuple[str, ...] | None = None  # None: every set gates
     clean_dir: str | None = None
     threads: int = 2
@@ -181,66 +188,152 @@ def _new_docs(hits: np.ndarray) -> np.ndarray:
     return new_doc
 
 
-def _decide(item_hits: np.ndarray, q: np.ndarray, boiler: np.ndarray, k: int, n: int,
-            ngrams: int, nb_total: int, cfg: LeakConfig) -> dict:
-    """Best document evidence for one item: matched n-grams, longest span, coverage, decision."""
-    best = None
-    fd = item_hits["file"].astype(np.int64) * (1 << 40) + item_hits["doc"]
-    for u in np.unique(fd).tolist():
-        sel = np.flatnonzero(fd == u)
-        hq, hc, hb = q[sel], item_hits["cpos"][sel], boiler[sel]
-        uq = np.unique(hq)
-        nb_matched = int(np.unique(hq[~hb]).size)
-        if k < n:
-            span, at = k, sel[0]
-        else:
-            diag = hc - hq
-            order = np.lexsort((hq, diag))
-            dq, dd = hq[order], diag[order]
-            brk = np.ones(dq.size, dtype=bool)
-            brk[1:] = (dd[1:] != dd[:-1]) | (dq[1:] != dq[:-1] + 1)
-            run_id = np.cumsum(brk)
-            lengths = np.bincount(run_id)
-            r = int(np.argmax(lengths))
-            span = int(lengths[r]) + n - 1
-            at = sel[order[np.flatnonzero(run_id == r)[0]]]
-        covered = np.zeros(k, dtype=bool)
-        for qq in uq.tolist():
-            covered[qq:qq + (n if k >= n else k)] = True
-        ev = {"matched_ngrams": int(uq.size), "matched_nonboilerplate": nb_matched,
-              "longest_span_words": span, "span_fraction": round(span / k, 4),
-              "covered_fraction": round(float(covered.mean()), 4),
-              "coverage_nonboilerplate": round(nb_matched / nb_total, 4) if nb_total else 0.0,
-              "file": int(item_hits["file"][at]), "doc": int(item_hits["doc"][at]),
-              "offset": int(item_hits["pos"][at])}
-        if best is None or (ev["span_fraction"], ev["coverage_nonboilerplate"]) > \
-                (best["span_fraction"], best["coverage_nonboilerplate"]):
-            best = ev
-    best["contaminated"] = bool(best["span_fraction"] >= cfg.span_fraction or k < n or (
-        nb_total > 0 and best["coverage_nonboilerplate"] >= cfg.coverage))
-    best["ngrams"] = ngrams
-    return best
+def lcs_words(item: np.ndarray, region: np.ndarray, masks: dict | None = None) -> int:
+    """Length of the longest common subsequence of two word sequences (packed word values), bit-parallel
+    over the item (Allison-Dix / Hyyro: one add, or, and, sub per region word on k-bit integers).
+    `masks` (word value -> bit mask of its positions in `item`) may be passed to reuse it."""
+    k = int(item.size)
+    if k == 0:
+        return 0
+    if masks is None:
+        masks = item_masks(item)
+    full = (1 << k) - 1
+    v = full
+    for w in region.tolist():
+        m = masks.get(w)
+        if m is not None:
+            u = v & m
+            v = ((v + u) | (v - u)) & full
+    return k - v.bit_count()
+
+
+def item_masks(item: np.ndarray) -> dict:
+    masks: dict[int, int] = {}
+    for i, w in enumerate(item.tolist()):
+        masks[w] = masks.get(w, 0) | (1 << i)
+    return masks
+
+
+def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray]:
+    """Indices of the longest chains of hits that keep the item's order in the document: item positions
+    `q` and document word positions `c` both increasing, with at most 3 document words per item word
+    (+ 24) between consecutive hits, so inserted words (markup, a sentence added) stay in one placement
+    while a second copy or a stray match elsewhere does not join it. Each sorted by document position;
+    several when chains tie (an item that repeats a phrase: the same hits read as either occurrence)."""
+    order = np.lexsort((q, c))
+    qs, cs = q[order], c[order]
+    h = qs.size
+    best = np.ones(h, dtype=np.int64)
+    prev = np.full(h, -1, dtype=np.int64)
+    for i in range(1, h):
+        dq, dc = qs[i] - qs[:i], cs[i] - cs[:i]
+        ok = (dq > 0) & (dc > 0) & (dc <= 3 * dq + 24)
+        if ok.any():
+            # the longest predecessor chain; among equals, the one on the nearest diagonal (c - q)
+            drift = np.minimum(np.abs((cs[i] - qs[i]) - (cs[:i] - qs[:i])), 4095)
+            j = int(np.argmax(np.where(ok, best[:i] * 4096 - drift, -1)))
+            best[i], prev[i] = best[j] + 1, j
+    chains = []
+    for end in np.flatnonzero(best == best.max())[:max_chains].tolist():
+        out, i = [], end
+        while i >= 0:
+            out.append(i)
+            i = int(prev[i])
+        chains.append(order[out[::-1]])
+    return chains
+
+
+def contains_run(region: np.ndarray, item: np.ndarray) -> bool:
+    """Whether `item`'s words occur contiguously, in order, in `region`."""
+    k = item.size
+    if region.size < k or k == 0:
+        return False
+    first = np.flatnonzero(region[:region.size - k + 1] == item[0])
+    return any(np.array_equal(region[i:i + k], item) for i in first.tolist())
+
+
+class _Regions:
+    """The training side of verification: a file's tokens and documents (opened once, on first use), and
+    the words of a document around a candidate's hits."""
+
+    def __init__(self, paths: list[str], tables: WordTables):
+        self.paths, self.tables = paths, tables
+        self.files: dict[int, tuple[np.ndarray, object]] = {}
+
+    def doc_of(self, f: int):
+        if f not in self.files:
+            tokens = read_tokens(self.paths[f])
+            self.files[f] = (tokens, documents(self.paths[f], tokens))
+        return self.files[f]
+
+    def verify(self, f: int, d: int, q: np.ndarray, pos: np.ndarray, item: np.ndarray, masks: dict,
+               n: int, short: bool) -> tuple[float, int, int]:
+        """(score, token start, token end) of an item against document d of file f, around hits at item
+        positions q and token offsets pos. Short items score 1.0 only for an exact contiguous match."""
+        tokens, docs = self.doc_of(f)
+        k = int(item.size)
+        ds, de = int(docs.starts[d]), int(docs.ends[d])
+        slack = 3 + k // 10
+        # tokens to read on each side of the hits: the item's words not covered there, plus slack, at 4
+        # tokens a word; doubled while the placement found runs past the tokens read (long words, markup)
+        before = 4 * (int(q.min()) + slack) + 16
+        after = 4 * (k - int(q.max()) + slack) + 16
+        grow = 1
+        while True:
+            a, b = max(ds, int(pos.min()) - grow * before), min(de, int(pos.max()) + grow * after)
+            vals, first_tok, _ = self.tables.packed_words(np.asarray(tokens[a:b]), final=True)
+            c = np.searchsorted(first_tok, pos - a)  # word index of each hit's first word
+            c = np.minimum(c, max(0, vals.size - 1))
+            placements = []
+            for sel in chains(q, c):
+                qa, qb = int(q[sel[0]]), int(q[sel[-1]])
+                r0 = int(c[sel[0]]) - qa - qa // 2 - slack  # room for words inserted before the first hit
+                r1 = int(c[sel[-1]]) + (k - qb) + (k - qb) // 2 + slack
+                placements.append((sel, r0, r1))
+            if grow >= 16 or not any((r0 < 0 and a > ds) or (r1 > vals.size and b < de) for _, r0, r1 in placements):
+                break
+            grow *= 2
+        best = None
+        for sel, r0, r1 in placements:
+            region = vals[max(0, r0):min(vals.size, r1)]
+            if short:
+                score = 1.0 if contains_run(region, item) else min(0.999, lcs_words(item, region, masks) / k)
+            else:
+                score = lcs_words(item, region, masks) / k
+            if best is None or score > best[0]:
+                best = (score, sel)
+        score, sel = best
+        last = int(c[sel].max()) + n  # the word after the last matched window
+        t0 = a + int(first_tok[int(c[sel].min())]) if first_tok.size else a
+        t1 = a + int(first_tok[last]) if last < first_tok.size else b
+        return score, t0, t1
 
 
 def audit_leaks(cfg: LeakConfig) -> dict:
     """Find the eval items inside the training data; returns the report (`ok` False when an item of a
-    gated set is contaminated). Phases: index the eval items → probe every training file → decide
-    each item that has hits → per-set counts and clean subsets → report."""
+    gated set is contaminated). Phases: index the eval items → probe every training file → verify each
+    candidate (item, document) → per-set counts and clean subsets → report."""
     from olmax.assets import tokenizer_path
 
     t0 = time.perf_counter()
     index = cfg.stream.open_index(seq_len=1, allow_short_files=True)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
     tables = word_tables(tok_path)
-    ev = _index_evals(cfg, tok_path, tables)
+    ev = index_evals(cfg, tok_path, tables)
     t_index = time.perf_counter() - t0
     # Map over distinct training files (a path listed twice is probed once), reduce in file order.
     paths = list(dict.fromkeys(index.paths))
+    sources = {}
+    for src, pth in zip(index.labels, index.paths):
+        sources.setdefault(pth, src)
     require_local(paths, "the leak probe")
     t1 = time.perf_counter()
     hits, train_tokens = _probe(paths, ev.index, tables, cfg)
     probe_s = time.perf_counter() - t1
-    contaminated, near, flagged = _decide_items(hits, ev, paths, cfg)
+    t2 = time.perf_counter()
+    contaminated, near, flagged, stats = decide_items(hits, ev, paths, [sources.get(p) for p in paths],
+                                                       tables, cfg)
+    verify_s = time.perf_counter() - t2
     per_set, checks = _per_set(ev, flagged, cfg)
     eidx = ev.index
     report = {
@@ -249,17 +342,24 @@ def audit_leaks(cfg: LeakConfig) -> dict:
                     f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
                     f"bytes: {((cfg.ngram - 1 + 64) / (2**31 - 1)) ** 2:.1e} at l = 64; short items as "
                     f"whole-item windows"),
-        "rule": (f"contaminated if one training document holds a contiguous match of >= "
-                 f"{cfg.span_fraction} of the item, or >= {cfg.coverage} of its non-boilerplate n-grams "
-                 f"(boilerplate: in >= {cfg.boilerplate_docs} documents); items under {cfg.ngram} tokens "
-                 f"need an exact whole-item match; items under {cfg.min_item_words} tokens are not "
-                 f"decided"),
+        "rule": (f"retrieve: exact {cfg.ngram}-word windows of the items (windows shared by >= "
+                 f"{cfg.template_items} items are templates, not used); candidate: an (item, document) "
+                 f"pair whose matched windows cover >= max({cfg.ngram}, {cfg.min_cover} x item words); "
+                 f"verify: longest common subsequence of the item's words and the document's words around "
+                 f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
+                 f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
+                 f"{cfg.short_words} words need an exact whole-item match; items under "
+                 f"{cfg.min_item_words} words are not decided"),
         "training": {"files": len(paths), "tokens": train_tokens},
-        "eval_index": {"items": len(ev.items), "keys": eidx.num_keys, "lengths": eidx.lengths},
-        "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3),
-                   "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9))},
+        "eval_index": {"items": len(ev.items), "distinct_items": int(len(ev.items) - len(ev.duplicates)),
+                       "keys": eidx.num_keys, "template_keys": eidx.template_keys, "lengths": eidx.lengths},
+        "eval_duplicates": ev.duplicates[:MAX_NEAR_MISSES],
+        "candidates": stats,
+        "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3), "verify_s": round(verify_s, 3),
+                   "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9)),
+                   "tokens_per_s": round(train_tokens / max(probe_s + verify_s, 1e-9))},
         "sets": per_set, "contaminated": contaminated,
-        "near_misses": near,  # items with matches that the rule did not flag (first MAX_NEAR_MISSES)
+        "near_misses": near,  # verified items below the threshold, best first (first MAX_NEAR_MISSES)
         "checks": checks_json(checks),
         "ok": not failed(checks),
     }
@@ -269,16 +369,19 @@ def audit_leaks(cfg: LeakConfig) -> dict:
 
 
 @dataclass
-class _Evals:
-    """The eval items of every set, in one list: their set, their word sequences and the n-gram index."""
+class EvalSide:
+    """The eval items of every set, in one list: their set, their words, duplicates and the n-gram index."""
 
     sets: list[tuple[str, list]]  # (set name, its items)
     set_of: np.ndarray  # int64 (items,): which set each item is from
     items: list  # EvalItem, all sets concatenated
+    words: list[np.ndarray]  # packed word values of each item
+    rep_of: np.ndarray  # int64 (items,): the first item with the same words (itself when unique)
+    duplicates: list[dict]
     index: EvalIndex
 
 
-def _index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> _Evals:
+def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     from olmax.audit.evalsets import load_eval
     from olmax.data.tokenize import load_tokenizer
     from olmax.errors import OlmaxError
@@ -287,21 +390,33 @@ def _index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> _Evals:
     if not sets:
         raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
     tok = load_tokenizer(tok_path)
-    set_of, seqs, all_items = [], [], []
-    for s, (_, items) in enumerate(sets):
+    set_of, seqs, words, all_items, rep_of, dups = [], [], [], [], [], []
+    first: dict[bytes, int] = {}
+    for s, (name, items) in enumerate(sets):
         ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
         for it, t in zip(items, ids):
-            seqs.append(tables.words(np.asarray(t, dtype=np.int64))[0])
+            packed = tables.packed_words(np.asarray(t, dtype=np.int64), final=True)[0]
+            i = len(all_items)
+            r = first.setdefault(packed.tobytes(), i) if packed.size else i
+            seq = [packed >> np.uint64(32), packed & WORD_MASK]
+            if r != i:  # the same words as an earlier item: indexed once, decided as that one
+                a = all_items[r]
+                dups.append({"eval": name, "id": it.report_id, "same_as": {"eval": sets[set_of[r]][0],
+                                                                          "id": a.report_id}})
+                seq = [packed[:0], packed[:0]]
+            seqs.append(seq)
+            words.append(packed)
             set_of.append(s)
             all_items.append(it)
-    return _Evals(sets, np.asarray(set_of, dtype=np.int64), all_items, EvalIndex(seqs, cfg.ngram, cfg.min_item_words))
+            rep_of.append(r)
+    return EvalSide(sets, np.asarray(set_of, dtype=np.int64), all_items, words, np.asarray(rep_of, np.int64), dups,
+                  EvalIndex(seqs, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
 
 
 def _probe(paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfig) -> tuple[np.ndarray, int]:
-    """Every (key, file, document) hit, each key's first `boilerplate_docs + 1` documents kept, and the
+    """Every (key, file, document) hit, each key's first `max_docs_per_key` documents kept, and the
     number of training tokens probed."""
-    # df is counted on the capped hits: min(df, cap_docs), which decides df >= boilerplate_docs.
-    cap_docs = cfg.boilerplate_docs + 1
+    cap_docs = cfg.max_docs_per_key
     kept, train_tokens = HitSet(cap_docs), 0
     threads = max(1, cfg.threads)
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -313,54 +428,87 @@ def _probe(paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfi
     return kept.result(), train_tokens
 
 
-def _decide_items(hits: np.ndarray, ev: _Evals, paths: list[str], cfg: LeakConfig
-                  ) -> tuple[list[dict], list[dict], np.ndarray]:
-    """(contaminated items, near misses, flagged mask over all items) by the rule in `_decide`."""
-    eidx, n_items = ev.index, len(ev.items)
+def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables,
+                  cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray, dict]:
+    """(contaminated items, near misses, flagged mask over all items, candidate counts): every candidate
+    (item, document) pair verified by alignment (module docstring)."""
+    eidx, n_items, n = ev.index, len(ev.items), cfg.ngram
     df = doc_freq(hits, eidx.num_keys)
+    saturated = df >= cfg.max_docs_per_key
     # Expand hits to (item, n-gram position) through the index's records.
     per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]
     hit_of = np.repeat(np.arange(hits.size), per)
     rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (np.arange(hit_of.size) -
                                                          np.repeat(np.cumsum(per) - per, per))
     h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
-    h_boiler = df[hits["key"][hit_of]] >= cfg.boilerplate_docs
-    # boilerplate n-grams of every item (to count each item's non-boilerplate n-grams)
-    key_of_rec = np.repeat(np.arange(eidx.num_keys), np.diff(eidx.rec_ptr))
-    rec_boiler = df[key_of_rec] >= cfg.boilerplate_docs
-    ngrams_of = np.bincount(eidx.rec_item, minlength=n_items)
-    boiler_of = np.bincount(eidx.rec_item[rec_boiler], minlength=n_items)
-
-    doc_cache: dict[int, object] = {}
-    contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
-    order = np.argsort(h_item, kind="stable")
-    items_hit, first = np.unique(h_item[order], return_index=True)
-    bounds = np.concatenate([first, [order.size]])
-    for j, item in enumerate(items_hit.tolist()):
-        sel = order[bounds[j]:bounds[j + 1]]
+    h_file, h_doc, h_pos = hits["file"][hit_of], hits["doc"][hit_of], hits["pos"][hit_of]
+    h_sat = saturated[hits["key"][hit_of]]
+    order = np.lexsort((h_q, h_doc, h_file, h_item))
+    h_item, h_q, h_file, h_doc, h_pos, h_sat = (x[order] for x in (h_item, h_q, h_file, h_doc, h_pos, h_sat))
+    brk = np.ones(h_item.size, dtype=bool)
+    brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
+    bounds = np.concatenate([np.flatnonzero(brk), [h_item.size]]).tolist()
+    regions = _Regions(paths, tables)
+    found: dict[int, list[dict]] = {}  # item -> verified documents
+    masks_of: dict[int, dict] = {}
+    stats = {"pairs": len(bounds) - 1, "verified": 0, "saturated_keys": int(saturated.sum())}
+    for g in range(len(bounds) - 1):
+        lo, hi = bounds[g], bounds[g + 1]
+        item = int(h_item[lo])
         k = int(eidx.lengths_of[item])
-        found = _decide(hits[hit_of[sel]], h_q[sel], h_boiler[sel], k, cfg.ngram, int(ngrams_of[item]),
-                        int(ngrams_of[item] - boiler_of[item]), cfg)
-        if not found["contaminated"] and len(near) >= MAX_NEAR_MISSES:
-            continue
-        flagged[item] = found["contaminated"]
-        f = found.pop("file")
-        if f not in doc_cache:
-            doc_cache[f] = documents(paths[f])
-        docs = doc_cache[f]
-        (contaminated if found["contaminated"] else near).append({
-            "eval": ev.sets[int(ev.set_of[item])][0], "id": ev.items[item].report_id,
-            "kind": "short" if k < cfg.ngram else "ngram", "item_words": k,
-            **{kk: v for kk, v in found.items() if kk != "contaminated"},
-            "file": paths[f], "doc": docs.id_of(found["doc"])})
-    return contaminated, near, flagged
+        q, pos = h_q[lo:hi], h_pos[lo:hi]
+        f, d = int(h_file[lo]), int(h_doc[lo])
+        if k < n:  # a whole-item key: an exact match of the whole item
+            score, t0, t1 = 1.0, int(pos.min()), int(pos.min())
+            _, docs = regions.doc_of(f)
+            t1 = int(docs.ends[d])
+        else:
+            covered = np.zeros(k + n, dtype=bool)
+            for qq in np.unique(q).tolist():
+                covered[qq:qq + n] = True
+            if int(covered.sum()) < max(n, cfg.min_cover * k):
+                continue
+            if item not in masks_of:
+                masks_of[item] = item_masks(ev.words[item])
+            stats["verified"] += 1
+            score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], n,
+                                           short=k <= cfg.short_words)
+        _, docs = regions.doc_of(f)
+        found.setdefault(item, []).append({
+            "source": sources[f], "file": paths[f], "doc": docs.id_of(d), "token_start": t0, "token_end": t1,
+            "score": round(score, 4), "saturated_keys": bool(h_sat[lo:hi].any())})
+    contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
+    for item, docs_found in found.items():
+        k = int(eidx.lengths_of[item])
+        passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
+        best = max(docs_found, key=lambda x: x["score"])
+        entry = {"eval": ev.sets[int(ev.set_of[item])][0], "id": ev.items[item].report_id,
+                 "kind": "short" if k <= cfg.short_words else "aligned", "item_words": k,
+                 "score": best["score"], "n_documents": len(passed), "documents": passed or [best]}
+        if passed:
+            flagged[item] = True
+            contaminated.append(entry)
+        else:
+            near.append(entry)
+    # duplicates are decided as their first copy
+    for i in np.flatnonzero(ev.rep_of != np.arange(n_items)).tolist():
+        r = int(ev.rep_of[i])
+        if flagged[r]:
+            flagged[i] = True
+            src = next(c for c in contaminated if c["eval"] == ev.sets[int(ev.set_of[r])][0]
+                       and c["id"] == ev.items[r].report_id)
+            contaminated.append({**src, "eval": ev.sets[int(ev.set_of[i])][0], "id": ev.items[i].report_id,
+                                 "same_as": {"eval": src["eval"], "id": src["id"]}})
+    near.sort(key=lambda e: -e["score"])
+    return contaminated, near[:MAX_NEAR_MISSES], flagged, stats
 
 
-def _per_set(ev: _Evals, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
+def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
     """Each set's counts (and clean subset, with `clean_dir`) and its gate check."""
     eidx = ev.index
     ngrams_of = np.bincount(eidx.rec_item, minlength=len(ev.items))
-    too_short = eidx.lengths_of < cfg.min_item_words
+    n_words = np.asarray([w.size for w in ev.words], dtype=np.int64)
+    too_short = n_words < cfg.min_item_words
     gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in ev.sets}
     per_set, checks = {}, []
     for s, (name, _items) in enumerate(ev.sets):
@@ -369,6 +517,7 @@ def _per_set(ev: _Evals, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, li
         per_set[name] = {"items": int(sel.sum()), "contaminated": n_bad,
                          "percent_contaminated": round(100.0 * n_bad / max(1, int(sel.sum())), 3),
                          "too_short_to_decide": int(too_short[sel].sum()),
+                         "duplicates": int((sel & (ev.rep_of != np.arange(len(ev.items)))).sum()),
                          "ngrams": int(ngrams_of[sel].sum()), "gated": name in gate}
         if cfg.clean_dir:
             from olmax.jsonio import write_jsonl

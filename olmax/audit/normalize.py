@@ -27,10 +27,12 @@ import numpy as np
 
 from olmax.audit.hashing import BASES, MERSENNE31, fold_mod, powers_mod, reduce_mod
 
-NORMALIZATION = ("word-level: token text lowercased (Unicode where a token holds whole characters); "
-                 "words are maximal runs of ASCII letters, digits and non-ASCII letters, joined across "
-                 "BPE token boundaries; punctuation, symbols and whitespace (ASCII and Unicode) "
-                 "dropped; special tokens (EOS) are document boundaries")
+NORMALIZATION = ("word-level, per token where a token holds whole characters: Unicode compatibility forms "
+                 "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased; words "
+                 "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
+                 "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
+                 "line wraps included) dropped, so markup tags leave only their names as extra words, "
+                 "which the alignment skips; special tokens (EOS) are document boundaries")
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
@@ -40,15 +42,19 @@ WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <
 
 
 def _fold_bytes(raw: bytes) -> bytes:
-    """Lowercase a token's bytes; when they are whole UTF-8, also lowercase non-ASCII letters and
-    turn Unicode punctuation and spaces (curly quotes, dashes, NBSP, ...) into ASCII spaces. A token
-    holding part of a character keeps its bytes (ASCII-lowercased): they stay word bytes."""
+    """Lowercase a token's bytes; when they are whole UTF-8, also fold compatibility forms (NFKC:
+    ligatures such as "ﬁ", fullwidth letters), drop combining accents ("é" and "e" + U+0301 both give
+    "e"), lowercase non-ASCII letters and turn Unicode punctuation and spaces (curly quotes, dashes,
+    NBSP, ...) into ASCII spaces. A token holding part of a character keeps its bytes
+    (ASCII-lowercased): they stay word bytes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.lower()
+    # compatibility forms (ligatures, fullwidth letters, superscripts) to their plain letters, accents off
+    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
     return "".join(" " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
-                   for ch in text.lower()).encode("utf-8")
+                   for ch in unicodedata.normalize("NFKC", text).lower()).encode("utf-8")
 
 
 class WordTables:

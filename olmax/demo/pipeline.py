@@ -145,10 +145,11 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
 
     leak_rows = ["| eval set | items | contaminated |", "|---|---:|---:|"]
     leak_rows += [f"| {k} | {v['items']:,} | {v['contaminated']} |" for k, v in leaks["sets"].items()]
-    bad_rows = ["| eval set | id | longest match (words) | of the item | training document | token offset |",
-                "|---|---|---:|---:|---|---:|"]
-    bad_rows += [f"| {c['eval']} | {c['id']} | {c.get('longest_span_words', '')} | {c.get('span_fraction', 0):.0%} "
-                 f"| {c.get('doc', '')} | {c.get('offset', '')} |" for c in bad_leaks["contaminated"][:20]]
+    bad_rows = ["| eval set | id | aligned words | documents | first document | tokens |",
+                "|---|---|---:|---:|---|---|"]
+    bad_rows += [f"| {c['eval']} | {c['id']} | {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
+                 f"| {c['documents'][0]['doc']} | {c['documents'][0]['token_start']}–{c['documents'][0]['token_end']} |"
+                 for c in bad_leaks["contaminated"][:20]]
     d.add("3. Pre-launch audit", f"""
 Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] else 'FAILED'}**.
 ```

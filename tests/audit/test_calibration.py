@@ -1,35 +1,33 @@
-"""The leak-rule calibration (real SciQ/ARC/BoolQ items planted into stdlib code and pydoc prose) must
-keep recall and precision >= 0.95 for every kind, at two seeds (slow); its negatives are independent items."""
+"""The leak calibration (bench/leak_calibration.py: real SciQ / ARC-Easy / BoolQ / OpenBookQA items,
+transformed by bench/leak_plants.py and planted into stdlib code and pydoc prose) at seed 1: recall >=
+0.95 for every kind of plant, precision >= 0.95, false-positive rate <= 0.05 for every kind of negative,
+and the items planted into several documents reported with all of them (slow)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+BENCH = str(Path(__file__).resolve().parents[2] / "bench")
+if BENCH not in sys.path:  # appended: bench/ has loader.py, audit.py, ... that must shadow nothing
+    sys.path.append(BENCH)
+
+import leak_calibration as cal  # noqa: E402
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_calibration_recall_and_precision(seed, tmp_path):
-    from olmax.audit.calibrate import run
-
-    res = run(per_kind=40, seed=seed, work=str(tmp_path))
-    for kind in ("verbatim", "inside", "short", "edited"):
-        assert res[kind]["flagged"] >= 0.95 * res[kind]["items"], (kind, res)
-    for kind in ("hard_negative", "unplanted"):
-        assert res[kind]["flagged"] <= 0.05 * res[kind]["items"], (kind, res)
-    assert res["overall"]["recall"] >= 0.95 and res["overall"]["precision"] >= 0.95
-
-
-def test_negatives_exclude_items_sharing_a_passage_with_another():
-    """BoolQ-style siblings (one passage, two questions) cannot both enter the pool: planting one
-    would really contaminate the other, and the calibration would count a true hit as a false one."""
-    from collections import namedtuple
-
-    from olmax.audit.calibrate import independent_items
-
-    Item = namedtuple("Item", "id text")
-    passage = "The principal bridesmaid may be called the maid of honor if she is unmarried or matron if married."
-    items = [Item("a", passage + " is maid of honour the chief bridesmaid"),
-             Item("b", "Photosynthesis turns light into chemical energy in the chloroplasts of green plants."),
-             Item("c", passage.upper() + " is the matron of honor married"),
-             Item("d", "Short item.")]
-    assert [it.id for it in independent_items(items)] == ["a", "b", "d"]
+def test_calibration_recall_precision_and_document_counts(tmp_path):
+    res = cal.run(seed=1, per_kind=30, work=tmp_path)  # seed 0 was looked at when the threshold was chosen
+    s = cal.summarize(res["records"])
+    table = {k: (r["items"], r["flagged"]) for k, r in s["kinds"].items()}
+    for kind in cal.POSITIVE:
+        r = s["kinds"][kind]
+        assert r["items"] == 30 and r["rate"] >= 0.95, (kind, table)
+    for kind in cal.NEGATIVE:
+        r = s["kinds"][kind]
+        assert r["items"] == 30 and r["rate"] <= 0.05, (kind, table)
+    assert s["precision"] >= 0.95, table
+    for kind in cal.MANY:
+        assert s["kinds"][kind]["full_count"] >= 0.95 * s["kinds"][kind]["items"], (kind, s["kinds"][kind])

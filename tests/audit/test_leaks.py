@@ -1,6 +1,8 @@
 """`olmax audit leaks` on real prose (SciQ, ARC) planted into real code and prose, against the truth
-built here: verbatim documents, items inside longer documents, short items, case/spacing edits, and
-hard negatives that share only a boilerplate sentence carried by many training documents."""
+built here: verbatim documents, items inside longer documents, short items, case/spacing edits, items
+copied onto several documents, one word in ten substituted, and hard negatives that share only a
+boilerplate sentence carried by many training documents. (The calibration, tests/audit/test_calibration.py,
+uses an independent plant generator; these are the detector's own unit tests.)"""
 
 from __future__ import annotations
 
@@ -63,6 +65,15 @@ def planted(tokenizer, tmp_path_factory, corpus):
     for j in range(8):  # the boilerplate sentence in many documents
         i, t = docs_b[20 + j]
         docs_b[20 + j] = (i, BOILER + "\n" + t)
+    for j in range(30, 35):  # copied onto four documents each
+        for m in range(4):
+            i, t = docs_b[30 + 4 * (j - 30) + m]
+            docs_b[30 + 4 * (j - 30) + m] = (i, t[:300] + "\n" + sciq[j].text + "\n" + t[300:])
+    for j in range(35, 40):  # one word in ten substituted, inside code
+        words = sciq[j].text.split(" ")
+        words = [("zebra" if w.lower() != "zebra" else "yak") if m % 10 == 4 else w for m, w in enumerate(words)]
+        i, t = docs_a[j - 15]  # code documents 20..24 (10..19 hold the pasted items)
+        docs_a[j - 15] = (i, t[:900] + "\n" + " ".join(words) + "\n" + t[900:])
     write_shard(root / "a.npy", tokenize_docs(tokenizer, docs_a))
     write_shard(root / "b.npy", tokenize_docs(tokenizer, docs_b))
     mix = write_mix(root / "mix.txt", [("code", str(root / "a.npy")), ("prose", str(root / "b.npy"))])
@@ -75,8 +86,8 @@ def planted(tokenizer, tmp_path_factory, corpus):
             f.write(json.dumps({"id": it.id, "question": it.text}) + "\n")
         for i, t in hard:
             f.write(json.dumps({"id": i, "text": t}) + "\n")
-    truth = {("sciq", it.id) for it in sciq[:30]} | {("arc", it.id) for it in short[:10]}
-    return {"root": root, "mix": mix, "truth": truth, "sciq": sciq, "short": short,
+    truth = {("sciq", it.id) for it in sciq[:40]} | {("arc", it.id) for it in short[:10]}
+    return {"root": root, "mix": mix, "truth": truth, "sciq": sciq, "short": short, "prose_docs": docs_b,
             "evals": (f"sciq={root / 'sciq.jsonl'}", f"arc={root / 'arc.jsonl'}")}
 
 
@@ -85,19 +96,29 @@ def test_planted_items_are_found_exactly(planted, tmp_path):
                                  clean_dir=str(tmp_path / "clean")))
     found = {(c["eval"], c["id"]) for c in rep["contaminated"]}
     assert found == planted["truth"]
-    assert rep["sets"]["sciq"]["contaminated"] == 30 and rep["sets"]["arc"]["contaminated"] == 10
+    assert rep["sets"]["sciq"]["contaminated"] == 40 and rep["sets"]["arc"]["contaminated"] == 10
     assert rep["sets"]["arc"]["items"] == 40 and not rep["ok"]
     kinds = {(c["eval"], c["kind"]) for c in rep["contaminated"]}
-    assert ("arc", "short") in kinds and ("sciq", "ngram") in kinds
+    assert ("arc", "short") in kinds and ("sciq", "aligned") in kinds
     # where: a verbatim plant is its own document, matched from its first token
     rows = {r.id: r for r in read_sidecar(planted["root"] / "a.npy")}
     by_id = {c["id"]: c for c in rep["contaminated"] if c["eval"] == "sciq"}
     for j in range(10):
         c = by_id[planted["sciq"][j].id]
-        assert c["doc"] == f"plant-doc-{j}" and c["file"].endswith("a.npy")
-        assert c["offset"] == rows[f"plant-doc-{j}"].start and c["span_fraction"] == 1.0
+        assert c["n_documents"] == 1 and c["score"] == 1.0
+        (d,) = c["documents"]
+        assert d["doc"] == f"plant-doc-{j}" and d["file"].endswith("a.npy") and d["source"] == "code"
+        assert (d["token_start"], d["token_end"]) == (rows[f"plant-doc-{j}"].start, rows[f"plant-doc-{j}"].end - 1)
+    # copied onto four documents: all four reported
+    prose_ids = [i for i, _ in planted["prose_docs"]]
+    for j in range(30, 35):
+        c = by_id[planted["sciq"][j].id]
+        assert c["n_documents"] == 4, c
+        assert sorted(d["doc"] for d in c["documents"]) == sorted(prose_ids[30 + 4 * (j - 30) + m] for m in range(4))
+    for j in range(35, 40):  # one word in ten substituted: about 0.9 of the words align
+        assert 0.85 <= by_id[planted["sciq"][j].id]["score"] < 1.0
     clean = [json.loads(x)["id"] for x in (tmp_path / "clean" / "sciq.jsonl").read_text().splitlines()]
-    assert clean == [it.id for it in planted["sciq"][30:]]
+    assert clean == [it.id for it in planted["sciq"][40:]]
 
 
 def test_exit_codes_and_gating(planted, tmp_path, capsys):
@@ -119,21 +140,36 @@ def test_exit_codes_and_gating(planted, tmp_path, capsys):
     assert main([*argv, "--gate", "none"]) == 0
 
 
-def test_boilerplate_threshold_is_what_protects_hard_negatives(planted):
-    # At a coverage threshold the shared sentence reaches (about 0.4 of a hard negative's n-grams),
-    # counting boilerplate as evidence flags every hard negative; the document-frequency rule (the
-    # sentence is in 8 documents, >= boilerplate_docs) keeps them all clean.
+def test_templates_and_the_alignment_threshold_protect_hard_negatives(planted):
+    # The ten hard negatives share one boilerplate sentence, which 8 training documents also carry. Two
+    # protections: (1) ten eval items share its windows, so by default they are templates of the eval
+    # side and retrieve nothing; (2) counted as evidence, the sentence is only its share of each item's
+    # words (0.57 to 0.76 here): clean at a threshold above that share, flagged at one below it.
     def hard(**kw):
-        rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:], coverage=0.3, **kw))
-        return {c["id"] for c in rep["contaminated"] if c["id"].startswith("hard-")}
+        rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:], **kw))
+        return {c["id"] for c in rep["contaminated"] if c["id"].startswith("hard-")}, rep
 
-    assert hard(boilerplate_docs=50) == {f"hard-{j}" for j in range(10)}
-    assert hard() == set()
-    # ... but they are listed as near misses, with the boilerplate they matched
-    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:]))
+    flagged, rep = hard()
+    assert flagged == set() and rep["eval_index"]["template_keys"] > 0
+    assert not any(c["id"].startswith("hard-") for c in rep["near_misses"])
+    flagged, _ = hard(template_items=100, threshold=0.4)
+    assert flagged == {f"hard-{j}" for j in range(10)}
+    flagged, rep = hard(template_items=100, threshold=0.9)
+    assert flagged == set()
+    # ... listed as near misses, with their score and the documents that hold the sentence
     near = {c["id"]: c for c in rep["near_misses"]}
     assert {f"hard-{j}" for j in range(10)} <= set(near)
-    assert all(near[f"hard-{j}"]["matched_nonboilerplate"] == 0 for j in range(10))
+    assert all(0.4 <= near[f"hard-{j}"]["score"] < 0.9 and near[f"hard-{j}"]["documents"] for j in range(10))
+
+
+def test_eval_items_with_the_same_words_are_indexed_once_and_reported(planted, tmp_path):
+    it = planted["sciq"][0]
+    ev = tmp_path / "dup.jsonl"
+    ev.write_text(json.dumps({"id": "a", "text": it.text}) + "\n" +
+                  json.dumps({"id": "b", "text": it.text.upper().replace(" ", "  ")}) + "\n")
+    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=(f"dup={ev}",)))
+    assert rep["eval_duplicates"] == [{"eval": "dup", "id": "b", "same_as": {"eval": "dup", "id": "a"}}]
+    assert {c["id"] for c in rep["contaminated"]} == {"a", "b"} and rep["sets"]["dup"]["duplicates"] == 1
 
 
 def test_short_items_below_the_minimum_are_undecided(planted, tmp_path):

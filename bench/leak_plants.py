@@ -1,0 +1,364 @@
+"""Plants for the leak calibration: ways an eval item's text turns up in training data, written with no
+code shared with the detector.
+
+Standard library only, and nothing imported from `olmax`: a plant is built from the item's raw text
+(text in, text out, a seeded `random.Random` for every choice), never from the detector's tokenizer,
+word tables or normaliser, so the calibration cannot bend itself around the rule it measures. "Words"
+here are whitespace-separated runs of characters, as a reader counts them.
+
+Transformations of an item (each a function `(text, rng) -> text`):
+  verbatim          the item unchanged
+  prefix / suffix   the first / last 80-90% of its words (the fraction drawn uniformly)
+  substitute        every 10th word (random phase) replaced by a different common English word
+  drop              every 12th word (random phase) removed
+  markup            HTML tags with attributes around sentences and phrases, as a scraped page has them
+  unicode_variants  curly quotes, dashes, no-break spaces, ligatures, fullwidth letters, combining
+                    accents and NFD forms: the same text to a human reader, different bytes
+  rewrap            hard line breaks every 40-80 characters, sometimes indented or "> " quoted
+
+Placements: `on_one` pastes a plant into one host document at a line break; `on_many` pastes it into
+3-6 distinct host documents. Negatives: `with_generic_sentence` (a sentence that many training
+documents also carry, prepended to a clean item) and `with_boilerplate_line` (a line repeated across
+the training text itself, found by `common_lines`). `independent` keeps items that share no long word
+run with an earlier item (one BoolQ passage carries several questions: planting one contaminates its
+siblings for real).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+_TOKEN = re.compile(r"\S+")
+_CORE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
+
+# Replacement words for `substitute`: common English words, none of them rare enough to stand out.
+COMMON_WORDS = (
+    "about", "after", "again", "air", "also", "animal", "answer", "area", "around", "away", "back", "ball",
+    "because", "before", "began", "being", "below", "between", "big", "black", "body", "book", "both",
+    "boy", "bring", "build", "call", "came", "car", "care", "carry", "cause", "change", "children", "city",
+    "close", "cold", "color", "common", "country", "cover", "cross", "cut", "dark", "day", "deep", "door",
+    "down", "draw", "during", "early", "earth", "east", "easy", "eat", "end", "enough", "even", "every",
+    "eye", "face", "fact", "family", "far", "farm", "fast", "father", "feel", "few", "field", "fire",
+    "fish", "follow", "food", "foot", "form", "found", "friend", "full", "game", "garden", "girl", "give",
+    "good", "great", "green", "ground", "group", "grow", "hand", "hard", "head", "hear", "heavy", "help",
+    "high", "hold", "home", "horse", "hot", "house", "idea", "important", "island", "keep", "kind", "king",
+    "land", "large", "later", "learn", "leave", "letter", "life", "light", "line", "list", "little",
+    "live", "long", "low", "made", "main", "make", "many", "map", "mark", "measure", "money", "moon",
+    "morning", "mother", "mountain", "move", "much", "music", "name", "near", "need", "never", "next",
+    "night", "north", "notice", "number", "often", "old", "open", "order", "other", "page", "paper",
+    "part", "people", "picture", "place", "plan", "play", "point", "power", "press", "pull", "question",
+    "quick", "rain", "read", "real", "red", "rest", "river", "road", "rock", "room", "round", "run", "say",
+    "school", "sea", "second", "seem", "ship", "short", "show", "side", "simple", "size", "sleep", "slow",
+    "small", "song", "soon", "sound", "south", "space", "stand", "star", "start", "state", "still",
+    "stone", "story", "street", "strong", "study", "sun", "table", "take", "talk", "teach", "thing",
+    "think", "thought", "together", "town", "travel", "tree", "true", "turn", "under", "until", "upon",
+    "usual", "very", "voice", "walk", "want", "warm", "watch", "water", "weather", "week", "west",
+    "white", "whole", "wind", "window", "winter", "wood", "word", "work", "world", "write", "year",
+    "young",
+)
+
+# Sentences many training documents carry (copyright lines, footers): prepended to clean items.
+GENERIC_SENTENCES = (
+    "All rights reserved. No part of this publication may be reproduced without permission.",
+    "This material is provided for educational purposes only and may be freely copied for classroom use.",
+    "The views expressed here are those of the authors and do not necessarily reflect those of the "
+    "publisher.",
+)
+
+
+def words(text: str) -> list[str]:
+    """The whitespace-separated words of `text`."""
+    return text.split()
+
+
+def _join_kept(text: str, keep: Sequence[bool]) -> str:
+    """`text` without the words whose `keep` is False; a kept word keeps the whitespace before it."""
+    out, prev = [], 0
+    for m, k in zip(_TOKEN.finditer(text), keep):
+        if k:
+            out.append((text[prev:m.start()] if out else "") + m.group())
+        prev = m.end()
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------ transformations
+def verbatim(text: str, rng: random.Random | None = None) -> str:
+    """The item unchanged."""
+    return text
+
+
+def _kept_count(n: int, rng: random.Random) -> int:
+    return max(1, min(n, round(rng.uniform(0.80, 0.90) * n)))
+
+
+def prefix(text: str, rng: random.Random) -> str:
+    """The item's first 80-90% of words (fraction uniform in [0.80, 0.90]), cut after a word, its
+    original spacing kept."""
+    spans = list(_TOKEN.finditer(text))
+    if not spans:
+        return text
+    return text[:spans[_kept_count(len(spans), rng) - 1].end()]
+
+
+def suffix(text: str, rng: random.Random) -> str:
+    """The item's last 80-90% of words (fraction uniform in [0.80, 0.90]), cut before a word."""
+    spans = list(_TOKEN.finditer(text))
+    if not spans:
+        return text
+    return text[spans[len(spans) - _kept_count(len(spans), rng)].start():]
+
+
+def _replacement(core: str, rng: random.Random) -> str:
+    while True:
+        w = rng.choice(COMMON_WORDS)
+        if w != core.lower():
+            break
+    if core[:1].isupper():
+        w = w.upper() if len(core) > 1 and core.isupper() else w.capitalize()
+    return w
+
+
+def substitute(text: str, rng: random.Random) -> str:
+    """Every 10th word from a random phase in [0, 10) replaced by a common English word that differs
+    from it; the word's leading and trailing punctuation and its capitalisation are kept."""
+    spans = list(_TOKEN.finditer(text))
+    phase = rng.randrange(10)
+    out, prev = [], 0
+    for i, m in enumerate(spans):
+        tok = m.group()
+        if i % 10 == phase:
+            lead, core, trail = _CORE.match(tok).groups()
+            tok = lead + _replacement(core, rng) + trail if core else _replacement(tok, rng)
+        out.append(text[prev:m.start()] + tok)
+        prev = m.end()
+    return "".join(out) + text[prev:]
+
+
+def drop(text: str, rng: random.Random) -> str:
+    """Every 12th word from a random phase in [0, 12) removed, with the whitespace before it."""
+    phase = rng.randrange(12)
+    n = len(_TOKEN.findall(text))
+    return _join_kept(text, [i % 12 != phase for i in range(n)])
+
+
+_PAGE_OPEN = (
+    '<div class="entry-content" itemprop="articleBody">',
+    '<div id="mw-content-text" class="mw-body-content">',
+    '<article class="post-body" data-id="{n}">',
+    '<section class="question-text">',
+)
+_BLOCKS = (
+    ("<p>", "</p>"), ('<p class="lead">', "</p>"), ("<li>", "</li>"), ('<span class="q">', "</span>"),
+    ('<div class="text-block">', "</div>"), ("", ""),
+)
+_BREAKS = ("\n", " ", "<br/>\n", "\n\n", " <br/> ", "<br>\n")
+
+
+def _inline(tag: str, phrase: Sequence[str]) -> tuple[str, str]:
+    if tag == "a":
+        topic = re.sub(r"\W+", "_", phrase[0]).strip("_") or "Main_Page"
+        return f'<a href="/wiki/{topic}" title="{topic.replace("_", " ")}">', "</a>"
+    return f"<{tag}>", f"</{tag}>"
+
+
+def markup(text: str, rng: random.Random) -> str:
+    """The item as a scraped web page shows it: a page container tag with attributes, each sentence in
+    a block tag (<p>, <li>, <span class="q">, ...) or bare, some phrases of 1-3 words in inline tags
+    (<b>, <em>, <a href=... title=...>), sentences separated by newlines or <br/>. Tags sit between
+    words or touch them (`<p>The`); the item's words stay whole and in order."""
+    toks = text.split()
+    sentences, cur = [], []
+    for t in toks:
+        cur.append(t)
+        if re.search(r"[.!?][\"')\]]*$", t):
+            sentences.append(cur)
+            cur = []
+    if cur:
+        sentences.append(cur)
+    parts = []
+    for sent in sentences:
+        sent = list(sent)
+        if len(sent) >= 2 and rng.random() < 0.6:
+            k = rng.randint(1, min(3, len(sent)))
+            a = rng.randrange(len(sent) - k + 1)
+            op, cl = _inline(rng.choice(("b", "em", "a", "strong")), sent[a:a + k])
+            sent[a] = op + sent[a]
+            sent[a + k - 1] = sent[a + k - 1] + cl
+        op, cl = rng.choice(_BLOCKS)
+        parts.append(op + " ".join(sent) + cl)
+    body = parts[0] if parts else ""
+    for p in parts[1:]:
+        body += rng.choice(_BREAKS) + p
+    page = rng.choice(_PAGE_OPEN).format(n=rng.randrange(1000, 99999))
+    close = "</" + page[1:page.index(" ")] + ">"
+    return page + "\n" + body + "\n" + close
+
+
+_QUOTE_SINGLE = {True: "\u2018", False: "\u2019"}  # opening / closing (and apostrophe)
+_QUOTE_DOUBLE = {True: "\u201c", False: "\u201d"}
+_LIGATURES = (("ffi", "\ufb03"), ("ffl", "\ufb04"), ("fi", "\ufb01"), ("fl", "\ufb02"), ("ff", "\ufb00"))
+
+
+def _curly(text: str) -> str:
+    out = []
+    for i, c in enumerate(text):
+        before = text[i - 1] if i else " "
+        opening = before.isspace() or before in "([{\u2014-"
+        if c == "'":
+            out.append(_QUOTE_SINGLE[opening])
+        elif c == '"':
+            out.append(_QUOTE_DOUBLE[opening])
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def _dashes(text: str, rng: random.Random) -> str:
+    text = re.sub(r" (?:-|--) ", " \u2014 ", text)  # a spaced hyphen used as a dash: em dash
+    text = re.sub(r"(?<=\d)-(?=\d)", "\u2013", text)  # number ranges: en dash
+    return re.sub(r"(?<=\w)-(?=\w)", lambda m: rng.choice(("\u2013", "\u2010", "\u2011")), text)
+
+
+def _fullwidth(word: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in word)
+
+
+def _ligature(word: str) -> str | None:
+    for plain, lig in _LIGATURES:
+        if plain in word:
+            return word.replace(plain, lig, 1)
+    return None
+
+
+def _accent(word: str, rng: random.Random) -> str | None:
+    spots = [i for i, c in enumerate(word) if c in "aeiouAEIOU"]
+    if not spots:
+        return None
+    i = rng.choice(spots)
+    return word[:i + 1] + rng.choice(("\u0301", "\u0300", "\u0308")) + word[i + 1:]
+
+
+def unicode_variants(text: str, rng: random.Random) -> str:
+    """Text a reader sees as the same, in other code points: straight quotes become curly ones, hyphens
+    en dashes / U+2010 / U+2011 and spaced hyphens em dashes, about one space in six a no-break space
+    (at least one), and a few words change form: "fi"/"fl"/"ff" ligatures (half the words that have
+    one), fullwidth letters (about one word in 25), a combining accent on a vowel (one in 15), words
+    with precomposed accents in NFD. The bytes always change when the text has two words."""
+    text = _dashes(_curly(text), rng)
+    spans = list(_TOKEN.finditer(text))
+    out, prev = [], 0
+    for m in spans:
+        w, r = m.group(), rng.random()
+        new = None
+        if unicodedata.normalize("NFD", w) != w:
+            new = unicodedata.normalize("NFD", w)
+        elif r < 1 / 25:
+            new = _fullwidth(w)
+        elif r < 1 / 25 + 1 / 15:
+            new = _accent(w, rng)
+        elif rng.random() < 0.5:
+            new = _ligature(w)
+        out.append((text[prev:m.start()], new or w))
+        prev = m.end()
+    spaces = [i for i, (sep, _) in enumerate(out) if sep == " "]
+    nbsp = set(rng.sample(spaces, max(1, len(spaces) // 6))) if spaces else set()
+    return "".join(("\u00a0" if i in nbsp else sep) + w for i, (sep, w) in enumerate(out)) + text[prev:]
+
+
+def rewrap(text: str, rng: random.Random) -> str:
+    """The item's words hard-wrapped at a width drawn in [40, 80] characters, as in email or markdown;
+    half the time each line is indented or "> " quoted."""
+    width = rng.randint(40, 80)
+    lead = rng.choice(("", "", "", "  ", "    ", "> ", "> ", "> > "))
+    lines, cur = [], lead
+    for w in text.split():
+        if cur != lead and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = lead
+        cur = cur + w if cur == lead else cur + " " + w
+    if cur != lead or not lines:
+        lines.append(cur)
+    return "\n".join(lines)
+
+
+TRANSFORMS = {
+    "verbatim": verbatim, "prefix": prefix, "suffix": suffix, "substitute": substitute, "drop": drop,
+    "markup": markup, "unicode_variants": unicode_variants, "rewrap": rewrap,
+}
+
+
+# ----------------------------------------------------------------------------------------- placement
+def on_one(plant: str, host: str, rng: random.Random) -> str:
+    """`host` with `plant` pasted on lines of its own at a random line break inside it (at a random
+    space when the host has no inner line break)."""
+    cuts = [i + 1 for i, c in enumerate(host[:-1]) if c == "\n"]
+    if cuts:
+        cut = rng.choice(cuts)
+        return host[:cut] + plant + "\n" + host[cut:]
+    cuts = [i for i, c in enumerate(host) if c == " "]
+    if cuts:
+        cut = rng.choice(cuts)
+        return host[:cut] + "\n" + plant + "\n" + host[cut + 1:]
+    return host + "\n" + plant + "\n"
+
+
+def pick_hosts(n_docs: int, count: int, rng: random.Random, used: set[int]) -> list[int]:
+    """`count` distinct document indices below `n_docs` not in `used`; they are added to `used`."""
+    free = [i for i in range(n_docs) if i not in used]
+    if len(free) < count:
+        raise ValueError(f"{count} host documents wanted, {len(free)} unused left")
+    picked = rng.sample(free, count)
+    used.update(picked)
+    return picked
+
+
+def on_many(plant: str, docs: Sequence[str], rng: random.Random, used: set[int] | None = None,
+            count: int | None = None) -> dict[int, str]:
+    """`plant` pasted (`on_one`) into `count` distinct documents of `docs` (3-6 drawn when None) not in
+    `used`, each at its own point: {document index: its new text}. The picks are added to `used`."""
+    used = set() if used is None else used
+    count = rng.randint(3, 6) if count is None else count
+    return {i: on_one(plant, docs[i], rng) for i in pick_hosts(len(docs), count, rng, used)}
+
+
+# ----------------------------------------------------------------------------------------- negatives
+def with_generic_sentence(text: str, sentence: str) -> str:
+    """A clean item with a generic sentence (one that many training documents carry) before it."""
+    return sentence + " " + text
+
+
+def with_boilerplate_line(text: str, line: str) -> str:
+    """A clean item with a line of the training text's own boilerplate on a line before it."""
+    return line + "\n" + text
+
+
+def common_lines(docs: Iterable[str], min_docs: int = 12, min_words: int = 4, min_chars: int = 20
+                 ) -> list[tuple[str, int]]:
+    """Lines (stripped) that occur in at least `min_docs` of `docs`, with at least `min_words` words and
+    `min_chars` characters of which some are letters: [(line, documents)], most common first."""
+    df: Counter[str] = Counter()
+    for doc in docs:
+        df.update({ln.strip() for ln in doc.splitlines()})
+    keep = [(ln, n) for ln, n in df.items()
+            if n >= min_docs and len(ln) >= min_chars and len(ln.split()) >= min_words
+            and sum(c.isalpha() for c in ln) >= min_chars // 2]
+    return sorted(keep, key=lambda x: (-x[1], x[0]))
+
+
+def independent(texts: Sequence[str], span: int = 8) -> list[int]:
+    """Indices of the texts sharing no run of `span` words (lowercased \\w+ runs) with an earlier kept
+    text; a text shorter than `span` words is compared whole."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for i, t in enumerate(texts):
+        ws = tuple(re.findall(r"\w+", t.lower()))
+        runs = {ws[j:j + span] for j in range(max(1, len(ws) - span + 1))}
+        if runs & seen:
+            continue
+        seen |= runs
+        kept.append(i)
+    return kept
