@@ -76,3 +76,14 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[Path]:
     finally:
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def locked_out(fn, what: str):
+    """A command handler `fn(args)` run holding the writer's lock of `args.out` (`exclusive`): a second
+    process writing the same output refuses at once instead of racing the first."""
+
+    def run(args) -> int:
+        with exclusive(args.out, what):
+            return fn(args)
+
+    return run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 
 
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "batch (all steps when the audit is shorter)")
     lo.add_argument("--threads", type=int, default=2)
     _out(lo)
-    lo.set_defaults(func=_loader)
+    lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
 
     lk = asub.add_parser(
         "leaks", help="find held-out eval items inside the training data",
@@ -83,7 +84,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
     lk.add_argument("--threads", type=int, default=2)
     _out(lk)
-    lk.set_defaults(func=_leaks)
+    lk.set_defaults(func=locked_out(_leaks, "olmax audit leaks"))
+
+    ex = asub.add_parser(
+        "exposure", help="each contaminated eval item joined with the training steps that served it",
+        description="For every contaminated item of an `olmax audit leaks` report, every document that "
+        "carries it and every global step (1-based, the trainer's) whose batch holds a token of the matched "
+        "span: before launch from the plan, or for a run (--run DIR: its config's stream, up to its last "
+        "logged step). Each epoch's inverse order is built once beside its order file.")
+    add_stream_options(ex)
+    ex.add_argument("--leaks", required=True, help="the `olmax audit leaks` report (JSON)")
+    g = ex.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, help="through this many epochs (default 1)")
+    g.add_argument("--until-step", type=int, help="through global steps 1..N")
+    g.add_argument("--run", help="a run folder of `olmax train`: its stream (flags override) and last step")
+    _out(ex)
+    ex.set_defaults(func=locked_out(_exposure, "olmax audit exposure"))
 
     dd = asub.add_parser(
         "dedup", help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
@@ -96,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
     dd.add_argument("--threads", type=int, default=2)
     _out(dd)
-    dd.set_defaults(func=_dedup)
+    dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
 
     st = asub.add_parser(
         "stream", help="audit the token rows a loader actually emitted (any loader)",
@@ -109,7 +125,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="one .npy per host, in host order")
     st.add_argument("--threads", type=int, default=2)
     _out(st)
-    st.set_defaults(func=_stream)
+    st.set_defaults(func=locked_out(_stream, "olmax audit stream"))
 
 
 def _finish(report: dict, out: str) -> int:
@@ -146,6 +162,36 @@ def _leaks(args: argparse.Namespace) -> int:
                      gate=tuple(args.gate) if args.gate is not None else None,
                      clean_dir=args.clean_dir, threads=args.threads)
     return _finish(audit_leaks(cfg), args.out)
+
+
+def _exposure(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from olmax.audit.exposure import audit_exposure
+    from olmax.errors import OlmaxError
+    from olmax.jsonio import read_json, write_json
+
+    until = args.until_step
+    if args.run:
+        run = Path(args.run)
+        if not (run / "config.yaml").is_file():
+            raise OlmaxError(f"{run / 'config.yaml'}: not found; is {run} a folder written by `olmax train`?")
+        from olmax.train.metrics import train_records
+
+        args.config = str(run / "config.yaml")
+        steps = train_records(run)
+        until = max(steps) if steps else 0
+    stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
+    stream = stream.replace(mix=stream.resolve_mix())
+    loader = stream.open_loader(process_index=0, process_count=1)
+    report = audit_exposure(read_json(args.leaks, "an `olmax audit leaks` report"), loader, epochs=args.epochs,
+                            until_step=until)
+    write_json(args.out, report, indent=1)
+    for name, s in report["sets"].items():
+        print(f"{name}: {s['contaminated']} contaminated item(s), {s['exposed']} served by step "
+              f"{report['until_step']} ({s['exposures']} servings)")
+    print(f"report: {args.out}")
+    return 0
 
 
 def _dedup(args: argparse.Namespace) -> int:

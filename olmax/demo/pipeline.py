@@ -126,6 +126,12 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     d.olmax(["audit", "leaks", "--mix", str(bad / "shards" / "mix.txt"), *evals,
              "--out", str(bad / "leaks.json")], expect=(1,))
     bad_leaks = _read(bad / "leaks.json")
+    # when would a run on the contaminated mix see each planted item? (the plan: the tiny recipe's stream)
+    d.olmax(["audit", "exposure", "--config", "tiny", "--mix", str(bad / "shards" / "mix.txt"), "--seq-len",
+             str(SEQ_LEN), "--global-batch-size", str(GLOBAL_BATCH), "--leaks", str(bad / "leaks.json"),
+             "--epochs", "1", "--out", str(bad / "exposure.json")])
+    exposure = _read(bad / "exposure.json")
+    exposure_cmd = d.commands[-1]
     # a shard copied under a new name and listed as a new source: the accidental repeat behind the seed's bug
     mix_lines = (bad / "shards" / "mix.txt").read_text().splitlines()
     first = next(line for line in mix_lines if line.startswith("code,"))
@@ -150,10 +156,14 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     bad_rows += [f"| {c['eval']} | {c['id']} | {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
                  f"| {c['documents'][0]['doc']} | {c['documents'][0]['token_start']}–{c['documents'][0]['token_end']} |"
                  for c in bad_leaks["contaminated"][:20]]
+    exposure_rows = ["| eval set | id | documents | steps that serve it | servings |", "|---|---|---:|---|---:|"]
+    exposure_rows += [f"| {x['eval']} | {x['id']} | {len(x['documents'])} | "
+                      f"{', '.join(map(str, x['steps'][:8]))}{' …' if len(x['steps']) > 8 else ''} | {x['exposures']} |"
+                      for x in exposure["items"][:20]]
     d.add("3. Pre-launch audit", f"""
 Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] else 'FAILED'}**.
 ```
-{d.commands[-5]}
+{d.commands[-6]}
 ```
 | check | result | value |
 |---|---|---|
@@ -161,19 +171,26 @@ Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] e
 
 Leakage of the bundled held-out sets into the clean mix: **{'none found' if leaks['ok'] else 'FOUND'}**.
 ```
-{d.commands[-4]}
+{d.commands[-5]}
 ```
 {chr(10).join(leak_rows)}
 
 The contaminated variant adds a `web` source quoting {PLANTED_ITEMS} {PLANTED_SET} items inside study-guide
 pages. The leak audit fails it (exit 1) and names the items:
 ```
+{d.commands[-4]}
 {d.commands[-3]}
-{d.commands[-2]}
 ```
 {chr(10).join(bad_rows)}
 
 Items flagged: {len(bad_leaks['contaminated'])} (planted: {PLANTED_ITEMS}).
+
+When a run on that mix would see each of them (the plan's first epoch, {exposure['until_step']} steps of
+{GLOBAL_BATCH} x {SEQ_LEN} tokens; `olmax audit exposure` joins the leak report with the loader's order):
+```
+{exposure_cmd}
+```
+{chr(10).join(exposure_rows)}
 
 A shard copied under another name and listed as a new source (the accidental repeat that makes a run look
 better than it is): the loader gate fails (exit 1).

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
 
 
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--append-metrics", default=None, metavar="METRICS.jsonl",
                    help="also append the records to this metrics.jsonl (as the trainer does)")
     h.add_argument("--out", required=True, help="report JSON (written atomically)")
-    h.set_defaults(func=_heldout)
+    h.set_defaults(func=locked_out(_heldout, "olmax eval heldout"))
 
     m = ev_sub.add_parser(
         "memorization", help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--plot", default=None, metavar="PNG", help="also write the loss curves (train vs each "
                    "held-out set, and the reference) as a PNG")
     m.add_argument("--out", required=True, help="report JSON (written atomically)")
-    m.set_defaults(func=_memorization)
+    m.set_defaults(func=locked_out(_memorization, "olmax eval memorization"))
 
     lm = ev_sub.add_parser(
         "lm-eval", help="run lm-eval tasks on an olmax checkpoint through the `olmax` adapter (offline-capable)",
@@ -89,13 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     lm.add_argument("--seed", type=int, default=1234)
     lm.add_argument("--out", required=True, help="report JSON (written atomically)")
-    lm.set_defaults(func=_lm_eval)
+    lm.set_defaults(func=locked_out(_lm_eval, "olmax eval lm-eval"))
 
     p = ev_sub.add_parser("plot", help="PNG loss curves: train vs each held-out set, and vs a reference")
     p.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     p.add_argument("--reference", default=None, help="run dir or CSV (step,loss[,...])")
     p.add_argument("--out", required=True, help="PNG path")
-    p.set_defaults(func=_plot)
+    p.set_defaults(func=locked_out(_plot, "olmax eval plot"))
 
 
 def _resolve_tokenizer(arg: str | None, checkpoint: str):

@@ -792,6 +792,31 @@ def test_a_second_writer_of_one_prepare_output_refuses(tmp_path: Path, capsys) -
     assert (out / "mix.txt").exists() and not (tmp_path / ".out.lock").exists()
 
 
+@pytest.mark.parametrize("command,extra", [
+    ("audit dedup", []),
+    ("audit exposure", ["--leaks", "leaks.json", "--seq-len", "8", "--global-batch-size", "2"]),
+    ("eval memorization", ["--run", "no-such-run"]),
+])
+def test_a_second_writer_of_one_report_refuses(tmp_path: Path, capsys, command: str, extra: list) -> None:
+    """Reports are locked for the whole command: the second writer of one --out stops before any work."""
+    out = tmp_path / "r.json"
+    missing = "no-such-run" if "--run" in extra else "no-such-mix.txt"
+    argv = [*command.split(), "--out", str(out), *extra]
+    argv += [] if "--run" in extra else ["--mix", str(tmp_path / "no-such-mix.txt")]
+    holder = hold_lock(out)
+    try:
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("olmax: error: ") and "\n" not in err and "another olmax process" in err
+        assert f"olmax {command}" in err and not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(argv) == 2  # the holder died: now the command runs, and fails on its missing input instead
+    assert missing in capsys.readouterr().err and not out.exists()
+
+
 def run_with_file_size_limit(argv: list[str], limit: int):
     """`olmax ARGV` in a subprocess whose files cannot grow past `limit` bytes (a disk that fills up)."""
     import subprocess

@@ -1,0 +1,157 @@
+"""What each step saw, and when a document was seen: `olmax data which` and `olmax data where`.
+
+Steps are the trainer's: global step N (1-based, counted across epochs, as in `metrics.jsonl`) consumed
+global batch N - 1 of the stream, i.e. batch b = (N - 1) mod B of epoch e = (N - 1) div B + 1, where B
+is the number of global batches per epoch (N // G, OLMo-core's). A global batch is the same for any
+process count (process I of P holds its rows I::P), so both answers are per global batch and row.
+
+`which`: the rows of one batch, each instance cut into the document segments it holds (source, file,
+document id, token offsets within the document) through the document cache (olmax.data.documents).
+
+`where`: the inverse question. The instances holding any token of a (file, token range) are found from
+the index (instance j of a file is its tokens [jL, (j+1)L); a file's tail shorter than L is never
+served); their positions in an epoch come from the inverse of that epoch's order, built once and kept
+beside the order file (`order-...u32.inverse`, 4 bytes per instance, the order file's size), so a query
+is a few lookups, never a replay of the stream.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from olmax.data.documents import DocumentCache
+from olmax.data.loader import Loader
+from olmax.data.order import CachedOrder, epoch_order
+from olmax.errors import OlmaxError
+
+
+def step_position(step: int, batches_per_epoch: int) -> tuple[int, int]:
+    """(epoch, batch within the epoch) of global step `step` (1-based)."""
+    if step < 1:
+        raise OlmaxError(f"--step must be >= 1 (step N consumed global batch N - 1), got {step}")
+    return 1 + (step - 1) // batches_per_epoch, (step - 1) % batches_per_epoch
+
+
+def which(loader: Loader, step: int, docs: DocumentCache) -> dict:
+    """The documents of global step `step` (1-based), row by row."""
+    index = loader.index
+    bpe = loader.batches_per_epoch
+    epoch, batch = step_position(step, bpe)
+    g, seq = loader.spec.global_batch_size, loader.spec.seq_len
+    ids = epoch_order(loader.spec.order, index.num_instances, loader.spec.seed, epoch,
+                      _work_dir(loader)).take(batch * g, (batch + 1) * g).astype(np.int64)
+    files, starts = index.locate(ids)
+    labels = index.labels
+    rows = []
+    for r, (inst, f, a) in enumerate(zip(ids.tolist(), files.tolist(), starts.tolist())):
+        d = docs.get(index.paths[f])
+        b = a + seq
+        first = max(0, int(d.doc_at(np.asarray([a]))[0]))
+        segments = []
+        for k in range(first, len(d.starts)):
+            s, e = int(d.starts[k]), int(d.ends[k])
+            if s >= b:
+                break
+            if e <= a:
+                continue
+            segments.append({"source": labels[f], "file": index.paths[f], "doc_id": d.id_of(k),
+                             "start": max(a, s) - s, "end": min(b, e) - s})
+        rows.append({"row": r, "instance": inst, "file_offset": a, "segments": segments})
+    return {"step": step, "epoch": epoch, "batch_in_epoch": batch, "seq_len": seq, "global_batch_size": g,
+            "rows": rows}
+
+
+def _work_dir(loader: Loader) -> str | None:
+    return loader.source.work_dir if loader.spec.order == "olmo-core" else None
+
+
+class InverseOrder:
+    """position[instance] of one epoch's order: memory-mapped beside a cached order file (built once),
+    else computed in memory (small indexes, the stateless Feistel order)."""
+
+    def __init__(self, loader: Loader, epoch: int):
+        n, spec = loader.index.num_instances, loader.spec
+        order = epoch_order(spec.order, n, spec.seed, epoch, _work_dir(loader))
+        if isinstance(order, CachedOrder):
+            path = order.path + ".inverse"
+            if not (os.path.isfile(path) and os.path.getsize(path) == 4 * n):
+                from olmax.atomic import temp_path
+
+                perm = np.memmap(order.path, dtype=np.uint32, mode="r", shape=(n,))
+                inv = np.empty(n, dtype=np.uint32)  # in memory (4n bytes): scattered writes to a file
+                step = 1 << 24                      # mapping are several times slower
+                for a in range(0, n, step):
+                    inv[perm[a:a + step]] = np.arange(a, min(n, a + step), dtype=np.uint32)
+                with temp_path(path) as tmp:
+                    inv.tofile(tmp)
+                del inv
+            self.position = np.memmap(path, dtype=np.uint32, mode="r", shape=(n,))
+        else:
+            perm = order.take(0, n).astype(np.int64)
+            self.position = np.empty(n, dtype=np.int64)
+            self.position[perm] = np.arange(n, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Tokens [start, end) of one file of the mix (a path listed twice in the mix is both entries)."""
+
+    file: str
+    start: int
+    end: int
+
+
+def instances_of(loader: Loader, span: Span) -> np.ndarray:
+    """int64: global ids of the instances holding any token of `span` (every mix entry of the file)."""
+    index = loader.index
+    seq = index.seq_len
+    target = file_key(span.file)
+    out, found = [], False
+    for f, p in enumerate(index.paths):
+        if file_key(p) != target:
+            continue
+        found = True
+        n = int(index.counts[f])
+        lo, hi = span.start // seq, min(n, (max(span.end, span.start + 1) - 1) // seq + 1)
+        if lo < hi:
+            out.append(np.arange(lo, hi, dtype=np.int64) + int(index.offsets[f]))
+    if not found:
+        raise OlmaxError(f"{span.file}: not a file of the mix")
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def file_key(path: str) -> str:
+    """A path as compared with the mix's: the real path of a local file, a URL as given."""
+    return path if "://" in path else os.path.realpath(path)
+
+
+def where(loader: Loader, spans: list[Span], *, epochs: int | None = None, until_step: int | None = None,
+          inverses: dict[int, InverseOrder] | None = None) -> list[dict]:
+    """Every (global step, row, instance) whose instance holds a token of any of `spans`, by step, up to
+    `until_step` (inclusive) or through `epochs` epochs (default 1). `inverses` caches the epochs'
+    inverse orders across calls."""
+    bpe, g = loader.batches_per_epoch, loader.spec.global_batch_size
+    if until_step is not None:
+        if until_step < 0:
+            raise OlmaxError(f"--until-step must be >= 0, got {until_step}")
+        epochs = max(1, -(-until_step // bpe))
+    epochs = epochs or 1
+    ids = np.unique(np.concatenate([instances_of(loader, s) for s in spans])) if spans else np.zeros(0, np.int64)
+    inverses = {} if inverses is None else inverses
+    hits = []
+    for e in range(1, epochs + 1):
+        if not ids.size:
+            break
+        if e not in inverses:
+            inverses[e] = InverseOrder(loader, e)
+        pos = np.asarray(inverses[e].position[ids], dtype=np.int64)
+        served = pos < bpe * g
+        for inst, p in zip(ids[served].tolist(), pos[served].tolist()):
+            step = (e - 1) * bpe + p // g + 1
+            if until_step is None or step <= until_step:
+                hits.append({"step": step, "epoch": e, "row": p % g, "instance": inst})
+    hits.sort(key=lambda h: (h["step"], h["row"]))
+    return hits
