@@ -144,8 +144,34 @@ class Checkpointer:
     def save(self, step: int, state: Any, loader_state: LoaderState, meta: dict) -> None:
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=LoaderSave(loader_state),
                                   meta=ocp.args.JsonSave(meta))
-        self.mngr.save(step, args=args, force=True)
+        with self._writing(step):
+            self.mngr.save(step, args=args, force=True)
         self._seal_finished()  # Orbax's save waited for the previous one: it is complete now
+
+    @contextmanager
+    def _writing(self, step: int | None) -> Iterator[None]:
+        """A failed checkpoint write (a full disk, a quota, a vanished mount) as one OlmaxError that says
+        what is kept: the newest complete step, from which the same command resumes."""
+        try:
+            with _drained_event_loops():
+                yield
+        except OlmaxError:
+            raise
+        except Exception as e:  # noqa: BLE001 - TensorStore reports write errors as ValueError / bare Exception
+            import re
+
+            first = str(e).split(" See full TensorStore details")[0].splitlines()[0]
+            failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", first)  # an earlier, asynchronous save
+            step = int(failed.group(1)) if failed else step
+            where = self.directory / (str(step) if step is not None else "")
+            complete = [s for s in complete_steps(self.directory) if step is None or s != step]
+            kept = (f"the newest complete checkpoint is step {complete[0]}, where rerunning the same command "
+                    f"resumes" if complete else "no complete checkpoint is kept yet: a rerun starts over")
+            why = "the disk is full" if ("File too large" in first or "No space left" in first) else "it failed"
+            at = first.rfind("Failed to write")
+            detail = first[at:] if at >= 0 else first[-200:]
+            raise OlmaxError(f"{where}: cannot write the checkpoint, {why} ({detail}); {kept}; free space and "
+                             f"rerun") from e
 
     def _seal_finished(self) -> None:
         import jax
@@ -232,31 +258,49 @@ class Checkpointer:
         return ""
 
     def wait(self) -> None:
-        self.mngr.wait_until_finished()
+        with self._writing(None):
+            self.mngr.wait_until_finished()
         self._seal_finished()
 
     def close(self) -> None:
-        self.mngr.wait_until_finished()
-        self._seal_finished()
-        self.mngr.close()
+        try:
+            with self._writing(None):
+                self.mngr.wait_until_finished()
+            self._seal_finished()
+        finally:
+            self.mngr.close()
 
 
 @contextmanager
 def _drained_event_loops() -> Iterator[None]:
     """Event loops created in the block are closed only once every task on them has finished.
 
-    Orbax runs a restore on a fresh event loop and closes it as soon as one array read fails, while
-    TensorStore's other reads are still in flight; when they complete they call back into the closed loop
-    and print "Event loop is closed" tracebacks, from other threads, into the middle of olmax's messages.
-    Here a loop's `close()` is deferred to the end of the block, which first runs the loop until its
-    pending reads are done (their errors are collected, not printed)."""
+    Orbax runs a restore (and a save's writes) on a fresh event loop and closes it as soon as one array
+    read or write fails, while TensorStore's other operations are still in flight; when they complete they
+    call back into the closed loop and print "Event loop is closed" tracebacks, from other threads, into
+    the middle of olmax's messages. Here a loop's `close()` is deferred to the end of the block, which first
+    runs the loop until its pending operations are done; their errors are collected, not logged. A loop
+    closed after the block (a background save) is drained the same way at its close."""
     import asyncio
 
     made: list[asyncio.AbstractEventLoop] = []
+    active = [True]
+
+    def drain_and_close(loop: asyncio.AbstractEventLoop) -> None:
+        pending = asyncio.all_tasks(loop)
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        asyncio.SelectorEventLoop.close(loop)
 
     class Loop(asyncio.SelectorEventLoop):
-        def close(self) -> None:  # Orbax's close: deferred
-            if self not in made:
+        def __init__(self) -> None:
+            super().__init__()
+            self.set_exception_handler(lambda loop, context: None)  # the caller reports the first error
+
+        def close(self) -> None:  # Orbax's close: deferred while the block runs
+            if not active[0]:
+                drain_and_close(self)
+            elif self not in made:
                 made.append(self)
 
     class Policy(asyncio.DefaultEventLoopPolicy):
@@ -268,11 +312,10 @@ def _drained_event_loops() -> Iterator[None]:
         yield
     finally:
         asyncio.set_event_loop_policy(before)
+        active[0] = False
         for loop in made:
-            pending = asyncio.all_tasks(loop)
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            asyncio.SelectorEventLoop.close(loop)
+            if not loop.is_closed() and not loop.is_running():
+                drain_and_close(loop)
 
 
 class _Unreadable(Exception):

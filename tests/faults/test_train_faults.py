@@ -186,3 +186,33 @@ def test_the_evals_pick_the_trainers_newest_complete_checkpoint_and_move_nothing
     before = files(run)
     assert latest_step(run) == 2
     assert files(run) == before
+
+
+def test_disk_full_while_checkpointing_is_a_clear_error_and_the_rerun_completes(base, tmp_path):
+    """A checkpoint write that fails (here: a file-size limit, as a full disk) stops the run with one olmax
+    error naming the step and the newest complete checkpoint; the kept steps are intact, and the same
+    command, with space again, resumes there and trains exactly as the uninterrupted run did."""
+    run0, config = base
+    run = tmp_path / "run"
+    shutil.copytree(run0, run)
+    shutil.rmtree(run / "checkpoints" / "4")  # a run that got to step 2
+    kept = files(run / "checkpoints" / "2")
+    limit = 64 * 1024  # below the tiny model's largest array file
+    code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+            "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    cmd = train_cmd(config, run, "--steps", "4", "checkpoint.async_save=false")
+    p = subprocess.run([sys.executable, "-c", code, *cmd[3:]], env=train_env(1), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("olmax: error: ") and "checkpoints/4: cannot write the checkpoint, the disk is full" in last
+    assert "newest complete checkpoint is step 2" in last
+    # TensorStore's own threads print their write errors before olmax's line (not olmax's to silence)
+    assert "Event loop is closed" not in p.stderr and "never retrieved" not in p.stderr
+    assert files(run / "checkpoints" / "2") == kept
+    assert not (run / "checkpoints" / "4").exists()
+    p = olmax_train(config, run, "--steps", "4")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "resumed from step 2" in p.stdout
+    assert losses(run) == losses(run0)
