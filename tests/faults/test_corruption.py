@@ -222,6 +222,21 @@ def _(tmp):
     return prepare_case(tmp, "a.jsonl", jsonl_bytes(DOCS[:1]) + data, offset=r":2: malformed JSON")
 
 
+@pytest.mark.slow
+def test_a_200_mb_single_line_cut_short_is_one_short_error(tmp_path: Path, capsys) -> None:
+    """The issue's size: one 200 MB line, cut short (the 20 MB case runs in the default suite)."""
+    data = b'{"id": "x", "text": "' + b"abcdefgh " * (200 * 1024 * 1024 // 9)
+    c = prepare_case(tmp_path, "a.jsonl", jsonl_bytes(DOCS[:1]) + data, offset=r":2: malformed JSON")
+    del data
+    capsys.readouterr()
+    assert main(c.argv) == 2
+    cap = capsys.readouterr()
+    lines = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert "Traceback" not in cap.err and len(lines) == 1 and len(lines[0]) < 1000, cap.err[:2000]
+    assert lines[0].startswith("olmax: error: ") and "a.jsonl" in lines[0] and re.search(c.offset, lines[0])
+    assert not (tmp_path / "out").exists()
+
+
 @case("doc-truncated-last-line")
 def _(tmp):
     data = jsonl_bytes()
