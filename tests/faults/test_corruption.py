@@ -789,20 +789,26 @@ def hold_lock(target: Path):
     return p
 
 
-def test_a_second_writer_of_one_prepare_output_refuses(tmp_path: Path, capsys) -> None:
-    src = write_jsonl(tmp_path / "raw" / "a.jsonl", DOCS[:2])
-    out = tmp_path / "out"
-    argv = ["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), f"web={src}"]
-    holder = hold_lock(out)
+def refused_while_held(target: Path, argv: list[str], capsys) -> str:
+    """`olmax ARGV` while another process holds the lock of `target`: exit 2 and one error line (returned)."""
+    holder = hold_lock(target)
     try:
         capsys.readouterr()
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("olmax: error: ") and "\n" not in err and "another olmax process" in err
-        assert str(out) in err and not out.exists()
+        return err
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_second_writer_of_one_prepare_output_refuses(tmp_path: Path, capsys) -> None:
+    src = write_jsonl(tmp_path / "raw" / "a.jsonl", DOCS[:2])
+    out = tmp_path / "out"
+    argv = ["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), f"web={src}"]
+    err = refused_while_held(out, argv, capsys)
+    assert str(out) in err and not out.exists()
     assert main(argv) == 0  # the holder died: its lock went with it
     assert (out / "mix.txt").exists() and not (tmp_path / ".out.lock").exists()
 
@@ -818,16 +824,8 @@ def test_a_second_writer_of_one_report_refuses(tmp_path: Path, capsys, command: 
     missing = "no-such-run" if "--run" in extra else "no-such-mix.txt"
     argv = [*command.split(), "--out", str(out), *extra]
     argv += [] if "--run" in extra else ["--mix", str(tmp_path / "no-such-mix.txt")]
-    holder = hold_lock(out)
-    try:
-        capsys.readouterr()
-        assert main(argv) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("olmax: error: ") and "\n" not in err and "another olmax process" in err
-        assert f"olmax {command}" in err and not out.exists()
-    finally:
-        holder.kill()
-        holder.wait()
+    err = refused_while_held(out, argv, capsys)
+    assert f"olmax {command}" in err and not out.exists()
     assert main(argv) == 2  # the holder died: now the command runs, and fails on its missing input instead
     assert missing in capsys.readouterr().err and not out.exists()
 
