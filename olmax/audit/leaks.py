@@ -458,10 +458,10 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
         k = int(eidx.lengths_of[item])
         q, pos = h_q[lo:hi], h_pos[lo:hi]
         f, d = int(h_file[lo]), int(h_doc[lo])
-        if k < n:  # a whole-item key: an exact match of the whole item
-            score, t0, t1 = 1.0, int(pos.min()), int(pos.min())
-            _, docs = regions.doc_of(f)
-            t1 = int(docs.ends[d])
+        if k < n:  # a whole-item key: an exact match of the whole item (read back for its token span)
+            if item not in masks_of:
+                masks_of[item] = item_masks(ev.words[item])
+            score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], k, short=True)
         else:
             covered = np.zeros(k + n, dtype=bool)
             for qq in np.unique(q).tolist():

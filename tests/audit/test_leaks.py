@@ -115,6 +115,10 @@ def test_planted_items_are_found_exactly(planted, tmp_path):
         c = by_id[planted["sciq"][j].id]
         assert c["n_documents"] == 4, c
         assert sorted(d["doc"] for d in c["documents"]) == sorted(prose_ids[30 + 4 * (j - 30) + m] for m in range(4))
+    for c in rep["contaminated"]:  # short items (some under 8 words: whole-item keys): spans of the item only
+        if c["eval"] == "arc":
+            d = c["documents"][0]
+            assert c["kind"] == "short" and 0 < d["token_end"] - d["token_start"] <= 3 * c["item_words"] + 4, c
     for j in range(35, 40):  # one word in ten substituted: about 0.9 of the words align
         assert 0.85 <= by_id[planted["sciq"][j].id]["score"] < 1.0
     clean = [json.loads(x)["id"] for x in (tmp_path / "clean" / "sciq.jsonl").read_text().splitlines()]
