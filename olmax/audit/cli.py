@@ -165,21 +165,16 @@ def _leaks(args: argparse.Namespace) -> int:
 
 
 def _exposure(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from olmax.audit.exposure import audit_exposure
-    from olmax.errors import OlmaxError
     from olmax.jsonio import read_json, write_json
 
     until = args.until_step
     if args.run:
-        run = Path(args.run)
-        if not (run / "config.yaml").is_file():
-            raise OlmaxError(f"{run / 'config.yaml'}: not found; is {run} a folder written by `olmax train`?")
+        from olmax.train.config import run_config_path
         from olmax.train.metrics import train_records
 
-        args.config = str(run / "config.yaml")
-        steps = train_records(run)
+        args.config = run_config_path(args.run)
+        steps = train_records(args.run)
         until = max(steps) if steps else 0
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     stream = stream.replace(mix=stream.resolve_mix())

@@ -458,26 +458,24 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
         k = int(eidx.lengths_of[item])
         q, pos = h_q[lo:hi], h_pos[lo:hi]
         f, d = int(h_file[lo]), int(h_doc[lo])
-        if k < n:  # a whole-item key: an exact match of the whole item (read back for its token span)
-            if item not in masks_of:
-                masks_of[item] = item_masks(ev.words[item])
-            score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], k, short=True)
-        else:
+        if k >= n:  # n-gram keys: a candidate when its windows cover enough of the item
             covered = np.zeros(k + n, dtype=bool)
             for qq in np.unique(q).tolist():
                 covered[qq:qq + n] = True
             if int(covered.sum()) < max(n, cfg.min_cover * k):
                 continue
-            if item not in masks_of:
-                masks_of[item] = item_masks(ev.words[item])
             stats["verified"] += 1
-            score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], n,
-                                           short=k <= cfg.short_words)
+        # (a whole-item key, k < n, is an exact match of the whole item: verified for its token span)
+        if item not in masks_of:
+            masks_of[item] = item_masks(ev.words[item])
+        score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], min(n, k),
+                                       short=k < n or k <= cfg.short_words)
         _, docs = regions.doc_of(f)
         found.setdefault(item, []).append({
             "source": sources[f], "file": paths[f], "doc": docs.id_of(d), "token_start": t0, "token_end": t1,
             "score": round(score, 4), "saturated_keys": bool(h_sat[lo:hi].any())})
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
+    entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
         k = int(eidx.lengths_of[item])
         passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
@@ -488,6 +486,7 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
         if passed:
             flagged[item] = True
             contaminated.append(entry)
+            entry_of[item] = entry
         else:
             near.append(entry)
     # duplicates are decided as their first copy
@@ -495,8 +494,7 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
         r = int(ev.rep_of[i])
         if flagged[r]:
             flagged[i] = True
-            src = next(c for c in contaminated if c["eval"] == ev.sets[int(ev.set_of[r])][0]
-                       and c["id"] == ev.items[r].report_id)
+            src = entry_of[r]
             contaminated.append({**src, "eval": ev.sets[int(ev.set_of[i])][0], "id": ev.items[i].report_id,
                                  "same_as": {"eval": src["eval"], "id": src["id"]}})
     near.sort(key=lambda e: -e["score"])

@@ -105,7 +105,8 @@ class BatchSource:
     def stream_index(self, epoch: int, step: int) -> int:
         return (epoch - 1) * self.batches_per_epoch + step
 
-    def _epoch_order(self, epoch: int) -> EpochOrder:
+    def epoch_order(self, epoch: int) -> EpochOrder:
+        """The global order of `epoch` (cached for the epochs in flight; one builder per host)."""
         order = self._orders.get(epoch)
         if order is None:
             with self._lock:
@@ -123,7 +124,7 @@ class BatchSource:
         if not 0 <= step < self.batches_per_epoch:
             raise IndexError(f"step {step} outside epoch of {self.batches_per_epoch} batches")
         g = self.global_batch_size
-        ids = self._epoch_order(epoch).take(step * g + self.process_index, (step + 1) * g,
+        ids = self.epoch_order(epoch).take(step * g + self.process_index, (step + 1) * g,
                                             self.process_count)
         return ids.astype(np.int64)
 

@@ -25,6 +25,7 @@ from olmax.data.state import LoaderState, advance, resume_step
 from olmax.errors import OlmaxError
 
 if TYPE_CHECKING:
+    from olmax.data.order import EpochOrder
     from olmax.data.stream import StreamSpec
 
 
@@ -136,6 +137,10 @@ class Loader:
     def instance_ids(self, epoch: int, step: int) -> np.ndarray:
         """int64 (G/P,): which instances this process's rows of batch (epoch, step) hold (no reads)."""
         return self.source.instance_ids(epoch, step)
+
+    def epoch_order(self, epoch: int) -> EpochOrder:
+        """The global order of `epoch` (1-based): the instance ids of its positions, every process's rows."""
+        return self.source.epoch_order(epoch)
 
     def batch(self, epoch: int, step: int) -> dict[str, np.ndarray]:
         """This process's rows of global batch (epoch, step), read directly (no pipeline)."""

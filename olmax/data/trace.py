@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
 from olmax.data.documents import DocumentCache
 from olmax.data.loader import Loader
-from olmax.data.order import CachedOrder, epoch_order
+from olmax.data.order import CachedOrder
 from olmax.errors import OlmaxError
 
 
@@ -41,8 +42,7 @@ def which(loader: Loader, step: int, docs: DocumentCache) -> dict:
     bpe = loader.batches_per_epoch
     epoch, batch = step_position(step, bpe)
     g, seq = loader.spec.global_batch_size, loader.spec.seq_len
-    ids = epoch_order(loader.spec.order, index.num_instances, loader.spec.seed, epoch,
-                      _work_dir(loader)).take(batch * g, (batch + 1) * g).astype(np.int64)
+    ids = loader.epoch_order(epoch).take(batch * g, (batch + 1) * g).astype(np.int64)
     files, starts = index.locate(ids)
     labels = index.labels
     rows = []
@@ -64,17 +64,13 @@ def which(loader: Loader, step: int, docs: DocumentCache) -> dict:
             "rows": rows}
 
 
-def _work_dir(loader: Loader) -> str | None:
-    return loader.source.work_dir if loader.spec.order == "olmo-core" else None
-
-
 class InverseOrder:
     """position[instance] of one epoch's order: memory-mapped beside a cached order file (built once),
     else computed in memory (small indexes, the stateless Feistel order)."""
 
     def __init__(self, loader: Loader, epoch: int):
-        n, spec = loader.index.num_instances, loader.spec
-        order = epoch_order(spec.order, n, spec.seed, epoch, _work_dir(loader))
+        n = loader.index.num_instances
+        order = loader.epoch_order(epoch)
         if isinstance(order, CachedOrder):
             path = order.path + ".inverse"
             if not (os.path.isfile(path) and os.path.getsize(path) == 4 * n):
@@ -123,6 +119,7 @@ def instances_of(loader: Loader, span: Span) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
+@cache  # asked for every mix entry of every span: one realpath each per command
 def file_key(path: str) -> str:
     """A path as compared with the mix's: the real path of a local file, a URL as given."""
     return path if "://" in path else os.path.realpath(path)

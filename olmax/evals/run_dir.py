@@ -26,12 +26,9 @@ from olmax.evals.exposure import Exposure, read_instance_tokens
 
 
 def _config(run_dir: Path):
-    from olmax.train.config import load_config
+    from olmax.train.config import load_config, run_config_path
 
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise OlmaxError(f"{path}: not found; is {run_dir} a folder written by `olmax train`?")
-    return load_config(str(path))
+    return load_config(run_config_path(run_dir))
 
 
 def latest_step(run_dir: str | Path) -> int | None:

@@ -61,6 +61,12 @@ def seal_mismatch(step_dir: Path) -> str:
     return ""
 
 
+def committed_steps(directory: Path, steps: list[int]) -> list[int]:
+    """Those of `steps` (newest first) whose directory carries Orbax's commit marker; all of them when none
+    does (a writer that leaves no markers: trust the renames)."""
+    return [s for s in steps if (directory / str(s) / COMMIT_MARKER).exists()] or steps
+
+
 def complete_steps(directory: str | Path) -> list[int]:
     """The steps of a checkpoint directory that carry Orbax's commit marker and match their seal, newest
     first (`Checkpointer.latest_step`'s rule, as a read-only view that moves nothing: for readers of a
@@ -68,8 +74,7 @@ def complete_steps(directory: str | Path) -> list[int]:
     directory = Path(directory)
     steps = sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
                    reverse=True) if directory.is_dir() else []
-    committed = [s for s in steps if (directory / str(s) / COMMIT_MARKER).exists()] or steps  # no markers
-    return [s for s in committed if not seal_mismatch(directory / str(s))]  # at all: trust the renames
+    return [s for s in committed_steps(directory, steps) if not seal_mismatch(directory / str(s))]
 
 
 class Checkpointer:
@@ -87,9 +92,9 @@ class Checkpointer:
         short after the rename) are moved aside to `checkpoints-incomplete/` (kept, never deleted, and
         out of the way of the rerun's own saves) when an older step carries its marker; stderr says so."""
         steps = sorted(self.mngr.all_steps(), reverse=True)
-        committed = [s for s in steps if (self.directory / str(s) / COMMIT_MARKER).exists()]
+        committed = committed_steps(self.directory, steps)
         if not committed:
-            return steps[0] if steps else None  # a writer that leaves no markers: trust the renames
+            return None
         for s in steps[:steps.index(committed[0])]:
             self._move_aside(s, "incomplete", f"has no {COMMIT_MARKER} (incomplete)", committed[0])
         self._sync("olmax-checkpoint-select")
@@ -160,7 +165,7 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - TensorStore reports write errors as ValueError / bare Exception
             import re
 
-            first = str(e).split(" See full TensorStore details")[0].splitlines()[0]
+            first = _first_line(e)
             failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", first)  # an earlier, asynchronous save
             step = int(failed.group(1)) if failed else step
             where = self.directory / (str(step) if step is not None else "")
@@ -218,7 +223,7 @@ class Checkpointer:
                              f"or optimizer shape in the config differs from the one that wrote it: use "
                              f"the run's own config ({self.directory.parent / 'config.yaml'})") from e
         except Exception as e:  # noqa: BLE001 - TensorStore reports unreadable data as a bare Exception
-            first = str(e).split(" See full TensorStore details")[0].splitlines()[0][:200]
+            first = _first_line(e)[:200]
             if fallback:
                 raise _Unreadable(first) from e
             self.close()
@@ -316,6 +321,11 @@ def _drained_event_loops() -> Iterator[None]:
         for loop in made:
             if not loop.is_closed() and not loop.is_running():
                 drain_and_close(loop)
+
+
+def _first_line(e: BaseException) -> str:
+    """A TensorStore error's first line, without the spec dump it appends ("See full TensorStore details")."""
+    return (str(e).split(" See full TensorStore details")[0].splitlines() or [""])[0]
 
 
 class _Unreadable(Exception):

@@ -208,6 +208,15 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
                          f"{cfg.model.max_position_embeddings}; raise it or add rope_scaling")
 
 
+def run_config_path(run_dir: str | Path) -> str:
+    """The resolved config a run folder of `olmax train` holds (`RUN/config.yaml`); an OlmaxError when the
+    folder has none."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise OlmaxError(f"{path}: not found; is {run_dir} a folder written by `olmax train`?")
+    return str(path)
+
+
 def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
     import yaml

@@ -183,7 +183,7 @@ def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkey
         if self.process_count == 1:
             return real(self, epoch, step)
         g = self.global_batch_size
-        return self._epoch_order(epoch).take(step * g, (step + 1) * g, self.process_count).astype(np.int64)
+        return self.epoch_order(epoch).take(step * g, (step + 1) * g, self.process_count).astype(np.int64)
 
     monkeypatch.setattr(BatchSource, "instance_ids", every_rank_reads_rank_0)
     mix = write_mix(tmp_path / "mix.txt", lines(corpus))
