@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
@@ -89,6 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--max-length", type=int, default=None)
     lm.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     lm.add_argument("--seed", type=int, default=1234)
+    lm.add_argument("--log-samples", action="store_true", help="also store each document's responses (per "
+                    "choice: loglikelihood and is-greedy) under \"samples\", to compare with another backend")
     lm.add_argument("--out", required=True, help="report JSON (written atomically)")
     lm.set_defaults(func=locked_out(_lm_eval, "olmax eval lm-eval"))
 
@@ -104,7 +105,9 @@ def _resolve_tokenizer(arg: str | None, checkpoint: str):
     from olmax.data.tokenize import load_tokenizer
 
     if arg is None:
-        arg = str(Path(checkpoint) / "tokenizer.json") if (Path(checkpoint) / "tokenizer.json").is_file() else "dolma2"
+        from olmax.train.export import checkpoint_tokenizer
+
+        arg = str(checkpoint_tokenizer(checkpoint))
     return load_tokenizer(str(tokenizer_path(arg)))
 
 
@@ -156,7 +159,8 @@ def _lm_eval(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     report = run_lm_eval(args.checkpoint, tasks, tokenizer=args.tokenizer, batch_size=args.batch_size,
                          max_length=args.max_length, dtype=args.dtype, include_path=args.include_path,
-                         num_fewshot=args.num_fewshot, limit=args.limit, seed=args.seed)
+                         num_fewshot=args.num_fewshot, limit=args.limit, seed=args.seed,
+                         log_samples=args.log_samples)
     write_json(args.out, report)
     for task, metrics in (report.get("results") or {}).items():
         shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))

@@ -54,8 +54,9 @@ class OlmaxLM(TemplateLM):
             from olmax.data.tokenize import load_tokenizer
 
             if tokenizer is None:
-                local = Path(checkpoint or "") / "tokenizer.json"
-                tokenizer = str(local) if checkpoint and local.is_file() else "dolma2"
+                from olmax.train.export import checkpoint_tokenizer
+
+                tokenizer = str(checkpoint_tokenizer(checkpoint)) if checkpoint else "dolma2"
             tokenizer = load_tokenizer(str(tokenizer_path(str(tokenizer))))
         self.tok = tokenizer
         cfg = getattr(model, "cfg", None)
@@ -166,13 +167,16 @@ class OlmaxLM(TemplateLM):
         return out  # type: ignore[return-value]
 
 
-def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | list[str] | None = None,
+def evaluate(lm, tasks: Sequence[str], *, include_path: str | list[str] | None = None,
              include_defaults: bool | None = None, num_fewshot: int | None = None, limit: float | None = None,
-             seed: int = 1234) -> dict:
-    """Run lm-eval tasks on `lm`; returns lm-eval's results dict (JSON-safe parts).
+             seed: int = 1234, log_samples: bool = False) -> dict:
+    """Run lm-eval tasks on `lm` (an OlmaxLM, or any lm-eval model such as its `hf` one); returns lm-eval's
+    results dict (JSON-safe parts).
 
     `include_defaults=None`: lm-eval's built-in tasks are indexed (~8 s) only when `include_path` does not
-    define every task asked for.
+    define every task asked for. `log_samples`: also `samples[task]`, per document its id, target and
+    the model's response to each request (for loglikelihood tasks `[loglikelihood, is_greedy]` per choice),
+    which is what two backends are compared by.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -195,17 +199,24 @@ def evaluate(lm: OlmaxLM, tasks: Sequence[str], *, include_path: str | list[str]
         raise OlmaxError(f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "
                          "(offline: dataset_path: arrow)")
     res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
-                                  task_manager=tm, log_samples=False, bootstrap_iters=0, random_seed=seed,
+                                  task_manager=tm, log_samples=log_samples, bootstrap_iters=0, random_seed=seed,
                                   numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
     keep = {k: res.get(k) for k in ("results", "versions", "n-shot", "n-samples", "higher_is_better")}
+    if log_samples:
+        keep["samples"] = {task: [{"doc_id": x["doc_id"], "target": x.get("target"),
+                                   "responses": [r[0] if len(r) == 1 else r for r in x["resps"]]}
+                                  for x in sorted(rows, key=lambda x: x["doc_id"])]
+                           for task, rows in (res.get("samples") or {}).items()}
     return json.loads(json.dumps(keep, default=str))
 
 
 def run_lm_eval(checkpoint: str, tasks: Sequence[str], *, tokenizer: str | None = None, batch_size: int = 8,
                 max_length: int | None = None, dtype: str = "float32", include_path: str | None = None,
-                num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234) -> dict:
+                num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234,
+                log_samples: bool = False) -> dict:
     """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results)."""
     lm = OlmaxLM(checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
                  dtype=dtype)
-    res = evaluate(lm, list(tasks), include_path=include_path, num_fewshot=num_fewshot, limit=limit, seed=seed)
+    res = evaluate(lm, list(tasks), include_path=include_path, num_fewshot=num_fewshot, limit=limit, seed=seed,
+                   log_samples=log_samples)
     return {"checkpoint": checkpoint, "tasks": list(tasks), **res}

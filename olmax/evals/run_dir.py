@@ -42,30 +42,12 @@ def latest_step(run_dir: str | Path) -> int | None:
 
 def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32"):
     """(model, step): the params of checkpoint `step` (default: the newest) of a training run."""
-    import jax
-    from flax import nnx
+    from olmax.train.export import restore_run_model
 
-    from olmax.train.checkpoint import Checkpointer
-    from olmax.train.mesh import make_mesh
-    from olmax.train.step import abstract_state, model_graphdef
-
-    run_dir = Path(run_dir)
-    cfg = _config(run_dir)
-    step = latest_step(run_dir) if step is None else step
-    if step is None:
-        raise OlmaxError(f"{run_dir / 'checkpoints'}: no checkpoint; pass --checkpoint DIR (HF or olmax)")
-    model_cfg = cfg.model.replace(dtype=dtype)
-    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    abstract, _ = abstract_state(model_cfg, cfg.optim, mesh)
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
-    try:
-        state, _, _ = ckpt.restore(step, abstract)
-    finally:
-        close = getattr(ckpt, "close", None)
-        if close:
-            close()
-    graphdef, _ = model_graphdef(model_cfg)
-    return nnx.merge(graphdef, state["params"]), step
+    if step is None and latest_step(run_dir) is None:
+        raise OlmaxError(f"{Path(run_dir) / 'checkpoints'}: no checkpoint; pass --checkpoint DIR (HF or olmax)")
+    rm = restore_run_model(run_dir, step, dtype)
+    return rm.model, rm.step
 
 
 def _digest(row: np.ndarray) -> bytes:

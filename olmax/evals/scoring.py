@@ -33,14 +33,12 @@ def load_model(path: str | os.PathLike, dtype: str = "float32"):
         return from_hf(p, dtype=dtype)
     if (p / "model_config.json").is_file():
         return load_olmax(p, dtype=dtype)
-    if (p / "config.yaml").is_file() and (p / "checkpoints").is_dir():
+    from olmax.train.export import run_checkpoint
+
+    if (found := run_checkpoint(p)) is not None:
         from olmax.evals.run_dir import load_run_model
 
-        return load_run_model(p, None, dtype)[0]
-    if p.name.isdigit() and p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").is_file():
-        from olmax.evals.run_dir import load_run_model
-
-        return load_run_model(p.parent.parent, int(p.name), dtype)[0]
+        return load_run_model(*found, dtype)[0]
     raise OlmaxError(f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
                      "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
                      "one of its checkpoints/<step> folders")

@@ -12,16 +12,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     model_sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
 
     convert = model_sub.add_parser(
-        "convert", help="convert a checkpoint between HF (config.json + safetensors) and olmax (Orbax)",
-        description="HF -> olmax: `--to olmax SRC_HF_DIR OUT_DIR` writes model_config.json + an Orbax "
-        "checkpoint of the params. olmax -> HF: `--to hf SRC OUT_DIR`, where SRC is an olmax checkpoint or "
-        "an HF directory (a re-export, e.g. to change --dtype). The output directory must not exist "
-        "(or be empty); it appears only when complete.")
-    convert.add_argument("src", help="source checkpoint directory")
+        "convert", help="convert a checkpoint: a training run or HF -> HF, HF or a run -> olmax",
+        description="--to hf SRC OUT: SRC is a training run folder (its newest complete checkpoint), one of "
+        "its RUN/checkpoints/STEP folders, an olmax folder or an HF directory (a re-export, e.g. to change "
+        "--dtype). OUT is an HF Olmo3ForCausalLM directory that transformers loads offline (config.json, "
+        "safetensors, generation_config.json and tokenizer files); from a run it also holds olmax_export.json "
+        "(source run, step, data fingerprint, seed, tokens seen), repeated in the safetensors metadata. The "
+        "tokenizer is the run's (the manifest.json beside its prepared mix, else dolma2 for a dolma2-sized "
+        "vocabulary) unless --tokenizer is given. --to olmax SRC OUT: model_config.json + an Orbax checkpoint "
+        "of the params, from an HF directory or a run; `olmax train` starts a new run from it with "
+        "train.init_from=OUT (params only; the optimizer starts fresh). OUT must not exist (or be empty); it "
+        "appears only when complete.")
+    convert.add_argument("src", help="source: run folder, RUN/checkpoints/STEP, HF or olmax checkpoint directory")
     convert.add_argument("out", help="output directory (must not exist yet)")
     convert.add_argument("--to", choices=("hf", "olmax"), required=True, help="output format")
     convert.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                         help="HF output weight dtype (default: the dtype the weights came from)")
+                         help="HF output weight dtype (default: the dtype the weights came from; float32 from a run)")
+    convert.add_argument("--tokenizer", default=None, help="tokenizer.json (or dolma2) to ship with an HF "
+                         "export (default: a run's own; an HF source's tokenizer files)")
     convert.set_defaults(func=_convert)
 
     parity = model_sub.add_parser(
@@ -53,16 +61,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _convert(args: argparse.Namespace) -> int:
     from olmax.errors import OlmaxError
     from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
+    from olmax.train.export import export_hf, restore_run_model, run_checkpoint
 
     src = Path(args.src)
-    if (src / "model_config.json").is_file():
+    if (found := run_checkpoint(src)) is not None:
+        if args.to == "hf":
+            info = export_hf(src, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+            print(f"wrote hf checkpoint {args.out} (run {info['source_run']}, step {info['step']}, "
+                  f"{info['dtype']}, data fingerprint {info['data_fingerprint']})")
+            return 0
+        model, tokenizer_from = restore_run_model(*found).model, None
+    elif (src / "model_config.json").is_file():
         model, tokenizer_from = load_olmax(src), None
     elif (src / "config.json").is_file():
         model, tokenizer_from = from_hf(src), src
     else:
-        raise OlmaxError(f"{src}: neither an HF checkpoint (config.json) nor an olmax one (model_config.json)")
+        raise OlmaxError(f"{src}: not a training run folder (config.yaml + checkpoints/), a RUN/checkpoints/STEP "
+                         "folder, an HF checkpoint (config.json) or an olmax one (model_config.json)")
     if args.to == "hf":
-        to_hf(model, args.out, dtype=args.dtype, tokenizer_from=tokenizer_from)
+        from olmax.assets import tokenizer_path
+
+        to_hf(model, args.out, dtype=args.dtype, tokenizer_from=tokenizer_from,
+              tokenizer_json=tokenizer_path(args.tokenizer) if args.tokenizer else None)
     else:
         save_olmax(model, args.out)
     print(f"wrote {args.to} checkpoint {args.out}")

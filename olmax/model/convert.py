@@ -40,6 +40,7 @@ LAYER_PARAMS = (
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "generation_config.json")
+EXPORT_INFO = "olmax_export.json"  # provenance of an HF directory exported from a training run
 _NP_NAMES = {"float32": np.float32, "bfloat16": DTYPES["BF16"], "float16": np.float16}
 
 
@@ -139,25 +140,57 @@ def hf_tensors(model: Transformer, dtype: str | None = None):
     return specs
 
 
+def hf_tokenizer_files(tokenizer_json: Path, out: Path, model_cfg) -> None:
+    """tokenizer.json plus the two small files `AutoTokenizer` reads, in `out`."""
+    from olmax.data.tokenize import load_tokenizer
+
+    tok = load_tokenizer(str(tokenizer_json))
+    if tok.vocab_size > model_cfg.vocab_size:
+        raise OlmaxError(f"{tokenizer_json}: {tok.vocab_size} token ids, more than the model's {model_cfg.vocab_size}; "
+                         "pass the tokenizer the run trained with (--tokenizer)")
+    shutil.copyfile(tokenizer_json, out / "tokenizer.json")
+    spec = json.loads(Path(tokenizer_json).read_text())
+    names = {int(t["id"]): t["content"] for t in spec.get("added_tokens", [])}
+    eos = names[tok.eos_token_id]
+    special = {"eos_token": eos, "bos_token": eos, "unk_token": eos}  # dolma2 has no BOS: lm-eval's prefix is EOS
+    if tok.pad_token_id is not None:
+        special["pad_token"] = names[tok.pad_token_id]
+    write_json(out / "special_tokens_map.json", special)
+    write_json(out / "tokenizer_config.json", {
+        "tokenizer_class": "PreTrainedTokenizerFast", **special, "add_bos_token": False, "add_eos_token": False,
+        "model_max_length": model_cfg.max_position_embeddings, "clean_up_tokenization_spaces": False})
+
+
 def to_hf(model: Transformer, path: str | os.PathLike, dtype: str | None = None,
-          tokenizer_from: str | os.PathLike | None = None, max_shard_bytes: int = 5 << 30) -> Path:
+          tokenizer_from: str | os.PathLike | None = None, max_shard_bytes: int = 5 << 30,
+          tokenizer_json: str | os.PathLike | None = None, provenance: dict | None = None) -> Path:
     """Write `model` as an HF Olmo3ForCausalLM checkpoint directory that `transformers` loads.
 
     `dtype` defaults to the dtype the model was loaded from (float32 for fresh models); tokenizer files
-    found in `tokenizer_from` are copied alongside. The directory appears only once complete.
+    found in `tokenizer_from` (an HF directory) are copied alongside, or `tokenizer_json` is shipped with
+    the files `AutoTokenizer` needs (`hf_tokenizer_files`). `provenance` is written as olmax_export.json
+    and, as strings, into every safetensors file's `__metadata__`. The directory appears only once complete.
     """
     if dtype is not None and dtype not in _NP_NAMES:
         raise OlmaxError(f"dtype {dtype!r} is not one of {sorted(_NP_NAMES)}")
-    cfg: ModelConfig = model.cfg
-    hf_cfg = to_hf_config(dataclasses.replace(cfg, hf_dtype=dtype or cfg.hf_dtype))
+    cfg: ModelConfig = dataclasses.replace(model.cfg, hf_dtype=dtype or model.cfg.hf_dtype)
+    metadata = {f"olmax_{k}": str(v) for k, v in (provenance or {}).items() if v is not None}
     with AtomicDirectory(path) as tmp:
-        write_json(tmp / "config.json", hf_cfg)
-        write_checkpoint(tmp, hf_tensors(model, dtype), max_shard_bytes)
-        if tokenizer_from is not None:
+        write_json(tmp / "config.json", to_hf_config(cfg))
+        write_checkpoint(tmp, hf_tensors(model, dtype), max_shard_bytes, metadata=metadata)
+        if tokenizer_json is not None:
+            hf_tokenizer_files(Path(tokenizer_json), tmp, cfg)
+        elif tokenizer_from is not None:
             for name in TOKENIZER_FILES:
                 src = Path(tokenizer_from) / name
                 if src.is_file():
                     shutil.copyfile(src, tmp / name)
+        if not (tmp / "generation_config.json").is_file():
+            write_json(tmp / "generation_config.json", {
+                "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id,
+                **({"bos_token_id": cfg.bos_token_id} if cfg.bos_token_id is not None else {})})
+        if provenance is not None:
+            write_json(tmp / EXPORT_INFO, provenance)
     return Path(path)
 
 

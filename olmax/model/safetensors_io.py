@@ -104,11 +104,13 @@ def read_header(path: Path) -> tuple[dict, int]:
 TensorSpec = tuple[str, tuple[int, ...], np.dtype, Callable[[], np.ndarray]]
 
 
-def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_bytes: int = 5 << 30) -> list[str]:
+def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_bytes: int = 5 << 30,
+                     metadata: dict[str, str] | None = None) -> list[str]:
     """Stream tensors (name, shape, dtype, producer) into shard files under `directory`.
 
     Each producer is called once, when its tensor is written, so at most one tensor is in memory.
     Writes one `model.safetensors`, or `model-0000i-of-0000n.safetensors` shards plus an index.
+    `metadata` (string values) joins `{"format": "pt"}` in every shard's `__metadata__`.
     """
     specs = list(tensors)
     shards: list[list[TensorSpec]] = [[]]
@@ -124,7 +126,7 @@ def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_b
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
     weight_map, total = {}, 0
     for fname, shard in zip(names, shards):
-        total += _write_shard(directory / fname, shard)
+        total += _write_shard(directory / fname, shard, metadata or {})
         weight_map.update({spec[0]: fname for spec in shard})
     if len(shards) > 1:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
@@ -132,8 +134,8 @@ def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_b
     return names
 
 
-def _write_shard(path: Path, shard: list[TensorSpec]) -> int:
-    header: dict = {"__metadata__": {"format": "pt"}}
+def _write_shard(path: Path, shard: list[TensorSpec], metadata: dict[str, str]) -> int:
+    header: dict = {"__metadata__": {**metadata, "format": "pt"}}
     offset = 0
     for name, shape, dtype, _ in shard:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

@@ -332,6 +332,40 @@ class _Unreadable(Exception):
     """Orbax could not read a step's array data (Checkpointer.restore with fallback=True)."""
 
 
+# the ModelConfig fields that define the function a checkpoint computes (dtype, remat, attention kernel and
+# scan grouping do not): an `init_from` folder must agree on all of them with the run's model
+_ARCHITECTURE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden",
+                 "vocab_multiple", "rms_eps", "rope_theta", "sliding_rope_theta", "sliding_window", "layer_types")
+
+
+def is_params_folder(path: str | Path) -> bool:
+    """True for a folder written by `olmax model convert --to olmax` (model_config.json + params/)."""
+    return (Path(path) / "model_config.json").is_file() and (Path(path) / "params").is_dir()
+
+
+def restore_init_params(folder: str | Path, model_cfg: Any, abstract_params: Any) -> Any:
+    """The params of an `olmax model convert --to olmax` folder, for `train.init_from` (placed as
+    `abstract_params` says); its model_config.json must describe the run's architecture."""
+    folder = Path(folder).resolve()
+    try:
+        saved = json.loads((folder / "model_config.json").read_text())
+    except ValueError as e:
+        raise OlmaxError(f"train.init_from {folder / 'model_config.json'}: invalid JSON ({e})") from e
+    for name in _ARCHITECTURE:
+        ours = getattr(model_cfg, name)
+        theirs = saved.get(name)
+        if isinstance(ours, tuple):
+            theirs = tuple(theirs or ())
+        if name in saved and theirs != ours:
+            raise OlmaxError(f"train.init_from {folder}: model {name} is {theirs!r} there but {ours!r} in this "
+                             "config; start from a checkpoint of the same architecture")
+    with ocp.StandardCheckpointer() as ckptr:
+        try:
+            return ckptr.restore(folder / "params", abstract_params)
+        except (ValueError, KeyError, TypeError) as e:
+            raise OlmaxError(f"train.init_from {folder}: params do not match this config's model ({e})") from e
+
+
 def restore_init(step_dir: str | Path, abstract_state: Any) -> Any:
     """The train state item of a checkpoint step directory (`RUN/checkpoints/STEP`), for `train.init_from`."""
     path = Path(step_dir).resolve() / "state"

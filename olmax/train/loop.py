@@ -106,7 +106,8 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
 def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple[int, dict, Any, dict | None, str]:
     """(start step, state, loader state, checkpoint metadata, what happened): the newest complete
     checkpoint, else `train.init_from` (a new stage), else a fresh initialisation."""
-    from olmax.train.step import make_init
+    from olmax.train.checkpoint import is_params_folder, restore_init_params
+    from olmax.train.step import make_init, state_from_params
 
     found = ckpt.restore_newest(abstract)
     if found is not None:
@@ -114,6 +115,11 @@ def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple
         if int(jax.device_get(state["step"])) != start:
             raise OlmaxError(f"{ckpt.directory / str(start)}: holds step {int(state['step'])}, not {start}")
         return start, state, loader_state, meta, f"resumed from step {start} (saved on {meta.get('devices')} devices)"
+    if cfg.train.init_from and is_params_folder(cfg.train.init_from):
+        # a converted model (HF -> olmax): its params, a fresh optimizer, step 0
+        params = restore_init_params(cfg.train.init_from, cfg.model, abstract["params"])
+        state = state_from_params(params, cfg.model, cfg.optim, mesh, cfg.train.seed)
+        return 0, state, None, None, f"initialised from the params of {cfg.train.init_from} (fresh optimizer)"
     if cfg.train.init_from:
         from olmax.train.checkpoint import restore_init
         from olmax.train.optim import init_opt_state

@@ -56,6 +56,17 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
     return jax.jit(lambda: init_state(model_cfg, optim_cfg, seed), out_shardings=shardings)()
 
 
+def state_from_params(params: dict, model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: int) -> dict:
+    """A train state at step 0 around existing `params` (a fresh optimizer), in the train state's shards."""
+    _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
+
+    def build(p: dict) -> dict:
+        return {"params": p, "opt": init_opt_state(p, optim_cfg.skip_window), "step": jnp.zeros((), jnp.int32),
+                "rng": jax.random.key_data(jax.random.key(seed))}
+
+    return jax.jit(build, out_shardings=shardings)(params)
+
+
 def default_ce_chunk() -> int:
     """Vocabulary columns per fused LM-head/CE block: 100,352 = 28 x 3,584 (best measured on CPU) = 7 x 14,336."""
     return 3584 if jax.default_backend() == "cpu" else 14_336

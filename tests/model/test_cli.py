@@ -35,4 +35,4 @@ def test_convert_hf_to_olmax_to_hf_is_bit_exact(tmp_path):
 
 def test_convert_errors_exit_2(tmp_path, capsys):
     assert main(["model", "convert", "--to", "hf", str(tmp_path), str(tmp_path / "o")]) == 2
-    assert "neither an HF checkpoint" in capsys.readouterr().err
+    assert "not a training run folder" in capsys.readouterr().err
