@@ -82,6 +82,7 @@ class Checkpointer:
 
     def __init__(self, directory: str | Path, cfg: CheckpointConfig):
         self.directory = Path(directory).resolve()
+        _quiet_worker_tracebacks()
         options = ocp.CheckpointManagerOptions(max_to_keep=cfg.keep, create=True,
                                                enable_async_checkpointing=cfg.async_save,
                                                cleanup_tmp_directories=True)
@@ -326,6 +327,24 @@ def _drained_event_loops() -> Iterator[None]:
 def _first_line(e: BaseException) -> str:
     """A TensorStore error's first line, without the spec dump it appends ("See full TensorStore details")."""
     return (str(e).split(" See full TensorStore details")[0].splitlines() or [""])[0]
+
+
+class _WorkerTracebacks:
+    """A logging filter for the "absl" logger: drops the tracebacks Orbax's background threads log when a
+    write fails (its writer threads and its async commit thread). The same exception reaches the caller
+    through the save's future, where `_writing` turns it into one olmax error line, so the logged copies
+    are only noise before that line."""
+
+    def filter(self, record) -> bool:
+        return not (record.exc_info and "orbax" in record.pathname)
+
+
+def _quiet_worker_tracebacks() -> None:
+    import logging
+
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _WorkerTracebacks) for f in absl.filters):
+        absl.addFilter(_WorkerTracebacks())
 
 
 class _Unreadable(Exception):
