@@ -46,6 +46,10 @@ class ModelConfig:
     head_dim: int = 128
     mlp_hidden: int = 11_008  # OLMo-core llama_like: int(8 * 4096 / 3) = 10,922 rounded up to x256
     vocab_multiple: int = 128  # embedding rows padded to 100,352 = 784 x 128
+    # the padding rows/columns of the embedding and head: "olmo-core" initialises them like the others and
+    # keeps their logits in the training softmax and z-loss (as OLMo-core does); "zero" zeroes them and
+    # masks their logits. Model outputs (evals, HF export) cover the real vocabulary either way.
+    vocab_padding: str = "olmo-core"
     rms_eps: float = 1e-6  # OLMo-core olmo2_7B layer_norm_eps
     rope_theta: float = 500_000.0  # OLMo-core olmo2_7B rope_theta
     sliding_rope_theta: float | None = None  # None: rope_theta (HF configs may set one per layer type)
@@ -81,6 +85,13 @@ class ModelConfig:
             raise OlmaxError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise OlmaxError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.vocab_padding not in ("olmo-core", "zero"):
+            raise OlmaxError(f"vocab_padding {self.vocab_padding!r}: choose 'olmo-core' or 'zero'")
+
+    @property
+    def loss_vocab(self) -> int:
+        """Logit columns in the training softmax and z-loss: the padded vocabulary under OLMo-core's rule."""
+        return self.padded_vocab if self.vocab_padding == "olmo-core" else self.vocab_size
 
     @property
     def padded_vocab(self) -> int:

@@ -73,8 +73,9 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         v, vp, d = cfg.vocab_size, cfg.padded_vocab, cfg.d_model
-        # padding rows/columns are zero: they never change a real token's logit and are dropped on export
-        pad_rows = (jnp.arange(vp) < v)[:, None]
+        # padding rows/columns never change a real token's logit and are dropped on export; OLMo-core draws
+        # them like the others (they then enter the training softmax), "zero" zeroes them
+        pad_rows = (jnp.arange(vp) < (v if cfg.vocab_padding == "zero" else vp))[:, None]
         self.embed = nnx.Param(truncated_normal(rngs, (vp, d), cfg.init_std) * pad_rows)
         make_blocks = nnx.split_rngs(splits=cfg.n_layers)(
             nnx.vmap(lambda r: Block(cfg, rngs=r), in_axes=0, out_axes=0))

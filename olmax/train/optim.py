@@ -2,7 +2,8 @@
 
 Each piece mirrors OLMo-core (v3.0.0) arithmetic, written for JAX:
 - schedules: `CosWithWarmup`, `HalfCosWithWarmup`, `LinearWithWarmup`, `ConstantWithWarmup`
-  (`olmo_core/optim/scheduler.py`), evaluated at the global step (skipped steps still advance it);
+  (`olmo_core/optim/scheduler.py`), evaluated at the 1-based global step of the update being taken
+  (OLMo-core increments `trainer.global_step` before the batch; skipped steps still advance it);
 - clipping: torch `clip_grads_with_norm_` (coefficient max_norm / (norm + 1e-6), capped at 1);
 - `SkipStepAdamW` (`olmo_core/optim/adamw.py`): a step whose CE loss or pre-clip grad norm exceeds the
   mean of the previous (up to) 128 values by 6 unbiased standard deviations leaves params, moments and
@@ -40,7 +41,8 @@ def _warmup(peak: float, step, warmup: int, min_lr: float):
 
 
 def learning_rate(cfg: OptimConfig, step, t_max: int):
-    """LR at global step `step` (0-based: the step about to be taken) under `cfg.schedule`."""
+    """LR at global step `step` under `cfg.schedule`: OLMo-core's `get_lr(lr, step, t_max)`, where the
+    trainer's step is 1-based (the update that completes step s runs at s)."""
     lr, warmup, eta_min = cfg.lr, cfg.warmup_steps, cfg.lr * cfg.alpha_f
     t_max = cfg.t_max if cfg.t_max is not None else t_max
     if isinstance(step, jax.Array):

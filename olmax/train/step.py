@@ -81,13 +81,14 @@ def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int |
     def loss_fn(params: dict, batch: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         ids_BxL, segment_ids_BxL = batch["input_ids"], batch.get("segment_ids")
         model = nnx.merge(graphdef, params)
+        h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
         if chunk == 0:  # reference path: full (B, L, V) logits
-            ce, z, _ = cross_entropy(model(ids_BxL, segment_ids_BxL), ids_BxL, optim_cfg.z_loss)
+            ce, z, _ = cross_entropy(model.head(h_BxLxD, padded=True), ids_BxL, optim_cfg.z_loss,
+                                     model_cfg.loss_vocab)
         else:
-            h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
-            # the padded head with its padding columns masked: the softmax is over the real vocabulary
+            # the padded head; columns past loss_vocab (the real vocabulary under vocab_padding="zero") masked
             ce, z, _ = head_cross_entropy(h_BxLxD, params["lm_head"], ids_BxL, optim_cfg.z_loss,
-                                          model_cfg.vocab_size, chunk)
+                                          model_cfg.loss_vocab, chunk)
         return ce + z, (ce, z)
 
     return loss_fn
@@ -135,7 +136,9 @@ def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, 
             zero = jnp.zeros((), jnp.float32)
             (grads, ce, z), _ = jax.lax.scan(accumulate, (zeros, zero, zero), micro)
         loss, z_loss = ce / n_tokens, z / n_tokens
-        lr = learning_rate(optim_cfg, state["step"], t_max)
+        # OLMo-core advances trainer.global_step before the update, so the update that completes step s
+        # (1-based, as the metrics number it) uses the schedule at s: the first one is not at lr 0
+        lr = learning_rate(optim_cfg, state["step"] + 1, t_max)
         new_params, new_opt, info = apply_update(params, grads, state["opt"], lr, loss, optim_cfg)
         new_state = {"params": new_params, "opt": new_opt, "step": state["step"] + 1, "rng": state["rng"]}
         metrics = {"loss": loss, "z_loss": z_loss, "lr": jnp.asarray(lr, jnp.float32), **info}

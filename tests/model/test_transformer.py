@@ -8,6 +8,7 @@ import pytest
 import torch
 from flax import nnx
 
+from olmax.errors import OlmaxError
 from olmax.model.config import tiny
 from olmax.model.convert import from_hf
 from olmax.model.hf_reference import random_hf_model
@@ -94,8 +95,25 @@ def test_sliding_window_reach():
     assert diff[5:5 + WINDOW].min() > 0 and diff[5 + WINDOW:].max() == 0 and diff[:5].max() == 0
 
 
+def test_vocab_padding_rows_are_drawn_as_olmo_core_does():
+    """OLMo-core initialises all 1,024 rows (trunc normal, std init_std, cut at 3 std); "zero" keeps the
+    padding rows at zero. Real rows are the same draw either way."""
+    core = init_model(tiny(vocab_size=1000, vocab_multiple=128), seed=4)
+    zero = init_model(tiny(vocab_size=1000, vocab_multiple=128, vocab_padding="zero"), seed=4)
+    for name in ("embed", "lm_head"):
+        a, b = np.asarray(getattr(core, name)[...]), np.asarray(getattr(zero, name)[...])
+        pad_a = a[1000:] if name == "embed" else a[:, 1000:]
+        pad_b = b[1000:] if name == "embed" else b[:, 1000:]
+        assert pad_a.std() == pytest.approx(0.02, rel=0.15) and np.abs(pad_a).max() <= 0.06 + 1e-6
+        np.testing.assert_array_equal(pad_b, 0)
+        real = (slice(0, 1000),) if name == "embed" else (slice(None), slice(0, 1000))
+        np.testing.assert_array_equal(a[real], b[real])
+    with pytest.raises(OlmaxError, match="vocab_padding"):
+        tiny(vocab_padding="random")
+
+
 def test_vocab_padding_changes_no_logit():
-    padded = init_model(tiny(vocab_size=1000, vocab_multiple=128), seed=4)
+    padded = init_model(tiny(vocab_size=1000, vocab_multiple=128, vocab_padding="zero"), seed=4)
     unpadded = Transformer(tiny(vocab_size=1000, vocab_multiple=1), rngs=nnx.Rngs(9))
     state = nnx.state(padded).to_pure_dict()
     state["embed"] = state["embed"][:1000]

@@ -213,3 +213,69 @@ def test_fused_head_cross_entropy_saved_blocks_survive_a_late_maximum():
     for store in (False, True):
         got = jax.grad(lambda w, store=store: sum(head_cross_entropy(h, w, ids, 1e-3, 32, 4, store)[:2]))(w)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vocab_padding", ["olmo-core", "zero"])
+@pytest.mark.parametrize("ce_chunk", [0, 8])
+def test_training_loss_matches_olmo_core_over_the_padded_vocabulary(vocab_padding, ce_chunk):
+    """The step's loss (CE sum + z-loss sum) equals OLMo-core's `cross_entropy_loss` (reduction sum, z-loss
+    on) on the model's logits: all padded columns under vocab_padding="olmo-core" (OLMo-core keeps them in
+    the softmax), the real vocabulary under "zero"."""
+    from flax import nnx
+    from olmo_core.nn.functional import cross_entropy_loss
+
+    from olmax.model import init_model, tiny
+    from olmax.train.step import make_loss_fn
+
+    model_cfg = tiny(vocab_size=20, vocab_multiple=16, vocab_padding=vocab_padding)  # 32 columns
+    optim_cfg = OptimConfig(z_loss=1e-2)
+    model = init_model(model_cfg, seed=1)
+    params = nnx.state(model).to_pure_dict()
+    ids = np.random.default_rng(0).integers(0, 20, (2, 12)).astype(np.int32)
+    total, (ce, z) = make_loss_fn(model_cfg, optim_cfg, ce_chunk)(params, {"input_ids": jnp.asarray(ids)})
+    logits = np.asarray(model.head(model.hidden(jnp.asarray(ids)), padded=True))
+    if vocab_padding == "zero":
+        logits = logits[..., :20]
+    want_ce, want_z = cross_entropy_loss(torch.tensor(logits[:, :-1].reshape(-1, logits.shape[-1])),
+                                         torch.tensor(ids[:, 1:].reshape(-1), dtype=torch.long),
+                                         reduction="sum", compute_z_loss=True, z_loss_multiplier=1e-2)
+    assert float(ce) == pytest.approx(float(want_ce), rel=1e-5)
+    assert float(z) == pytest.approx(float(want_z), rel=1e-5)
+    assert float(total) == pytest.approx(float(want_ce + want_z), rel=1e-5)
+
+
+RECIPE_SCHEDULERS = {  # recipe -> the OLMo-core scheduler its official script builds, and Trainer.max_steps
+    "olmo3_7b_stage1": ("CosWithWarmup", dict(warmup=2000, alpha_f=0.1), 1_192_093),
+    "olmo3_7b_stage1_part2": ("HalfCosWithWarmup", dict(warmup=597_046, alpha_f=0.1), 1_668_931),
+    "olmo3_7b_stage2": ("LinearWithWarmup", dict(warmup=0, alpha_f=0.0), 47_684),
+    "olmo3_7b_stage3": ("LinearWithWarmup", dict(warmup=200, alpha_f=0.0), 11_921),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPE_SCHEDULERS))
+def test_each_update_uses_olmo_core_lr_for_its_1_based_step(recipe):
+    """The jitted train step that completes step s (1-based, as metrics.jsonl numbers it) runs at OLMo-core's
+    `get_lr(lr, s, max_steps)`, OLMo-core's trainer having advanced global_step before the batch: checked at
+    steps 1, 2, the end of warmup and the last step of each stage, with the recipe's own optimizer config."""
+    import olmo_core.optim as core_optim
+
+    from olmax.model import tiny
+    from olmax.train.config import load_config
+    from olmax.train.mesh import make_mesh
+    from olmax.train.step import make_init, make_train_step
+
+    cfg = load_config(recipe)
+    name, kwargs, t_max = RECIPE_SCHEDULERS[recipe]
+    assert cfg.optim.t_max == t_max
+    ref = getattr(core_optim, name)(**kwargs)
+    model_cfg = tiny(n_layers=1, layer_types=("full_attention",), scan_group=1)
+    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
+    step_fn = make_train_step(model_cfg, cfg.optim, mesh, n_micro=1, per_device_batch=2, t_max=cfg.train.steps)
+    batch = {"input_ids": jnp.asarray(np.random.default_rng(0).integers(0, 990, (2, 16)), jnp.int32)}
+    checked = sorted({1, 2, max(cfg.optim.warmup_steps, 1), cfg.train.steps})
+    init = make_init(model_cfg, cfg.optim, mesh, 0)
+    for s in checked:
+        state = {**jax.tree.map(jnp.copy, init), "step": jnp.asarray(s - 1, jnp.int32)}  # the step donates it
+        _, m = step_fn(state, batch)
+        want = ref.get_lr(cfg.optim.lr, s, t_max)
+        assert float(m["lr"]) == pytest.approx(float(want), rel=2e-6, abs=1e-12), (recipe, s)
