@@ -111,7 +111,7 @@ def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_toke
 def audit_dedup(cfg: DedupConfig) -> dict:
     from olmax.audit.content import scan_content
 
-    index = cfg.stream.open_index(seq_len=1, allow_short_files=True)
+    index = cfg.stream.file_index()
     content = scan_content(index, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads,
                            work_dir=cfg.stream.work_dir, examples=cfg.examples, instances=False)
     paths, phys = content.phys_paths, content.phys

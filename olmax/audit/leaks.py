@@ -316,7 +316,7 @@ def audit_leaks(cfg: LeakConfig) -> dict:
     from olmax.assets import tokenizer_path
 
     t0 = time.perf_counter()
-    index = cfg.stream.open_index(seq_len=1, allow_short_files=True)
+    index = cfg.stream.file_index()
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
     tables = word_tables(tok_path)
     ev = index_evals(cfg, tok_path, tables)

@@ -176,8 +176,7 @@ class StreamMonitor:
     def _planned(self, instance_ids: np.ndarray | None, n: int) -> np.ndarray:
         if self._allowed is None or instance_ids is None:
             return np.ones(n, dtype=np.int64)
-        files, _ = self._index.locate(np.asarray(instance_ids))
-        return self._allowed[files]
+        return self._allowed[self._index.files_of(np.asarray(instance_ids))]
 
     def update(self, step: int, rows: np.ndarray, *, host: int = 0,
                instance_ids: np.ndarray | None = None, epoch: int | None = None) -> list[RepeatAlert]:

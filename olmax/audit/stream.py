@@ -97,6 +97,9 @@ def audit_stream(cfg: StreamConfig) -> dict:
     hash group → checks → report."""
     from olmax.audit.spans import require_local
 
+    if cfg.stream.packed:
+        raise OlmaxError("the stream audit matches emitted rows against fixed windows of the mix; it does not "
+                         "cover packed streams yet (audit a packed stream with `olmax audit loader`)")
     index = cfg.stream.open_index()
     require_local(index.paths, "the stream audit")
     L, N = cfg.stream.seq_len, index.num_instances

@@ -16,6 +16,7 @@ import numpy as np
 
 from olmax.data.index import DOLMA2_EOS, TokenIndex
 from olmax.data.order import EpochOrder, epoch_order
+from olmax.data.packing import PackedIndex
 from olmax.data.reader import TokenReader
 from olmax.errors import OlmaxError
 
@@ -48,7 +49,7 @@ def document_masks(input_ids: np.ndarray, eos_token_id: int,
 class BatchSource:
     """A Grain `RandomAccessDataSource` of whole per-process batches (see the module contract)."""
 
-    def __init__(self, index: TokenIndex, *, global_batch_size: int, seed: int, order: str = "olmo-core",
+    def __init__(self, index: TokenIndex | PackedIndex, *, global_batch_size: int, seed: int, order: str = "olmo-core",
                  work_dir: str | None = None, process_index: int = 0, process_count: int = 1,
                  num_epochs: int | None = None, document_masks: bool = False,
                  eos_token_id: int = DOLMA2_EOS, bos_token_id: int | None = None):
@@ -75,7 +76,7 @@ class BatchSource:
         self.eos_token_id = eos_token_id
         self.bos_token_id = bos_token_id
         self.batches_per_epoch = index.num_instances // global_batch_size
-        self._reader = TokenReader(index)
+        self._reader = None if isinstance(index, PackedIndex) else TokenReader(index)
         self._orders: dict[int, EpochOrder] = {}
         self._lock = threading.Lock()
         epoch_order(order, 1, seed, 1)  # fail fast on an unknown order kind
@@ -131,6 +132,14 @@ class BatchSource:
     def read(self, epoch: int, step: int) -> dict[str, np.ndarray]:
         """This process's rows of global batch (epoch, step), as numpy arrays."""
         ids = self.instance_ids(epoch, step)
+        if self._reader is None:  # packed instances: whole documents, PAD-padded, with their label mask
+            rows = self.index.read(ids)
+            out = {"input_ids": rows["input_ids"], "instance_ids": ids, "source": rows["source"],
+                   "label_mask": rows["label_mask"]}
+            if self.document_masks:
+                out["segment_ids"], out["positions"] = document_masks(rows["input_ids"], self.eos_token_id,
+                                                                      self.bos_token_id)
+            return out
         files, starts = self.index.locate(ids)
         buf = np.empty((ids.size, self.index.seq_len), dtype=self.index.dtype)
         self._reader.read(files, starts, buf)

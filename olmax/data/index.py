@@ -141,6 +141,22 @@ class TokenIndex:
         files = np.searchsorted(self.offsets, ids, side="right") - 1
         return files, (ids - self.offsets[files]) * self.seq_len
 
+    def instance_documents(self, instance_id: int) -> list[tuple[int, int, int]]:
+        """[(file index, start, end)]: the one token span of the file that instance `instance_id` is."""
+        f, a = self.locate(np.asarray([instance_id]))
+        return [(int(f[0]), int(a[0]), int(a[0]) + self.seq_len)]
+
+    def instances_covering(self, file_index: int, start: int, end: int) -> np.ndarray:
+        """int64: the instances holding any token of file `file_index`'s tokens [start, end) (instance j of
+        a file is its tokens [jL, (j+1)L); a tail shorter than L is never served)."""
+        seq, n = self.seq_len, int(self.counts[file_index])
+        lo, hi = start // seq, min(n, (max(end, start + 1) - 1) // seq + 1)
+        return np.arange(lo, max(lo, hi), dtype=np.int64) + int(self.offsets[file_index])
+
+    def files_of(self, instance_ids: np.ndarray) -> np.ndarray:
+        """int64: the file (index into `paths`) each global instance id is read from."""
+        return self.locate(instance_ids)[0]
+
     def source_ids(self, instance_ids: np.ndarray) -> np.ndarray:
         """int32: the source (label) id of each global instance id."""
         files, _ = self.locate(instance_ids)

@@ -5,7 +5,8 @@ global batch (epoch, step) equals OLMo-core's `NumpyFSLDataLoader` batch `step` 
 `global_batch_size=G*L` tokens); process I of P receives its positions I::P, in that order. Each
 element yielded is a dict of numpy arrays: `input_ids` int32 (G/P, L), `instance_ids` int64 (G/P,)
 (global instance indices, for audits), `source` int32 (G/P,) (ids into `index.label_names`), and
-with `document_masks=True` `segment_ids` and `positions` int32 (G/P, L). Prefetch threads read
+with `document_masks=True` `segment_ids` and `positions` int32 (G/P, L); a packed stream (OLMo-core's
+`NumpyPackedFSLDataset`, olmax.data.packing) adds `label_mask` bool (G/P, L), False on padding. Prefetch threads read
 ahead but Grain hands elements out in stream order, so their number never changes what is seen.
 `BatchIterator.state` after n batches, restored by any process count (and any G that divides the
 consumed tokens), continues the stream exactly; epochs roll over to a fresh permutation.

@@ -27,6 +27,8 @@ def _add_mix_args(p: argparse.ArgumentParser, *, order: bool) -> None:
     p.add_argument("--check-vocab", type=int, default=0, metavar="N",
                    help="read N random instances first and fail if a token id is >= --vocab-size")
     p.add_argument("--vocab-size", type=int, default=100278, help="vocabulary size (dolma2: 100278)")
+    p.add_argument("--eos-token-id", type=int, default=100257, help="EOS id: ends documents (dolma2: 100257)")
+    p.add_argument("--pad-token-id", type=int, default=100277, help="PAD id: fills packed rows (dolma2: 100277)")
 
 
 def add_commands(data_sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,10 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
     b.add_argument("--process-count", type=int, default=1, help="data-parallel processes P")
     b.add_argument("--process-index", type=int, default=0, help="this process I, 0 <= I < P")
     b.add_argument("--out", required=True, help="output FILE.npy, written atomically")
+    b.add_argument("--doc-lens-out", default=None, metavar="LENS.npy",
+                   help="also write each row's document lengths, int32 (N, G/P, D), zero-padded to the most "
+                   "documents in a row, as OLMo-core's collator pads `doc_lens` (EOS ends a document; a packed "
+                   "row's padding is its own segment)")
     b.set_defaults(func=run_batches)
 
     p = data_sub.add_parser(
@@ -65,8 +71,9 @@ def _stream(args: argparse.Namespace) -> StreamSpec:
 
 def _index(args: argparse.Namespace, stream: StreamSpec) -> TokenIndex:
     index = stream.open_index(dtype=args.dtype, allow_short_files=args.allow_short_files,
-                              vocab_size=args.vocab_size)
-    if args.check_vocab > 0:
+                              vocab_size=args.vocab_size, eos_token_id=args.eos_token_id,
+                              pad_token_id=args.pad_token_id, progress=True)
+    if args.check_vocab > 0 and not stream.packed:  # a packed index checks every token while packing
         from olmax.data.reader import check_token_ids
 
         check_token_ids(index, args.vocab_size, samples=args.check_vocab)
@@ -82,8 +89,9 @@ def run_batches(args: argparse.Namespace) -> int:
         raise OlmaxError(f"--steps must be >= 1, got {args.steps}")
     stream = _stream(args)
     loader = stream.open_loader(_index(args, stream), process_index=args.process_index,
-                                process_count=args.process_count)
+                                process_count=args.process_count, eos_token_id=args.eos_token_id)
     it = loader.iterate(loader.state_at(args.epoch, args.start_step))
+    lens: list[list[np.ndarray]] = []
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     tmp = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.tmp.npy")
@@ -92,8 +100,21 @@ def run_batches(args: argparse.Namespace) -> int:
                                         shape=(args.steps, loader.rows_per_process, stream.seq_len))
         for n in range(args.steps):
             arr[n] = next(it)["input_ids"]
+            if args.doc_lens_out:
+                from olmax.data.packing import document_lengths
+
+                lens.append([document_lengths(row, args.eos_token_id) for row in arr[n]])
         arr.flush()
         del arr
+        if args.doc_lens_out:
+            from olmax.atomic import temp_path
+
+            out = np.zeros((args.steps, loader.rows_per_process, max(len(x) for b in lens for x in b)), np.int32)
+            for n, rows in enumerate(lens):
+                for r, x in enumerate(rows):
+                    out[n, r, :len(x)] = x
+            with temp_path(args.doc_lens_out, suffix=".npy") as t:
+                np.save(t, out)
         os.replace(tmp, args.out)
     finally:
         if os.path.exists(tmp):
@@ -104,15 +125,23 @@ def run_batches(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan(index: TokenIndex, global_batch_size: int) -> dict:
-    """The numbers `olmax data plan` prints, as a dict."""
+def plan(index, global_batch_size: int) -> dict:
+    """The numbers `olmax data plan` prints, as a dict (`index`: a TokenIndex or a PackedIndex; for packed
+    instances `tokens` counts document tokens, padding excluded, and sources count by document)."""
+    import numpy as np
+
+    from olmax.data.packing import PackedIndex
+
     steps = index.num_instances // global_batch_size
+    packed = isinstance(index, PackedIndex)
     by_label = index.tokens_by_label()
     total = max(1, index.num_tokens)
+    extra = {"packed": True, "padding_fraction": index.padding_fraction,
+             "source_group_size": index.source_group_size} if packed else {"packed": False}
     return {
         "files": len(index.paths), "seq_len": index.seq_len, "global_batch_size": global_batch_size,
-        "instances": index.num_instances, "tokens": index.num_tokens,
-        "file_tokens": sum(index.sizes) // index.itemsize,
+        "instances": index.num_instances, "tokens": index.num_tokens, **extra,
+        "file_tokens": sum(index.sizes) // np.dtype(index.dtype).itemsize,
         "steps_per_epoch": steps, "tokens_per_epoch": steps * global_batch_size * index.seq_len,
         "dropped_instances": index.num_instances - steps * global_batch_size,
         "sources": {k: {"tokens": v, "share": v / total} for k, v in by_label.items()},
@@ -134,7 +163,9 @@ def run_plan(args: argparse.Namespace) -> int:
         return 0
     print(f"files            {result['files']:,}")
     print(f"instances        {result['instances']:,} x {result['seq_len']:,} tokens "
-          f"(file tokens {result['file_tokens']:,}, tails dropped)")
+          + (f"(whole documents packed, {100 * result['padding_fraction']:.2f}% padding; file tokens "
+             f"{result['file_tokens']:,})" if result["packed"] else
+             f"(file tokens {result['file_tokens']:,}, tails dropped)"))
     print(f"tokens           {result['tokens']:,}")
     print(f"steps per epoch  {result['steps_per_epoch']:,} x {result['global_batch_size']:,} sequences "
           f"= {result['tokens_per_epoch']:,} tokens ({result['dropped_instances']:,} instances dropped)")

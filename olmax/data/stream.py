@@ -20,6 +20,7 @@ from olmax.errors import OlmaxError
 if TYPE_CHECKING:
     from olmax.data.index import TokenIndex
     from olmax.data.loader import Loader
+    from olmax.data.packing import PackedIndex
 
 DATA_SEED = 34521  # OLMo 3 stage-1 data seed: OLMo-core NumpyDataLoaderConfig(seed=34521)
 DEMO_MIX = "demo"  # `mix` value: the embedded stdlib code+prose mix (olmax.data.demo_mix), built on first use
@@ -45,6 +46,11 @@ class StreamSpec:
     order: str = "olmo-core"  # or "feistel": stateless, no order file, not AI2's order
     work_dir: str | None = None  # order files; None: $OLMAX_WORK_DIR or the temp dir
     document_masks: bool = False  # attend within documents only (segment ids from EOS); off in stages 1-2
+    # OLMo-core's NumpyPackedFSLDataset (stage 3): whole documents packed by OBFD into L-token instances,
+    # padded, per group of `source_group_size` files after a `source_permutation_seed` file shuffle
+    packed: bool = False
+    source_group_size: int = 1
+    source_permutation_seed: int | None = None
     num_threads: int = 2  # Grain read threads; 0 reads synchronously (never changes the stream)
     prefetch_buffer_size: int = 4  # batches read ahead
     num_workers: int = 0  # Grain prefetch processes (mp_prefetch); 0: none
@@ -56,6 +62,11 @@ class StreamSpec:
             raise OlmaxError(f"global_batch_size must be positive, got {self.global_batch_size}")
         if self.order not in ORDERS:
             raise OlmaxError(f"order {self.order!r}: use one of {', '.join(ORDERS)}")
+        if self.source_group_size < 1:
+            raise OlmaxError(f"source_group_size must be >= 1, got {self.source_group_size}")
+        if not self.packed and (self.source_group_size != 1 or self.source_permutation_seed is not None):
+            raise OlmaxError("source_group_size and source_permutation_seed apply to packed streams only; "
+                             "set data.packed=true (--packed)")
 
     def replace(self, **fields) -> StreamSpec:
         return dataclasses.replace(self, **fields)
@@ -73,13 +84,37 @@ class StreamSpec:
 
         return str(ensure_demo_mix(work_dir_path(self.work_dir) / "demo-mix"))
 
-    def open_index(self, *, seq_len: int | None = None, **kwargs) -> TokenIndex:
-        """The index of this stream's mix at `seq_len` (default the spec's); kwargs go to `build_index`."""
+    def open_index(self, *, seq_len: int | None = None, **kwargs) -> TokenIndex | PackedIndex:
+        """The index of this stream's mix at `seq_len` (default the spec's): fixed windows (`build_index`,
+        which takes the kwargs) or, for a packed stream, the packed instances (`build_packed_index`; kwargs
+        `dtype`, `vocab_size`, `eos_token_id`, `pad_token_id`, `bos_token_id`, default dolma2's; `progress`
+        shows a bar while packing)."""
         from olmax.data.index import build_index
         from olmax.data.mixfile import read_mix
 
         mix = read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
-        return build_index(mix, self.seq_len if seq_len is None else seq_len, **kwargs)
+        seq_len = self.seq_len if seq_len is None else seq_len
+        progress = kwargs.pop("progress", False)
+        if not self.packed:
+            return build_index(mix, seq_len, **kwargs)
+        from olmax.data.index import DOLMA2_EOS, DOLMA2_PAD, DOLMA2_VOCAB_SIZE
+        from olmax.data.packing import build_packed_index
+
+        return build_packed_index(
+            mix.paths, mix.labels, seq_len, eos_token_id=kwargs.get("eos_token_id", DOLMA2_EOS),
+            pad_token_id=kwargs.get("pad_token_id", DOLMA2_PAD), vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
+            bos_token_id=kwargs.get("bos_token_id"), dtype=kwargs.get("dtype", "uint32"),
+            source_group_size=self.source_group_size, source_permutation_seed=self.source_permutation_seed,
+            work_dir=str(work_dir_path(self.work_dir)), progress=progress)
+
+    def file_index(self) -> TokenIndex:
+        """Every file of the mix with its size (a window index at L = 1, short files kept), whatever the
+        stream's instances: what the content audits (leaks, dedup) read."""
+        from olmax.data.index import build_index
+        from olmax.data.mixfile import read_mix
+
+        mix = read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
+        return build_index(mix, 1, allow_short_files=True)
 
     def open_loader(self, index: TokenIndex | None = None, *, process_index: int | None = None,
                     process_count: int | None = None, **kwargs) -> Loader:
@@ -93,8 +128,10 @@ class StreamSpec:
 
     def describe(self) -> str:
         """One line for logs: what decides the stream."""
+        packed = (f", packed (OBFD, groups of {self.source_group_size} files, file shuffle seed "
+                  f"{self.source_permutation_seed})" if self.packed else "")
         return (f"mix {self.mix}, L {self.seq_len}, G {self.global_batch_size}, seed {self.seed}, "
-                f"order {self.order}" + (", document masks" if self.document_masks else ""))
+                f"order {self.order}" + packed + (", document masks" if self.document_masks else ""))
 
 
 def work_dir_path(work_dir: str | None) -> Path:

@@ -16,7 +16,9 @@ from olmax.errors import OlmaxError
 
 # option dest -> (flag, StreamSpec field)
 _FLAGS = {"mix": "--mix", "base_dir": "--base-dir", "tokenizer_id": "--tokenizer-id", "seq_len": "--seq-len",
-          "global_batch_size": "--global-batch-size", "seed": "--seed", "order": "--order", "work_dir": "--work-dir"}
+          "global_batch_size": "--global-batch-size", "seed": "--seed", "order": "--order", "work_dir": "--work-dir",
+          "packed": "--packed", "source_group_size": "--source-group-size",
+          "source_permutation_seed": "--source-permutation-seed"}
 
 
 def add_stream_options(p: argparse.ArgumentParser, *, seq_len: bool = True, batch: bool = True,
@@ -36,6 +38,14 @@ def add_stream_options(p: argparse.ArgumentParser, *, seq_len: bool = True, batc
                    "uses for dolma2)")
     if seq_len:
         g.add_argument("--seq-len", type=int, help="tokens per instance L (8192 in OLMo 3 stages 1-2)")
+        g.add_argument("--packed", action="store_const", const=True, default=None,
+                       help="instances are whole documents packed into L tokens by Optimized Best-Fit "
+                       "Decreasing and padded (OLMo-core's NumpyPackedFSLDataset, OLMo 3 stage 3); L must "
+                       "be a power of two")
+        g.add_argument("--source-group-size", type=int, help="packed: files packed together, in groups of "
+                       "K consecutive files (default 1; stage 3: 8)")
+        g.add_argument("--source-permutation-seed", type=int, help="packed: shuffle the mix's files with "
+                       "random.Random(R) first (default: no shuffle; stage 3: 123)")
     if batch:
         g.add_argument("--global-batch-size", type=int, help="sequences per global batch G (512 in OLMo 3 "
                        "stage 1)")

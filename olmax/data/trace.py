@@ -5,12 +5,12 @@ global batch N - 1 of the stream, i.e. batch b = (N - 1) mod B of epoch e = (N -
 is the number of global batches per epoch (N // G, OLMo-core's). A global batch is the same for any
 process count (process I of P holds its rows I::P), so both answers are per global batch and row.
 
-`which`: the rows of one batch, each instance cut into the document segments it holds (source, file,
+`which`: the rows of one batch, each instance (a window, or a packed row's documents) cut into the document segments it holds (source, file,
 document id, token offsets within the document) through the document cache (olmax.data.documents).
 
 `where`: the inverse question. The instances holding any token of a (file, token range) are found from
-the index (instance j of a file is its tokens [jL, (j+1)L); a file's tail shorter than L is never
-served); their positions in an epoch come from the inverse of that epoch's order, built once and kept
+the index (`instances_covering`: instance j of a file is its tokens [jL, (j+1)L), a tail shorter than L
+never served; or, for a packed stream, the packed instances of the documents overlapping the range); their positions in an epoch come from the inverse of that epoch's order, built once and kept
 beside the order file (`order-...u32.inverse`, 4 bytes per instance, the order file's size), so a query
 is a few lookups, never a replay of the stream.
 """
@@ -43,23 +43,23 @@ def which(loader: Loader, step: int, docs: DocumentCache) -> dict:
     epoch, batch = step_position(step, bpe)
     g, seq = loader.spec.global_batch_size, loader.spec.seq_len
     ids = loader.epoch_order(epoch).take(batch * g, (batch + 1) * g).astype(np.int64)
-    files, starts = index.locate(ids)
     labels = index.labels
     rows = []
-    for r, (inst, f, a) in enumerate(zip(ids.tolist(), files.tolist(), starts.tolist())):
-        d = docs.get(index.paths[f])
-        b = a + seq
-        first = max(0, int(d.doc_at(np.asarray([a]))[0]))
+    for r, inst in enumerate(ids.tolist()):
+        spans = index.instance_documents(inst)  # one window, or a packed row's documents in row order
         segments = []
-        for k in range(first, len(d.starts)):
-            s, e = int(d.starts[k]), int(d.ends[k])
-            if s >= b:
-                break
-            if e <= a:
-                continue
-            segments.append({"source": labels[f], "file": index.paths[f], "doc_id": d.id_of(k),
-                             "start": max(a, s) - s, "end": min(b, e) - s})
-        rows.append({"row": r, "instance": inst, "file_offset": a, "segments": segments})
+        for f, a, b in spans:
+            d = docs.get(index.paths[f])
+            first = max(0, int(d.doc_at(np.asarray([a]))[0]))
+            for k in range(first, len(d.starts)):
+                s, e = int(d.starts[k]), int(d.ends[k])
+                if s >= b:
+                    break
+                if e <= a:
+                    continue
+                segments.append({"source": labels[f], "file": index.paths[f], "doc_id": d.id_of(k),
+                                 "start": max(a, s) - s, "end": min(b, e) - s})
+        rows.append({"row": r, "instance": inst, "file_offset": spans[0][1], "segments": segments})
     return {"step": step, "epoch": epoch, "batch_in_epoch": batch, "seq_len": seq, "global_batch_size": g,
             "rows": rows}
 
@@ -103,17 +103,13 @@ class Span:
 def instances_of(loader: Loader, span: Span) -> np.ndarray:
     """int64: global ids of the instances holding any token of `span` (every mix entry of the file)."""
     index = loader.index
-    seq = index.seq_len
     target = file_key(span.file)
     out, found = [], False
     for f, p in enumerate(index.paths):
         if file_key(p) != target:
             continue
         found = True
-        n = int(index.counts[f])
-        lo, hi = span.start // seq, min(n, (max(span.end, span.start + 1) - 1) // seq + 1)
-        if lo < hi:
-            out.append(np.arange(lo, hi, dtype=np.int64) + int(index.offsets[f]))
+        out.append(index.instances_covering(f, span.start, span.end))
     if not found:
         raise OlmaxError(f"{span.file}: not a file of the mix")
     return np.concatenate(out) if out else np.zeros(0, np.int64)

@@ -124,10 +124,14 @@ def attach_mix(exp: Exposure, stream: StreamSpec | None, unseen_per_source: int 
 
 
 def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:
-    """(N, L) int64 tokens of global instances `ids` of a TokenIndex, read by the loader's TokenReader."""
+    """(N, L) int64 tokens of global instances `ids` of a TokenIndex (read by the loader's TokenReader)
+    or a PackedIndex (its PAD-padded rows)."""
+    from olmax.data.packing import PackedIndex
     from olmax.data.reader import TokenReader
 
     ids = np.asarray(ids)
+    if isinstance(index, PackedIndex):
+        return index.read(ids.astype(np.int64))["input_ids"].astype(np.int64)
     files, starts = index.locate(ids)
     out = np.empty((ids.size, index.seq_len), np.dtype(index.dtype))
     reader = TokenReader(index)

@@ -27,7 +27,7 @@ from olmax.train.config import ExperimentConfig, dump_yaml
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 
-BATCH_KEYS = ("input_ids", "segment_ids")  # loader outputs the step reads
+BATCH_KEYS = ("input_ids", "segment_ids", "label_mask")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
 
 
@@ -72,7 +72,12 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
     stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
-    loader = stream.open_loader(eos_token_id=cfg.model.eos_token_id)
+    m = cfg.model
+    # a packed stream finds documents by the model's EOS and pads with its PAD (fixed windows need neither)
+    index = stream.open_index(**(dict(eos_token_id=m.eos_token_id, pad_token_id=m.pad_token_id, vocab_size=m.vocab_size,
+                                      bos_token_id=m.bos_token_id, progress=jax.process_index() == 0)
+                                 if stream.packed else {}))
+    loader = stream.open_loader(index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)

@@ -23,27 +23,33 @@ import jax
 import jax.numpy as jnp
 
 
-def shifted_labels(input_ids_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(labels, weights): inputs shifted left with a dummy last label, and weight 0 on it."""
+def shifted_labels(input_ids_BxL: jax.Array, label_mask_BxL: jax.Array | None = None
+                   ) -> tuple[jax.Array, jax.Array]:
+    """(labels, weights): inputs shifted left with a dummy last label, and weight 0 on it; with a label
+    mask (False on a packed row's padding, OLMo-core's `label_mask`), a label weighs what its token's mask says."""
     b, seq = input_ids_BxL.shape
     labels_BxL = jnp.concatenate([input_ids_BxL[:, 1:], jnp.zeros((b, 1), input_ids_BxL.dtype)], axis=1)
     weights_BxL = jnp.broadcast_to((jnp.arange(seq) < seq - 1).astype(jnp.float32)[None, :], (b, seq))
+    if label_mask_BxL is not None:
+        shifted = jnp.concatenate([label_mask_BxL[:, 1:], jnp.zeros((b, 1), label_mask_BxL.dtype)], axis=1)
+        weights_BxL = weights_BxL * shifted.astype(jnp.float32)
     return labels_BxL, weights_BxL
 
 
-def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float, vocab_size: int | None = None
-                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(sum of CE, sum of z_loss * lse^2, predicted tokens) from full logits; columns >= vocab_size masked."""
+def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float, vocab_size: int | None = None,
+                  label_mask_BxL: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(sum of CE, sum of z_loss * lse^2, predicted tokens) from full logits; columns >= vocab_size masked,
+    labels whose `label_mask` is False weigh 0."""
     b, seq, v = logits_BxLxV.shape
     logits = logits_BxLxV.astype(jnp.float32)
     if vocab_size is not None and vocab_size < v:
         logits = jnp.where(jnp.arange(v) < vocab_size, logits, -jnp.inf)
-    labels_BxL, weights_BxL = shifted_labels(input_ids_BxL)
+    labels_BxL, weights_BxL = shifted_labels(input_ids_BxL, label_mask_BxL)
     lse_BxL = jax.nn.logsumexp(logits, axis=-1)
     label_logit_BxL = jnp.take_along_axis(logits, labels_BxL[..., None], axis=-1)[..., 0]
     ce = jnp.sum((lse_BxL - label_logit_BxL) * weights_BxL)
     z = z_loss * jnp.sum(jnp.square(lse_BxL) * weights_BxL)
-    return ce, z, jnp.asarray(b * (seq - 1), jnp.float32)
+    return ce, z, jnp.sum(weights_BxL)
 
 
 def _block_logits(h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, chunk: int, vocab: int
@@ -161,8 +167,8 @@ def pick_chunk(size: int, want: int) -> int:
 
 
 def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float,
-                       vocab_size: int, chunk: int, store: bool | None = None
-                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                       vocab_size: int, chunk: int, store: bool | None = None,
+                       label_mask_BxL: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
 
     `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
@@ -170,8 +176,8 @@ def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.
     keeps the forward's exp blocks, B * L * V fp32, so the backward skips recomputing the logits.
     """
     b, seq, d = h_BxLxD.shape
-    labels_BxL, weights_BxL = shifted_labels(input_ids_BxL)
+    labels_BxL, weights_BxL = shifted_labels(input_ids_BxL, label_mask_BxL)
     ce, zz = _fused(h_BxLxD.reshape(b * seq, d), w_DxV, labels_BxL.reshape(-1), weights_BxL.reshape(-1),
                     vocab_size, pick_chunk(w_DxV.shape[1], chunk),
                     default_store(b * seq, w_DxV.shape[1]) if store is None else store)
-    return ce, z_loss * zz, jnp.asarray(b * (seq - 1), jnp.float32)
+    return ce, z_loss * zz, jnp.sum(weights_BxL)

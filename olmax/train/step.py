@@ -80,15 +80,16 @@ def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int |
 
     def loss_fn(params: dict, batch: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         ids_BxL, segment_ids_BxL = batch["input_ids"], batch.get("segment_ids")
+        label_mask_BxL = batch.get("label_mask")  # packed rows: padding predicts nothing
         model = nnx.merge(graphdef, params)
         h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
         if chunk == 0:  # reference path: full (B, L, V) logits
             ce, z, _ = cross_entropy(model.head(h_BxLxD, padded=True), ids_BxL, optim_cfg.z_loss,
-                                     model_cfg.loss_vocab)
+                                     model_cfg.loss_vocab, label_mask_BxL)
         else:
             # the padded head; columns past loss_vocab (the real vocabulary under vocab_padding="zero") masked
             ce, z, _ = head_cross_entropy(h_BxLxD, params["lm_head"], ids_BxL, optim_cfg.z_loss,
-                                          model_cfg.loss_vocab, chunk)
+                                          model_cfg.loss_vocab, chunk, label_mask_BxL=label_mask_BxL)
         return ce + z, (ce, z)
 
     return loss_fn
@@ -123,7 +124,11 @@ def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, 
                                                     micro_sharding)
 
         micro = {k: split(v) for k, v in batch.items()}
-        n_tokens = float(g_rows * (seq - 1))
+        # the global count of predicted tokens (OLMo-core divides the summed loss by it): every position but
+        # each row's last, or, with a label mask, the labels it keeps
+        mask = batch.get("label_mask")
+        n_tokens = float(g_rows * (seq - 1)) if mask is None else jnp.maximum(
+            jnp.sum(mask[:, 1:].astype(jnp.float32)), 1.0)
         if n_micro == 1:
             (_, (ce, z)), grads = grad_fn(params, {k: v[0] for k, v in micro.items()}, 1.0 / n_tokens)
         else:
