@@ -1,6 +1,6 @@
 """Memorization flags: is a training-loss gain shared by held-out loss, or is the model memorizing?
 
-Five checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
+Six checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
 when any check flags. A check lacking its inputs is "skipped" (never flagged) and says what it needs.
   1 exposure  loss on training instances served >= repeat_min times vs never-served instances of the
               same source (needs an exposure file and a checkpoint)
@@ -12,6 +12,10 @@ when any check flags. A check lacking its inputs is "skipped" (never flagged) an
               never saw, weighted by each source's share of the served stream. Each train batch was unseen
               when its loss was logged, so in a healthy run the two agree (train slightly higher: the
               model improved since); a train loss below unseen text means it is scored on text it knows.
+  6 contaminated  eval items the leak audit found in the training data vs the set's clean items, over the
+              run's checkpoints: flags when the contaminated items' CE improved beyond the clean items' by
+              more than the 95% bootstrap interval (olmax/evals/gains.py; needs --leaks and --eval, or a
+              --gains report)
 Deterministic: strata are sampled with a fixed seed.
 """
 
@@ -26,10 +30,15 @@ from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves
 from olmax.evals.exposure import Exposure
-from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
+from olmax.evals.model_checks import (
+    check_contaminated,
+    check_exposure,
+    check_extraction,
+    check_train_vs_unseen,
+)
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
-__all__ = ["Thresholds", "check_exposure", "check_extraction", "check_gap", "check_reference",
+__all__ = ["Thresholds", "check_contaminated", "check_exposure", "check_extraction", "check_gap", "check_reference",
            "check_train_vs_unseen", "memorization_report", "MemorizationInputs", "run_memorization", "summary"]
 
 
@@ -123,8 +132,9 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
 
 def memorization_report(run: Curves | None, *, reference: Curves | None = None, exposure: Exposure | None = None,
                         model=None, thresholds: Thresholds | None = None, per_stratum: int = 64,
-                        probe_len: int = 512, batch_size: int = 8, pad_id: int = 0) -> dict:
-    """All five checks; `flagged` is true when any flags."""
+                        probe_len: int = 512, batch_size: int = 8, pad_id: int = 0,
+                        gains: dict | None = None) -> dict:
+    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
@@ -143,6 +153,8 @@ def memorization_report(run: Curves | None, *, reference: Curves | None = None, 
         checks["train_vs_unseen"] = (
             check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
             if run is not None else skipped_check("no run metrics"))
+    checks["contaminated"] = (check_contaminated(gains, th) if gains is not None else
+                              skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report"))
     return {"flagged": any(c["flagged"] for c in checks.values()),
             "checks": checks, "thresholds": dataclasses.asdict(th)}
 
@@ -174,6 +186,12 @@ class MemorizationInputs:
     dtype: str = "float32"
     thresholds: tuple[str, ...] = ()  # NAME=VALUE overrides of Thresholds
     plot: str | None = None  # also write the loss curves here (PNG)
+    # check 6: an `olmax eval gains` report, else one computed from a leak report and eval sets
+    gains: str | None = None
+    leaks: str | None = None  # `olmax audit leaks` report
+    evals: tuple[str, ...] = ()  # NAME or NAME=PATH, as `olmax eval heldout --eval`
+    eval_limit: int | None = None  # first N documents of each set
+    tokenizer: str | None = None  # for the eval sets; None: $OLMAX_EVAL_TOKENIZER, else dolma2
 
 
 def run_memorization(inp: MemorizationInputs) -> dict:
@@ -188,6 +206,7 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         raise OlmaxError(f"{run_dir}: not a run directory")
     th = Thresholds.parse(list(inp.thresholds))
     run = read_run(run_dir)
+    gains = _gains(inp, run_dir)  # before the model loads: a bad --leaks/--eval fails fast
     ref = read_reference(inp.reference) if inp.reference else None
     exp_path = inp.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
                                      if p.is_file()), None)
@@ -213,7 +232,7 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         exposure = replay_exposure(run_dir, step, unseen_per_source=inp.per_stratum)
     report = memorization_report(run, reference=ref, exposure=exposure, model=model, thresholds=th,
                                  per_stratum=inp.per_stratum, probe_len=inp.probe_len,
-                                 batch_size=inp.batch_size, pad_id=pad_id)
+                                 batch_size=inp.batch_size, pad_id=pad_id, gains=gains)
     report = {"run": str(run_dir), "reference": inp.reference, "exposure": exp_path,
               "checkpoint": inp.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
               **report}
@@ -222,3 +241,21 @@ def run_memorization(inp: MemorizationInputs) -> dict:
 
         report["plot"] = str(plot_run(run_dir, inp.plot, reference=inp.reference))
     return report
+
+
+def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
+    """Check 6's input: the given gains report, else one scored now over the run's checkpoints."""
+    from olmax.jsonio import read_json
+
+    if inp.gains:
+        return read_json(inp.gains, "an `olmax eval gains` report")
+    if not inp.leaks or not inp.evals:
+        if inp.leaks or inp.evals:
+            raise OlmaxError("check 6 needs both --leaks (an `olmax audit leaks` report) and --eval NAME[=PATH]")
+        return None
+    from olmax.evals.gains import GainsInputs, gains_report, score_run
+
+    scores = score_run(GainsInputs(run=str(run_dir), leaks=inp.leaks, evals=tuple(inp.evals),
+                                   limit=inp.eval_limit, batch_size=inp.batch_size, tokenizer=inp.tokenizer,
+                                   dtype=inp.dtype))
+    return gains_report(scores)

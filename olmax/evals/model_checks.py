@@ -183,3 +183,43 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
         msg += f"; {1 - coverage:.0%} of the served stream came from {', '.join(missing)}, with no unseen text left"
     return check_verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
                     coverage=coverage, sources=sources)
+
+
+def check_contaminated(gains: dict, th: Thresholds) -> dict:
+    """Check 6: contaminated eval items improving beyond clean ones (an `olmax eval gains` report's sets).
+
+    Per set, the CE gain at the last scored step (gap clean - contaminated, minus the gap at the first
+    scored step) flags when its 95% bootstrap interval lies wholly above `contam_gain_nats`. Sets with
+    fewer than `min_samples` items in either group, or a single scored step, are skipped.
+    """
+    per_set, flagged = {}, []
+    for name, block in gains.get("sets", {}).items():
+        ce = block.get("metrics", {}).get("ce")
+        if ce is None:
+            per_set[name] = skipped_check(f"{name}: {block.get('note', 'no CE scores')}")
+            continue
+        if min(block["contaminated"], block["clean"]) < th.min_samples:
+            per_set[name] = skipped_check(f"{name}: {block['contaminated']} contaminated and {block['clean']} clean "
+                                          f"items (needs >= {th.min_samples} of each)")
+            continue
+        steps = block["steps"]
+        if len(steps) < 2:
+            per_set[name] = skipped_check(f"{name}: one checkpoint scored (step {steps[0]}, gap {ce['gap'][0]:+.3f} "
+                                          "nats); the gain needs two")
+            continue
+        gain, lo, hi = ce["gain"][-1], ce["gain_lo"][-1], ce["gain_hi"][-1]
+        hit = lo > th.contam_gain_nats
+        msg = (f"{name}: from step {steps[0]} to {steps[-1]} the {block['contaminated']} contaminated items gained "
+               f"{gain:+.3f} [{lo:+.3f}, {hi:+.3f}] nats of CE over the {block['clean']} clean ones "
+               f"(gap {ce['gap'][0]:+.3f} -> {ce['gap'][-1]:+.3f}; flags when the interval is above "
+               f"{th.contam_gain_nats})")
+        per_set[name] = check_verdict(hit, msg, from_step=steps[0], to_step=steps[-1], gain_nats=gain,
+                                      gain_lo=lo, gain_hi=hi)
+        if hit:
+            flagged.append(name)
+    if not per_set or all(v["status"] == "skipped" for v in per_set.values()):
+        why = "no set has contaminated and clean items scored at two steps" if per_set else "no eval set scored"
+        return {**skipped_check(why), "sets": per_set}
+    msg = (f"contaminated items improved beyond clean ones on {', '.join(flagged)}" if flagged
+           else "contaminated items improved no more than clean ones on every set")
+    return {**check_verdict(bool(flagged), msg), "sets": per_set}

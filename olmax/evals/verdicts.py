@@ -30,6 +30,10 @@ class Thresholds:
     extract_new: int = 32  # check 4: greedy tokens compared
     extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
     unseen_gap_nats: float = 0.1  # check 5: CE(unseen mix text) - train loss above this (and 3 s.e.) flags
+    # check 6 (contaminated): a set flags when the lower end of the 95% bootstrap interval of its CE gain
+    # (how much more its contaminated items improved than its clean ones since the first scored step) is
+    # above this; 0: any gain beyond the interval (bench/memorization_power.py measures its power)
+    contam_gain_nats: float = 0.0
 
     @classmethod
     def parse(cls, overrides: list[str]) -> Thresholds:
