@@ -88,8 +88,25 @@ def file_sizes(paths: Sequence[str], *, threads: int = 16) -> list[int]:
         return list(pool.map(_size_of, paths))
 
 
+class LabelledFiles:
+    """Source labels of an index's files (`labels`, one per entry of `paths`), shared by the fixed-window
+    and the packed index."""
+
+    labels: tuple[str, ...]
+
+    @cached_property
+    def label_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.labels))
+
+    @cached_property
+    def file_label_ids(self) -> np.ndarray:
+        """int32 (F,): each file's source id (an index into `label_names`)."""
+        ids = {name: i for i, name in enumerate(self.label_names)}
+        return np.asarray([ids[label] for label in self.labels], dtype=np.int32)
+
+
 @dataclass(frozen=True)
-class TokenIndex:
+class TokenIndex(LabelledFiles):
     """The instances of a mix at sequence length `seq_len`: what the order permutes."""
 
     paths: tuple[str, ...]
@@ -121,16 +138,6 @@ class TokenIndex:
     def num_tokens(self) -> int:
         """Tokens the instances cover (file tails excluded)."""
         return self.num_instances * self.seq_len
-
-    @cached_property
-    def label_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.labels))
-
-    @cached_property
-    def file_label_ids(self) -> np.ndarray:
-        """int32 (F,): each file's source id (an index into `label_names`)."""
-        ids = {name: i for i, name in enumerate(self.label_names)}
-        return np.asarray([ids[label] for label in self.labels], dtype=np.int32)
 
     def locate(self, instance_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(file index, first token offset in that file) of each global instance id, vectorized."""

@@ -22,7 +22,6 @@ import hashlib
 import multiprocessing
 import os
 import random
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,7 +29,9 @@ from functools import cached_property
 import numpy as np
 
 from olmax.atomic import temp_path
+from olmax.data.index import LabelledFiles
 from olmax.data.mixfile import is_url
+from olmax.data.reader import LocalFiles
 from olmax.errors import OlmaxError
 
 LONG_DOC_STRATEGIES = ("truncate", "fragment")
@@ -227,48 +228,8 @@ def _pack_group_job(args: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return pack_group(paths, sizes, dtype, seq_len, **kwargs)
 
 
-class _DocReader:
-    """Positioned reads of document tokens; pickles without its open file handles."""
-
-    def __init__(self, paths: tuple[str, ...]):
-        self.paths = paths
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        return {"paths": self.paths}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["paths"])
-
-    def __del__(self) -> None:
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds = {}
-
-    def read_into(self, file_index: int, start: int, out: np.ndarray) -> None:
-        fd = self._fds.get(file_index)
-        if fd is None:
-            with self._lock:
-                fd = self._fds.get(file_index)
-                if fd is None:
-                    try:
-                        fd = self._fds[file_index] = os.open(self.paths[file_index], os.O_RDONLY)
-                    except FileNotFoundError as e:
-                        raise OlmaxError(f"{self.paths[file_index]}: token file vanished after packing; "
-                                         f"restore it or rebuild the packed index") from e
-        view = memoryview(out).cast("B")
-        got = os.preadv(fd, [view], start * out.itemsize)
-        if got != view.nbytes:
-            raise OlmaxError(f"{self.paths[file_index]}: short read at token offset {start} (wanted "
-                             f"{out.size} tokens); the file shrank after packing")
-
-
 @dataclass(frozen=True)
-class PackedIndex:
+class PackedIndex(LabelledFiles):
     """The packed instances of a mix; arrays are per packed document in instance order."""
 
     paths: tuple[str, ...]  # after the source permutation, in group order
@@ -306,18 +267,8 @@ class PackedIndex:
         return 1.0 - self.num_tokens / max(1, self.num_instances * self.seq_len)
 
     @cached_property
-    def label_names(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.labels))
-
-    @cached_property
-    def file_label_ids(self) -> np.ndarray:
-        """int32 (F,): each file's source id (an index into `label_names`)."""
-        ids = {name: i for i, name in enumerate(self.label_names)}
-        return np.asarray([ids[label] for label in self.labels], dtype=np.int32)
-
-    @cached_property
-    def _reader(self) -> _DocReader:
-        return _DocReader(self.paths)
+    def _reader(self) -> LocalFiles:
+        return LocalFiles(self.paths, "packing")
 
     def _check_ids(self, ids: np.ndarray) -> None:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_instances):

@@ -16,20 +16,21 @@ from olmax.data.mixfile import is_url
 from olmax.errors import OlmaxError
 
 
-class TokenReader:
-    """Copies L-token windows of the index's files into rows of a (R, L) array of the file dtype."""
+class LocalFiles:
+    """Positioned reads of local files, each opened once on first use (thread-safe); pickles without its
+    open handles. `made_by` names what the files were read by before ("indexing", "packing"), for the
+    error when one vanished or shrank since."""
 
-    def __init__(self, index: TokenIndex):
-        self.index = index
+    def __init__(self, paths: tuple[str, ...] | list[str], made_by: str):
+        self.paths, self.made_by = tuple(paths), made_by
         self._fds: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._remote = np.asarray([is_url(p) for p in index.paths], dtype=bool)
 
     def __getstate__(self) -> dict:
-        return {"index": self.index}
+        return {"paths": self.paths, "made_by": self.made_by}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["index"])
+        self.__init__(state["paths"], state["made_by"])
 
     def __del__(self) -> None:
         self.close()
@@ -42,35 +43,55 @@ class TokenReader:
                 pass
         self._fds = {}
 
-    def _fd(self, file_index: int) -> int:
+    def fd(self, file_index: int) -> int:
         fd = self._fds.get(file_index)
         if fd is None:
             with self._lock:
                 fd = self._fds.get(file_index)
                 if fd is None:
-                    path = self.index.paths[file_index]
+                    path = self.paths[file_index]
                     try:
                         fd = os.open(path, os.O_RDONLY)
                     except FileNotFoundError as e:
-                        raise OlmaxError(f"{path}: token file vanished after indexing; restore it "
+                        raise OlmaxError(f"{path}: token file vanished after {self.made_by}; restore it "
                                          f"or rebuild the index") from e
                     self._fds[file_index] = fd
         return fd
+
+    def read_into(self, file_index: int, token_offset: int, out: np.ndarray) -> None:
+        """Fill the contiguous array `out` with the file's tokens from `token_offset` on."""
+        view = memoryview(out).cast("B")
+        offset = token_offset * out.itemsize
+        got = os.preadv(self.fd(file_index), [view], offset)
+        if got != view.nbytes:
+            raise OlmaxError(f"{self.paths[file_index]}: short read at byte {offset + got} (wanted {view.nbytes} "
+                             f"bytes); the file shrank after {self.made_by}")
+
+
+class TokenReader:
+    """Copies L-token windows of the index's files into rows of a (R, L) array of the file dtype."""
+
+    def __init__(self, index: TokenIndex):
+        self.index = index
+        self._files = LocalFiles(index.paths, "indexing")
+        self._remote = np.asarray([is_url(p) for p in index.paths], dtype=bool)
+
+    def __getstate__(self) -> dict:
+        return {"index": self.index}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["index"])
+
+    def close(self) -> None:
+        self._files.close()
 
     def read(self, files: np.ndarray, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Fill row r of `out` with the tokens [starts[r], starts[r] + L) of file files[r]."""
         if out.dtype != np.dtype(self.index.dtype) or out.ndim != 2 or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous (R, L) {self.index.dtype} array")
-        itemsize = out.itemsize
         remote = self._remote[files]
         for r in np.flatnonzero(~remote).tolist():
-            f, s = int(files[r]), int(starts[r])
-            view = memoryview(out[r]).cast("B")
-            offset = s * itemsize
-            got = os.preadv(self._fd(f), [view], offset)
-            if got != view.nbytes:
-                raise OlmaxError(f"{self.index.paths[f]}: short read at byte {offset + got} "
-                                 f"(wanted {view.nbytes} bytes); the file shrank after indexing")
+            self._files.read_into(int(files[r]), int(starts[r]), out[r])
         if remote.any():
             self._read_remote(np.flatnonzero(remote).tolist(), files, starts, out)
         return out
