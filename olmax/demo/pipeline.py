@@ -6,7 +6,8 @@ repeat). Every step runs the `olmax` command a user would type, each as its own 
 lists each command so it can be rerun alone: assets → prepare → pre-launch audit (loader gate, leakage vs
 the bundled held-out sets, and a deliberately contaminated / copied-shard variant that the audit must
 catch) → train the tiny OLMo 3 twice, once uninterrupted and once SIGKILLed mid-run and resumed, and
-compare the losses step by step → held-out evals and the memorization check → DIR/report.md and .html.
+compare the losses step by step, with `olmax eval watch` evaluating each checkpoint of the first run beside
+it → held-out evals and the memorization check → DIR/report.md and .html.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from olmax.data.demo_mix import (
     write_raw,
 )
 from olmax.data.stream import DATA_SEED
-from olmax.demo.report import Report, plot_resume, short
+from olmax.demo.report import Report, plot_resume, short, watch_rows
 from olmax.errors import OlmaxError
 
 # The demo trains `configs/tiny.yaml` with fewer tokens per step: with the real 100k vocabulary the LM
@@ -210,7 +211,13 @@ def _train_argv(run_dir: Path, mix: Path, steps: int, every: int) -> list[str]:
             "train.eval_sets=[sciq,arc_easy]", "train.eval_limit=32"]
 
 
-def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path]:
+def _watch_argv(run_dir: Path, steps: int) -> list[str]:
+    """The held-out eval job that follows a run: the run's own in-loop sets and settings, until its last step."""
+    return ["eval", "watch", "--run", str(run_dir), "--until-step", str(steps), "--poll-seconds", "5",
+            "--max-idle-seconds", "1800"]
+
+
+def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path, subprocess.Popen]:
     every = max(10, steps // 5)
     runs = d.out / "runs"
     a, b = runs / "uninterrupted", runs / "killed-and-resumed"
@@ -219,6 +226,22 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
     # Both runs are separate processes with the same environment, as a user would run them; the second is
     # SIGKILLed once it has passed `kill_at`, then finished by rerunning the very same command.
     argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
+    # the periodic eval job, started before the trainer as its own process: it waits for the run's config,
+    # then evaluates each checkpoint once it is committed (section 5 shows its table)
+    watch_argv = _watch_argv(a, steps)
+    d.command(watch_argv, note="started beside the first run, before it")
+    watcher = d.start(watch_argv)
+    try:
+        return (*_train_twice(d, a, b, argv_a, argv_b, steps, every, kill_at), watcher)
+    except BaseException:
+        watcher.kill()
+        watcher.wait()
+        raise
+
+
+def _train_twice(d: _Demo, a: Path, b: Path, argv_a: list[str], argv_b: list[str], steps: int, every: int,
+                 kill_at: int) -> tuple[Path, Path]:
+    """Run `argv_a` to the end, then `argv_b` SIGKILLed after step `kill_at` and rerun; compare their losses."""
     d.olmax(argv_a)
     d.command(argv_b, note=f"SIGKILLed after step {kill_at}")
     proc = d.start(argv_b)
@@ -270,6 +293,35 @@ max |loss difference| from the uninterrupted run {pre_delta:.3g}.
     return a, b
 
 
+def _step_watch(d: _Demo, run: Path, watcher: subprocess.Popen) -> None:
+    """Wait for the eval job that followed `run`; show its table beside the trainer's in-loop numbers."""
+    try:
+        rc = watcher.wait(timeout=1800)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        rc = watcher.wait()
+    watch_line = next(c for c in d.commands if c.startswith("olmax eval watch"))
+    if rc != 0:
+        raise OlmaxError(f"demo step failed: `{watch_line}` exited {rc}", code=rc or 1)
+    records = [json.loads(line) for line in (run / "evals" / "evals.jsonl").read_text().splitlines()]
+    rows, worst = watch_rows(records, _metrics(run))
+    d.add("5. Held-out evals beside the trainer", f"""
+A separate job followed the first run from its start and evaluated each checkpoint once it was committed
+(Orbax's commit marker and olmax's seal), with the run's own in-loop settings; it can be killed and restarted
+at any point (tested: `tests/faults/test_kill_watch.py`). Its records are in `{run / 'evals' / 'evals.jsonl'}`,
+a table in `summary.md` and curves in `curves.png` beside it.
+```
+{watch_line}
+```
+{chr(10).join(rows)}
+
+Max |watcher CE - trainer's in-loop CE| at the same steps: **{worst:.3g}**
+({'identical' if worst == 0 else 'NOT identical'}).
+
+![held-out CE per checkpoint]({(run / 'evals' / 'curves.png').relative_to(d.out)})
+""")
+
+
 def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     ev = d.out / "evals"
     evals = [a for name in ("sciq", "arc_easy", "boolq") for a in ("--eval", name)]
@@ -287,7 +339,7 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     mrows = ["| check | verdict | message |", "|---|---|---|"]
     mrows += [f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {short(v.get('message', ''), 140)} |"
               for k, v in mem["checks"].items()]
-    d.add("5. Held-out evals and the memorization check", f"""
+    d.add("6. Held-out evals and the memorization check", f"""
 ```
 {d.commands[-2]}
 ```
@@ -317,7 +369,8 @@ def run_demo(out: Path, *, steps: int = 200, kill_at: int | None = None, code_fi
     mix = _step_prepare(d, code_files)
     _step_audit(d, mix, code_files)
     kill_at = kill_at or max(1, steps * 13 // 20)  # mid-way between checkpoints by default
-    a, _ = _step_train(d, mix, steps, kill_at)
+    a, _, watcher = _step_train(d, mix, steps, kill_at)
+    _step_watch(d, a, watcher)
     _step_evals(d, a, out / "audit")
     d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
     return d.write()

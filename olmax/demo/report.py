@@ -111,3 +111,19 @@ def plot_resume(la: dict, lb_all: list[tuple[int, float]], killed: int | None, p
     plt.close(fig)
 
 
+def watch_rows(records: list[dict], train: dict[int, dict]) -> tuple[list[str], float]:
+    """(Markdown rows: step x set, the watcher's CE and the trainer's in-loop CE at that step, max |difference|)
+    from `olmax eval watch`'s evals.jsonl records and the run's train records by step."""
+    rows = ["| step | set | watcher CE | in-loop CE | bits/byte | tokens |", "|---:|---|---:|---:|---:|---:|"]
+    worst = 0.0
+    for r in records:
+        if r.get("kind") == "skipped":
+            rows.append(f"| {r['step']} | (skipped: {r.get('reason', '')}) | | | | |")
+        if r.get("kind") != "heldout" or r.get("subset") != "all":
+            continue
+        loop = train.get(r["step"], {}).get(f"eval/{r['eval']}/ce")
+        if loop is not None:
+            worst = max(worst, abs(loop - r["ce"]))
+        shown = f"{loop:.6f}" if loop is not None else "–"
+        rows.append(f"| {r['step']} | {r['eval']} | {r['ce']:.6f} | {shown} | {r['bpb']:.4f} | {r['tokens']:,} |")
+    return rows, worst

@@ -1,4 +1,5 @@
-"""`olmax eval ...`: held-out loss/bpb, memorization flags, lm-eval through the olmax adapter, loss plots."""
+"""`olmax eval ...`: held-out loss/bpb, memorization flags, lm-eval through the olmax adapter, loss plots, and
+`watch`, which evaluates each checkpoint of a running training job as it lands."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
+from olmax.evals.gains_cli import register_gains
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +71,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a threshold (see the report's thresholds block); repeatable")
     m.add_argument("--plot", default=None, metavar="PNG", help="also write the loss curves (train vs each "
                    "held-out set, and the reference) as a PNG")
+    m.add_argument("--gains", default=None, metavar="GAINS.json", help="check 6: an `olmax eval gains` report "
+                   "(else scored here from --leaks and --eval)")
+    m.add_argument("--leaks", default=None, help="check 6: `olmax audit leaks` report naming contaminated eval items")
+    m.add_argument("--eval", action="append", default=[], metavar="NAME[=PATH]", help="check 6: eval set scored "
+                   "at every committed checkpoint of the run; repeatable")
+    m.add_argument("--eval-limit", type=int, default=None, help="check 6: first N documents of each set")
+    m.add_argument("--eval-tokenizer", default=None, help="check 6: tokenizer of the eval sets (default "
+                   "$OLMAX_EVAL_TOKENIZER, else dolma2)")
     m.add_argument("--out", required=True, help="report JSON (written atomically)")
     m.set_defaults(func=locked_out(_memorization, "olmax eval memorization"))
 
@@ -93,11 +103,76 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--out", required=True, help="report JSON (written atomically)")
     lm.set_defaults(func=locked_out(_lm_eval, "olmax eval lm-eval"))
 
+    w = ev_sub.add_parser(
+        "watch", help="evaluate each checkpoint of a training run as it lands, beside the trainer",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""Follow a run folder of `olmax train` and evaluate each committed checkpoint once, in step
+order: held-out CE / perplexity / bits-per-byte per set (and each set's clean subset with --leaks),
+optionally lm-eval tasks and the memorization checks. Run it as its own job (other hardware, another
+process) so evals never slow training and a crashed eval never stops the run.
+
+Committed: Orbax's commit marker and olmax's seal (the trainer's own rule); a step still being written
+is never read. The run is only read: params come straight from checkpoints/STEP/state.
+
+Defaults are the run's in-loop eval settings, so the CE equals the trainer's eval/<set>/ce and `olmax
+eval heldout` on the same checkpoint: sets train.eval_sets (else $OLMAX_EVAL_SETS, else sciq and
+arc_easy), train.eval_limit documents (else $OLMAX_EVAL_LIMIT, else 64), tokenizer $OLMAX_EVAL_TOKENIZER
+(else dolma2), seq_len = data.seq_len, the model's compute dtype. Sets are tokenized once at start.
+
+Writes to OUT (default RUN/evals): evals.jsonl (one record per step and set: the `olmax eval heldout`
+record with the set's fingerprint; `lm_eval`, `memorization` and `skipped` records), summary.md (a
+step x set table), curves.png, and TensorBoard events in OUT/tb when the run's train.tensorboard is on.
+
+Can be killed at any moment: evals.jsonl is rewritten whole (temporary name, then rename) after each
+step, and a restart continues after the last recorded step, redoing at most the one it was on. A
+second watcher of the same OUT refuses at once (a lock released when its holder dies). A checkpoint
+removed by the trainer's retention before it was read is recorded as skipped. Exit 0 once the run's
+final step (train.steps, or --until-step) is evaluated, or after one pass with --once; exit 2 with one
+line on a bad eval set, a checkpoint of another model, or a full disk (the previous evals.jsonl is kept).
+
+Run folders: local paths and file:// URLs only; for a bucket, mount it (gcsfuse, s3fs) and pass the
+mounted path.""")
+    w.add_argument("--run", required=True, help="run folder of `olmax train` (a path or a file:// URL)")
+    w.add_argument("--eval", action="append", default=[], metavar="NAME[=PATH]",
+                   help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets")
+    w.add_argument("--limit", type=int, default=None, help="first N documents of each set (0: all); default: "
+                   "the run's train.eval_limit")
+    w.add_argument("--leaks", default=None, help="`olmax audit leaks` report: also each set's clean subset")
+    w.add_argument("--lm-eval", action="append", default=[], metavar="TASK", help="lm-eval task through the "
+                   "olmax adapter (offline bundled: olmax_arc_easy, olmax_sciq, ...); repeatable; slow")
+    w.add_argument("--lm-eval-limit", type=float, default=None, help="lm-eval documents per task")
+    w.add_argument("--lm-eval-include-path", default=None, help="folder of extra lm-eval task YAMLs")
+    w.add_argument("--memorization", action="store_true", help="also run the memorization checks at each step "
+                   "(replays the run's data order up to the step; slow)")
+    w.add_argument("--every", type=int, default=1, metavar="K", help="only steps that are multiples of K "
+                   "(plus the final step)")
+    until = w.add_mutually_exclusive_group()
+    until.add_argument("--until-step", type=int, default=None, metavar="N",
+                       help="exit 0 once step N is evaluated (default: the run's train.steps)")
+    until.add_argument("--once", action="store_true", help="evaluate what is committed now, then exit")
+    w.add_argument("--poll-seconds", type=float, default=30.0, help="how often to look for new checkpoints")
+    w.add_argument("--max-idle-seconds", type=float, default=None, help="exit 2 when no new checkpoint appears "
+                   "for this long (default: wait for ever)")
+    w.add_argument("--out", default=None, help="results folder (default RUN/evals)")
+    w.add_argument("--tokenizer", default=None, help="tokenizer.json or dolma2 (default $OLMAX_EVAL_TOKENIZER, "
+                   "else dolma2: the in-loop eval's)")
+    w.add_argument("--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)")
+    w.add_argument("--batch-size", type=int, default=None, help="rows per scoring batch (default: the in-loop "
+                   "eval's)")
+    w.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="compute dtype (default: the run's model.dtype)")
+    w.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
+    w.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=None,
+                   help="TensorBoard events in OUT/tb (default: the run's train.tensorboard)")
+    w.set_defaults(func=_watch)
+
     p = ev_sub.add_parser("plot", help="PNG loss curves: train vs each held-out set, and vs a reference")
     p.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     p.add_argument("--reference", default=None, help="run dir or CSV (step,loss[,...])")
     p.add_argument("--out", required=True, help="PNG path")
     p.set_defaults(func=locked_out(_plot, "olmax eval plot"))
+
+    register_gains(ev_sub)
 
 
 def _resolve_tokenizer(arg: str | None, checkpoint: str):
@@ -145,7 +220,8 @@ def _memorization(args: argparse.Namespace) -> int:
         step=args.step, replay=not args.no_replay,
         stream=stream_from_args(args) if (args.mix or args.config) else None,
         per_stratum=args.per_stratum, probe_len=args.probe_len, batch_size=args.batch_size, dtype=args.dtype,
-        thresholds=tuple(args.threshold), plot=args.plot))
+        thresholds=tuple(args.threshold), plot=args.plot, gains=args.gains, leaks=args.leaks,
+        evals=tuple(args.eval), eval_limit=args.eval_limit, tokenizer=args.eval_tokenizer))
     write_json(args.out, report)
     print(summary(report))
     print(f"wrote {args.out}")
@@ -166,6 +242,20 @@ def _lm_eval(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
         print(f"{task}: {shown}")
     print(f"wrote {args.out}")
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from olmax.evals.watch import WatchSettings, watch
+
+    job = watch(WatchSettings(
+        run=args.run, out=args.out, evals=tuple(args.eval), limit=args.limit, tokenizer=args.tokenizer,
+        seq_len=args.seq_len, batch_size=args.batch_size, dtype=args.dtype, text_field=args.text_field,
+        leaks=args.leaks, lm_eval=tuple(args.lm_eval), lm_eval_limit=args.lm_eval_limit,
+        lm_eval_include=args.lm_eval_include_path, memorization=args.memorization, every=args.every,
+        until_step=args.until_step, once=args.once, poll_seconds=args.poll_seconds,
+        max_idle_seconds=args.max_idle_seconds, tensorboard=args.tensorboard))
+    print(f"wrote {job.out / 'evals.jsonl'} and {job.out / 'summary.md'}")
     return 0
 
 

@@ -252,11 +252,8 @@ def run_steps(run_dir: str | Path, chosen: Sequence[int] = ()) -> list[int]:
 
 def score_run(inp: GainsInputs) -> list[SetScores]:
     """Load the sets, then score every item at every chosen checkpoint of the run."""
-    import os
-
-    from olmax.assets import tokenizer_path
-    from olmax.data.tokenize import load_tokenizer
     from olmax.evals.heldout import prepare_eval_set
+    from olmax.evals.hook import eval_tokenizer
     from olmax.evals.run_dir import load_run_model
     from olmax.evals.sets import contaminated_ids, load_eval_set, parse_eval_spec
     from olmax.jsonio import read_json
@@ -265,7 +262,7 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     steps = run_steps(inp.run, inp.steps)
     cfg = load_config(run_config_path(Path(inp.run)))
     seq_len = inp.seq_len or cfg.data.seq_len
-    tok = load_tokenizer(str(tokenizer_path(inp.tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
+    tok = eval_tokenizer(inp.tokenizer)
     leaks = contaminated_ids(read_json(inp.leaks, "an `olmax audit leaks` report"))
     exposure = read_json(inp.exposure, "an `olmax audit exposure` report") if inp.exposure else None
     sets = []

@@ -14,7 +14,7 @@ dolma2; instance length = data.seq_len.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 DEFAULT_SETS = ("sciq", "arc_easy")
@@ -33,26 +33,44 @@ def flatten(records: list[dict]) -> dict[str, float]:
 LOGITS_BUDGET = 1 << 29  # fp32 logits elements per eval batch (2 GiB): B x L x V stays below this
 
 
-def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None,
-               tokenizer: str | None = None, batch_size: int | None = None) -> Callable[[Any], dict[str, float]]:
-    """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig).
+def eval_batch_size(seq_len: int, vocab_size: int) -> int:
+    """Rows per in-loop eval batch: the full logits of a batch within 2 GiB (1 row at 7B, L = 8192), at most 8."""
+    return max(1, min(8, LOGITS_BUDGET // (seq_len * vocab_size)))
 
-    `batch_size` defaults to what keeps the full logits of a batch within 2 GiB (1 row at 7B, L = 8192).
-    """
+
+def eval_tokenizer(tokenizer: str | None = None):
+    """The eval sets' tokenizer: `tokenizer`, else $OLMAX_EVAL_TOKENIZER, else dolma2."""
     from olmax.assets import tokenizer_path
     from olmax.data.tokenize import load_tokenizer
-    from olmax.evals.heldout import prepare_eval_sets, run_heldout
 
+    return load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
+
+
+def eval_settings(cfg: Any, sets: Sequence[str] | None = None, limit: int | None = None) -> tuple[list[str], int]:
+    """(set specs, documents per set, 0 = all): the in-loop rule (module docstring), which `olmax eval watch`
+    follows too so that its numbers are the trainer's."""
     train = getattr(cfg, "train", None)
     env_sets = [s.strip() for s in os.environ.get("OLMAX_EVAL_SETS", "").split(";") if s.strip()]
-    specs = sets or list(getattr(train, "eval_sets", ())) or env_sets or list(DEFAULT_SETS)
+    specs = list(sets or ()) or list(getattr(train, "eval_sets", ())) or env_sets or list(DEFAULT_SETS)
     if limit is None:
         limit = getattr(train, "eval_limit", None)
     if limit is None:
         limit = int(os.environ.get("OLMAX_EVAL_LIMIT", "64"))
-    tok = load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
+    return specs, limit
+
+
+def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None,
+               tokenizer: str | None = None, batch_size: int | None = None) -> Callable[[Any], dict[str, float]]:
+    """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig).
+
+    `batch_size` defaults to `eval_batch_size`.
+    """
+    from olmax.evals.heldout import prepare_eval_sets, run_heldout
+
+    specs, limit = eval_settings(cfg, sets, limit)
+    tok = eval_tokenizer(tokenizer)
     if batch_size is None:
-        batch_size = max(1, min(8, LOGITS_BUDGET // (cfg.data.seq_len * cfg.model.vocab_size)))
+        batch_size = eval_batch_size(cfg.data.seq_len, cfg.model.vocab_size)
     prepared = prepare_eval_sets(specs, tok, cfg.data.seq_len, limit=limit or None,
                                  vocab_size=cfg.model.vocab_size)
 

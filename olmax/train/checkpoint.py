@@ -237,31 +237,12 @@ class Checkpointer:
     def shape_mismatch(self, step: int, abstract_state: Any) -> str:
         """The first array (parameters first) whose saved shape differs from `abstract_state`'s, as
         "params['embed']: checkpoint (64, 1024), config (32, 1024)"; "" when none or unknown."""
-        import logging
-
-        import jax
-
-        absl = logging.getLogger("absl")
-        level = absl.level
-        absl.setLevel(logging.ERROR)  # Orbax logs a missing-metadata warning to stderr
         try:
-            with ocp.StandardCheckpointer() as ckptr:
+            with _quiet_absl(), ocp.StandardCheckpointer() as ckptr:
                 saved = ckptr.metadata(self.directory / str(step) / "state")
-            saved = getattr(saved, "item_metadata", saved)
-            shapes = {jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
-                      for p, v in jax.tree_util.tree_flatten_with_path(saved)[0]}
         except Exception:  # noqa: BLE001 - a diagnosis only; the caller reports the original error
             return ""
-        finally:
-            absl.setLevel(level)
-        leaves = jax.tree_util.tree_flatten_with_path(abstract_state)[0]
-        for path, leaf in sorted(leaves, key=lambda pl: not jax.tree_util.keystr(pl[0]).startswith("['params']")):
-            key, shape = jax.tree_util.keystr(path), tuple(getattr(leaf, "shape", ()))
-            if key not in shapes:
-                return f"{key}: not in the checkpoint"
-            if shapes[key] != shape:
-                return f"{key}: checkpoint {shapes[key]}, config {shape}"
-        return ""
+        return first_mismatch(saved, abstract_state)
 
     def wait(self) -> None:
         with self._writing(None):
@@ -322,6 +303,72 @@ def _drained_event_loops() -> Iterator[None]:
         for loop in made:
             if not loop.is_closed() and not loop.is_running():
                 drain_and_close(loop)
+
+
+@contextmanager
+def _quiet_absl() -> Iterator[None]:
+    """Orbax warns on stderr, through absl, that the trainer's state item has no metadata file."""
+    import logging
+
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
+def first_mismatch(saved_metadata: Any, abstract: Any) -> str:
+    """The first array of `abstract` (parameters first) missing from a saved item's metadata or of another
+    shape there ("params['embed']: checkpoint (64, 1024), config (32, 1024)"); "" when all match."""
+    import jax
+
+    tree = getattr(saved_metadata, "item_metadata", saved_metadata)
+    tree = getattr(tree, "tree", tree)
+    shapes = {jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
+              for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
+    for path, leaf in sorted(leaves, key=lambda pl: not jax.tree_util.keystr(pl[0]).startswith("['params']")):
+        key, shape = jax.tree_util.keystr(path), tuple(getattr(leaf, "shape", ()))
+        if key not in shapes:
+            return f"{key}: not in the checkpoint"
+        if shapes[key] != shape:
+            return f"{key}: checkpoint {shapes[key]}, config {shape}"
+    return ""
+
+
+def read_params(step_dir: str | Path, abstract_params: Any) -> Any:
+    """The params of a committed step folder (`RUN/checkpoints/STEP`), on one device, read-only: no
+    CheckpointManager is opened, so a trainer saving into the same folder is never disturbed (a manager
+    would clean up its in-flight temporary folders). OlmaxError naming the parameter when the step holds
+    another model; Orbax's own exception when its files are unreadable or gone (the caller decides)."""
+    import jax
+
+    path = Path(step_dir).absolute() / "state"
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = {"params": jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                                     abstract_params)}
+    with _quiet_absl(), ocp.PyTreeCheckpointer() as ckptr:
+        why = first_mismatch(ckptr.metadata(path), target)
+        if why:
+            raise OlmaxError(f"{path.parent}: holds another model than the config's ({why})")
+        out = ckptr.restore(path, args=ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True))
+    return out["params"]
+
+
+def read_step_info(step_dir: str | Path) -> tuple[LoaderState, dict]:
+    """(loader state, metadata) saved with a step, read-only (see `read_params`)."""
+    from olmax.data.loader_checkpoint import LoaderStateHandler
+
+    step_dir = Path(step_dir)
+    loader_state = LoaderStateHandler().restore(step_dir / "data")
+    try:
+        meta = json.loads((step_dir / "meta" / "metadata").read_text())
+    except (OSError, ValueError) as e:
+        raise OlmaxError(f"{step_dir / 'meta' / 'metadata'}: unreadable run metadata ({e})") from e
+    return loader_state, meta
 
 
 def _first_line(e: BaseException) -> str:

@@ -44,14 +44,13 @@ class RunModel:
 
 
 def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32") -> RunModel:
-    """The params of checkpoint `step` (default: the newest complete one) of a training run, on one device."""
-    import jax
+    """The params of checkpoint `step` (default: the newest complete one) of a training run, on one device,
+    read-only (`checkpoint.read_params`: safe beside a trainer still saving into the run)."""
     from flax import nnx
 
-    from olmax.train.checkpoint import Checkpointer, complete_steps
+    from olmax.train.checkpoint import complete_steps, read_params, read_step_info
     from olmax.train.config import load_config, run_config_path
-    from olmax.train.mesh import make_mesh
-    from olmax.train.step import abstract_state, model_graphdef
+    from olmax.train.step import model_graphdef
 
     run_dir = Path(run_dir)
     cfg = load_config(run_config_path(run_dir))
@@ -62,16 +61,18 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
         step = steps[0]
     elif not (run_dir / "checkpoints" / str(step)).is_dir():
         raise OlmaxError(f"{run_dir / 'checkpoints' / str(step)}: no such checkpoint")
+    step_dir = run_dir / "checkpoints" / str(step)
     model_cfg = cfg.model.replace(dtype=dtype)
-    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    abstract, _ = abstract_state(model_cfg, cfg.optim, mesh)
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
+    graphdef, abstract = model_graphdef(model_cfg)
     try:
-        state, loader_state, meta = ckpt.restore(step, abstract)
-    finally:
-        ckpt.close()
-    graphdef, _ = model_graphdef(model_cfg)
-    return RunModel(nnx.merge(graphdef, state["params"]), run_dir, step, cfg, loader_state, dict(meta))
+        params = read_params(step_dir, abstract)
+    except OlmaxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report unreadable files in many ways
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({first})") from e
+    loader_state, meta = read_step_info(step_dir)
+    return RunModel(nnx.merge(graphdef, params), run_dir, step, cfg, loader_state, meta)
 
 
 def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:

@@ -159,3 +159,20 @@ def test_init_from_a_converted_model_starts_a_new_run(run, tmp_path):
     with pytest.raises(OlmaxError, match="rope_theta"):
         train(load_config(config, ["train.steps=1", f"train.init_from={folder}", "model.rope_theta=10000"]),
               tmp_path / "other")
+
+
+def test_reading_a_run_never_touches_a_save_in_flight(run):
+    """Evals and export read a step read-only: a trainer's in-flight save (Orbax's temporary folder) in the
+    same checkpoints folder survives, where opening a CheckpointManager would have deleted it."""
+    from olmax.evals.scoring import load_model
+
+    inflight = run / "checkpoints" / "6.orbax-checkpoint-tmp-1234"
+    (inflight / "state").mkdir(parents=True)
+    try:
+        load_model(run)
+        load_model(run / "checkpoints" / "2")
+        assert (inflight / "state").is_dir()
+    finally:
+        import shutil
+
+        shutil.rmtree(inflight)

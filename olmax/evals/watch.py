@@ -1,0 +1,412 @@
+"""`olmax eval watch`: a job beside a training run that evaluates each committed checkpoint once, in step order.
+
+    follow(WatchSettings(run="RUN"))   # until the run's final step (train.steps) is evaluated
+
+Per checkpoint step: the held-out records of `run_heldout` (CE, perplexity, bits-per-byte per set, and the
+clean subset of each set when a leak report is given), optionally one record per lm-eval task and one
+memorization record. Everything lands in OUT/evals.jsonl (OUT = RUN/evals by default), then OUT/summary.md
+(a step x set table), OUT/curves.png and, when enabled, TensorBoard events under OUT/tb.
+
+Contract:
+  * Only `complete_steps` (Orbax's commit marker and olmax's seal) are evaluated; a step folder still being
+    written, or cut short, is never read. Steps are evaluated in ascending order, each once.
+  * evals.jsonl is rewritten whole (temporary name, then rename) after each step, so a kill at any moment
+    leaves the file of the last finished step; a restart reads it and continues with the next step (a
+    killed job redoes at most the step it was on). Records hold no timings: the same run, sets and
+    settings give a byte-identical file whether the job was killed and restarted or not.
+  * A step that vanishes before it is read (the trainer's retention) gets a `{"kind": "skipped"}` record.
+    Steps deleted before the job ever listed them are not known to it and are not recorded.
+  * The defaults are the run's in-loop eval settings (olmax.evals.hook): `train.eval_sets`, `train.eval_limit`,
+    the tokenizer, seq_len = data.seq_len, the batch size and the model's compute dtype, so the CE equals
+    the trainer's `eval/<set>/ce` and `olmax eval heldout` on that checkpoint.
+  * Read-only on the run: params are restored straight from `checkpoints/STEP/state` (no CheckpointManager,
+    whose start-up removes temporary step folders, i.e. the trainer's save in flight).
+  * The caller holds the writer's lock of OUT (olmax.atomic.exclusive) so two jobs never write it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from olmax.errors import OlmaxError
+
+RECORDS = "evals.jsonl"
+SUMMARY = "summary.md"
+CURVES = "curves.png"
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """What `olmax eval watch` was asked; None fields default to the run's own in-loop eval settings."""
+
+    run: str  # run folder: a path or a file:// URL
+    out: str | None = None  # results folder; None: RUN/evals
+    evals: tuple[str, ...] = ()  # NAME=PATH or bundled names; (): train.eval_sets, $OLMAX_EVAL_SETS, sciq+arc_easy
+    limit: int | None = None  # documents per set; None: train.eval_limit, $OLMAX_EVAL_LIMIT, 64; 0: all
+    tokenizer: str | None = None  # None: $OLMAX_EVAL_TOKENIZER, else dolma2 (the in-loop hook's rule)
+    seq_len: int | None = None  # None: data.seq_len
+    batch_size: int | None = None  # None: the in-loop hook's
+    dtype: str | None = None  # compute dtype; None: the run's model.dtype
+    text_field: str = "text"
+    leaks: str | None = None  # `olmax audit leaks` report: clean-subset records too
+    lm_eval: tuple[str, ...] = ()  # lm-eval task names, scored through the olmax adapter
+    lm_eval_limit: float | None = None
+    lm_eval_include: str | None = None
+    memorization: bool = False  # run the memorization checks at each evaluated step
+    every: int = 1  # only steps that are multiples of this (plus the final step)
+    until_step: int | None = None  # None: the run's train.steps
+    once: bool = False  # evaluate what is committed now, then return
+    poll_seconds: float = 30.0
+    max_idle_seconds: float | None = None  # give up when no new checkpoint appears for this long
+    tensorboard: bool | None = None  # None: the run's train.tensorboard
+
+
+def run_folder(run: str) -> Path:
+    """A local folder for `run` (a path or a file:// URL); other URL schemes are refused."""
+    import fsspec
+
+    protocol, _ = fsspec.core.split_protocol(run)
+    if protocol in (None, "file", "local"):
+        return Path(fsspec.core.url_to_fs(run)[1]) if protocol else Path(run)
+    raise OlmaxError(f"--run {run}: only local folders and file:// URLs are supported ({protocol}:// is not: "
+                     "checkpoints are read in place); mount the bucket (gcsfuse, s3fs, ...) and pass the mounted path")
+
+
+@dataclass
+class Job:
+    """Everything prepared once at start: the run's config, the tokenized sets, the output paths."""
+
+    run: Path
+    out: Path
+    cfg: Any  # olmax.train.config.ExperimentConfig of the run
+    model_cfg: Any  # cfg.model at the compute dtype
+    sets: list  # olmax.evals.heldout.PreparedSet
+    tokenizer: Any
+    batch_size: int
+    target: int  # the last step to evaluate
+    settings: WatchSettings
+    records: list[dict] = field(default_factory=list)
+    tb: Any = None
+
+
+def prepare(settings: WatchSettings) -> Job:
+    """Read the run's config and the existing records, tokenize the sets once; OlmaxError on a bad input."""
+    from olmax.evals.heldout import prepare_eval_sets
+    from olmax.evals.hook import eval_batch_size, eval_settings, eval_tokenizer
+    from olmax.evals.sets import contaminated_ids
+    from olmax.jsonio import read_json
+    from olmax.train.config import load_config, run_config_path
+
+    run = run_folder(settings.run)
+    cfg = load_config(run_config_path(run))
+    if settings.every < 1:
+        raise OlmaxError(f"--every {settings.every}: must be >= 1")
+    specs, limit = eval_settings(cfg, settings.evals, settings.limit)
+    tok = eval_tokenizer(settings.tokenizer)
+    seq_len = settings.seq_len or cfg.data.seq_len
+    leaks = contaminated_ids(read_json(settings.leaks, "an `olmax audit leaks` report")) if settings.leaks else None
+    sets = prepare_eval_sets(specs, tok, seq_len, text_field=settings.text_field, limit=limit or None,
+                             contaminated=leaks, vocab_size=cfg.model.vocab_size)
+    # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
+    # batch shape keeps the numbers bitwise those of the trainer's records)
+    batch_size = settings.batch_size or eval_batch_size(seq_len, cfg.model.vocab_size)
+    out = Path(settings.out) if settings.out else run / "evals"
+    job = Job(run, out, cfg, cfg.model.replace(dtype=settings.dtype or cfg.model.dtype), sets, tok, batch_size,
+              min(settings.until_step or cfg.train.steps, cfg.train.steps), settings)
+    job.records = read_records(out)
+    check_compatible(job)
+    return job
+
+
+def read_records(out: Path) -> list[dict]:
+    """The records already in OUT/evals.jsonl (none when it does not exist)."""
+    from olmax.jsonio import read_jsonl
+
+    path = out / RECORDS
+    return [r for r in read_jsonl(path) if isinstance(r, dict)] if path.is_file() else []
+
+
+def check_compatible(job: Job) -> None:
+    """Refuse to extend evals.jsonl with a set of the same name but other content or settings."""
+    mine = {ps.name: (ps.fingerprint, ps.seq_len, ps.tokenizer_sha256) for ps in job.sets}
+    for r in job.records:
+        if r.get("kind") != "heldout" or r.get("eval") not in mine:
+            continue
+        theirs = (r.get("fingerprint"), r.get("seq_len"), r.get("tokenizer_sha256"))
+        if theirs != mine[r["eval"]]:
+            raise OlmaxError(f"{job.out / RECORDS}: set {r['eval']!r} was evaluated at step {r['step']} with "
+                             f"other content or settings (fingerprint, seq_len, tokenizer {theirs} vs now "
+                             f"{mine[r['eval']]}); name the set differently, or pass another --out")
+
+
+def wanted_keys(job: Job) -> set[tuple]:
+    """What a finished step holds: one key per held-out set and subset, lm-eval task, memorization."""
+    keys = {("heldout", ps.name, "all") for ps in job.sets}
+    keys |= {("heldout", ps.name, "clean") for ps in job.sets if ps.clean_rows is not None}
+    keys |= {("lm_eval", t) for t in job.settings.lm_eval}
+    return keys | ({("memorization",)} if job.settings.memorization else set())
+
+
+def record_key(r: dict) -> tuple:
+    kind = r.get("kind")
+    if kind == "heldout":
+        return ("heldout", r.get("eval"), r.get("subset"))
+    return ("lm_eval", r.get("task")) if kind == "lm_eval" else (kind,)
+
+
+def done_steps(job: Job) -> set[int]:
+    """Steps with every wanted record, or recorded as skipped."""
+    want, have = wanted_keys(job), {}
+    for r in job.records:
+        have.setdefault(r["step"], set()).add(record_key(r))
+    return {s for s, keys in have.items() if ("skipped",) in keys or want <= keys}
+
+
+def pending_steps(job: Job) -> list[int]:
+    """The committed steps still to evaluate, ascending: up to the target, multiples of --every (and the
+    run's final step)."""
+    from olmax.train.checkpoint import complete_steps
+
+    every, done = job.settings.every, done_steps(job)
+    return sorted(s for s in complete_steps(job.run / "checkpoints") if s <= job.target and s not in done
+                  and (s % every == 0 or s in (job.target, job.cfg.train.steps)))
+
+
+def reached_target(job: Job) -> bool:
+    """The run has a committed (or recorded) step at or past the target."""
+    from olmax.train.checkpoint import complete_steps
+
+    seen = [r["step"] for r in job.records] + complete_steps(job.run / "checkpoints")
+    return bool(seen) and max(seen) >= job.target
+
+
+def restore_model(job: Job, step: int):
+    """The model of checkpoint `step` (params only, read-only: `checkpoint.read_params`), or None when the
+    step is gone (retention). OlmaxError when it holds another model than the run config's."""
+    from flax import nnx
+
+    from olmax.train.checkpoint import complete_steps, read_params
+    from olmax.train.step import model_graphdef
+
+    step_dir = job.run / "checkpoints" / str(step)
+    graphdef, abstract = model_graphdef(job.model_cfg)
+    try:
+        params = read_params(step_dir, abstract)
+    except OlmaxError as e:
+        if step not in complete_steps(job.run / "checkpoints"):
+            return None  # gone while its metadata was read
+        raise OlmaxError(f"{e}: a checkpoint of another model than the run's config "
+                         f"({job.run / 'config.yaml'}); evaluate it with its own run folder") from e
+    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report a missing file in many ways
+        if step not in complete_steps(job.run / "checkpoints"):
+            return None
+        first = (str(e).splitlines() or [""])[0][:200]
+        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({first}); it is committed, so it is "
+                         "damaged: move it aside and rerun") from e
+    return nnx.merge(graphdef, params)
+
+
+def evaluate_step(job: Job, model, step: int) -> list[dict]:
+    """Every wanted record of `step` for `model`."""
+    from olmax.evals.heldout import run_heldout
+
+    records = run_heldout(model, job.sets, step=step, batch_size=job.batch_size)
+    for task in job.settings.lm_eval:
+        records.append(lm_eval_record(job, model, step, task))
+    if job.settings.memorization:
+        records.append(memorization_record(job, model, step))
+    return records
+
+
+def lm_eval_record(job: Job, model, step: int, task: str) -> dict:
+    """One lm-eval task through the olmax adapter, on the in-memory model of `step`."""
+    from olmax.evals.lm_eval_adapter import OlmaxLM, evaluate
+
+    lm = OlmaxLM(model=model, tokenizer=job.tokenizer, batch_size=job.batch_size)
+    res = evaluate(lm, [task], include_path=job.settings.lm_eval_include, limit=job.settings.lm_eval_limit)
+    metrics = {k: v for k, v in (res.get("results") or {}).get(task, {}).items() if isinstance(v, int | float)}
+    samples = (res.get("n-samples") or {}).get(task, {})
+    return {"kind": "lm_eval", "step": step, "task": task, "metrics": metrics, "samples": samples.get("effective"),
+            "limit": job.settings.lm_eval_limit}
+
+
+def memorization_record(job: Job, model, step: int) -> dict:
+    """The memorization checks at `step`: the run's curves up to `step`, exposure replayed to `step`."""
+    import numpy as np
+
+    from olmax.evals.curves import Curves, read_run
+    from olmax.evals.memorization import memorization_report
+    from olmax.evals.run_dir import replay_exposure
+
+    run = read_run(job.run)
+    keep = run.train_steps <= step
+    curves = Curves(run.source, run.train_steps[keep], run.train_loss[keep],
+                    {k: (s[s <= step], v[s <= step]) for k, (s, v) in run.heldout.items() if np.any(s <= step)})
+    report = memorization_report(curves, exposure=replay_exposure(job.run, step), model=model,
+                                 batch_size=job.batch_size, pad_id=job.model_cfg.pad_token_id or 0)
+    return {"kind": "memorization", "step": step, "flagged": bool(report["flagged"]),
+            "checks": {k: v.get("status") for k, v in report["checks"].items()}}
+
+
+def commit(job: Job, new: list[dict]) -> None:
+    """Add `new` to evals.jsonl (whole file, atomically; steps ascending), then refresh the views."""
+    from olmax.jsonio import write_jsonl
+
+    have = {(r["step"], record_key(r)) for r in job.records}
+    fresh = [r for r in new if (r["step"], record_key(r)) not in have]
+    records = sorted(job.records + fresh, key=lambda r: r["step"])  # stable: a step's records keep their order
+    write_jsonl(job.out / RECORDS, records)
+    job.records = records
+    write_views(job)
+    if job.tb is not None:
+        tensorboard_scalars(job.tb, fresh)
+
+
+def write_views(job: Job) -> None:
+    """OUT/summary.md and OUT/curves.png from the records (both written atomically)."""
+    from olmax.atomic import write_text
+    from olmax.evals.plots import plot_run
+
+    write_text(job.out / SUMMARY, summary_markdown(job.records, job.run))
+    if any(r.get("kind") == "heldout" for r in job.records):
+        plot_run(job.out / RECORDS, job.out / CURVES, title=f"held-out CE: {job.run.name}")
+
+
+def summary_markdown(records: list[dict], run: Path) -> str:
+    """A step x set table of CE (and lm-eval metrics, memorization verdicts, skipped steps)."""
+    cols: list[str] = []
+    rows: dict[int, dict[str, str]] = {}
+    for r in records:
+        kind, cells = r.get("kind"), rows.setdefault(r["step"], {})
+        if kind == "heldout":
+            col = f"{r['eval']} CE" if r["subset"] == "all" else f"{r['eval']} ({r['subset']}) CE"
+            cells[col] = f"{r['ce']:.4f}" if r.get("ce") is not None else "nan"
+        elif kind == "lm_eval":
+            name, value = next(((k, v) for k, v in sorted(r["metrics"].items()) if k.startswith("acc")),
+                               (None, None))
+            col = f"{r['task']} {name.split(',')[0]}" if name else r["task"]
+            cells[col] = f"{value:.4f}" if value is not None else "-"
+        elif kind == "memorization":
+            col = "memorization"
+            cells[col] = "FLAGGED" if r["flagged"] else "ok"
+        elif kind == "skipped":
+            col = "status"
+            cells[col] = "skipped: " + r.get("reason", "")
+        else:
+            continue
+        if col not in cols:
+            cols.append(col)
+    lines = [f"# Held-out evals of {run}", "", f"{len(rows)} checkpoint step(s); records in `{RECORDS}`.", "",
+             "| step | " + " | ".join(cols) + " |", "|---:|" + "---:|" * len(cols)]
+    lines += [f"| {s} | " + " | ".join(cells.get(c, "") for c in cols) + " |" for s, cells in sorted(rows.items())]
+    return "\n".join(lines) + "\n"
+
+
+def open_tensorboard(job: Job):
+    """A SummaryWriter under OUT/tb (the trainer's writer), rebuilt from the records so that it mirrors them."""
+    from tensorboardX import SummaryWriter
+
+    tb_dir = job.out / "tb"
+    for old in tb_dir.glob("events.out.tfevents.*"):
+        old.unlink()
+    tb = SummaryWriter(str(tb_dir))
+    tensorboard_scalars(tb, job.records)
+    return tb
+
+
+def tensorboard_scalars(tb, records: list[dict]) -> None:
+    for r in records:
+        if r.get("kind") == "heldout":
+            name = r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
+            for metric in ("ce", "ppl", "bpb"):
+                if r.get(metric) is not None:
+                    tb.add_scalar(f"eval/{name}/{metric}", r[metric], r["step"])
+        elif r.get("kind") == "lm_eval":
+            for metric, value in r["metrics"].items():
+                tb.add_scalar(f"lm_eval/{r['task']}/{metric.split(',')[0]}", value, r["step"])
+    tb.flush()
+
+
+def stderr_log(message: str) -> None:
+    print(f"olmax eval watch: {message}", file=sys.stderr, flush=True)
+
+
+def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
+    """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
+    steps = pending_steps(job)
+    for step in steps:
+        t0 = time.perf_counter()
+        model = restore_model(job, step)
+        if model is None:
+            reason = "removed (checkpoint retention) before it was evaluated"
+            commit(job, [{"kind": "skipped", "step": step, "reason": reason}])
+            log(f"step {step}: skipped, {reason}")
+            continue
+        new = evaluate_step(job, model, step)
+        commit(job, new)
+        shown = ", ".join(f"{r['eval']}{'' if r['subset'] == 'all' else '/' + r['subset']} CE {r['ce']:.4f}"
+                          for r in new if r.get("kind") == "heldout")
+        log(f"step {step}: {shown} ({time.perf_counter() - t0:.1f} s)")
+    return len(steps)
+
+
+def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> Job:
+    """Evaluate the run's committed checkpoints until its final step (or `until_step`) is done, or once.
+
+    The caller holds `exclusive(job.out)` (see `watch`)."""
+    wait_for_config(settings, log)
+    job = prepare(settings)
+    job.out.mkdir(parents=True, exist_ok=True)
+    use_tb = settings.tensorboard if settings.tensorboard is not None else job.cfg.train.tensorboard
+    job.tb = open_tensorboard(job) if use_tb else None
+    done = sorted(done_steps(job))
+    log(f"{job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
+        f"{job.sets[0].seq_len}, batch {job.batch_size}; until step {job.target}"
+        + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else ""))
+    idle_since = time.monotonic()
+    try:
+        while True:
+            if evaluate_pending(job, log):
+                idle_since = time.monotonic()
+            if settings.once or reached_target(job) and not pending_steps(job):
+                break
+            if settings.max_idle_seconds is not None and time.monotonic() - idle_since > settings.max_idle_seconds:
+                raise OlmaxError(f"{job.run / 'checkpoints'}: no new checkpoint for {settings.max_idle_seconds:g} s "
+                                 f"(waiting for step {job.target}); is the trainer running? Rerun to continue")
+            time.sleep(settings.poll_seconds)
+    finally:
+        if job.tb is not None:
+            job.tb.close()
+    return job
+
+
+def wait_for_config(settings: WatchSettings, log: Callable[[str], None]) -> None:
+    """Started before the trainer: wait (polling) until the run folder holds its config.yaml."""
+    config = run_folder(settings.run) / "config.yaml"
+    if config.is_file() or settings.once:
+        return  # --once on a folder without one: prepare() says what is missing
+    log(f"waiting for {config} (the trainer writes it at start)")
+    t0 = time.monotonic()
+    while not config.is_file():
+        if settings.max_idle_seconds is not None and time.monotonic() - t0 > settings.max_idle_seconds:
+            raise OlmaxError(f"{config}: not written within {settings.max_idle_seconds:g} s; is `olmax train "
+                             f"--run-dir {config.parent}` running?")
+        time.sleep(min(settings.poll_seconds, 2.0))
+
+
+def watch(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> Job:
+    """`follow` holding the writer's lock of the output folder: a second watcher refuses at once."""
+    from olmax.atomic import exclusive
+    from olmax.train.config import run_config_path
+
+    run = run_folder(settings.run)
+    if settings.once:
+        run_config_path(run)  # a mistyped folder is an error before the lock creates anything
+    out = Path(settings.out) if settings.out else run / "evals"
+    with exclusive(out, "olmax eval watch"):
+        return follow(settings, log)
