@@ -6,7 +6,10 @@ timed from after its imports (the time the command reports).
   epoch's inverse order (4 bytes per instance, beside the order file; timed and said), later ones read it.
 - `which` on bench/loader.py's real-size shards (4 x 100 M tokens, L = 8192, G = 64) at their last step:
   the first query builds the touched files' document index (sidecar or EOS scan, kept in the work dir).
-  Not on the stage-1 index: its sparse 25 GB files have no documents (no sidecar, no EOS) to name.
+- `which` at step --step of the stage-1-sized index: its sparse 25 GB files hold no documents, so the files
+  that step touches get synthetic `.csv.gz` sidecars (documents of lognormal length, mean ~1 M tokens: ~1,000x
+  fewer rows than a real 25 GB shard's). The first query builds those files' document index from the
+  sidecars (that build scales with a sidecar's rows); later queries binary-search the cached index.
 
     .venv/bin/python bench/trace.py [--out bench/out/loader] [--step 1000000]
 """
@@ -87,7 +90,42 @@ def main() -> None:
         segs = sum(len(row["segments"]) for row in r["rows"])
         print(f"which --step {last:,} ({sindex.num_tokens / 1e6:.0f} M tokens, {len(shards)} files) {attempt}: "
               f"{r['seconds']:.2f} s after imports ({wall:.2f} s with them); {len(r['rows'])} rows, {segs} segments")
-    print(f"trace: where {w['seconds']:.2f} s at stage 1, which {r['seconds']:.2f} s, after imports (target < 1 s)")
+    ids = CachedOrder(work, index.num_instances, SEED, 1).take(b * STAGE1_G, (b + 1) * STAGE1_G)
+    touched = sorted(set(index.locate(ids.astype("int64"))[0].tolist()))
+    t = time.perf_counter()
+    for f in touched:
+        synthetic_sidecar(index.paths[f], index.sizes[f] // 4, seed=f)
+    print(f"synthetic sidecars for the {len(touched)} files step {args.step:,} touches: {time.perf_counter() - t:.1f} s")
+    for attempt in ("first (builds the document index)", "again"):
+        s1, wall = olmax("data", "which", *common, "--step", str(args.step))
+        segs = sum(len(row["segments"]) for row in s1["rows"])
+        print(f"which --step {args.step:,} (stage-1 index) {attempt}: {s1['seconds']:.2f} s after imports "
+              f"({wall:.2f} s with them); {len(s1['rows'])} rows, {segs} segments")
+    print(f"trace: where {w['seconds']:.2f} s and which {s1['seconds']:.2f} s at stage 1 (which {r['seconds']:.2f} s on "
+          f"the real shards), after imports (target < 1 s)")
+
+
+def synthetic_sidecar(path: str, tokens: int, *, seed: int, mean_doc: float = 1e6) -> None:
+    """A `.csv.gz` sidecar for a sparse token file: documents of lognormal length (mean ~`mean_doc`) tiling
+    all `tokens`; kept once written."""
+    import gzip
+
+    import numpy as np
+
+    from olmax.data.shards import sidecar_path
+
+    out = sidecar_path(path)
+    if out.exists():
+        return
+    rng = np.random.default_rng(seed)
+    lengths = rng.lognormal(np.log(mean_doc) - 0.5, 1.0, int(2 * tokens / mean_doc) + 16).astype(np.int64) + 1
+    ends = np.cumsum(lengths)
+    ends = np.append(ends[ends < tokens], tokens)
+    starts = np.concatenate([[0], ends[:-1]])
+    tmp = out.with_name(out.name + ".tmp")
+    with gzip.open(tmp, "wt") as fh:
+        fh.writelines(f"{a},{e},doc-{seed}-{i},bench,\n" for i, (a, e) in enumerate(zip(starts.tolist(), ends.tolist())))
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":

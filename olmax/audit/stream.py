@@ -37,6 +37,7 @@ import numpy as np
 from olmax.audit.hashing import window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -97,9 +98,6 @@ def audit_stream(cfg: StreamConfig) -> dict:
     hash group → checks → report."""
     from olmax.audit.spans import require_local
 
-    if cfg.stream.packed:
-        raise OlmaxError("the stream audit matches emitted rows against fixed windows of the mix; it does not "
-                         "cover packed streams yet (audit a packed stream with `olmax audit loader`)")
     index = cfg.stream.open_index()
     require_local(index.paths, "the stream audit")
     L, N = cfg.stream.seq_len, index.num_instances
@@ -122,9 +120,17 @@ def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     from olmax.audit.spans import physical_ids
     from olmax.data.shards import read_tokens
 
+    if isinstance(index, PackedIndex):  # packed rows: read them as the loader does, hashed as emitted rows are
+        chunk = max(1, (1 << 26) // L)
+        for a in range(0, index.num_instances, chunk):
+            ids = np.arange(a, min(index.num_instances, a + chunk), dtype=np.int64)
+            h = row_hashes(index.read(ids)["input_ids"])
+            rec = np.zeros(h.size, REC)
+            rec["hash"], rec["kind"], rec["a"] = h, 0, ids
+            spill.add(rec)
     phys = physical_ids(index.paths)
     hashed: dict[int, np.ndarray] = {}
-    for f, path in enumerate(index.paths):
+    for f, path in enumerate(index.paths if not isinstance(index, PackedIndex) else ()):
         p = int(phys[f])
         if p not in hashed:
             hashed[p] = window_spans_hashes(read_tokens(path), L)
@@ -170,6 +176,8 @@ class _Tally:
     def _instance_tokens(self, i: int) -> np.ndarray:
         from olmax.data.shards import read_tokens
 
+        if isinstance(self.index, PackedIndex):
+            return self.index.read(np.asarray([i], np.int64))["input_ids"][0].view(np.uint32)
         f, start = self.index.locate(np.asarray([i]))
         return read_tokens(self.index.paths[int(f[0])])[int(start[0]):int(start[0]) + self.L]
 
@@ -190,14 +198,14 @@ class _Tally:
                 # planned: each instance once per epoch (epoch of a step = step // (N // G))
                 per_epoch = np.bincount(rows["b"] // self.bpe)
                 extra = int(np.maximum(per_epoch - inst.size, 0).sum())
-                self.observed[index.file_label_ids[index.locate(inst["a"][:1])[0][0]]] += rows.size * self.L
+                self.observed[index.source_ids(inst["a"][:1])[0]] += rows.size * self.L
                 if extra > 0:
                     stats["unplanned"] += extra
                 if rows.size > 1 and len(self.repeat_examples) < ex:
-                    f, start = index.locate(inst["a"][:1])
+                    f, start, _ = index.instance_documents(int(inst[0]["a"]))[0]
                     self.repeat_examples.append({
-                        "instance": int(inst[0]["a"]), "file": index.paths[int(f[0])],
-                        "window": int(start[0]) // self.L, "planned_per_epoch": int(inst.size),
+                        "instance": int(inst[0]["a"]), "file": index.paths[f],
+                        "window": start // self.L, "planned_per_epoch": int(inst.size),
                         "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])} for r in rows]})
             self._cross_host(inst, rows)
         if inst.size > rows.size:

@@ -111,3 +111,30 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
     assert main(["audit", "loader", *flags, "--out", str(tmp_path / "la.json")]) == 0
     report = json.loads((tmp_path / "la.json").read_text())
     assert report["ok"] and "skipped" in report["content"]
+
+
+def test_stream_audit_matches_packed_rows_and_catches_a_repeat(mix, tmp_path):
+    """`olmax audit stream` on the packed batches two processes emit: every row matched to a packed instance,
+    none repeated; a row copied into a later step is an unplanned repeat (exit 1)."""
+    import json
+
+    folder, _ = mix
+    flags = ["--mix", str(folder / "mix.txt"), "--seq-len", str(L), "--global-batch-size", str(G), "--seed", str(SEED),
+             "--packed", "--source-group-size", str(GROUP), "--source-permutation-seed", str(PERM_SEED),
+             "--work-dir", str(tmp_path / "w")]
+    hosts = []
+    for rank in range(2):
+        hosts.append(tmp_path / f"h{rank}.npy")
+        assert main(["data", "batches", *flags, "--steps", "5", "--process-count", "2", "--process-index", str(rank),
+                     "--eos-token-id", str(EOS), "--pad-token-id", str(PAD), "--out", str(hosts[-1])]) == 0
+    audit = ["audit", "stream", *flags[:2], "--seq-len", str(L), "--packed", "--source-group-size", str(GROUP),
+             "--source-permutation-seed", str(PERM_SEED), "--work-dir", str(tmp_path / "w")]
+    assert main([*audit, "--batches", *map(str, hosts), "--out", str(tmp_path / "ok.json")]) == 0
+    ok = json.loads((tmp_path / "ok.json").read_text())
+    assert ok["rows"] == 5 * G and ok["repeated_rows"] == 0 and ok["foreign_rows"] == 0
+    bad = np.load(hosts[0])
+    bad[3, 1] = bad[0, 0]
+    np.save(tmp_path / "bad.npy", bad)
+    assert main([*audit, "--batches", str(tmp_path / "bad.npy"), str(hosts[1]), "--out", str(tmp_path / "bad.json")]) == 1
+    report = json.loads((tmp_path / "bad.json").read_text())
+    assert report["repeated_rows"] == 1 and report["unplanned_repeated_rows"] == 1

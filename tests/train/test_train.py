@@ -185,6 +185,11 @@ def test_cli_dry_run_and_errors(capsys, tmp_path):
     assert "data.mix is not set" in capsys.readouterr().err and not (tmp_path / "run").exists()
     assert main(["train", "--config", "tiny", "--dry-run", "optim.lr"]) == 2
     assert "area.key=value" in capsys.readouterr().err
+    # stage 3 reads OLMo-core's packed instances and attends within documents
+    assert main(["train", "--config", "olmo3_7b_stage3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(line in out for line in ("packed: true", "source_group_size: 8", "source_permutation_seed: 123",
+                                        "document_masks: true", "seq_len: 65536"))
 
 
 def test_eval_hook_runs_every_n_steps_and_logs_its_values(setup, tmp_path):
