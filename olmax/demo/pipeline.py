@@ -333,6 +333,14 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     rc = d.olmax(["eval", "memorization", "--run", str(run), "--plot", str(ev / "curves.png"),
                   "--out", str(ev / "memorization.json")], expect=(0, 1))
     mem = _read(ev / "memorization.json")
+    # the planted sciq items against the rest of the set, at every kept checkpoint of the run
+    bad = d.out / "contaminated"
+    grc = d.olmax(["eval", "gains", "--run", str(run), "--leaks", str(bad / "leaks.json"), "--eval", PLANTED_SET,
+                   "--limit", "100", "--seq-len", str(SEQ_LEN), "--plot-dir", str(ev), "--out", str(ev / "gains.json")],
+                  expect=(0, 1))
+    from olmax.evals.gains import gap_table
+
+    gains = _read(ev / "gains.json")
     rows = ["| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |", "|---|---|---:|---:|---:|---:|"]
     rows += [f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
              for r in held]
@@ -341,18 +349,30 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
               for k, v in mem["checks"].items()]
     d.add("6. Held-out evals and the memorization check", f"""
 ```
-{d.commands[-2]}
+{d.commands[-3]}
 ```
 {chr(10).join(rows)}
 
 ```
-{d.commands[-1]}
+{d.commands[-2]}
 ```
 Verdict: **{'FLAGGED' if mem['flagged'] else 'not flagged'}** (exit {rc}).
 
 {chr(10).join(mrows)}
 
 ![train vs held-out loss](evals/{Path(ev / 'curves.png').name})
+
+The gains attributed to contamination: the {PLANTED_ITEMS} {PLANTED_SET} items planted in the contaminated mix
+(section 3) against the other {PLANTED_SET} items, scored alone at each kept checkpoint, with bootstrap 95%
+intervals. This run trained on the clean mix, so this is the null comparison: the planted items were never
+seen, and a gain interval that excludes 0 would be a false alarm (`bench/memorization_power.py` measures how
+large a dose the check needs at this scale).
+```
+{d.commands[-1]}
+```
+{gap_table(gains)}
+
+Verdict: **{'FLAGGED' if grc else 'not flagged'}** (exit {grc}).
 """)
 
 
