@@ -50,7 +50,8 @@ def test_round_trip_is_bit_exact_and_loads_in_transformers(tmp_path, dtype):
 
 
 def test_sharded_write_reads_back(tmp_path):
-    model = init_model(tiny(), seed=2)
+    # an HF checkpoint holds the real vocabulary only: with zero padding rows the round trip is exact
+    model = init_model(tiny(vocab_padding="zero"), seed=2)
     out = to_hf(model, tmp_path / "sharded", max_shard_bytes=100_000)
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 2
