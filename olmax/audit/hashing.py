@@ -207,3 +207,9 @@ def window_spans_hashes(tokens: np.ndarray, length: int) -> np.ndarray:
     n = len(tokens) // length
     starts = np.arange(n, dtype=np.int64) * length
     return spans_hashes(tokens, starts, starts + length)
+
+
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """uint64 (R,): xxh3-64 of each row's uint32 bytes (token ids are < 2^31: int32 rows view as-is)."""
+    flat = np.ascontiguousarray(rows).view(np.uint32).reshape(-1)
+    return window_spans_hashes(flat, rows.shape[-1])

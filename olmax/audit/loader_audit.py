@@ -145,10 +145,7 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                                "full_epochs": plan["full_epochs"], "rank_checked_steps": run["rank_checked_steps"]},
                     "instances_over_planned_examples": plan["over_examples"],
                     "paths_under_several_labels": several, "sources": shares}
-    if config.content and isinstance(index, PackedIndex):
-        report["content"] = {"skipped": "the content checks (duplicate instances and documents, unplanned "
-                             "repeats, spans) read fixed windows and do not cover packed streams yet"}
-    elif config.content:
+    if config.content:
         report.update(_content_checks(index, run, config, checks))
     if config.exposure_out and not isinstance(index, PackedIndex):
         write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
@@ -247,24 +244,34 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
 
     ids, ex, L, N = run["ids"], config.examples, config.stream.seq_len, index.num_instances
     work_dir = config.stream.work_dir
-    content = scan_content(index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
-                           work_dir=work_dir, examples=ex)
-    dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
-                            != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
-                       for p in content.phys[:].tolist()))  # counted per mix line
+    packed = isinstance(index, PackedIndex)
+    # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
+    files_index = config.stream.file_index() if packed else index
+    content = scan_content(files_index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
+                           work_dir=work_dir, examples=ex, instances=not packed)
+    if packed:
+        canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
+        dup_inst = int((canonical != np.arange(N)).sum())
+        cid, raw = canonical[ids], ids  # a packed row's position is its instance id
+        collisions = row_collisions + content.collisions
+    else:
+        dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
+                                != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
+                           for p in content.phys[:].tolist()))  # counted per mix line
+        cid = content.content_ids(index, ids)
+        files, starts = index.locate(ids)
+        raw = content.phys_offsets[content.phys[files]] + starts // L
+        collisions, dup_examples = content.collisions, content.window_examples
     frac = dup_inst / max(1, N)
     checks.append(Check("duplicate_instances", frac <= config.max_dup_instance_frac,
                         round(frac, 6), config.max_dup_instance_frac,
                         detail=f"{dup_inst} of {N} instances repeat content found at another "
-                        f"file/position"))
+                        f"{'packed row' if packed else 'file/position'}"))
     dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
     checks.append(Check("duplicate_documents", dfrac <= config.max_dup_doc_frac, round(dfrac, 6),
                         config.max_dup_doc_frac,
                         detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
                         f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document"))
-    cid = content.content_ids(index, ids)
-    files, starts = index.locate(ids)
-    raw = content.phys_offsets[content.phys[files]] + starts // L
     # Rows whose content was emitted from another physical window: beyond the most-emitted one.
     pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
     by_cid: dict[int, list[int]] = {}
@@ -284,18 +291,44 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
         sel = src[cfirst] == i
         levels, tok = np.unique(cn[sel], return_counts=True)
         exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
-    checks.append(Check("hash_collisions", content.collisions == 0, content.collisions, 0,
+    checks.append(Check("hash_collisions", collisions == 0, collisions, 0,
                         gated=False, detail="equal xxh3 hashes whose bytes differed"))
     section = {"identical_files": same, "duplicate_instances": dup_inst,
-               "duplicate_instance_examples": content.window_examples,
+               "duplicate_instance_examples": dup_examples,
                "duplicate_documents": content.duplicate_docs,
                "duplicate_document_tokens": content.duplicate_doc_tokens,
                "documents": content.docs, "document_tokens": content.doc_tokens,
                "duplicate_document_examples": content.doc_examples,
                "unplanned_repeat_rows": unplanned}
     if config.span_tokens > 0:
-        section["repeated_spans"] = _span_checks(index, content, config, checks)
+        section["repeated_spans"] = _span_checks(files_index, content, config, checks)
     return {"content": section, "exposure": exposure}
+
+
+def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarray, int, list[dict]]:
+    """(canonical, collisions, examples) over the packed rows: canonical[i] is the first row (by instance id)
+    with row i's tokens; rows are hashed as the loader emits them and equal hashes re-compared byte for byte."""
+    from olmax.audit.hashing import row_hashes
+
+    n = index.num_instances
+    chunk = max(1, (1 << 26) // index.seq_len)
+    hashes = np.concatenate([row_hashes(index.read(np.arange(a, min(n, a + chunk), dtype=np.int64))["input_ids"])
+                             for a in range(0, n, chunk)]) if n else np.zeros(0, np.uint64)
+    order = np.argsort(hashes, kind="stable")  # equal hashes stay in instance order
+    bounds = np.flatnonzero(np.diff(hashes[order]) != 0) + 1
+    canonical, collisions, found = np.arange(n, dtype=np.int64), 0, []
+    for group in np.split(order, bounds):
+        if group.size < 2:
+            continue
+        rows = index.read(group.astype(np.int64))["input_ids"]
+        for m, row in zip(group[1:].tolist(), rows[1:]):
+            if np.array_equal(row, rows[0]):
+                canonical[m] = int(group[0])
+                if len(found) < examples:
+                    found.append({"instance": m, "same_as_instance": int(group[0])})
+            else:
+                collisions += 1
+    return canonical, collisions, found
 
 
 def _span_checks(index, content, config: LoaderAuditConfig, checks: list[Check]) -> dict:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.stream import row_hashes
+from olmax.audit.hashing import row_hashes
 from olmax.errors import OlmaxError
 
 log = logging.getLogger("olmax.audit.monitor")

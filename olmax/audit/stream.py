@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.hashing import window_spans_hashes
+from olmax.audit.hashing import row_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.packing import PackedIndex
@@ -84,12 +84,6 @@ def _open_batches(path: str, seq_len: int) -> np.ndarray:
         raise OlmaxError(f"{path}: expected a (steps, rows, {seq_len}) int32/uint32 array, got "
                          f"{arr.shape} {arr.dtype}")
     return arr
-
-
-def row_hashes(rows: np.ndarray) -> np.ndarray:
-    """uint64 (R,): xxh3-64 of each row's uint32 bytes (token ids are < 2^31: int32 rows view as-is)."""
-    flat = np.ascontiguousarray(rows).view(np.uint32).reshape(-1)
-    return window_spans_hashes(flat, rows.shape[-1])
 
 
 def audit_stream(cfg: StreamConfig) -> dict:

@@ -110,7 +110,33 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
     assert found == sorted(want) and found
     assert main(["audit", "loader", *flags, "--out", str(tmp_path / "la.json")]) == 0
     report = json.loads((tmp_path / "la.json").read_text())
-    assert report["ok"] and "skipped" in report["content"]
+    assert report["ok"] and report["content"]["duplicate_instances"] == 0
+    assert report["content"]["documents"] > 0 and report["content"]["unplanned_repeat_rows"] == 0
+
+
+def test_loader_audit_content_checks_on_packed_rows(tmp_path, monkeypatch):
+    """The content checks on a packed stream: a file copied under another name packs into rows equal to
+    the original's (duplicate instances, identical files, emitted rows repeating content), and its
+    documents repeat; the clean mix passes."""
+    import json
+    import shutil
+
+    paths = write_document_files(str(tmp_path / "mix"), n_files=8, seed=9)
+    monkeypatch.setenv("OLMAX_WORK_DIR", str(tmp_path / "w"))
+    lines = [f"web,{os.path.basename(p)}" for p in paths]
+    (tmp_path / "mix" / "clean.txt").write_text("\n".join(lines) + "\n")
+    shutil.copyfile(paths[2], tmp_path / "mix" / "copy.npy")
+    (tmp_path / "mix" / "bad.txt").write_text("\n".join([*lines, "web,copy.npy"]) + "\n")
+    flags = ["--seq-len", str(L), "--global-batch-size", "4", "--packed", "--epochs", "1"]
+    assert main(["audit", "loader", "--mix", str(tmp_path / "mix" / "clean.txt"), *flags,
+                 "--out", str(tmp_path / "clean.json")]) == 0
+    assert main(["audit", "loader", "--mix", str(tmp_path / "mix" / "bad.txt"), *flags,
+                 "--out", str(tmp_path / "bad.json")]) == 1
+    content = json.loads((tmp_path / "bad.json").read_text())["content"]
+    assert content["duplicate_instances"] > 0 and content["duplicate_documents"] > 0
+    assert content["identical_files"] and content["unplanned_repeat_rows"] > 0
+    first = content["duplicate_instance_examples"][0]
+    assert first["same_as_instance"] < first["instance"]
 
 
 def test_stream_audit_matches_packed_rows_and_catches_a_repeat(mix, tmp_path):
