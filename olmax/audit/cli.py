@@ -6,6 +6,7 @@ import argparse
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options, stream_from_args
+from olmax.data.trace_cli import add_horizon_options
 
 
 def _out(p: argparse.ArgumentParser) -> None:
@@ -94,10 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "logged step). Each epoch's inverse order is built once beside its order file.")
     add_stream_options(ex)
     ex.add_argument("--leaks", required=True, help="the `olmax audit leaks` report (JSON)")
-    g = ex.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, help="through this many epochs (default 1)")
-    g.add_argument("--until-step", type=int, help="through global steps 1..N")
-    g.add_argument("--run", help="a run folder of `olmax train`: its stream (flags override) and last step")
+    add_horizon_options(ex).add_argument("--run", help="a run folder of `olmax train`: its stream (flags override) and last step")
     _out(ex)
     ex.set_defaults(func=locked_out(_exposure, "olmax audit exposure"))
 

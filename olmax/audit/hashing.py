@@ -213,3 +213,12 @@ def row_hashes(rows: np.ndarray) -> np.ndarray:
     """uint64 (R,): xxh3-64 of each row's uint32 bytes (token ids are < 2^31: int32 rows view as-is)."""
     flat = np.ascontiguousarray(rows).view(np.uint32).reshape(-1)
     return window_spans_hashes(flat, rows.shape[-1])
+
+
+def packed_row_hashes(index, chunk_tokens: int = 1 << 26) -> np.ndarray:
+    """uint64 (N,): `row_hashes` of every row of a packed index (olmax.data.packing.PackedIndex) as the loader
+    emits it, read `chunk_tokens` at a time."""
+    chunk = max(1, chunk_tokens // index.seq_len)
+    parts = [row_hashes(index.read(np.arange(a, min(index.num_instances, a + chunk), dtype=np.int64))["input_ids"])
+             for a in range(0, index.num_instances, chunk)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)

@@ -217,10 +217,7 @@ def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: lis
     planned = index.tokens_by_label()
     total_planned = sum(planned.values())
     if isinstance(index, PackedIndex):  # a packed row holds documents of several files: count each's tokens
-        lo, hi = index.inst_offsets[ids], index.inst_offsets[ids + 1]
-        docs = np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
-        observed = np.bincount(index.file_label_ids[index.doc_file[docs]], weights=index.doc_len[docs],
-                               minlength=len(index.label_names))
+        observed = np.asarray(list(index.tokens_by_label(ids).values()), dtype=np.int64)
         served = max(1, int(observed.sum()))
     else:
         observed = np.bincount(index.source_ids(ids), minlength=len(index.label_names)) * L
@@ -308,12 +305,10 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
 def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarray, int, list[dict]]:
     """(canonical, collisions, examples) over the packed rows: canonical[i] is the first row (by instance id)
     with row i's tokens; rows are hashed as the loader emits them and equal hashes re-compared byte for byte."""
-    from olmax.audit.hashing import row_hashes
+    from olmax.audit.hashing import packed_row_hashes
 
     n = index.num_instances
-    chunk = max(1, (1 << 26) // index.seq_len)
-    hashes = np.concatenate([row_hashes(index.read(np.arange(a, min(n, a + chunk), dtype=np.int64))["input_ids"])
-                             for a in range(0, n, chunk)]) if n else np.zeros(0, np.uint64)
+    hashes = packed_row_hashes(index)
     order = np.argsort(hashes, kind="stable")  # equal hashes stay in instance order
     bounds = np.flatnonzero(np.diff(hashes[order]) != 0) + 1
     canonical, collisions, found = np.arange(n, dtype=np.int64), 0, []

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.hashing import row_hashes, window_spans_hashes
+from olmax.audit.hashing import packed_row_hashes, row_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.packing import PackedIndex
@@ -115,13 +115,10 @@ def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     from olmax.data.shards import read_tokens
 
     if isinstance(index, PackedIndex):  # packed rows: read them as the loader does, hashed as emitted rows are
-        chunk = max(1, (1 << 26) // L)
-        for a in range(0, index.num_instances, chunk):
-            ids = np.arange(a, min(index.num_instances, a + chunk), dtype=np.int64)
-            h = row_hashes(index.read(ids)["input_ids"])
-            rec = np.zeros(h.size, REC)
-            rec["hash"], rec["kind"], rec["a"] = h, 0, ids
-            spill.add(rec)
+        h = packed_row_hashes(index)
+        rec = np.zeros(h.size, REC)
+        rec["hash"], rec["kind"], rec["a"] = h, 0, np.arange(h.size)
+        spill.add(rec)
     phys = physical_ids(index.paths)
     hashed: dict[int, np.ndarray] = {}
     for f, path in enumerate(index.paths if not isinstance(index, PackedIndex) else ()):

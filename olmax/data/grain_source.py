@@ -136,19 +136,15 @@ class BatchSource:
             rows = self.index.read(ids)
             out = {"input_ids": rows["input_ids"], "instance_ids": ids, "source": rows["source"],
                    "label_mask": rows["label_mask"]}
-            if self.document_masks:
-                out["segment_ids"], out["positions"] = document_masks(rows["input_ids"], self.eos_token_id,
-                                                                      self.bos_token_id)
-            return out
-        files, starts = self.index.locate(ids)
-        buf = np.empty((ids.size, self.index.seq_len), dtype=self.index.dtype)
-        self._reader.read(files, starts, buf)
-        # Token ids are < 2^31, so uint32 reinterprets as int32 with no copy.
-        input_ids = buf.view(np.int32) if buf.dtype == np.uint32 else buf.astype(np.int32)
-        out = {"input_ids": input_ids, "instance_ids": ids,
-               "source": self.index.file_label_ids[files]}
+        else:
+            files, starts = self.index.locate(ids)
+            buf = np.empty((ids.size, self.index.seq_len), dtype=self.index.dtype)
+            self._reader.read(files, starts, buf)
+            # Token ids are < 2^31, so uint32 reinterprets as int32 with no copy.
+            input_ids = buf.view(np.int32) if buf.dtype == np.uint32 else buf.astype(np.int32)
+            out = {"input_ids": input_ids, "instance_ids": ids, "source": self.index.file_label_ids[files]}
         if self.document_masks:
-            out["segment_ids"], out["positions"] = document_masks(input_ids, self.eos_token_id,
+            out["segment_ids"], out["positions"] = document_masks(out["input_ids"], self.eos_token_id,
                                                                   self.bos_token_id)
         return out
 

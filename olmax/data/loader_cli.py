@@ -91,7 +91,7 @@ def run_batches(args: argparse.Namespace) -> int:
     loader = stream.open_loader(_index(args, stream), process_index=args.process_index,
                                 process_count=args.process_count, eos_token_id=args.eos_token_id)
     it = loader.iterate(loader.state_at(args.epoch, args.start_step))
-    lens: list[list[np.ndarray]] = []
+    lens: list[np.ndarray] = []
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     tmp = os.path.join(out_dir, f".{os.path.basename(args.out)}.{os.getpid()}.tmp.npy")
@@ -101,18 +101,17 @@ def run_batches(args: argparse.Namespace) -> int:
         for n in range(args.steps):
             arr[n] = next(it)["input_ids"]
             if args.doc_lens_out:
-                from olmax.data.packing import document_lengths
+                from olmax.data.packing import batch_doc_lens
 
-                lens.append([document_lengths(row, args.eos_token_id) for row in arr[n]])
+                lens.append(batch_doc_lens(arr[n], args.eos_token_id))
         arr.flush()
         del arr
         if args.doc_lens_out:
             from olmax.atomic import temp_path
 
-            out = np.zeros((args.steps, loader.rows_per_process, max(len(x) for b in lens for x in b)), np.int32)
-            for n, rows in enumerate(lens):
-                for r, x in enumerate(rows):
-                    out[n, r, :len(x)] = x
+            out = np.zeros((args.steps, loader.rows_per_process, max(x.shape[1] for x in lens)), np.int32)
+            for n, x in enumerate(lens):
+                out[n, :, :x.shape[1]] = x
             with temp_path(args.doc_lens_out, suffix=".npy") as t:
                 np.save(t, out)
         os.replace(tmp, args.out)

@@ -94,6 +94,16 @@ def document_lengths(row: np.ndarray, eos_token_id: int, bos_token_id: int | Non
     return np.diff(last, prepend=-1).astype(np.int32)
 
 
+def batch_doc_lens(input_ids: np.ndarray, eos_token_id: int, bos_token_id: int | None = None) -> np.ndarray:
+    """int32 (R, D): `document_lengths` of each row, zero-padded to the most documents in these rows, as
+    OLMo-core's collator pads a local batch's `doc_lens`."""
+    lens = [document_lengths(row, eos_token_id, bos_token_id) for row in input_ids]
+    out = np.zeros((len(lens), max((x.size for x in lens), default=0)), dtype=np.int32)
+    for r, x in enumerate(lens):
+        out[r, :x.size] = x
+    return out
+
+
 def _check_max_len(max_len: int) -> None:
     if max_len < 1 or max_len & (max_len - 1):
         raise OlmaxError(f"--seq-len {max_len} is not a power of two; OLMo-core's packer (OBFD segment "
@@ -292,10 +302,18 @@ class PackedIndex(LabelledFiles):
                              & (self.doc_start + self.doc_len > start))
         return np.unique(np.searchsorted(self.inst_offsets, hit, side="right") - 1).astype(np.int64)
 
-    def tokens_by_label(self) -> dict[str, int]:
-        """Document tokens per source label (padding excluded), in label order."""
-        per = np.bincount(self.file_label_ids[self.doc_file], weights=self.doc_len, minlength=len(self.label_names))
-        return {name: int(n) for name, n in zip(self.label_names, per)}
+    def tokens_by_label(self, instance_ids: np.ndarray | None = None) -> dict[str, int]:
+        """Document tokens per source label (padding excluded), in label order: of the whole index, or of the
+        rows `instance_ids` (repeats counted), a row's documents each under its own file's label."""
+        if instance_ids is None:
+            docs = slice(None)
+        else:
+            ids = np.asarray(instance_ids, dtype=np.int64)
+            lo, n = self.inst_offsets[ids], self.inst_offsets[ids + 1] - self.inst_offsets[ids]
+            docs = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))  # each row's documents
+        per = np.bincount(self.file_label_ids[self.doc_file[docs]], weights=self.doc_len[docs],
+                          minlength=len(self.label_names))
+        return {name: int(x) for name, x in zip(self.label_names, per)}
 
     def instance_documents(self, instance_id: int) -> list[tuple[int, int, int]]:
         """(file index, start, end) token spans that instance `instance_id` holds, in row order."""
@@ -306,9 +324,8 @@ class PackedIndex(LabelledFiles):
                 zip(self.doc_file[lo:hi], self.doc_start[lo:hi], self.doc_len[lo:hi])]
 
     def read(self, instance_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Rows of these instances: input_ids int32 (n, L), label_mask bool (n, L), doc_lens int32 (n, D)
-        zero-padded to the most documents of these rows (as OLMo-core's collator pads a local batch),
-        source int32 (n,), instance_ids int64 (n,)."""
+        """Rows of these instances: input_ids int32 (n, L), label_mask bool (n, L), source int32 (n,),
+        instance_ids int64 (n,). Their document lengths, when wanted, are `doc_lens(input_ids)`."""
         ids = np.asarray(instance_ids, dtype=np.int64).reshape(-1)
         self._check_ids(ids)
         buf = np.zeros((ids.size, self.seq_len), dtype=self.dtype)
@@ -324,12 +341,11 @@ class PackedIndex(LabelledFiles):
         input_ids = buf.view(np.int32) if buf.dtype == np.uint32 else buf.astype(np.int32)
         label_mask = np.arange(self.seq_len)[None, :] < used[:, None]
         input_ids[~label_mask] = self.pad_token_id
-        lens = [document_lengths(row, self.eos_token_id, self.bos_token_id) for row in input_ids]
-        doc_lens = np.zeros((ids.size, max((x.size for x in lens), default=0)), dtype=np.int32)
-        for r, x in enumerate(lens):
-            doc_lens[r, :x.size] = x
-        return {"input_ids": input_ids, "label_mask": label_mask, "doc_lens": doc_lens,
-                "source": self.source_ids(ids), "instance_ids": ids}
+        return {"input_ids": input_ids, "label_mask": label_mask, "source": self.source_ids(ids), "instance_ids": ids}
+
+    def doc_lens(self, input_ids: np.ndarray) -> np.ndarray:
+        """OLMo-core's `doc_lens` of packed rows (`batch_doc_lens` with this index's EOS and BOS)."""
+        return batch_doc_lens(input_ids, self.eos_token_id, self.bos_token_id)
 
 
 def packed_fingerprint(paths: Sequence[str], sizes: Sequence[int], *, seq_len: int, dtype: str,

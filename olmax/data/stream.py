@@ -20,6 +20,7 @@ from olmax.errors import OlmaxError
 if TYPE_CHECKING:
     from olmax.data.index import TokenIndex
     from olmax.data.loader import Loader
+    from olmax.data.mixfile import Mix
     from olmax.data.packing import PackedIndex
 
 DATA_SEED = 34521  # OLMo 3 stage-1 data seed: OLMo-core NumpyDataLoaderConfig(seed=34521)
@@ -90,9 +91,8 @@ class StreamSpec:
         `dtype`, `vocab_size`, `eos_token_id`, `pad_token_id`, `bos_token_id`, default dolma2's; `progress`
         shows a bar while packing)."""
         from olmax.data.index import build_index
-        from olmax.data.mixfile import read_mix
 
-        mix = read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
+        mix = self.read_mix()
         seq_len = self.seq_len if seq_len is None else seq_len
         progress = kwargs.pop("progress", False)
         if not self.packed:
@@ -111,10 +111,14 @@ class StreamSpec:
         """Every file of the mix with its size (a window index at L = 1, short files kept), whatever the
         stream's instances: what the content audits (leaks, dedup) read."""
         from olmax.data.index import build_index
+
+        return build_index(self.read_mix(), 1, allow_short_files=True)
+
+    def read_mix(self) -> Mix:
+        """The parsed mix: its files' paths and labels, `{TOKENIZER}` and the base dir resolved."""
         from olmax.data.mixfile import read_mix
 
-        mix = read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
-        return build_index(mix, 1, allow_short_files=True)
+        return read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
 
     def open_loader(self, index: TokenIndex | None = None, *, process_index: int | None = None,
                     process_count: int | None = None, **kwargs) -> Loader:

@@ -11,6 +11,14 @@ _STEPS = ("Step N is the trainer's global step (1-based, across epochs): it cons
           "process count.")
 
 
+def add_horizon_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+    """`--epochs E | --until-step N`: how far `data where` and `audit exposure` look; returns the group."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, help="look through this many epochs (default 1)")
+    g.add_argument("--until-step", type=int, help="look through global steps 1..N")
+    return g
+
+
 def add_commands(data_sub: argparse._SubParsersAction) -> None:
     from olmax.data.stream_cli import add_stream_options
 
@@ -34,9 +42,7 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
     h.add_argument("--doc", help="document id (the sidecar's id, or #i: the i-th document of --file)")
     h.add_argument("--file", help="a file of the mix (as listed, or any path to the same file)")
     h.add_argument("--tokens", metavar="A:B", help="token range [A, B) of --file")
-    g = h.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, help="look through this many epochs (default 1)")
-    g.add_argument("--until-step", type=int, help="look through global steps 1..N")
+    add_horizon_options(h)
     h.add_argument("--out", help="write the JSON here (atomically); default: print it")
     h.set_defaults(func=run_where)
 

@@ -257,10 +257,10 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     from olmax.evals.run_dir import load_run_model
     from olmax.evals.sets import contaminated_ids, load_eval_set, parse_eval_spec
     from olmax.jsonio import read_json
-    from olmax.train.config import load_config, run_config_path
+    from olmax.train.config import load_run_config
 
     steps = run_steps(inp.run, inp.steps)
-    cfg = load_config(run_config_path(Path(inp.run)))
+    cfg = load_run_config(inp.run)
     seq_len = inp.seq_len or cfg.data.seq_len
     tok = eval_tokenizer(inp.tokenizer)
     leaks = contaminated_ids(read_json(inp.leaks, "an `olmax audit leaks` report"))

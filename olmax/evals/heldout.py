@@ -91,6 +91,11 @@ def _record(ps: PreparedSet, subset: str, rows: np.ndarray, nll: np.ndarray, ste
     }
 
 
+def record_name(r: dict) -> str:
+    """A held-out record's set as metrics name it: `sciq`, or `sciq/clean` for a subset."""
+    return r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
+
+
 def run_heldout(model, eval_sets: Sequence[PreparedSet], *, step: int | None = None, batch_size: int = 8,
                 progress: bool = False) -> list[dict]:
     """Score every prepared set with `model(input_ids) -> logits`; one record per set (and per clean subset).

@@ -22,9 +22,11 @@ DEFAULT_SETS = ("sciq", "arc_easy")
 
 def flatten(records: list[dict]) -> dict[str, float]:
     """`run_heldout` records -> the flat floats a metrics.jsonl train record carries."""
+    from olmax.evals.heldout import record_name
+
     out: dict[str, float] = {}
     for r in records:
-        key = r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
+        key = record_name(r)
         for metric in ("ce", "ppl", "bpb", "tokens"):
             out[f"{key}/{metric}"] = r[metric]
     return out

@@ -25,12 +25,6 @@ from olmax.errors import OlmaxError
 from olmax.evals.exposure import Exposure, read_instance_tokens
 
 
-def _config(run_dir: Path):
-    from olmax.train.config import load_config, run_config_path
-
-    return load_config(run_config_path(run_dir))
-
-
 def latest_step(run_dir: str | Path) -> int | None:
     """The newest complete checkpoint step under DIR/checkpoints (None when there is none): committed by
     Orbax and matching its seal, the trainer's own rule (nothing is moved; the trainer does that)."""
@@ -44,8 +38,6 @@ def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "f
     """(model, step): the params of checkpoint `step` (default: the newest) of a training run."""
     from olmax.train.export import restore_run_model
 
-    if step is None and latest_step(run_dir) is None:
-        raise OlmaxError(f"{Path(run_dir) / 'checkpoints'}: no checkpoint; pass --checkpoint DIR (HF or olmax)")
     rm = restore_run_model(run_dir, step, dtype)
     return rm.model, rm.step
 
@@ -58,7 +50,9 @@ def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 
                     max_instances: int = 2_000_000) -> Exposure:
     """Exposure by content for the first `step` global batches of the run (see the module docstring)."""
     run_dir = Path(run_dir)
-    d = _config(run_dir).data
+    from olmax.train.config import load_run_config
+
+    d = load_run_config(run_dir).data
     d = d.replace(mix=d.resolve_mix())  # resolved once: "demo" becomes the prepared mix file's path
     mix = d.mix
     loader = d.open_loader(process_index=0, process_count=1)

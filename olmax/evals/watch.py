@@ -100,10 +100,10 @@ def prepare(settings: WatchSettings) -> Job:
     from olmax.evals.hook import eval_batch_size, eval_settings, eval_tokenizer
     from olmax.evals.sets import contaminated_ids
     from olmax.jsonio import read_json
-    from olmax.train.config import load_config, run_config_path
+    from olmax.train.config import load_run_config
 
     run = run_folder(settings.run)
-    cfg = load_config(run_config_path(run))
+    cfg = load_run_config(run)
     if settings.every < 1:
         raise OlmaxError(f"--every {settings.every}: must be >= 1")
     specs, limit = eval_settings(cfg, settings.evals, settings.limit)
@@ -190,7 +190,7 @@ def restore_model(job: Job, step: int):
     step is gone (retention). OlmaxError when it holds another model than the run config's."""
     from flax import nnx
 
-    from olmax.train.checkpoint import complete_steps, read_params
+    from olmax.train.checkpoint import complete_steps, error_line, read_params
     from olmax.train.step import model_graphdef
 
     step_dir = job.run / "checkpoints" / str(step)
@@ -205,8 +205,7 @@ def restore_model(job: Job, step: int):
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report a missing file in many ways
         if step not in complete_steps(job.run / "checkpoints"):
             return None
-        first = (str(e).splitlines() or [""])[0][:200]
-        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({first}); it is committed, so it is "
+        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}); it is committed, so it is "
                          "damaged: move it aside and rerun") from e
     return nnx.merge(graphdef, params)
 
@@ -320,9 +319,11 @@ def open_tensorboard(job: Job):
 
 
 def tensorboard_scalars(tb, records: list[dict]) -> None:
+    from olmax.evals.heldout import record_name
+
     for r in records:
         if r.get("kind") == "heldout":
-            name = r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
+            name = record_name(r)
             for metric in ("ce", "ppl", "bpb"):
                 if r.get(metric) is not None:
                     tb.add_scalar(f"eval/{name}/{metric}", r[metric], r["step"])
@@ -338,6 +339,8 @@ def stderr_log(message: str) -> None:
 
 def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
     """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
+    from olmax.evals.heldout import record_name
+
     steps = pending_steps(job)
     for step in steps:
         t0 = time.perf_counter()
@@ -349,7 +352,7 @@ def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
             continue
         new = evaluate_step(job, model, step)
         commit(job, new)
-        shown = ", ".join(f"{r['eval']}{'' if r['subset'] == 'all' else '/' + r['subset']} CE {r['ce']:.4f}"
+        shown = ", ".join(f"{record_name(r)} CE {r['ce']:.4f}"
                           for r in new if r.get("kind") == "heldout")
         log(f"step {step}: {shown} ({time.perf_counter() - t0:.1f} s)")
     return len(steps)

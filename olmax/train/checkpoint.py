@@ -166,7 +166,7 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 - TensorStore reports write errors as ValueError / bare Exception
             import re
 
-            first = _first_line(e)
+            first = error_line(e)
             failed = re.search(r"/(\d+)\.orbax-checkpoint-tmp", first)  # an earlier, asynchronous save
             step = int(failed.group(1)) if failed else step
             where = self.directory / (str(step) if step is not None else "")
@@ -224,7 +224,7 @@ class Checkpointer:
                              f"or optimizer shape in the config differs from the one that wrote it: use "
                              f"the run's own config ({self.directory.parent / 'config.yaml'})") from e
         except Exception as e:  # noqa: BLE001 - TensorStore reports unreadable data as a bare Exception
-            first = _first_line(e)[:200]
+            first = error_line(e)[:200]
             if fallback:
                 raise _Unreadable(first) from e
             self.close()
@@ -371,7 +371,7 @@ def read_step_info(step_dir: str | Path) -> tuple[LoaderState, dict]:
     return loader_state, meta
 
 
-def _first_line(e: BaseException) -> str:
+def error_line(e: BaseException) -> str:
     """A TensorStore error's first line, without the spec dump it appends ("See full TensorStore details")."""
     return (str(e).split(" See full TensorStore details")[0].splitlines() or [""])[0]
 

@@ -217,6 +217,11 @@ def run_config_path(run_dir: str | Path) -> str:
     return str(path)
 
 
+def load_run_config(run_dir: str | Path) -> ExperimentConfig:
+    """The resolved config of a run folder of `olmax train` (`run_config_path`)."""
+    return load_config(run_config_path(run_dir))
+
+
 def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
     import yaml

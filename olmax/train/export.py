@@ -48,16 +48,17 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
     read-only (`checkpoint.read_params`: safe beside a trainer still saving into the run)."""
     from flax import nnx
 
-    from olmax.train.checkpoint import complete_steps, read_params, read_step_info
-    from olmax.train.config import load_config, run_config_path
+    from olmax.train.checkpoint import complete_steps, error_line, read_params, read_step_info
+    from olmax.train.config import load_run_config
     from olmax.train.step import model_graphdef
 
     run_dir = Path(run_dir)
-    cfg = load_config(run_config_path(run_dir))
+    cfg = load_run_config(run_dir)
     if step is None:
         steps = complete_steps(run_dir / "checkpoints")
         if not steps:
-            raise OlmaxError(f"{run_dir / 'checkpoints'}: no complete checkpoint yet")
+            raise OlmaxError(f"{run_dir / 'checkpoints'}: no complete checkpoint yet (an HF or olmax folder is "
+                             "read with --checkpoint DIR)")
         step = steps[0]
     elif not (run_dir / "checkpoints" / str(step)).is_dir():
         raise OlmaxError(f"{run_dir / 'checkpoints' / str(step)}: no such checkpoint")
@@ -69,8 +70,7 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
     except OlmaxError:
         raise
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report unreadable files in many ways
-        first = (str(e).splitlines() or [""])[0][:200]
-        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({first})") from e
+        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]})") from e
     loader_state, meta = read_step_info(step_dir)
     return RunModel(nnx.merge(graphdef, params), run_dir, step, cfg, loader_state, meta)
 
@@ -115,7 +115,9 @@ def checkpoint_tokenizer(checkpoint: str | os.PathLike) -> Path:
     if local.is_file():
         return local
     if (found := run_checkpoint(checkpoint)) is not None:
-        return run_tokenizer(_config(found[0]))
+        from olmax.train.config import load_run_config
+
+        return run_tokenizer(load_run_config(found[0]))
     return tokenizer_path("dolma2")
 
 
@@ -126,6 +128,7 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
     import olmax
     from olmax.data.tokenize import load_tokenizer
     from olmax.model.convert import to_hf
+    from olmax.train.config import load_run_config
 
     found = run_checkpoint(src)
     if found is None:
@@ -133,7 +136,7 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
                          "checkpoints/<step> folders")
     if dtype not in (None, "float32", "bfloat16"):
         raise OlmaxError(f"--dtype {dtype}: export writes float32 or bfloat16")
-    tok_path = run_tokenizer(_config(found[0]), tokenizer)  # before the restore: a missing tokenizer fails fast
+    tok_path = run_tokenizer(load_run_config(found[0]), tokenizer)  # before the restore: a missing tokenizer fails fast
     rm = restore_run_model(*found)
     dtype = dtype or "float32"
     cfg = rm.config
@@ -146,10 +149,4 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
     }
     to_hf(rm.model, out, dtype, max_shard_bytes=max_shard_bytes, tokenizer_json=tok_path, provenance=info)
     return info
-
-
-def _config(run_dir: Path):
-    from olmax.train.config import load_config, run_config_path
-
-    return load_config(run_config_path(run_dir))
 

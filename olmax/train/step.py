@@ -37,7 +37,11 @@ def model_graphdef(cfg: ModelConfig) -> tuple[Any, dict]:
 def init_state(model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> dict:
     """A fresh train state (unsharded; call under jit with out_shardings to place it)."""
     model = Transformer(model_cfg, rngs=nnx.Rngs(seed))
-    params = nnx.split(model)[1].to_pure_dict()
+    return _state_around(nnx.split(model)[1].to_pure_dict(), optim_cfg, seed)
+
+
+def _state_around(params: dict, optim_cfg: OptimConfig, seed: int) -> dict:
+    """A step-0 train state holding `params`: fresh optimizer moments and skip history, the data rng."""
     return {"params": params, "opt": init_opt_state(params, optim_cfg.skip_window),
             "step": jnp.zeros((), jnp.int32), "rng": jax.random.key_data(jax.random.key(seed))}
 
@@ -59,12 +63,7 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
 def state_from_params(params: dict, model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: int) -> dict:
     """A train state at step 0 around existing `params` (a fresh optimizer), in the train state's shards."""
     _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
-
-    def build(p: dict) -> dict:
-        return {"params": p, "opt": init_opt_state(p, optim_cfg.skip_window), "step": jnp.zeros((), jnp.int32),
-                "rng": jax.random.key_data(jax.random.key(seed))}
-
-    return jax.jit(build, out_shardings=shardings)(params)
+    return jax.jit(lambda p: _state_around(p, optim_cfg, seed), out_shardings=shardings)(params)
 
 
 def default_ce_chunk() -> int:
