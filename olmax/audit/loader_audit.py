@@ -147,7 +147,7 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
                     "paths_under_several_labels": several, "sources": shares}
     if config.content:
         report.update(_content_checks(index, run, config, checks))
-    if config.exposure_out and not isinstance(index, PackedIndex):
+    if config.exposure_out:
         write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
         report["exposure_file"] = config.exposure_out
     report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "

@@ -108,9 +108,13 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
             if any(ff == f and a < 40 and e > 0 for ff, a, e in index.instance_documents(inst)):
                 want.add(b + 1)
     assert found == sorted(want) and found
-    assert main(["audit", "loader", *flags, "--out", str(tmp_path / "la.json")]) == 0
+    assert main(["audit", "loader", *flags, "--exposure-out", str(tmp_path / "x.npz"),
+                 "--out", str(tmp_path / "la.json")]) == 0
     report = json.loads((tmp_path / "la.json").read_text())
     assert report["ok"] and report["content"]["duplicate_instances"] == 0
+    served = np.load(tmp_path / "x.npz")  # one epoch: every served packed row once
+    assert report["exposure_file"] and served["count"].tolist() == [1] * served["instance_id"].size
+    assert served["instance_id"].size == loader.batches_per_epoch * G
     assert report["content"]["documents"] > 0 and report["content"]["unplanned_repeat_rows"] == 0
 
 
