@@ -252,8 +252,9 @@ def run_dolma(corpus: Corpus, tokenizer: Path, dst: Path, workers: int) -> Timin
     return _run_timed("dolma tokens", cmd, dst.parent / "dolma.log")
 
 
-def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int) -> Timing:
-    """`olmax data prepare` into a fresh folder, one label for the whole corpus."""
+def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int, beam: str | None = None) -> Timing:
+    """`olmax data prepare` into a fresh folder, one label for the whole corpus (`beam`: with --runner beam
+    and these pipeline options)."""
     exe = Path(sys.executable).parent / "olmax"
     olmax = str(exe) if exe.exists() else shutil.which("olmax")
     if olmax is None:
@@ -262,7 +263,20 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int) -> Timing
     # --dolma-compat: tokenize text.strip() and skip a second EOS, exactly as `dolma tokens` 1.2.1 does
     cmd = [olmax, "data", "prepare", "--tokenizer", tokenizer, "--out", str(dst), "--dolma-compat",
            "--workers", str(workers), "--overwrite", f"bench={corpus.glob}"]
+    if beam is not None:
+        cmd += ["--runner", "beam", f"--pipeline-options={beam}"]
+        return _run_timed("olmax data prepare --runner beam", cmd, dst.parent / "olmax-beam.log")
     return _run_timed("olmax data prepare", cmd, dst.parent / "olmax.log")
+
+
+def same_bytes(a: Path, b: Path) -> list[str]:
+    """Relative paths whose bytes differ between two prepare outputs (or exist in one only); the manifest's
+    timing-free content is compared whole (prepare writes no timing into it)."""
+    def files(root: Path) -> dict[str, Path]:
+        return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
+
+    fa, fb = files(a), files(b)
+    return sorted(set(fa) ^ set(fb)) + sorted(k for k in set(fa) & set(fb) if fa[k].read_bytes() != fb[k].read_bytes())
 
 
 # --------------------------------------------------------------------------------- reading the outputs
@@ -464,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-dolma", action="store_true",
                     help="do not run dolma; compare with a kept dolma run of the same corpus if there is one")
     ap.add_argument("--skip-olmax", action="store_true", help="run dolma only (to build a kept reference)")
+    ap.add_argument("--beam-options", default="--runner=DirectRunner --direct_num_workers={workers} "
+                    "--direct_running_mode=multi_processing",
+                    help="also run `olmax data prepare --runner beam` with these pipeline options (reference only: "
+                    "the DirectRunner is Beam's local test runner) and check its output is byte-identical to the "
+                    "local runner's; '' skips it")
     args = ap.parse_args(argv)
 
     tok_path = resolve_tokenizer(args.tokenizer).resolve()
@@ -496,6 +515,22 @@ def main(argv: list[str] | None = None) -> int:
         dolma_t = Timing(saved["wall_s"], saved["cpu_s"])
         print(f"dolma: reusing the kept run in {dolma_dst}")
     olmax_t = None if args.skip_olmax else run_olmax(corpus, args.tokenizer, olmax_dst, args.workers)
+    beam_line = None
+    if olmax_t and args.beam_options:
+        opts = args.beam_options.format(workers=args.workers)
+        beam_dst = run_dir / "olmax-beam"
+        beam_t = run_olmax(corpus, args.tokenizer, beam_dst, args.workers, beam=opts)
+        diff = same_bytes(olmax_dst, beam_dst)
+        tokens = json.loads((olmax_dst / "manifest.json").read_text())["sources"]["bench"]["tokens"]
+        beam_line = (f"olmax --runner beam ({opts}): {beam_t.wall_s:.1f} s wall, {tokens / beam_t.wall_s / 1e6:.2f} M "
+                     f"tokens/s = {olmax_t.wall_s / beam_t.wall_s:.2f}x the local runner's "
+                     f"{tokens / olmax_t.wall_s / 1e6:.2f} M; output "
+                     + ("byte-identical to the local runner's" if not diff else f"DIFFERS in {len(diff)} files: {diff[:3]}"))
+        failed_beam = bool(diff)
+        if not args.keep:
+            shutil.rmtree(beam_dst, ignore_errors=True)
+    else:
+        failed_beam = False
 
     from tokenizers import Tokenizer
 
@@ -508,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     olmax = read_side("olmax prepare", olmax_shards(olmax_dst)) if olmax_t else None
     dolma_rate = _report("dolma tokens", dolma_t, dolma) if dolma and dolma_t else None
     olmax_rate = _report("olmax prepare", olmax_t, olmax) if olmax and olmax_t else None
-    failed = any(s is not None and (s.problems or s.duplicates) for s in (dolma, olmax))
+    failed = failed_beam or any(s is not None and (s.problems or s.duplicates) for s in (dolma, olmax))
+    if beam_line:
+        print(beam_line)
 
     if dolma and olmax:
         # ids of the tokenizer's added tokens ('<|endoftext|>', '|||EMAIL_ADDRESS|||', ...): `tokenizers`

@@ -80,10 +80,16 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[Path]:
 
 def locked_out(fn, what: str):
     """A command handler `fn(args)` run holding the writer's lock of `args.out` (`exclusive`): a second
-    process writing the same output refuses at once instead of racing the first."""
+    process writing the same output refuses at once instead of racing the first. An object-store URL has
+    no lock here (the store's final move is atomic); a `file://` URL locks its path."""
 
     def run(args) -> int:
-        with exclusive(args.out, what):
+        out = str(args.out)
+        if out.startswith("file://"):
+            out = out[len("file://"):]
+        elif "://" in out:
+            return fn(args)
+        with exclusive(out, what):
             return fn(args)
 
     return run

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
+from olmax.beam_cli import add_runner_options, beam_options
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
 
 
 def _out(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="report JSON (written atomically)")
+    p.add_argument("--out", required=True, help="report JSON (written atomically; a path or an fsspec URL)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
     lk.add_argument("--eval", action="append", default=[], metavar="NAME=PATH",
                     help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
-                    "folder, or a bundled set name (NAME alone, e.g. arc_easy); repeat")
+                    "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); repeat")
     lk.add_argument("--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with")
     lk.add_argument("--ngram", type=int, default=8,
                     help="retrieval window in words (default 8: survives one edit in ten words)")
@@ -84,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
     lk.add_argument("--threads", type=int, default=2)
+    add_runner_options(lk)
     _out(lk)
     lk.set_defaults(func=locked_out(_leaks, "olmax audit leaks"))
 
@@ -109,6 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dd.add_argument("--max-dup-doc-frac", type=float, default=0.01)
     dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
     dd.add_argument("--threads", type=int, default=2)
+    add_runner_options(dd)
     _out(dd)
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
 
@@ -127,9 +130,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _finish(report: dict, out: str) -> int:
-    from olmax.jsonio import write_json
+    from olmax import storage
+    from olmax.jsonio import dumps, write_json
 
-    write_json(out, report)
+    if storage.local_path(out) is None:
+        storage.write_bytes(out, (dumps(report, 2) + "\n").encode("utf-8"))
+    else:
+        write_json(storage.local_path(out), report)
     print("\n".join(report["summary"]))
     print(f"report: {out}")
     return 0 if report["ok"] else 1
@@ -159,7 +166,7 @@ def _leaks(args: argparse.Namespace) -> int:
                      max_docs_per_key=args.max_docs_per_key,
                      gate=tuple(args.gate) if args.gate is not None else None,
                      clean_dir=args.clean_dir, threads=args.threads)
-    return _finish(audit_leaks(cfg), args.out)
+    return _finish(audit_leaks(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _exposure(args: argparse.Namespace) -> int:
@@ -193,7 +200,7 @@ def _dedup(args: argparse.Namespace) -> int:
     cfg = DedupConfig(stream=stream_from_args(args), span=args.span, min_doc_tokens=args.min_doc_tokens,
                       max_dup_doc_frac=args.max_dup_doc_frac, max_repeated_span_frac=args.max_repeated_span_frac,
                       threads=args.threads)
-    return _finish(audit_dedup(cfg), args.out)
+    return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _stream(args: argparse.Namespace) -> int:

@@ -80,7 +80,8 @@ def prepare_argv(settings: dict) -> list[str]:
 def prepare_demo_mix(out: Path, code_files: int = CODE_FILES, progress: bool = False) -> Path:
     """The embedded demo mix under `out` (reused when already prepared): returns `out/shards/mix.txt`."""
     from olmax.data.mixspec import load_mix_spec
-    from olmax.data.prepare import PrepareConfig, prepare
+    from olmax.data.prepare import PrepareConfig
+    from olmax.data.prepare_runner import prepare
 
     mix = out / "shards" / "mix.txt"
     if mix.is_file():

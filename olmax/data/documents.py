@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.mixfile import is_url
 from olmax.data.shards import check_sidecar, read_sidecar, read_tokens, sidecar_path
+from olmax.storage import is_url
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from functools import cached_property
 
 import numpy as np
 
-from olmax.data.mixfile import Mix, is_url, read_mix
+from olmax.data.mixfile import Mix, read_mix
 from olmax.errors import OlmaxError
+from olmax.storage import is_url, url_filesystem
 
 # dolma2 / OLMo 3 special tokens (docs/olmo3.md): vocab 100,278, EOS 100257, PAD 100277, no BOS.
 DOLMA2_VOCAB_SIZE = 100278
@@ -55,18 +56,6 @@ def data_fingerprint(paths: Sequence[str], *, sizes: Sequence[int] | None = None
     for path, size in zip(paths, sizes, strict=True):
         h.update(f"path={os.path.basename(path)},size={size},".encode())
     return h.hexdigest()
-
-
-def url_filesystem(url: str):
-    """(fsspec filesystem, path) for a URL; a missing protocol package is a clear error."""
-    import fsspec
-
-    try:
-        return fsspec.core.url_to_fs(url)
-    except ImportError as e:
-        raise OlmaxError(f"{url}: reading this URL needs an fsspec backend that is not installed "
-                         f"({e}); install it (s3fs for s3://, gcsfs for gs://, aiohttp for https://) "
-                         f"or use a local mirror with --base-dir") from e
 
 
 def _size_of(path: str) -> int:

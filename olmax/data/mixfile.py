@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from olmax.errors import OlmaxError
+from olmax.storage import is_url
 
 # `olmo-core:NAME` reads NAME.txt from the installed OLMo-core package (its official mixes).
 OLMO_CORE_PREFIX = "olmo-core:"
@@ -47,11 +48,6 @@ class Mix:
         """int32 (F,): the source id of each file."""
         ids = {name: i for i, name in enumerate(self.label_names)}
         return np.asarray([ids[label] for label in self.labels], dtype=np.int32)
-
-
-def is_url(path: str) -> bool:
-    """True for `scheme://...` paths, which are read through fsspec."""
-    return "://" in path
 
 
 def join_path(base: str, rel: str) -> str:

@@ -45,16 +45,18 @@ def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
     """Parse a YAML mix spec → ([SourceSpec], total_tokens). Input paths resolve against the spec's folder."""
     import yaml
 
+    from olmax import storage
+
     try:
-        with open(path) as f:
-            spec = yaml.safe_load(f)
-    except OSError as e:
+        spec = yaml.safe_load(storage.read_bytes(path).decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
         raise OlmaxError(f"cannot read mix spec {path}: {e}") from e
     except yaml.YAMLError as e:
         raise OlmaxError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(spec, dict) or not isinstance(spec.get("sources"), dict) or not spec["sources"]:
         raise OlmaxError(f"{path}: a mix spec needs a `sources:` mapping of label → {{paths, ratio|target_tokens}}")
-    base = Path(path).parent
+    local = storage.local_path(path)
+    base = str(Path(local).parent) if local is not None else path.rsplit("/", 1)[0]
     sources = []
     known = {"paths", "ratio", "target_tokens", "max_repetition", "text_field"}
     for label, src in spec["sources"].items():
@@ -68,7 +70,8 @@ def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
         if "ratio" in src and "target_tokens" in src:
             raise OlmaxError(f"{path}: source {label!r} gives both ratio and target_tokens; keep one")
         paths = [src["paths"]] if isinstance(src["paths"], str) else list(src["paths"])
-        paths = [p if os.path.isabs(os.path.expanduser(p)) else str(base / p) for p in paths]
+        paths = [p if storage.is_url(p) or os.path.isabs(os.path.expanduser(p)) else storage.join(base, p)
+                 for p in paths]
         sources.append(SourceSpec(
             label=str(label), inputs=tuple(paths),
             target_tokens=float(src["target_tokens"]) if "target_tokens" in src else None,
@@ -80,7 +83,7 @@ def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
     return sources, (float(total) if total is not None else None)
 
 
-def _targets(cfg, results) -> dict[str, float]:
+def planned_tokens(cfg, results) -> dict[str, float]:
     """Planned tokens per source from the spec (all of a source once when it states nothing)."""
     specs = {s.label: s for s in cfg.sources}
     total = cfg.total_tokens
@@ -142,7 +145,7 @@ def _snap_cut(out: Path, result, want: int) -> int:
 
 def plan_mix(cfg, results, out: Path, journal) -> tuple[list[tuple[str, str]], dict]:
     """The mix.txt lines (label, path) and the per-source plan recorded in the manifest."""
-    targets = _targets(cfg, results)
+    targets = planned_tokens(cfg, results)
     specs = {s.label: s for s in cfg.sources}
     lines: list[tuple[str, str]] = []
     plan = {}

@@ -30,9 +30,9 @@ import numpy as np
 
 from olmax.atomic import temp_path
 from olmax.data.index import LabelledFiles
-from olmax.data.mixfile import is_url
 from olmax.data.reader import LocalFiles
 from olmax.errors import OlmaxError
+from olmax.storage import is_url
 
 LONG_DOC_STRATEGIES = ("truncate", "fragment")
 _SCAN_CHUNK = 1 << 26  # tokens per scanning pass: bounds the scan's temporaries to ~64M bytes each

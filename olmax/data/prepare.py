@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from olmax.atomic import exclusive, write_text
+from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.mixspec import SourceSpec, plan_mix
 from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
-from olmax.data.tokenize import Tokenizer, load_tokenizer
+from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
 
@@ -87,16 +87,17 @@ def tokenizer_id(tok: Tokenizer) -> str:
     return DOLMA2_HUB_REPO if tok.sha256 == DOLMA2_SHA256 else f"tokenizer-{tok.sha256[:12]}"
 
 
-def _check_label(label: str) -> None:
+def check_label(label: str) -> None:
     if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
         raise OlmaxError(f"source label {label!r} must be letters, digits, '-', '_' or '.' (it names a folder)")
 
 
-def _settings(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -> dict:
+def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -> dict:
     """Everything that determines the output bytes (not workers, progress or skip policy)."""
+    from olmax import storage
+
     def stat(f: str) -> list:
-        st = os.stat(f)
-        return [os.path.abspath(f), st.st_size, st.st_mtime_ns]
+        return [f if storage.is_url(f) else os.path.abspath(f), *storage.size_and_version(f)]
 
     return {
         "format": FORMAT,
@@ -111,7 +112,7 @@ def _settings(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -
     }
 
 
-class _Journal:
+class Journal:
     """The resume record: per label, finished shards and where to continue reading."""
 
     def __init__(self, out: Path, settings: dict):
@@ -199,7 +200,7 @@ def _prefetch(it: Iterator, depth: int) -> Iterator:
         stop.set()
 
 
-def _encode(tok: Tokenizer, batch: list[tuple[int, readers.Doc]], dolma_compat: bool = False):
+def encode_docs(tok: Tokenizer, batch: list[tuple[int, readers.Doc]], dolma_compat: bool = False):
     """Tokenize a batch → (tokens with EOS after each doc, per-doc lengths, kept docs, per-doc UTF-8 bytes, empties).
 
     `dolma_compat` reproduces `dolma tokens` (1.2.1): it tokenizes `text.strip()`, skips documents empty
@@ -255,7 +256,7 @@ class _SourceWriter:
     """Appends tokenized batches of one source to its shards, closing each at the first document boundary
     at or past the target size, and records every finished shard in the journal."""
 
-    def __init__(self, cfg: PrepareConfig, label: str, out: Path, journal: _Journal, result: SourceResult,
+    def __init__(self, cfg: PrepareConfig, label: str, out: Path, journal: Journal, result: SourceResult,
                  stats: readers.ReadStats, tokenizer_id: str):
         self.tokenizer_id = tokenizer_id
         self.cfg, self.label, self.out, self.journal, self.result, self.stats = cfg, label, out, journal, result, stats
@@ -314,7 +315,7 @@ class _SourceWriter:
 
 
 def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok: Tokenizer, out: Path,
-                    journal: _Journal, pool: ThreadPoolExecutor) -> SourceResult:
+                    journal: Journal, pool: ThreadPoolExecutor) -> SourceResult:
     entry = journal.labels.setdefault(spec.label, {"shards": [], "done": False})
     result = SourceResult(spec.label, files)
     result.shards = [ShardInfo(**rec["info"]) for rec in entry["shards"]]
@@ -340,7 +341,7 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
 
     try:
         for batch in _prefetch(_batches(files, cfg, spec, start, stats), depth=4):
-            pending.append(pool.submit(_encode, tok, batch, cfg.dolma_compat))
+            pending.append(pool.submit(encode_docs, tok, batch, cfg.dolma_compat))
             if len(pending) >= depth:
                 drain_one()
         while pending:
@@ -357,24 +358,32 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
     result.bad_lines = stats.bad_lines
     result.bad_line_examples = stats.bad_line_examples
     if not result.docs:  # dolma's known failure is a silently empty output: say so instead
-        raise OlmaxError(f"source {spec.label!r}: no documents in {', '.join(files[:3])}"
-                         f"{' ...' if len(files) > 3 else ''} ({result.skipped_empty} empty texts, {stats.bad_lines} "
-                         "bad lines skipped); check the inputs, --text-field and the JSON lines")
+        raise no_documents(spec.label, files, result.skipped_empty, stats.bad_lines)
     entry.update(done=True, bad_line_examples=stats.bad_line_examples, bad_lines=stats.bad_lines,
                  empty=result.skipped_empty)
     journal.save()
     return result
 
 
-def _duplicate_ids(out: Path, result: SourceResult) -> dict:
-    """Document ids that occur more than once within a source (reported, not fatal).
+def no_documents(label: str, files: list[str], empty: int, bad_lines: int) -> OlmaxError:
+    return OlmaxError(f"source {label!r}: no documents in {', '.join(files[:3])}{' ...' if len(files) > 3 else ''} "
+                      f"({empty} empty texts, {bad_lines} bad lines skipped); check the inputs, --text-field and "
+                      "the JSON lines")
 
-    One pass keeps 8-byte hashes (bounded memory); a second pass names the ids behind repeated hashes."""
+
+def _sidecar_ids(out: Path, result: SourceResult):
+    """A function iterating over the document ids of a source's shards, in order."""
     def ids():
         for shard in result.shards:
             for row in read_sidecar(out / shard.path):
                 yield row.id
+    return ids
 
+
+def duplicate_ids(ids) -> dict:
+    """Document ids that occur more than once within a source (reported, not fatal); `ids()` iterates
+    over them. One pass keeps 8-byte hashes (bounded memory); a second pass names the ids behind
+    repeated hashes."""
     hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids()), dtype=np.uint64)
     uniq, counts = np.unique(hashes, return_counts=True)
     suspect = set(uniq[counts > 1].tolist())
@@ -387,7 +396,7 @@ def _duplicate_ids(out: Path, result: SourceResult) -> dict:
     return {"count": len(dups), "examples": dups[:10]}
 
 
-def _discard_unstarted(out: Path, journal: _Journal, created: bool) -> None:
+def discard_unstarted(out: Path, journal: Journal, created: bool) -> None:
     """After bad input, leave no output behind when no shard was finished: the journal and the empty
     folders go (a folder this run created goes too); finished shards stay, so a rerun resumes them."""
     if any(entry["shards"] for entry in journal.labels.values()):
@@ -400,31 +409,10 @@ def _discard_unstarted(out: Path, journal: _Journal, created: bool) -> None:
         out.rmdir()
 
 
-def prepare(cfg: PrepareConfig) -> dict:
-    """Run prepare end to end; returns the manifest (also written to DIR/manifest.json)."""
-    from olmax.assets import tokenizer_path
-
-    if not cfg.sources:
-        raise OlmaxError("no sources: give LABEL=PATH_OR_GLOB arguments or --mix-spec FILE.yaml")
-    labels = [s.label for s in cfg.sources]
-    for label in labels:
-        _check_label(label)
-    if len(set(labels)) != len(labels):
-        raise OlmaxError(f"source labels must be unique; got {labels}")
-    if cfg.shard_bytes < 4:
-        raise OlmaxError(f"--shard-size must be at least 4 bytes; got {cfg.shard_bytes}")
-    tok_path = tokenizer_path(cfg.tokenizer)
-    tok = load_tokenizer(str(tok_path), cfg.engine)
-    files = {s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources}
-    out = Path(cfg.out)
-    with exclusive(out, "olmax data prepare"):
-        return _prepare_into(cfg, out, tok, tok_path, files)
-
-
-def _prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]) -> dict:
+def prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]) -> dict:
     """`prepare` once it holds the output folder's writer lock."""
     created = not out.exists()
-    journal = _Journal(out, _settings(cfg, tok, files))
+    journal = Journal(out, settings_of(cfg, tok, files))
     journal.load_or_init(cfg.overwrite)
     for f in (out / "mix.txt", out / "manifest.json"):
         f.unlink(missing_ok=True)  # rewritten at the end of this run; removed first so an error leaves none
@@ -435,10 +423,20 @@ def _prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path,
             for spec in cfg.sources:
                 results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool))
     except OlmaxError:
-        _discard_unstarted(out, journal, created)
+        discard_unstarted(out, journal, created)
         raise
     for r in results:
-        r.duplicate_ids = _duplicate_ids(out, r)
+        r.duplicate_ids = duplicate_ids(_sidecar_ids(out, r))
+    return finish_prepare(cfg, out, tok, tok_path, results, journal, t0)
+
+
+def finish_prepare(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, results: list[SourceResult],
+                   journal: Journal, t0: float) -> dict:
+    """After every source's shards are written (by either runner): warn about duplicate ids, plan the mix,
+    write mix.txt and manifest.json (last: they mark the output complete)."""
+    from olmax import storage
+
+    for r in results:
         if r.duplicate_ids["count"]:
             print(f"olmax: warning: source {r.label}: {r.duplicate_ids['count']} document ids occur more than "
                   f"once (e.g. {r.duplicate_ids['examples'][:3]})", file=sys.stderr)
@@ -449,7 +447,7 @@ def _prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path,
     mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid):]}\n" for label, path in mix_lines)
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
     print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
-          f"in {time.monotonic() - t0:.1f}s → {out / 'mix.txt'}", file=sys.stderr)
+          f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}", file=sys.stderr)
     write_text(out / "mix.txt", mix_text)
     write_json(out / "manifest.json", manifest)
     return manifest
@@ -459,8 +457,10 @@ def _manifest(cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], 
               out: Path) -> dict:
     from olmax.data.index import data_fingerprint
 
-    fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines], vocab_size=tok.vocab_size,
-                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    size_of = {s.path: s.tokens * 4 for r in results for s in r.shards}
+    fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines], sizes=[size_of[p] for _, p in mix_lines],
+                                   vocab_size=tok.vocab_size, eos_token_id=tok.eos_token_id,
+                                   pad_token_id=tok.pad_token_id)
     return {
         "format": FORMAT,
         "tokenizer": {"name": cfg.tokenizer, "id": tokenizer_id(tok), "file": os.path.basename(tok_path), "sha256": tok.sha256,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from olmax.beam_cli import add_runner_options, beam_options
+
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
           "GIB": 2**30, "TIB": 2**40}
 
@@ -27,13 +29,18 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         "label,path format). Deterministic whatever --workers is; rerun the same command to resume.",
         epilog="examples:\n"
         "  olmax data prepare --tokenizer dolma2 --out shards/ code='raw/code/*.jsonl.gz' web=raw/web/\n"
-        "  olmax data prepare --tokenizer dolma2 --out shards/ --mix-spec mix.yaml --workers 2")
+        "  olmax data prepare --tokenizer dolma2 --out shards/ --mix-spec mix.yaml --workers 2\n"
+        "  olmax data prepare --tokenizer dolma2 --out gs://B/shards --mix-spec gs://B/mix.yaml --runner beam \\\n"
+        "      --pipeline-options=\"--runner=DataflowRunner --project=P --region=us-central1 "
+        "--temp_location=gs://B/tmp\"")
     p.add_argument("sources", nargs="*", metavar="LABEL=PATH_OR_GLOB",
-                   help="a labelled source: a file, a glob (quote it) or a folder; repeat for several sources")
+                   help="a labelled source: a file, a glob (quote it) or a folder, local or an fsspec URL "
+                   "(file://, gs://, s3://); repeat for several sources")
     p.add_argument("--tokenizer", required=True,
                    help="a tokenizer.json path, a folder holding one, or `dolma2` (resolved offline; see "
                    "`olmax assets fetch`)")
-    p.add_argument("--out", required=True, help="output folder (must be empty, or a previous run of this command)")
+    p.add_argument("--out", required=True, help="output folder or fsspec URL (must be empty, or a previous run of "
+                   "this command)")
     p.add_argument("--workers", type=int, default=1, help="tokenizer threads (output does not depend on it)")
     p.add_argument("--mix-spec", help="YAML mix spec: sources with paths and ratio/target_tokens/max_repetition "
                    "(see olmax/data/mixspec.py); replaces or adds to LABEL=PATH arguments")
@@ -52,6 +59,7 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
                    help="skip malformed JSON lines (counted in the manifest) instead of failing")
     p.add_argument("--overwrite", action="store_true", help="replace the output folder's contents")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runner_options(p)
     p.set_defaults(func=_prepare)
 
     i = data_sub.add_parser("inspect", help="token/doc counts of a shard, a folder or a mix; decode a document",
@@ -68,7 +76,8 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
 
 def _prepare(args: argparse.Namespace) -> int:
     from olmax.data.mixspec import load_mix_spec
-    from olmax.data.prepare import PrepareConfig, SourceSpec, prepare
+    from olmax.data.prepare import PrepareConfig, SourceSpec
+    from olmax.data.prepare_runner import prepare
     from olmax.errors import OlmaxError
 
     sources, total = [], None
@@ -86,7 +95,7 @@ def _prepare(args: argparse.Namespace) -> int:
                         skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
                         arrayrecord=args.format == "arrayrecord", total_tokens=total, engine=args.engine,
                         progress=not args.no_progress, dolma_compat=args.dolma_compat)
-    manifest = prepare(cfg)
+    manifest = prepare(cfg, beam_options=beam_options(args))
     for label, s in manifest["sources"].items():
         plan = manifest["mix"]["plan"][label]
         print(f"{label}: {s['docs']:,} docs, {s['tokens']:,} tokens in {len(s['shards'])} shard(s); "

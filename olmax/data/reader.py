@@ -11,9 +11,9 @@ import threading
 
 import numpy as np
 
-from olmax.data.index import TokenIndex, url_filesystem
-from olmax.data.mixfile import is_url
+from olmax.data.index import TokenIndex
 from olmax.errors import OlmaxError
+from olmax.storage import is_url, url_filesystem
 
 
 class LocalFiles:

@@ -40,11 +40,27 @@ class ReadStats:
     bad_line_examples: list[str] = field(default_factory=list)
 
 
+def _is_dataset_folder(names) -> bool:
+    return "dataset_info.json" in names or "state.json" in names
+
+
 def expand_inputs(spec: str) -> list[str]:
-    """A path, a glob or a folder → a sorted list of input files (a `datasets` folder stays one input)."""
+    """A path, a glob or a folder → a sorted list of input files (a `datasets` folder stays one input).
+    An fsspec URL (a file, a glob or a folder) gives URLs; a `file://` URL gives local paths."""
+    from olmax import storage
+
+    local = storage.local_path(spec)
+    if local is None:
+        found = storage.expand(spec, _is_dataset_folder)
+        files = found if found == [spec.rstrip("/")] else [f for f in found if f.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)]
+        if not files:
+            raise OlmaxError(f"input {spec!r} matches no file (expected .jsonl[.gz|.zst], .arrow, .parquet or a "
+                             "datasets folder)")
+        return files
+    spec = local
     p = Path(spec).expanduser()
     if p.is_dir():
-        if (p / "dataset_info.json").exists() or (p / "state.json").exists():
+        if _is_dataset_folder(os.listdir(p)):
             return [str(p)]
         files = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES))
     elif p.is_file():
@@ -258,7 +274,21 @@ def read_rows(path: str, batch_rows: int = 1024) -> Iterator[tuple[int, dict]]:
 
 def read_documents(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,
                    start_after: int = 0, stats: ReadStats | None = None) -> Iterator[Doc]:
-    """Dispatch on the input's kind; see `read_jsonl` and `read_table`."""
+    """Dispatch on the input's kind; see `read_jsonl` and `read_table`. An fsspec URL is read from a local
+    copy; its documents and errors name the URL."""
+    from olmax import storage
+
+    if storage.local_path(path) is None:
+        with storage.local_copy(path) as local:
+            try:
+                for doc in read_documents(local, text_field, id_field, skip_bad_lines, start_after, stats):
+                    yield Doc(doc.id, doc.text, path, doc.loc)
+            except OlmaxError as e:
+                raise OlmaxError(str(e).replace(local, path)) from None
+            finally:
+                if stats is not None:
+                    stats.bad_line_examples[:] = [m.replace(local, path) for m in stats.bad_line_examples]
+        return
     if os.path.isdir(path) or path.endswith(TABLE_SUFFIXES):
         yield from read_table(path, text_field, id_field, start_after)
     else:

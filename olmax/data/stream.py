@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from olmax.data.mixfile import OLMO_CORE_PREFIX
 from olmax.errors import OlmaxError
+from olmax.storage import is_url
 
 if TYPE_CHECKING:
     from olmax.data.index import TokenIndex
@@ -27,7 +29,6 @@ DATA_SEED = 34521  # OLMo 3 stage-1 data seed: OLMo-core NumpyDataLoaderConfig(s
 DEMO_MIX = "demo"  # `mix` value: the embedded stdlib code+prose mix (olmax.data.demo_mix), built on first use
 UNSET_MIX = ("???", "")  # a recipe that names its mix only in a comment (configs/olmo3_7b_stage1.yaml)
 ORDERS = ("olmo-core", "feistel")
-_REMOTE = ("http://", "https://", "gs://", "s3://", "file://", "olmo-core:")
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class StreamSpec:
             raise OlmaxError("data.mix is not set: this recipe names the OLMo-core mix it trains on in "
                              "its comment; prepare or download it and pass --mix PATH (or data.mix=PATH)")
         if self.mix != DEMO_MIX:
-            if not (self.mix.startswith(_REMOTE) or os.path.exists(self.mix)):
+            if not (self.mix.startswith(OLMO_CORE_PREFIX) or is_url(self.mix) or os.path.exists(self.mix)):
                 raise OlmaxError(f"mix {self.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
             return self.mix
         from olmax.data.demo_mix import ensure_demo_mix

@@ -1,0 +1,207 @@
+"""Apache Beam: how `data prepare`, `audit leaks` and `audit dedup` run on a cluster (`--runner beam`).
+
+Each command keeps one set of per-file and per-key functions; its Beam graph maps them over files and keys
+(the plan), the local runner calls the same functions in threads. What this module adds:
+
+- `pipeline_options(text)`: Beam's own flags from `--pipeline-options "..."`; without `--runner=` the
+  DirectRunner is pinned (Beam's PrismRunner downloads a binary at start, which fails offline), by
+  default with 2 worker processes (`DEFAULT_PIPELINE_OPTIONS`).
+- `guarded(fn)`: bad input (an `OlmaxError` in a worker) travels back as a value (`Failed`), so the
+  driver reports the first one in input order as the usual one-line error instead of a worker traceback.
+- `run(build, options, log_dir)`: builds and runs a pipeline; the workers' logs (Beam's harnesses log to
+  standard error) go to `log_dir/beam.log` and are named in the error when the run fails.
+- `collect(pcoll, folder)` / `collected(folder)`: small per-task results (summaries, hit arrays) written
+  by the workers as pickled records in text files under `folder` (a path or a URL the workers can
+  write: the output's temporary folder, or `--temp_location` on a cluster) and read back by the driver.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import pickle
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from olmax.errors import OlmaxError
+
+RUNNERS = ("local", "beam")
+DEFAULT_PIPELINE_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+
+
+def require_beam():
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its import warns about optional GCP client libraries at the root logger
+    try:
+        import apache_beam
+    except ImportError:
+        raise OlmaxError("--runner beam needs Apache Beam: pip install 'olmax[beam]' (or "
+                         "'apache-beam==2.77.0')") from None
+    finally:
+        root.setLevel(level)
+    return apache_beam
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An OlmaxError raised by a worker, returned as a value; `order` sorts failures into input order."""
+
+    order: tuple
+    message: str
+
+
+def guarded(fn: Callable, order: Callable = lambda x: (0,)) -> Callable:
+    """`fn` with an OlmaxError turned into a `Failed` result (ordered by `order(element)`)."""
+    def call(element):
+        try:
+            return fn(element)
+        except OlmaxError as e:
+            return Failed(tuple(order(element)), str(e))
+    return call
+
+
+def raise_first_failure(results: Iterable) -> None:
+    failures = sorted((r for r in results if isinstance(r, Failed)), key=lambda f: f.order)
+    if failures:
+        more = f" (and {len(failures) - 1} more failing tasks)" if len(failures) > 1 else ""
+        raise OlmaxError(failures[0].message + more)
+
+
+def pipeline_options(text: str | None):
+    """Beam PipelineOptions from a flag string; the DirectRunner unless `--runner=` says otherwise."""
+    require_beam()
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    try:
+        args = shlex.split(text if text is not None else DEFAULT_PIPELINE_OPTIONS)
+    except ValueError as e:
+        raise OlmaxError(f"--pipeline-options {text!r}: {e}") from None
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        args = ["--runner=DirectRunner", *args]
+    runner = next((a.split("=", 1)[1] if "=" in a else args[i + 1]
+                   for i, a in enumerate(args) if a == "--runner" or a.startswith("--runner=")), "")
+    if runner.lower() in ("directrunner", "direct") and not any(
+            a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in args):
+        args += ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    return PipelineOptions(args + ["--default_sdk_harness_log_level=ERROR"])
+
+
+def describe(options) -> str:
+    """One line: the runner and, for the DirectRunner, its worker count and mode."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if "direct" in str(runner).lower():
+        d = options.view_as(DirectOptions)
+        return f"{runner} ({d.direct_num_workers} workers, {d.direct_running_mode})"
+    return str(runner)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str):
+    """Send this process's standard error (and its children's: the SDK harnesses) to `path`."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def run(build: Callable, options, log_dir: str, what: str) -> float:
+    """Build the pipeline with `build(pipeline)` and run it to completion; returns seconds taken."""
+    beam = require_beam()
+    import logging
+
+    os.makedirs(log_dir, exist_ok=True)
+    log = os.path.join(log_dir, "beam.log")
+    print(f"olmax: {what} on Apache Beam, {describe(options)}; worker logs → {log}", file=sys.stderr)
+    t0 = time.monotonic()
+    quiet = [logging.getLogger(), logging.getLogger("apache_beam")]
+    levels = [q.level for q in quiet]
+    try:
+        for q in quiet:
+            q.setLevel(logging.ERROR)
+        with _stderr_to(log):
+            pipeline = beam.Pipeline(options=options)
+            build(pipeline)
+            state = pipeline.run().wait_until_finish()
+    except OlmaxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed pipeline: one line and where the full story is
+        first = _cause(e)
+        raise OlmaxError(f"{what}: the Beam pipeline failed ({first[:300]}); see {log}") from None
+    finally:
+        for q, lv in zip(quiet, levels):
+            q.setLevel(lv)
+    if state is not None and str(state).upper().rsplit(".", 1)[-1] not in ("DONE", "UNKNOWN"):
+        raise OlmaxError(f"{what}: the Beam pipeline ended in state {state}; see {log}")
+    return time.monotonic() - t0
+
+
+class _SaveBundles:
+    """A DoFn writing each bundle's elements (pickled, base64, one per line) into one file `folder/name-*.txt`
+    through olmax.storage, so any fsspec store the workers can reach will do."""
+
+    def __new__(cls, folder: str, name: str):
+        beam = require_beam()
+
+        class Save(beam.DoFn):
+            def start_bundle(self):
+                self.lines = []
+
+            def process(self, element):
+                self.lines.append(base64.b64encode(pickle.dumps(element, protocol=5)))
+
+            def finish_bundle(self):
+                if self.lines:
+                    from olmax import storage
+
+                    storage.write_bytes(storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"),
+                                        b"\n".join(self.lines) + b"\n")
+                    self.lines = []
+
+        return Save()
+
+
+def _cause(e: BaseException) -> str:
+    """The innermost `SomeError: message` line of a failed pipeline's error text (Beam wraps the worker's
+    traceback into the message)."""
+    import re
+
+    text = str(e)
+    found = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+?)(?: \[while running .*)?$", text, re.M)
+    if found:
+        kind, msg = found[-1]
+        return f"{kind.rsplit('.', 1)[-1]}: {msg}"
+    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+
+
+def collect(pcoll, folder: str, name: str):
+    """Write every element of `pcoll` (pickled) into files `folder/name-*.txt`, for `collected`."""
+    beam = require_beam()
+    return pcoll | f"Save {name} results" >> beam.ParDo(_SaveBundles(folder, name))
+def collected(folder: str, name: str) -> list:
+    """The elements `collect` wrote under `folder/name-*` (in no particular order)."""
+    from olmax import storage
+
+    out = []
+    for rel in storage.list_files(folder):
+        if os.path.basename(rel).startswith(name + "-") and rel.endswith(".txt"):
+            for line in storage.read_bytes(storage.join(folder, rel)).splitlines():
+                if line.strip():
+                    out.append(pickle.loads(base64.b64decode(line)))
+    return out
