@@ -6,21 +6,30 @@ partition, see partition.py): equal hashes at different (physical file, position
 content; each reported pair is re-read and compared byte for byte, so a hash collision is never
 counted. A path the mix lists twice is one physical file, hence never a duplicate here: planned
 repetition is told apart by construction, and a byte-identical copy under another name is not.
+
+`document_records` (the document map) and `reduce_documents` / `merge_documents` (the per-partition
+reduce and its assembly) are also `olmax audit dedup`'s, on either of its runners; `shard_copy` and
+`token_slice` read files given as fsspec URLs for it (`scan_content` itself, the loader audit's pass,
+refuses URLs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import xxhash
 
+from olmax import storage
 from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import read_tokens
+from olmax.data.shards import read_tokens, sidecar_path
+from olmax.errors import OlmaxError
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
 DOC_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("doc", "<i8"), ("start", "<i8"), ("ntok", "<i8")])
@@ -51,6 +60,29 @@ class ContentReport:
         return self.canonical[self.phys_offsets[self.phys[files]] + starts // index.seq_len]
 
 
+@dataclass
+class DocDuplicates:
+    """The duplicate documents of one hash partition (or, merged, of all): later copies of a document
+    found earlier (by physical file, then position), their tokens, hash collisions and examples."""
+
+    duplicates: int = 0
+    tokens: int = 0
+    collisions: int = 0
+    examples: list[dict] = field(default_factory=list)
+
+
+def document_records(path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int) -> tuple[np.ndarray, int, int]:
+    """(DOC_REC of the documents of >= min_doc_tokens tokens, tokens in documents, documents) of token
+    file `path` (a local path: its sidecar, when present, gives the boundaries)."""
+    docs = documents(path, tokens)
+    lengths = docs.ends - docs.starts
+    keep = np.flatnonzero(lengths >= min_doc_tokens)
+    d = np.empty(keep.size, dtype=DOC_REC)
+    d["hash"] = spans_hashes(tokens, docs.starts[keep], docs.ends[keep])
+    d["phys"], d["doc"], d["start"], d["ntok"] = phys, keep, docs.starts[keep], lengths[keep]
+    return d, int(lengths.sum()), int(lengths.size)
+
+
 def _map_file(path: str, phys: int, seq_len: int | None,
               min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     tokens = read_tokens(path)
@@ -58,19 +90,91 @@ def _map_file(path: str, phys: int, seq_len: int | None,
     h = window_spans_hashes(tokens, seq_len) if seq_len else np.zeros(0, np.uint64)
     inst = np.empty(h.size, dtype=INSTANCE_REC)
     inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
-    docs = documents(path, tokens)
-    lengths = docs.ends - docs.starts
-    keep = np.flatnonzero(lengths >= min_doc_tokens)
-    d = np.empty(keep.size, dtype=DOC_REC)
-    d["hash"] = spans_hashes(tokens, docs.starts[keep], docs.ends[keep])
-    d["phys"], d["doc"], d["start"], d["ntok"] = phys, keep, docs.starts[keep], lengths[keep]
-    return inst, d, int(lengths.sum()), int(lengths.size), whole
+    d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens)
+    return inst, d, ntok, ndocs, whole
+
+
+def _sidecar_url(url: str) -> str:
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    return url[:len(url) - len(name)] + sidecar_path(name).name
+
+
+@contextmanager
+def shard_copy(path: str) -> Iterator[str]:
+    """A local path of token file `path` (a path or an fsspec URL) for the block, with its sidecar beside
+    it when it has one: `file://` and plain paths in place, other URLs copied to scratch (storage.local_copy).
+    An OlmaxError inside names `path`, not the scratch copy."""
+    with storage.local_copy(path) as local:
+        try:
+            if storage.local_path(path) is None and storage.exists(_sidecar_url(path)):
+                side = sidecar_path(local)
+                side.write_bytes(storage.read_bytes(_sidecar_url(path)))
+            yield local
+        except OlmaxError as e:
+            if local == path:
+                raise
+            raise OlmaxError(str(e).replace(str(sidecar_path(local)), _sidecar_url(path))
+                             .replace(local, path)) from None
+
+
+def token_slice(path: str, start: int, n: int) -> np.ndarray:
+    """Tokens [start, start + n) of token file `path` (a path or an fsspec URL: a ranged read)."""
+    local = storage.local_path(path)
+    try:
+        if local is not None:
+            return np.asarray(read_tokens(local)[start:start + n])
+        fs, p = storage.url_filesystem(path)
+        data = fs.cat_file(p, start=start * 4, end=(start + n) * 4)
+    except FileNotFoundError as e:
+        raise OlmaxError(f"{path}: token file not found while comparing duplicates ({e})") from None
+    return np.frombuffer(data[:len(data) - len(data) % 4], dtype=np.uint32)
 
 
 def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
-    a = read_tokens(paths[a_phys])[a_start:a_start + n]
-    b = read_tokens(paths[b_phys])[b_start:b_start + n]
+    a = token_slice(paths[a_phys], a_start, n)
+    b = token_slice(paths[b_phys], b_start, n)
     return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> DocDuplicates:
+    """Duplicate documents among the DOC_REC records of one hash partition (any order): in each group of
+    equal hashes the first document by (physical file, position) is the original, every other one with
+    the same tokens (compared byte for byte) a duplicate; unequal bytes count as collisions. Examples:
+    the first `examples` duplicates in hash order."""
+    out = DocDuplicates()
+    hashes = np.ascontiguousarray(part["hash"])
+    by_hash = np.argsort(hashes)  # the order within a hash is set below, by (file, position)
+    starts, ends = equal_runs(hashes[by_hash])
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        group = part[by_hash[a:b]]
+        group = group[np.lexsort((group["start"], group["phys"]))]
+        head = group[0]
+        hp, hs, hn = int(head["phys"]), int(head["start"]), int(head["ntok"])
+        original = None
+        for rec in group[1:]:
+            rp, rs, rn = int(rec["phys"]), int(rec["start"]), int(rec["ntok"])
+            if rn == hn and original is None:
+                original = token_slice(paths[hp], hs, hn)
+            if rn != hn or not np.array_equal(token_slice(paths[rp], rs, rn), original):
+                out.collisions += 1
+                continue
+            out.duplicates += 1
+            out.tokens += rn
+            if len(out.examples) < examples:
+                out.examples.append({"file": paths[rp], "doc": int(rec["doc"]), "tokens": rn,
+                                     "same_as_file": paths[hp], "same_as_doc": int(head["doc"])})
+    return out
+
+
+def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDuplicates:
+    """The partitions' results (in partition order) as one: sums, and the first `examples` examples."""
+    out = DocDuplicates()
+    for r in parts:
+        out.duplicates += r.duplicates
+        out.tokens += r.tokens
+        out.collisions += r.collisions
+        out.examples.extend(r.examples[:max(0, examples - len(out.examples))])
+    return out
 
 
 def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 2, bits: int = 4,
@@ -122,23 +226,9 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
                         rep.window_examples.append({
                             "file": phys_paths[rec["phys"]], "window": int(rec["window"]),
                             "same_as_file": phys_paths[head["phys"]], "same_as_window": int(head["window"])})
-        for part in doc_spill.partitions():
-            starts, ends = equal_runs(part["hash"])
-            for a, b in zip(starts.tolist(), ends.tolist()):
-                group = part[a:b]
-                group = group[np.lexsort((group["start"], group["phys"]))]
-                head = group[0]
-                for rec in group[1:]:
-                    if rec["ntok"] != head["ntok"] or not _same(
-                            phys_paths, int(head["phys"]), int(head["start"]), int(rec["phys"]),
-                            int(rec["start"]), int(rec["ntok"])):
-                        rep.collisions += 1
-                        continue
-                    rep.duplicate_docs += 1
-                    rep.duplicate_doc_tokens += int(rec["ntok"])
-                    if len(rep.doc_examples) < examples:
-                        rep.doc_examples.append({
-                            "file": phys_paths[rec["phys"]], "doc": int(rec["doc"]),
-                            "tokens": int(rec["ntok"]), "same_as_file": phys_paths[head["phys"]],
-                            "same_as_doc": int(head["doc"])})
+        docs = merge_documents((reduce_documents(part, phys_paths, examples)
+                                for part in doc_spill.partitions(sort=False)), examples)
+        rep.duplicate_docs, rep.duplicate_doc_tokens = docs.duplicates, docs.tokens
+        rep.collisions += docs.collisions
+        rep.doc_examples = docs.examples
     return rep

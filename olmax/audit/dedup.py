@@ -9,21 +9,33 @@ hashes seen at two or more positions (bounded memory; disk about 20 bytes per to
 span's later occurrences mark their tokens as repeated; the report gives repeated tokens per source,
 within-source and cross-source occurrence counts, and examples. Two different spans share a hash
 with probability <= ((span - 1) / (2^31 - 1))^2 (5.2e-16 at 50): not re-checked.
+
+One pass over each file (`file_records`: the document and the span map) feeds both reduces
+(`reduce_documents` in content.py, `reduce_spans` here), one hash partition at a time, and the driver
+merges the partitions' results in partition order (`merge_documents`, `merge_spans`). The local runner
+(partition.map_reduce: threads, spill files) and `--runner beam` (dedup_beam.py: the same functions in
+an Apache Beam pipeline) give the same report. The mix's files may be fsspec URLs: `file://` is read
+in place, another URL copied to scratch (with its sidecar) while its map runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 
 from olmax.audit.hashing import PrefixHasher
-from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
+from olmax.data.shards import read_tokens
 from olmax.data.stream import StreamSpec
+from olmax.errors import OlmaxError
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
+INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])
 
 
 @dataclass(frozen=True)
@@ -55,97 +67,213 @@ def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1
         yield rec
 
 
+@dataclass
+class SpanRepeats:
+    """Repeated spans of one hash partition (or, merged, of all): later occurrences (`windows`; of the
+    same source or another), the token ranges they cover (`intervals`, INTERVAL_REC, merged per file) and
+    examples."""
+
+    windows: int = 0
+    within: int = 0
+    across: int = 0
+    intervals: np.ndarray = field(default_factory=lambda: np.zeros(0, INTERVAL_REC))
+    examples: list[dict] = field(default_factory=list)
+
+
+def merge_intervals(intervals: np.ndarray) -> np.ndarray:
+    """INTERVAL_REC: the union of `intervals` per file, as disjoint ranges sorted by (file, start)."""
+    if intervals.size == 0:
+        return np.zeros(0, INTERVAL_REC)
+    iv = intervals[np.lexsort((intervals["start"], intervals["phys"]))]
+    phys, start, end = iv["phys"].astype(np.int64), iv["start"], iv["end"]
+    scale = int(end.max()) + 1  # phys * scale + position orders (file, position) in one int64
+    reach = np.maximum.accumulate(phys * scale + end)  # the farthest end so far (of this file: files ascend)
+    new = np.ones(iv.size, dtype=bool)
+    new[1:] = phys[1:] * scale + start[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.concatenate([first[1:], [iv.size]]) - 1
+    out = np.empty(first.size, INTERVAL_REC)
+    out["phys"], out["start"] = phys[first], start[first]
+    out["end"] = reach[last] - phys[first] * scale
+    return out
+
+
+def reduce_spans(part: np.ndarray, labels: np.ndarray, span: int, paths: list[str],
+                 examples: int = 10) -> SpanRepeats:
+    """The repeated spans among the SPAN_REC records of one hash partition (any order); `labels`: each
+    physical file's source id. In each group of equal hashes the first (file, position) is the original,
+    the others later occurrences. Examples: the first `examples` groups in hash order."""
+    out = SpanRepeats()
+    hashes = np.ascontiguousarray(part["hash"])
+    by_hash = np.argsort(hashes)  # the order within a hash is set below, by (file, position)
+    starts, ends = equal_runs(hashes[by_hash])
+    if starts.size == 0:
+        return out
+    member = np.zeros(part.size + 1, dtype=np.int64)
+    np.add.at(member, starts, 1)
+    np.add.at(member, ends, -1)
+    sel = np.flatnonzero(np.cumsum(member[:-1]) > 0)
+    group = np.repeat(np.arange(starts.size), ends - starts)
+    recs = part[by_hash[sel]]  # only the records of repeated hashes
+    order = np.lexsort((recs["pos"], recs["phys"], group))
+    recs, group = recs[order], group[order]
+    head = np.ones(recs.size, dtype=bool)
+    head[1:] = group[1:] != group[:-1]
+    head_of = np.flatnonzero(head)[np.cumsum(head) - 1]
+    later = ~head
+    out.windows = int(later.sum())
+    same = labels[recs["phys"][later]] == labels[recs["phys"][head_of[later]]]
+    out.within = int(same.sum())
+    out.across = int((~same).sum())
+    iv = np.empty(out.windows, INTERVAL_REC)
+    iv["phys"], iv["start"] = recs["phys"][later], recs["pos"][later]
+    iv["end"] = iv["start"] + span
+    out.intervals = merge_intervals(iv)
+    heads = np.flatnonzero(head)
+    bounds = np.concatenate([heads, [recs.size]])
+    for k in range(min(examples, heads.size)):
+        g = recs[bounds[k]:bounds[k + 1]]
+        out.examples.append({"file": paths[int(g[0]["phys"])], "offset": int(g[0]["pos"]),
+                             "occurrences": int(g.size),
+                             "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])}
+                                         for r in g[1:4]]})
+    return out
+
+
+def merge_spans(parts: Iterable[SpanRepeats], examples: int = 10) -> SpanRepeats:
+    """The partitions' results (in partition order) as one: sums, merged intervals, the first examples."""
+    out, intervals = SpanRepeats(), []
+    for r in parts:
+        out.windows += r.windows
+        out.within += r.within
+        out.across += r.across
+        intervals.append(r.intervals)
+        out.examples.extend(r.examples[:max(0, examples - len(out.examples))])
+    out.intervals = merge_intervals(np.concatenate(intervals)) if intervals else out.intervals
+    return out
+
+
+def repeated_tokens(intervals: np.ndarray, files: int) -> np.ndarray:
+    """int64 (files,): tokens of each file inside merged `intervals`."""
+    return np.bincount(intervals["phys"], weights=intervals["end"] - intervals["start"],
+                       minlength=files).astype(np.int64)
+
+
+def _span_file(item: tuple[int, str], span: int, chunk_tokens: int):
+    p, path = item
+    yield from (("spans", rec) for rec in span_records(read_tokens(path), p, span, chunk_tokens))
+
+
 def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_tokens: int = 1 << 20,
                    work_dir: str | None = None, examples: int = 10) -> dict:
-    """Repeated `span`-token windows over distinct files `paths` (labels: each file's source).
+    """Repeated `span`-token windows over distinct local files `paths` (labels: each file's source).
 
     Returns per-file boolean masks of tokens inside a later occurrence, counts of later occurrences
     within and across sources, and examples. The reduce is vectorized per partition."""
-    from olmax.data.shards import read_tokens
-
     sizes = [len(read_tokens(p)) for p in paths]
-    diff = [np.zeros(n + 1, dtype=np.int32) for n in sizes]
     label_id = {name: i for i, name in enumerate(dict.fromkeys(labels))}
     lab = np.asarray([label_id[x] for x in labels], dtype=np.int64)
-    within = across = windows = 0
-    found: list[dict] = []
-    with PartitionSpill(SPAN_REC, bits=4, work_dir=work_dir) as spill:
-        for p, path in enumerate(paths):
-            for rec in span_records(read_tokens(path), p, span, chunk_tokens):
-                spill.add(rec)
-        for part in spill.partitions():
-            starts, ends = equal_runs(part["hash"])
-            if starts.size == 0:
-                continue
-            member = np.zeros(part.size + 1, dtype=np.int64)
-            np.add.at(member, starts, 1)
-            np.add.at(member, ends, -1)
-            sel = np.flatnonzero(np.cumsum(member[:-1]) > 0)
-            group = np.repeat(np.arange(starts.size), ends - starts)
-            recs = part[sel]
-            order = np.lexsort((recs["pos"], recs["phys"], group))
-            recs, group = recs[order], group[order]
-            head = np.ones(recs.size, dtype=bool)
-            head[1:] = group[1:] != group[:-1]
-            head_of = np.flatnonzero(head)[np.cumsum(head) - 1]
-            later = ~head
-            windows += int(later.sum())
-            same = lab[recs["phys"][later]] == lab[recs["phys"][head_of[later]]]
-            within += int(same.sum())
-            across += int((~same).sum())
-            for q in np.unique(recs["phys"][later]).tolist():
-                at = recs["pos"][later & (recs["phys"] == q)]
-                np.add.at(diff[q], at, 1)
-                np.add.at(diff[q], np.minimum(at + span, sizes[q]), -1)
-            for h in np.flatnonzero(head)[: max(0, examples - len(found))].tolist():
-                g = recs[h:h + int((group == group[h]).sum())]
-                found.append({"file": paths[int(g[0]["phys"])], "offset": int(g[0]["pos"]),
-                              "occurrences": int(g.size),
-                              "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])}
-                                          for r in g[1:4]]})
+    bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
+    _, reduced = map_reduce(list(enumerate(paths)), partial(_span_file, span=span, chunk_tokens=chunk_tokens),
+                            {"spans": (SPAN_REC, partial(reduce_spans, labels=lab, span=span, paths=list(paths),
+                                                         examples=examples))},
+                            bits=bits, threads=1, work_dir=work_dir)
+    spans = merge_spans(reduced["spans"], examples)
+    diff = [np.zeros(n + 1, dtype=np.int32) for n in sizes]
+    for q, a, b in zip(spans.intervals["phys"].tolist(), spans.intervals["start"].tolist(),
+                       spans.intervals["end"].tolist()):
+        diff[q][a] += 1
+        diff[q][b] -= 1
     masks = [np.cumsum(d[:-1]) > 0 for d in diff]
-    return {"sizes": sizes, "masks": masks, "windows": windows, "within": within, "across": across,
-            "examples": found}
+    return {"sizes": sizes, "masks": masks, "windows": spans.windows, "within": spans.within,
+            "across": spans.across, "examples": spans.examples}
 
 
-def audit_dedup(cfg: DedupConfig) -> dict:
-    from olmax.audit.content import scan_content
+@dataclass(frozen=True)
+class FileTotals:
+    """What the map tells the driver about one physical file: its tokens in documents and documents."""
+
+    doc_tokens: int
+    docs: int
+
+
+def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk_tokens: int = 1 << 20):
+    """The map of `audit dedup` over one physical file `item` = (physical id, path or fsspec URL): yields
+    ("docs", DOC_REC) and ("spans", SPAN_REC per chunk) records, returns its FileTotals. A URL other than
+    `file://` is read from a scratch copy (with its sidecar)."""
+    from olmax.audit.content import document_records, shard_copy
+
+    phys, path = item
+    with shard_copy(path) as local:
+        try:
+            tokens = read_tokens(local)
+        except FileNotFoundError:
+            raise OlmaxError(f"{path}: token file not found; fix the path in the mix (or --base-dir)") from None
+        docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens)
+        yield "docs", docs
+        for rec in span_records(tokens, phys, span, chunk_tokens):
+            yield "spans", rec
+    return FileTotals(doc_tokens, ndocs)
+
+
+def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
+    """The dedup report of the mix; `beam_options` (Beam's flags, see olmax.beam.pipeline_options) runs
+    the map and the reduces as an Apache Beam pipeline instead of threads here, with the same report."""
+    from olmax.audit.content import DOC_REC, merge_documents, reduce_documents
+    from olmax.audit.spans import physical_ids
 
     index = cfg.stream.file_index()
-    content = scan_content(index, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads,
-                           work_dir=cfg.stream.work_dir, examples=cfg.examples, instances=False)
-    paths, phys = content.phys_paths, content.phys
-    label_of_phys = {}
+    phys = physical_ids(index.paths)
+    first: dict[int, int] = {}
     for f, p in enumerate(phys.tolist()):
-        label_of_phys.setdefault(p, index.labels[f])
+        first.setdefault(p, f)
+    paths = [index.paths[first[p]] for p in range(len(first))]
+    label_of_phys = [index.labels[first[p]] for p in range(len(paths))]
     names = index.label_names
-    spans = repeated_spans(paths, [label_of_phys[p] for p in range(len(paths))], cfg.span,
-                           chunk_tokens=cfg.chunk_tokens, work_dir=cfg.stream.work_dir, examples=cfg.examples)
-    sizes, repeated = spans["sizes"], spans["masks"]
-    windows, within, across, examples = spans["windows"], spans["within"], spans["across"], spans["examples"]
+    label_ids = {name: i for i, name in enumerate(names)}
+    lab = np.asarray([label_ids[x] for x in label_of_phys], dtype=np.int64)
+    sizes = [int(index.sizes[first[p]]) // index.itemsize for p in range(len(paths))]
+    bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
+    map_fn = partial(file_records, span=cfg.span, min_doc_tokens=cfg.min_doc_tokens, chunk_tokens=cfg.chunk_tokens)
+    reduces = {"docs": (DOC_REC, partial(reduce_documents, paths=paths, examples=cfg.examples)),
+               "spans": (SPAN_REC, partial(reduce_spans, labels=lab, span=cfg.span, paths=paths,
+                                           examples=cfg.examples))}
+    items = list(enumerate(paths))
+    if beam_options is None:
+        totals, reduced = map_reduce(items, map_fn, reduces, bits=bits, threads=cfg.threads,
+                                     work_dir=cfg.stream.work_dir)
+    else:
+        from olmax.audit.dedup_beam import map_reduce_beam
+
+        totals, reduced = map_reduce_beam(beam_options, items, map_fn, {k: fn for k, (_, fn) in reduces.items()},
+                                          bits=bits, work_dir=cfg.stream.work_dir, what="olmax audit dedup")
+    dups = merge_documents(reduced["docs"], cfg.examples)
+    spans = merge_spans(reduced["spans"], cfg.examples)
+    doc_tokens, docs = sum(t.doc_tokens for t in totals), sum(t.docs for t in totals)
+    repeated = repeated_tokens(spans.intervals, len(paths))
     per_source = {name: {"tokens": 0, "repeated_span_tokens": 0} for name in names}
     for p in range(len(paths)):
         s = per_source[label_of_phys[p]]
         s["tokens"] += sizes[p]
-        s["repeated_span_tokens"] += int(repeated[p].sum())
+        s["repeated_span_tokens"] += int(repeated[p])
     total = max(1, sum(sizes))
-    rep_tokens = sum(int(r.sum()) for r in repeated)
-    dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
+    rep_tokens = int(repeated.sum())
+    dfrac = dups.tokens / max(1, doc_tokens)
     checks = [
         Check("duplicate_documents", dfrac <= cfg.max_dup_doc_frac, round(dfrac, 6), cfg.max_dup_doc_frac,
-              detail=f"{content.duplicate_docs} documents, {content.duplicate_doc_tokens} tokens"),
+              detail=f"{dups.duplicates} documents, {dups.tokens} tokens"),
         Check("repeated_spans", rep_tokens / total <= cfg.max_repeated_span_frac,
               round(rep_tokens / total, 6), cfg.max_repeated_span_frac,
               detail=f"{rep_tokens} tokens inside a later copy of a >= {cfg.span}-token span"),
     ]
     report = {"command": "audit dedup", "settings": asdict(cfg),
-              "files": len(paths), "tokens": int(sum(sizes)), "documents": content.docs,
-              "duplicate_documents": content.duplicate_docs,
-              "duplicate_document_tokens": content.duplicate_doc_tokens,
-              "duplicate_document_examples": content.doc_examples,
-              "repeated_span_windows": int(windows), "repeated_span_tokens": rep_tokens,
-              "repeated_within_source": int(within), "repeated_across_sources": int(across),
-              "repeated_span_examples": examples, "sources": per_source,
+              "files": len(paths), "tokens": int(sum(sizes)), "documents": docs,
+              "duplicate_documents": dups.duplicates,
+              "duplicate_document_tokens": dups.tokens,
+              "duplicate_document_examples": dups.examples,
+              "repeated_span_windows": spans.windows, "repeated_span_tokens": rep_tokens,
+              "repeated_within_source": spans.within, "repeated_across_sources": spans.across,
+              "repeated_span_examples": spans.examples, "sources": per_source,
               "hashing": (f"documents: xxh3-64, byte-confirmed; spans: {cfg.span}-token Karp-Rabin hashes "
                           f"(two bases mod 2^31-1), per-pair collision <= ((span-1)/p)^2 = "
                           f"{((cfg.span - 1) / (2**31 - 1)) ** 2:.1e}, not re-checked"),

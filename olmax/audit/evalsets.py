@@ -6,6 +6,11 @@ item helpers are re-exported here for the audit's callers.
 
 from __future__ import annotations
 
+import glob
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from olmax import storage
 from olmax.data.evalsets import (
     EvalItem,
     audit_items,
@@ -15,12 +20,35 @@ from olmax.data.evalsets import (
     read_eval_rows,
     resolve_source,
 )
+from olmax.errors import OlmaxError
 
 __all__ = ["EvalItem", "item_answer", "item_id", "item_text", "load_eval"]
 
 
 def load_eval(spec: str) -> tuple[str, list[EvalItem]]:
     """`NAME=PATH`, or a bundled set's NAME (a bare path names itself) -> (NAME, items). PATH: a jsonl,
-    .arrow or .parquet file, a glob, a `datasets` folder or a folder of these."""
+    .arrow or .parquet file, a glob, a `datasets` folder or a folder of these; or an fsspec URL of one
+    (`file://` read in place, globs too; any other URL, a file or a folder, copied to scratch while read,
+    errors naming the URL)."""
     name, sep, path = spec.partition("=")
-    return name, audit_items(read_eval_rows(resolve_source(path if sep else name)))
+    source = path if sep else name
+    if not storage.is_url(source):
+        return name, audit_items(read_eval_rows(resolve_source(source)))
+    with _local_source(source) as local:
+        try:
+            return name, audit_items(read_eval_rows(local))
+        except OlmaxError as e:
+            raise OlmaxError(str(e).replace(local, source.rstrip("/"))) from None
+
+
+@contextmanager
+def _local_source(url: str) -> Iterator[str]:
+    local = storage.local_path(url)
+    if local is not None:
+        yield local
+        return
+    if glob.has_magic(url):
+        raise OlmaxError(f"eval set {url!r}: a glob over a URL is not read; give the URL of a file or of a "
+                         "folder of eval files")
+    with storage.local_copy(url) as copy:
+        yield copy

@@ -28,24 +28,37 @@ id, token span and score.
 Bounded memory. Hits are kept only for each key's first max_docs_per_key documents (in file, document
 order), merged as they arrive (HitSet): memory grows with the eval index and how often its keys recur,
 never with the training corpus.
+
+Runners. Two phases map over training files: probing (`probe_path`) and verification (`verify_file`, each
+file's candidates, opened once); the driver indexes the eval side, merges the hits (`merge_probes`),
+computes the candidates (`candidates`) and assembles the report (`assemble`). The local runner maps in
+threads; `--runner beam` maps the same functions in Apache Beam pipelines (leaks_beam.py) and gives the
+same report (all but "timing"). Training files may be fsspec URLs: each is read through a local copy
+(`local_shard`: `file://` in place, any other URL copied to scratch with its sidecar while it is read);
+the report names files as the mix gives them.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from olmax import storage
 from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WORD_MASK, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
-from olmax.audit.spans import documents, require_local
-from olmax.data.shards import read_tokens
+from olmax.audit.spans import documents
+from olmax.data.shards import read_tokens, sidecar_path
 from olmax.data.stream import StreamSpec
+from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
@@ -223,22 +236,34 @@ def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray
     order = np.lexsort((q, c))
     qs, cs = q[order], c[order]
     h = qs.size
-    best = np.ones(h, dtype=np.int64)
-    prev = np.full(h, -1, dtype=np.int64)
+    ql, cl = qs.tolist(), cs.tolist()
+    best, prev = [1] * h, [-1] * h  # longest chain ending at each hit, and its previous hit
+    top, n_top = 1, 1  # max(best[:i]) and how many hits reach it
     for i in range(1, h):
+        dq, dc = ql[i] - ql[i - 1], cl[i] - cl[i - 1]
+        if n_top == 1 and best[i - 1] == top and dq > 0 and 0 < dc <= 3 * dq + 24:
+            # hit i - 1 ends the only longest chain so far and hit i may follow it: every other
+            # predecessor has a shorter chain, so i - 1 is the one the search below would pick
+            top += 1
+            best[i], prev[i] = top, i - 1
+            continue
         dq, dc = qs[i] - qs[:i], cs[i] - cs[:i]
         ok = (dq > 0) & (dc > 0) & (dc <= 3 * dq + 24)
         if ok.any():
             # the longest predecessor chain; among equals, the one on the nearest diagonal (c - q)
             drift = np.minimum(np.abs((cs[i] - qs[i]) - (cs[:i] - qs[:i])), 4095)
-            j = int(np.argmax(np.where(ok, best[:i] * 4096 - drift, -1)))
+            j = int(np.argmax(np.where(ok, np.asarray(best[:i], dtype=np.int64) * 4096 - drift, -1)))
             best[i], prev[i] = best[j] + 1, j
+        if best[i] > top:
+            top, n_top = best[i], 1
+        elif best[i] == top:
+            n_top += 1
     chains = []
-    for end in np.flatnonzero(best == best.max())[:max_chains].tolist():
+    for end in [i for i, b in enumerate(best) if b == top][:max_chains]:
         out, i = [], end
         while i >= 0:
             out.append(i)
-            i = int(prev[i])
+            i = prev[i]
         chains.append(order[out[::-1]])
     return chains
 
@@ -256,8 +281,8 @@ class _Regions:
     """The training side of verification: a file's tokens and documents (opened once, on first use), and
     the words of a document around a candidate's hits."""
 
-    def __init__(self, paths: list[str], tables: WordTables):
-        self.paths, self.tables = paths, tables
+    def __init__(self, paths: list[str] | dict[int, str], tables: WordTables):
+        self.paths, self.tables = paths, tables  # file index -> local path
         self.files: dict[int, tuple[np.ndarray, object]] = {}
 
     def doc_of(self, f: int):
@@ -309,10 +334,13 @@ class _Regions:
         return score, t0, t1
 
 
-def audit_leaks(cfg: LeakConfig) -> dict:
+def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     """Find the eval items inside the training data; returns the report (`ok` False when an item of a
-    gated set is contaminated). Phases: index the eval items → probe every training file → verify each
-    candidate (item, document) → per-set counts and clean subsets → report."""
+    gated set is contaminated). Phases: index the eval items → probe every training file → candidates
+    from the merged hits → verify each file's candidates → per-set counts and clean subsets → report.
+
+    `beam_options` (Beam's pipeline flags, `olmax.beam.pipeline_options`): the per-file phases run as Apache
+    Beam pipelines (leaks_beam.py) instead of local threads; the same functions, the same report."""
     from olmax.assets import tokenizer_path
 
     t0 = time.perf_counter()
@@ -326,13 +354,14 @@ def audit_leaks(cfg: LeakConfig) -> dict:
     sources = {}
     for src, pth in zip(index.labels, index.paths):
         sources.setdefault(pth, src)
-    require_local(paths, "the leak probe")
-    t1 = time.perf_counter()
-    hits, train_tokens = _probe(paths, ev.index, tables, cfg)
-    probe_s = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    contaminated, near, flagged, stats = decide_items(hits, ev, paths, [sources.get(p) for p in paths],
-                                                       tables, cfg)
+    with _runner(beam_options) as runner:
+        t1 = time.perf_counter()
+        hits, train_tokens = merge_probes(runner.probe(paths, ev.index, tables, cfg), cfg.max_docs_per_key)
+        probe_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        cands, stats = candidates(hits, ev, cfg)
+        verified = runner.verify(file_tasks(cands, paths, ev), tables)
+    contaminated, near, flagged = assemble(cands, verified, ev, paths, [sources.get(p) for p in paths], cfg)
     verify_s = time.perf_counter() - t2
     per_set, checks = _per_set(ev, flagged, cfg)
     eidx = ev.index
@@ -357,7 +386,8 @@ def audit_leaks(cfg: LeakConfig) -> dict:
         "candidates": stats,
         "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3), "verify_s": round(verify_s, 3),
                    "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9)),
-                   "tokens_per_s": round(train_tokens / max(probe_s + verify_s, 1e-9))},
+                   "tokens_per_s": round(train_tokens / max(probe_s + verify_s, 1e-9)),
+                   "runner": runner.description},
         "sets": per_set, "contaminated": contaminated,
         "near_misses": near,  # verified items below the threshold, best first (first MAX_NEAR_MISSES)
         "checks": checks_json(checks),
@@ -413,26 +443,93 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
                   EvalIndex(seqs, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
 
 
-def _probe(paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfig) -> tuple[np.ndarray, int]:
-    """Every (key, file, document) hit, each key's first `max_docs_per_key` documents kept, and the
-    number of training tokens probed."""
-    cap_docs = cfg.max_docs_per_key
+@contextmanager
+def local_shard(path: str) -> Iterator[str]:
+    """A local path holding training file `path` (a path or an fsspec URL) for the block: plain paths and
+    `file://` URLs in place, any other URL copied to scratch (`storage.local_copy`) with its `.csv.gz`
+    sidecar beside it (the document ids). An error names `path` (its folder for the sidecar), not the
+    copy; a missing or unreadable file is an OlmaxError."""
+    local = storage.local_path(path)
+    with _fetched(path, local) as here:
+        try:
+            yield here
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # the machine's state, not the input's
+                raise
+            raise OlmaxError(f"{path}: cannot read the training file ({e.strerror or e}); fix the path in the "
+                             f"mix (or --base-dir)") from None
+        except OlmaxError as e:
+            if here == path:
+                raise
+            # the copy's folder (shard and sidecar) becomes the URL's
+            folder, url_folder = os.path.dirname(here), path[:path.rfind("/")]
+            raise OlmaxError(str(e).replace(folder + os.sep, url_folder + "/")) from None
+
+
+@contextmanager
+def _fetched(path: str, local: str | None) -> Iterator[str]:
+    if local is not None:
+        yield local
+        return
+    with storage.local_copy(path) as copy:
+        folder, name = path[:path.rfind("/")], path[path.rfind("/") + 1:]
+        side = storage.join(folder, sidecar_path(name).name)
+        if storage.exists(side):
+            with open(sidecar_path(copy), "wb") as f:
+                f.write(storage.read_bytes(side))
+        yield copy
+
+
+def probe_path(task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int,
+               chunk_tokens: int = 1 << 20) -> tuple[np.ndarray, int]:
+    """Map over (file index, path or URL): `probe_file` on a local copy of the file."""
+    f, path = task
+    with local_shard(path) as local:
+        return probe_file(local, f, index, tables, cap_docs=cap_docs, chunk_tokens=chunk_tokens)
+
+
+def merge_probes(results: Iterable[tuple[np.ndarray, int]], cap_docs: int) -> tuple[np.ndarray, int]:
+    """Reduce: every file's hits merged (each key's first `cap_docs` documents kept, whatever the order
+    the files arrive in) and the number of training tokens probed."""
     kept, train_tokens = HitSet(cap_docs), 0
-    threads = max(1, cfg.threads)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for file_hits, n_tokens in _in_order(pool, lambda fp: probe_file(
-                fp[1], fp[0], eidx, tables, cap_docs=cap_docs, chunk_tokens=cfg.chunk_tokens),
-                enumerate(paths), ahead=2 * threads):
-            kept.add(file_hits)
-            train_tokens += n_tokens
+    for file_hits, n_tokens in results:
+        kept.add(file_hits)
+        train_tokens += n_tokens
     return kept.result(), train_tokens
 
 
-def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables,
-                  cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray, dict]:
-    """(contaminated items, near misses, flagged mask over all items, candidate counts): every candidate
-    (item, document) pair verified by alignment (module docstring)."""
-    eidx, n_items, n = ev.index, len(ev.items), cfg.ngram
+@dataclass(frozen=True)
+class Candidate:
+    """An (item, document) pair to verify: the item's position `q` and the token offset `pos` of each
+    hit, the alignment window `n` (min(ngram, item words)), `short` (an exact whole-item match needed)
+    and whether one of its keys reached --max-docs-per-key (`saturated`)."""
+
+    item: int
+    file: int
+    doc: int
+    q: np.ndarray
+    pos: np.ndarray
+    n: int
+    short: bool
+    saturated: bool
+
+
+@dataclass(frozen=True)
+class FileCandidates:
+    """One training file's candidates (`ids`: their indices in the list `candidates` returned) and the
+    words of their items: what `verify_file` needs, on any machine."""
+
+    file: int
+    path: str
+    ids: tuple[int, ...]
+    candidates: tuple[Candidate, ...]
+    words: dict  # item -> its packed word values
+
+
+def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
+    """The (item, document) pairs to verify, in (item, file, document) order, from the merged hits, and
+    the candidate counts of the report."""
+    eidx, n = ev.index, cfg.ngram
     df = doc_freq(hits, eidx.num_keys)
     saturated = df >= cfg.max_docs_per_key
     # Expand hits to (item, n-gram position) through the index's records.
@@ -448,16 +545,13 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
     bounds = np.concatenate([np.flatnonzero(brk), [h_item.size]]).tolist()
-    regions = _Regions(paths, tables)
-    found: dict[int, list[dict]] = {}  # item -> verified documents
-    masks_of: dict[int, dict] = {}
+    out: list[Candidate] = []
     stats = {"pairs": len(bounds) - 1, "verified": 0, "saturated_keys": int(saturated.sum())}
     for g in range(len(bounds) - 1):
         lo, hi = bounds[g], bounds[g + 1]
         item = int(h_item[lo])
         k = int(eidx.lengths_of[item])
-        q, pos = h_q[lo:hi], h_pos[lo:hi]
-        f, d = int(h_file[lo]), int(h_doc[lo])
+        q = h_q[lo:hi]
         if k >= n:  # n-gram keys: a candidate when its windows cover enough of the item
             covered = np.zeros(k + n, dtype=bool)
             for qq in np.unique(q).tolist():
@@ -466,14 +560,50 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
                 continue
             stats["verified"] += 1
         # (a whole-item key, k < n, is an exact match of the whole item: verified for its token span)
-        if item not in masks_of:
-            masks_of[item] = item_masks(ev.words[item])
-        score, t0, t1 = regions.verify(f, d, q, pos, ev.words[item], masks_of[item], min(n, k),
-                                       short=k < n or k <= cfg.short_words)
-        _, docs = regions.doc_of(f)
-        found.setdefault(item, []).append({
-            "source": sources[f], "file": paths[f], "doc": docs.id_of(d), "token_start": t0, "token_end": t1,
-            "score": round(score, 4), "saturated_keys": bool(h_sat[lo:hi].any())})
+        out.append(Candidate(item, int(h_file[lo]), int(h_doc[lo]), q, h_pos[lo:hi], min(n, k),
+                             k < n or k <= cfg.short_words, bool(h_sat[lo:hi].any())))
+    return out, stats
+
+
+def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[FileCandidates]:
+    """The candidates grouped by training file, in file order."""
+    by_file: dict[int, list[int]] = {}
+    for g, c in enumerate(cands):
+        by_file.setdefault(c.file, []).append(g)
+    return [FileCandidates(f, paths[f], tuple(ids), tuple(cands[g] for g in ids),
+                           {cands[g].item: ev.words[cands[g].item] for g in ids})
+            for f, ids in sorted(by_file.items())]
+
+
+def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+    """Map over files: (candidate id, score, token start, token end, document id) of each candidate of
+    one training file (opened once), aligned as in the module docstring."""
+    out = []
+    with local_shard(task.path) as local:
+        regions = _Regions({task.file: local}, tables)
+        masks: dict[int, dict] = {}
+        for g, c in zip(task.ids, task.candidates):
+            words = task.words[c.item]
+            if c.item not in masks:
+                masks[c.item] = item_masks(words)
+            score, t0, t1 = regions.verify(c.file, c.doc, c.q, c.pos, words, masks[c.item], c.n, short=c.short)
+            out.append((g, score, t0, t1, regions.doc_of(c.file)[1].id_of(c.doc)))
+    return out
+
+
+def assemble(cands: list[Candidate], verified: Iterable[tuple[int, float, int, int, str]], ev: EvalSide,
+             paths: list[str], sources: list, cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray]:
+    """(contaminated items, near misses, flagged mask over all items) from every candidate's verification
+    (in any order): each item's documents in candidate order, the threshold applied, duplicates decided as
+    their first copy."""
+    eidx, n_items = ev.index, len(ev.items)
+    result = {g: rest for g, *rest in verified}
+    found: dict[int, list[dict]] = {}  # item -> verified documents
+    for g, c in enumerate(cands):
+        score, t0, t1, doc_id = result[g]
+        found.setdefault(c.item, []).append({
+            "source": sources[c.file], "file": paths[c.file], "doc": doc_id, "token_start": t0, "token_end": t1,
+            "score": round(score, 4), "saturated_keys": c.saturated})
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
@@ -498,7 +628,67 @@ def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list
             contaminated.append({**src, "eval": ev.sets[int(ev.set_of[i])][0], "id": ev.items[i].report_id,
                                  "same_as": {"eval": src["eval"], "id": src["id"]}})
     near.sort(key=lambda e: -e["score"])
-    return contaminated, near[:MAX_NEAR_MISSES], flagged, stats
+    return contaminated, near[:MAX_NEAR_MISSES], flagged
+
+
+def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables,
+                 cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray, dict]:
+    """(contaminated items, near misses, flagged mask over all items, candidate counts): every candidate
+    (item, document) pair verified by alignment (module docstring), files one after another."""
+    cands, stats = candidates(hits, ev, cfg)
+    verified = [v for task in file_tasks(cands, paths, ev) for v in verify_file(task, tables)]
+    return (*assemble(cands, verified, ev, paths, sources, cfg), stats)
+
+
+class LocalRunner:
+    """The per-file phases on this machine: probing in `cfg.threads` threads (files in order, at most
+    two per thread ahead), verification one file after another."""
+
+    description = "local"
+
+    def probe(self, paths: list[str], eidx: EvalIndex, tables: WordTables,
+              cfg: LeakConfig) -> Iterator[tuple[np.ndarray, int]]:
+        threads = max(1, cfg.threads)
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            yield from _in_order(pool, lambda task: probe_path(
+                task, eidx, tables, cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens),
+                enumerate(paths), ahead=2 * threads)
+
+    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+        return [v for task in tasks for v in verify_file(task, tables)]
+
+
+class BeamPhases:
+    """The same per-file phases as Beam pipelines (leaks_beam.py): probing maps `probe_path` over the
+    distinct files, verification maps `verify_file` over the files with candidates."""
+
+    def __init__(self, beam):
+        self.beam, self.description = beam, beam.description
+
+    def probe(self, paths: list[str], eidx: EvalIndex, tables: WordTables,
+              cfg: LeakConfig) -> list[tuple[np.ndarray, int]]:
+        return self.beam.map_files("probe", list(enumerate(paths)), probe_path, (eidx, tables), task_file,
+                                   cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens)
+
+    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+        per_file = self.beam.map_files("verify", tasks, verify_file, (tables,), task_file)
+        return [v for results in per_file for v in results]
+
+
+def task_file(task: tuple[int, str] | FileCandidates) -> tuple[int]:
+    """A per-file task's file index: the order a worker's first failure is reported in."""
+    return (task.file,) if isinstance(task, FileCandidates) else (int(task[0]),)
+
+
+@contextmanager
+def _runner(beam_options: str | None):
+    if beam_options is None:
+        yield LocalRunner()
+        return
+    from olmax.audit.leaks_beam import BeamRunner
+
+    with BeamRunner(beam_options, "audit leaks") as beam:
+        yield BeamPhases(beam)
 
 
 def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:

@@ -12,9 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from olmax.beam import guarded, raise_first_failure
 
 
 class PartitionSpill:
@@ -25,6 +29,8 @@ class PartitionSpill:
         if "hash" not in self.dtype.names:
             raise ValueError("records need a uint64 'hash' field")
         self.bits = bits
+        if work_dir:
+            os.makedirs(work_dir, exist_ok=True)
         self.dir = tempfile.mkdtemp(prefix="olmax-audit-", dir=work_dir)
         self.count = 0
 
@@ -32,27 +38,25 @@ class PartitionSpill:
         return os.path.join(self.dir, f"part-{part:05d}.bin")
 
     def add(self, records: np.ndarray) -> None:
-        if records.size == 0:
-            return
-        records = np.asarray(records, dtype=self.dtype)
-        part = (records["hash"] >> np.uint64(64 - self.bits)).astype(np.int64) if self.bits else \
-            np.zeros(records.size, dtype=np.int64)
-        order = np.argsort(part, kind="stable")
-        records, part = records[order], part[order]
-        bounds = np.searchsorted(part, np.arange((1 << self.bits) + 1))
-        for p in np.flatnonzero(np.diff(bounds)).tolist():
-            with open(self._path(p), "ab") as f:
-                records[bounds[p]:bounds[p + 1]].tofile(f)
-        self.count += int(records.size)
+        if records.size:
+            self.add_parts(split_partitions(np.asarray(records, dtype=self.dtype), self.bits))
 
-    def partitions(self) -> Iterator[np.ndarray]:
-        """Each non-empty partition's records, sorted by hash (stable: map order kept within a hash)."""
+    def add_parts(self, parts: list[tuple[int, np.ndarray]]) -> None:
+        """Append records already split by `split_partitions(records, self.bits)`."""
+        for p, recs in parts:
+            with open(self._path(p), "ab") as f:
+                np.asarray(recs, dtype=self.dtype).tofile(f)
+            self.count += int(recs.size)
+
+    def partitions(self, sort: bool = True) -> Iterator[np.ndarray]:
+        """Each non-empty partition's records in partition order, sorted by hash (stable: map order kept
+        within a hash); `sort=False` for a reduce that sorts them itself."""
         for p in range(1 << self.bits):
             path = self._path(p)
             if not os.path.exists(path):
                 continue
             recs = np.fromfile(path, dtype=self.dtype)
-            yield recs[np.argsort(recs["hash"], kind="stable")]
+            yield recs[np.argsort(recs["hash"], kind="stable")] if sort else recs
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -73,3 +77,65 @@ def equal_runs(sorted_hashes: np.ndarray, min_size: int = 2) -> tuple[np.ndarray
     ends = np.concatenate([change, [sorted_hashes.size]])
     keep = ends - starts >= min_size
     return starts[keep], ends[keep]
+
+
+def partition_of(hashes: np.ndarray, bits: int) -> np.ndarray:
+    """int64: the partition of each uint64 hash, its top `bits` bits (so partition order is hash order)."""
+    if not bits:
+        return np.zeros(hashes.size, dtype=np.int64)
+    return (np.asarray(hashes, dtype=np.uint64) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def split_partitions(records: np.ndarray, bits: int) -> list[tuple[int, np.ndarray]]:
+    """[(partition, its records)] for each non-empty partition of `records` (map order kept in each)."""
+    if records.size == 0:
+        return []
+    part = partition_of(records["hash"], bits)
+    order = np.argsort(part, kind="stable")
+    records, part = records[order], part[order]
+    bounds = np.searchsorted(part, np.arange((1 << bits) + 1))
+    return [(p, records[bounds[p]:bounds[p + 1]]) for p in np.flatnonzero(np.diff(bounds)).tolist()]
+
+
+def partition_bits(records: int, record_bytes: int, *, target_bytes: int = 1 << 28, least: int = 4,
+                   most: int = 12) -> int:
+    """Bits of hash partitioning so that one partition of `records` records holds about `target_bytes`
+    (at least 2^least, at most 2^most partitions). Results never depend on it: a partition is a range of
+    hashes, so partitions in order are hashes in order."""
+    need = max(1, -(-records * record_bytes // target_bytes))
+    return min(most, max(least, (need - 1).bit_length()))
+
+
+def map_reduce(elements: Iterable, map_fn: Callable, reduces: dict[str, tuple[np.dtype, Callable]], *,
+               bits: int = 4, threads: int = 2, work_dir: str | None = None) -> tuple[list, dict[str, list]]:
+    """Map every element, spill its records by hash partition, reduce one partition at a time (the local
+    runner; dedup_beam.map_reduce_beam runs the same functions on Apache Beam, with the same result).
+
+    `map_fn(element)` is a generator: it yields `(kind, records)` (a structured array of `reduces[kind][0]`
+    with a uint64 `hash` field) and returns a summary. Elements are mapped in `threads` threads; an
+    OlmaxError of one (the first in element order) is raised after all were mapped. Each kind's
+    `reduces[kind][1](records)` then gets each non-empty partition's records (in no particular order).
+    Returns (the summaries in element order, {kind: the reduce results in partition order})."""
+    spills = {k: PartitionSpill(dtype, bits=bits, work_dir=work_dir) for k, (dtype, _) in reduces.items()}
+    lock = threading.Lock()
+
+    def consume(item):
+        gen = map_fn(item[1])
+        while True:
+            try:
+                kind, records = next(gen)
+            except StopIteration as stop:
+                return stop.value
+            parts = split_partitions(records, bits)
+            with lock:
+                spills[kind].add_parts(parts)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            summaries = list(pool.map(guarded(consume, order=lambda item: (item[0],)), enumerate(elements)))
+        raise_first_failure(summaries)
+        return summaries, {k: [fn(part) for part in spills[k].partitions(sort=False)]
+                           for k, (_, fn) in reduces.items()}
+    finally:
+        for spill in spills.values():
+            spill.close()

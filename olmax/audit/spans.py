@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from olmax.data.documents import Documents, documents
-from olmax.data.mixfile import is_url
+from olmax.storage import is_url
 
 __all__ = ["Documents", "documents", "physical_ids", "require_local"]
 

@@ -1,0 +1,115 @@
+"""`olmax audit leaks --runner beam`: the Beam plan of the leak audit's per-file phases.
+
+The functions mapped are leaks.py's (`probe_path`, then `verify_file`), passed in by `audit_leaks`; this
+module only maps them over files: `Create(tasks) | Reshuffle | Map(guarded(fn))`, results back to the
+driver through `olmax.beam.collect`. What every task shares (the eval index and the word tables: the
+index grows with the eval sets, the tables are ~8 MB, neither belongs in the pipeline graph) is pickled
+once by the driver into the work folder and loaded once per worker process (`StagedCall`).
+
+A worker's OlmaxError (a missing or corrupt training file) comes back as a value (`olmax.beam.guarded`)
+and the driver raises the first one in task order. The work folder is `--temp_location` when the options
+give one (a cluster's workers must reach it), else a local temporary folder (the DirectRunner's).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+
+from olmax import storage
+from olmax.beam import (
+    collect,
+    collected,
+    describe,
+    guarded,
+    pipeline_options,
+    raise_first_failure,
+    require_beam,
+    run,
+)
+from olmax.errors import OlmaxError
+
+_STAGED: dict[str, tuple] = {}  # url -> the unpickled tuple, per worker process
+
+
+def load_staged(url: str) -> tuple:
+    """The tuple the driver pickled at `url`, read once per process."""
+    if url not in _STAGED:
+        if len(_STAGED) >= 4:
+            _STAGED.clear()
+        _STAGED[url] = pickle.loads(storage.read_bytes(url))
+    return _STAGED[url]
+
+
+class StagedCall:
+    """Picklable `task -> fn(task, *staged, **kwargs)`, `staged` the tuple the driver wrote at `url`."""
+
+    def __init__(self, fn: Callable, url: str, kwargs: dict):
+        self.fn, self.url, self.kwargs = fn, url, kwargs
+
+    def __call__(self, task):
+        return self.fn(task, *load_staged(self.url), **self.kwargs)
+
+
+class BeamRunner:
+    """Per-file maps as Beam pipelines (a context: its work folder lives inside it)."""
+
+    def __init__(self, options_text: str, what: str):
+        require_beam()
+        from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
+        self.what = what
+        self.options = pipeline_options(options_text)
+        self.description = describe(self.options)
+        temp = self.options.view_as(GoogleCloudOptions).temp_location
+        runner = str(self.options.view_as(StandardOptions).runner or "DirectRunner").lower()
+        if not temp and not any(r in runner for r in ("direct", "prism")):
+            raise OlmaxError(f"--runner beam on {self.description} needs a folder its workers can reach: add "
+                             "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options")
+        self.logs = tempfile.mkdtemp(prefix="olmax-beam-")
+        self.work = (storage.join(temp, f"olmax-{uuid.uuid4().hex[:12]}") if temp
+                     else os.path.join(self.logs, "work"))
+        self.keep_logs = False
+
+    def __enter__(self) -> BeamRunner:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        storage.remove_tree(self.work)
+        if not self.keep_logs:
+            shutil.rmtree(self.logs, ignore_errors=True)
+
+    def map_files(self, name: str, tasks: list, fn: Callable, shared: tuple, order: Callable, **kwargs) -> list:
+        """[fn(task, *shared, **kwargs) for task in tasks] (in no particular order) as one pipeline; the
+        first OlmaxError of a task (in `order(task)` order) is raised here. `fn`, `order` and the tasks
+        must pickle; `shared` is staged once."""
+        if not tasks:
+            return []
+        beam = require_beam()
+        state = storage.join(self.work, f"{name}-shared.pkl")
+        storage.write_bytes(state, pickle.dumps(shared, protocol=5))
+        out = storage.join(self.work, name)
+        call = guarded(StagedCall(fn, state, kwargs), order)
+
+        def build(p):
+            results = (p
+                       | f"{name}: tasks" >> beam.Create(tasks)
+                       | f"{name}: spread" >> beam.Reshuffle()
+                       | f"{name}: map" >> beam.Map(call))
+            collect(results, out, name)
+
+        what = f"{self.what} ({name})"
+        self.keep_logs = True  # a failed pipeline's error names its worker logs: they stay
+        run(build, self.options, self.logs, what)
+        self.keep_logs = False
+        results = collected(out, name)
+        raise_first_failure(results)
+        if len(results) != len(tasks):
+            self.keep_logs = True
+            raise OlmaxError(f"{what}: {len(results)} results came back for {len(tasks)} tasks; see "
+                             f"{os.path.join(self.logs, 'beam.log')}")
+        return results
