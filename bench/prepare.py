@@ -270,10 +270,10 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int, beam: str
 
 
 def same_bytes(a: Path, b: Path) -> list[str]:
-    """Relative paths whose bytes differ between two prepare outputs (or exist in one only); the manifest's
-    timing-free content is compared whole (prepare writes no timing into it)."""
+    """Relative paths whose bytes differ between two prepare outputs (or exist in one only): every file,
+    the manifest (prepare writes no timing into it) and the resume journal included."""
     def files(root: Path) -> dict[str, Path]:
-        return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
+        return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file()}
 
     fa, fb = files(a), files(b)
     return sorted(set(fa) ^ set(fb)) + sorted(k for k in set(fa) & set(fb) if fa[k].read_bytes() != fb[k].read_bytes())

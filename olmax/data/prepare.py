@@ -147,16 +147,20 @@ class Journal:
         write_json(self.path, {"settings": self.settings, "labels": self.labels}, indent=1)
 
 
-def _batches(files: list[str], cfg: PrepareConfig, spec: SourceSpec, start: tuple[int, int],
-             stats: readers.ReadStats) -> Iterator[list[tuple[int, readers.Doc]]]:
-    """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text."""
-    batch: list[tuple[int, readers.Doc]] = []
+BatchDoc = tuple[int, readers.Doc, int]  # (file index, document, bad lines read before it)
+
+
+def read_batches(files: list[str], cfg: PrepareConfig, text_field: str, start: tuple[int, int],
+                 stats: readers.ReadStats, first_file: int = 0) -> Iterator[list[BatchDoc]]:
+    """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text,
+    each with the number of bad lines `stats` had counted when it was read (so a count can be tied to a
+    position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`."""
+    batch: list[BatchDoc] = []
     size = 0
-    text_field = spec.text_field or cfg.text_field
     for fi in range(start[0], len(files)):
         after = start[1] if fi == start[0] else 0
         for doc in readers.read_documents(files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats):
-            batch.append((fi, doc))
+            batch.append((fi + first_file, doc, stats.bad_lines))
             size += len(doc.text)
             if size >= BATCH_TEXT_BYTES:
                 yield batch
@@ -200,22 +204,43 @@ def _prefetch(it: Iterator, depth: int) -> Iterator:
         stop.set()
 
 
-def encode_docs(tok: Tokenizer, batch: list[tuple[int, readers.Doc]], dolma_compat: bool = False):
-    """Tokenize a batch → (tokens with EOS after each doc, per-doc lengths, kept docs, per-doc UTF-8 bytes, empties).
+@dataclass
+class Encoded:
+    """A tokenized batch: the kept documents' tokens (each followed by EOS) and lengths, the kept
+    `BatchDoc`s and their UTF-8 bytes, and where in the batch the kept and the skipped (empty) ones were."""
+
+    tokens: np.ndarray
+    lengths: list[int]
+    kept: list[BatchDoc]
+    nbytes: list[int]
+    kept_at: list[int]
+    empty_at: list[int]
+
+    def empties_before(self, j: int) -> int:
+        """Empty documents of this batch read before its j-th kept document."""
+        import bisect
+
+        return bisect.bisect_left(self.empty_at, self.kept_at[j])
+
+
+def encode_docs(tok: Tokenizer, batch: list[BatchDoc], dolma_compat: bool = False) -> Encoded:
+    """Tokenize a batch (`Encoded`).
 
     `dolma_compat` reproduces `dolma tokens` (1.2.1): it tokenizes `text.strip()`, skips documents empty
     after stripping, and appends EOS only when the last token is not already EOS."""
-    kept, texts, nbytes = [], [], []
-    for fi, doc in batch:
+    kept, texts, nbytes, kept_at, empty_at = [], [], [], [], []
+    for at, (fi, doc, bad) in enumerate(batch):
         text = doc.text.strip() if dolma_compat else doc.text
         if not text:
+            empty_at.append(at)
             continue
         try:
             nbytes.append(len(text.encode("utf-8")))
         except UnicodeEncodeError as e:
             raise OlmaxError(f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
                              f"character {e.start} (not valid Unicode); fix the escape in the JSON") from None
-        kept.append((fi, doc))
+        kept.append((fi, doc, bad))
+        kept_at.append(at)
         texts.append(text)
     flat: list[int] = []
     lengths = []
@@ -226,7 +251,7 @@ def encode_docs(tok: Tokenizer, batch: list[tuple[int, readers.Doc]], dolma_comp
         if not (dolma_compat and seq and seq[-1] == eos):
             flat.append(eos)
         lengths.append(len(flat) - start)
-    return np.array(flat, dtype=np.uint32), lengths, kept, nbytes, len(batch) - len(kept)
+    return Encoded(np.array(flat, dtype=np.uint32), lengths, kept, nbytes, kept_at, empty_at)
 
 
 class _Progress:
@@ -274,20 +299,20 @@ class _SourceWriter:
 
             self.records = DocRecordWriter(path.with_suffix(".arrayrecord"))
 
-    def finish(self, pos: tuple[int, int]) -> None:
-        """Close the open shard; `pos` = (file index, loc of its last document) is where a resume continues."""
+    def finish(self, pos: tuple[int, int], empty: int, bad_lines: int) -> None:
+        """Close the open shard; `pos` = (file index, loc of its last document) is where a resume continues,
+        `empty` and `bad_lines` what was skipped before that position (a resume reads what follows again)."""
         info = self.shard.close()
         if self.records is not None:
             self.records.close()
         self.shard = self.records = None
         self.result.shards.append(info)
-        self.entry["shards"].append({"info": info.to_json(), "next": list(pos), "empty": self.result.skipped_empty,
-                                     "bad_lines": self.stats.bad_lines})
+        self.entry["shards"].append(shard_entry(info, pos, empty, bad_lines, self.stats.bad_line_examples))
         self.journal.save()
 
-    def write(self, encoded) -> None:
-        tokens, lengths, kept, nbytes, empties = encoded
-        self.result.skipped_empty += empties
+    def write(self, encoded: Encoded) -> None:
+        tokens, lengths, kept, nbytes = encoded.tokens, encoded.lengths, encoded.kept, encoded.nbytes
+        empty_base = self.result.skipped_empty
         ends = np.cumsum(lengths)
         i = 0
         while i < len(kept):
@@ -298,14 +323,15 @@ class _SourceWriter:
             j = int(np.searchsorted(ends[i:], base + (self.limit - self.shard.tokens), side="left")) + i
             stop = min(j + 1, len(kept))
             chunk = tokens[base: int(ends[stop - 1])]
-            docs = [d for _, d in kept[i:stop]]
+            docs = [d for _, d, _ in kept[i:stop]]
             self.shard.add_batch(chunk, lengths[i:stop], docs, sum(nbytes[i:stop]))
             if self.records is not None:
                 self.records.add_docs(chunk, lengths[i:stop], docs)
             if self.shard.tokens >= self.limit:
-                fi, last = kept[stop - 1]
-                self.finish((fi, last.loc))
+                fi, last, bad = kept[stop - 1]
+                self.finish((fi, last.loc), empty_base + encoded.empties_before(stop - 1), bad)
             i = stop
+        self.result.skipped_empty = empty_base + len(encoded.empty_at)
 
     def abort(self) -> None:
         if self.shard is not None:
@@ -320,15 +346,17 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
     result = SourceResult(spec.label, files)
     result.shards = [ShardInfo(**rec["info"]) for rec in entry["shards"]]
     start = (0, 0)
+    examples: list[str] = []
     if entry["shards"]:
         last = entry["shards"][-1]
         start, result.skipped_empty, result.bad_lines = tuple(last["next"]), last["empty"], last["bad_lines"]
+        examples = list(last.get("bad_line_examples", []))
     if entry["done"]:
         result.bad_line_examples = entry.get("bad_line_examples", [])
         result.bad_lines, result.skipped_empty = entry.get("bad_lines", 0), entry.get("empty", 0)
         return result
 
-    stats = readers.ReadStats(bad_lines=result.bad_lines)
+    stats = readers.ReadStats(bad_lines=result.bad_lines, bad_line_examples=examples)
     sink = _SourceWriter(cfg, spec.label, out, journal, result, stats, tokenizer_id(tok))
     progress = _Progress(cfg.progress, spec.label)
     pending: list = []
@@ -336,18 +364,18 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
 
     def drain_one() -> None:
         encoded = pending.pop(0).result()
-        progress.update(int(encoded[0].size), len(encoded[2]))
+        progress.update(int(encoded.tokens.size), len(encoded.kept))
         sink.write(encoded)
 
     try:
-        for batch in _prefetch(_batches(files, cfg, spec, start, stats), depth=4):
+        for batch in _prefetch(read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats), depth=4):
             pending.append(pool.submit(encode_docs, tok, batch, cfg.dolma_compat))
             if len(pending) >= depth:
                 drain_one()
         while pending:
             drain_one()
         if sink.shard is not None and sink.shard.tokens:
-            sink.finish((len(files), 0))
+            sink.finish((len(files), 0), result.skipped_empty, stats.bad_lines)
     except BaseException:
         for f in pending:
             f.cancel()
@@ -363,6 +391,13 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
                  empty=result.skipped_empty)
     journal.save()
     return result
+
+
+def shard_entry(info: ShardInfo, pos, empty: int, bad_lines: int, examples: list[str]) -> dict:
+    """A finished shard's journal record: where a resume continues and what was skipped before it (the
+    first bad-line examples up to there)."""
+    return {"info": info.to_json(), "next": list(pos), "empty": empty, "bad_lines": bad_lines,
+            "bad_line_examples": list(examples[:min(5, bad_lines)])}
 
 
 def no_documents(label: str, files: list[str], empty: int, bad_lines: int) -> OlmaxError:

@@ -32,7 +32,6 @@ from olmax import storage
 from olmax.data import readers
 from olmax.data.mixspec import planned_tokens
 from olmax.data.prepare import (
-    BATCH_TEXT_BYTES,
     Journal,
     PrepareConfig,
     SourceResult,
@@ -42,7 +41,9 @@ from olmax.data.prepare import (
     finish_prepare,
     no_documents,
     prepare_into,
+    read_batches,
     settings_of,
+    shard_entry,
     tokenizer_id,
 )
 from olmax.data.shards import ShardInfo, ShardWriter, sidecar_path
@@ -83,31 +84,23 @@ def _put(local: str, dest: str) -> None:
 def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) -> dict:
     """Map: one input file → its temporaries (tokens.bin, docs.pkl) and a summary."""
     stats = readers.ReadStats()
-    parts, lengths, nbytes, ids, locs = [], [], [], [], []
+    parts, lengths, nbytes, ids, locs, empty_before, bad_before = [], [], [], [], [], [], []
     empties = 0
-
-    def flush(batch):
-        nonlocal empties
-        tokens, lens, kept, nb, empty = encode_docs(tok, batch, cfg.dolma_compat)
-        parts.append(tokens)
-        lengths.extend(lens)
-        nbytes.extend(nb)
-        ids.extend(d.id for _, d in kept)
-        locs.extend(d.loc for _, d in kept)
-        empties += empty
-
-    batch, size = [], 0
-    for doc in readers.read_documents(task.path, task.text_field, cfg.id_field, cfg.skip_bad_lines, 0, stats):
-        batch.append((task.file, doc))
-        size += len(doc.text)
-        if size >= BATCH_TEXT_BYTES:
-            flush(batch)
-            batch, size = [], 0
-    if batch:
-        flush(batch)
+    for batch in read_batches([task.path], cfg, task.text_field, (0, 0), stats, first_file=task.file):
+        enc = encode_docs(tok, batch, cfg.dolma_compat)
+        parts.append(enc.tokens)
+        lengths.extend(enc.lengths)
+        nbytes.extend(enc.nbytes)
+        ids.extend(d.id for _, d, _ in enc.kept)
+        locs.extend(d.loc for _, d, _ in enc.kept)
+        bad_before.extend(bad for _, _, bad in enc.kept)
+        empty_before.extend(empties + enc.empties_before(j) for j in range(len(enc.kept)))
+        empties += len(enc.empty_at)
     tokens = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
+    # per document: what this file skipped before it (the journal's counts at a shard's last document)
     meta = {"lengths": np.asarray(lengths, np.int64), "nbytes": np.asarray(nbytes, np.int64), "ids": ids,
-            "locs": np.asarray(locs, np.int64), "src": task.path}
+            "locs": np.asarray(locs, np.int64), "src": task.path, "empty_before": np.asarray(empty_before, np.int64),
+            "bad_before": np.asarray(bad_before, np.int64)}
     dest = _file_dir(tmp, task.source, task.file)
     local_dest = storage.local_path(dest)
     scratch = local_dest or tempfile.mkdtemp(prefix="olmax-beam-")
@@ -166,7 +159,9 @@ def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarr
 
 def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str) -> tuple:
     """Map: one planned shard → its .npy, .csv.gz sidecar (and .arrayrecord) under `out`; returns
-    (source, shard, ShardInfo as JSON, resume position after its last document)."""
+    (source, shard, ShardInfo as JSON, its last document as (file, loc, empties and bad lines of that file
+    before it), or None for a source's last shard that stays under the target size: what the local runner
+    journals, which closes such a shard at the end of the input instead)."""
     rel = Path(tid) / job.label / f"{job.label}-{job.shard:05d}.npy"
     local_out = storage.local_path(out)
     scratch = tempfile.mkdtemp(prefix="olmax-beam-shard-")
@@ -194,8 +189,10 @@ def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str)
             for f in sorted(p for p in (root / rel).parent.iterdir() if p.is_file()):
                 storage.upload(str(f), storage.join(out, str(f.relative_to(root))))
         fi, _, b = job.segments[-1]
-        nxt = [fi, int(meta["locs"][b - 1])] if not job.last else None
-        return job.source, job.shard, info.to_json(), nxt
+        last = None
+        if not job.last or info.tokens >= max(1, cfg.shard_bytes // 4):
+            last = (fi, int(meta["locs"][b - 1]), int(meta["empty_before"][b - 1]), int(meta["bad_before"][b - 1]))
+        return job.source, job.shard, info.to_json(), last
     except BaseException:
         writer.abort()
         if records is not None:
@@ -344,11 +341,20 @@ def _results(cfg: PrepareConfig, files: dict[str, list[str]], summaries: list[di
         r.bad_line_examples = [e for s in mine for e in s["bad_line_examples"]][:5]
         if not r.docs:
             raise no_documents(spec.label, files[spec.label], r.skipped_empty, r.bad_lines)
-        journal.labels[spec.label] = {
-            "shards": [{"info": w[2], "next": w[3] if w[3] is not None else [len(files[spec.label]), 0],
-                        "empty": r.skipped_empty, "bad_lines": r.bad_lines} for w in shards],
-            "done": True, "bad_line_examples": r.bad_line_examples, "bad_lines": r.bad_lines,
-            "empty": r.skipped_empty}
+        empty_upto = np.cumsum([0] + [s["empty"] for s in mine])  # skipped in the files before each file
+        bad_upto = np.cumsum([0] + [s["bad_lines"] for s in mine])
+        examples = [e for s in mine for e in s["bad_line_examples"]]
+        entries = []
+        for _, _, info, last in shards:
+            if last is None:
+                entries.append(shard_entry(ShardInfo(**info), (len(files[spec.label]), 0), r.skipped_empty,
+                                           r.bad_lines, examples))
+            else:
+                fi, loc, empty, bad = last
+                entries.append(shard_entry(ShardInfo(**info), (fi, loc), int(empty_upto[fi]) + empty,
+                                           int(bad_upto[fi]) + bad, examples))
+        journal.labels[spec.label] = {"shards": entries, "done": True, "bad_line_examples": r.bad_line_examples,
+                                      "bad_lines": r.bad_lines, "empty": r.skipped_empty}
         results.append(r)
     journal.save()
     return results

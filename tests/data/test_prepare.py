@@ -152,6 +152,40 @@ def test_resume_after_lost_shards_gives_same_bytes(tmp_path, inputs, dolma2):
     assert {p: p.stat().st_mtime_ns for p in before} == before  # finished shards were not redone
 
 
+def test_resume_at_any_shard_keeps_skip_counts(tmp_path, dolma2):
+    """Empty texts and skipped bad lines are journaled by position: resuming after any finished shard gives the
+    bytes of an uninterrupted run, the journal and the manifest's skip counts and examples included."""
+    docs = stdlib_texts(14)
+    write_jsonl(tmp_path / "a.jsonl", docs[:7], extra=['{"id": "e1", "text": ""}', '{"id": "torn", "text": ',
+                                                        *[json.dumps({"id": i, "text": t}) for i, t in docs[7:10]],
+                                                        '{"id": "e2", "text": ""}', "[1]"])
+    write_jsonl(tmp_path / "b.jsonl", docs[10:], extra=['{"id": "e3", "text": ""}'])
+    args = ("--tokenizer", dolma2, "--shard-size", "12KB", "--skip-bad-lines", f"src={tmp_path}/a.jsonl",
+            f"src2={tmp_path}/b.jsonl")
+    full = tmp_path / "full"
+    assert run("--out", str(full), *args) == 0
+    want = {**read_folder_bytes(full), "journal": (full / ".olmax-prepare.json").read_bytes()}
+    state = json.loads(want["journal"])
+    n = len(state["labels"]["src"]["shards"])
+    assert n >= 4 and state["labels"]["src"]["empty"] == 2 and state["labels"]["src"]["bad_lines"] == 2
+    assert len({(s["empty"], s["bad_lines"]) for s in state["labels"]["src"]["shards"]}) > 1  # counts move along
+    for k in range(n - 1):
+        out = tmp_path / f"cut{k}"
+        assert run("--out", str(out), *args) == 0
+        cut = json.loads((out / ".olmax-prepare.json").read_text())
+        src = cut["labels"]["src"]
+        for rec in src["shards"][k + 1:]:
+            Path(out, rec["info"]["path"]).unlink()
+        src.update(shards=src["shards"][:k + 1], done=False)
+        del cut["labels"]["src2"]
+        (out / ".olmax-prepare.json").write_text(json.dumps(cut))
+        for f in (out / "mix.txt", out / "manifest.json"):
+            f.unlink()
+        assert run("--out", str(out), *args) == 0
+        got = {**read_folder_bytes(out), "journal": (out / ".olmax-prepare.json").read_bytes()}
+        assert [name for name in want if want[name] != got.get(name)] == [], f"resumed after shard {k}"
+
+
 def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
     ref = read_folder_bytes(prepare_into(tmp_path / "ref", inputs, dolma2, "--shard-size", "16KB"))
     out = tmp_path / "killed"

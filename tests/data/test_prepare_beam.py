@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -35,6 +36,8 @@ def raw(tmp_path_factory) -> Path:
     write_jsonl(d / "code" / "a.jsonl.gz", code[:20])
     write_jsonl(d / "code" / "b.jsonl", code[20:35], extra=['{"id": "torn", "text": ', '{"id": "e", "text": ""}'])
     write_jsonl(d / "code" / "c.jsonl.zst", code[35:])
+    # the source ends on one document larger than a shard: its last shard reaches the target at the end
+    write_jsonl(d / "code" / "d.jsonl", [("big", "\n".join(t for _, t in stdlib_texts(16, start=60)))])
     write_jsonl(d / "prose" / "p1.jsonl", pydoc_texts()[:50])
     write_jsonl(d / "prose" / "p2.jsonl", pydoc_texts()[50:120])
     (d / "mix.yaml").write_text("sources:\n  code: {paths: 'code/*', ratio: 0.55, max_repetition: 2}\n"
@@ -73,7 +76,10 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     a, b = folder_bytes(tmp_path / "local"), folder_bytes(tmp_path / "beam")
     assert a.keys() == b.keys()
     assert [k for k in a if a[k] != b[k]] == []
-    # the test exercised what it claims: several shards per source, a split shard, a skipped bad line
+    # the test exercised what it claims: several shards per source, a split shard, a skipped bad line, a last
+    # shard closed at its target (journaled with its last document's position, not the end of the input)
+    journal = json.loads(a[".olmax-prepare.json"])
+    assert journal["labels"]["code"]["shards"][-1]["next"] == [3, 1]
     assert sum(k.endswith(".npy") for k in a) >= 6 and any(k.endswith("-a.npy") for k in a)
     assert local["sources"]["code"]["skipped"] == {"empty_docs": 1, "bad_lines": 1, "bad_line_examples": [
         f"{raw}/code/b.jsonl:16: malformed JSON line (column 1: Expecting value)"]}
