@@ -1,0 +1,366 @@
+"""Beam parity, end to end: `--runner beam` must give the local runner's results on real text, through the CLI.
+
+    .venv/bin/python bench/beam_parity.py [--keep DIR] [--code-files 400] [--shard-size 200KB]
+
+What it does, in a temporary folder (or `--keep DIR`, left in place):
+  1. corpus  the first --code-files *.py files of the standard library (sorted; source `code`) and the pydoc
+             topics cut into <= 6000-character documents (source `prose`) as Dolma jsonl ({"id", "text"}),
+             each source dealt round-robin over its own files, .jsonl and .jsonl.gz alternating (8 files).
+             Planted: bundled held-out items of >= 25 words (ARC-Easy, SciQ, OpenBookQA, BoolQ; sharing no
+             8-word run with each other), transformed by bench/leak_plants.py (standard library only, no
+             code shared with the detector): verbatim in one document, verbatim in 3-6 documents,
+             substitute, drop and markup, each in one document. For dedup: exact copies of a few
+             documents (within and across sources, under new ids) and two repeated spans of 60+ tokens (a
+             notice paragraph pasted into several documents, a block of one stdlib file pasted into others).
+  2. prepare `olmax data prepare --tokenizer dolma2 --shard-size 200KB` with `--runner local`, and with
+             `--runner beam` (the DirectRunner, 2 worker processes) on the same inputs given as `file://`
+             URLs; every file of the two output folders, hidden ones included (the journal
+             `.olmax-prepare.json`), compared byte for byte.
+  3. leaks   `olmax audit leaks` over the local output's mix.txt with the four eval sets, local vs beam (the
+             mix given as a `file://` URL); the reports compared without "timing". Exit code 1 (items
+             contaminated) is expected.
+  4. dedup   `olmax audit dedup` over the same mix, local vs beam; the reports compared (without "timing").
+
+The Beam runs name the mix by its `file://` URL, so the reports echo that spelling (settings, summary,
+file names); before comparing, the Beam report's strings have `file://` removed in front of the work
+folder, and the fields where that happened are printed. Any other difference is a mismatch.
+
+Prints a table (command, local and beam wall seconds, identical, counts) and as its last line
+`beam parity: prepare identical, leaks identical (N contaminated), dedup identical`, or what differs;
+exits 1 on any difference or failed command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import random
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import leak_plants as lp
+
+REPO = Path(__file__).resolve().parent.parent
+SEED = 20260301
+SETS = ("arc_easy", "sciq", "openbookqa", "boolq")
+PLANT_KINDS = ("verbatim_one", "verbatim_many", "substitute", "drop", "markup")
+PER_KIND = 6  # 30 planted items
+MIN_WORDS = 25
+DOC_CHARS = 6000
+FILES = {"code": 5, "prose": 3}
+PIPELINE = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+NOTICE = (
+    "This module is distributed as part of a benchmark corpus. Redistribution and use in source and binary "
+    "forms, with or without modification, are permitted provided that the following conditions are met: "
+    "the notice above and this paragraph are kept in every copy, the names of the contributors are not "
+    "used to endorse derived products without their written permission, and every change is recorded in "
+    "the accompanying history file together with the date on which it was made."
+)
+
+
+# ---------------------------------------------------------------------------------------------- corpus
+def _cut(text: str, limit: int = DOC_CHARS) -> str:
+    """`text` cut at the last line end within `limit` characters (at `limit` when there is none)."""
+    if len(text) <= limit:
+        return text
+    end = text.rfind("\n", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit]
+
+
+def _chunks(text: str) -> list[str]:
+    out = []
+    while text:
+        piece = _cut(text)
+        out.append(piece)
+        text = text[len(piece):]
+    return [p for p in out if p.strip()]
+
+
+def real_documents(code_files: int) -> list[dict]:
+    """[{source, id, text}]: the first `code_files` stdlib *.py files (sorted, UTF-8 ones; an empty
+    __init__.py stays in: prepare counts it as an empty document) and the pydoc topics in chunks."""
+    from pydoc_data.topics import topics
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    docs = []
+    for p in sorted(stdlib.rglob("*.py")):
+        if len(docs) >= code_files:
+            break
+        if "site-packages" in p.parts or "__pycache__" in p.parts:
+            continue
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        docs.append({"source": "code", "id": f"stdlib/{p.relative_to(stdlib).as_posix()}", "text": text})
+    for name, body in sorted(topics.items()):
+        for j, piece in enumerate(_chunks(body)):
+            docs.append({"source": "prose", "id": f"pydoc/{name}#{j}", "text": piece})
+    return docs
+
+
+def eval_items(rng: random.Random) -> list[tuple[str, object]]:
+    """(set, EvalItem) of >= MIN_WORDS words, shuffled, independent of each other, round-robin over SETS."""
+    from olmax.audit.evalsets import load_eval
+
+    pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
+    rng.shuffle(pool)
+    pool = [pool[i] for i in lp.independent([it.text for _, it in pool])]
+    by_set = {name: [p for p in pool if p[0] == name][::-1] for name in SETS}
+    out = []
+    while any(by_set.values()):
+        for name in SETS:
+            if by_set[name]:
+                out.append(by_set[name].pop())
+    return out
+
+
+def plant(docs: list[dict], rng: random.Random) -> tuple[list[dict], list[dict], int]:
+    """Eval items and repeated spans planted into `docs` (changed in place), and exact copies of a few
+    documents made: (planted items [{kind, eval, id, hosts}], the copies, documents holding a span)."""
+    texts = [d["text"] for d in docs]
+    hostable = {i for i, t in enumerate(texts) if t.strip()}
+    used = set(range(len(texts))) - hostable  # empty documents are never hosts
+    items = eval_items(rng)
+    if len(items) < PER_KIND * len(PLANT_KINDS):
+        raise SystemExit(f"{PER_KIND * len(PLANT_KINDS)} eval items wanted, {len(items)} available")
+    planted = []
+    for k, kind in enumerate(PLANT_KINDS):
+        for name, item in items[k * PER_KIND:(k + 1) * PER_KIND]:
+            base = kind.removesuffix("_one").removesuffix("_many")
+            text = lp.TRANSFORMS[base](item.text, rng)
+            if kind.endswith("_many"):
+                pasted = lp.on_many(text, texts, rng, used)
+            else:
+                h = lp.pick_hosts(len(texts), 1, rng, used)[0]
+                pasted = {h: lp.on_one(text, texts[h], rng)}
+            for h, t in pasted.items():
+                texts[h] = t
+            planted.append({"kind": kind, "eval": name, "id": str(item.id),
+                            "hosts": sorted(docs[h]["id"] for h in pasted)})
+    # repeated spans: a notice paragraph in 5 documents, a 1200-character block of one stdlib file in 3 more
+    for h, t in lp.on_many(NOTICE, texts, rng, used, count=5).items():
+        texts[h] = t
+    code = [i for i in sorted(hostable - used) if docs[i]["source"] == "code" and len(texts[i]) > 4000]
+    donor = rng.choice(code)
+    used.add(donor)
+    start = texts[donor].find("\n", len(texts[donor]) // 3) + 1
+    block = texts[donor][start:texts[donor].rfind("\n", start, start + 1200)]
+    for h, t in lp.on_many(block, texts, rng, used, count=3).items():
+        texts[h] = t
+    for d, t in zip(docs, texts):
+        d["text"] = t
+    # exact duplicates under new ids: two within their source, two copied into the other source
+    copies = []
+    for j, i in enumerate(lp.pick_hosts(len(docs), 4, rng, used)):
+        src = docs[i]["source"] if j < 2 else ("prose" if docs[i]["source"] == "code" else "code")
+        copies.append({"source": src, "id": f"copy-{j}/{docs[i]['id']}", "text": docs[i]["text"]})
+    return planted, copies, 5 + 3
+
+
+def write_corpus(root: Path, docs: list[dict]) -> dict[str, int]:
+    """Each source's documents dealt round-robin over FILES[source] files under root/SOURCE/, .jsonl and
+    .jsonl.gz alternating (gzip with no name or time in its header: the same bytes every run)."""
+    counts = {}
+    for src, n in FILES.items():
+        mine = [d for d in docs if d["source"] == src]
+        counts[src] = len(mine)
+        (root / src).mkdir(parents=True, exist_ok=True)
+        for f in range(n):
+            lines = "".join(json.dumps({"id": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n"
+                            for d in mine[f::n]).encode()
+            if f % 2:
+                with open(root / src / f"part-{f:02d}.jsonl.gz", "wb") as raw, \
+                        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                    gz.write(lines)
+            else:
+                (root / src / f"part-{f:02d}.jsonl").write_bytes(lines)
+    return counts
+
+
+# ------------------------------------------------------------------------------------------ commands
+def olmax(args: list[str], log: Path, ok: tuple[int, ...] = (0,)) -> float:
+    """Run `olmax ARGS` (output to `log`); its wall seconds. Exits when its code is not in `ok`."""
+    cmd = [sys.executable, "-m", "olmax.cli", *args]
+    t0 = time.perf_counter()
+    with open(log, "wb") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    wall = time.perf_counter() - t0
+    print(f"  {wall:6.1f}s  rc {rc}  olmax {' '.join(args)}", flush=True)
+    if rc not in ok:
+        tail = log.read_text(errors="replace")[-3000:]
+        sys.exit(f"olmax {' '.join(args[:2])} failed with exit code {rc}; last lines of {log}:\n{tail}")
+    return wall
+
+
+def tree_diff(a: Path, b: Path) -> tuple[int, list[str]]:
+    """(files compared, relative paths that differ or exist on one side only), hidden files included."""
+    def files(root: Path) -> dict[str, Path]:
+        return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+
+    fa, fb = files(a), files(b)
+    only = [f"{k} (only {side})" for keys, side in ((set(fa) - set(fb), "local"), (set(fb) - set(fa), "beam"))
+            for k in sorted(keys)]
+    differ = []
+    for k in sorted(set(fa) & set(fb)):
+        if fa[k].read_bytes() != fb[k].read_bytes():
+            fields = json_diff(json.loads(fa[k].read_text()), json.loads(fb[k].read_text())) if k.endswith(".json") else []
+            more = f"; ... {len(fields) - 4} more fields" if len(fields) > 4 else ""
+            differ.append(f"{k} (bytes differ{': ' + '; '.join(fields[:4]) + more if fields else ''})")
+    return len(set(fa) | set(fb)), only + differ
+
+
+def unspell(value, url: str, plain: str, where: str, rewritten: set[str]):
+    """`value` (JSON) with `url` replaced by `plain` in every string; `rewritten` gets the top-level fields
+    where that happened."""
+    if isinstance(value, dict):
+        return {k: unspell(v, url, plain, f"{where}.{k}" if where else k, rewritten) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unspell(v, url, plain, where, rewritten) for v in value]
+    if isinstance(value, str) and url in value:
+        rewritten.add(where.split(".")[0] if "." in where else where)
+        return value.replace(url, plain)
+    return value
+
+
+def json_diff(a, b, where: str = "", out: list[str] | None = None) -> list[str]:
+    """Paths (`key.sub[3]`) where two JSON values differ."""
+    out = [] if out is None else out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            p = f"{where}.{k}" if where else k
+            if k not in a or k not in b:
+                out.append(f"{p} (only {'beam' if k not in a else 'local'})")
+            else:
+                json_diff(a[k], b[k], p, out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            json_diff(x, y, f"{where}[{i}]", out)
+    elif a != b:
+        out.append(f"{where}: {json.dumps(a)[:120]} vs {json.dumps(b)[:120]}")
+    return out
+
+
+def compare_reports(local: Path, beam: Path, root: Path) -> tuple[dict, dict, list[str], set[str]]:
+    """Both reports without "timing" (the Beam one with the `file://` spelling of `root` undone): (local,
+    beam, differing paths, fields where the spelling was undone)."""
+    a = json.loads(local.read_text())
+    b = json.loads(beam.read_text())
+    a.pop("timing", None)
+    b.pop("timing", None)
+    rewritten: set[str] = set()
+    b = unspell(b, f"file://{root}", str(root), "", rewritten)
+    return a, b, json_diff(a, b), rewritten
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keep", help="work in this folder and leave everything there (default: a temp folder)")
+    ap.add_argument("--code-files", type=int, default=400, help="stdlib *.py files in the corpus")
+    ap.add_argument("--shard-size", default="200KB", help="prepare's --shard-size (several shards per source)")
+    args = ap.parse_args()
+
+    t_start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            root = Path(args.keep).resolve()
+            if root.exists() and any(root.iterdir()):
+                sys.exit(f"--keep {root} is not empty")
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="beam-parity-"))).resolve()
+        rows, problems, counts = run_all(root, args)
+    print()
+    print(f"{'command':<14} {'local s':>8} {'beam s':>8}  {'identical':<9}  counts")
+    for name, tl, tb, same, what in rows:
+        print(f"{name:<14} {tl:>8.1f} {tb:>8.1f}  {'yes' if same else 'NO':<9}  {what}")
+    print(f"total {time.perf_counter() - t_start:.0f}s")
+    if problems:
+        print("differences:")
+        for p in problems:
+            print(f"  {p}")
+    prep = [p.split(": ", 1)[1].split(" (")[0] for p in problems if p.startswith("prepare: ")]
+    verdicts = [f"prepare {'identical' if rows[0][3] else 'DIFFERS (' + ', '.join(prep) + ')'}",
+                f"leaks {'identical' if rows[1][3] else 'DIFFERS'} ({counts['contaminated']} contaminated)",
+                f"dedup {'identical' if rows[2][3] else 'DIFFERS'}"]
+    print("beam parity: " + ", ".join(verdicts))
+    sys.exit(1 if problems else 0)
+
+
+def run_all(root: Path, args) -> tuple[list, list[str], dict]:
+    rng = random.Random(SEED)
+    docs = real_documents(args.code_files)
+    planted, copies, span_hosts = plant(docs, rng)
+    inputs = root / "input"
+    per_source = write_corpus(inputs, docs + copies)
+    (root / "planted.json").write_text(json.dumps(planted, indent=1) + "\n")
+    print(f"corpus: {per_source} documents in {sum(FILES.values())} files under {inputs}; {len(planted)} eval "
+          f"items planted ({', '.join(f'{k} {PER_KIND}' for k in PLANT_KINDS)}), {len(copies)} duplicate "
+          f"documents, 2 repeated spans in {span_hosts} documents", flush=True)
+    logs = root / "logs"
+    logs.mkdir()
+    rows, problems = [], []
+
+    # prepare
+    print("prepare:", flush=True)
+    common = ["data", "prepare", "--tokenizer", "dolma2", "--shard-size", args.shard_size, "--no-progress",
+              "--workers", "2"]
+    out_l, out_b = root / "prepared-local", root / "prepared-beam"
+    tl = olmax([*common, "--out", str(out_l), *(f"{s}={inputs / s}" for s in FILES)], logs / "prepare-local.log")
+    tb = olmax([*common, "--out", str(out_b), *(f"{s}=file://{inputs / s}" for s in FILES), "--runner", "beam",
+                f"--pipeline-options={PIPELINE}"], logs / "prepare-beam.log")
+    n_files, diff = tree_diff(out_l, out_b)
+    problems += [f"prepare: {d}" for d in diff]
+    manifest = json.loads((out_l / "manifest.json").read_text())
+    shards = {k: len(v["shards"]) for k, v in manifest["sources"].items()}
+    tokens = sum(v["tokens"] for v in manifest["sources"].values())
+    rows.append(("data prepare", tl, tb, not diff,
+                 f"{n_files} files, shards {shards}, {tokens:,} tokens"))
+
+    # leaks
+    print("audit leaks:", flush=True)
+    mix = out_l / "mix.txt"
+    evals = [a for s in SETS for a in ("--eval", s)]
+    rep_l, rep_b = root / "leaks-local.json", root / "leaks-beam.json"
+    tl = olmax(["audit", "leaks", "--mix", str(mix), *evals, "--out", str(rep_l)], logs / "leaks-local.log", ok=(0, 1))
+    tb = olmax(["audit", "leaks", "--mix", f"file://{mix}", *evals, "--out", str(rep_b), "--runner", "beam",
+                f"--pipeline-options={PIPELINE}"], logs / "leaks-beam.log", ok=(0, 1))
+    a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
+    problems += [f"leaks: {d}" for d in diff]
+    flagged = {(e["eval"], str(e["id"])) for e in a.get("contaminated", [])}
+    found = sum((p["eval"], p["id"]) in flagged for p in planted)
+    same_lists = a.get("contaminated") == b.get("contaminated")
+    print(f"  contaminated: local {len(a.get('contaminated', []))}, beam {len(b.get('contaminated', []))}; "
+          f"`contaminated` lists equal: {'yes' if same_lists else 'NO'}; planted items flagged {found}/"
+          f"{len(planted)}; file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}")
+    rows.append(("audit leaks", tl, tb, not diff,
+                 f"{len(flagged)} contaminated ({found}/{len(planted)} planted), lists equal "
+                 f"{'yes' if same_lists else 'NO'}, {a['candidates'].get('pairs')} candidate pairs"))
+    counts = {"contaminated": len(flagged)}
+
+    # dedup
+    print("audit dedup:", flush=True)
+    rep_l, rep_b = root / "dedup-local.json", root / "dedup-beam.json"
+    work = ["--work-dir", str(root / "dedup-work")]
+    tl = olmax(["audit", "dedup", "--mix", str(mix), *work, "--out", str(rep_l)], logs / "dedup-local.log", ok=(0, 1))
+    tb = olmax(["audit", "dedup", "--mix", f"file://{mix}", *work, "--out", str(rep_b), "--runner", "beam",
+                f"--pipeline-options={PIPELINE}"], logs / "dedup-beam.log", ok=(0, 1))
+    a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
+    problems += [f"dedup: {d}" for d in diff]
+    print(f"  duplicate documents {a['duplicate_documents']}, repeated-span tokens {a['repeated_span_tokens']:,}; "
+          f"file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}")
+    rows.append(("audit dedup", tl, tb, not diff,
+                 f"{a['duplicate_documents']} duplicate docs, {a['repeated_span_tokens']:,} repeated-span tokens "
+                 f"({a['repeated_span_windows']:,} windows)"))
+    return rows, problems, counts
+
+
+if __name__ == "__main__":
+    main()
