@@ -31,6 +31,7 @@ test-all: setup
 
 bench: setup
 	$(PY) bench/prepare.py
+	$(PY) bench/beam_parity.py
 	$(PY) bench/loader.py
 	$(PY) bench/forward.py
 	$(PY) bench/train_step.py
