@@ -8,16 +8,15 @@ counted. A path the mix lists twice is one physical file, hence never a duplicat
 repetition is told apart by construction, and a byte-identical copy under another name is not.
 
 `document_records` (the document map) and `reduce_documents` / `merge_documents` (the per-partition
-reduce and its assembly) are also `olmax audit dedup`'s, on either of its runners; `shard_copy` and
+reduce and its assembly) are also `olmax audit dedup`'s, on either of its runners; `olmax.data.shards.local_shard` and
 `token_slice` read files given as fsspec URLs for it (`scan_content` itself, the loader audit's pass,
 refuses URLs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +27,7 @@ from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import read_tokens, sidecar_path
+from olmax.data.shards import read_tokens
 from olmax.errors import OlmaxError
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
@@ -92,29 +91,6 @@ def _map_file(path: str, phys: int, seq_len: int | None,
     inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
     d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens)
     return inst, d, ntok, ndocs, whole
-
-
-def _sidecar_url(url: str) -> str:
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    return url[:len(url) - len(name)] + sidecar_path(name).name
-
-
-@contextmanager
-def shard_copy(path: str) -> Iterator[str]:
-    """A local path of token file `path` (a path or an fsspec URL) for the block, with its sidecar beside
-    it when it has one: `file://` and plain paths in place, other URLs copied to scratch (storage.local_copy).
-    An OlmaxError inside names `path`, not the scratch copy."""
-    with storage.local_copy(path) as local:
-        try:
-            if storage.local_path(path) is None and storage.exists(_sidecar_url(path)):
-                side = sidecar_path(local)
-                side.write_bytes(storage.read_bytes(_sidecar_url(path)))
-            yield local
-        except OlmaxError as e:
-            if local == path:
-                raise
-            raise OlmaxError(str(e).replace(str(sidecar_path(local)), _sidecar_url(path))
-                             .replace(local, path)) from None
 
 
 def token_slice(path: str, start: int, n: int) -> np.ndarray:

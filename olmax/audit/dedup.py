@@ -30,7 +30,7 @@ from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.shards import read_tokens
+from olmax.data.shards import local_shard, read_tokens
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -201,10 +201,10 @@ def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk
     """The map of `audit dedup` over one physical file `item` = (physical id, path or fsspec URL): yields
     ("docs", DOC_REC) and ("spans", SPAN_REC per chunk) records, returns its FileTotals. A URL other than
     `file://` is read from a scratch copy (with its sidecar)."""
-    from olmax.audit.content import document_records, shard_copy
+    from olmax.audit.content import document_records
 
     phys, path = item
-    with shard_copy(path) as local:
+    with local_shard(path) as local:
         try:
             tokens = read_tokens(local)
         except FileNotFoundError:

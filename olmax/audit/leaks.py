@@ -34,13 +34,12 @@ file's candidates, opened once); the driver indexes the eval side, merges the hi
 computes the candidates (`candidates`) and assembles the report (`assemble`). The local runner maps in
 threads; `--runner beam` maps the same functions in Apache Beam pipelines (leaks_beam.py) and gives the
 same report (all but "timing"). Training files may be fsspec URLs: each is read through a local copy
-(`local_shard`: `file://` in place, any other URL copied to scratch with its sidecar while it is read);
+(`olmax.data.shards.local_shard`: `file://` in place, any other URL copied to scratch with its sidecar while it is read);
 the report names files as the mix gives them.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 from collections import deque
@@ -51,12 +50,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax import storage
 from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WORD_MASK, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
-from olmax.data.shards import read_tokens, sidecar_path
+from olmax.data.shards import local_shard, read_tokens
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -414,7 +412,6 @@ class EvalSide:
 def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     from olmax.audit.evalsets import load_eval
     from olmax.data.tokenize import load_tokenizer
-    from olmax.errors import OlmaxError
 
     sets = [load_eval(spec) for spec in cfg.evals]
     if not sets:
@@ -441,43 +438,6 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
             rep_of.append(r)
     return EvalSide(sets, np.asarray(set_of, dtype=np.int64), all_items, words, np.asarray(rep_of, np.int64), dups,
                   EvalIndex(seqs, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
-
-
-@contextmanager
-def local_shard(path: str) -> Iterator[str]:
-    """A local path holding training file `path` (a path or an fsspec URL) for the block: plain paths and
-    `file://` URLs in place, any other URL copied to scratch (`storage.local_copy`) with its `.csv.gz`
-    sidecar beside it (the document ids). An error names `path` (its folder for the sidecar), not the
-    copy; a missing or unreadable file is an OlmaxError."""
-    local = storage.local_path(path)
-    with _fetched(path, local) as here:
-        try:
-            yield here
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # the machine's state, not the input's
-                raise
-            raise OlmaxError(f"{path}: cannot read the training file ({e.strerror or e}); fix the path in the "
-                             f"mix (or --base-dir)") from None
-        except OlmaxError as e:
-            if here == path:
-                raise
-            # the copy's folder (shard and sidecar) becomes the URL's
-            folder, url_folder = os.path.dirname(here), path[:path.rfind("/")]
-            raise OlmaxError(str(e).replace(folder + os.sep, url_folder + "/")) from None
-
-
-@contextmanager
-def _fetched(path: str, local: str | None) -> Iterator[str]:
-    if local is not None:
-        yield local
-        return
-    with storage.local_copy(path) as copy:
-        folder, name = path[:path.rfind("/")], path[path.rfind("/") + 1:]
-        side = storage.join(folder, sidecar_path(name).name)
-        if storage.exists(side):
-            with open(sidecar_path(copy), "wb") as f:
-                f.write(storage.read_bytes(side))
-        yield copy
 
 
 def probe_path(task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int,

@@ -10,9 +10,12 @@ shard; the returned `ShardInfo` carries the xxh64 checksum of the token bytes.
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import io
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +43,36 @@ def sidecar_path(shard: str | Path) -> Path:
     shard = Path(shard)
     return shard.with_name(shard.name[: -len(".npy")] + ".csv.gz") if shard.name.endswith(".npy") else \
         shard.with_name(shard.name + ".csv.gz")
+
+
+@contextmanager
+def local_shard(path: str) -> Iterator[str]:
+    """A local path holding token file `path` (a path or an fsspec URL) for the block: plain paths and
+    `file://` URLs in place, any other URL copied to scratch (olmax.storage.local_copy) with its `.csv.gz`
+    sidecar beside it (the document boundaries and ids). An error inside names `path` (and the URL's folder
+    for the sidecar), not the copy; an unreadable file is an OlmaxError (a full disk stays an OSError)."""
+    from olmax import storage
+
+    local = storage.local_path(path)
+    with storage.local_copy(path) as here:
+        if local is None:
+            folder, name = path[:path.rfind("/")], path[path.rfind("/") + 1:]
+            side = storage.join(folder, sidecar_path(name).name)
+            if storage.exists(side):
+                sidecar_path(here).write_bytes(storage.read_bytes(side))
+        try:
+            yield here
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # the machine's state, not the input's
+                raise
+            raise OlmaxError(f"{path}: cannot read the token file ({e.strerror or e}); fix the path in the mix "
+                             "(or --base-dir)") from None
+        except OlmaxError as e:
+            if here == path:
+                raise
+            # the copy's (or a file:// URL's) folder, shard and sidecar, is named as the mix names it
+            folder = os.path.dirname(here)
+            raise OlmaxError(str(e).replace(folder + os.sep, path[:path.rfind("/")] + "/")) from None
 
 
 class ShardWriter:

@@ -15,9 +15,9 @@ import pytest
 from audit_testdata import write_mix
 from prepare_testdata import pydoc_texts
 
-from olmax.audit.leaks import LeakConfig, audit_leaks, local_shard
+from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.cli import main
-from olmax.data.shards import read_tokens
+from olmax.data.shards import local_shard, read_tokens
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
