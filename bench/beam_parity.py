@@ -112,13 +112,7 @@ def eval_items(rng: random.Random) -> list[tuple[str, object]]:
     pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
     rng.shuffle(pool)
     pool = [pool[i] for i in lp.independent([it.text for _, it in pool])]
-    by_set = {name: [p for p in pool if p[0] == name][::-1] for name in SETS}
-    out = []
-    while any(by_set.values()):
-        for name in SETS:
-            if by_set[name]:
-                out.append(by_set[name].pop())
-    return out
+    return lp.round_robin(pool, SETS)
 
 
 def plant(docs: list[dict], rng: random.Random) -> tuple[list[dict], list[dict], int]:

@@ -127,20 +127,9 @@ def eval_pools(rng: random.Random) -> tuple[list[tuple[str, object]], list[tuple
     pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
     rng.shuffle(pool)
     pool = [pool[i] for i in lp.independent([it.text for _, it in pool])]
-    long = _interleave([p for p in pool if len(p[1].text.split()) >= MIN_EDITED_WORDS])
+    long = lp.round_robin([p for p in pool if len(p[1].text.split()) >= MIN_EDITED_WORDS], SETS)
     short = [p for p in pool if len(p[1].text.split()) < MIN_EDITED_WORDS]
     return long, short
-
-
-def _interleave(pairs: list) -> list:
-    """(set, item) pairs taken round-robin over the sets, each set's pairs in their given order."""
-    by_set = {name: [p for p in pairs if p[0] == name][::-1] for name in SETS}
-    out = []
-    while any(by_set.values()):
-        for name in SETS:
-            if by_set[name]:
-                out.append(by_set[name].pop())
-    return out
 
 
 def _distinct_lines(lines: list[str], k: int) -> list[str]:
@@ -178,7 +167,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     dealt = _deal(long, edited, per_kind, rng)
     rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
     rng.shuffle(rest)
-    rest = _interleave(rest)
+    rest = lp.round_robin(rest, SETS)
     dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + NEGATIVE, per_kind, rng))
 
     docs = training_docs()

@@ -362,3 +362,14 @@ def independent(texts: Sequence[str], span: int = 8) -> list[int]:
         seen |= runs
         kept.append(i)
     return kept
+
+
+def round_robin(pairs: Sequence[tuple[str, object]], names: Sequence[str]) -> list:
+    """(set name, item) pairs taken round-robin over the sets `names`, each set's pairs in their given order."""
+    by_set = {name: [p for p in pairs if p[0] == name][::-1] for name in names}
+    out = []
+    while any(by_set.values()):
+        for name in names:
+            if by_set[name]:
+                out.append(by_set[name].pop())
+    return out

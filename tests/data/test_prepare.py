@@ -15,17 +15,11 @@ import numpy as np
 import pytest
 from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
 
-from olmax.assets import tokenizer_path
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
 from olmax.data.shards import read_sidecar, read_tokens
 
 EOS = 100257
-
-
-@pytest.fixture(scope="module")
-def dolma2() -> str:
-    return str(tokenizer_path("dolma2", quiet=True))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl
 
-from olmax.assets import tokenizer_path
 from olmax.data.mixspec import load_mix_spec
 from olmax.data.prepare import PrepareConfig
 from olmax.data.prepare_beam import plan_shards
@@ -21,11 +20,6 @@ from olmax.data.prepare_runner import prepare
 
 pytest.importorskip("apache_beam")
 MULTI = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
-
-
-@pytest.fixture(scope="module")
-def dolma2() -> str:
-    return str(tokenizer_path("dolma2", quiet=True))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,13 @@
+"""Fixtures shared by the data tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from olmax.assets import tokenizer_path
+
+
+@pytest.fixture(scope="session")
+def dolma2() -> str:
+    """The dolma2 tokenizer.json's path (resolved offline: cache, then the PyPI wheel)."""
+    return str(tokenizer_path("dolma2", quiet=True))
