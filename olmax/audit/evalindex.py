@@ -6,11 +6,12 @@ length, in one sorted array of unique keys; each key points to its (item, n-gram
 
 Probe. A chunk of training words is probed at every position: one prefix sum of its packed word
 values gives every window's bag sum, the prefilter (prefilter.py, no false negatives) keeps about
-0.4% of positions, and only those are hashed exactly and looked up (binary search over sorted
-queries). Items shorter than n words are found through an anchor, their first `anchor` words: anchor
-windows pass their own prefilter and exact anchor lookup, and only then are hashed at the lengths of
-the items their anchor begins. The probe's answer is exactly the set of windows whose rolling hash
-is an index key: the prefilter only saves work.
+0.4% of positions, and only those are hashed exactly and looked up (SortedKeys: a directory on the
+keys' top bits, then a few halving steps). Items shorter than n words are found through an anchor,
+their first `anchor` words: anchor windows pass their own prefilter and exact anchor lookup, and
+only then are hashed at the lengths of the items their anchor begins (all lengths in one pass).
+The probe's answer is exactly the set of windows whose rolling hash is an index key: the prefilter
+only saves work.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from olmax.audit.hashing import PrefixHasher, packed_windows_at
+from olmax.audit.hashing import PrefixHasher, packed_windows
 from olmax.audit.prefilter import WindowFilter, prefix_sums, window_sums
 
 
@@ -36,6 +37,42 @@ def _find(table: np.ndarray, h: np.ndarray, at: np.ndarray) -> tuple[np.ndarray,
     idx = np.minimum(np.searchsorted(table, h), table.size - 1)
     ok = table[idx] == h
     return idx[ok], at[ok]
+
+
+class SortedKeys:
+    """Exact lookup in a sorted array of unique uint64 hashes (uniform bits): a directory of where
+    each value of the top `bits` bits begins narrows a query to about one key, and a few branch-free
+    halving steps (as many as the largest range needs) find it. About two cache misses a query where
+    a binary search over the ~10 MB of keys takes ~20, and the queries need no sorting."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = keys
+        bits = int(np.clip(np.log2(max(1, keys.size)), 8, 24))  # ~1 key per directory entry
+        self.shift = np.uint64(64 - bits)
+        prefix = (keys >> self.shift).astype(np.int64)
+        self.starts = np.searchsorted(prefix, np.arange((1 << bits) + 1)).astype(np.int64)
+        self.steps = int(np.diff(self.starts).max()).bit_length()
+
+    def find(self, h: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index in `keys`, position) of the hashes `h` found there, in query order."""
+        if h.size == 0 or self.keys.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        top = (h >> self.shift).view(np.int64)
+        lo = self.starts.take(top)
+        cnt = self.starts.take(top + 1)
+        cnt -= lo
+        last = self.keys.size - 1
+        for _ in range(self.steps):  # lower bound of h in keys[lo:lo + cnt]
+            half = cnt >> 1
+            mid = lo + half
+            go = self.keys.take(np.minimum(mid, last)) < h
+            go &= cnt > 0
+            mid += 1
+            lo = np.where(go, mid, lo)
+            cnt = np.where(go, cnt - half - 1, half)
+        np.minimum(lo, last, out=lo)
+        ok = self.keys.take(lo) == h
+        return lo[ok], at[ok]
 
 
 class EvalIndex:
@@ -76,11 +113,14 @@ class EvalIndex:
             self.template_keys = int((n_items >= max_items_per_key).sum())
             key, self.rec_item, self.rec_q = key[keep], self.rec_item[keep], self.rec_q[keep]
         self.ukeys, first = np.unique(key, return_index=True)
+        self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
         self.lengths = sorted({n if k >= n else int(k) for k in self.lengths_of.tolist()
                                if k >= min_item_words})
         self.short_lengths = [k for k in self.lengths if k < n]
         self.salts = {k: length_salt(k) for k in {n, *self.lengths}}
+        self.short_arr = np.asarray(self.short_lengths, dtype=np.int64)
+        self.short_salts = np.asarray([self.salts[k] for k in self.short_lengths], dtype=np.uint64)
         # Short items are found through an anchor: their first `anchor` words, probed at every
         # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
         self.anchor = min(self.short_lengths, default=0)
@@ -112,7 +152,7 @@ class EvalIndex:
         if self.has_ngrams and m - n + 1 > lo:
             cand = self.filter.candidates(s[lo + n:] - s[lo:m - n + 1])
             cand += lo
-            k_, at = _find(self.ukeys, packed_windows_at(packed, n, cand) ^ self.salts[n], cand)
+            k_, at = self.lookup.find(packed_windows(packed, cand, n) ^ self.salts[n], cand)
             keys.append(k_)
             starts.append(at)
         a = self.anchor
@@ -120,16 +160,19 @@ class EvalIndex:
         if a and m - a + 1 > lo:
             cand = self.anchor_filter.candidates(s[lo + a:] - s[lo:m - a + 1])
             cand += lo
-            idx, at = _find(self.anchors, packed_windows_at(packed, a, cand), cand)
-            bits = self.anchor_lengths[idx]
-            for k in self.short_lengths:
-                # windows of a length some item with this anchor has, that fit and end in the new
-                # part (older ones were probed with the last chunk)
-                ak = at[((bits >> (k - a)) & 1).astype(bool) & (at + k <= m) & (at + k > first_new)]
-                if ak.size:
-                    k_, at_k = _find(self.ukeys, packed_windows_at(packed, k, ak) ^ self.salts[k], ak)
-                    keys.append(k_)
-                    starts.append(at_k)
+            idx, at = _find(self.anchors, packed_windows(packed, cand, a), cand)
+            # windows of a length some item with this anchor has (bit k - a), that fit and end in
+            # the new part (older ones were probed with the last chunk): all lengths in one pass
+            ks = self.short_arr
+            end = at[:, None] + ks
+            ok = ((self.anchor_lengths[idx][:, None] >> (ks - a)) & 1).astype(bool)
+            ok &= (end <= m) & (end > first_new)
+            hit, j = ok.nonzero()
+            if hit.size:
+                ak = at[hit]
+                k_, at_k = self.lookup.find(packed_windows(packed, ak, ks[j]) ^ self.short_salts[j], ak)
+                keys.append(k_)
+                starts.append(at_k)
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)

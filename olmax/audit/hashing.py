@@ -33,6 +33,8 @@ MERSENNE31 = (1 << 31) - 1
 BASES = (1_000_003_111, 1_412_112_337)
 _P = np.uint64(MERSENNE31)
 _S31 = np.uint64(31)
+_S32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
 _BLOCK = 1 << 12
 MAX_TOKEN = (1 << 20) - 1  # token ids must be <= this (dolma2: < 2^17); see the exactness argument
 MAX_WINDOW = 1 << 12
@@ -46,9 +48,8 @@ def reduce_mod(a: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     np.right_shift(a, _S31, out=tmp)
     a &= _P
     a += tmp
-    np.greater_equal(a, _P, out=tmp, casting="unsafe")
-    tmp *= _P
-    a -= tmp
+    np.subtract(a, _P, out=tmp)  # a < 2p here: a - p, or a huge wrapped value when a < p
+    np.minimum(a, tmp, out=a)
     return a
 
 
@@ -161,24 +162,48 @@ def packed_windows_at(packed: np.ndarray, k: int, starts: np.ndarray, block: int
     """uint64: `PrefixHasher([packed >> 32, packed & (2^32 - 1)]).windows_at(k, starts)` without prefix
     sums: each window's two halves (values <= MAX_TOKEN) summed term by term, for a few windows of a
     long array (the candidates that pass the leak probe's prefilter)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    out = np.empty(starts.size, dtype=np.uint64)
     if not 0 < k <= MAX_WINDOW:
         raise ValueError(f"window length must lie in [1, {MAX_WINDOW}], got {k}")
+    return packed_windows(packed, starts, k, block)
+
+
+def packed_windows(packed: np.ndarray, starts: np.ndarray, lengths: int | np.ndarray,
+                   block: int = 1 << 16) -> np.ndarray:
+    """uint64: `packed_windows_at` with one window length for all, or one per window (`lengths` an
+    array like `starts`, each in [1, MAX_WINDOW], each window inside `packed`): windows of several
+    lengths in one pass."""
+    starts = np.asarray(starts, dtype=np.int64)
+    out = np.empty(starts.size, dtype=np.uint64)
+    if starts.size == 0:
+        return out
+    per = np.ndim(lengths) > 0
+    lens = np.asarray(lengths, dtype=np.int64)
+    k = int(lens.max()) if per else int(lengths)
+    if not 0 < (int(lens.min()) if per else k) <= k <= MAX_WINDOW:
+        raise ValueError(f"window lengths must lie in [1, {MAX_WINDOW}]")
     fwd, _ = _CACHE.get(k)
     span = np.arange(k, dtype=np.int64)
     step = max(1, block // k)
     for a in range(0, starts.size, step):
-        x = packed[starts[a:a + step, None] + span]  # (windows, k)
-        half = x >> np.uint64(32)
-        x &= np.uint64(0xFFFFFFFF)
-        out_a = None
-        for b, v in enumerate((half, x)):
-            v *= fwd[b][:k]  # each term < 2^20 * 2^31, a window's sum < 2^63 (k <= MAX_WINDOW)
-            h = v.sum(axis=1, dtype=np.uint64)
-            reduce_mod(h, np.empty_like(h))
-            out_a = h << np.uint64(32) if out_a is None else out_a | h
-        out[a:a + step] = out_a
+        at = starts[a:a + step, None] + span  # (windows, k)
+        if per:
+            keep = span < lens[a:a + step, None]  # the terms of shorter windows end early
+            np.minimum(at, packed.size - 1, out=at)
+        x = packed.take(at)
+        half = x >> _S32
+        x &= _LOW32
+        if per:
+            half *= keep
+            x *= keep
+        half *= fwd[0][:k]  # each term < 2^20 * 2^31, a window's sum < 2^63 (k <= MAX_WINDOW)
+        x *= fwd[1][:k]
+        h = np.empty((2, at.shape[0]), dtype=np.uint64)  # both bases reduced together
+        half.sum(axis=1, out=h[0])
+        x.sum(axis=1, out=h[1])
+        reduce_mod(h, np.empty_like(h))
+        h[0] <<= _S32
+        h[0] |= h[1]
+        out[a:a + step] = h[0]
     return out
 
 

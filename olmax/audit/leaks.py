@@ -97,9 +97,21 @@ def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables,
     cbase = 0  # word index of prev[0]
     hits = HitSet(cap_docs)
     a, total = 0, len(tokens)
+    # Work in blocks of at most 256K tokens (the words are the same whatever the block: each block
+    # restarts at a word start, and only a word longer than chunk_tokens is cut, as in chunks of
+    # chunk_tokens). A block's temporaries (~12 MB) stay small enough that the allocator of a
+    # worker thread (the probe's pool) reuses them: with 1M-token blocks glibc unmapped and
+    # remapped its per-thread heap for every chunk, page-faulting ~12 bytes per token afresh (a
+    # quarter of the probe's CPU time, most of it in the kernel).
+    block = min(chunk_tokens, 1 << 18)
     while a < total:
-        b = min(total, a + chunk_tokens)
-        vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=b == total)
+        size = block
+        while True:
+            b = min(total, a + size)
+            vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=b == total)
+            if consumed or b == total or size >= chunk_tokens:
+                break
+            size = min(chunk_tokens, 4 * size)  # a long word: read on, up to a whole chunk
         if consumed == 0:  # one word longer than a chunk: cut it here
             vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=True)
         cc = np.concatenate([prev, vals])
@@ -107,7 +119,10 @@ def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables,
         if key.size:
             if docs is None:
                 docs = documents(path, tokens)
-            at = np.concatenate([prev_pos, first_tok + a])[start]
+            at = np.empty(start.size, dtype=np.int64)
+            old = start < prev.size  # a window that starts in the carried words
+            at[old] = prev_pos[start[old]]
+            at[~old] = first_tok[start[~old] - prev.size] + a
             rec = np.empty(key.size, dtype=HIT_REC)
             rec["key"], rec["file"], rec["cpos"], rec["pos"] = key, file_index, start + cbase, at
             rec["doc"] = docs.doc_at(at)
@@ -234,14 +249,21 @@ def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray
     order = np.lexsort((q, c))
     qs, cs = q[order], c[order]
     h = qs.size
-    ql, cl = qs.tolist(), cs.tolist()
-    best, prev = [1] * h, [-1] * h  # longest chain ending at each hit, and its previous hit
-    top, n_top = 1, 1  # max(best[:i]) and how many hits reach it
-    for i in range(1, h):
-        dq, dc = ql[i] - ql[i - 1], cl[i] - cl[i - 1]
-        if n_top == 1 and best[i - 1] == top and dq > 0 and 0 < dc <= 3 * dq + 24:
-            # hit i - 1 ends the only longest chain so far and hit i may follow it: every other
-            # predecessor has a shorter chain, so i - 1 is the one the search below would pick
+    dq, dc = qs[1:] - qs[:-1], cs[1:] - cs[:-1]
+    step = (dq > 0) & (dc > 0) & (dc <= 3 * dq + 24)  # step[i - 1]: hit i may follow hit i - 1
+    if step.all():  # (the usual case) one chain through every hit, as the search below finds
+        return [order]
+    # Longest chain ending at each hit, and its previous hit. While hit i - 1 ends the only longest
+    # chain so far and hit i may follow it, every other predecessor has a shorter chain, so i - 1
+    # is the one the search below would pick: the leading hits that may each follow the one before
+    # form one chain, and the loop takes the same shortcut further on.
+    s = int(step.argmin()) + 1  # the first hit that may not follow the one before
+    best = list(range(1, s + 1)) + [1] * (h - s)
+    prev = list(range(-1, s - 1)) + [-1] * (h - s)
+    step = step.tolist()
+    top, n_top = s, 1  # max(best[:i]) and how many hits reach it
+    for i in range(s, h):
+        if n_top == 1 and step[i - 1] and best[i - 1] == top:
             top += 1
             best[i], prev[i] = top, i - 1
             continue
@@ -294,40 +316,45 @@ class _Regions:
         """(score, token start, token end) of an item against document d of file f, around hits at item
         positions q and token offsets pos. Short items score 1.0 only for an exact contiguous match."""
         tokens, docs = self.doc_of(f)
+        tokens = np.asarray(tokens)  # a plain view: slicing a memmap costs more than a short region's words
         k = int(item.size)
         ds, de = int(docs.starts[d]), int(docs.ends[d])
         slack = 3 + k // 10
+        ql = q.tolist()
         # tokens to read on each side of the hits: the item's words not covered there, plus slack, at 4
         # tokens a word; doubled while the placement found runs past the tokens read (long words, markup)
-        before = 4 * (int(q.min()) + slack) + 16
-        after = 4 * (k - int(q.max()) + slack) + 16
+        before = 4 * (min(ql) + slack) + 16
+        after = 4 * (k - max(ql) + slack) + 16
+        p0, p1 = int(pos.min()), int(pos.max())
         grow = 1
         while True:
-            a, b = max(ds, int(pos.min()) - grow * before), min(de, int(pos.max()) + grow * after)
-            vals, first_tok, _ = self.tables.packed_words(np.asarray(tokens[a:b]), final=True)
-            c = np.searchsorted(first_tok, pos - a)  # word index of each hit's first word
-            c = np.minimum(c, max(0, vals.size - 1))
+            a, b = max(ds, p0 - grow * before), min(de, p1 + grow * after)
+            vals, first_tok, _ = self.tables.packed_words(tokens[a:b], final=True)
+            c = first_tok.searchsorted(pos - a)  # word index of each hit's first word
+            np.minimum(c, max(0, vals.size - 1), out=c)
+            cl = c.tolist()
             placements = []
-            for sel in chains(q, c):
-                qa, qb = int(q[sel[0]]), int(q[sel[-1]])
-                r0 = int(c[sel[0]]) - qa - qa // 2 - slack  # room for words inserted before the first hit
-                r1 = int(c[sel[-1]]) + (k - qb) + (k - qb) // 2 + slack
-                placements.append((sel, r0, r1))
-            if grow >= 16 or not any((r0 < 0 and a > ds) or (r1 > vals.size and b < de) for _, r0, r1 in placements):
+            for sel in chains(q, c):  # each in document order: c rises along it
+                s0, s1 = int(sel[0]), int(sel[-1])
+                qa, qb = ql[s0], ql[s1]
+                r0 = cl[s0] - qa - qa // 2 - slack  # room for words inserted before the first hit
+                r1 = cl[s1] + (k - qb) + (k - qb) // 2 + slack
+                placements.append((s0, s1, r0, r1))
+            if grow >= 16 or not any((r0 < 0 and a > ds) or (r1 > vals.size and b < de) for _, _, r0, r1 in placements):
                 break
             grow *= 2
         best = None
-        for sel, r0, r1 in placements:
+        for s0, s1, r0, r1 in placements:
             region = vals[max(0, r0):min(vals.size, r1)]
             if short:
                 score = 1.0 if contains_run(region, item) else min(0.999, lcs_words(item, region, masks) / k)
             else:
                 score = lcs_words(item, region, masks) / k
             if best is None or score > best[0]:
-                best = (score, sel)
-        score, sel = best
-        last = int(c[sel].max()) + n  # the word after the last matched window
-        t0 = a + int(first_tok[int(c[sel].min())]) if first_tok.size else a
+                best = (score, s0, s1)
+        score, s0, s1 = best
+        last = cl[s1] + n  # the word after the last matched window
+        t0 = a + int(first_tok[cl[s0]]) if first_tok.size else a
         t1 = a + int(first_tok[last]) if last < first_tok.size else b
         return score, t0, t1
 

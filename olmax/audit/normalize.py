@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import unicodedata
 from functools import lru_cache
 
@@ -39,6 +40,14 @@ MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clippe
 WORD_BASES = (1_234_567_891, 1_987_654_321)
 BOUNDARY_VALUE = (1 << 20) - 1  # the boundary word's value (a real word takes it w.p. 2^-40)
 WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <= hashing.MAX_TOKEN
+_S32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_S56 = np.uint64(56)
+_ONES = np.uint64(0x0101010101010101)
+# the first i bytes (in memory order) of an 8-byte group, as a mask of its uint64
+_FIRST_BYTES = np.asarray([(1 << 8 * i) - 1 if sys.byteorder == "little" else ((1 << 8 * i) - 1) << (64 - 8 * i)
+                           for i in range(8)], dtype=np.uint64)
+_GROUPED = 1 << 12  # inputs of at least this many tokens find joined tokens and heads' words 8 at a time
 
 
 def _fold_bytes(raw: bytes) -> bytes:
@@ -115,6 +124,10 @@ class WordTables:
         # Both bases' 20-bit word values of a one-token word in one uint64 (one gather per word).
         self.tok_pack = ((self.tok_h[0] & WORD_MASK) << np.uint64(32)) | (self.tok_h[1] & WORD_MASK)
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
+        # Both bases in one uint64, (base 1 << 32) | base 2: a token's full run hashes, and the powers
+        # of the word-byte bases (one gather for both).
+        self.tok_hh = (self.tok_h[0] << _S32) | self.tok_h[1]
+        self.qq = (self.qpow[0] << _S32) | self.qpow[1]
         self.multi = n_runs > 1
         # One byte per token for the fast path: bit 0 has a run, 1 starts a word, 2 ends a word,
         # 3 holds two or more runs.
@@ -140,8 +153,8 @@ class WordTables:
         t = np.asarray(tokens).astype(np.intp, copy=False)
         if t.size == 0:
             return np.zeros(0, np.uint64), np.zeros(0, np.int64), 0
-        f = np.take(self.flags, t, mode="clip")
-        if not (f & 8).any():
+        f = self.flags.take(t, mode="clip")
+        if f.max() < 8:  # no token holds two runs (bit 3)
             return self._words_single(t, f, joins_first, final)
         t = np.minimum(t, self.size - 1)
         values, first_tok, consumed = self._words_general(t, joins_first, final)
@@ -193,29 +206,42 @@ class WordTables:
     def _words_single(self, t: np.ndarray, f: np.ndarray, joins_first: bool,
                       final: bool) -> tuple[np.ndarray, np.ndarray, int]:
         """`packed_words` when no token holds two runs: per-token tables, and work on joined tokens
-        only. `f` is flags[t]."""
+        only. `f` is flags[t]. (Array methods rather than np.* wrappers: verification calls this on
+        many short regions, where the per-call cost is what counts.)"""
         # joins[i]: token i starts with a word byte and token i-1 ended with one (bit 1 of f[i] and
-        # bit 2 of f[i-1]); a word starts at a token with a run that does not join.
-        joins = np.empty(t.size, dtype=np.uint8)
+        # bit 2 of f[i-1]); a word starts at a token with a run that does not join (a token that
+        # joins has a run, so "has a run and does not join" is bit 0 of f xor joins).
+        n = t.size
+        # long inputs: both byte arrays padded to whole 8-byte groups, read 8 tokens at a time below
+        big = n >= _GROUPED
+        size = -(-n // 8) * 8 if big else n
+        jb, sb = np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)
+        joins, is_start = jb[:n], sb[:n]
         joins[0] = 4 if joins_first else 0
         joins[1:] = f[:-1]
         joins >>= 1
         joins &= f
         joins >>= 1
         joins &= 1
-        joins = joins.view(bool)
-        is_start = (f & 1).view(bool) & ~joins
-        starts = np.flatnonzero(is_start)  # each word's first token
-        consumed = t.size
+        np.bitwise_and(f, 1, out=is_start)
+        is_start ^= joins
+        starts = is_start.view(bool).nonzero()[0]  # each word's first token (bool: nonzero's fast path)
+        consumed = n
         if not final and starts.size:
             consumed = int(starts[-1])
             starts = starts[:-1]
-        ts = np.take(t, starts)
-        packed = np.take(self.tok_pack, ts, mode="clip")
-        joined = np.flatnonzero(joins[:consumed])
-        if joined.size and starts.size and joined[0] < starts[0]:
-            joined = joined[joined > starts[0]]  # continues a word begun before these tokens
-        if not (joined.size and starts.size):
+        packed = self.tok_pack.take(t.take(starts), mode="clip")
+        if not starts.size:
+            return packed, starts, consumed
+        s0 = int(starts[0]) + 1  # joined tokens before the first start continue a word begun before
+        if big:
+            jb[:s0] = 0
+            jb[consumed:] = 0
+            joined = _nonzero_sparse(jb)
+        else:
+            joined = joins[s0:consumed].view(bool).nonzero()[0]
+            joined += s0
+        if not joined.size:
             return packed, starts, consumed
         # Multi-token words. Consecutive joined tokens form a run that continues the word whose
         # first token (its head) comes right before the run; a joined token's byte offset in its
@@ -223,28 +249,77 @@ class WordTables:
         brk = np.empty(joined.size, dtype=bool)
         brk[0] = True
         np.not_equal(joined[1:], joined[:-1] + 1, out=brk[1:])
-        first = np.flatnonzero(brk)
-        is_start[:-1] &= joins[1:]  # now: heads (a start followed by a joined token)
-        is_start[-1] = False
-        word = np.flatnonzero(is_start[starts])  # the word each head begins, in run order
-        tj, th = np.take(t, joined), np.take(ts, word)
-        lj = np.take(self.tok_len, tj, mode="clip")
+        first = brk.nonzero()[0]  # each run's first joined token
+        run = np.cumsum(brk)
+        run -= 1  # the run of each joined token
+        heads = joined[first]
+        heads -= 1
+        # the word each head begins: the starts before it
+        if big:
+            word = _count_before(sb, heads)
+        else:
+            word = np.cumsum(is_start[:int(heads[-1]) + 1], dtype=np.int64).take(heads)
+            word -= 1
+        tj, th = t.take(joined), t.take(heads)
+        lj = self.tok_len.take(tj, mode="clip")
         rel = np.cumsum(lj)
-        rel -= lj
-        rel += np.repeat(np.take(self.tok_len, th, mode="clip") - rel[first],
-                         np.diff(first, append=joined.size))
+        rel -= lj  # bytes of the joined tokens before each one, over all runs
+        d = self.tok_len.take(th, mode="clip")
+        d -= rel[first]  # per run: its head's length, less the bytes of the runs before it
+        rel += d.take(run)
         np.minimum(rel, MAX_WORD_BYTES - 1, out=rel)
-        merged = []
-        for b in range(len(BASES)):
-            c = np.take(self.tok_h[b], tj, mode="clip")
-            c *= np.take(self.qpow[b], rel)  # < 2^62
-            tmp = np.empty_like(c)
-            fold_mod(c, tmp)  # < 2^32: a run's sum stays far below 2^64
-            m = np.add.reduceat(c, first)
-            m += np.take(self.tok_h[b], th, mode="clip")
-            merged.append(reduce_mod(m, np.empty_like(m)) & WORD_MASK)
-        packed[word] = (merged[0] << np.uint64(32)) | merged[1]
+        # run hashes and byte powers of both bases come packed as (base 1 << 32) | base 2 (one
+        # gather each) and are worked on as the rows of one (2, n) array
+        c = _split(self.tok_hh.take(tj, mode="clip"))
+        c *= _split(self.qq.take(rel))  # < 2^62
+        fold_mod(c, np.empty_like(c))  # < 2^32: a run's sum stays far below 2^64
+        m = np.add.reduceat(c, first, axis=1)
+        m += _split(self.tok_hh.take(th, mode="clip"))
+        reduce_mod(m, np.empty_like(m))
+        m &= WORD_MASK
+        hi = m[0]
+        hi <<= _S32
+        hi |= m[1]
+        packed[word] = hi
         return packed, starts, consumed
+
+
+def _nonzero_sparse(b: np.ndarray) -> np.ndarray:
+    """int64: flatnonzero of 0/1 bytes `b` (uint8, size a multiple of 8), few of them set: the 8-byte
+    groups that hold one first (numpy's nonzero slows down on sparse input; few groups are empty)."""
+    w = b.view(np.uint64)
+    g = (w != 0).nonzero()[0]
+    i = w.take(g).view(bool).nonzero()[0]  # the groups' bytes, in memory order
+    out = g.take(i >> 3)
+    out <<= 3
+    out += i & 7
+    return out
+
+
+def _count_before(b: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """int64: how many of the 0/1 bytes `b` (uint8, size a multiple of 8) before each index `at` are
+    set, 8 at a time: times 0x0101...01, an 8-byte group's byte sum (<= 8, no carries) lands in the
+    top byte."""
+    w = b.view(np.uint64)
+    per = w * _ONES
+    per >>= _S56
+    before = np.cumsum(per)
+    before -= per  # set bytes in the groups before each group
+    g = at >> 3
+    part = w.take(g)
+    part &= _FIRST_BYTES.take(at & 7)  # the group's bytes before `at`
+    part *= _ONES
+    part >>= _S56
+    part += before.take(g)
+    return part.view(np.int64)
+
+
+def _split(packed: np.ndarray) -> np.ndarray:
+    """uint64 (2, n): the two 32-bit halves of packed values, high half first."""
+    out = np.empty((2, packed.size), dtype=np.uint64)
+    np.right_shift(packed, _S32, out=out[0])
+    np.bitwise_and(packed, _LOW32, out=out[1])
+    return out
 
 
 @lru_cache(maxsize=2)
