@@ -129,11 +129,7 @@ def plant(docs: list[dict], rng: random.Random) -> tuple[list[dict], list[dict],
         for name, item in items[k * PER_KIND:(k + 1) * PER_KIND]:
             base = kind.removesuffix("_one").removesuffix("_many")
             text = lp.TRANSFORMS[base](item.text, rng)
-            if kind.endswith("_many"):
-                pasted = lp.on_many(text, texts, rng, used)
-            else:
-                h = lp.pick_hosts(len(texts), 1, rng, used)[0]
-                pasted = {h: lp.on_one(text, texts[h], rng)}
+            pasted = lp.paste(text, texts, kind.endswith("_many"), rng, used)
             for h, t in pasted.items():
                 texts[h] = t
             planted.append({"kind": kind, "eval": name, "id": str(item.id),

@@ -187,11 +187,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
         base = kind.removesuffix("_one").removesuffix("_many")
         for name, item in dealt[kind]:
             plant = lp.TRANSFORMS[base](item.text, rng)
-            if kind in MANY:
-                pasted = lp.on_many(plant, texts, rng, used)
-            else:
-                h = lp.pick_hosts(len(texts), 1, rng, used)[0]
-                pasted = {h: lp.on_one(plant, texts[h], rng)}
+            pasted = lp.paste(plant, texts, kind in MANY, rng, used)
             for h, t in pasted.items():
                 texts[h] = t
             record(kind, name, item, item.text, sorted(pasted))

@@ -373,3 +373,12 @@ def round_robin(pairs: Sequence[tuple[str, object]], names: Sequence[str]) -> li
             if by_set[name]:
                 out.append(by_set[name].pop())
     return out
+
+
+def paste(plant: str, texts: list[str], many: bool, rng: random.Random, used: set[int]) -> dict[int, str]:
+    """{host index: new text}: `plant` pasted into 3-6 documents of `texts` (`many`) or into one, hosts
+    not in `used` (which grows)."""
+    if many:
+        return on_many(plant, texts, rng, used)
+    h = pick_hosts(len(texts), 1, rng, used)[0]
+    return {h: on_one(plant, texts[h], rng)}

@@ -127,19 +127,24 @@ def read_bytes(path: str) -> bytes:
         raise OlmaxError(f"{path}: not found ({e})") from None
 
 
+def _commit_remote(url: str, put) -> None:
+    """`put(fs, path)` writes an object at a temporary name beside `url`, which is then moved into place."""
+    fs, p = url_filesystem(url)
+    tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
+    put(fs, tmp)
+    fs.mv(tmp, p)
+
+
 def upload(local: str, url: str) -> None:
     """Copy local file `local` to `url` under a temporary name, then move it to `url`."""
     dest = local_path(url)
     if dest is not None:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, dest)
+        from olmax.atomic import temp_path
+
+        with temp_path(dest) as tmp:
+            shutil.copyfile(local, tmp)
         return
-    fs, p = url_filesystem(url)
-    tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
-    fs.put_file(local, tmp)
-    fs.mv(tmp, p)
+    _commit_remote(url, lambda fs, tmp: fs.put_file(local, tmp))
 
 
 def write_bytes(url: str, data: bytes) -> None:
@@ -150,10 +155,7 @@ def write_bytes(url: str, data: bytes) -> None:
 
         write_local(local, data)
         return
-    fs, p = url_filesystem(url)
-    tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
-    fs.pipe_file(tmp, data)
-    fs.mv(tmp, p)
+    _commit_remote(url, lambda fs, tmp: fs.pipe_file(tmp, data))
 
 
 def move(src: str, dst: str) -> None:

@@ -74,13 +74,6 @@ def _file_dir(tmp: str, task_source: int, task_file: int) -> str:
     return storage.join(tmp, "files", f"{task_source:04d}", f"{task_file:08d}")
 
 
-def _put(local: str, dest: str) -> None:
-    if storage.local_path(dest) is None:
-        storage.upload(local, dest)
-    elif os.path.abspath(local) != os.path.abspath(storage.local_path(dest)):
-        storage.move(local, dest)
-
-
 def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) -> dict:
     """Map: one input file → its temporaries (tokens.bin, docs.pkl) and a summary."""
     stats = readers.ReadStats()
