@@ -4,10 +4,10 @@ Index. Every n-word window (default n = 13) of every eval item, and for items sh
 (but at least min_item_words) the whole item, as rolling hashes (hashing.py) xor'ed with a salt per
 length, in one sorted array of unique keys; each key points to its (item, n-gram position) records.
 
-Probe. A chunk of training words is probed at every position: one prefix sum of its packed word
-values gives every window's bag sum, the prefilter (prefilter.py, no false negatives) keeps about
-0.4% of positions, and only those are hashed exactly and looked up (SortedKeys: a directory on the
-keys' top bits, then a few halving steps). Items shorter than n words are found through an anchor,
+Probe. A chunk of training words is probed at every position: each window length slides over its
+packed word values through the prefilter (prefilter.py: the windows' bag sums, no false negatives),
+which keeps about 0.4% of positions, and only those are hashed exactly and looked up (SortedKeys: a
+directory on the keys' top bits, then a few halving steps). Items shorter than n words are found through an anchor,
 their first `anchor` words: anchor windows pass their own prefilter and exact anchor lookup, and
 only then are hashed at the lengths of the items their anchor begins (all lengths in one pass).
 The probe's answer is exactly the set of windows whose rolling hash is an index key: the prefilter
@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 
 from olmax.audit.hashing import PrefixHasher, packed_windows
-from olmax.audit.prefilter import WindowFilter, prefix_sums, window_sums
+from olmax.audit.prefilter import WindowFilter, window_sums
 
 
 def length_salt(k: int) -> np.uint64:
@@ -145,21 +145,18 @@ class EvalIndex:
         """(key index, window start) of every window of the packed word values (normalize.py
         `packed_words`) that ends at or after index first_new and is an index key."""
         m = packed.size
-        s = prefix_sums(packed)
         keys, starts = [], []
         n = self.n
         lo = max(0, first_new - n + 1)
         if self.has_ngrams and m - n + 1 > lo:
-            cand = self.filter.candidates(s[lo + n:] - s[lo:m - n + 1])
-            cand += lo
+            cand = self.filter.window_candidates(packed, n, lo)
             k_, at = self.lookup.find(packed_windows(packed, cand, n) ^ self.salts[n], cand)
             keys.append(k_)
             starts.append(at)
         a = self.anchor
         lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
         if a and m - a + 1 > lo:
-            cand = self.anchor_filter.candidates(s[lo + a:] - s[lo:m - a + 1])
-            cand += lo
+            cand = self.anchor_filter.window_candidates(packed, a, lo)
             idx, at = _find(self.anchors, packed_windows(packed, cand, a), cand)
             # windows of a length some item with this anchor has (bit k - a), that fit and end in
             # the new part (older ones were probed with the last chunk): all lengths in one pass

@@ -97,22 +97,12 @@ def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables,
     cbase = 0  # word index of prev[0]
     hits = HitSet(cap_docs)
     a, total = 0, len(tokens)
-    # Work in blocks of at most 256K tokens (the words are the same whatever the block: each block
-    # restarts at a word start, and only a word longer than chunk_tokens is cut, as in chunks of
-    # chunk_tokens). A block's temporaries (~12 MB) stay small enough that the allocator of a
-    # worker thread (the probe's pool) reuses them: with 1M-token blocks glibc unmapped and
-    # remapped its per-thread heap for every chunk, page-faulting ~12 bytes per token afresh (a
-    # quarter of the probe's CPU time, most of it in the kernel).
-    block = min(chunk_tokens, 1 << 18)
+    # Chunk by chunk; each chunk restarts at a word start (the last word is held back), so the words
+    # are the same whatever the chunk size, but for a word longer than a chunk, cut there.
     while a < total:
-        size = block
-        while True:
-            b = min(total, a + size)
-            vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=b == total)
-            if consumed or b == total or size >= chunk_tokens:
-                break
-            size = min(chunk_tokens, 4 * size)  # a long word: read on, up to a whole chunk
-        if consumed == 0:  # one word longer than a chunk: cut it here
+        b = min(total, a + chunk_tokens)
+        vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=b == total)
+        if consumed == 0:
             vals, first_tok, consumed = tables.packed_words(tokens[a:b], final=True)
         cc = np.concatenate([prev, vals])
         key, start = index.probe(cc, prev.size)

@@ -1,7 +1,7 @@
 """Word-level normalization for leak probing: the same words whatever the tokenization, case or spacing.
 
-A token stream is turned into a stream of *words*, vectorized from per-token tables built once from
-the tokenizer's vocabulary: each token's text is lowercased, its Unicode punctuation, symbols and
+A token stream is turned into a stream of *words* by one compiled pass (numba) over per-token tables
+built once from the tokenizer's vocabulary: each token's text is lowercased, its Unicode punctuation, symbols and
 spaces (curly quotes, dashes, NBSP) become separators, and it is cut into runs of word bytes
 (ASCII letters, digits, and every other byte >= 0x80, so UTF-8 letters stay inside words); a run that
 starts a token joins the previous token's last run when no separator byte lies between them, so a
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import unicodedata
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
-from olmax.audit.hashing import BASES, MERSENNE31, fold_mod, powers_mod, reduce_mod
+from olmax.audit.hashing import MERSENNE31, powers_mod
+from olmax.audit.scratch import Scratch
 
 NORMALIZATION = ("word-level, per token where a token holds whole characters: Unicode compatibility forms "
                  "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased; words "
@@ -41,13 +42,6 @@ WORD_BASES = (1_234_567_891, 1_987_654_321)
 BOUNDARY_VALUE = (1 << 20) - 1  # the boundary word's value (a real word takes it w.p. 2^-40)
 WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <= hashing.MAX_TOKEN
 _S32 = np.uint64(32)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_S56 = np.uint64(56)
-_ONES = np.uint64(0x0101010101010101)
-# the first i bytes (in memory order) of an 8-byte group, as a mask of its uint64
-_FIRST_BYTES = np.asarray([(1 << 8 * i) - 1 if sys.byteorder == "little" else ((1 << 8 * i) - 1) << (64 - 8 * i)
-                           for i in range(8)], dtype=np.uint64)
-_GROUPED = 1 << 12  # inputs of at least this many tokens find joined tokens and heads' words 8 at a time
 
 
 def _fold_bytes(raw: bytes) -> bytes:
@@ -108,31 +102,26 @@ class WordTables:
                     out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r))
                                % MERSENNE31)
                 lens.append(len(r))
-        self.boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
-        self.n_runs = n_runs
-        self.run_ptr = np.concatenate([[0], np.cumsum(n_runs)]).astype(np.int64)
-        self.run_h = [np.asarray(h1, dtype=np.uint64), np.asarray(h2, dtype=np.uint64)]
-        self.run_len = np.asarray(lens, dtype=np.int64)
-        self.starts_word = starts_word & ~self.boundary
-        self.ends_word = ends_word & ~self.boundary
-        self.qpow = [powers_mod(b, MAX_WORD_BYTES) for b in WORD_BASES]
+        boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
         self.size = size
-        # Fast path tables, per token: its (only) run's hash and length (0 for tokens with no run).
+        # Per run: its hash under both bases in one uint64, (base 1 << 32) | base 2, and its length;
+        # a token's runs are run_ptr[token]:run_ptr[token + 1].
+        self.run_ptr = np.concatenate([[0], np.cumsum(n_runs)]).astype(np.int64)
+        self.run_hh = (np.asarray(h1, dtype=np.uint64) << _S32) | np.asarray(h2, dtype=np.uint64)
+        self.run_len = np.asarray(lens, dtype=np.int64)
+        # Per token: its first run's hash and length (0 for a token with no run), and the powers of the
+        # word-byte bases, both bases in one uint64 (one gather for both).
         first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
         has = n_runs > 0
-        self.tok_h = [np.where(has, h[first], 0).astype(np.uint64) for h in self.run_h]
-        # Both bases' 20-bit word values of a one-token word in one uint64 (one gather per word).
-        self.tok_pack = ((self.tok_h[0] & WORD_MASK) << np.uint64(32)) | (self.tok_h[1] & WORD_MASK)
+        self.tok_hh = np.where(has, self.run_hh[first], 0).astype(np.uint64)
+        # the same cut to the 20 bits a base of a word value: a one-token word's value
+        self.tok_pack = (((self.tok_hh >> _S32) & WORD_MASK) << _S32) | (self.tok_hh & WORD_MASK)
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
-        # Both bases in one uint64, (base 1 << 32) | base 2: a token's full run hashes, and the powers
-        # of the word-byte bases (one gather for both).
-        self.tok_hh = (self.tok_h[0] << _S32) | self.tok_h[1]
-        self.qq = (self.qpow[0] << _S32) | self.qpow[1]
-        self.multi = n_runs > 1
-        # One byte per token for the fast path: bit 0 has a run, 1 starts a word, 2 ends a word,
-        # 3 holds two or more runs.
-        self.flags = (has.astype(np.uint8) | (self.starts_word.astype(np.uint8) << 1) |
-                      (self.ends_word.astype(np.uint8) << 2) | (self.multi.astype(np.uint8) << 3))
+        self.qq = (powers_mod(WORD_BASES[0], MAX_WORD_BYTES) << _S32) | powers_mod(WORD_BASES[1], MAX_WORD_BYTES)
+        # One byte per token: bit 0 has a run, 1 starts with a word byte, 2 ends with one, 3 holds two
+        # or more runs (a boundary is one run that neither starts nor ends a word: never joined).
+        self.flags = (has.astype(np.uint8) | ((starts_word & ~boundary).astype(np.uint8) << 1) |
+                      ((ends_word & ~boundary).astype(np.uint8) << 2) | ((n_runs > 1).astype(np.uint8) << 3))
 
     def words(self, tokens: np.ndarray, *, joins_first: bool = False,
               final: bool = True) -> tuple[list[np.ndarray], np.ndarray, int]:
@@ -148,178 +137,172 @@ class WordTables:
 
     def packed_words(self, tokens: np.ndarray, *, joins_first: bool = False,
                      final: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
-        """`words` with both values of a word in one uint64, (base 1 << 32) | base 2: the probe's form."""
-        # intp ids index fastest; ids past the vocabulary read the last table row (mode="clip")
-        t = np.asarray(tokens).astype(np.intp, copy=False)
-        if t.size == 0:
-            return np.zeros(0, np.uint64), np.zeros(0, np.int64), 0
-        f = self.flags.take(t, mode="clip")
-        if f.max() < 8:  # no token holds two runs (bit 3)
-            return self._words_single(t, f, joins_first, final)
-        t = np.minimum(t, self.size - 1)
-        values, first_tok, consumed = self._words_general(t, joins_first, final)
-        return (values[0] << np.uint64(32)) | values[1], first_tok, consumed
+        """`words` with both values of a word in one uint64, (base 1 << 32) | base 2: the probe's form.
 
-    def _words_general(self, t: np.ndarray, joins_first: bool,
-                       final: bool) -> tuple[list[np.ndarray], np.ndarray, int]:
-        """`words` for any tokens, including those holding two or more runs (per-run tables)."""
-        t = t.astype(np.int64)
-        nr = self.n_runs[t]
-        # A token's first run joins the previous token's last run when both touch the boundary.
-        prev_ends = np.empty(t.size, dtype=bool)
-        prev_ends[0] = joins_first
-        prev_ends[1:] = self.ends_word[t[:-1]]
-        tok_joins = self.starts_word[t] & prev_ends
-        total = int(nr.sum())
-        tok_of_run = np.repeat(np.arange(t.size), nr)
-        within = np.arange(total) - (np.cumsum(nr) - nr)[tok_of_run]
-        run_id = self.run_ptr[t][tok_of_run] + within
-        joins = (within == 0) & tok_joins[tok_of_run]
-        word_starts = np.flatnonzero(~joins)
-        consumed = t.size
-        if not final and word_starts.size:
-            consumed = int(tok_of_run[word_starts[-1]])
-            keep_runs = word_starts[-1]
-            word_starts = word_starts[:-1]
-            run_id, joins, tok_of_run = run_id[:keep_runs], joins[:keep_runs], tok_of_run[:keep_runs]
-        first_tok = tok_of_run[word_starts] if word_starts.size else np.zeros(0, np.int64)
-        joined = np.flatnonzero(joins)
-        values = []
-        for b in range(len(BASES)):
-            c = self.run_h[b][run_id]
-            if joined.size:  # runs continuing a word: shift by the bytes before them in the word
-                lens = self.run_len[run_id]
-                offset = np.cumsum(lens) - lens
-                word_of_run = np.cumsum(~joins) - 1
-                rel = np.minimum(offset - offset[word_starts][word_of_run], MAX_WORD_BYTES - 1)
-                cj = c[joined] * self.qpow[b][rel[joined]]
-                c[joined] = reduce_mod(cj, np.empty_like(cj))
-                w = np.add.reduceat(c, word_starts) if word_starts.size else np.zeros(0, np.uint64)
-                multi = np.flatnonzero(np.diff(np.append(word_starts, c.size)) > 1)
-                wm = w[multi]
-                w[multi] = reduce_mod(wm, np.empty_like(wm))
-            else:
-                w = c[word_starts]
-            values.append(w & WORD_MASK)
-        return values, first_tok, consumed
-
-    def _words_single(self, t: np.ndarray, f: np.ndarray, joins_first: bool,
-                      final: bool) -> tuple[np.ndarray, np.ndarray, int]:
-        """`packed_words` when no token holds two runs: per-token tables, and work on joined tokens
-        only. `f` is flags[t]. (Array methods rather than np.* wrappers: verification calls this on
-        many short regions, where the per-call cost is what counts.)"""
-        # joins[i]: token i starts with a word byte and token i-1 ended with one (bit 1 of f[i] and
-        # bit 2 of f[i-1]); a word starts at a token with a run that does not join (a token that
-        # joins has a run, so "has a run and does not join" is bit 0 of f xor joins).
+        One compiled pass over the tokens (`_words_kernel`); ids past the vocabulary (and negative ones)
+        are boundaries. Scratch arrays are kept per thread, so a block of tokens allocates only its
+        results."""
+        t = np.ascontiguousarray(tokens).reshape(-1)
+        if t.dtype.kind not in "iu":
+            t = t.astype(np.int64)
         n = t.size
-        # long inputs: both byte arrays padded to whole 8-byte groups, read 8 tokens at a time below
-        big = n >= _GROUPED
-        size = -(-n // 8) * 8 if big else n
-        jb, sb = np.zeros(size, dtype=np.uint8), np.zeros(size, dtype=np.uint8)
-        joins, is_start = jb[:n], sb[:n]
-        joins[0] = 4 if joins_first else 0
-        joins[1:] = f[:-1]
-        joins >>= 1
-        joins &= f
-        joins >>= 1
-        joins &= 1
-        np.bitwise_and(f, 1, out=is_start)
-        is_start ^= joins
-        starts = is_start.view(bool).nonzero()[0]  # each word's first token (bool: nonzero's fast path)
-        consumed = n
-        if not final and starts.size:
-            consumed = int(starts[-1])
-            starts = starts[:-1]
-        packed = self.tok_pack.take(t.take(starts), mode="clip")
-        if not starts.size:
-            return packed, starts, consumed
-        s0 = int(starts[0]) + 1  # joined tokens before the first start continue a word begun before
-        if big:
-            jb[:s0] = 0
-            jb[consumed:] = 0
-            joined = _nonzero_sparse(jb)
+        cap = n + 1
+        while True:
+            vals, first, joined, jword = _SCRATCH.get(cap)
+            nw, consumed = _words_kernel(t, self.flags, self.tok_pack, self.tok_hh, self.tok_len, self.run_ptr,
+                                         self.run_hh, self.run_len, self.qq, joins_first, final, vals, first,
+                                         joined, jword)
+            if nw >= 0:
+                return vals[:nw].copy(), first[:nw].copy(), consumed
+            cap = 2 * cap - nw  # tokens with several runs made more words than the scratch holds
+
+
+_SCRATCH = Scratch(np.uint64, np.int64, np.int64, np.int64)  # vals, first, joined, jword
+
+
+@njit(cache=True, nogil=True)
+def _words_kernel(t, flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, joins_first, final,
+                  vals, first, joined, jword):
+    """(words, consumed) of the tokens `t`; the words' packed values are left in vals[:words] and the
+    index of each one's first token in first[:words]. Returns words < 0 when the scratch is too small
+    (tokens with several runs): the caller retries with at least -words more room.
+
+    First pass, per token (`_starts`): a token with a run either starts a word (its value is its first
+    run's, the word's head) or joins the word before (it starts with a word byte and the token before
+    ended with one: recorded with that word's index); each further run of a token starts a word of
+    its own. Second pass, over the joined tokens only (`_join`): a word's hash gains each joined
+    token's run hash times base^(bytes before it in the word)."""
+    prev_end = 1 if joins_first else 0
+    nw, nj = _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword)
+    if nw < 0:  # a token with two or more runs: the pass that handles them
+        nw, nj = _starts_any(t, flags, tok_pack, run_ptr, run_hh, prev_end, vals, first, joined, jword)
+        if nw < 0:
+            return nw, 0
+    _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj)
+    consumed = t.size
+    if not final and nw > 0:  # hold the last word back: it may continue in the next input
+        nw -= 1
+        consumed = first[nw]
+    return nw, consumed
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _token(t, i, last):
+    """Token i's table row: ids past the vocabulary (negative ones wrap there) read the boundary row."""
+    return np.int64(min(np.uint64(t[i]), last))
+
+
+@njit(cache=True, nogil=True)
+def _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword):
+    """(words, joined tokens) of the first pass when no token holds two runs; (-1, 0) at the first
+    that does. Branch-free: the slot vals[nw] is written every time and kept when the token starts a
+    word (it has a run and does not join); a joined token is recorded likewise."""
+    last = np.uint64(flags.size - 1)
+    nw = 0
+    nj = 0
+    for i in range(t.size):
+        tok = _token(t, i, last)
+        f = np.int64(flags[tok])
+        if f & 8:
+            return -1, 0
+        j = (f >> 1) & prev_end  # starts with a word byte, and the token before ended with one
+        prev_end = (f >> 2) & 1
+        s = (f & 1) & (j ^ 1)
+        vals[nw] = tok_pack[tok]
+        first[nw] = i
+        nw += s
+        joined[nj] = i
+        jword[nj] = nw - 1
+        nj += j
+    return nw, nj
+
+
+@njit(cache=True, nogil=True)
+def _starts_any(t, flags, tok_pack, run_ptr, run_hh, prev_end, vals, first, joined, jword):
+    """`_starts` for any tokens: each further run of a token starts a word of its own (its value cut
+    to 20 bits a base). (-need, 0) when the scratch holds fewer than `need` words."""
+    n = t.size
+    last = np.uint64(flags.size - 1)
+    s32 = np.uint64(32)
+    mask = np.uint64(WORD_MASK)
+    cap = vals.size
+    nw = 0
+    nj = 0
+    for i in range(n):
+        tok = _token(t, i, last)
+        f = np.int64(flags[tok])
+        j = (f >> 1) & prev_end
+        prev_end = (f >> 2) & 1
+        if f & 8:
+            r0, r1 = run_ptr[tok], run_ptr[tok + 1]
+            need = nw + (r1 - r0) + (n - i) + 1  # this token's words, at most one per token after it
+            if need > cap:
+                return cap - need, 0
+            if j:
+                joined[nj] = i
+                jword[nj] = nw - 1
+                nj += 1
+            else:
+                vals[nw] = tok_pack[tok]
+                first[nw] = i
+                nw += 1
+            for r in range(r0 + 1, r1):
+                h = run_hh[r]
+                vals[nw] = (((h >> s32) & mask) << s32) | (h & mask)
+                first[nw] = i
+                nw += 1
+            continue
+        s = (f & 1) & (j ^ 1)
+        vals[nw] = tok_pack[tok]
+        first[nw] = i
+        nw += s
+        joined[nj] = i
+        jword[nj] = nw - 1
+        nj += j
+    return nw, nj
+
+
+@njit(cache=True, nogil=True)
+def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj):
+    """Second pass: each word that joined tokens continue gets its whole hash, from its head (the last
+    run of its first token) and each joined token's first run, shifted by the bytes before it."""
+    last = np.uint64(flags.size - 1)
+    s32 = np.uint64(32)
+    low = np.uint64(0xFFFFFFFF)
+    mask = np.uint64(WORD_MASK)
+    k = 0
+    while k < nj:
+        w = jword[k]
+        if w < 0:  # continues a word begun before this input (joins_first): not a word here
+            k += 1
+            continue
+        head = _token(t, first[w], last)
+        if flags[head] & 8:
+            r = run_ptr[head + 1] - 1
+            hh, nbytes = run_hh[r], run_len[r]
         else:
-            joined = joins[s0:consumed].view(bool).nonzero()[0]
-            joined += s0
-        if not joined.size:
-            return packed, starts, consumed
-        # Multi-token words. Consecutive joined tokens form a run that continues the word whose
-        # first token (its head) comes right before the run; a joined token's byte offset in its
-        # word is its head's length plus the lengths of the run's tokens before it.
-        brk = np.empty(joined.size, dtype=bool)
-        brk[0] = True
-        np.not_equal(joined[1:], joined[:-1] + 1, out=brk[1:])
-        first = brk.nonzero()[0]  # each run's first joined token
-        run = np.cumsum(brk)
-        run -= 1  # the run of each joined token
-        heads = joined[first]
-        heads -= 1
-        # the word each head begins: the starts before it
-        if big:
-            word = _count_before(sb, heads)
-        else:
-            word = np.cumsum(is_start[:int(heads[-1]) + 1], dtype=np.int64).take(heads)
-            word -= 1
-        tj, th = t.take(joined), t.take(heads)
-        lj = self.tok_len.take(tj, mode="clip")
-        rel = np.cumsum(lj)
-        rel -= lj  # bytes of the joined tokens before each one, over all runs
-        d = self.tok_len.take(th, mode="clip")
-        d -= rel[first]  # per run: its head's length, less the bytes of the runs before it
-        rel += d.take(run)
-        np.minimum(rel, MAX_WORD_BYTES - 1, out=rel)
-        # run hashes and byte powers of both bases come packed as (base 1 << 32) | base 2 (one
-        # gather each) and are worked on as the rows of one (2, n) array
-        c = _split(self.tok_hh.take(tj, mode="clip"))
-        c *= _split(self.qq.take(rel))  # < 2^62
-        fold_mod(c, np.empty_like(c))  # < 2^32: a run's sum stays far below 2^64
-        m = np.add.reduceat(c, first, axis=1)
-        m += _split(self.tok_hh.take(th, mode="clip"))
-        reduce_mod(m, np.empty_like(m))
-        m &= WORD_MASK
-        hi = m[0]
-        hi <<= _S32
-        hi |= m[1]
-        packed[word] = hi
-        return packed, starts, consumed
+            hh, nbytes = tok_hh[head], tok_len[head]
+        h1 = hh >> s32
+        h2 = hh & low
+        while k < nj and jword[k] == w:
+            tok = _token(t, joined[k], last)
+            c = tok_hh[tok]
+            q = qq[min(nbytes, MAX_WORD_BYTES - 1)]  # longer words hash as if cut there
+            h1 = _mod_p(h1 + (c >> s32) * (q >> s32))
+            h2 = _mod_p(h2 + (c & low) * (q & low))
+            nbytes += tok_len[tok]
+            k += 1
+        vals[w] = ((h1 & mask) << s32) | (h2 & mask)
 
 
-def _nonzero_sparse(b: np.ndarray) -> np.ndarray:
-    """int64: flatnonzero of 0/1 bytes `b` (uint8, size a multiple of 8), few of them set: the 8-byte
-    groups that hold one first (numpy's nonzero slows down on sparse input; few groups are empty)."""
-    w = b.view(np.uint64)
-    g = (w != 0).nonzero()[0]
-    i = w.take(g).view(bool).nonzero()[0]  # the groups' bytes, in memory order
-    out = g.take(i >> 3)
-    out <<= 3
-    out += i & 7
-    return out
-
-
-def _count_before(b: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """int64: how many of the 0/1 bytes `b` (uint8, size a multiple of 8) before each index `at` are
-    set, 8 at a time: times 0x0101...01, an 8-byte group's byte sum (<= 8, no carries) lands in the
-    top byte."""
-    w = b.view(np.uint64)
-    per = w * _ONES
-    per >>= _S56
-    before = np.cumsum(per)
-    before -= per  # set bytes in the groups before each group
-    g = at >> 3
-    part = w.take(g)
-    part &= _FIRST_BYTES.take(at & 7)  # the group's bytes before `at`
-    part *= _ONES
-    part >>= _S56
-    part += before.take(g)
-    return part.view(np.int64)
-
-
-def _split(packed: np.ndarray) -> np.ndarray:
-    """uint64 (2, n): the two 32-bit halves of packed values, high half first."""
-    out = np.empty((2, packed.size), dtype=np.uint64)
-    np.right_shift(packed, _S32, out=out[0])
-    np.bitwise_and(packed, _LOW32, out=out[1])
-    return out
+@njit(cache=True, nogil=True, inline="always")
+def _mod_p(x):
+    """x mod 2^31 - 1 for x < 2^63: two Mersenne folds and one conditional subtract."""
+    p = np.uint64(2147483647)
+    s31 = np.uint64(31)
+    x = (x & p) + (x >> s31)
+    x = (x & p) + (x >> s31)
+    return x - p if x >= p else x
 
 
 @lru_cache(maxsize=2)

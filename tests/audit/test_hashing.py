@@ -1,4 +1,4 @@
-"""Span hashes against brute force; word normalization invariances; the partitioned reduce."""
+"""Span hashes against brute force; the partitioned reduce."""
 
 from __future__ import annotations
 
@@ -79,52 +79,3 @@ def test_partition_spill_groups_equal_hashes(tmp_path):
             groups += [part["v"][a:b].tolist() for a, b in zip(s, e)]
     assert groups == [[5, *range(100, 110)]]
     assert not list(tmp_path.iterdir())  # spill files removed
-
-
-def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
-    from olmax.assets import tokenizer_path
-    from olmax.audit.normalize import WordTables
-
-    tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
-
-    def words(text):
-        ids = np.asarray(tokenizer.encode_batch([text])[0], dtype=np.int64)
-        return [v.tolist() for v in tables.words(ids)[0]]
-
-    base = words("the theory of evolution by darwin")
-    assert len(base[0]) == 6
-    assert words("The  Theory,\nof EVOLUTION by   DARWIN.") == base
-    assert words("THE THEORY OF EVOLUTION BY DARWIN") == base
-    assert words("\u201cThe theory\u201d\u00a0of evolution \u2014 by Darwin") == base
-    assert len(words("the théorie")[0]) == 2 and words("THE THÉORIE") == words("the théorie")
-    assert words("the theory of evolution by darwins") != base
-    # a document boundary (EOS) is a word no text produces
-    eos = tables.words(np.asarray([100257], dtype=np.int64))[0]
-    assert eos[0].tolist() not in [[v] for v in base[0]]
-    # chunked with held-back last words == whole
-    ids = np.asarray(tokenizer.encode_batch(["alpha beta gamma, delta epsilon"])[0], dtype=np.int64)
-    whole = tables.words(ids)[0][0].tolist()
-    vals, _, consumed = tables.words(ids[:5], final=False)
-    rest = tables.words(ids[consumed:])[0][0].tolist()
-    assert vals[0].tolist() + rest == whole
-
-
-def test_fast_and_general_word_paths_agree(tokenizer):
-    from olmax.assets import tokenizer_path
-    from olmax.audit.normalize import BOUNDARY_VALUE, WordTables
-
-    tables = WordTables(str(tokenizer_path("dolma2", quiet=True)))
-    ids = np.asarray(tokenizer.encode_batch(["Charles Darwin's theory, of EVOLUTION-by natural "
-                                             "selection (1859) na\u00efve caf\u00e9 x.y_z"])[0] +
-                     [10**7, 5], dtype=np.int64)  # an id past the vocabulary is a boundary
-    fast = tables.words(ids)
-    fast_held = tables.words(ids, final=False)
-    assert fast[0][0][fast[1].tolist().index(ids.size - 2)] == BOUNDARY_VALUE
-    tables.flags = tables.flags | np.uint8(8)  # claim every token has two runs: the general path
-    general = tables.words(ids)
-    general_held = tables.words(ids, final=False)
-    for a, b in ((fast, general), (fast_held, general_held)):
-        for base in range(2):
-            np.testing.assert_array_equal(a[0][base], b[0][base])
-        np.testing.assert_array_equal(a[1], b[1])
-        assert a[2] == b[2]

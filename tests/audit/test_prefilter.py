@@ -68,17 +68,28 @@ def test_prefilter_keeps_every_inserted_window_and_few_others():
     keys = window_sums(packed[:100_000], 13)
     f = WindowFilter(keys)
     assert f.coarse > 1  # both levels in play
-    np.testing.assert_array_equal(f.candidates(keys.copy()), np.arange(keys.size))
-    others = window_sums(packed[100_000:], 13)
-    passed = f.candidates(others.copy()).size / others.size
+    np.testing.assert_array_equal(f.window_candidates(packed[:100_000], 13), np.arange(keys.size))
+    # from lo on: the same windows, never one that starts before lo
+    np.testing.assert_array_equal(f.window_candidates(packed[:100_000], 13, 777), np.arange(777, keys.size))
+    others = packed[100_000:]
+    passed = f.window_candidates(others, 13).size / (others.size - 12)
     assert f.fill < 1 / 100 and passed < 2 * f.fill + 1e-3
+    # a window passes exactly when its sum's bit is set (the slot rule written out here)
+    sums = window_sums(others, 13)
+    mixed = sums * np.uint64(0x9E3779B97F4A7C15)
+    byte = (mixed >> np.uint64(64 - (f.bits - 3))).astype(np.int64)
+    bit = ((mixed >> np.uint64(32)) & np.uint64(7)).astype(np.uint8)
+    want = np.flatnonzero((f.table[byte] >> bit) & 1)
+    np.testing.assert_array_equal(f.window_candidates(others, 13), want)
+    assert 0 < want.size < sums.size
     # the coarse level changes nothing but the work: same answer as the full table alone
     one = WindowFilter(keys, coarse_bytes=1 << 40)
     small = WindowFilter(keys, coarse_bytes=1 << 10)
     assert one.coarse == 1 and small.coarse > f.coarse
-    mixed = np.concatenate([others, keys[::7]])
+    both = np.concatenate([others, packed[:50_000]])
     for g in (one, small):
-        np.testing.assert_array_equal(g.candidates(mixed.copy()), f.candidates(mixed.copy()))
+        np.testing.assert_array_equal(g.window_candidates(both, 13), f.window_candidates(both, 13))
+    assert f.window_candidates(packed[:12], 13).size == 0
     with pytest.raises(ValueError, match="max_bits"):
         WindowFilter(keys, max_bits=40)
 
