@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from olmax.audit.align import verify_candidates
 from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WORD_MASK, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
@@ -202,151 +203,6 @@ def _new_docs(hits: np.ndarray) -> np.ndarray:
     new_doc = np.ones(hits.size, dtype=bool)
     new_doc[1:] = (k[1:] != k[:-1]) | (f[1:] != f[:-1]) | (d[1:] != d[:-1])
     return new_doc
-
-
-def lcs_words(item: np.ndarray, region: np.ndarray, masks: dict | None = None) -> int:
-    """Length of the longest common subsequence of two word sequences (packed word values), bit-parallel
-    over the item (Allison-Dix / Hyyro: one add, or, and, sub per region word on k-bit integers).
-    `masks` (word value -> bit mask of its positions in `item`) may be passed to reuse it."""
-    k = int(item.size)
-    if k == 0:
-        return 0
-    if masks is None:
-        masks = item_masks(item)
-    full = (1 << k) - 1
-    v = full
-    for w in region.tolist():
-        m = masks.get(w)
-        if m is not None:
-            u = v & m
-            v = ((v + u) | (v - u)) & full
-    return k - v.bit_count()
-
-
-def item_masks(item: np.ndarray) -> dict:
-    masks: dict[int, int] = {}
-    for i, w in enumerate(item.tolist()):
-        masks[w] = masks.get(w, 0) | (1 << i)
-    return masks
-
-
-def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray]:
-    """Indices of the longest chains of hits that keep the item's order in the document: item positions
-    `q` and document word positions `c` both increasing, with at most 3 document words per item word
-    (+ 24) between consecutive hits, so inserted words (markup, a sentence added) stay in one placement
-    while a second copy or a stray match elsewhere does not join it. Each sorted by document position;
-    several when chains tie (an item that repeats a phrase: the same hits read as either occurrence)."""
-    order = np.lexsort((q, c))
-    qs, cs = q[order], c[order]
-    h = qs.size
-    dq, dc = qs[1:] - qs[:-1], cs[1:] - cs[:-1]
-    step = (dq > 0) & (dc > 0) & (dc <= 3 * dq + 24)  # step[i - 1]: hit i may follow hit i - 1
-    if step.all():  # (the usual case) one chain through every hit, as the search below finds
-        return [order]
-    # Longest chain ending at each hit, and its previous hit. While hit i - 1 ends the only longest
-    # chain so far and hit i may follow it, every other predecessor has a shorter chain, so i - 1
-    # is the one the search below would pick: the leading hits that may each follow the one before
-    # form one chain, and the loop takes the same shortcut further on.
-    s = int(step.argmin()) + 1  # the first hit that may not follow the one before
-    best = list(range(1, s + 1)) + [1] * (h - s)
-    prev = list(range(-1, s - 1)) + [-1] * (h - s)
-    step = step.tolist()
-    top, n_top = s, 1  # max(best[:i]) and how many hits reach it
-    for i in range(s, h):
-        if n_top == 1 and step[i - 1] and best[i - 1] == top:
-            top += 1
-            best[i], prev[i] = top, i - 1
-            continue
-        dq, dc = qs[i] - qs[:i], cs[i] - cs[:i]
-        ok = (dq > 0) & (dc > 0) & (dc <= 3 * dq + 24)
-        if ok.any():
-            # the longest predecessor chain; among equals, the one on the nearest diagonal (c - q)
-            drift = np.minimum(np.abs((cs[i] - qs[i]) - (cs[:i] - qs[:i])), 4095)
-            j = int(np.argmax(np.where(ok, np.asarray(best[:i], dtype=np.int64) * 4096 - drift, -1)))
-            best[i], prev[i] = best[j] + 1, j
-        if best[i] > top:
-            top, n_top = best[i], 1
-        elif best[i] == top:
-            n_top += 1
-    chains = []
-    for end in [i for i, b in enumerate(best) if b == top][:max_chains]:
-        out, i = [], end
-        while i >= 0:
-            out.append(i)
-            i = prev[i]
-        chains.append(order[out[::-1]])
-    return chains
-
-
-def contains_run(region: np.ndarray, item: np.ndarray) -> bool:
-    """Whether `item`'s words occur contiguously, in order, in `region`."""
-    k = item.size
-    if region.size < k or k == 0:
-        return False
-    first = np.flatnonzero(region[:region.size - k + 1] == item[0])
-    return any(np.array_equal(region[i:i + k], item) for i in first.tolist())
-
-
-class _Regions:
-    """The training side of verification: a file's tokens and documents (opened once, on first use), and
-    the words of a document around a candidate's hits."""
-
-    def __init__(self, paths: list[str] | dict[int, str], tables: WordTables):
-        self.paths, self.tables = paths, tables  # file index -> local path
-        self.files: dict[int, tuple[np.ndarray, object]] = {}
-
-    def doc_of(self, f: int):
-        if f not in self.files:
-            tokens = read_tokens(self.paths[f])
-            self.files[f] = (tokens, documents(self.paths[f], tokens))
-        return self.files[f]
-
-    def verify(self, f: int, d: int, q: np.ndarray, pos: np.ndarray, item: np.ndarray, masks: dict,
-               n: int, short: bool) -> tuple[float, int, int]:
-        """(score, token start, token end) of an item against document d of file f, around hits at item
-        positions q and token offsets pos. Short items score 1.0 only for an exact contiguous match."""
-        tokens, docs = self.doc_of(f)
-        tokens = np.asarray(tokens)  # a plain view: slicing a memmap costs more than a short region's words
-        k = int(item.size)
-        ds, de = int(docs.starts[d]), int(docs.ends[d])
-        slack = 3 + k // 10
-        ql = q.tolist()
-        # tokens to read on each side of the hits: the item's words not covered there, plus slack, at 4
-        # tokens a word; doubled while the placement found runs past the tokens read (long words, markup)
-        before = 4 * (min(ql) + slack) + 16
-        after = 4 * (k - max(ql) + slack) + 16
-        p0, p1 = int(pos.min()), int(pos.max())
-        grow = 1
-        while True:
-            a, b = max(ds, p0 - grow * before), min(de, p1 + grow * after)
-            vals, first_tok, _ = self.tables.packed_words(tokens[a:b], final=True)
-            c = first_tok.searchsorted(pos - a)  # word index of each hit's first word
-            np.minimum(c, max(0, vals.size - 1), out=c)
-            cl = c.tolist()
-            placements = []
-            for sel in chains(q, c):  # each in document order: c rises along it
-                s0, s1 = int(sel[0]), int(sel[-1])
-                qa, qb = ql[s0], ql[s1]
-                r0 = cl[s0] - qa - qa // 2 - slack  # room for words inserted before the first hit
-                r1 = cl[s1] + (k - qb) + (k - qb) // 2 + slack
-                placements.append((s0, s1, r0, r1))
-            if grow >= 16 or not any((r0 < 0 and a > ds) or (r1 > vals.size and b < de) for _, _, r0, r1 in placements):
-                break
-            grow *= 2
-        best = None
-        for s0, s1, r0, r1 in placements:
-            region = vals[max(0, r0):min(vals.size, r1)]
-            if short:
-                score = 1.0 if contains_run(region, item) else min(0.999, lcs_words(item, region, masks) / k)
-            else:
-                score = lcs_words(item, region, masks) / k
-            if best is None or score > best[0]:
-                best = (score, s0, s1)
-        score, s0, s1 = best
-        last = cl[s1] + n  # the word after the last matched window
-        t0 = a + int(first_tok[cl[s0]]) if first_tok.size else a
-        t1 = a + int(first_tok[last]) if last < first_tok.size else b
-        return score, t0, t1
 
 
 def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
@@ -521,24 +377,27 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     h_item, h_q, h_file, h_doc, h_pos, h_sat = (x[order] for x in (h_item, h_q, h_file, h_doc, h_pos, h_sat))
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
-    bounds = np.concatenate([np.flatnonzero(brk), [h_item.size]]).tolist()
-    out: list[Candidate] = []
-    stats = {"pairs": len(bounds) - 1, "verified": 0, "saturated_keys": int(saturated.sum())}
-    for g in range(len(bounds) - 1):
-        lo, hi = bounds[g], bounds[g + 1]
-        item = int(h_item[lo])
-        k = int(eidx.lengths_of[item])
-        q = h_q[lo:hi]
-        if k >= n:  # n-gram keys: a candidate when its windows cover enough of the item
-            covered = np.zeros(k + n, dtype=bool)
-            for qq in np.unique(q).tolist():
-                covered[qq:qq + n] = True
-            if int(covered.sum()) < max(n, cfg.min_cover * k):
-                continue
-            stats["verified"] += 1
-        # (a whole-item key, k < n, is an exact match of the whole item: verified for its token span)
-        out.append(Candidate(item, int(h_file[lo]), int(h_doc[lo]), q, h_pos[lo:hi], min(n, k),
-                             k < n or k <= cfg.short_words, bool(h_sat[lo:hi].any())))
+    starts = np.flatnonzero(brk)
+    # words of the item its windows cover, per pair: the union of [q, q + n) over its distinct positions
+    # (sorted within the pair), each adding min(n, the gap to the next distinct one)
+    distinct = brk.copy()
+    distinct[1:] |= h_q[1:] != h_q[:-1]
+    at = np.flatnonzero(distinct)
+    gap = np.full(at.size, n, dtype=np.int64)
+    inner = ~brk[at[1:]]  # the next distinct position is in the same pair
+    gap[:-1][inner] = np.minimum(n, h_q[at[1:]][inner] - h_q[at[:-1]][inner])
+    covered = np.add.reduceat(gap, np.searchsorted(at, starts)) if at.size else np.zeros(0, np.int64)
+    k = eidx.lengths_of[h_item[starts]]
+    ngram_pair = k >= n  # n-gram keys; a whole-item key (k < n) is an exact match of the whole item
+    keep = ~ngram_pair | (covered >= np.maximum(n, cfg.min_cover * k))
+    stats = {"pairs": int(starts.size), "verified": int((keep & ngram_pair).sum()),
+             "saturated_keys": int(saturated.sum())}
+    bounds = np.append(starts, h_item.size)
+    sat = np.logical_or.reduceat(h_sat, starts) if starts.size else np.zeros(0, bool)
+    out = [Candidate(int(h_item[lo]), int(h_file[lo]), int(h_doc[lo]), h_q[lo:hi], h_pos[lo:hi], min(n, kk),
+                     kk < n or kk <= cfg.short_words, bool(st))
+           for lo, hi, kk, st in zip(bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(),
+                                     sat[keep].tolist())]
     return out, stats
 
 
@@ -554,18 +413,26 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
 
 def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
     """Map over files: (candidate id, score, token start, token end, document id) of each candidate of
-    one training file (opened once), aligned as in the module docstring."""
-    out = []
+    one training file (opened once), aligned as in the module docstring (align.verify_candidates)."""
+    cands = task.candidates
+    if not cands:
+        return []
     with local_shard(task.path) as local:
-        regions = _Regions({task.file: local}, tables)
-        masks: dict[int, dict] = {}
-        for g, c in zip(task.ids, task.candidates):
-            words = task.words[c.item]
-            if c.item not in masks:
-                masks[c.item] = item_masks(words)
-            score, t0, t1 = regions.verify(c.file, c.doc, c.q, c.pos, words, masks[c.item], c.n, short=c.short)
-            out.append((g, score, t0, t1, regions.doc_of(c.file)[1].id_of(c.doc)))
-    return out
+        tokens = read_tokens(local)
+        docs = documents(local, tokens)
+        d = np.asarray([c.doc for c in cands], dtype=np.int64)
+        items = list(dict.fromkeys(c.item for c in cands))
+        slot = {it: i for i, it in enumerate(items)}
+        words = [task.words[it] for it in items]
+        scores, t0, t1 = verify_candidates(
+            tokens, tables.kernel_tables, docs.starts[d], docs.ends[d],
+            np.concatenate([[0], np.cumsum([c.q.size for c in cands])]),
+            np.concatenate([c.q for c in cands]), np.concatenate([c.pos for c in cands]),
+            np.concatenate(words), np.concatenate([[0], np.cumsum([w.size for w in words])]),
+            np.asarray([slot[c.item] for c in cands]), np.asarray([c.n for c in cands]),
+            np.asarray([c.short for c in cands]))
+        return [(g, float(s), int(a), int(b), docs.id_of(int(doc)))
+                for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())]
 
 
 def assemble(cands: list[Candidate], verified: Iterable[tuple[int, float, int, int, str]], ev: EvalSide,

@@ -149,20 +149,39 @@ class WordTables:
         cap = n + 1
         while True:
             vals, first, joined, jword = _SCRATCH.get(cap)
-            nw, consumed = _words_kernel(t, self.flags, self.tok_pack, self.tok_hh, self.tok_len, self.run_ptr,
-                                         self.run_hh, self.run_len, self.qq, joins_first, final, vals, first,
-                                         joined, jword)
+            nw, consumed = _words_kernel(t, self.kernel_tables, joins_first, final, vals, first, joined, jword)
             if nw >= 0:
                 return vals[:nw].copy(), first[:nw].copy(), consumed
             cap = 2 * cap - nw  # tokens with several runs made more words than the scratch holds
+
+    @property
+    def kernel_tables(self) -> tuple:
+        """The tables the compiled passes read (`words_of` takes them from compiled callers)."""
+        return (self.flags, self.tok_pack, self.tok_hh, self.tok_len, self.run_ptr, self.run_hh, self.run_len,
+                self.qq)
 
 
 _SCRATCH = Scratch(np.uint64, np.int64, np.int64, np.int64)  # vals, first, joined, jword
 
 
 @njit(cache=True, nogil=True)
-def _words_kernel(t, flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, joins_first, final,
-                  vals, first, joined, jword):
+def words_of(t, tables, final):
+    """`WordTables.packed_words` for compiled callers (align.py): (values, first tokens, consumed) of the
+    tokens `t`, given `WordTables.kernel_tables`; scratch of its own."""
+    cap = t.size + 1
+    while True:
+        vals = np.empty(cap, np.uint64)
+        first = np.empty(cap, np.int64)
+        joined = np.empty(cap, np.int64)
+        jword = np.empty(cap, np.int64)
+        nw, consumed = _words_kernel(t, tables, False, final, vals, first, joined, jword)
+        if nw >= 0:
+            return vals[:nw], first[:nw], consumed
+        cap = 2 * cap - nw
+
+
+@njit(cache=True, nogil=True)
+def _words_kernel(t, tables, joins_first, final, vals, first, joined, jword):
     """(words, consumed) of the tokens `t`; the words' packed values are left in vals[:words] and the
     index of each one's first token in first[:words]. Returns words < 0 when the scratch is too small
     (tokens with several runs): the caller retries with at least -words more room.
@@ -172,6 +191,7 @@ def _words_kernel(t, flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_len,
     ended with one: recorded with that word's index); each further run of a token starts a word of
     its own. Second pass, over the joined tokens only (`_join`): a word's hash gains each joined
     token's run hash times base^(bytes before it in the word)."""
+    flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_len, qq = tables
     prev_end = 1 if joins_first else 0
     nw, nj = _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword)
     if nw < 0:  # a token with two or more runs: the pass that handles them

@@ -1,0 +1,227 @@
+"""The leak audit's verification, compiled (numba): where an item's hits place it in a document
+(`chains`), how much of it the words there hold (`lcs_length`), the exact contiguous match short items
+need (`contains_run`), and all three over a file's candidates in one call (`verify_candidates`). Items
+and regions are arrays of packed word values (normalize.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from olmax.audit.normalize import words_of
+
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+
+
+def verify_candidates(tokens: np.ndarray, tables: tuple, doc_start: np.ndarray, doc_end: np.ndarray,
+                      hit_ptr: np.ndarray, q: np.ndarray, pos: np.ndarray, items: np.ndarray, item_ptr: np.ndarray,
+                      item_of: np.ndarray, n: np.ndarray, short: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score, token start, token end) of each candidate of one file: candidate g's hits are
+    q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its document is
+    tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]] for
+    i = item_of[g], `n` its window and `short` whether it needs a whole-item match. `tables` is
+    `WordTables.kernel_tables`.
+
+    Each candidate: the document's words around the hits (the item's words not covered by them on
+    either side, plus slack, at 4 tokens a word; doubled while a placement runs past the tokens read,
+    up to 16 times), the chains of hits (`chains`) and around each its region (room for the item's
+    words outside the chain, half again for inserted words, and slack); the score is the best
+    region's aligned fraction of the item's words (a short item scores 1.0 only for an exact
+    contiguous match, else at most 0.999), the span runs from the chain's first word to the word after
+    its last window."""
+    return _verify(np.ascontiguousarray(tokens), tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
+                   hit_ptr.astype(np.int64), q.astype(np.int64), pos.astype(np.int64), items.astype(np.uint64),
+                   item_ptr.astype(np.int64), item_of.astype(np.int64), n.astype(np.int64), short.astype(np.bool_))
+
+
+@njit(cache=True, nogil=True)
+def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, item_ptr, item_of, n, short):
+    m = doc_start.size
+    scores = np.zeros(m, np.float64)
+    t0s = np.zeros(m, np.int64)
+    t1s = np.zeros(m, np.int64)
+    for g in range(m):
+        q = q_all[hit_ptr[g]:hit_ptr[g + 1]]
+        pos = pos_all[hit_ptr[g]:hit_ptr[g + 1]]
+        item = items[item_ptr[item_of[g]]:item_ptr[item_of[g] + 1]]
+        k = item.size
+        ds, de = doc_start[g], doc_end[g]
+        slack = 3 + k // 10
+        before = 4 * (q.min() + slack) + 16
+        after = 4 * (k - q.max() + slack) + 16
+        p0, p1 = pos.min(), pos.max()
+        grow = 1
+        while True:
+            a, b = max(ds, p0 - grow * before), min(de, p1 + grow * after)
+            vals, first_tok, _ = words_of(tokens[a:b], tables, True)
+            c = np.searchsorted(first_tok, pos - a)  # word index of each hit's first word
+            np.minimum(c, max(0, vals.size - 1), c)
+            found = _chains(q, c, 4)  # each in document order: c rises along it
+            r0s = np.empty(found.shape[0], np.int64)
+            r1s = np.empty(found.shape[0], np.int64)
+            past = False
+            for j in range(found.shape[0]):
+                s0, s1 = found[j, 0], found[j, found.shape[1] - 1]
+                qa, qb = q[s0], q[s1]
+                r0s[j] = c[s0] - qa - qa // 2 - slack  # room for words inserted before the first hit
+                r1s[j] = c[s1] + (k - qb) + (k - qb) // 2 + slack
+                past |= (r0s[j] < 0 and a > ds) or (r1s[j] > vals.size and b < de)
+            if grow >= 16 or not past:
+                break
+            grow *= 2
+        best, bs0, bs1 = -1.0, 0, 0
+        for j in range(found.shape[0]):
+            region = vals[max(0, r0s[j]):min(vals.size, r1s[j])]
+            if short[g]:
+                score = 1.0 if _contains(region, item) else min(0.999, _lcs(item, region) / k)
+            else:
+                score = _lcs(item, region) / k
+            if score > best:
+                best, bs0, bs1 = score, found[j, 0], found[j, found.shape[1] - 1]
+        last = c[bs1] + n[g]  # the word after the last matched window
+        scores[g] = best
+        t0s[g] = a + first_tok[c[bs0]] if first_tok.size else a
+        t1s[g] = a + first_tok[last] if last < first_tok.size else b
+    return scores, t0s, t1s
+
+
+def lcs_length(item: np.ndarray, region: np.ndarray) -> int:
+    """Length of the longest common subsequence of two word sequences."""
+    return int(_lcs(np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)))
+
+
+def contains_run(region: np.ndarray, item: np.ndarray) -> bool:
+    """Whether `item`'s words occur contiguously, in order, in `region`."""
+    return bool(_contains(np.ascontiguousarray(region, dtype=np.uint64), np.ascontiguousarray(item, dtype=np.uint64)))
+
+
+def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray]:
+    """Indices of the longest chains of hits that keep the item's order in the document: item positions
+    `q` and document word positions `c` both increasing, with at most 3 document words per item word
+    (+ 24) between consecutive hits, so inserted words (markup, a sentence added) stay in one placement
+    while a second copy or a stray match elsewhere does not join it. Each sorted by document position;
+    several when chains tie (an item that repeats a phrase: the same hits read as either occurrence),
+    the first `max_chains` of them by where they end. Among predecessors of equal chain length a hit
+    follows the one on the nearest diagonal (c - q)."""
+    q = np.ascontiguousarray(q, dtype=np.int64)
+    c = np.ascontiguousarray(c, dtype=np.int64)
+    if q.size == 0:
+        return []
+    return list(_chains(q, c, max_chains))
+
+
+@njit(cache=True, nogil=True)
+def _lcs(item, region):
+    """Bit-parallel LCS (Allison-Dix / Hyyro) over the item, in words of 64 bits: per region word w
+    with item positions M (a bit mask), V <- (V + (V & M)) | (V & ~M); the LCS is the zero bits of V."""
+    k = item.size
+    if k == 0:
+        return 0
+    nwords = (k + 63) // 64
+    # the item's distinct words, sorted, and the bit mask of each one's positions
+    order = np.argsort(item, kind="mergesort")
+    values = np.empty(k, np.uint64)
+    masks = np.zeros((k, nwords), np.uint64)
+    u = -1
+    for r in range(k):
+        i = order[r]
+        if u < 0 or item[i] != values[u]:
+            u += 1
+            values[u] = item[i]
+        masks[u, i >> 6] |= np.uint64(1) << np.uint64(i & 63)
+    values = values[:u + 1]
+    v = np.full(nwords, np.uint64(0xFFFFFFFFFFFFFFFF))
+    top_bits = k - 64 * (nwords - 1)
+    top_mask = np.uint64(0xFFFFFFFFFFFFFFFF) if top_bits == 64 else (np.uint64(1) << np.uint64(top_bits)) - np.uint64(1)
+    v[nwords - 1] = top_mask
+    for w in region:
+        at = np.searchsorted(values, w)
+        if at == values.size or values[at] != w:
+            continue
+        carry = np.uint64(0)
+        for b in range(nwords):
+            vb = v[b]
+            ub = vb & masks[at, b]
+            s = vb + ub
+            c1 = np.uint64(1) if s < vb else np.uint64(0)
+            s2 = s + carry
+            c2 = np.uint64(1) if s2 < s else np.uint64(0)
+            carry = c1 | c2
+            v[b] = s2 | (vb & ~masks[at, b])
+        v[nwords - 1] &= top_mask
+    ones = 0
+    for b in range(nwords):
+        x = v[b]
+        x = x - ((x >> np.uint64(1)) & _M1)
+        x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+        x = (x + (x >> np.uint64(4))) & _M4
+        ones += np.int64((x * _H01) >> np.uint64(56))
+    return k - ones
+
+
+@njit(cache=True, nogil=True)
+def _contains(region, item):
+    k = item.size
+    if k == 0 or region.size < k:
+        return False
+    for i in range(region.size - k + 1):
+        j = 0
+        while j < k and region[i + j] == item[j]:
+            j += 1
+        if j == k:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _may_follow(dq, dc):
+    return dq > 0 and dc > 0 and dc <= 3 * dq + 24
+
+
+@njit(cache=True, nogil=True)
+def _chains(q, c, max_chains):
+    """`chains` as a (chains, length) array of indices into q and c."""
+    h = q.size
+    # hits by document position, then item position (stable)
+    order = np.argsort(c * (q.max() + 1) + q, kind="mergesort")
+    qs = q[order]
+    cs = c[order]
+    best = np.ones(h, np.int64)
+    prev = np.full(h, -1, np.int64)
+    top, n_top = 1, 1
+    for i in range(1, h):
+        # while hit i - 1 ends the only longest chain so far and hit i may follow it, every other
+        # predecessor has a shorter chain: i - 1 is the one the search would pick
+        if n_top == 1 and best[i - 1] == top and _may_follow(qs[i] - qs[i - 1], cs[i] - cs[i - 1]):
+            top += 1
+            best[i], prev[i] = top, i - 1
+            continue
+        pick, score = -1, -1
+        for j in range(i):
+            if _may_follow(qs[i] - qs[j], cs[i] - cs[j]):
+                drift = min(abs((cs[i] - qs[i]) - (cs[j] - qs[j])), 4095)
+                sj = best[j] * 4096 - drift
+                if sj > score:
+                    pick, score = j, sj
+        if pick >= 0:
+            best[i], prev[i] = best[pick] + 1, pick
+        if best[i] > top:
+            top, n_top = best[i], 1
+        elif best[i] == top:
+            n_top += 1
+    n = min(max_chains, n_top)
+    out = np.empty((n, top), np.int64)
+    row = 0
+    for end in range(h):
+        if best[end] == top and row < n:
+            i, at = end, top - 1
+            while i >= 0:
+                out[row, at] = order[i]
+                i = prev[i]
+                at -= 1
+            row += 1
+    return out
