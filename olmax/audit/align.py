@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from olmax.audit.normalize import words_of
+from olmax.audit.normalize import as_token_ids, words_of
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -33,7 +33,7 @@ def verify_candidates(tokens: np.ndarray, tables: tuple, doc_start: np.ndarray, 
     region's aligned fraction of the item's words (a short item scores 1.0 only for an exact
     contiguous match, else at most 0.999), the span runs from the chain's first word to the word after
     its last window."""
-    return _verify(np.ascontiguousarray(tokens), tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
+    return _verify(as_token_ids(tokens), tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
                    hit_ptr.astype(np.int64), q.astype(np.int64), pos.astype(np.int64), items.astype(np.uint64),
                    item_ptr.astype(np.int64), item_of.astype(np.int64), n.astype(np.int64), short.astype(np.bool_))
 
@@ -122,25 +122,35 @@ def _lcs(item, region):
     if k == 0:
         return 0
     nwords = (k + 63) // 64
-    # the item's distinct words, sorted, and the bit mask of each one's positions
-    order = np.argsort(item, kind="mergesort")
-    values = np.empty(k, np.uint64)
+    # the item's distinct words in an open-addressing table (a power of two, at most half full; word
+    # values are uniform hashes, so their low bits index it), and the bit mask of each one's positions
+    size = 2
+    while size < 2 * k:
+        size *= 2
+    slot_mask = np.uint64(size - 1)
+    keys = np.empty(size, np.uint64)
+    row = np.full(size, -1, np.int64)
     masks = np.zeros((k, nwords), np.uint64)
-    u = -1
-    for r in range(k):
-        i = order[r]
-        if u < 0 or item[i] != values[u]:
-            u += 1
-            values[u] = item[i]
-        masks[u, i >> 6] |= np.uint64(1) << np.uint64(i & 63)
-    values = values[:u + 1]
+    rows = 0
+    for i in range(k):
+        h = item[i] & slot_mask
+        while row[h] >= 0 and keys[h] != item[i]:
+            h = (h + np.uint64(1)) & slot_mask
+        if row[h] < 0:
+            keys[h] = item[i]
+            row[h] = rows
+            rows += 1
+        masks[row[h], i >> 6] |= np.uint64(1) << np.uint64(i & 63)
     v = np.full(nwords, np.uint64(0xFFFFFFFFFFFFFFFF))
     top_bits = k - 64 * (nwords - 1)
     top_mask = np.uint64(0xFFFFFFFFFFFFFFFF) if top_bits == 64 else (np.uint64(1) << np.uint64(top_bits)) - np.uint64(1)
     v[nwords - 1] = top_mask
     for w in region:
-        at = np.searchsorted(values, w)
-        if at == values.size or values[at] != w:
+        h = w & slot_mask
+        while row[h] >= 0 and keys[h] != w:
+            h = (h + np.uint64(1)) & slot_mask
+        at = row[h]
+        if at < 0:
             continue
         carry = np.uint64(0)
         for b in range(nwords):
@@ -186,8 +196,16 @@ def _may_follow(dq, dc):
 def _chains(q, c, max_chains):
     """`chains` as a (chains, length) array of indices into q and c."""
     h = q.size
-    # hits by document position, then item position (stable)
-    order = np.argsort(c * (q.max() + 1) + q, kind="mergesort")
+    # hits by document position, then item position, ties in input order: an insertion sort (the hits
+    # come nearly in order, so it does little work)
+    order = np.arange(h)
+    for i in range(1, h):
+        o = order[i]
+        j = i - 1
+        while j >= 0 and (c[order[j]] > c[o] or (c[order[j]] == c[o] and q[order[j]] > q[o])):
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = o
     qs = q[order]
     cs = c[order]
     best = np.ones(h, np.int64)

@@ -142,9 +142,7 @@ class WordTables:
         One compiled pass over the tokens (`_words_kernel`); ids past the vocabulary (and negative ones)
         are boundaries. Scratch arrays are kept per thread, so a block of tokens allocates only its
         results."""
-        t = np.ascontiguousarray(tokens).reshape(-1)
-        if t.dtype.kind not in "iu":
-            t = t.astype(np.int64)
+        t = as_token_ids(tokens)
         n = t.size
         cap = n + 1
         while True:
@@ -164,10 +162,19 @@ class WordTables:
 _SCRATCH = Scratch(np.uint64, np.int64, np.int64, np.int64)  # vals, first, joined, jword
 
 
+def as_token_ids(tokens: np.ndarray) -> np.ndarray:
+    """Token ids as the one array type the compiled passes take (contiguous uint32, as in shards):
+    other integer types are converted, and ids outside [0, 2^32) read as past the vocabulary."""
+    t = np.ascontiguousarray(tokens).reshape(-1)
+    if t.dtype != np.uint32:
+        t = np.where((t >= 0) & (t <= 0xFFFFFFFF), t, 0xFFFFFFFF).astype(np.uint32)
+    return t
+
+
 @njit(cache=True, nogil=True)
 def words_of(t, tables, final):
     """`WordTables.packed_words` for compiled callers (align.py): (values, first tokens, consumed) of the
-    tokens `t`, given `WordTables.kernel_tables`; scratch of its own."""
+    tokens `t` (`as_token_ids`), given `WordTables.kernel_tables`; scratch of its own."""
     cap = t.size + 1
     while True:
         vals = np.empty(cap, np.uint64)
