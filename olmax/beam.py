@@ -10,6 +10,8 @@ Each command keeps one set of per-file and per-key functions; its Beam graph map
   driver reports the first one in input order as the usual one-line error instead of a worker traceback.
 - `run(build, options, log_dir)`: builds and runs a pipeline; the workers' logs (Beam's harnesses log to
   standard error) go to `log_dir/beam.log` and are named in the error when the run fails.
+- `Workspace`: where a job's intermediate files (`--temp_location` on a cluster, else a local folder) and
+  worker logs go, removed when it ends (the logs kept when it failed).
 - `collect(pcoll, folder)` / `collected(folder)`: small per-task results (summaries, hit arrays) written
   by the workers as pickled records in text files under `folder` (a path or a URL the workers can
   write: the output's temporary folder, or `--temp_location` on a cluster) and read back by the driver.
@@ -150,6 +152,58 @@ def run(build: Callable, options, log_dir: str, what: str) -> float:
     if state is not None and str(state).upper().rsplit(".", 1)[-1] not in ("DONE", "UNKNOWN"):
         raise OlmaxError(f"{what}: the Beam pipeline ended in state {state}; see {log}")
     return time.monotonic() - t0
+
+
+class Workspace:
+    """Where one Beam job keeps its intermediate files and its workers' logs (a context manager).
+
+    Files (`files`): under `--temp_location` when the options give one (a cluster's workers must reach
+    it), else a local folder (the DirectRunner's workers share this machine); any other runner without
+    `--temp_location` is an error. Logs (`logs`, where `run` writes beam.log): a local folder under
+    `local_dir` (default: the system's temporary folder), kept when a pipeline failed, since its error
+    names the log; both go when the job ends otherwise."""
+
+    def __init__(self, options, what: str, local_dir: str | None = None):
+        import shutil
+        import tempfile
+
+        from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
+        from olmax import storage
+
+        self.options, self.what = options, what
+        temp = options.view_as(GoogleCloudOptions).temp_location
+        runner = str(options.view_as(StandardOptions).runner or "DirectRunner").lower()
+        if not temp and not any(r in runner for r in ("direct", "prism")):
+            raise OlmaxError(f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
+                             "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options")
+        slug = f"olmax-{what.removeprefix('olmax ').replace(' ', '-')}"
+        if local_dir:
+            os.makedirs(local_dir, exist_ok=True)
+        self.logs = tempfile.mkdtemp(prefix=slug + "-", dir=local_dir)
+        self.files = storage.join(temp, f"{slug}-{uuid.uuid4().hex[:12]}") if temp else os.path.join(self.logs, "work")
+        self.keep_logs = False
+        self._rmtree, self._remove_tree = shutil.rmtree, storage.remove_tree
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._remove_tree(self.files)
+        if not self.keep_logs:
+            self._rmtree(self.logs, ignore_errors=True)
+
+    def run(self, build: Callable, what: str | None = None) -> float:
+        """`run` with this job's options and log folder; the logs stay when it fails."""
+        self.keep_logs = True
+        seconds = run(build, self.options, self.logs, what or self.what)
+        self.keep_logs = False
+        return seconds
+
+    def failed(self, message: str) -> OlmaxError:
+        """An error about this job that names its worker log (which then stays)."""
+        self.keep_logs = True
+        return OlmaxError(f"{message}; see {os.path.join(self.logs, 'beam.log')}")
 
 
 class _SaveBundles:

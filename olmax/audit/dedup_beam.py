@@ -10,24 +10,20 @@ into element and partition order, so the result is the local runner's.
 
 from __future__ import annotations
 
-import os
-import tempfile
-import uuid
 from collections.abc import Callable
 
 import numpy as np
 
-from olmax import storage
 from olmax.audit.partition import split_partitions
 from olmax.beam import (
     Failed,
+    Workspace,
     collect,
     collected,
     guarded,
     pipeline_options,
     raise_first_failure,
     require_beam,
-    run,
 )
 from olmax.errors import OlmaxError
 
@@ -93,36 +89,26 @@ def map_reduce_beam(options: str, elements: list, map_fn: Callable, reduces: dic
     """partition.map_reduce on Apache Beam (`options`: Beam's flags): `reduces[kind](records)` per
     partition. Returns (the summaries in element order, {kind: the reduce results in partition order});
     the first failure (in element order, then partition order) is raised as the usual OlmaxError."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions
-
     from olmax.data.stream import work_dir_path
 
     opts = pipeline_options(options)
     kinds = sorted(reduces)
-    temp = opts.view_as(GoogleCloudOptions).temp_location
-    run_id = f"olmax-{what.replace(' ', '-')}-{uuid.uuid4().hex[:12]}"
-    base = str(work_dir_path(work_dir))
-    if temp:
-        folder = storage.join(temp, run_id)
-    else:
-        os.makedirs(base, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix=run_id + "-", dir=base)
-    log_dir = os.path.join(base, "beam-logs", what.replace(" ", "-"))
+    with Workspace(opts, what, str(work_dir_path(work_dir))) as space:
+        folder = space.files
 
-    def build(pipeline) -> None:
-        mapped = (pipeline
-                  | "Elements" >> beam.Create(list(enumerate(elements)))
-                  | "Spread" >> beam.Reshuffle()
-                  | "Map" >> beam.ParDo(MapElement(map_fn, bits)).with_outputs(*kinds, main="summaries"))
-        collect(mapped.summaries, folder, "summaries")
-        for kind in kinds:
-            reduced = (mapped[kind]
-                       | f"Combine {kind}" >> beam.CombinePerKey(ConcatRecords())
-                       | f"Reduce {kind}" >> beam.Map(guarded(_reduce_keyed(reduces[kind]), order=_part_order)))
-            collect(reduced, folder, f"reduced-{kind}")
+        def build(pipeline) -> None:
+            mapped = (pipeline
+                      | "Elements" >> beam.Create(list(enumerate(elements)))
+                      | "Spread" >> beam.Reshuffle()
+                      | "Map" >> beam.ParDo(MapElement(map_fn, bits)).with_outputs(*kinds, main="summaries"))
+            collect(mapped.summaries, folder, "summaries")
+            for kind in kinds:
+                reduced = (mapped[kind]
+                           | f"Combine {kind}" >> beam.CombinePerKey(ConcatRecords())
+                           | f"Reduce {kind}" >> beam.Map(guarded(_reduce_keyed(reduces[kind]), order=_part_order)))
+                collect(reduced, folder, f"reduced-{kind}")
 
-    try:
-        run(build, opts, log_dir, what)
+        space.run(build)
         summaries = collected(folder, "summaries")
         raise_first_failure(summaries)
         out = {}
@@ -130,6 +116,4 @@ def map_reduce_beam(options: str, elements: list, map_fn: Callable, reduces: dic
             results = collected(folder, f"reduced-{kind}")
             raise_first_failure(results)
             out[kind] = [r for _, r in sorted(results, key=lambda kv: kv[0])]
-    finally:
-        storage.remove_tree(folder)
     return [s for _, s in sorted(summaries, key=lambda kv: kv[0])], out

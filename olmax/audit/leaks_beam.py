@@ -7,21 +7,17 @@ index grows with the eval sets, the tables are ~8 MB, neither belongs in the pip
 once by the driver into the work folder and loaded once per worker process (`StagedCall`).
 
 A worker's OlmaxError (a missing or corrupt training file) comes back as a value (`olmax.beam.guarded`)
-and the driver raises the first one in task order. The work folder is `--temp_location` when the options
-give one (a cluster's workers must reach it), else a local temporary folder (the DirectRunner's).
+and the driver raises the first one in task order. Files and logs: `olmax.beam.Workspace`.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
-import shutil
-import tempfile
-import uuid
 from collections.abc import Callable
 
 from olmax import storage
 from olmax.beam import (
+    Workspace,
     collect,
     collected,
     describe,
@@ -29,9 +25,7 @@ from olmax.beam import (
     pipeline_options,
     raise_first_failure,
     require_beam,
-    run,
 )
-from olmax.errors import OlmaxError
 
 _STAGED: dict[str, tuple] = {}  # url -> the unpickled tuple, per worker process
 
@@ -56,32 +50,20 @@ class StagedCall:
 
 
 class BeamRunner:
-    """Per-file maps as Beam pipelines (a context: its work folder lives inside it)."""
+    """Per-file maps as Beam pipelines (a context: its `olmax.beam.Workspace` lives inside it)."""
 
     def __init__(self, options_text: str, what: str):
         require_beam()
-        from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
-
         self.what = what
         self.options = pipeline_options(options_text)
         self.description = describe(self.options)
-        temp = self.options.view_as(GoogleCloudOptions).temp_location
-        runner = str(self.options.view_as(StandardOptions).runner or "DirectRunner").lower()
-        if not temp and not any(r in runner for r in ("direct", "prism")):
-            raise OlmaxError(f"--runner beam on {self.description} needs a folder its workers can reach: add "
-                             "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options")
-        self.logs = tempfile.mkdtemp(prefix="olmax-beam-")
-        self.work = (storage.join(temp, f"olmax-{uuid.uuid4().hex[:12]}") if temp
-                     else os.path.join(self.logs, "work"))
-        self.keep_logs = False
+        self.space = Workspace(self.options, what)
 
     def __enter__(self) -> BeamRunner:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        storage.remove_tree(self.work)
-        if not self.keep_logs:
-            shutil.rmtree(self.logs, ignore_errors=True)
+        self.space.__exit__(exc_type, exc, tb)
 
     def map_files(self, name: str, tasks: list, fn: Callable, shared: tuple, order: Callable, **kwargs) -> list:
         """[fn(task, *shared, **kwargs) for task in tasks] (in no particular order) as one pipeline; the
@@ -90,9 +72,9 @@ class BeamRunner:
         if not tasks:
             return []
         beam = require_beam()
-        state = storage.join(self.work, f"{name}-shared.pkl")
+        state = storage.join(self.space.files, f"{name}-shared.pkl")
         storage.write_bytes(state, pickle.dumps(shared, protocol=5))
-        out = storage.join(self.work, name)
+        out = storage.join(self.space.files, name)
         call = guarded(StagedCall(fn, state, kwargs), order)
 
         def build(p):
@@ -103,13 +85,9 @@ class BeamRunner:
             collect(results, out, name)
 
         what = f"{self.what} ({name})"
-        self.keep_logs = True  # a failed pipeline's error names its worker logs: they stay
-        run(build, self.options, self.logs, what)
-        self.keep_logs = False
+        self.space.run(build, what)
         results = collected(out, name)
         raise_first_failure(results)
         if len(results) != len(tasks):
-            self.keep_logs = True
-            raise OlmaxError(f"{what}: {len(results)} results came back for {len(tasks)} tasks; see "
-                             f"{os.path.join(self.logs, 'beam.log')}")
+            raise self.space.failed(f"{what}: {len(results)} results came back for {len(tasks)} tasks")
         return results
