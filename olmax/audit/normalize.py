@@ -221,9 +221,8 @@ def _token(t, i, last):
 
 @njit(cache=True, nogil=True)
 def _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword):
-    """(words, joined tokens) of the first pass when no token holds two runs; (-1, 0) at the first
-    that does. Branch-free: the slot vals[nw] is written every time and kept when the token starts a
-    word (it has a run and does not join); a joined token is recorded likewise."""
+    """(words, joined tokens) of the first pass when no token holds two runs (`_one_run`, branch-free);
+    (-1, 0) at the first that does."""
     last = np.uint64(flags.size - 1)
     nw = 0
     nj = 0
@@ -234,13 +233,7 @@ def _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword):
             return -1, 0
         j = (f >> 1) & prev_end  # starts with a word byte, and the token before ended with one
         prev_end = (f >> 2) & 1
-        s = (f & 1) & (j ^ 1)
-        vals[nw] = tok_pack[tok]
-        first[nw] = i
-        nw += s
-        joined[nj] = i
-        jword[nj] = nw - 1
-        nj += j
+        nw, nj = _one_run(i, f, j, tok_pack[tok], vals, first, joined, jword, nw, nj)
     return nw, nj
 
 
@@ -279,14 +272,22 @@ def _starts_any(t, flags, tok_pack, run_ptr, run_hh, prev_end, vals, first, join
                 first[nw] = i
                 nw += 1
             continue
-        s = (f & 1) & (j ^ 1)
-        vals[nw] = tok_pack[tok]
-        first[nw] = i
-        nw += s
-        joined[nj] = i
-        jword[nj] = nw - 1
-        nj += j
+        nw, nj = _one_run(i, f, j, tok_pack[tok], vals, first, joined, jword, nw, nj)
     return nw, nj
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _one_run(i, f, j, value, vals, first, joined, jword, nw, nj):
+    """Token i (flags f, joining when j) of one run or none, branch-free: the slot vals[nw] is written
+    every time and kept when the token starts a word (it has a run and does not join); a joined token
+    is recorded likewise. Returns the new (words, joined tokens)."""
+    s = (f & 1) & (j ^ 1)
+    vals[nw] = value
+    first[nw] = i
+    nw += s
+    joined[nj] = i
+    jword[nj] = nw - 1
+    return nw, nj + j
 
 
 @njit(cache=True, nogil=True)
