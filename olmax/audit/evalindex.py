@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from olmax.audit.hashing import PrefixHasher, packed_windows
-from olmax.audit.prefilter import WindowFilter, window_sums
+from olmax.audit.hashing import packed_windows
+from olmax.audit.prefilter import WindowFilter
 
 
 def length_salt(k: int) -> np.uint64:
@@ -78,30 +78,32 @@ class SortedKeys:
 class EvalIndex:
     """Exact index of the eval side: sorted keys → (item, n-gram position), plus the prefilters.
 
-    `seqs` holds each item's words as [base-1 values, base-2 values] (normalize.WordTables.words)."""
+    `items` holds each item's packed word values (normalize.WordTables.packed_words)."""
 
-    def __init__(self, seqs: list[list[np.ndarray]], n: int, min_item_words: int, max_items_per_key: int = 0):
+    def __init__(self, items: list[np.ndarray], n: int, min_item_words: int, max_items_per_key: int = 0):
         """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
         side ("which of the following is the"), kept out of the index (`template_keys` counts them)."""
         self.n = n
-        self.lengths_of = np.asarray([s[0].size for s in seqs], dtype=np.int64)
-        keys, items, qs, bag_n = [], [], [], []
-        for i, s in enumerate(seqs):
-            k = s[0].size
-            if k < min_item_words:
-                continue
-            w = n if k >= n else k
-            h = PrefixHasher(s).windows(w)
-            if w == n:
-                bag_n.append(window_sums(_pack(s), n))
-            keys.append(h ^ length_salt(w))
-            items.append(np.full(h.size, i, dtype=np.int64))
-            qs.append(np.arange(h.size, dtype=np.int64))
-        key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+        self.lengths_of = np.asarray([w.size for w in items], dtype=np.int64)
+        # Every item long enough, its words concatenated: an item of k >= n words gives its k - n + 1
+        # n-word windows, a shorter one its whole self; records in item order, then window order.
+        use = np.flatnonzero(self.lengths_of >= min_item_words)
+        k_use = self.lengths_of[use]
+        w_use = np.minimum(k_use, n)  # window length per item
+        per = k_use - w_use + 1  # windows per item
+        words = np.concatenate([np.asarray(items[i], dtype=np.uint64) for i in use]) if use.size \
+            else np.zeros(0, np.uint64)
+        offset = np.cumsum(k_use) - k_use
+        rec_item = np.repeat(use, per)
+        rec_q = np.arange(rec_item.size, dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+        at = np.repeat(offset, per) + rec_q
+        wlen = np.repeat(w_use, per)
+        salts = np.asarray([length_salt(int(k)) for k in range(n + 1)], dtype=np.uint64)
+        key = packed_windows(words, at, wlen) ^ salts[wlen] if at.size else np.zeros(0, np.uint64)
+        bag_n = window_sums_at(words, at[wlen == n], n)
         order = np.argsort(key, kind="stable")
         key = key[order]
-        self.rec_item = (np.concatenate(items) if items else np.zeros(0, np.int64))[order]
-        self.rec_q = (np.concatenate(qs) if qs else np.zeros(0, np.int64))[order]
+        self.rec_item, self.rec_q = rec_item[order], rec_q[order]
         self.template_keys = 0
         if max_items_per_key > 0 and key.size:
             # distinct items per key (records are sorted by key, then by item within a key)
@@ -124,18 +126,17 @@ class EvalIndex:
         # Short items are found through an anchor: their first `anchor` words, probed at every
         # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
         self.anchor = min(self.short_lengths, default=0)
-        shorts = [s for s in seqs if min_item_words <= s[0].size < n] if self.anchor else []
-        anchors = np.asarray([PrefixHasher(s).windows(self.anchor)[0] for s in shorts], dtype=np.uint64)
-        bit = np.asarray([1 << (s[0].size - self.anchor) for s in shorts], dtype=np.int64)
+        short = (k_use < n) if self.anchor else np.zeros(use.size, dtype=bool)
+        anchors = packed_windows(words, offset[short], self.anchor) if short.any() else np.zeros(0, np.uint64)
+        bit = np.left_shift(1, k_use[short] - self.anchor).astype(np.int64)
         self.anchors, inv = np.unique(anchors, return_inverse=True)
         # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
         # hashed at the lengths of the items it could begin
         self.anchor_lengths = np.zeros(self.anchors.size, dtype=np.int64)
         np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
-        self.has_ngrams = bool(bag_n)
-        self.filter = WindowFilter(np.concatenate(bag_n) if bag_n else np.zeros(0, np.uint64))
-        self.anchor_filter = WindowFilter(np.asarray(
-            [window_sums(_pack(s), self.anchor)[0] for s in shorts], dtype=np.uint64))
+        self.has_ngrams = bool(bag_n.size)
+        self.filter = WindowFilter(bag_n)
+        self.anchor_filter = WindowFilter(window_sums_at(words, offset[short], self.anchor))
 
     @property
     def num_keys(self) -> int:
@@ -175,6 +176,12 @@ class EvalIndex:
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
 
 
-def _pack(words: list[np.ndarray]) -> np.ndarray:
-    """[base-1 values, base-2 values] → packed uint64 values (base 1 << 32 | base 2)."""
-    return (np.asarray(words[0], dtype=np.uint64) << np.uint64(32)) | np.asarray(words[1], dtype=np.uint64)
+def window_sums_at(packed: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
+    """uint64: the (wrapping) sums of the length-k windows of packed word values at `starts`: the
+    prefilter's keys (the same sums as prefilter.window_sums)."""
+    if starts.size == 0:
+        return np.zeros(0, np.uint64)
+    s = np.empty(packed.size + 1, dtype=np.uint64)
+    s[0] = 0
+    np.cumsum(packed, out=s[1:])
+    return s[starts + k] - s[starts]

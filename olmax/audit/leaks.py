@@ -52,7 +52,7 @@ import numpy as np
 
 from olmax.audit.align import verify_candidates
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.normalize import NORMALIZATION, WORD_MASK, WordTables, word_tables
+from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
 from olmax.data.shards import local_shard, read_tokens
@@ -290,27 +290,39 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     if not sets:
         raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
     tok = load_tokenizer(tok_path)
-    set_of, seqs, words, all_items, rep_of, dups = [], [], [], [], [], []
+    set_of, indexed, words, all_items, rep_of, dups = [], [], [], [], [], []
     first: dict[bytes, int] = {}
     for s, (name, items) in enumerate(sets):
         ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
-        for it, t in zip(items, ids):
-            packed = tables.packed_words(np.asarray(t, dtype=np.int64), final=True)[0]
+        for it, packed in zip(items, item_words(ids, tables)):
             i = len(all_items)
             r = first.setdefault(packed.tobytes(), i) if packed.size else i
-            seq = [packed >> np.uint64(32), packed & WORD_MASK]
             if r != i:  # the same words as an earlier item: indexed once, decided as that one
                 a = all_items[r]
                 dups.append({"eval": name, "id": it.report_id, "same_as": {"eval": sets[set_of[r]][0],
                                                                           "id": a.report_id}})
-                seq = [packed[:0], packed[:0]]
-            seqs.append(seq)
+            indexed.append(packed if r == i else packed[:0])
             words.append(packed)
             set_of.append(s)
             all_items.append(it)
             rep_of.append(r)
     return EvalSide(sets, np.asarray(set_of, dtype=np.int64), all_items, words, np.asarray(rep_of, np.int64), dups,
-                  EvalIndex(seqs, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
+                    EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
+
+
+def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
+    """Each item's packed words (`tables.packed_words` of its tokens), in one pass over all of them: the
+    items joined with an id past the vocabulary between them (a boundary: no word joins across it, and
+    its own boundary word starts at the separator, so it belongs to no item)."""
+    lengths = np.asarray([len(t) for t in ids], dtype=np.int64)
+    ends = np.cumsum(lengths + 1) - 1  # each item's separator
+    stream = np.full(int(ends[-1]) + 1 if ids else 0, tables.size - 1, dtype=np.uint32)
+    for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
+        stream[e - k:e] = t
+    packed, first_tok, _ = tables.packed_words(stream, final=True)
+    cut = np.searchsorted(first_tok, ends - lengths)  # each item's first word
+    last = np.searchsorted(first_tok, ends)  # its separator's word
+    return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]
 
 
 def probe_path(task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int,

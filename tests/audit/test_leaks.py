@@ -187,3 +187,18 @@ def test_chunking_does_not_change_hits(planted):
     a = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"]))
     b = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"], chunk_tokens=777, threads=1))
     assert a["contaminated"] == b["contaminated"]
+
+
+def test_item_words_in_one_pass_equal_each_item_alone(tokenizer):
+    from olmax.assets import tokenizer_path
+    from olmax.audit.leaks import item_words
+    from olmax.audit.normalize import word_tables
+
+    tables = word_tables(str(tokenizer_path("dolma2", quiet=True)))
+    texts = [it.text for it in _items("arc_easy")[:200]] + ["", "word", "split-word\u00bd end", "caf\u00e9"]
+    ids = tokenizer.encode_batch(texts)
+    ids[3] = ids[3] + [100257]  # an item ending in a special token
+    got = item_words(ids, tables)
+    assert len(got) == len(ids) and got[-4].size == 0 and got[-3].size == 1
+    for t, g in zip(ids, got):
+        np.testing.assert_array_equal(g, tables.packed_words(np.asarray(t, dtype=np.int64))[0])

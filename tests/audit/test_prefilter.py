@@ -41,7 +41,7 @@ def test_probe_finds_exactly_the_keys_a_brute_force_lookup_finds(seed):
         seqs.append([train[0][a:a + k].copy(), train[1][a:a + k].copy()])
     for k in (30, 6, 3):  # unrelated items, and one below min_item_words
         seqs.append(_words(rng, k, vocab=1000))
-    index = EvalIndex(seqs, 13, 4)
+    index = EvalIndex([(w[0] << np.uint64(32)) | w[1] for w in seqs], 13, 4)
     assert index.short_lengths and index.anchor == 4
     packed = (train[0] << np.uint64(32)) | train[1]
     want = _brute(index, train)
