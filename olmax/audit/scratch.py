@@ -1,6 +1,6 @@
 """Per-thread scratch arrays for the audit's compiled kernels (normalize.py, prefilter.py).
 
-A kernel that needs temporaries as large as its input (a 256K-token block) gets them here instead of
+A kernel that needs temporaries as large as its input (a 1M-token chunk) gets them here instead of
 allocating: freshly allocated arrays of several MB come from the allocator as new pages, and touching
 them costs more than the kernel's own work. Each thread keeps its arrays (grown when a larger input
 comes) up to `keep` elements; larger inputs get arrays of their own.
