@@ -84,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="hits kept per window: the first this many documents (bounds memory)")
     lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
-    lk.add_argument("--threads", type=int, default=2)
+    lk.add_argument("--threads", type=int, default=2,
+                    help="training files probed at once (default 2; the compiled passes release the GIL)")
     add_runner_options(lk)
     _out(lk)
     lk.set_defaults(func=locked_out(_leaks, "olmax audit leaks"))
