@@ -33,7 +33,10 @@ def verify_candidates(tokens: np.ndarray, tables: tuple, doc_start: np.ndarray, 
     region's aligned fraction of the item's words (a short item scores 1.0 only for an exact
     contiguous match, else at most 0.999), the span runs from the chain's first word to the word after
     its last window."""
-    return _verify(as_token_ids(tokens), tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
+    # a whole file: shard dtypes as they are (no copy), anything else through as_token_ids
+    tokens = np.asarray(tokens)
+    tokens = tokens if tokens.dtype in (np.uint16, np.uint32) and tokens.flags.c_contiguous else as_token_ids(tokens)
+    return _verify(tokens, tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
                    hit_ptr.astype(np.int64), q.astype(np.int64), pos.astype(np.int64), items.astype(np.uint64),
                    item_ptr.astype(np.int64), item_of.astype(np.int64), n.astype(np.int64), short.astype(np.bool_))
 
