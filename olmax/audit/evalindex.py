@@ -20,23 +20,12 @@ import numpy as np
 import xxhash
 
 from olmax.audit.hashing import packed_windows
-from olmax.audit.prefilter import WindowFilter
+from olmax.audit.prefilter import WindowFilter, window_sums
 
 
 def length_salt(k: int) -> np.uint64:
     """Keys of different window lengths live in one table: xor each length's hashes with its own salt."""
     return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-window-{k}".encode()))
-
-
-def _find(table: np.ndarray, h: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index in the sorted `table`, position) of the hashes `h` found there."""
-    if h.size == 0 or table.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(h)  # sorted queries: the binary searches walk the table in order
-    h, at = h[order], at[order]
-    idx = np.minimum(np.searchsorted(table, h), table.size - 1)
-    ok = table[idx] == h
-    return idx[ok], at[ok]
 
 
 class SortedKeys:
@@ -100,7 +89,7 @@ class EvalIndex:
         wlen = np.repeat(w_use, per)
         salts = np.asarray([length_salt(int(k)) for k in range(n + 1)], dtype=np.uint64)
         key = packed_windows(words, at, wlen) ^ salts[wlen] if at.size else np.zeros(0, np.uint64)
-        bag_n = window_sums_at(words, at[wlen == n], n)
+        bag_n = window_sums(words, n)[at[wlen == n]]
         order = np.argsort(key, kind="stable")
         key = key[order]
         self.rec_item, self.rec_q = rec_item[order], rec_q[order]
@@ -130,13 +119,15 @@ class EvalIndex:
         anchors = packed_windows(words, offset[short], self.anchor) if short.any() else np.zeros(0, np.uint64)
         bit = np.left_shift(1, k_use[short] - self.anchor).astype(np.int64)
         self.anchors, inv = np.unique(anchors, return_inverse=True)
+        self.anchor_lookup = SortedKeys(self.anchors)
         # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
         # hashed at the lengths of the items it could begin
         self.anchor_lengths = np.zeros(self.anchors.size, dtype=np.int64)
         np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
         self.has_ngrams = bool(bag_n.size)
         self.filter = WindowFilter(bag_n)
-        self.anchor_filter = WindowFilter(window_sums_at(words, offset[short], self.anchor))
+        self.anchor_filter = WindowFilter(window_sums(words, self.anchor)[offset[short]] if short.any()
+                                          else np.zeros(0, np.uint64))
 
     @property
     def num_keys(self) -> int:
@@ -158,7 +149,7 @@ class EvalIndex:
         lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
         if a and m - a + 1 > lo:
             cand = self.anchor_filter.window_candidates(packed, a, lo)
-            idx, at = _find(self.anchors, packed_windows(packed, cand, a), cand)
+            idx, at = self.anchor_lookup.find(packed_windows(packed, cand, a), cand)
             # windows of a length some item with this anchor has (bit k - a), that fit and end in
             # the new part (older ones were probed with the last chunk): all lengths in one pass
             ks = self.short_arr
@@ -175,13 +166,3 @@ class EvalIndex:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
 
-
-def window_sums_at(packed: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
-    """uint64: the (wrapping) sums of the length-k windows of packed word values at `starts`: the
-    prefilter's keys (the same sums as prefilter.window_sums)."""
-    if starts.size == 0:
-        return np.zeros(0, np.uint64)
-    s = np.empty(packed.size + 1, dtype=np.uint64)
-    s[0] = 0
-    np.cumsum(packed, out=s[1:])
-    return s[starts + k] - s[starts]
