@@ -24,12 +24,15 @@ import contextlib
 import os
 import pickle
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from olmax import storage
 from olmax.errors import OlmaxError
 
 RUNNERS = ("local", "beam")
@@ -164,12 +167,7 @@ class Workspace:
     names the log; both go when the job ends otherwise."""
 
     def __init__(self, options, what: str, local_dir: str | None = None):
-        import shutil
-        import tempfile
-
         from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
-
-        from olmax import storage
 
         self.options, self.what = options, what
         temp = options.view_as(GoogleCloudOptions).temp_location
@@ -183,15 +181,14 @@ class Workspace:
         self.logs = tempfile.mkdtemp(prefix=slug + "-", dir=local_dir)
         self.files = storage.join(temp, f"{slug}-{uuid.uuid4().hex[:12]}") if temp else os.path.join(self.logs, "work")
         self.keep_logs = False
-        self._rmtree, self._remove_tree = shutil.rmtree, storage.remove_tree
 
     def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._remove_tree(self.files)
+        storage.remove_tree(self.files)
         if not self.keep_logs:
-            self._rmtree(self.logs, ignore_errors=True)
+            shutil.rmtree(self.logs, ignore_errors=True)
 
     def run(self, build: Callable, what: str | None = None) -> float:
         """`run` with this job's options and log folder; the logs stay when it fails."""
@@ -222,8 +219,6 @@ class _SaveBundles:
 
             def finish_bundle(self):
                 if self.lines:
-                    from olmax import storage
-
                     storage.write_bytes(storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"),
                                         b"\n".join(self.lines) + b"\n")
                     self.lines = []
@@ -248,10 +243,10 @@ def collect(pcoll, folder: str, name: str):
     """Write every element of `pcoll` (pickled) into files `folder/name-*.txt`, for `collected`."""
     beam = require_beam()
     return pcoll | f"Save {name} results" >> beam.ParDo(_SaveBundles(folder, name))
+
+
 def collected(folder: str, name: str) -> list:
     """The elements `collect` wrote under `folder/name-*` (in no particular order)."""
-    from olmax import storage
-
     out = []
     for rel in storage.list_files(folder):
         if os.path.basename(rel).startswith(name + "-") and rel.endswith(".txt"):
