@@ -7,8 +7,9 @@ computed at once from prefix sums: S[i] = sum_{t<i} x_t * P^t (wrapping uint64 s
 each term is < 2^51 and a window sums at most MAX_WINDOW = 2^12 of them), then H(window at i) = (S[i+k] - S[i]) *
 P^-i mod p. One pass gives windows of every length k from the same prefix sums, which is how short
 eval items get an exact whole-item probe for free. About 12 numpy operations per token per base; no
-Python call per window. `packed_windows_at` gives the same hashes for a few chosen windows of a long
-array by summing their terms directly (the leak probe's candidates: no prefix sums over all).
+Python call per window. `packed_windows` gives the same hashes for a few chosen windows of a long
+array of packed word values by summing their terms directly (the leak probe's candidates: no prefix
+sums over all).
 
 Collision bound. For two different windows of length k, H_b(w) - H_b(w') is a nonzero polynomial in
 P_b of degree < k over GF(p) (token ids are < 2^20 < p), so for bases drawn independently of the data
@@ -158,20 +159,12 @@ class PrefixHasher:
         return out if out is not None else np.zeros(0, np.uint64)
 
 
-def packed_windows_at(packed: np.ndarray, k: int, starts: np.ndarray, block: int = 1 << 16) -> np.ndarray:
-    """uint64: `PrefixHasher([packed >> 32, packed & (2^32 - 1)]).windows_at(k, starts)` without prefix
-    sums: each window's two halves (values <= MAX_TOKEN) summed term by term, for a few windows of a
-    long array (the candidates that pass the leak probe's prefilter)."""
-    if not 0 < k <= MAX_WINDOW:
-        raise ValueError(f"window length must lie in [1, {MAX_WINDOW}], got {k}")
-    return packed_windows(packed, starts, k, block)
-
-
 def packed_windows(packed: np.ndarray, starts: np.ndarray, lengths: int | np.ndarray,
                    block: int = 1 << 16) -> np.ndarray:
-    """uint64: `packed_windows_at` with one window length for all, or one per window (`lengths` an
-    array like `starts`, each in [1, MAX_WINDOW], each window inside `packed`): windows of several
-    lengths in one pass."""
+    """uint64: `PrefixHasher([packed >> 32, packed & (2^32 - 1)]).windows_at(k, starts)` without prefix
+    sums (each window's two halves, values <= MAX_TOKEN, summed term by term), with one window length
+    k for all, or one per window (`lengths` an array like `starts`, each in [1, MAX_WINDOW], each window
+    inside `packed`): windows of several lengths in one pass."""
     starts = np.asarray(starts, dtype=np.int64)
     out = np.empty(starts.size, dtype=np.uint64)
     if starts.size == 0:

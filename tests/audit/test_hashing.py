@@ -9,7 +9,7 @@ from olmax.audit.hashing import (
     BASES,
     MERSENNE31,
     PrefixHasher,
-    packed_windows_at,
+    packed_windows,
     spans_hashes,
     window_hashes,
 )
@@ -41,11 +41,11 @@ def test_packed_windows_equal_the_prefix_sums(k):
     packed = (v[0] << np.uint64(32)) | v[1]
     starts = rng.integers(0, 3000 - k + 1, size=900)
     want = PrefixHasher(v).windows_at(k, starts)
-    np.testing.assert_array_equal(packed_windows_at(packed, k, starts), want)
-    np.testing.assert_array_equal(packed_windows_at(packed, k, starts, block=k * 5), want)  # blocks
-    np.testing.assert_array_equal(packed_windows_at(packed, k, np.arange(3000 - k + 1)),
+    np.testing.assert_array_equal(packed_windows(packed, starts, k), want)
+    np.testing.assert_array_equal(packed_windows(packed, starts, k, block=k * 5), want)  # blocks
+    np.testing.assert_array_equal(packed_windows(packed, np.arange(3000 - k + 1), k),
                                   PrefixHasher(v).windows(k))
-    assert packed_windows_at(packed, k, np.zeros(0, np.int64)).size == 0
+    assert packed_windows(packed, np.zeros(0, np.int64), k).size == 0
 
 
 def test_distinct_windows_get_distinct_hashes():
