@@ -40,3 +40,4 @@ bench: setup
 
 lint: setup
 	.venv/bin/ruff check olmax tests bench
+	.venv/bin/ruff format --check olmax tests bench

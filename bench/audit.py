@@ -79,21 +79,27 @@ def main() -> None:
         paths = build_corpus(work, int(args.tokens), tok, 50_000_000)
     paths.append(str(plant_shard(work / "plants.npy", tok, args.plants)))
     train_tokens = sum(os.path.getsize(p) for p in paths) // 4
-    print(f"corpus: {train_tokens:,} tokens in {len(paths)} shards, {args.plants:,} planted items "
-          f"({time.perf_counter() - t:.1f}s)")
+    print(
+        f"corpus: {train_tokens:,} tokens in {len(paths)} shards, {args.plants:,} planted items "
+        f"({time.perf_counter() - t:.1f}s)"
+    )
 
     t = time.perf_counter()
     tables = word_tables(tok_path)
     cfg = LeakConfig(StreamSpec(mix="unused"), evals=tuple(EVAL_SETS), ngram=args.ngram, threads=2)
     ev = index_evals(cfg, tok_path, tables)
     index = ev.index
-    print(f"eval index: {len(ev.items):,} items, {index.num_keys:,} keys, {index.template_keys:,} template "
-          f"windows left out ({time.perf_counter() - t:.1f}s)")
+    print(
+        f"eval index: {len(ev.items):,} items, {index.num_keys:,} keys, {index.template_keys:,} template "
+        f"windows left out ({time.perf_counter() - t:.1f}s)"
+    )
 
     data = np.concatenate([np.fromfile(p, dtype=np.uint32) for p in paths[:16]]).tobytes()
     dt = min(_timed(xxhash.xxh3_64_intdigest, data) for _ in range(5))
-    print(f"xxh3-64 over the same bytes ({len(data) / 1e6:.0f} MB, best of 5): {len(data) / dt / 1e9:.2f} "
-          f"GB/s = {len(data) / 4 / dt / 1e6:.0f}M tokens/s (the hashing limit)")
+    print(
+        f"xxh3-64 over the same bytes ({len(data) / 1e6:.0f} MB, best of 5): {len(data) / dt / 1e9:.2f} "
+        f"GB/s = {len(data) / 4 / dt / 1e6:.0f}M tokens/s (the hashing limit)"
+    )
     del data
 
     from concurrent.futures import ThreadPoolExecutor
@@ -102,8 +108,10 @@ def main() -> None:
     cpu0 = time.process_time()
     kept = HitSet(cfg.max_docs_per_key)
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
-        for file_hits, _ in pool.map(lambda fp: probe_file(fp[1], fp[0], index, tables,
-                                                           cap_docs=cfg.max_docs_per_key), enumerate(paths)):
+        for file_hits, _ in pool.map(
+            lambda fp: probe_file(fp[1], fp[0], index, tables, cap_docs=cfg.max_docs_per_key),
+            enumerate(paths),
+        ):
             kept.add(file_hits)
     hits = kept.result()
     wall = time.perf_counter() - t
@@ -113,11 +121,15 @@ def main() -> None:
     cpu_verify = time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     found = {(c["eval"], c["id"]) for c in contaminated}
-    print(f"retrieval: {train_tokens:,} tokens in {wall:.1f}s wall, {cpu_probe:.1f}s CPU, {args.threads} "
-          f"thread(s); {hits.size:,} hits kept ({train_tokens / cpu_probe / 1e6:.1f}M tokens/s per core)")
-    print(f"verification: {stats['pairs']:,} (item, document) pairs, {stats['verified']:,} aligned, "
-          f"{cpu_verify:.2f}s CPU ({100 * cpu_verify / (cpu_probe + cpu_verify):.1f}% of the audit); "
-          f"{len(found):,} items flagged of {args.plants:,} planted; peak RSS {peak:,.0f} MiB")
+    print(
+        f"retrieval: {train_tokens:,} tokens in {wall:.1f}s wall, {cpu_probe:.1f}s CPU, {args.threads} "
+        f"thread(s); {hits.size:,} hits kept ({train_tokens / cpu_probe / 1e6:.1f}M tokens/s per core)"
+    )
+    print(
+        f"verification: {stats['pairs']:,} (item, document) pairs, {stats['verified']:,} aligned, "
+        f"{cpu_verify:.2f}s CPU ({100 * cpu_verify / (cpu_probe + cpu_verify):.1f}% of the audit); "
+        f"{len(found):,} items flagged of {args.plants:,} planted; peak RSS {peak:,.0f} MiB"
+    )
     print(f"audit probe tokens/s per core = {train_tokens / (cpu_probe + cpu_verify) / 1e6:.1f}M")
 
 

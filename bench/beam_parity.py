@@ -70,7 +70,7 @@ def _cut(text: str, limit: int = DOC_CHARS) -> str:
     if len(text) <= limit:
         return text
     end = text.rfind("\n", 0, limit)
-    return text[:end + 1] if end > 0 else text[:limit]
+    return text[: end + 1] if end > 0 else text[:limit]
 
 
 def _chunks(text: str) -> list[str]:
@@ -78,7 +78,7 @@ def _chunks(text: str) -> list[str]:
     while text:
         piece = _cut(text)
         out.append(piece)
-        text = text[len(piece):]
+        text = text[len(piece) :]
     return [p for p in out if p.strip()]
 
 
@@ -126,14 +126,20 @@ def plant(docs: list[dict], rng: random.Random) -> tuple[list[dict], list[dict],
         raise SystemExit(f"{PER_KIND * len(PLANT_KINDS)} eval items wanted, {len(items)} available")
     planted = []
     for k, kind in enumerate(PLANT_KINDS):
-        for name, item in items[k * PER_KIND:(k + 1) * PER_KIND]:
+        for name, item in items[k * PER_KIND : (k + 1) * PER_KIND]:
             base = kind.removesuffix("_one").removesuffix("_many")
             text = lp.TRANSFORMS[base](item.text, rng)
             pasted = lp.paste(text, texts, kind.endswith("_many"), rng, used)
             for h, t in pasted.items():
                 texts[h] = t
-            planted.append({"kind": kind, "eval": name, "id": str(item.id),
-                            "hosts": sorted(docs[h]["id"] for h in pasted)})
+            planted.append(
+                {
+                    "kind": kind,
+                    "eval": name,
+                    "id": str(item.id),
+                    "hosts": sorted(docs[h]["id"] for h in pasted),
+                }
+            )
     # repeated spans: a notice paragraph in 5 documents, a 1200-character block of one stdlib file in 3 more
     for h, t in lp.on_many(NOTICE, texts, rng, used, count=5).items():
         texts[h] = t
@@ -141,7 +147,7 @@ def plant(docs: list[dict], rng: random.Random) -> tuple[list[dict], list[dict],
     donor = rng.choice(code)
     used.add(donor)
     start = texts[donor].find("\n", len(texts[donor]) // 3) + 1
-    block = texts[donor][start:texts[donor].rfind("\n", start, start + 1200)]
+    block = texts[donor][start : texts[donor].rfind("\n", start, start + 1200)]
     for h, t in lp.on_many(block, texts, rng, used, count=3).items():
         texts[h] = t
     for d, t in zip(docs, texts):
@@ -163,11 +169,14 @@ def write_corpus(root: Path, docs: list[dict]) -> dict[str, int]:
         counts[src] = len(mine)
         (root / src).mkdir(parents=True, exist_ok=True)
         for f in range(n):
-            lines = "".join(json.dumps({"id": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n"
-                            for d in mine[f::n]).encode()
+            lines = "".join(
+                json.dumps({"id": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n" for d in mine[f::n]
+            ).encode()
             if f % 2:
-                with open(root / src / f"part-{f:02d}.jsonl.gz", "wb") as raw, \
-                        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                with (
+                    open(root / src / f"part-{f:02d}.jsonl.gz", "wb") as raw,
+                    gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+                ):
                     gz.write(lines)
             else:
                 (root / src / f"part-{f:02d}.jsonl").write_bytes(lines)
@@ -191,16 +200,24 @@ def olmax(args: list[str], log: Path, ok: tuple[int, ...] = (0,)) -> float:
 
 def tree_diff(a: Path, b: Path) -> tuple[int, list[str]]:
     """(files compared, relative paths that differ or exist on one side only), hidden files included."""
+
     def files(root: Path) -> dict[str, Path]:
         return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
 
     fa, fb = files(a), files(b)
-    only = [f"{k} (only {side})" for keys, side in ((set(fa) - set(fb), "local"), (set(fb) - set(fa), "beam"))
-            for k in sorted(keys)]
+    only = [
+        f"{k} (only {side})"
+        for keys, side in ((set(fa) - set(fb), "local"), (set(fb) - set(fa), "beam"))
+        for k in sorted(keys)
+    ]
     differ = []
     for k in sorted(set(fa) & set(fb)):
         if fa[k].read_bytes() != fb[k].read_bytes():
-            fields = json_diff(json.loads(fa[k].read_text()), json.loads(fb[k].read_text())) if k.endswith(".json") else []
+            fields = (
+                json_diff(json.loads(fa[k].read_text()), json.loads(fb[k].read_text()))
+                if k.endswith(".json")
+                else []
+            )
             more = f"; ... {len(fields) - 4} more fields" if len(fields) > 4 else ""
             differ.append(f"{k} (bytes differ{': ' + '; '.join(fields[:4]) + more if fields else ''})")
     return len(set(fa) | set(fb)), only + differ
@@ -210,7 +227,9 @@ def unspell(value, url: str, plain: str, where: str, rewritten: set[str]):
     """`value` (JSON) with `url` replaced by `plain` in every string; `rewritten` gets the top-level fields
     where that happened."""
     if isinstance(value, dict):
-        return {k: unspell(v, url, plain, f"{where}.{k}" if where else k, rewritten) for k, v in value.items()}
+        return {
+            k: unspell(v, url, plain, f"{where}.{k}" if where else k, rewritten) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [unspell(v, url, plain, where, rewritten) for v in value]
     if isinstance(value, str) and url in value:
@@ -254,7 +273,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", help="work in this folder and leave everything there (default: a temp folder)")
     ap.add_argument("--code-files", type=int, default=400, help="stdlib *.py files in the corpus")
-    ap.add_argument("--shard-size", default="200KB", help="prepare's --shard-size (several shards per source)")
+    ap.add_argument(
+        "--shard-size", default="200KB", help="prepare's --shard-size (several shards per source)"
+    )
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -277,9 +298,11 @@ def main() -> None:
         for p in problems:
             print(f"  {p}")
     prep = [p.split(": ", 1)[1].split(" (")[0] for p in problems if p.startswith("prepare: ")]
-    verdicts = [f"prepare {'identical' if rows[0][3] else 'DIFFERS (' + ', '.join(prep) + ')'}",
-                f"leaks {'identical' if rows[1][3] else 'DIFFERS'} ({counts['contaminated']} contaminated)",
-                f"dedup {'identical' if rows[2][3] else 'DIFFERS'}"]
+    verdicts = [
+        f"prepare {'identical' if rows[0][3] else 'DIFFERS (' + ', '.join(prep) + ')'}",
+        f"leaks {'identical' if rows[1][3] else 'DIFFERS'} ({counts['contaminated']} contaminated)",
+        f"dedup {'identical' if rows[2][3] else 'DIFFERS'}",
+    ]
     print("beam parity: " + ", ".join(verdicts))
     sys.exit(1 if problems else 0)
 
@@ -291,64 +314,139 @@ def run_all(root: Path, args) -> tuple[list, list[str], dict]:
     inputs = root / "input"
     per_source = write_corpus(inputs, docs + copies)
     (root / "planted.json").write_text(json.dumps(planted, indent=1) + "\n")
-    print(f"corpus: {per_source} documents in {sum(FILES.values())} files under {inputs}; {len(planted)} eval "
-          f"items planted ({', '.join(f'{k} {PER_KIND}' for k in PLANT_KINDS)}), {len(copies)} duplicate "
-          f"documents, 2 repeated spans in {span_hosts} documents", flush=True)
+    print(
+        f"corpus: {per_source} documents in {sum(FILES.values())} files under {inputs}; {len(planted)} eval "
+        f"items planted ({', '.join(f'{k} {PER_KIND}' for k in PLANT_KINDS)}), {len(copies)} duplicate "
+        f"documents, 2 repeated spans in {span_hosts} documents",
+        flush=True,
+    )
     logs = root / "logs"
     logs.mkdir()
     rows, problems = [], []
 
     # prepare
     print("prepare:", flush=True)
-    common = ["data", "prepare", "--tokenizer", "dolma2", "--shard-size", args.shard_size, "--no-progress",
-              "--workers", "2"]
+    common = [
+        "data",
+        "prepare",
+        "--tokenizer",
+        "dolma2",
+        "--shard-size",
+        args.shard_size,
+        "--no-progress",
+        "--workers",
+        "2",
+    ]
     out_l, out_b = root / "prepared-local", root / "prepared-beam"
-    tl = olmax([*common, "--out", str(out_l), *(f"{s}={inputs / s}" for s in FILES)], logs / "prepare-local.log")
-    tb = olmax([*common, "--out", str(out_b), *(f"{s}=file://{inputs / s}" for s in FILES), "--runner", "beam",
-                f"--pipeline-options={PIPELINE}"], logs / "prepare-beam.log")
+    tl = olmax(
+        [*common, "--out", str(out_l), *(f"{s}={inputs / s}" for s in FILES)], logs / "prepare-local.log"
+    )
+    tb = olmax(
+        [
+            *common,
+            "--out",
+            str(out_b),
+            *(f"{s}=file://{inputs / s}" for s in FILES),
+            "--runner",
+            "beam",
+            f"--pipeline-options={PIPELINE}",
+        ],
+        logs / "prepare-beam.log",
+    )
     n_files, diff = tree_diff(out_l, out_b)
     problems += [f"prepare: {d}" for d in diff]
     manifest = json.loads((out_l / "manifest.json").read_text())
     shards = {k: len(v["shards"]) for k, v in manifest["sources"].items()}
     tokens = sum(v["tokens"] for v in manifest["sources"].values())
-    rows.append(("data prepare", tl, tb, not diff,
-                 f"{n_files} files, shards {shards}, {tokens:,} tokens"))
+    rows.append(("data prepare", tl, tb, not diff, f"{n_files} files, shards {shards}, {tokens:,} tokens"))
 
     # leaks
     print("audit leaks:", flush=True)
     mix = out_l / "mix.txt"
     evals = [a for s in SETS for a in ("--eval", s)]
     rep_l, rep_b = root / "leaks-local.json", root / "leaks-beam.json"
-    tl = olmax(["audit", "leaks", "--mix", str(mix), *evals, "--out", str(rep_l)], logs / "leaks-local.log", ok=(0, 1))
-    tb = olmax(["audit", "leaks", "--mix", f"file://{mix}", *evals, "--out", str(rep_b), "--runner", "beam",
-                f"--pipeline-options={PIPELINE}"], logs / "leaks-beam.log", ok=(0, 1))
+    tl = olmax(
+        ["audit", "leaks", "--mix", str(mix), *evals, "--out", str(rep_l)],
+        logs / "leaks-local.log",
+        ok=(0, 1),
+    )
+    tb = olmax(
+        [
+            "audit",
+            "leaks",
+            "--mix",
+            f"file://{mix}",
+            *evals,
+            "--out",
+            str(rep_b),
+            "--runner",
+            "beam",
+            f"--pipeline-options={PIPELINE}",
+        ],
+        logs / "leaks-beam.log",
+        ok=(0, 1),
+    )
     a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
     problems += [f"leaks: {d}" for d in diff]
     flagged = {(e["eval"], str(e["id"])) for e in a.get("contaminated", [])}
     found = sum((p["eval"], p["id"]) in flagged for p in planted)
     same_lists = a.get("contaminated") == b.get("contaminated")
-    print(f"  contaminated: local {len(a.get('contaminated', []))}, beam {len(b.get('contaminated', []))}; "
-          f"`contaminated` lists equal: {'yes' if same_lists else 'NO'}; planted items flagged {found}/"
-          f"{len(planted)}; file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}")
-    rows.append(("audit leaks", tl, tb, not diff,
-                 f"{len(flagged)} contaminated ({found}/{len(planted)} planted), lists equal "
-                 f"{'yes' if same_lists else 'NO'}, {a['candidates'].get('pairs')} candidate pairs"))
+    print(
+        f"  contaminated: local {len(a.get('contaminated', []))}, beam {len(b.get('contaminated', []))}; "
+        f"`contaminated` lists equal: {'yes' if same_lists else 'NO'}; planted items flagged {found}/"
+        f"{len(planted)}; file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}"
+    )
+    rows.append(
+        (
+            "audit leaks",
+            tl,
+            tb,
+            not diff,
+            f"{len(flagged)} contaminated ({found}/{len(planted)} planted), lists equal "
+            f"{'yes' if same_lists else 'NO'}, {a['candidates'].get('pairs')} candidate pairs",
+        )
+    )
     counts = {"contaminated": len(flagged)}
 
     # dedup
     print("audit dedup:", flush=True)
     rep_l, rep_b = root / "dedup-local.json", root / "dedup-beam.json"
     work = ["--work-dir", str(root / "dedup-work")]
-    tl = olmax(["audit", "dedup", "--mix", str(mix), *work, "--out", str(rep_l)], logs / "dedup-local.log", ok=(0, 1))
-    tb = olmax(["audit", "dedup", "--mix", f"file://{mix}", *work, "--out", str(rep_b), "--runner", "beam",
-                f"--pipeline-options={PIPELINE}"], logs / "dedup-beam.log", ok=(0, 1))
+    tl = olmax(
+        ["audit", "dedup", "--mix", str(mix), *work, "--out", str(rep_l)], logs / "dedup-local.log", ok=(0, 1)
+    )
+    tb = olmax(
+        [
+            "audit",
+            "dedup",
+            "--mix",
+            f"file://{mix}",
+            *work,
+            "--out",
+            str(rep_b),
+            "--runner",
+            "beam",
+            f"--pipeline-options={PIPELINE}",
+        ],
+        logs / "dedup-beam.log",
+        ok=(0, 1),
+    )
     a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
     problems += [f"dedup: {d}" for d in diff]
-    print(f"  duplicate documents {a['duplicate_documents']}, repeated-span tokens {a['repeated_span_tokens']:,}; "
-          f"file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}")
-    rows.append(("audit dedup", tl, tb, not diff,
-                 f"{a['duplicate_documents']} duplicate docs, {a['repeated_span_tokens']:,} repeated-span tokens "
-                 f"({a['repeated_span_windows']:,} windows)"))
+    print(
+        f"  duplicate documents {a['duplicate_documents']}, repeated-span tokens {a['repeated_span_tokens']:,}; "
+        f"file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}"
+    )
+    rows.append(
+        (
+            "audit dedup",
+            tl,
+            tb,
+            not diff,
+            f"{a['duplicate_documents']} duplicate docs, {a['repeated_span_tokens']:,} repeated-span tokens "
+            f"({a['repeated_span_windows']:,} windows)",
+        )
+    )
     return rows, problems, counts
 
 

@@ -59,9 +59,18 @@ def main() -> None:
     from olmax.model.hf_reference import random_hf_model
 
     d = args.d_model
-    shape = dict(vocab_size=100_278, hidden_size=d, intermediate_size=int(d * 8 / 3 / 32 + 0.999) * 32,
-                 num_hidden_layers=args.layers, num_attention_heads=d // 64, num_key_value_heads=d // 64,
-                 sliding_window=4096, max_position_embeddings=8192, eos_token_id=100_257, pad_token_id=100_277)
+    shape = dict(
+        vocab_size=100_278,
+        hidden_size=d,
+        intermediate_size=int(d * 8 / 3 / 32 + 0.999) * 32,
+        num_hidden_layers=args.layers,
+        num_attention_heads=d // 64,
+        num_key_value_heads=d // 64,
+        sliding_window=4096,
+        max_position_embeddings=8192,
+        eos_token_id=100_257,
+        pad_token_id=100_277,
+    )
     hf = random_hf_model(seed=0, **shape)
     hf.config._attn_implementation = "sdpa"
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,17 +92,21 @@ def main() -> None:
         return jax.block_until_ready(forward(state, ids_j))
 
     diff = float(np.abs(run_hf()[:, :64].numpy() - np.asarray(run_olmax()[:, :64])).max())
-    print(f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {shape['intermediate_size']}, "
-          f"vocab 100,278 (olmax padded {model.cfg.padded_vocab}); batch {args.batch} x seq {args.seq}; "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads), jax {jax.__version__} "
-          f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}")
+    print(
+        f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {shape['intermediate_size']}, "
+        f"vocab 100,278 (olmax padded {model.cfg.padded_vocab}); batch {args.batch} x seq {args.seq}; "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), jax {jax.__version__} "
+        f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}"
+    )
     flop = forward_flops(model.cfg, args.seq).total * args.batch
     results = {}
     for name, secs in time_blocks({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
         sec = float(np.median(secs))
         results[name] = tokens / sec
-        print(f"{name:9s} {sec * 1e3:9.1f} ms/forward (median of {len(secs)}, best {min(secs) * 1e3:.1f})  "
-              f"{tokens / sec:10.1f} tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)")
+        print(
+            f"{name:9s} {sec * 1e3:9.1f} ms/forward (median of {len(secs)}, best {min(secs) * 1e3:.1f})  "
+            f"{tokens / sec:10.1f} tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)"
+        )
     print(f"forward tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
 
 

@@ -74,8 +74,18 @@ GIB = 2**30
 REMATS = ("none", "full", "dots", "dots_no_batch")  # olmax.model.config.RematPolicy
 KERNELS = ("cudnn", "jax", "xla", "auto")  # olmax.model.config.AttentionImpl
 # --smoke: a CPU-sized model with the same structure (sliding window below the sequence length)
-SMOKE_MODEL = dict(d_model=64, n_heads=4, n_kv_heads=4, head_dim=16, mlp_hidden=176, vocab_size=1000,
-                   sliding_window=128, max_position_embeddings=256, eos_token_id=999, pad_token_id=998)
+SMOKE_MODEL = dict(
+    d_model=64,
+    n_heads=4,
+    n_kv_heads=4,
+    head_dim=16,
+    mlp_hidden=176,
+    vocab_size=1000,
+    sliding_window=128,
+    max_position_embeddings=256,
+    eos_token_id=999,
+    pad_token_id=998,
+)
 
 if str(REPO) not in sys.path:  # the device machine runs this checkout without installing it
     sys.path.insert(0, str(REPO))
@@ -101,6 +111,7 @@ def recipe_configs(layers: int, remat: str, attention: str, seq: int, smoke: boo
 
 # ----- child processes: one probe, one per table row -----
 
+
 def child_probe(spec: dict) -> dict:
     """Platform facts and the best-of-5 bf16 matmul FLOP/s of an n^3 product (10 per try).
 
@@ -112,8 +123,13 @@ def child_probe(spec: dict) -> dict:
 
     dev = jax.devices()[0]
     stats = dev.memory_stats() or {}
-    facts = {"platform": dev.platform, "device_kind": dev.device_kind, "jax": jax.__version__,
-             "n_devices": jax.device_count(), "bytes_limit": stats.get("bytes_limit")}
+    facts = {
+        "platform": dev.platform,
+        "device_kind": dev.device_kind,
+        "jax": jax.__version__,
+        "n_devices": jax.device_count(),
+        "bytes_limit": stats.get("bytes_limit"),
+    }
     if spec["require_gpu"] and dev.platform != "gpu":
         return facts
     n = spec["matmul_n"]
@@ -143,14 +159,22 @@ def child_row(spec: dict) -> dict:
 
     out: dict = {}
     try:
-        model_cfg, optim_cfg = recipe_configs(spec["layers"], spec["remat"], spec["attention"], spec["seq"],
-                                              spec["smoke"])
+        model_cfg, optim_cfg = recipe_configs(
+            spec["layers"], spec["remat"], spec["attention"], spec["seq"], spec["smoke"]
+        )
         out["attention_resolved"] = resolve_impl(model_cfg.attention_impl, model_cfg.dtype)
         dev = jax.devices()[0]
         mesh = make_mesh(MeshConfig(data=1, fsdp=1), devices=[dev])
         b, seq = spec["batch"], spec["seq"]
-        step = make_train_step(model_cfg, optim_cfg, mesh, n_micro=1, per_device_batch=b,
-                               t_max=optim_cfg.t_max or 1000, ce_chunk=spec["ce_chunk"])
+        step = make_train_step(
+            model_cfg,
+            optim_cfg,
+            mesh,
+            n_micro=1,
+            per_device_batch=b,
+            t_max=optim_cfg.t_max or 1000,
+            ce_chunk=spec["ce_chunk"],
+        )
         abstract, _ = abstract_state(model_cfg, optim_cfg, mesh)
         ids_spec = jax.ShapeDtypeStruct((b, seq), np.int32, sharding=batch_sharding(mesh))
         t0 = time.perf_counter()
@@ -159,12 +183,19 @@ def child_row(spec: dict) -> dict:
         mem = compiled.memory_analysis()
         limit = (dev.memory_stats() or {}).get("bytes_limit")
         if mem is not None:
-            plan = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-                    + mem.temp_size_in_bytes)
+            plan = (
+                mem.argument_size_in_bytes
+                + mem.output_size_in_bytes
+                - mem.alias_size_in_bytes
+                + mem.temp_size_in_bytes
+            )
             out["plan_bytes"] = plan
             if limit and plan > limit:
-                out.update(status="oom", error=f"XLA's buffer plan needs {plan / GIB:.1f} GiB > the "
-                                                f"{limit / GIB:.1f} GiB limit; not allocated")
+                out.update(
+                    status="oom",
+                    error=f"XLA's buffer plan needs {plan / GIB:.1f} GiB > the "
+                    f"{limit / GIB:.1f} GiB limit; not allocated",
+                )
                 return out
         t0 = time.perf_counter()
         state = make_init(model_cfg, optim_cfg, mesh, seed=0)
@@ -201,48 +232,93 @@ def run_child(kind: str, spec: dict, timeout: float, env: dict) -> dict:
         return {"status": "timeout", "error": f"killed after {timeout:.0f} s (--budget-s + {GRACE_S:.0f} s)"}
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            return json.loads(line[len(MARK) :])
     tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
     return {"status": "crash", "error": f"child exited {proc.returncode}: {tail[:300]}"}
 
 
 # ----- the parent: rows, table, extrapolation -----
 
+
 def parse_list(text: str, kind: type) -> list:
     try:
         return [kind(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
-        raise SystemExit(f"gpu_mfu: cannot read {text!r} as a comma-separated list of {kind.__name__}: {e}") from e
+        raise SystemExit(
+            f"gpu_mfu: cannot read {text!r} as a comma-separated list of {kind.__name__}: {e}"
+        ) from e
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layers", default=None, help="layer counts to try, in order; a count at or above one that "
-                   "ran out of memory with the same batch, remat and kernel is skipped (default 4,16,24,32; "
-                   "smoke 2)")
-    p.add_argument("--remat", default="full,dots", help="remat policies per layer count, in order: none, full, "
-                   "dots, dots_no_batch (default full,dots: at 32 layers only full can fit)")
-    p.add_argument("--attention", default=None, help="attention kernels: cudnn, jax, xla, auto (default cudnn, "
-                   "smoke auto; a cudnn row that fails other than for memory is rerun, and later ones run, with xla)")
+    p.add_argument(
+        "--layers",
+        default=None,
+        help="layer counts to try, in order; a count at or above one that "
+        "ran out of memory with the same batch, remat and kernel is skipped (default 4,16,24,32; "
+        "smoke 2)",
+    )
+    p.add_argument(
+        "--remat",
+        default="full,dots",
+        help="remat policies per layer count, in order: none, full, "
+        "dots, dots_no_batch (default full,dots: at 32 layers only full can fit)",
+    )
+    p.add_argument(
+        "--attention",
+        default=None,
+        help="attention kernels: cudnn, jax, xla, auto (default cudnn, "
+        "smoke auto; a cudnn row that fails other than for memory is rerun, and later ones run, with xla)",
+    )
     p.add_argument("--batch", default="1", help="sequences per step, comma-separated (default 1)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default 8192, the recipe's; smoke 256)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per row, median reported (default 5; smoke 3)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps after compilation (default 2; smoke 1)")
-    p.add_argument("--budget-s", type=float, default=400.0, help="start no row past this many seconds; a "
-                   f"running row is killed {GRACE_S:.0f} s later (default 400: all done in under 8 minutes)")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak per GPU for MFU "
-                   "(default 989: H100/H200 SXM datasheet)")
-    p.add_argument("--matmul-n", type=int, default=None, help="size of the measured bf16 matmul peak "
-                   "(default 8192; smoke 256)")
-    p.add_argument("--mem-fraction", default="0.95", help="XLA_PYTHON_CLIENT_MEM_FRACTION for the rows, "
-                   "unless already set (default 0.95; JAX's own default 0.75 would cap a row at ~104 GiB)")
-    p.add_argument("--ce-chunk", type=int, default=None, help="train.ce_chunk (default: olmax's per-backend choice)")
+    p.add_argument(
+        "--seq", type=int, default=None, help="sequence length (default 8192, the recipe's; smoke 256)"
+    )
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed steps per row, median reported (default 5; smoke 3)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps after compilation (default 2; smoke 1)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=400.0,
+        help="start no row past this many seconds; a "
+        f"running row is killed {GRACE_S:.0f} s later (default 400: all done in under 8 minutes)",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=989.0,
+        help="bf16 dense peak per GPU for MFU (default 989: H100/H200 SXM datasheet)",
+    )
+    p.add_argument(
+        "--matmul-n",
+        type=int,
+        default=None,
+        help="size of the measured bf16 matmul peak (default 8192; smoke 256)",
+    )
+    p.add_argument(
+        "--mem-fraction",
+        default="0.95",
+        help="XLA_PYTHON_CLIENT_MEM_FRACTION for the rows, "
+        "unless already set (default 0.95; JAX's own default 0.75 would cap a row at ~104 GiB)",
+    )
+    p.add_argument(
+        "--ce-chunk", type=int, default=None, help="train.ce_chunk (default: olmax's per-backend choice)"
+    )
     p.add_argument("--json", default=None, help="also write every row as JSON to this path")
-    p.add_argument("--smoke", action="store_true", help="tiny model, 2 layers, seq 256: a CPU check of this script")
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny model, 2 layers, seq 256: a CPU check of this script"
+    )
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    defaults = dict(layers="2", seq=256, steps=3, warmup=1, matmul_n=256) if args.smoke else \
-        dict(layers="4,16,24,32", seq=8192, steps=5, warmup=2, matmul_n=8192)
+    defaults = (
+        dict(layers="2", seq=256, steps=3, warmup=1, matmul_n=256)
+        if args.smoke
+        else dict(layers="4,16,24,32", seq=8192, steps=5, warmup=2, matmul_n=8192)
+    )
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -261,8 +337,14 @@ def fmt_gib(n: float | None) -> str:
     return "n/a" if n is None else f"{n / GIB:.1f}"
 
 
-def extrapolate(rows: list[dict], full_layers: int, full_flops_step: dict, peak: float, mm_peak: float,
-                limit: float | None) -> None:
+def extrapolate(
+    rows: list[dict],
+    full_layers: int,
+    full_flops_step: dict,
+    peak: float,
+    mm_peak: float,
+    limit: float | None,
+) -> None:
     """Fit step time and peak memory linearly in layers over rows that differ only in layer count."""
     import numpy as np
 
@@ -278,26 +360,39 @@ def extrapolate(rows: list[dict], full_layers: int, full_flops_step: dict, peak:
         xs = np.array([r["layers"] for r in rs], float)
         slope, icpt = np.polyfit(xs, np.array([r["step_s"] for r in rs]), 1)
         t_full = icpt + slope * full_layers
-        head = (f"extrapolated {full_layers}-layer step (remat {remat}, {attn}, batch {b} x {seq}; layers "
-                f"{','.join(map(str, layer_counts))})")
+        head = (
+            f"extrapolated {full_layers}-layer step (remat {remat}, {attn}, batch {b} x {seq}; layers "
+            f"{','.join(map(str, layer_counts))})"
+        )
         if slope <= 0 or t_full <= 0:
-            print(f"{head}: none, step time does not grow with layers ({slope * 1e3:.1f} ms/layer): timing noise",
-                  flush=True)
+            print(
+                f"{head}: none, step time does not grow with layers ({slope * 1e3:.1f} ms/layer): timing noise",
+                flush=True,
+            )
             done = True
             continue
-        line = (f"{head}: {icpt:.3f} s + {slope * 1e3:.1f} ms/layer -> {t_full:.3f} s, MFU "
-                f"{full_flops_step[b] / t_full / peak:.1%} ({full_flops_step[b] / t_full / mm_peak:.1%} of "
-                "the measured matmul peak)")
+        line = (
+            f"{head}: {icpt:.3f} s + {slope * 1e3:.1f} ms/layer -> {t_full:.3f} s, MFU "
+            f"{full_flops_step[b] / t_full / peak:.1%} ({full_flops_step[b] / t_full / mm_peak:.1%} of "
+            "the measured matmul peak)"
+        )
         peaks = [r.get("peak_bytes") for r in rs]
         if all(p is not None for p in peaks):
             m_slope, m_icpt = np.polyfit(xs, np.array(peaks, float), 1)
             m_full = m_icpt + m_slope * full_layers
-            fits = "" if not limit else (" (fits)" if m_full <= limit else f" (> the {limit / GIB:.1f} GiB limit)")
+            fits = (
+                ""
+                if not limit
+                else (" (fits)" if m_full <= limit else f" (> the {limit / GIB:.1f} GiB limit)")
+            )
             line += f"; peak memory ~{m_full / GIB:.1f} GiB{fits}"
         print(line, flush=True)
         done = True
     if not done:
-        print("extrapolation: needs two layer counts with the same batch, remat and kernel; none here", flush=True)
+        print(
+            "extrapolation: needs two layer counts with the same batch, remat and kernel; none here",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,16 +414,22 @@ def main(argv: list[str] | None = None) -> int:
     from olmax.model.flops import forward_flops
     from olmax.model.transformer import count_params
 
-    probe = run_child("probe", {"matmul_n": args.matmul_n, "require_gpu": not args.smoke}, args.budget_s + GRACE_S,
-                      env)
+    probe = run_child(
+        "probe", {"matmul_n": args.matmul_n, "require_gpu": not args.smoke}, args.budget_s + GRACE_S, env
+    )
     if "platform" not in probe:
-        print(f"gpu_mfu: the device probe failed ({probe['error']}); is JAX installed and a device visible?",
-              file=sys.stderr)
+        print(
+            f"gpu_mfu: the device probe failed ({probe['error']}); is JAX installed and a device visible?",
+            file=sys.stderr,
+        )
         return 1
     if probe["platform"] != "gpu" and not args.smoke:
-        print(f"gpu_mfu: JAX's first device is {probe['platform']} ({probe['device_kind']}), not a GPU. This "
-              "benchmark measures 7B-shaped layers on one H200; run it on the GPU machine (command in this "
-              "file's docstring), or pass --smoke for the CPU check of the script itself.", file=sys.stderr)
+        print(
+            f"gpu_mfu: JAX's first device is {probe['platform']} ({probe['device_kind']}), not a GPU. This "
+            "benchmark measures 7B-shaped layers on one H200; run it on the GPU machine (command in this "
+            "file's docstring), or pass --smoke for the CPU check of the script itself.",
+            file=sys.stderr,
+        )
         return 2
     layers_list, remats = parse_list(args.layers, int), parse_list(args.remat, str)
     attentions, batches = parse_list(args.attention, str), parse_list(args.batch, int)
@@ -343,21 +444,31 @@ def main(argv: list[str] | None = None) -> int:
     mm_peak = probe["matmul_flops"]
     full = forward_flops(full_cfg, args.seq)
     share = {k: getattr(full, k) / full.total for k in ("projections", "attention", "mlp", "lm_head")}
-    print(f"device: {probe['device_kind']} ({probe['platform']}, {probe['n_devices']} visible, 1 used), jax "
-          f"{probe['jax']}, memory limit {fmt_gib(probe['bytes_limit'])} GiB, XLA_FLAGS={env.get('XLA_FLAGS', '')!r}")
-    print(f"model: {RECIPE.relative_to(REPO)} (dtype {base_cfg.dtype}, params fp32): d_model {base_cfg.d_model}, "
-          f"{base_cfg.n_heads} heads x {base_cfg.head_dim}, MLP {base_cfg.mlp_hidden}, vocab {base_cfg.vocab_size} "
-          f"(padded {base_cfg.padded_vocab}), window {base_cfg.sliding_window} on 3 of 4 layers, seq {args.seq}"
-          + ("  [SMOKE: shrunk shapes, not olmo3_7b]" if args.smoke else ""))
-    print(f"full {full_layers}-layer model: {count_params(full_cfg) / 1e9:.2f}B params, forward "
-          f"{full.per_token / 1e9:.3f} GFLOP/token, train 3x = {3 * full.per_token / 1e9:.3f} GFLOP/token; shares: "
-          f"QKVO {share['projections']:.1%}, attention {share['attention']:.1%}, MLP {share['mlp']:.1%}, "
-          f"LM head {share['lm_head']:.1%}")
-    print(f"peaks: --peak-tflops {args.peak_tflops:.0f} TFLOP/s; measured bf16 matmul ({args.matmul_n}^3, best "
-          f"of 5) {mm_peak / 1e12:.1f} TFLOP/s = {mm_peak / peak:.0%} of the flag")
-    header = (f"{'layers':>6} {'batch':>5} {'seq':>5} {'remat':>6} {'attn':>5} {'compile_s':>9} {'step_s':>8} "
-              f"{'tokens/s':>9} {'GFLOP/tok':>9} {'head%':>5} {'TFLOP/s':>8} {'MFU':>6} {'MFU_mm':>6} "
-              f"{'plan_GiB':>8} {'peak_GiB':>8} {'loss':>6}")
+    print(
+        f"device: {probe['device_kind']} ({probe['platform']}, {probe['n_devices']} visible, 1 used), jax "
+        f"{probe['jax']}, memory limit {fmt_gib(probe['bytes_limit'])} GiB, XLA_FLAGS={env.get('XLA_FLAGS', '')!r}"
+    )
+    print(
+        f"model: {RECIPE.relative_to(REPO)} (dtype {base_cfg.dtype}, params fp32): d_model {base_cfg.d_model}, "
+        f"{base_cfg.n_heads} heads x {base_cfg.head_dim}, MLP {base_cfg.mlp_hidden}, vocab {base_cfg.vocab_size} "
+        f"(padded {base_cfg.padded_vocab}), window {base_cfg.sliding_window} on 3 of 4 layers, seq {args.seq}"
+        + ("  [SMOKE: shrunk shapes, not olmo3_7b]" if args.smoke else "")
+    )
+    print(
+        f"full {full_layers}-layer model: {count_params(full_cfg) / 1e9:.2f}B params, forward "
+        f"{full.per_token / 1e9:.3f} GFLOP/token, train 3x = {3 * full.per_token / 1e9:.3f} GFLOP/token; shares: "
+        f"QKVO {share['projections']:.1%}, attention {share['attention']:.1%}, MLP {share['mlp']:.1%}, "
+        f"LM head {share['lm_head']:.1%}"
+    )
+    print(
+        f"peaks: --peak-tflops {args.peak_tflops:.0f} TFLOP/s; measured bf16 matmul ({args.matmul_n}^3, best "
+        f"of 5) {mm_peak / 1e12:.1f} TFLOP/s = {mm_peak / peak:.0%} of the flag"
+    )
+    header = (
+        f"{'layers':>6} {'batch':>5} {'seq':>5} {'remat':>6} {'attn':>5} {'compile_s':>9} {'step_s':>8} "
+        f"{'tokens/s':>9} {'GFLOP/tok':>9} {'head%':>5} {'TFLOP/s':>8} {'MFU':>6} {'MFU_mm':>6} "
+        f"{'plan_GiB':>8} {'peak_GiB':>8} {'loss':>6}"
+    )
     print(header)
     print("-" * len(header), flush=True)
 
@@ -374,17 +485,35 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - t_start
         expected = min(durations) if durations else 0.0
         if elapsed + expected > args.budget_s:
-            print(f"# budget: {len(plan) - i} row(s) not started ({elapsed:.0f} s elapsed, a row takes ~"
-                  f"{expected:.0f} s, --budget-s {args.budget_s:.0f})", flush=True)
+            print(
+                f"# budget: {len(plan) - i} row(s) not started ({elapsed:.0f} s elapsed, a row takes ~"
+                f"{expected:.0f} s, --budget-s {args.budget_s:.0f})",
+                flush=True,
+            )
             break
         if n >= oom_at.get((b, remat, attn), n + 1):  # memory only grows with layers: save the compile
-            print(f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {attn:>5} SKIPPED: {oom_at[(b, remat, attn)]} layers "
-                  "already ran out of memory with these settings", flush=True)
+            print(
+                f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {attn:>5} SKIPPED: {oom_at[(b, remat, attn)]} layers "
+                "already ran out of memory with these settings",
+                flush=True,
+            )
             continue
-        print(f"# row {i + 1}/{len(plan)}: {n} layers, batch {b}, remat {remat}, {attn} (t = {elapsed:.0f} s)",
-              file=sys.stderr, flush=True)
-        spec = dict(layers=n, batch=b, seq=args.seq, remat=remat, attention=attn, steps=args.steps,
-                    warmup=args.warmup, ce_chunk=args.ce_chunk, smoke=args.smoke)
+        print(
+            f"# row {i + 1}/{len(plan)}: {n} layers, batch {b}, remat {remat}, {attn} (t = {elapsed:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        spec = dict(
+            layers=n,
+            batch=b,
+            seq=args.seq,
+            remat=remat,
+            attention=attn,
+            steps=args.steps,
+            warmup=args.warmup,
+            ce_chunk=args.ce_chunk,
+            smoke=args.smoke,
+        )
         t_row = time.perf_counter()
         row = {**spec, **run_child("row", spec, args.budget_s + GRACE_S - elapsed, env)}
         row["wall_s"] = time.perf_counter() - t_row
@@ -400,30 +529,41 @@ def main(argv: list[str] | None = None) -> int:
             row["flops_per_s"] = row["train_flops_per_token"] * row["tokens_per_s"]
             row["mfu"] = row["flops_per_s"] / peak
             row["mfu_measured_peak"] = row["flops_per_s"] / mm_peak
-            print(f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {row['attention_resolved']:>5} {row['compile_s']:>9.1f} "
-                  f"{row['step_s']:>8.3f} {row['tokens_per_s']:>9.0f} {row['train_flops_per_token'] / 1e9:>9.4g} "
-                  f"{row['head_share']:>5.1%} {row['flops_per_s'] / 1e12:>8.4g} {row['mfu']:>6.1%} "
-                  f"{row['mfu_measured_peak']:>6.1%} {fmt_gib(row.get('plan_bytes')):>8} "
-                  f"{fmt_gib(row.get('peak_bytes')):>8} {row['losses'][0]:>6.2f}", flush=True)
+            print(
+                f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {row['attention_resolved']:>5} {row['compile_s']:>9.1f} "
+                f"{row['step_s']:>8.3f} {row['tokens_per_s']:>9.0f} {row['train_flops_per_token'] / 1e9:>9.4g} "
+                f"{row['head_share']:>5.1%} {row['flops_per_s'] / 1e12:>8.4g} {row['mfu']:>6.1%} "
+                f"{row['mfu_measured_peak']:>6.1%} {fmt_gib(row.get('plan_bytes')):>8} "
+                f"{fmt_gib(row.get('peak_bytes')):>8} {row['losses'][0]:>6.2f}",
+                flush=True,
+            )
         else:
-            print(f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {attn:>5} {row['status'].upper()}: {row['error']}",
-                  flush=True)
+            print(
+                f"{n:>6} {b:>5} {args.seq:>5} {remat:>6} {attn:>5} {row['status'].upper()}: {row['error']}",
+                flush=True,
+            )
             if row["status"] == "oom":
                 oom_at[(b, remat, attn)] = min(n, oom_at.get((b, remat, attn), n))
             if attn == "cudnn" and row["status"] in ("error", "crash") and fallback is None:
                 fallback = "xla"
                 plan.insert(i + 1, (n, b, remat, "xla"))
-                print("# cudnn attention failed (not for memory): this row again and the later cudnn rows "
-                      "run with the xla kernel", flush=True)
+                print(
+                    "# cudnn attention failed (not for memory): this row again and the later cudnn rows "
+                    "run with the xla kernel",
+                    flush=True,
+                )
         rows.append(row)
 
     print("-" * len(header))
     ok = [r for r in rows if r["status"] == "ok"]
     full_step_flops = {b: 3 * full.total * b for b in batches}
     shares = {r["layers"]: r["head_share"] for r in rows}
-    print("LM head share of model FLOPs: " + ", ".join(f"{n} layers {s:.1%}" for n, s in sorted(shares.items()))
-          + f"; full {full_layers} layers {share['lm_head']:.1%}. A row's MFU speaks for the full model only as far "
-          "as its head runs at the layers' rate: the extrapolation below removes that bias")
+    print(
+        "LM head share of model FLOPs: "
+        + ", ".join(f"{n} layers {s:.1%}" for n, s in sorted(shares.items()))
+        + f"; full {full_layers} layers {share['lm_head']:.1%}. A row's MFU speaks for the full model only as far "
+        "as its head runs at the layers' rate: the extrapolation below removes that bias"
+    )
     extrapolate(ok, full_layers, full_step_flops, peak, mm_peak, probe["bytes_limit"])
     if args.json:
         from olmax.atomic import write_text
@@ -434,8 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu MFU (olmo3_7b shapes, best row) = n/a (no row completed)")
         return 1
     best = max(ok, key=lambda r: r["mfu"])
-    print(f"best row: {best['layers']} layers, batch {best['batch']}, remat {best['remat']}, "
-          f"{best['attention_resolved']}: {best['mfu_measured_peak']:.1%} of the measured matmul peak")
+    print(
+        f"best row: {best['layers']} layers, batch {best['batch']}, remat {best['remat']}, "
+        f"{best['attention_resolved']}: {best['mfu_measured_peak']:.1%} of the measured matmul peak"
+    )
     print(f"gpu MFU (olmo3_7b shapes, best row) = {100 * best['mfu']:.1f}%", flush=True)
     return 0
 

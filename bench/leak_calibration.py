@@ -46,8 +46,19 @@ from pathlib import Path
 
 import leak_plants as lp
 
-POSITIVE = ("verbatim_one", "verbatim_many", "prefix_one", "prefix_many", "suffix_one", "suffix_many",
-            "substitute", "drop", "markup", "unicode_variants", "rewrap")
+POSITIVE = (
+    "verbatim_one",
+    "verbatim_many",
+    "prefix_one",
+    "prefix_many",
+    "suffix_one",
+    "suffix_many",
+    "substitute",
+    "drop",
+    "markup",
+    "unicode_variants",
+    "rewrap",
+)
 NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
 MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
 SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
@@ -72,7 +83,7 @@ def _cut(text: str, limit: int = DOC_CHARS) -> str:
     if len(text) <= limit:
         return text
     end = text.rfind("\n", 0, limit)
-    return text[:end + 1] if end > 0 else text[:limit]
+    return text[: end + 1] if end > 0 else text[:limit]
 
 
 def _chunks(text: str, limit: int = DOC_CHARS) -> list[str]:
@@ -80,7 +91,7 @@ def _chunks(text: str, limit: int = DOC_CHARS) -> list[str]:
     while text:
         piece = _cut(text, limit)
         out.append(piece)
-        text = text[len(piece):]
+        text = text[len(piece) :]
     return [p for p in out if p.strip()]
 
 
@@ -112,9 +123,12 @@ def _write_shard(path: Path, tok, docs: list[tuple[str, str]]) -> None:
     ids = tok.encode_batch([t for _, t in docs], num_threads=2)
     toks = [np.asarray(list(t) + [DOLMA2_EOS], dtype=np.uint32) for t in ids]
     w = ShardWriter(path, path.parent)
-    w.add_batch(np.concatenate(toks), [len(t) for t in toks],
-                [_Doc(i, "calibration", n + 1) for n, (i, _) in enumerate(docs)],
-                sum(len(t.encode()) for _, t in docs))
+    w.add_batch(
+        np.concatenate(toks),
+        [len(t) for t in toks],
+        [_Doc(i, "calibration", n + 1) for n, (i, _) in enumerate(docs)],
+        sum(len(t.encode()) for _, t in docs),
+    )
     w.close()
 
 
@@ -153,7 +167,7 @@ def _deal(pairs: list, kinds: tuple[str, ...], per_kind: int, rng: random.Random
     take = pairs[:need]
     del pairs[:need]
     rng.shuffle(take)
-    return {k: take[i * per_kind:(i + 1) * per_kind] for i, k in enumerate(kinds)}
+    return {k: take[i * per_kind : (i + 1) * per_kind] for i, k in enumerate(kinds)}
 
 
 # ------------------------------------------------------------------------------------------- one seed
@@ -162,8 +176,17 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     record per eval item {kind, eval, id, hosts}, `hosts` the training document ids it was planted in."""
     rng = random.Random(seed)
     long, short = eval_pools(rng)
-    edited = ("prefix_one", "prefix_many", "suffix_one", "suffix_many", "substitute", "drop", "markup",
-              "unicode_variants", "rewrap")
+    edited = (
+        "prefix_one",
+        "prefix_many",
+        "suffix_one",
+        "suffix_many",
+        "substitute",
+        "drop",
+        "markup",
+        "unicode_variants",
+        "rewrap",
+    )
     dealt = _deal(long, edited, per_kind, rng)
     rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
     rng.shuffle(rest)
@@ -205,8 +228,9 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
-        _write_shard(root / f"{src}.npy", tok,
-                     [(ids[n], texts[n]) for n, (s, _, _) in enumerate(docs) if s == src])
+        _write_shard(
+            root / f"{src}.npy", tok, [(ids[n], texts[n]) for n, (s, _, _) in enumerate(docs) if s == src]
+        )
     (root / "mix.txt").write_text(f"code,{root / 'code.npy'}\nprose,{root / 'prose.npy'}\n")
     specs = []
     for name, rows in sorted(per_set.items()):
@@ -254,8 +278,12 @@ def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
     for r in records:
         f = found.get((r["eval"], r["id"]), {})
         r.update(score=f.get("score", 0.0), flagged=f.get("flagged", False), n_documents=f.get("n_documents"))
-    return {"records": records, "threshold": report.get("settings", {}).get("threshold"),
-            "rule": report.get("rule", ""), "seconds": {"build": t1 - t0, "audit": time.perf_counter() - t1}}
+    return {
+        "records": records,
+        "threshold": report.get("settings", {}).get("threshold"),
+        "rule": report.get("rule", ""),
+        "seconds": {"build": t1 - t0, "audit": time.perf_counter() - t1},
+    }
 
 
 # ------------------------------------------------------------------------------------------- summary
@@ -278,13 +306,20 @@ def summarize(records: list[dict]) -> dict:
     min recall over the positive kinds, overall recall and precision (the report's own flags), and the
     threshold sweep [(threshold, min recall per kind, recall, precision)] over the reported scores."""
     per, min_recall, recall, precision = _counts(records, lambda r: r["flagged"])
-    kinds = {k: {"items": n, "flagged": h, "rate": h / max(1, n), "positive": k in POSITIVE}
-             for k, (n, h) in per.items()}
+    kinds = {
+        k: {"items": n, "flagged": h, "rate": h / max(1, n), "positive": k in POSITIVE}
+        for k, (n, h) in per.items()
+    }
     for k in MANY:
         kinds[k]["full_count"] = sum(r["kind"] == k and r["n_documents"] == len(r["hosts"]) for r in records)
     sweep = [(t, *_counts(records, lambda r, t=t: r["score"] >= t - 1e-9)[1:]) for t in SWEEP]
-    return {"kinds": kinds, "min_recall": min_recall, "recall": recall, "precision": precision,
-            "sweep": sweep}
+    return {
+        "kinds": kinds,
+        "min_recall": min_recall,
+        "recall": recall,
+        "precision": precision,
+        "sweep": sweep,
+    }
 
 
 def pr_curve(records: list[dict], png: Path, marks: list[tuple[float, float, str]]) -> None:
@@ -329,10 +364,14 @@ def print_summary(s: dict, threshold, rule: str) -> None:
     for k, r in s["kinds"].items():
         metric = "recall" if r["positive"] else "false-positive rate"
         print(f"{k:<22} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}")
-    print(f"overall recall {s['recall']:.3f}, precision {s['precision']:.3f}; flag threshold "
-          f"{threshold if threshold is not None else 'n/a'}")
-    print("planted document count reported (n_documents): " + ", ".join(
-        f"{k} {s['kinds'][k]['full_count']}/{s['kinds'][k]['items']}" for k in MANY))
+    print(
+        f"overall recall {s['recall']:.3f}, precision {s['precision']:.3f}; flag threshold "
+        f"{threshold if threshold is not None else 'n/a'}"
+    )
+    print(
+        "planted document count reported (n_documents): "
+        + ", ".join(f"{k} {s['kinds'][k]['full_count']}/{s['kinds'][k]['items']}" for k in MANY)
+    )
     print("threshold sweep (flag when score >= t):")
     print(f"{'t':>6} {'min recall/kind':>16} {'recall':>8} {'precision':>10}")
     for t, mn, rec, prec in s["sweep"]:
@@ -356,16 +395,21 @@ def main() -> None:
         threshold, rule = res["threshold"], res["rule"]
         s = summarize(res["records"])
         sec = res["seconds"]
-        print(f"seed {seed}: min recall per kind {s['min_recall']:.3f}, recall {s['recall']:.3f}, precision "
-              f"{s['precision']:.3f} (build {sec['build']:.1f}s, audit {sec['audit']:.1f}s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"seed {seed}: min recall per kind {s['min_recall']:.3f}, recall {s['recall']:.3f}, precision "
+            f"{s['precision']:.3f} (build {sec['build']:.1f}s, audit {sec['audit']:.1f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
     s = summarize(records)
     print_summary(s, threshold, rule)
     label = "detector's flags" + (f" (score >= {threshold})" if threshold is not None else "")
     pr_curve(records, Path(args.png), [(s["recall"], s["precision"], label)])
     print(f"precision-recall curve: {args.png}")
-    print(f"leak calibration: min recall per kind {s['min_recall']:.3f}, precision {s['precision']:.3f} "
-          f"over {len(seeds)} seeds")
+    print(
+        f"leak calibration: min recall per kind {s['min_recall']:.3f}, precision {s['precision']:.3f} "
+        f"over {len(seeds)} seeds"
+    )
 
 
 if __name__ == "__main__":

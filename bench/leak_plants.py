@@ -37,27 +37,249 @@ _CORE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
 
 # Replacement words for `substitute`: common English words, none of them rare enough to stand out.
 COMMON_WORDS = (
-    "about", "after", "again", "air", "also", "animal", "answer", "area", "around", "away", "back", "ball",
-    "because", "before", "began", "being", "below", "between", "big", "black", "body", "book", "both",
-    "boy", "bring", "build", "call", "came", "car", "care", "carry", "cause", "change", "children", "city",
-    "close", "cold", "color", "common", "country", "cover", "cross", "cut", "dark", "day", "deep", "door",
-    "down", "draw", "during", "early", "earth", "east", "easy", "eat", "end", "enough", "even", "every",
-    "eye", "face", "fact", "family", "far", "farm", "fast", "father", "feel", "few", "field", "fire",
-    "fish", "follow", "food", "foot", "form", "found", "friend", "full", "game", "garden", "girl", "give",
-    "good", "great", "green", "ground", "group", "grow", "hand", "hard", "head", "hear", "heavy", "help",
-    "high", "hold", "home", "horse", "hot", "house", "idea", "important", "island", "keep", "kind", "king",
-    "land", "large", "later", "learn", "leave", "letter", "life", "light", "line", "list", "little",
-    "live", "long", "low", "made", "main", "make", "many", "map", "mark", "measure", "money", "moon",
-    "morning", "mother", "mountain", "move", "much", "music", "name", "near", "need", "never", "next",
-    "night", "north", "notice", "number", "often", "old", "open", "order", "other", "page", "paper",
-    "part", "people", "picture", "place", "plan", "play", "point", "power", "press", "pull", "question",
-    "quick", "rain", "read", "real", "red", "rest", "river", "road", "rock", "room", "round", "run", "say",
-    "school", "sea", "second", "seem", "ship", "short", "show", "side", "simple", "size", "sleep", "slow",
-    "small", "song", "soon", "sound", "south", "space", "stand", "star", "start", "state", "still",
-    "stone", "story", "street", "strong", "study", "sun", "table", "take", "talk", "teach", "thing",
-    "think", "thought", "together", "town", "travel", "tree", "true", "turn", "under", "until", "upon",
-    "usual", "very", "voice", "walk", "want", "warm", "watch", "water", "weather", "week", "west",
-    "white", "whole", "wind", "window", "winter", "wood", "word", "work", "world", "write", "year",
+    "about",
+    "after",
+    "again",
+    "air",
+    "also",
+    "animal",
+    "answer",
+    "area",
+    "around",
+    "away",
+    "back",
+    "ball",
+    "because",
+    "before",
+    "began",
+    "being",
+    "below",
+    "between",
+    "big",
+    "black",
+    "body",
+    "book",
+    "both",
+    "boy",
+    "bring",
+    "build",
+    "call",
+    "came",
+    "car",
+    "care",
+    "carry",
+    "cause",
+    "change",
+    "children",
+    "city",
+    "close",
+    "cold",
+    "color",
+    "common",
+    "country",
+    "cover",
+    "cross",
+    "cut",
+    "dark",
+    "day",
+    "deep",
+    "door",
+    "down",
+    "draw",
+    "during",
+    "early",
+    "earth",
+    "east",
+    "easy",
+    "eat",
+    "end",
+    "enough",
+    "even",
+    "every",
+    "eye",
+    "face",
+    "fact",
+    "family",
+    "far",
+    "farm",
+    "fast",
+    "father",
+    "feel",
+    "few",
+    "field",
+    "fire",
+    "fish",
+    "follow",
+    "food",
+    "foot",
+    "form",
+    "found",
+    "friend",
+    "full",
+    "game",
+    "garden",
+    "girl",
+    "give",
+    "good",
+    "great",
+    "green",
+    "ground",
+    "group",
+    "grow",
+    "hand",
+    "hard",
+    "head",
+    "hear",
+    "heavy",
+    "help",
+    "high",
+    "hold",
+    "home",
+    "horse",
+    "hot",
+    "house",
+    "idea",
+    "important",
+    "island",
+    "keep",
+    "kind",
+    "king",
+    "land",
+    "large",
+    "later",
+    "learn",
+    "leave",
+    "letter",
+    "life",
+    "light",
+    "line",
+    "list",
+    "little",
+    "live",
+    "long",
+    "low",
+    "made",
+    "main",
+    "make",
+    "many",
+    "map",
+    "mark",
+    "measure",
+    "money",
+    "moon",
+    "morning",
+    "mother",
+    "mountain",
+    "move",
+    "much",
+    "music",
+    "name",
+    "near",
+    "need",
+    "never",
+    "next",
+    "night",
+    "north",
+    "notice",
+    "number",
+    "often",
+    "old",
+    "open",
+    "order",
+    "other",
+    "page",
+    "paper",
+    "part",
+    "people",
+    "picture",
+    "place",
+    "plan",
+    "play",
+    "point",
+    "power",
+    "press",
+    "pull",
+    "question",
+    "quick",
+    "rain",
+    "read",
+    "real",
+    "red",
+    "rest",
+    "river",
+    "road",
+    "rock",
+    "room",
+    "round",
+    "run",
+    "say",
+    "school",
+    "sea",
+    "second",
+    "seem",
+    "ship",
+    "short",
+    "show",
+    "side",
+    "simple",
+    "size",
+    "sleep",
+    "slow",
+    "small",
+    "song",
+    "soon",
+    "sound",
+    "south",
+    "space",
+    "stand",
+    "star",
+    "start",
+    "state",
+    "still",
+    "stone",
+    "story",
+    "street",
+    "strong",
+    "study",
+    "sun",
+    "table",
+    "take",
+    "talk",
+    "teach",
+    "thing",
+    "think",
+    "thought",
+    "together",
+    "town",
+    "travel",
+    "tree",
+    "true",
+    "turn",
+    "under",
+    "until",
+    "upon",
+    "usual",
+    "very",
+    "voice",
+    "walk",
+    "want",
+    "warm",
+    "watch",
+    "water",
+    "weather",
+    "week",
+    "west",
+    "white",
+    "whole",
+    "wind",
+    "window",
+    "winter",
+    "wood",
+    "word",
+    "work",
+    "world",
+    "write",
+    "year",
     "young",
 )
 
@@ -80,7 +302,7 @@ def _join_kept(text: str, keep: Sequence[bool]) -> str:
     out, prev = [], 0
     for m, k in zip(_TOKEN.finditer(text), keep):
         if k:
-            out.append((text[prev:m.start()] if out else "") + m.group())
+            out.append((text[prev : m.start()] if out else "") + m.group())
         prev = m.end()
     return "".join(out)
 
@@ -101,7 +323,7 @@ def prefix(text: str, rng: random.Random) -> str:
     spans = list(_TOKEN.finditer(text))
     if not spans:
         return text
-    return text[:spans[_kept_count(len(spans), rng) - 1].end()]
+    return text[: spans[_kept_count(len(spans), rng) - 1].end()]
 
 
 def suffix(text: str, rng: random.Random) -> str:
@@ -109,7 +331,7 @@ def suffix(text: str, rng: random.Random) -> str:
     spans = list(_TOKEN.finditer(text))
     if not spans:
         return text
-    return text[spans[len(spans) - _kept_count(len(spans), rng)].start():]
+    return text[spans[len(spans) - _kept_count(len(spans), rng)].start() :]
 
 
 def _replacement(core: str, rng: random.Random) -> str:
@@ -133,7 +355,7 @@ def substitute(text: str, rng: random.Random) -> str:
         if i % 10 == phase:
             lead, core, trail = _CORE.match(tok).groups()
             tok = lead + _replacement(core, rng) + trail if core else _replacement(tok, rng)
-        out.append(text[prev:m.start()] + tok)
+        out.append(text[prev : m.start()] + tok)
         prev = m.end()
     return "".join(out) + text[prev:]
 
@@ -152,8 +374,12 @@ _PAGE_OPEN = (
     '<section class="question-text">',
 )
 _BLOCKS = (
-    ("<p>", "</p>"), ('<p class="lead">', "</p>"), ("<li>", "</li>"), ('<span class="q">', "</span>"),
-    ('<div class="text-block">', "</div>"), ("", ""),
+    ("<p>", "</p>"),
+    ('<p class="lead">', "</p>"),
+    ("<li>", "</li>"),
+    ('<span class="q">', "</span>"),
+    ('<div class="text-block">', "</div>"),
+    ("", ""),
 )
 _BREAKS = ("\n", " ", "<br/>\n", "\n\n", " <br/> ", "<br>\n")
 
@@ -185,7 +411,7 @@ def markup(text: str, rng: random.Random) -> str:
         if len(sent) >= 2 and rng.random() < 0.6:
             k = rng.randint(1, min(3, len(sent)))
             a = rng.randrange(len(sent) - k + 1)
-            op, cl = _inline(rng.choice(("b", "em", "a", "strong")), sent[a:a + k])
+            op, cl = _inline(rng.choice(("b", "em", "a", "strong")), sent[a : a + k])
             sent[a] = op + sent[a]
             sent[a + k - 1] = sent[a + k - 1] + cl
         op, cl = rng.choice(_BLOCKS)
@@ -194,7 +420,7 @@ def markup(text: str, rng: random.Random) -> str:
     for p in parts[1:]:
         body += rng.choice(_BREAKS) + p
     page = rng.choice(_PAGE_OPEN).format(n=rng.randrange(1000, 99999))
-    close = "</" + page[1:page.index(" ")] + ">"
+    close = "</" + page[1 : page.index(" ")] + ">"
     return page + "\n" + body + "\n" + close
 
 
@@ -239,7 +465,7 @@ def _accent(word: str, rng: random.Random) -> str | None:
     if not spots:
         return None
     i = rng.choice(spots)
-    return word[:i + 1] + rng.choice(("\u0301", "\u0300", "\u0308")) + word[i + 1:]
+    return word[: i + 1] + rng.choice(("\u0301", "\u0300", "\u0308")) + word[i + 1 :]
 
 
 def unicode_variants(text: str, rng: random.Random) -> str:
@@ -262,7 +488,7 @@ def unicode_variants(text: str, rng: random.Random) -> str:
             new = _accent(w, rng)
         elif rng.random() < 0.5:
             new = _ligature(w)
-        out.append((text[prev:m.start()], new or w))
+        out.append((text[prev : m.start()], new or w))
         prev = m.end()
     spaces = [i for i, (sep, _) in enumerate(out) if sep == " "]
     nbsp = set(rng.sample(spaces, max(1, len(spaces) // 6))) if spaces else set()
@@ -286,8 +512,14 @@ def rewrap(text: str, rng: random.Random) -> str:
 
 
 TRANSFORMS = {
-    "verbatim": verbatim, "prefix": prefix, "suffix": suffix, "substitute": substitute, "drop": drop,
-    "markup": markup, "unicode_variants": unicode_variants, "rewrap": rewrap,
+    "verbatim": verbatim,
+    "prefix": prefix,
+    "suffix": suffix,
+    "substitute": substitute,
+    "drop": drop,
+    "markup": markup,
+    "unicode_variants": unicode_variants,
+    "rewrap": rewrap,
 }
 
 
@@ -302,7 +534,7 @@ def on_one(plant: str, host: str, rng: random.Random) -> str:
     cuts = [i for i, c in enumerate(host) if c == " "]
     if cuts:
         cut = rng.choice(cuts)
-        return host[:cut] + "\n" + plant + "\n" + host[cut + 1:]
+        return host[:cut] + "\n" + plant + "\n" + host[cut + 1 :]
     return host + "\n" + plant + "\n"
 
 
@@ -316,8 +548,13 @@ def pick_hosts(n_docs: int, count: int, rng: random.Random, used: set[int]) -> l
     return picked
 
 
-def on_many(plant: str, docs: Sequence[str], rng: random.Random, used: set[int] | None = None,
-            count: int | None = None) -> dict[int, str]:
+def on_many(
+    plant: str,
+    docs: Sequence[str],
+    rng: random.Random,
+    used: set[int] | None = None,
+    count: int | None = None,
+) -> dict[int, str]:
     """`plant` pasted (`on_one`) into `count` distinct documents of `docs` (3-6 drawn when None) not in
     `used`, each at its own point: {document index: its new text}. The picks are added to `used`."""
     used = set() if used is None else used
@@ -336,16 +573,22 @@ def with_boilerplate_line(text: str, line: str) -> str:
     return line + "\n" + text
 
 
-def common_lines(docs: Iterable[str], min_docs: int = 12, min_words: int = 4, min_chars: int = 20
-                 ) -> list[tuple[str, int]]:
+def common_lines(
+    docs: Iterable[str], min_docs: int = 12, min_words: int = 4, min_chars: int = 20
+) -> list[tuple[str, int]]:
     """Lines (stripped) that occur in at least `min_docs` of `docs`, with at least `min_words` words and
     `min_chars` characters of which some are letters: [(line, documents)], most common first."""
     df: Counter[str] = Counter()
     for doc in docs:
         df.update({ln.strip() for ln in doc.splitlines()})
-    keep = [(ln, n) for ln, n in df.items()
-            if n >= min_docs and len(ln) >= min_chars and len(ln.split()) >= min_words
-            and sum(c.isalpha() for c in ln) >= min_chars // 2]
+    keep = [
+        (ln, n)
+        for ln, n in df.items()
+        if n >= min_docs
+        and len(ln) >= min_chars
+        and len(ln.split()) >= min_words
+        and sum(c.isalpha() for c in ln) >= min_chars // 2
+    ]
     return sorted(keep, key=lambda x: (-x[1], x[0]))
 
 
@@ -356,7 +599,7 @@ def independent(texts: Sequence[str], span: int = 8) -> list[int]:
     kept = []
     for i, t in enumerate(texts):
         ws = tuple(re.findall(r"\w+", t.lower()))
-        runs = {ws[j:j + span] for j in range(max(1, len(ws) - span + 1))}
+        runs = {ws[j : j + span] for j in range(max(1, len(ws) - span + 1))}
         if runs & seen:
             continue
         seen |= runs

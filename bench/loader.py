@@ -112,17 +112,30 @@ def describe_dtype(x) -> str:
 def olmo_core_opener(paths: list[str], work_dir: str, num_workers: int, num_threads: int | None):
     from olmo_core.data import DataCollator, NumpyDataLoaderBase, NumpyFSLDataset
 
-    ds = NumpyFSLDataset(*paths, sequence_length=L, pad_token_id=100277, eos_token_id=100257,
-                         vocab_size=100278, dtype=np.uint32)
+    ds = NumpyFSLDataset(
+        *paths,
+        sequence_length=L,
+        pad_token_id=100277,
+        eos_token_id=100257,
+        vocab_size=100278,
+        dtype=np.uint32,
+    )
     ds.work_dir = work_dir
     loader = NumpyDataLoaderBase.wrap_numpy_dataset(
-        ds, global_batch_size=G * L, collator=DataCollator(pad_token_id=100277), work_dir=work_dir,
-        seed=SEED, num_workers=num_workers, num_threads=num_threads)
+        ds,
+        global_batch_size=G * L,
+        collator=DataCollator(pad_token_id=100277),
+        work_dir=work_dir,
+        seed=SEED,
+        num_workers=num_workers,
+        num_threads=num_threads,
+    )
 
     def open_epoch() -> Iterator:
         loader.reset()
         loader.reshuffle(epoch=1)
         return iter(loader)
+
     return open_epoch
 
 
@@ -135,20 +148,28 @@ def bare_opener(paths: list[str]):
 
     def batches() -> Iterator:
         for b in range(len(perm) // G):
-            ids = perm[b * G:(b + 1) * G]
+            ids = perm[b * G : (b + 1) * G]
             files = np.searchsorted(offsets, ids, side="right") - 1
             out = np.empty((G, L), dtype=np.int32)
             for r, (f, i) in enumerate(zip(files, ids - offsets[files])):
                 out[r] = maps[f][i]
             yield {"input_ids": out}
+
     return batches
 
 
 def olmax_opener(mix: str, work_dir: str, threads: int):
     from olmax.data.stream import StreamSpec
 
-    spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=work_dir, num_threads=threads,
-                      prefetch_buffer_size=4)
+    spec = StreamSpec(
+        mix=mix,
+        seq_len=L,
+        global_batch_size=G,
+        seed=SEED,
+        work_dir=work_dir,
+        num_threads=threads,
+        prefetch_buffer_size=4,
+    )
     return spec.open_loader(process_index=0, process_count=1).iterate
 
 
@@ -212,52 +233,77 @@ def resume_bench(out: str) -> None:
     else:
         t = time.perf_counter()
         CachedOrder(work, index.num_instances, SEED, 1)
-        built = f"prebuilt and cached on disk by this run before timing (build: {time.perf_counter() - t:.1f} s)"
-    print(f"stage-1 order file: {index.num_instances:,} instances, {os.path.getsize(path) / 2**30:.2f} GiB, {built}")
+        built = (
+            f"prebuilt and cached on disk by this run before timing (build: {time.perf_counter() - t:.1f} s)"
+        )
+    print(
+        f"stage-1 order file: {index.num_instances:,} instances, {os.path.getsize(path) / 2**30:.2f} GiB, {built}"
+    )
     with open(path, "rb") as f:  # a warm page cache, as on a host that made the file
         while f.read(1 << 26):
             pass
-    child = subprocess.run([sys.executable, "-c", RESUME_CHILD, mix, work, str(RESUME_STEP), str(STAGE1_G)],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", RESUME_CHILD, mix, work, str(RESUME_STEP), str(STAGE1_G)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = [x for x in child.stdout.splitlines() if x.startswith("RESULT")][0].split()
-    print(f"resume at step {RESUME_STEP:,} of a {index.num_instances:,}-instance stage-1 index "
-          f"({STAGE1_FILES} files, G={STAGE1_G}), order file prebuilt and cached (its build not counted): "
-          f"first batch {float(line[1]):.2f} s after imports ({float(line[2]):.2f} s with imports); "
-          f"order resident {int(line[3]) / 1024:.2f} MiB; process RSS {int(line[4]) / 1024:.0f} MiB")
+    print(
+        f"resume at step {RESUME_STEP:,} of a {index.num_instances:,}-instance stage-1 index "
+        f"({STAGE1_FILES} files, G={STAGE1_G}), order file prebuilt and cached (its build not counted): "
+        f"first batch {float(line[1]):.2f} s after imports ({float(line[2]):.2f} s with imports); "
+        f"order resident {int(line[3]) / 1024:.2f} MiB; process RSS {int(line[4]) / 1024:.0f} MiB"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, default=BATCHES_PER_EPOCH - DRAIN - 1,
-                        help="batches per timed round (default: the rest of epoch 1 after the drain)")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=BATCHES_PER_EPOCH - DRAIN - 1,
+        help="batches per timed round (default: the rest of epoch 1 after the drain)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="olmax Grain read threads (its prefetched setting)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="olmax Grain read threads (its prefetched setting)"
+    )
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out", "loader"))
     parser.add_argument("--skip-resume", action="store_true")
     args = parser.parse_args()
     if args.batches + DRAIN + 1 > BATCHES_PER_EPOCH:
-        parser.error(f"--batches must be at most {BATCHES_PER_EPOCH - DRAIN - 1} (one epoch is "
-                     f"{BATCHES_PER_EPOCH} batches)")
+        parser.error(
+            f"--batches must be at most {BATCHES_PER_EPOCH - DRAIN - 1} (one epoch is "
+            f"{BATCHES_PER_EPOCH} batches)"
+        )
 
     paths = make_shards(os.path.join(args.out, "shards"))
     work = os.path.join(args.out, "work")
     mix = os.path.join(args.out, "shards", "mix.txt")
     oc, ox = "olmo-core NumpyFSLDataLoader", "olmax Loader"
     settings = {
-        "oc-sync": Setting(oc, "num_workers=0, num_threads=0 (synchronous)",
-                           olmo_core_opener(paths, work, 0, 0)),
+        "oc-sync": Setting(
+            oc, "num_workers=0, num_threads=0 (synchronous)", olmo_core_opener(paths, work, 0, 0)
+        ),
         "oc-t2": Setting(oc, "num_workers=0, num_threads=2", olmo_core_opener(paths, work, 0, 2)),
-        "oc-default": Setting(oc, "num_workers=0, num_threads=None (default: 4 threads)",
-                              olmo_core_opener(paths, work, 0, None)),
-        "oc-w2": Setting(oc, "num_workers=2 (processes, prefetch_factor 2)", olmo_core_opener(paths, work, 2, None)),
+        "oc-default": Setting(
+            oc, "num_workers=0, num_threads=None (default: 4 threads)", olmo_core_opener(paths, work, 0, None)
+        ),
+        "oc-w2": Setting(
+            oc, "num_workers=2 (processes, prefetch_factor 2)", olmo_core_opener(paths, work, 2, None)
+        ),
         "bare": Setting("bare numpy gather loop", "synchronous", bare_opener(paths)),
         "ox-sync": Setting(ox, "num_threads=0 (synchronous, no prefetch)", olmax_opener(mix, work, 0)),
-        "ox-threads": Setting(ox, f"num_threads={args.threads}, prefetch_buffer_size=4",
-                              olmax_opener(mix, work, args.threads)),
+        "ox-threads": Setting(
+            ox, f"num_threads={args.threads}, prefetch_buffer_size=4", olmax_opener(mix, work, args.threads)
+        ),
     }
-    print(f"{FILES} shards, {FILES * TOKENS_PER_FILE * 4 / 1e6:.0f} MB uint32, L={L}, G={G}; per setting "
-          f"{args.rounds} rounds x {args.batches} batches, rounds interleaved across settings, each timed after "
-          f"draining {DRAIN} batches untimed; best round (median)")
+    print(
+        f"{FILES} shards, {FILES * TOKENS_PER_FILE * 4 / 1e6:.0f} MB uint32, L={L}, G={G}; per setting "
+        f"{args.rounds} rounds x {args.batches} batches, rounds interleaved across settings, each timed after "
+        f"draining {DRAIN} batches untimed; best round (median)"
+    )
     try:
         for _ in range(args.rounds):
             for setting in settings.values():
@@ -266,8 +312,10 @@ def main() -> None:
         for setting in settings.values():
             setting.close()
     for setting in settings.values():
-        print(f"{setting.side:28s} {setting.label:52s} {setting.best / 1e6:7.1f} M tokens/s (median "
-              f"{float(np.median(setting.rates)) / 1e6:6.1f})  input_ids {setting.dtype}")
+        print(
+            f"{setting.side:28s} {setting.label:52s} {setting.best / 1e6:7.1f} M tokens/s (median "
+            f"{float(np.median(setting.rates)) / 1e6:6.1f})  input_ids {setting.dtype}"
+        )
 
     def best_of(keys: list[str]) -> tuple[float, str]:
         key = max(keys, key=lambda k: settings[k].best)
@@ -277,17 +325,25 @@ def main() -> None:
         return f"{a / b:.1f}x"
 
     sync_ox, sync_oc = settings["ox-sync"].best, settings["oc-sync"].best
-    print(f"equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0): "
-          f"olmax/olmo-core = {ratio(sync_ox, sync_oc)}")
+    print(
+        f"equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0): "
+        f"olmax/olmo-core = {ratio(sync_ox, sync_oc)}"
+    )
     if args.threads == 2:
-        print(f"equal parallelism, 2 read threads (olmax num_threads=2 vs olmo-core num_workers=0, "
-              f"num_threads=2): olmax/olmo-core = {ratio(settings['ox-threads'].best, settings['oc-t2'].best)}")
-    print(f"olmax synchronous vs olmo-core default (num_workers=0, 4 threads): olmax/olmo-core = "
-          f"{ratio(sync_ox, settings['oc-default'].best)}")
+        print(
+            f"equal parallelism, 2 read threads (olmax num_threads=2 vs olmo-core num_workers=0, "
+            f"num_threads=2): olmax/olmo-core = {ratio(settings['ox-threads'].best, settings['oc-t2'].best)}"
+        )
+    print(
+        f"olmax synchronous vs olmo-core default (num_workers=0, 4 threads): olmax/olmo-core = "
+        f"{ratio(sync_ox, settings['oc-default'].best)}"
+    )
     best_ox, label_ox = best_of(["ox-sync", "ox-threads"])
     best_oc, label_oc = best_of(["oc-sync", "oc-t2", "oc-default", "oc-w2"])
-    print(f"best vs best on {os.cpu_count()} cores: olmax {best_ox / 1e6:.1f} M tokens/s ({label_ox}) vs olmo-core "
-          f"{best_oc / 1e6:.1f} M tokens/s ({label_oc}): olmax/olmo-core = {ratio(best_ox, best_oc)}")
+    print(
+        f"best vs best on {os.cpu_count()} cores: olmax {best_ox / 1e6:.1f} M tokens/s ({label_ox}) vs olmo-core "
+        f"{best_oc / 1e6:.1f} M tokens/s ({label_oc}): olmax/olmo-core = {ratio(best_ox, best_oc)}"
+    )
     if not args.skip_resume:
         resume_bench(args.out)
     print(f"loader tokens/s olmax/olmo-core = {best_ox / best_oc:.1f}x")

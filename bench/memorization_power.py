@@ -72,7 +72,7 @@ def text_windows(seq_len: int, limit: int) -> np.ndarray:
     for path in sorted(root.glob("*.py")):
         data = path.read_bytes()
         for start in range(0, len(data) - seq_len + 1, seq_len):
-            w = data[start:start + seq_len]
+            w = data[start : start + seq_len]
             if w not in seen and len(set(w)) > 8:  # skip repeats and runs of spaces or '#'
                 seen.add(w)
                 out.append(np.frombuffer(w, np.uint8))
@@ -146,7 +146,7 @@ class Trainer:
         opt_state = self.opt.init(params)
         marks, losses = set(self.st.checkpoint_steps()), []
         for s in range(1, self.st.steps + 1):
-            batch = jnp.asarray(rows[(s - 1) * self.st.batch: s * self.st.batch])
+            batch = jnp.asarray(rows[(s - 1) * self.st.batch : s * self.st.batch])
             params, opt_state, val = self.step(params, opt_state, batch)
             losses.append(val)
             if s in marks:
@@ -167,8 +167,15 @@ def window_ce(model, tokens: np.ndarray) -> np.ndarray:
     return nll / count
 
 
-def run_checks(model, sp: Split, st: Setting, dose: int, losses: np.ndarray, item_ce: list[np.ndarray],
-               fresh_served: np.ndarray) -> dict[str, dict]:
+def run_checks(
+    model,
+    sp: Split,
+    st: Setting,
+    dose: int,
+    losses: np.ndarray,
+    item_ce: list[np.ndarray],
+    fresh_served: np.ndarray,
+) -> dict[str, dict]:
     """Checks 1, 4, 5 on the final model and check 6 on the per-checkpoint item scores."""
     from olmax.evals.curves import Curves
     from olmax.evals.exposure import Exposure
@@ -179,20 +186,39 @@ def run_checks(model, sp: Split, st: Setting, dose: int, losses: np.ndarray, ite
     th = Thresholds()
     label = dose if dose else st.control_label
     tokens = np.concatenate([sp.replayed, fresh_served, sp.unseen])
-    counts = np.concatenate([np.full(len(sp.replayed), label), np.ones(len(fresh_served)), np.zeros(len(sp.unseen))])
-    exp = Exposure(np.arange(len(tokens)), counts.astype(np.int64), np.asarray(["text"] * len(tokens)), tokens,
-                   st.seq_len, None, st.steps, "bench")
+    counts = np.concatenate(
+        [np.full(len(sp.replayed), label), np.ones(len(fresh_served)), np.zeros(len(sp.unseen))]
+    )
+    exp = Exposure(
+        np.arange(len(tokens)),
+        counts.astype(np.int64),
+        np.asarray(["text"] * len(tokens)),
+        tokens,
+        st.seq_len,
+        None,
+        st.steps,
+        "bench",
+    )
     curves = Curves("bench", np.arange(1, st.steps + 1), losses)
     n = len(sp.replayed) + len(sp.clean)
     contaminated = np.arange(n) < len(sp.replayed)
-    scores = SetScores("replayed", tuple(map(str, range(n))), contaminated, np.asarray(st.checkpoint_steps()),
-                       {"ce": np.stack(item_ce)})
-    return {"exposure": check_exposure(model, exp, th, per_stratum=st.per_stratum, probe_len=st.seq_len,
-                                       batch_size=16),
-            "extract": check_extraction(model, exp, th, per_stratum=st.per_stratum, batch_size=16),
-            "train_vs_unseen": check_train_vs_unseen(model, curves, exp, th, per_stratum=st.per_stratum,
-                                                     batch_size=16),
-            "contaminated": gains_report([scores], resamples=st.resamples, thresholds=th)["verdict"]}
+    scores = SetScores(
+        "replayed",
+        tuple(map(str, range(n))),
+        contaminated,
+        np.asarray(st.checkpoint_steps()),
+        {"ce": np.stack(item_ce)},
+    )
+    return {
+        "exposure": check_exposure(
+            model, exp, th, per_stratum=st.per_stratum, probe_len=st.seq_len, batch_size=16
+        ),
+        "extract": check_extraction(model, exp, th, per_stratum=st.per_stratum, batch_size=16),
+        "train_vs_unseen": check_train_vs_unseen(
+            model, curves, exp, th, per_stratum=st.per_stratum, batch_size=16
+        ),
+        "contaminated": gains_report([scores], resamples=st.resamples, thresholds=th)["verdict"],
+    }
 
 
 def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int) -> dict:
@@ -209,9 +235,15 @@ def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: in
     losses = trainer.run(rows, seed, on_checkpoint)
     served_once = sp.fresh[: st.steps * st.batch - dose * len(sp.replayed)][: st.per_stratum]
     checks = run_checks(last["model"], sp, st, dose, losses, item_ce, served_once)
-    return {"seed": seed, "dose": dose, "final_loss": float(losses[-20:].mean()),
-            "checks": {k: {"flagged": bool(v["flagged"]), "status": v["status"], "message": v["message"]}
-                       for k, v in checks.items()}}
+    return {
+        "seed": seed,
+        "dose": dose,
+        "final_loss": float(losses[-20:].mean()),
+        "checks": {
+            k: {"flagged": bool(v["flagged"]), "status": v["status"], "message": v["message"]}
+            for k, v in checks.items()
+        },
+    }
 
 
 # ------------------------------------------------------------------------------------------ table
@@ -222,12 +254,20 @@ def power_table(runs: list[dict], doses: list[int]) -> dict:
         row = {}
         for d in [0, *doses]:
             at = [r["checks"][check] for r in runs if r["dose"] == d]
-            row[str(d)] = {"flagged": sum(c["flagged"] for c in at), "runs": len(at),
-                           "skipped": sum(c["status"] == "skipped" for c in at)}
+            row[str(d)] = {
+                "flagged": sum(c["flagged"] for c in at),
+                "runs": len(at),
+                "skipped": sum(c["status"] == "skipped" for c in at),
+            }
         rate = {d: row[str(d)]["flagged"] / max(row[str(d)]["runs"], 1) for d in doses}
-        smallest = next((d for i, d in enumerate(doses) if all(rate[e] >= DETECT_RATE for e in doses[i:])), None)
-        out[check] = {"by_dose": row, "false_positive_rate": row["0"]["flagged"] / max(row["0"]["runs"], 1),
-                      "smallest_detected_dose": smallest}
+        smallest = next(
+            (d for i, d in enumerate(doses) if all(rate[e] >= DETECT_RATE for e in doses[i:])), None
+        )
+        out[check] = {
+            "by_dose": row,
+            "false_positive_rate": row["0"]["flagged"] / max(row["0"]["runs"], 1),
+            "smallest_detected_dose": smallest,
+        }
     return out
 
 
@@ -239,9 +279,11 @@ def format_table(table: dict, doses: list[int]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for check, t in table.items():
         smallest = t["smallest_detected_dose"]
-        lines.append(f"| {check} | {cell(t['by_dose']['0'])} | "
-                     + " | ".join(cell(t["by_dose"][str(d)]) for d in doses)
-                     + f" | {f'{smallest}x' if smallest else f'not at {doses[-1]}x'} |")
+        lines.append(
+            f"| {check} | {cell(t['by_dose']['0'])} | "
+            + " | ".join(cell(t["by_dose"][str(d)]) for d in doses)
+            + f" | {f'{smallest}x' if smallest else f'not at {doses[-1]}x'} |"
+        )
     return "\n".join(lines)
 
 
@@ -255,10 +297,18 @@ def run_power(st: Setting, seeds: list[int], doses: list[int], log=print) -> dic
         for dose in [0, *doses]:
             runs.append(one_run(trainer, pool, st, seed, dose))
             flags = ", ".join(k for k, v in runs[-1]["checks"].items() if v["flagged"]) or "none"
-            log(f"[{time.monotonic() - t0:6.0f}s] seed {seed} dose {dose:>2}x: final loss "
-                f"{runs[-1]['final_loss']:.3f}, flagged: {flags}")
-    return {"setting": dataclasses.asdict(st), "seeds": seeds, "doses": doses, "runs": runs,
-            "table": power_table(runs, doses), "seconds": time.monotonic() - t0}
+            log(
+                f"[{time.monotonic() - t0:6.0f}s] seed {seed} dose {dose:>2}x: final loss "
+                f"{runs[-1]['final_loss']:.3f}, flagged: {flags}"
+            )
+    return {
+        "setting": dataclasses.asdict(st),
+        "seeds": seeds,
+        "doses": doses,
+        "runs": runs,
+        "table": power_table(runs, doses),
+        "seconds": time.monotonic() - t0,
+    }
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -280,12 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     st = Setting(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)})
     doses = sorted(int(d) for d in args.doses.split(","))
     if doses[-1] * st.replayed > st.steps * st.batch:
-        p.error(f"dose {doses[-1]} x {st.replayed} replayed windows exceeds the {st.steps * st.batch}-row stream")
+        p.error(
+            f"dose {doses[-1]} x {st.replayed} replayed windows exceeds the {st.steps * st.batch}-row stream"
+        )
     result = run_power(st, parse_seeds(args.seeds), doses)
-    print(f"\nsetting: {json.dumps(result['setting'])}; seeds {result['seeds']}; "
-          f"{result['seconds']:.0f} s")
-    print(f"detection rate (runs flagged / runs) per replay dose; 'clean' = dose 0, the false-positive rate; "
-          f"'detects from' = smallest dose flagged in >= {DETECT_RATE:.0%} of seeds there and above")
+    print(f"\nsetting: {json.dumps(result['setting'])}; seeds {result['seeds']}; {result['seconds']:.0f} s")
+    print(
+        f"detection rate (runs flagged / runs) per replay dose; 'clean' = dose 0, the false-positive rate; "
+        f"'detects from' = smallest dose flagged in >= {DETECT_RATE:.0%} of seeds there and above"
+    )
     print(format_table(result["table"], doses))
     if args.out:
         from olmax.jsonio import write_json

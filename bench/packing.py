@@ -54,24 +54,30 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     raw = stage3_lengths(args.docs, args.seed)
-    print(f"{args.docs:,} docs, lognormal(7, 1.5): median {int(np.median(raw)):,}, "
-          f"mean {raw.mean():,.0f}, >8192: {(raw > 8192).mean():.1%}, >65536: {(raw > 65536).mean():.2%}")
+    print(
+        f"{args.docs:,} docs, lognormal(7, 1.5): median {int(np.median(raw)):,}, "
+        f"mean {raw.mean():,.0f}, >8192: {(raw > 8192).mean():.1%}, >65536: {(raw > 65536).mean():.2%}"
+    )
     for max_len in (65536, 8192):
         lengths = np.minimum(raw, max_len)
-        sub = lengths[:args.oc_docs]
+        sub = lengths[: args.oc_docs]
         t_oc, instances, sorted_idx = olmo_core_pack(sub, max_len)
         t_sub, (order, offsets, docs) = olmax_pack(sub, max_len)
         assert np.array_equal(sub[order], (sorted_idx[:, 1] - sorted_idx[:, 0]).astype(np.int64))
         assert docs.tolist() == [d for b in instances for d in b]
         assert offsets.size - 1 == len(instances)
         t_full, (_, full_offsets, _) = olmax_pack(lengths, max_len)
-        print(f"L={max_len}: olmo-core InstancePacker on {sub.size:,} docs (subsample): {t_oc:.2f} s, "
-              f"{sub.size / t_oc:,.0f} docs/s; olmax obfd same docs: {t_sub:.3f} s, {sub.size / t_sub:,.0f} "
-              f"docs/s (identical result); ratio {t_oc / t_sub:.1f}x")
-        print(f"L={max_len}: olmax obfd on all {lengths.size:,} docs: {t_full:.2f} s, "
-              f"{lengths.size / t_full:,.0f} docs/s, {full_offsets.size - 1:,} instances, padding "
-              f"{padding(lengths, full_offsets.size - 1, max_len):.4%} (subsample: "
-              f"{padding(sub, offsets.size - 1, max_len):.4%})")
+        print(
+            f"L={max_len}: olmo-core InstancePacker on {sub.size:,} docs (subsample): {t_oc:.2f} s, "
+            f"{sub.size / t_oc:,.0f} docs/s; olmax obfd same docs: {t_sub:.3f} s, {sub.size / t_sub:,.0f} "
+            f"docs/s (identical result); ratio {t_oc / t_sub:.1f}x"
+        )
+        print(
+            f"L={max_len}: olmax obfd on all {lengths.size:,} docs: {t_full:.2f} s, "
+            f"{lengths.size / t_full:,.0f} docs/s, {full_offsets.size - 1:,} instances, padding "
+            f"{padding(lengths, full_offsets.size - 1, max_len):.4%} (subsample: "
+            f"{padding(sub, offsets.size - 1, max_len):.4%})"
+        )
 
 
 if __name__ == "__main__":

@@ -148,8 +148,15 @@ def build_corpus(input_mb: float) -> Corpus:
         g.close()
         f.close()
     gz_bytes = sum((tmp / n).stat().st_size for n in names)
-    meta = {"version": CORPUS_VERSION, "input_mb": input_mb, "files": names, "text_bytes": text_bytes,
-            "gz_bytes": gz_bytes, "docs": docs, "per_source": per_source}
+    meta = {
+        "version": CORPUS_VERSION,
+        "input_mb": input_mb,
+        "files": names,
+        "text_bytes": text_bytes,
+        "gz_bytes": gz_bytes,
+        "docs": docs,
+        "per_source": per_source,
+    }
     (tmp / "corpus.json").write_text(json.dumps(meta, indent=1) + "\n")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
@@ -244,10 +251,26 @@ def run_dolma(corpus: Corpus, tokenizer: Path, dst: Path, workers: int) -> Timin
     dolma = ensure_dolma()
     shutil.rmtree(dst, ignore_errors=True)
     dst.mkdir(parents=True)
-    cmd = [str(dolma), "tokens", "--documents", corpus.glob, "--destination", str(dst),
-           "--tokenizer.name_or_path", str(tokenizer),
-           "--tokenizer.eos_token_id", str(EOS_ID), "--tokenizer.pad_token_id", str(PAD_ID),
-           "--processes", str(workers), "--dtype", "uint32", "--seed", "0"]
+    cmd = [
+        str(dolma),
+        "tokens",
+        "--documents",
+        corpus.glob,
+        "--destination",
+        str(dst),
+        "--tokenizer.name_or_path",
+        str(tokenizer),
+        "--tokenizer.eos_token_id",
+        str(EOS_ID),
+        "--tokenizer.pad_token_id",
+        str(PAD_ID),
+        "--processes",
+        str(workers),
+        "--dtype",
+        "uint32",
+        "--seed",
+        "0",
+    ]
     # dolma imports nltk, which tries to download `punkt` at import; offline it only logs and goes on.
     return _run_timed("dolma tokens", cmd, dst.parent / "dolma.log")
 
@@ -261,8 +284,20 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int, beam: str
         sys.exit("no `olmax` command next to this Python or on PATH: run `make setup` first")
     shutil.rmtree(dst, ignore_errors=True)
     # --dolma-compat: tokenize text.strip() and skip a second EOS, exactly as `dolma tokens` 1.2.1 does
-    cmd = [olmax, "data", "prepare", "--tokenizer", tokenizer, "--out", str(dst), "--dolma-compat",
-           "--workers", str(workers), "--overwrite", f"bench={corpus.glob}"]
+    cmd = [
+        olmax,
+        "data",
+        "prepare",
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        str(dst),
+        "--dolma-compat",
+        "--workers",
+        str(workers),
+        "--overwrite",
+        f"bench={corpus.glob}",
+    ]
     if beam is not None:
         cmd += ["--runner", "beam", f"--pipeline-options={beam}"]
         return _run_timed("olmax data prepare --runner beam", cmd, dst.parent / "olmax-beam.log")
@@ -272,11 +307,14 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int, beam: str
 def same_bytes(a: Path, b: Path) -> list[str]:
     """Relative paths whose bytes differ between two prepare outputs (or exist in one only): every file,
     the manifest (prepare writes no timing into it) and the resume journal included."""
+
     def files(root: Path) -> dict[str, Path]:
         return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file()}
 
     fa, fb = files(a), files(b)
-    return sorted(set(fa) ^ set(fb)) + sorted(k for k in set(fa) & set(fb) if fa[k].read_bytes() != fb[k].read_bytes())
+    return sorted(set(fa) ^ set(fb)) + sorted(
+        k for k in set(fa) & set(fb) if fa[k].read_bytes() != fb[k].read_bytes()
+    )
 
 
 # --------------------------------------------------------------------------------- reading the outputs
@@ -323,7 +361,9 @@ def read_side(name: str, shard_paths: list[Path]) -> Side:
         covered = 0
         for start, end, doc_id in _sidecar_rows(sidecar):
             if not 0 <= start < end <= len(tokens):
-                side.problems.append(f"{sidecar}: span {start},{end} of {doc_id!r} outside {len(tokens)} tokens")
+                side.problems.append(
+                    f"{sidecar}: span {start},{end} of {doc_id!r} outside {len(tokens)} tokens"
+                )
                 continue
             if tokens[end - 1] != EOS_ID:
                 side.problems.append(f"{sidecar}: {doc_id!r} does not end with EOS {EOS_ID}")
@@ -426,12 +466,14 @@ def show_mismatch(doc_id: str, dolma: Side, olmax: Side, decode: Decode) -> None
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
     k = int(diff[0]) if len(diff) else n
-    print(f"first mismatch: id {doc_id!r}: dolma {len(a):,} tokens, olmax {len(b):,}; first difference at "
-          f"token {k}")
+    print(
+        f"first mismatch: id {doc_id!r}: dolma {len(a):,} tokens, olmax {len(b):,}; first difference at "
+        f"token {k}"
+    )
     lo = max(0, k - 8)
     for name, x in (("dolma", a), ("olmax", b)):
-        print(f"  {name}: ids {x[lo:k + 8].tolist()}")
-        print(f"  {name}: text {decode(x[lo:k + 8])!r}")
+        print(f"  {name}: ids {x[lo : k + 8].tolist()}")
+        print(f"  {name}: text {decode(x[lo : k + 8])!r}")
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -449,8 +491,10 @@ def resolve_tokenizer(name: str) -> Path:
 def _report(name: str, t: Timing, side: Side) -> float:
     """Print one tool's line (and any problems its output has); return its tokens per wall second."""
     rate = side.tokens / t.wall_s
-    print(f"{name}: {t.wall_s:,.1f} s wall, {t.cpu_s:,.1f} s CPU, {side.tokens:,} tokens in "
-          f"{len(side.where):,} docs, {rate:,.0f} tokens/s ({side.tokens / max(t.cpu_s, 1e-9):,.0f} per CPU-s)")
+    print(
+        f"{name}: {t.wall_s:,.1f} s wall, {t.cpu_s:,.1f} s CPU, {side.tokens:,} tokens in "
+        f"{len(side.where):,} docs, {rate:,.0f} tokens/s ({side.tokens / max(t.cpu_s, 1e-9):,.0f} per CPU-s)"
+    )
     for p in side.problems[:5]:
         print(f"  {name} problem: {p}")
     if len(side.problems) > 5:
@@ -464,25 +508,45 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Run AI2's `dolma tokens` and `olmax data prepare` on the same Dolma-format corpus, check "
         "that every document's tokens agree, and compare throughput. The last line printed is "
-        "`prepare tokens/s olmax/dolma = N.Nx`. Exits 1 when any document differs or is missing on one side.")
-    ap.add_argument("--input-mb", type=float, default=160,
-                    help="corpus size in MB (10^6 bytes) of UTF-8 text; built once under bench/out/ and "
-                    "reused (default 160, at least 150 MiB)")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="parallel workers for each tool: dolma --processes, olmax --workers (default 2)")
-    ap.add_argument("--tokenizer", default="dolma2",
-                    help="tokenizer.json path, or `dolma2` to resolve it through olmax.assets (default)")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep both tools' outputs under bench/out/run-<MB>mb/ (deleted by default); a kept "
-                    "dolma output is what --skip-dolma compares against")
-    ap.add_argument("--skip-dolma", action="store_true",
-                    help="do not run dolma; compare with a kept dolma run of the same corpus if there is one")
+        "`prepare tokens/s olmax/dolma = N.Nx`. Exits 1 when any document differs or is missing on one side."
+    )
+    ap.add_argument(
+        "--input-mb",
+        type=float,
+        default=160,
+        help="corpus size in MB (10^6 bytes) of UTF-8 text; built once under bench/out/ and "
+        "reused (default 160, at least 150 MiB)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="parallel workers for each tool: dolma --processes, olmax --workers (default 2)",
+    )
+    ap.add_argument(
+        "--tokenizer",
+        default="dolma2",
+        help="tokenizer.json path, or `dolma2` to resolve it through olmax.assets (default)",
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep both tools' outputs under bench/out/run-<MB>mb/ (deleted by default); a kept "
+        "dolma output is what --skip-dolma compares against",
+    )
+    ap.add_argument(
+        "--skip-dolma",
+        action="store_true",
+        help="do not run dolma; compare with a kept dolma run of the same corpus if there is one",
+    )
     ap.add_argument("--skip-olmax", action="store_true", help="run dolma only (to build a kept reference)")
-    ap.add_argument("--beam-options", default="--runner=DirectRunner --direct_num_workers={workers} "
-                    "--direct_running_mode=multi_processing",
-                    help="also run `olmax data prepare --runner beam` with these pipeline options (reference only: "
-                    "the DirectRunner is Beam's local test runner) and check its output is byte-identical to the "
-                    "local runner's; '' skips it")
+    ap.add_argument(
+        "--beam-options",
+        default="--runner=DirectRunner --direct_num_workers={workers} --direct_running_mode=multi_processing",
+        help="also run `olmax data prepare --runner beam` with these pipeline options (reference only: "
+        "the DirectRunner is Beam's local test runner) and check its output is byte-identical to the "
+        "local runner's; '' skips it",
+    )
     args = ap.parse_args(argv)
 
     tok_path = resolve_tokenizer(args.tokenizer).resolve()
@@ -491,13 +555,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tokenizer: {tok_path} ({note})")
 
     corpus = build_corpus(args.input_mb)
-    print(f"input: {corpus.root}: {corpus.text_bytes:,} bytes of text ({corpus.text_bytes / 1e6:,.1f} MB) in "
-          f"{corpus.docs:,} docs ({', '.join(f'{k} {v:,}' for k, v in sorted(corpus.per_source.items()))}); "
-          f"{N_INPUT_FILES} .jsonl.gz files, {corpus.gz_bytes / 1e6:,.1f} MB")
+    print(
+        f"input: {corpus.root}: {corpus.text_bytes:,} bytes of text ({corpus.text_bytes / 1e6:,.1f} MB) in "
+        f"{corpus.docs:,} docs ({', '.join(f'{k} {v:,}' for k, v in sorted(corpus.per_source.items()))}); "
+        f"{N_INPUT_FILES} .jsonl.gz files, {corpus.gz_bytes / 1e6:,.1f} MB"
+    )
     for p in sorted(corpus.root.glob("*.jsonl.gz")):  # warm the page cache so neither tool pays for it
         p.read_bytes()
-    print(f"workers: {args.workers} each; load average before: {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs (other work on this machine slows both tools)")
+    print(
+        f"workers: {args.workers} each; load average before: {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs (other work on this machine slows both tools)"
+    )
 
     run_dir = OUT / f"run-{args.input_mb:g}mb"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -509,8 +577,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_dolma:
         dolma_t = run_dolma(corpus, tok_path, dolma_dst, args.workers)
         timing_file.write_text(json.dumps({**key, "wall_s": dolma_t.wall_s, "cpu_s": dolma_t.cpu_s}))
-    elif timing_file.exists() and {k: v for k, v in json.loads(timing_file.read_text()).items()
-                                   if k in key} == key:
+    elif (
+        timing_file.exists()
+        and {k: v for k, v in json.loads(timing_file.read_text()).items() if k in key} == key
+    ):
         saved = json.loads(timing_file.read_text())
         dolma_t = Timing(saved["wall_s"], saved["cpu_s"])
         print(f"dolma: reusing the kept run in {dolma_dst}")
@@ -522,10 +592,16 @@ def main(argv: list[str] | None = None) -> int:
         beam_t = run_olmax(corpus, args.tokenizer, beam_dst, args.workers, beam=opts)
         diff = same_bytes(olmax_dst, beam_dst)
         tokens = json.loads((olmax_dst / "manifest.json").read_text())["sources"]["bench"]["tokens"]
-        beam_line = (f"olmax --runner beam ({opts}): {beam_t.wall_s:.1f} s wall, {tokens / beam_t.wall_s / 1e6:.2f} M "
-                     f"tokens/s = {olmax_t.wall_s / beam_t.wall_s:.2f}x the local runner's "
-                     f"{tokens / olmax_t.wall_s / 1e6:.2f} M; output "
-                     + ("byte-identical to the local runner's" if not diff else f"DIFFERS in {len(diff)} files: {diff[:3]}"))
+        beam_line = (
+            f"olmax --runner beam ({opts}): {beam_t.wall_s:.1f} s wall, {tokens / beam_t.wall_s / 1e6:.2f} M "
+            f"tokens/s = {olmax_t.wall_s / beam_t.wall_s:.2f}x the local runner's "
+            f"{tokens / olmax_t.wall_s / 1e6:.2f} M; output "
+            + (
+                "byte-identical to the local runner's"
+                if not diff
+                else f"DIFFERS in {len(diff)} files: {diff[:3]}"
+            )
+        )
         failed_beam = bool(diff)
         if not args.keep:
             shutil.rmtree(beam_dst, ignore_errors=True)
@@ -552,8 +628,10 @@ def main(argv: list[str] | None = None) -> int:
         # (and so dolma) turns these strings into single ids even inside a document's text.
         added = np.array(sorted(tok.get_added_tokens_decoder()), dtype=np.uint32)
         ag = compare(dolma, olmax, decode, added)
-        print(f"agreement: {ag.equal:,} / {ag.total:,} docs equal; {len(ag.mismatched):,} differ; "
-              f"{len(ag.only['dolma']):,} only in dolma, {len(ag.only['olmax']):,} only in olmax")
+        print(
+            f"agreement: {ag.equal:,} / {ag.total:,} docs equal; {len(ag.mismatched):,} differ; "
+            f"{len(ag.only['dolma']):,} only in dolma, {len(ag.only['olmax']):,} only in olmax"
+        )
         examined = sum(ag.causes.values())
         for cause, n in sorted(ag.causes.items(), key=lambda kv: -kv[1]):
             print(f"  {n:,} of the {examined:,} differing docs examined (in id order): {cause}")

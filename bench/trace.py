@@ -34,7 +34,9 @@ def olmax(*args: str) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
         t = time.perf_counter()
-        subprocess.run([str(Path(sys.executable).parent / "olmax"), *args, "--out", out], check=True, capture_output=True)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "olmax"), *args, "--out", out], check=True, capture_output=True
+        )
         wall = time.perf_counter() - t
         return json.loads(Path(out).read_text()), wall
 
@@ -57,10 +59,22 @@ def main() -> None:
         t = time.perf_counter()
         CachedOrder(work, index.num_instances, SEED, 1)
         print(f"order file built: {time.perf_counter() - t:.1f} s")
-    print(f"stage-1 index: {index.num_instances:,} instances, {len(index.paths)} files, G={STAGE1_G}; order file "
-          f"{os.path.getsize(path) / 2**30:.2f} GiB")
-    common = ["--mix", mix, "--seq-len", str(L), "--global-batch-size", str(STAGE1_G), "--seed", str(SEED),
-              "--work-dir", work]
+    print(
+        f"stage-1 index: {index.num_instances:,} instances, {len(index.paths)} files, G={STAGE1_G}; order file "
+        f"{os.path.getsize(path) / 2**30:.2f} GiB"
+    )
+    common = [
+        "--mix",
+        mix,
+        "--seq-len",
+        str(L),
+        "--global-batch-size",
+        str(STAGE1_G),
+        "--seed",
+        str(SEED),
+        "--work-dir",
+        work,
+    ]
     from olmax.data.trace import step_position
 
     bpe = index.num_instances // STAGE1_G
@@ -72,8 +86,10 @@ def main() -> None:
     first = "first (builds the inverse order)" if not os.path.exists(inverse) else "first"
     for attempt in (first, "again"):
         w, wall = olmax("data", "where", *common, *query)
-        print(f"where (a token of step {args.step:,}'s row 0) {attempt}: {w['seconds']:.2f} s after imports "
-              f"({wall:.2f} s with them); steps {w['steps']}")
+        print(
+            f"where (a token of step {args.step:,}'s row 0) {attempt}: {w['seconds']:.2f} s after imports "
+            f"({wall:.2f} s with them); steps {w['steps']}"
+        )
         assert args.step in w["steps"]
     print(f"inverse order: {os.path.getsize(inverse) / 2**30:.2f} GiB beside the order file")
 
@@ -83,26 +99,44 @@ def main() -> None:
     smix = os.path.join(os.path.dirname(shards[0]), "mix.txt")
     sindex = build_index(read_mix(smix), L)
     last = sindex.num_instances // G
-    scommon = ["--mix", smix, "--seq-len", str(L), "--global-batch-size", str(G), "--seed", str(SEED),
-               "--work-dir", work]
+    scommon = [
+        "--mix",
+        smix,
+        "--seq-len",
+        str(L),
+        "--global-batch-size",
+        str(G),
+        "--seed",
+        str(SEED),
+        "--work-dir",
+        work,
+    ]
     for attempt in ("first (builds the document index)", "again"):
         r, wall = olmax("data", "which", *scommon, "--step", str(last))
         segs = sum(len(row["segments"]) for row in r["rows"])
-        print(f"which --step {last:,} ({sindex.num_tokens / 1e6:.0f} M tokens, {len(shards)} files) {attempt}: "
-              f"{r['seconds']:.2f} s after imports ({wall:.2f} s with them); {len(r['rows'])} rows, {segs} segments")
+        print(
+            f"which --step {last:,} ({sindex.num_tokens / 1e6:.0f} M tokens, {len(shards)} files) {attempt}: "
+            f"{r['seconds']:.2f} s after imports ({wall:.2f} s with them); {len(r['rows'])} rows, {segs} segments"
+        )
     ids = CachedOrder(work, index.num_instances, SEED, 1).take(b * STAGE1_G, (b + 1) * STAGE1_G)
     touched = sorted(set(index.locate(ids.astype("int64"))[0].tolist()))
     t = time.perf_counter()
     for f in touched:
         synthetic_sidecar(index.paths[f], index.sizes[f] // 4, seed=f)
-    print(f"synthetic sidecars for the {len(touched)} files step {args.step:,} touches: {time.perf_counter() - t:.1f} s")
+    print(
+        f"synthetic sidecars for the {len(touched)} files step {args.step:,} touches: {time.perf_counter() - t:.1f} s"
+    )
     for attempt in ("first (builds the document index)", "again"):
         s1, wall = olmax("data", "which", *common, "--step", str(args.step))
         segs = sum(len(row["segments"]) for row in s1["rows"])
-        print(f"which --step {args.step:,} (stage-1 index) {attempt}: {s1['seconds']:.2f} s after imports "
-              f"({wall:.2f} s with them); {len(s1['rows'])} rows, {segs} segments")
-    print(f"trace: where {w['seconds']:.2f} s and which {s1['seconds']:.2f} s at stage 1 (which {r['seconds']:.2f} s on "
-          f"the real shards), after imports (target < 1 s)")
+        print(
+            f"which --step {args.step:,} (stage-1 index) {attempt}: {s1['seconds']:.2f} s after imports "
+            f"({wall:.2f} s with them); {len(s1['rows'])} rows, {segs} segments"
+        )
+    print(
+        f"trace: where {w['seconds']:.2f} s and which {s1['seconds']:.2f} s at stage 1 (which {r['seconds']:.2f} s on "
+        f"the real shards), after imports (target < 1 s)"
+    )
 
 
 def synthetic_sidecar(path: str, tokens: int, *, seed: int, mean_doc: float = 1e6) -> None:
@@ -124,7 +158,9 @@ def synthetic_sidecar(path: str, tokens: int, *, seed: int, mean_doc: float = 1e
     starts = np.concatenate([[0], ends[:-1]])
     tmp = out.with_name(out.name + ".tmp")
     with gzip.open(tmp, "wt") as fh:
-        fh.writelines(f"{a},{e},doc-{seed}-{i},bench,\n" for i, (a, e) in enumerate(zip(starts.tolist(), ends.tolist())))
+        fh.writelines(
+            f"{a},{e},doc-{seed}-{i},bench,\n" for i, (a, e) in enumerate(zip(starts.tolist(), ends.tolist()))
+        )
     os.replace(tmp, out)
 
 

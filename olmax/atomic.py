@@ -62,8 +62,10 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise OlmaxError(f"{target}: another olmax process is writing it ({what}, lock {lock}); wait for "
-                             "it to finish, or choose another output") from None
+            raise OlmaxError(
+                f"{target}: another olmax process is writing it ({what}, lock {lock}); wait for "
+                "it to finish, or choose another output"
+            ) from None
         try:
             held = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -86,7 +88,7 @@ def locked_out(fn, what: str):
     def run(args) -> int:
         out = str(args.out)
         if out.startswith("file://"):
-            out = out[len("file://"):]
+            out = out[len("file://") :]
         elif "://" in out:
             return fn(args)
         with exclusive(out, what):

@@ -36,7 +36,9 @@ from olmax import storage
 from olmax.errors import OlmaxError
 
 RUNNERS = ("local", "beam")
-DEFAULT_PIPELINE_OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+DEFAULT_PIPELINE_OPTIONS = (
+    "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+)
 
 
 def require_beam():
@@ -48,8 +50,9 @@ def require_beam():
     try:
         import apache_beam
     except ImportError:
-        raise OlmaxError("--runner beam needs Apache Beam: pip install 'olmax[beam]' (or "
-                         "'apache-beam==2.77.0')") from None
+        raise OlmaxError(
+            "--runner beam needs Apache Beam: pip install 'olmax[beam]' (or 'apache-beam==2.77.0')"
+        ) from None
     finally:
         root.setLevel(level)
     return apache_beam
@@ -65,11 +68,13 @@ class Failed:
 
 def guarded(fn: Callable, order: Callable = lambda x: (0,)) -> Callable:
     """`fn` with an OlmaxError turned into a `Failed` result (ordered by `order(element)`)."""
+
     def call(element):
         try:
             return fn(element)
         except OlmaxError as e:
             return Failed(tuple(order(element)), str(e))
+
     return call
 
 
@@ -91,10 +96,17 @@ def pipeline_options(text: str | None):
         raise OlmaxError(f"--pipeline-options {text!r}: {e}") from None
     if not any(a == "--runner" or a.startswith("--runner=") for a in args):
         args = ["--runner=DirectRunner", *args]
-    runner = next((a.split("=", 1)[1] if "=" in a else args[i + 1]
-                   for i, a in enumerate(args) if a == "--runner" or a.startswith("--runner=")), "")
+    runner = next(
+        (
+            a.split("=", 1)[1] if "=" in a else args[i + 1]
+            for i, a in enumerate(args)
+            if a == "--runner" or a.startswith("--runner=")
+        ),
+        "",
+    )
     if runner.lower() in ("directrunner", "direct") and not any(
-            a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in args):
+        a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in args
+    ):
         args += ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     return PipelineOptions(args + ["--default_sdk_harness_log_level=ERROR"])
 
@@ -173,13 +185,17 @@ class Workspace:
         temp = options.view_as(GoogleCloudOptions).temp_location
         runner = str(options.view_as(StandardOptions).runner or "DirectRunner").lower()
         if not temp and not any(r in runner for r in ("direct", "prism")):
-            raise OlmaxError(f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
-                             "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options")
+            raise OlmaxError(
+                f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
+                "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options"
+            )
         slug = f"olmax-{what.removeprefix('olmax ').replace(' ', '-')}"
         if local_dir:
             os.makedirs(local_dir, exist_ok=True)
         self.logs = tempfile.mkdtemp(prefix=slug + "-", dir=local_dir)
-        self.files = storage.join(temp, f"{slug}-{uuid.uuid4().hex[:12]}") if temp else os.path.join(self.logs, "work")
+        self.files = (
+            storage.join(temp, f"{slug}-{uuid.uuid4().hex[:12]}") if temp else os.path.join(self.logs, "work")
+        )
         self.keep_logs = False
 
     def __enter__(self) -> Workspace:
@@ -219,8 +235,9 @@ class _SaveBundles:
 
             def finish_bundle(self):
                 if self.lines:
-                    storage.write_bytes(storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"),
-                                        b"\n".join(self.lines) + b"\n")
+                    storage.write_bytes(
+                        storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"), b"\n".join(self.lines) + b"\n"
+                    )
                     self.lines = []
 
         return Save()
@@ -232,7 +249,9 @@ def _cause(e: BaseException) -> str:
     import re
 
     text = str(e)
-    found = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+?)(?: \[while running .*)?$", text, re.M)
+    found = re.findall(
+        r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.+?)(?: \[while running .*)?$", text, re.M
+    )
     if found:
         kind, msg = found[-1]
         return f"{kind.rsplit('.', 1)[-1]}: {msg}"

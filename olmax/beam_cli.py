@@ -8,14 +8,21 @@ from olmax.beam import DEFAULT_PIPELINE_OPTIONS, RUNNERS
 
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--runner", choices=RUNNERS, default="local",
-                   help="local: threads on this machine (default); beam: an Apache Beam pipeline (pip install "
-                   "'olmax[beam]'), the same per-file functions and the same output, on the runner "
-                   "--pipeline-options names")
-    p.add_argument("--pipeline-options", metavar="\"FLAGS\"",
-                   help="Beam's own flags for --runner beam, one quoted string given with '=' "
-                   f"(default: \"{DEFAULT_PIPELINE_OPTIONS}\"); e.g. --pipeline-options=\"--runner=DataflowRunner "
-                   "--project=P --region=us-central1 --temp_location=gs://B/tmp\"")
+    p.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default="local",
+        help="local: threads on this machine (default); beam: an Apache Beam pipeline (pip install "
+        "'olmax[beam]'), the same per-file functions and the same output, on the runner "
+        "--pipeline-options names",
+    )
+    p.add_argument(
+        "--pipeline-options",
+        metavar='"FLAGS"',
+        help="Beam's own flags for --runner beam, one quoted string given with '=' "
+        f'(default: "{DEFAULT_PIPELINE_OPTIONS}"); e.g. --pipeline-options="--runner=DataflowRunner '
+        '--project=P --region=us-central1 --temp_location=gs://B/tmp"',
+    )
 
 
 def beam_options(args: argparse.Namespace) -> str | None:

@@ -15,8 +15,15 @@ import sys
 from olmax.errors import OlmaxError
 
 # Areas whose `register(subparsers)` adds subcommands, in `olmax --help` order.
-_AREAS = ("olmax.assets_cli", "olmax.data.cli", "olmax.audit.cli", "olmax.model.cli",
-          "olmax.train.cli", "olmax.evals.cli", "olmax.demo_cli")
+_AREAS = (
+    "olmax.assets_cli",
+    "olmax.data.cli",
+    "olmax.audit.cli",
+    "olmax.model.cli",
+    "olmax.train.cli",
+    "olmax.evals.cli",
+    "olmax.demo_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # a full disk (or a file-size limit) is the machine's state, not a bug: one line, no traceback;
         # every output is written to a temporary name and renamed, so what was there before is intact
-        print(f"olmax: error: {e.filename or 'an output file'}: {e.strerror} while writing; free disk space "
-              "and rerun the same command", file=sys.stderr)
+        print(
+            f"olmax: error: {e.filename or 'an output file'}: {e.strerror} while writing; free disk space "
+            "and rerun the same command",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("olmax: interrupted", file=sys.stderr)

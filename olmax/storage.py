@@ -34,9 +34,11 @@ def url_filesystem(url: str):
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as e:
-        raise OlmaxError(f"{url}: reading this URL needs an fsspec backend that is not installed "
-                         f"({e}); install it (s3fs for s3://, gcsfs for gs://, aiohttp for https://) "
-                         f"or use a local mirror with --base-dir") from e
+        raise OlmaxError(
+            f"{url}: reading this URL needs an fsspec backend that is not installed "
+            f"({e}); install it (s3fs for s3://, gcsfs for gs://, aiohttp for https://) "
+            f"or use a local mirror with --base-dir"
+        ) from e
 
 
 def local_path(path: str) -> str | None:
@@ -71,8 +73,14 @@ def size_and_version(path: str) -> list:
         return [st.st_size, st.st_mtime_ns]
     fs, p = url_filesystem(path)
     info = fs.info(p)
-    version = next((str(info[k]) for k in ("etag", "ETag", "md5Hash", "mtime", "updated", "LastModified", "created")
-                    if info.get(k) is not None), "")
+    version = next(
+        (
+            str(info[k])
+            for k in ("etag", "ETag", "md5Hash", "mtime", "updated", "LastModified", "created")
+            if info.get(k) is not None
+        ),
+        "",
+    )
     return [int(info.get("size") or 0), version]
 
 
@@ -184,12 +192,14 @@ def list_files(folder: str) -> list[str]:
     local = local_path(folder)
     if local is not None:
         root = Path(local)
-        return sorted(str(f.relative_to(root)) for f in root.rglob("*") if f.is_file()) if root.exists() else []
+        return (
+            sorted(str(f.relative_to(root)) for f in root.rglob("*") if f.is_file()) if root.exists() else []
+        )
     fs, p = url_filesystem(folder)
     if not fs.exists(p):
         return []
     base = p.rstrip("/") + "/"
-    return sorted(x[len(base):] for x in fs.find(p) if x.startswith(base))
+    return sorted(x[len(base) :] for x in fs.find(p) if x.startswith(base))
 
 
 class StagedDir:

@@ -31,8 +31,13 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text(), str(path))
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and getattr(block.test, "id", None) == "TYPE_CHECKING" for stmt in block.body for n in ast.walk(stmt)}
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
     out = []
     for node in ast.walk(tree):
         if id(node) in typing_only:
@@ -68,7 +73,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for n in sorted(edges.get(m, ())):
             if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         stack.pop()
@@ -103,7 +108,10 @@ def test_library_never_imports_the_cli_or_the_demo(name):
 
 
 def test_no_private_name_crosses_a_module():
-    crossing = [f"{MODULES[m]}:{line} imports {name} from {target}" for m in MODULES
-                for target, name, line in _imports(m)
-                if name and name.startswith("_") and not name.startswith("__") and target != m]
+    crossing = [
+        f"{MODULES[m]}:{line} imports {name} from {target}"
+        for m in MODULES
+        for target, name, line in _imports(m)
+        if name and name.startswith("_") and not name.startswith("__") and target != m
+    ]
     assert not crossing, "\n".join(crossing)

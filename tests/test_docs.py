@@ -19,8 +19,11 @@ def _files() -> list[Path]:
         if p.is_file():
             out.append(p)
         elif p.is_dir():
-            out += [f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in SUFFIXES
-                    and "__pycache__" not in f.parts]
+            out += [
+                f
+                for f in sorted(p.rglob("*"))
+                if f.is_file() and f.suffix in SUFFIXES and "__pycache__" not in f.parts
+            ]
     return out
 
 
@@ -52,7 +55,7 @@ def _problems(path: Path) -> list[str]:
     problems = []
     for m in DOC_PATH.finditer(text):
         file, _, anchor = m.group(0).partition("#")
-        where = f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
+        where = f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
         problems += _check(ROOT / file, anchor or None, where)
     if path.suffix == ".md":  # relative markdown links, resolved against the file's own folder
         for m in MD_LINK.finditer(text):
@@ -60,7 +63,7 @@ def _problems(path: Path) -> list[str]:
             if re.match(r"[a-z]+:", link) or link.startswith("#"):
                 continue
             file, _, anchor = link.partition("#")
-            where = f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
+            where = f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}"
             problems += _check((path.parent / file).resolve(), anchor or None, where)
     return problems
 
@@ -78,6 +81,11 @@ def test_checker_catches_a_dangling_reference():
 
 
 def test_no_references_to_notes_outside_the_repository():
-    hits = [f"{f.relative_to(ROOT)}: {name}" for f in _files() if f != Path(__file__).resolve()
-            for name in GONE if name in f.read_text(encoding="utf-8", errors="replace")]
+    hits = [
+        f"{f.relative_to(ROOT)}: {name}"
+        for f in _files()
+        if f != Path(__file__).resolve()
+        for name in GONE
+        if name in f.read_text(encoding="utf-8", errors="replace")
+    ]
     assert not hits, "cite docs/ instead:\n" + "\n".join(hits)

@@ -13,15 +13,36 @@ from olmax.jsonio import append_jsonl, dumps, read_json, read_jsonl, write_json,
 
 
 def test_non_finite_floats_are_null_and_numpy_is_converted(tmp_path):
-    obj = {"nan": float("nan"), "inf": -math.inf, "f32": np.float32(0.5), "i64": np.int64(3),
-           "arr": np.arange(3), "nan_arr": np.array([1.0, np.nan]), "ok": np.bool_(True), "t": (1, 2),
-           "s": {"b", "a"}, "path": tmp_path / "x", np.int64(7): "numpy key"}
+    obj = {
+        "nan": float("nan"),
+        "inf": -math.inf,
+        "f32": np.float32(0.5),
+        "i64": np.int64(3),
+        "arr": np.arange(3),
+        "nan_arr": np.array([1.0, np.nan]),
+        "ok": np.bool_(True),
+        "t": (1, 2),
+        "s": {"b", "a"},
+        "path": tmp_path / "x",
+        np.int64(7): "numpy key",
+    }
     p = write_json(tmp_path / "r.json", obj)
     text = p.read_text()
     assert "NaN" not in text and "Infinity" not in text and text.endswith("}\n")
     back = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
-    assert back == {"nan": None, "inf": None, "f32": 0.5, "i64": 3, "arr": [0, 1, 2], "nan_arr": [1.0, None],
-                    "ok": True, "t": [1, 2], "s": ["a", "b"], "path": str(tmp_path / "x"), "7": "numpy key"}
+    assert back == {
+        "nan": None,
+        "inf": None,
+        "f32": 0.5,
+        "i64": 3,
+        "arr": [0, 1, 2],
+        "nan_arr": [1.0, None],
+        "ok": True,
+        "t": [1, 2],
+        "s": ["a", "b"],
+        "path": str(tmp_path / "x"),
+        "7": "numpy key",
+    }
     assert dumps({"a": float("inf")}) == '{"a": null}'
     with pytest.raises(TypeError, match="object"):
         dumps({"x": object()})

@@ -12,11 +12,21 @@ when a gated check fails):
 
 from olmax.lazy import lazy_exports
 
-__getattr__, __all__ = lazy_exports(__name__, {
-    "DedupConfig": "olmax.audit.dedup", "audit_dedup": "olmax.audit.dedup",
-    "PrefixHasher": "olmax.audit.hashing", "spans_hashes": "olmax.audit.hashing", "window_hashes": "olmax.audit.hashing",
-    "LeakConfig": "olmax.audit.leaks", "audit_leaks": "olmax.audit.leaks",
-    "LoaderAuditConfig": "olmax.audit.loader_audit", "audit_loader": "olmax.audit.loader_audit",
-    "ReplayError": "olmax.audit.monitor", "StreamMonitor": "olmax.audit.monitor",
-    "StreamConfig": "olmax.audit.stream", "audit_stream": "olmax.audit.stream",
-})
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "DedupConfig": "olmax.audit.dedup",
+        "audit_dedup": "olmax.audit.dedup",
+        "PrefixHasher": "olmax.audit.hashing",
+        "spans_hashes": "olmax.audit.hashing",
+        "window_hashes": "olmax.audit.hashing",
+        "LeakConfig": "olmax.audit.leaks",
+        "audit_leaks": "olmax.audit.leaks",
+        "LoaderAuditConfig": "olmax.audit.loader_audit",
+        "audit_loader": "olmax.audit.loader_audit",
+        "ReplayError": "olmax.audit.monitor",
+        "StreamMonitor": "olmax.audit.monitor",
+        "StreamConfig": "olmax.audit.stream",
+        "audit_stream": "olmax.audit.stream",
+    },
+)

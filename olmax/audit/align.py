@@ -17,9 +17,20 @@ _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
 
 
-def verify_candidates(tokens: np.ndarray, tables: tuple, doc_start: np.ndarray, doc_end: np.ndarray,
-                      hit_ptr: np.ndarray, q: np.ndarray, pos: np.ndarray, items: np.ndarray, item_ptr: np.ndarray,
-                      item_of: np.ndarray, n: np.ndarray, short: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def verify_candidates(
+    tokens: np.ndarray,
+    tables: tuple,
+    doc_start: np.ndarray,
+    doc_end: np.ndarray,
+    hit_ptr: np.ndarray,
+    q: np.ndarray,
+    pos: np.ndarray,
+    items: np.ndarray,
+    item_ptr: np.ndarray,
+    item_of: np.ndarray,
+    n: np.ndarray,
+    short: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(score, token start, token end) of each candidate of one file: candidate g's hits are
     q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its document is
     tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]] for
@@ -35,10 +46,25 @@ def verify_candidates(tokens: np.ndarray, tables: tuple, doc_start: np.ndarray, 
     its last window."""
     # a whole file: shard dtypes as they are (no copy), anything else through as_token_ids
     tokens = np.asarray(tokens)
-    tokens = tokens if tokens.dtype in (np.uint16, np.uint32) and tokens.flags.c_contiguous else as_token_ids(tokens)
-    return _verify(tokens, tables, doc_start.astype(np.int64), doc_end.astype(np.int64),
-                   hit_ptr.astype(np.int64), q.astype(np.int64), pos.astype(np.int64), items.astype(np.uint64),
-                   item_ptr.astype(np.int64), item_of.astype(np.int64), n.astype(np.int64), short.astype(np.bool_))
+    tokens = (
+        tokens
+        if tokens.dtype in (np.uint16, np.uint32) and tokens.flags.c_contiguous
+        else as_token_ids(tokens)
+    )
+    return _verify(
+        tokens,
+        tables,
+        doc_start.astype(np.int64),
+        doc_end.astype(np.int64),
+        hit_ptr.astype(np.int64),
+        q.astype(np.int64),
+        pos.astype(np.int64),
+        items.astype(np.uint64),
+        item_ptr.astype(np.int64),
+        item_of.astype(np.int64),
+        n.astype(np.int64),
+        short.astype(np.bool_),
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -48,9 +74,9 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
     t0s = np.zeros(m, np.int64)
     t1s = np.zeros(m, np.int64)
     for g in range(m):
-        q = q_all[hit_ptr[g]:hit_ptr[g + 1]]
-        pos = pos_all[hit_ptr[g]:hit_ptr[g + 1]]
-        item = items[item_ptr[item_of[g]]:item_ptr[item_of[g] + 1]]
+        q = q_all[hit_ptr[g] : hit_ptr[g + 1]]
+        pos = pos_all[hit_ptr[g] : hit_ptr[g + 1]]
+        item = items[item_ptr[item_of[g]] : item_ptr[item_of[g] + 1]]
         k = item.size
         ds, de = doc_start[g], doc_end[g]
         slack = 3 + k // 10
@@ -78,7 +104,7 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
             grow *= 2
         best, bs0, bs1 = -1.0, 0, 0
         for j in range(found.shape[0]):
-            region = vals[max(0, r0s[j]):min(vals.size, r1s[j])]
+            region = vals[max(0, r0s[j]) : min(vals.size, r1s[j])]
             if short[g]:
                 score = 1.0 if _contains(region, item) else min(0.999, _lcs(item, region) / k)
             else:
@@ -94,12 +120,16 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
 
 def lcs_length(item: np.ndarray, region: np.ndarray) -> int:
     """Length of the longest common subsequence of two word sequences."""
-    return int(_lcs(np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)))
+    return int(
+        _lcs(np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64))
+    )
 
 
 def contains_run(region: np.ndarray, item: np.ndarray) -> bool:
     """Whether `item`'s words occur contiguously, in order, in `region`."""
-    return bool(_contains(np.ascontiguousarray(region, dtype=np.uint64), np.ascontiguousarray(item, dtype=np.uint64)))
+    return bool(
+        _contains(np.ascontiguousarray(region, dtype=np.uint64), np.ascontiguousarray(item, dtype=np.uint64))
+    )
 
 
 def chains(q: np.ndarray, c: np.ndarray, max_chains: int = 4) -> list[np.ndarray]:
@@ -146,7 +176,11 @@ def _lcs(item, region):
         masks[row[h], i >> 6] |= np.uint64(1) << np.uint64(i & 63)
     v = np.full(nwords, np.uint64(0xFFFFFFFFFFFFFFFF))
     top_bits = k - 64 * (nwords - 1)
-    top_mask = np.uint64(0xFFFFFFFFFFFFFFFF) if top_bits == 64 else (np.uint64(1) << np.uint64(top_bits)) - np.uint64(1)
+    top_mask = (
+        np.uint64(0xFFFFFFFFFFFFFFFF)
+        if top_bits == 64
+        else (np.uint64(1) << np.uint64(top_bits)) - np.uint64(1)
+    )
     v[nwords - 1] = top_mask
     for w in region:
         h = w & slot_mask

@@ -19,93 +19,170 @@ def register(sub: argparse._SubParsersAction) -> None:
     asub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
 
     lo = asub.add_parser(
-        "loader", help="replay a run's data plan and check repeats, rank overlap, shares, duplicates",
+        "loader",
+        help="replay a run's data plan and check repeats, rank overlap, shares, duplicates",
         description="Replays the exact batches olmax's loader would emit (no training) and checks that "
         "every instance is seen as often as planned, no two ranks share a row, source shares match the "
         "mix, and no content repeats from another file/position beyond the mix's planned repetition. "
-        "Exits 1 when a gated check fails.")
+        "Exits 1 when a gated check fails.",
+    )
     add_stream_options(lo)
     g = lo.add_mutually_exclusive_group()
     g.add_argument("--steps", type=int, help="audit this many global steps from the start")
     g.add_argument("--epochs", type=int, help="audit this many whole epochs (default 1)")
     lo.add_argument("--process-count", type=int, default=1)
-    lo.add_argument("--resume-at", type=int, nargs="*", default=[],
-                    help="save and restore the loader state before these stream steps")
+    lo.add_argument(
+        "--resume-at",
+        type=int,
+        nargs="*",
+        default=[],
+        help="save and restore the loader state before these stream steps",
+    )
     lo.add_argument("--resume-process-count", type=int, help="process count after a --resume-at")
-    lo.add_argument("--share-tolerance", type=float, default=0.02,
-                    help="allowed |observed - planned| source share, on top of 4 sigma of sampling")
-    lo.add_argument("--max-dup-instance-frac", type=float, default=0.01,
-                    help="allowed fraction of instances (and of emitted rows) whose content repeats "
-                    "another file/position")
-    lo.add_argument("--max-dup-doc-frac", type=float, default=0.05,
-                    help="allowed fraction of document tokens in exact duplicate documents")
+    lo.add_argument(
+        "--share-tolerance",
+        type=float,
+        default=0.02,
+        help="allowed |observed - planned| source share, on top of 4 sigma of sampling",
+    )
+    lo.add_argument(
+        "--max-dup-instance-frac",
+        type=float,
+        default=0.01,
+        help="allowed fraction of instances (and of emitted rows) whose content repeats "
+        "another file/position",
+    )
+    lo.add_argument(
+        "--max-dup-doc-frac",
+        type=float,
+        default=0.05,
+        help="allowed fraction of document tokens in exact duplicate documents",
+    )
     lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
     lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")
-    lo.add_argument("--span-tokens", type=int, default=0,
-                    help="also find repeated spans of this many tokens (50: ExactSubstr) across files and "
-                    "positions; 0 (default) skips this slower pass")
+    lo.add_argument(
+        "--span-tokens",
+        type=int,
+        default=0,
+        help="also find repeated spans of this many tokens (50: ExactSubstr) across files and "
+        "positions; 0 (default) skips this slower pass",
+    )
     lo.add_argument("--max-repeated-span-frac", type=float, default=0.05)
-    lo.add_argument("--exposure-out", help="also write per-instance serve counts (.npz or .json, the "
-                    "format `olmax eval memorization --exposure` reads)")
-    lo.add_argument("--rank-check-steps", type=int, default=512,
-                    help="steps on which every rank's loader is asked and checked against the global "
-                    "batch (all steps when the audit is shorter)")
+    lo.add_argument(
+        "--exposure-out",
+        help="also write per-instance serve counts (.npz or .json, the "
+        "format `olmax eval memorization --exposure` reads)",
+    )
+    lo.add_argument(
+        "--rank-check-steps",
+        type=int,
+        default=512,
+        help="steps on which every rank's loader is asked and checked against the global "
+        "batch (all steps when the audit is shorter)",
+    )
     lo.add_argument("--threads", type=int, default=2)
     _out(lo)
     lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
 
     lk = asub.add_parser(
-        "leaks", help="find held-out eval items inside the training data",
+        "leaks",
+        help="find held-out eval items inside the training data",
         description="Retrieve, then verify: every n-word window of the training text that equals an eval "
         "item's window (exact hashed lookup) makes the (item, document) pair a candidate; each candidate is "
         "verified by aligning the item's words against the document's words around the matches (inserted, "
         "dropped and substituted words tolerated). An item is contaminated when one document aligns at least "
         "--threshold of its words; the report lists every such document (source, file, doc id, token span, "
-        "score). Exits 1 when any item of a gated set is contaminated.")
+        "score). Exits 1 when any item of a gated set is contaminated.",
+    )
     add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
-    lk.add_argument("--eval", action="append", default=[], metavar="NAME=PATH",
-                    help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
-                    "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); repeat")
-    lk.add_argument("--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with")
-    lk.add_argument("--ngram", type=int, default=8,
-                    help="retrieval window in words (default 8: survives one edit in ten words)")
-    lk.add_argument("--min-item-words", type=int, default=4,
-                    help="items with fewer words than this are too short to decide")
-    lk.add_argument("--threshold", type=float, default=0.75,
-                    help="flag when one document aligns this fraction of an item's words (default 0.75)")
-    lk.add_argument("--short-words", type=int, default=20,
-                    help="items of at most this many words need an exact whole-item match (default 20)")
-    lk.add_argument("--min-cover", type=float, default=0.25,
-                    help="verify an (item, document) pair when its matched windows cover this fraction "
-                    "of the item's words (at least one window)")
-    lk.add_argument("--template-items", type=int, default=10,
-                    help="a window shared by this many eval items is a template and not used (default 10)")
-    lk.add_argument("--max-docs-per-key", type=int, default=1000,
-                    help="hits kept per window: the first this many documents (bounds memory)")
+    lk.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
+        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); repeat",
+    )
+    lk.add_argument(
+        "--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with"
+    )
+    lk.add_argument(
+        "--ngram",
+        type=int,
+        default=8,
+        help="retrieval window in words (default 8: survives one edit in ten words)",
+    )
+    lk.add_argument(
+        "--min-item-words",
+        type=int,
+        default=4,
+        help="items with fewer words than this are too short to decide",
+    )
+    lk.add_argument(
+        "--threshold",
+        type=float,
+        default=0.75,
+        help="flag when one document aligns this fraction of an item's words (default 0.75)",
+    )
+    lk.add_argument(
+        "--short-words",
+        type=int,
+        default=20,
+        help="items of at most this many words need an exact whole-item match (default 20)",
+    )
+    lk.add_argument(
+        "--min-cover",
+        type=float,
+        default=0.25,
+        help="verify an (item, document) pair when its matched windows cover this fraction "
+        "of the item's words (at least one window)",
+    )
+    lk.add_argument(
+        "--template-items",
+        type=int,
+        default=10,
+        help="a window shared by this many eval items is a template and not used (default 10)",
+    )
+    lk.add_argument(
+        "--max-docs-per-key",
+        type=int,
+        default=1000,
+        help="hits kept per window: the first this many documents (bounds memory)",
+    )
     lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
     lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
-    lk.add_argument("--threads", type=int, default=2,
-                    help="training files probed at once (default 2; the compiled passes release the GIL)")
+    lk.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="training files probed at once (default 2; the compiled passes release the GIL)",
+    )
     add_runner_options(lk)
     _out(lk)
     lk.set_defaults(func=locked_out(_leaks, "olmax audit leaks"))
 
     ex = asub.add_parser(
-        "exposure", help="each contaminated eval item joined with the training steps that served it",
+        "exposure",
+        help="each contaminated eval item joined with the training steps that served it",
         description="For every contaminated item of an `olmax audit leaks` report, every document that "
         "carries it and every global step (1-based, the trainer's) whose batch holds a token of the matched "
         "span: before launch from the plan, or for a run (--run DIR: its config's stream, up to its last "
-        "logged step). Each epoch's inverse order is built once beside its order file.")
+        "logged step). Each epoch's inverse order is built once beside its order file.",
+    )
     add_stream_options(ex)
     ex.add_argument("--leaks", required=True, help="the `olmax audit leaks` report (JSON)")
-    add_horizon_options(ex).add_argument("--run", help="a run folder of `olmax train`: its stream (flags override) and last step")
+    add_horizon_options(ex).add_argument(
+        "--run", help="a run folder of `olmax train`: its stream (flags override) and last step"
+    )
     _out(ex)
     ex.set_defaults(func=locked_out(_exposure, "olmax audit exposure"))
 
     dd = asub.add_parser(
-        "dedup", help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
+        "dedup",
+        help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
         description="Hashes every document and every span-token window inside a document of the "
-        "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.")
+        "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.",
+    )
     add_stream_options(dd, seq_len=False, batch=False, order=False)
     dd.add_argument("--span", type=int, default=50, help="repeated-span length in tokens (ExactSubstr: 50)")
     dd.add_argument("--min-doc-tokens", type=int, default=32)
@@ -117,14 +194,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
 
     st = asub.add_parser(
-        "stream", help="audit the token rows a loader actually emitted (any loader)",
+        "stream",
+        help="audit the token rows a loader actually emitted (any loader)",
         description="Matches every emitted row (.npy (steps, rows, L) per host) to the mix's instances "
         "by content hash and reports repeats, never-seen instances, foreign rows, cross-host overlap "
         "and source shares. Exits 1 on an unplanned repeat, a foreign row or a cross-host overlap "
-        "beyond the copies the mix plans.")
+        "beyond the copies the mix plans.",
+    )
     add_stream_options(st, batch=False, order=False)
-    st.add_argument("--batches", nargs="+", required=True, metavar="FILE",
-                    help="one .npy per host, in host order")
+    st.add_argument(
+        "--batches", nargs="+", required=True, metavar="FILE", help="one .npy per host, in host order"
+    )
     st.add_argument("--threads", type=int, default=2)
     _out(st)
     st.set_defaults(func=locked_out(_stream, "olmax audit stream"))
@@ -148,25 +228,44 @@ def _loader(args: argparse.Namespace) -> int:
 
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     cfg = LoaderAuditConfig(
-        stream=stream, steps=args.steps, epochs=args.epochs, process_count=args.process_count,
-        resume_at=tuple(args.resume_at), resume_process_count=args.resume_process_count,
-        share_tolerance=args.share_tolerance, max_dup_instance_frac=args.max_dup_instance_frac,
-        max_dup_doc_frac=args.max_dup_doc_frac, min_doc_tokens=args.min_doc_tokens,
-        content=not args.no_content, threads=args.threads, rank_check_steps=args.rank_check_steps,
-        exposure_out=args.exposure_out, span_tokens=args.span_tokens,
-        max_repeated_span_frac=args.max_repeated_span_frac)
+        stream=stream,
+        steps=args.steps,
+        epochs=args.epochs,
+        process_count=args.process_count,
+        resume_at=tuple(args.resume_at),
+        resume_process_count=args.resume_process_count,
+        share_tolerance=args.share_tolerance,
+        max_dup_instance_frac=args.max_dup_instance_frac,
+        max_dup_doc_frac=args.max_dup_doc_frac,
+        min_doc_tokens=args.min_doc_tokens,
+        content=not args.no_content,
+        threads=args.threads,
+        rank_check_steps=args.rank_check_steps,
+        exposure_out=args.exposure_out,
+        span_tokens=args.span_tokens,
+        max_repeated_span_frac=args.max_repeated_span_frac,
+    )
     return _finish(audit_loader(cfg), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:
     from olmax.audit.leaks import LeakConfig, audit_leaks
 
-    cfg = LeakConfig(stream=stream_from_args(args), evals=tuple(args.eval), tokenizer=args.tokenizer,
-                     ngram=args.ngram, min_item_words=args.min_item_words, threshold=args.threshold,
-                     short_words=args.short_words, min_cover=args.min_cover, template_items=args.template_items,
-                     max_docs_per_key=args.max_docs_per_key,
-                     gate=tuple(args.gate) if args.gate is not None else None,
-                     clean_dir=args.clean_dir, threads=args.threads)
+    cfg = LeakConfig(
+        stream=stream_from_args(args),
+        evals=tuple(args.eval),
+        tokenizer=args.tokenizer,
+        ngram=args.ngram,
+        min_item_words=args.min_item_words,
+        threshold=args.threshold,
+        short_words=args.short_words,
+        min_cover=args.min_cover,
+        template_items=args.template_items,
+        max_docs_per_key=args.max_docs_per_key,
+        gate=tuple(args.gate) if args.gate is not None else None,
+        clean_dir=args.clean_dir,
+        threads=args.threads,
+    )
     return _finish(audit_leaks(cfg, beam_options=beam_options(args)), args.out)
 
 
@@ -185,12 +284,15 @@ def _exposure(args: argparse.Namespace) -> int:
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     stream = stream.replace(mix=stream.resolve_mix())
     loader = stream.open_loader(process_index=0, process_count=1)
-    report = audit_exposure(read_json(args.leaks, "an `olmax audit leaks` report"), loader, epochs=args.epochs,
-                            until_step=until)
+    report = audit_exposure(
+        read_json(args.leaks, "an `olmax audit leaks` report"), loader, epochs=args.epochs, until_step=until
+    )
     write_json(args.out, report, indent=1)
     for name, s in report["sets"].items():
-        print(f"{name}: {s['contaminated']} contaminated item(s), {s['exposed']} served by step "
-              f"{report['until_step']} ({s['exposures']} servings)")
+        print(
+            f"{name}: {s['contaminated']} contaminated item(s), {s['exposed']} served by step "
+            f"{report['until_step']} ({s['exposures']} servings)"
+        )
     print(f"report: {args.out}")
     return 0
 
@@ -198,15 +300,23 @@ def _exposure(args: argparse.Namespace) -> int:
 def _dedup(args: argparse.Namespace) -> int:
     from olmax.audit.dedup import DedupConfig, audit_dedup
 
-    cfg = DedupConfig(stream=stream_from_args(args), span=args.span, min_doc_tokens=args.min_doc_tokens,
-                      max_dup_doc_frac=args.max_dup_doc_frac, max_repeated_span_frac=args.max_repeated_span_frac,
-                      threads=args.threads)
+    cfg = DedupConfig(
+        stream=stream_from_args(args),
+        span=args.span,
+        min_doc_tokens=args.min_doc_tokens,
+        max_dup_doc_frac=args.max_dup_doc_frac,
+        max_repeated_span_frac=args.max_repeated_span_frac,
+        threads=args.threads,
+    )
     return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _stream(args: argparse.Namespace) -> int:
     from olmax.audit.stream import StreamConfig, audit_stream
 
-    cfg = StreamConfig(stream=stream_from_args(args, required=("mix", "seq_len")), batches=tuple(args.batches),
-                       threads=args.threads)
+    cfg = StreamConfig(
+        stream=stream_from_args(args, required=("mix", "seq_len")),
+        batches=tuple(args.batches),
+        threads=args.threads,
+    )
     return _finish(audit_stream(cfg), args.out)

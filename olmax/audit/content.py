@@ -70,7 +70,9 @@ class DocDuplicates:
     examples: list[dict] = field(default_factory=list)
 
 
-def document_records(path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int) -> tuple[np.ndarray, int, int]:
+def document_records(
+    path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int
+) -> tuple[np.ndarray, int, int]:
     """(DOC_REC of the documents of >= min_doc_tokens tokens, tokens in documents, documents) of token
     file `path` (a local path: its sidecar, when present, gives the boundaries)."""
     docs = documents(path, tokens)
@@ -82,8 +84,9 @@ def document_records(path: str, tokens: np.ndarray, phys: int, min_doc_tokens: i
     return d, int(lengths.sum()), int(lengths.size)
 
 
-def _map_file(path: str, phys: int, seq_len: int | None,
-              min_doc_tokens: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+def _map_file(
+    path: str, phys: int, seq_len: int | None, min_doc_tokens: int
+) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     tokens = read_tokens(path)
     whole = xxhash.xxh3_128_intdigest(np.ascontiguousarray(tokens)) if len(tokens) else 0
     h = window_spans_hashes(tokens, seq_len) if seq_len else np.zeros(0, np.uint64)
@@ -98,12 +101,12 @@ def token_slice(path: str, start: int, n: int) -> np.ndarray:
     local = storage.local_path(path)
     try:
         if local is not None:
-            return np.asarray(read_tokens(local)[start:start + n])
+            return np.asarray(read_tokens(local)[start : start + n])
         fs, p = storage.url_filesystem(path)
         data = fs.cat_file(p, start=start * 4, end=(start + n) * 4)
     except FileNotFoundError as e:
         raise OlmaxError(f"{path}: token file not found while comparing duplicates ({e})") from None
-    return np.frombuffer(data[:len(data) - len(data) % 4], dtype=np.uint32)
+    return np.frombuffer(data[: len(data) - len(data) % 4], dtype=np.uint32)
 
 
 def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
@@ -137,8 +140,15 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
             out.duplicates += 1
             out.tokens += rn
             if len(out.examples) < examples:
-                out.examples.append({"file": paths[rp], "doc": int(rec["doc"]), "tokens": rn,
-                                     "same_as_file": paths[hp], "same_as_doc": int(head["doc"])})
+                out.examples.append(
+                    {
+                        "file": paths[rp],
+                        "doc": int(rec["doc"]),
+                        "tokens": rn,
+                        "same_as_file": paths[hp],
+                        "same_as_doc": int(head["doc"]),
+                    }
+                )
     return out
 
 
@@ -149,16 +159,25 @@ def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDu
         out.duplicates += r.duplicates
         out.tokens += r.tokens
         out.collisions += r.collisions
-        out.examples.extend(r.examples[:max(0, examples - len(out.examples))])
+        out.examples.extend(r.examples[: max(0, examples - len(out.examples))])
     return out
 
 
-def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 2, bits: int = 4,
-                 work_dir: str | None = None, examples: int = 10, instances: bool = True) -> ContentReport:
+def scan_content(
+    index: TokenIndex,
+    *,
+    min_doc_tokens: int = 32,
+    threads: int = 2,
+    bits: int = 4,
+    work_dir: str | None = None,
+    examples: int = 10,
+    instances: bool = True,
+) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates."""
-    require_local(index.paths, "the content pass",
-                  " (or --no-content to audit the plan only)" if instances else "")
+    require_local(
+        index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
+    )
     phys = physical_ids(index.paths)
     first = {}
     for f, p in enumerate(phys.tolist()):
@@ -169,11 +188,15 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
     canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
     rep = ContentReport(phys, phys_paths, phys_offsets, canonical)
     L = index.seq_len
-    with PartitionSpill(INSTANCE_REC, bits=bits, work_dir=work_dir) as inst_spill, \
-            PartitionSpill(DOC_REC, bits=bits, work_dir=work_dir) as doc_spill, \
-            ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        jobs = [pool.submit(_map_file, path, p, L if instances else None, min_doc_tokens)
-                for p, path in enumerate(phys_paths)]
+    with (
+        PartitionSpill(INSTANCE_REC, bits=bits, work_dir=work_dir) as inst_spill,
+        PartitionSpill(DOC_REC, bits=bits, work_dir=work_dir) as doc_spill,
+        ThreadPoolExecutor(max_workers=max(1, threads)) as pool,
+    ):
+        jobs = [
+            pool.submit(_map_file, path, p, L if instances else None, min_doc_tokens)
+            for p, path in enumerate(phys_paths)
+        ]
         whole: dict[tuple[int, int], int] = {}
         for p, job in enumerate(jobs):  # in file order: the first occurrence in mix order is canonical
             inst, docs, ntok, ndocs, digest = job.result()
@@ -191,19 +214,33 @@ def scan_content(index: TokenIndex, *, min_doc_tokens: int = 32, threads: int = 
                 group = group[np.lexsort((group["window"], group["phys"]))]
                 head = group[0]
                 for rec in group[1:]:
-                    if not _same(phys_paths, int(head["phys"]), int(head["window"]) * L,
-                                 int(rec["phys"]), int(rec["window"]) * L, L):
+                    if not _same(
+                        phys_paths,
+                        int(head["phys"]),
+                        int(head["window"]) * L,
+                        int(rec["phys"]),
+                        int(rec["window"]) * L,
+                        L,
+                    ):
                         rep.collisions += 1
                         continue
                     rep.duplicate_windows += 1
-                    canonical[phys_offsets[rec["phys"]] + rec["window"]] = \
+                    canonical[phys_offsets[rec["phys"]] + rec["window"]] = (
                         phys_offsets[head["phys"]] + head["window"]
+                    )
                     if len(rep.window_examples) < examples:
-                        rep.window_examples.append({
-                            "file": phys_paths[rec["phys"]], "window": int(rec["window"]),
-                            "same_as_file": phys_paths[head["phys"]], "same_as_window": int(head["window"])})
-        docs = merge_documents((reduce_documents(part, phys_paths, examples)
-                                for part in doc_spill.partitions(sort=False)), examples)
+                        rep.window_examples.append(
+                            {
+                                "file": phys_paths[rec["phys"]],
+                                "window": int(rec["window"]),
+                                "same_as_file": phys_paths[head["phys"]],
+                                "same_as_window": int(head["window"]),
+                            }
+                        )
+        docs = merge_documents(
+            (reduce_documents(part, phys_paths, examples) for part in doc_spill.partitions(sort=False)),
+            examples,
+        )
         rep.duplicate_docs, rep.duplicate_doc_tokens = docs.duplicates, docs.tokens
         rep.collisions += docs.collisions
         rep.doc_examples = docs.examples

@@ -61,7 +61,7 @@ def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1
         x = np.asarray(tokens[a:b])
         h = PrefixHasher(x).windows(span)
         eos = np.concatenate([[0], np.cumsum(x == DOLMA2_EOS)])
-        inside = np.flatnonzero(eos[span:span + h.size] - eos[:h.size] == 0)
+        inside = np.flatnonzero(eos[span : span + h.size] - eos[: h.size] == 0)
         rec = np.empty(inside.size, SPAN_REC)
         rec["hash"], rec["phys"], rec["pos"] = h[inside], phys, inside + a
         yield rec
@@ -98,8 +98,9 @@ def merge_intervals(intervals: np.ndarray) -> np.ndarray:
     return out
 
 
-def reduce_spans(part: np.ndarray, labels: np.ndarray, span: int, paths: list[str],
-                 examples: int = 10) -> SpanRepeats:
+def reduce_spans(
+    part: np.ndarray, labels: np.ndarray, span: int, paths: list[str], examples: int = 10
+) -> SpanRepeats:
     """The repeated spans among the SPAN_REC records of one hash partition (any order); `labels`: each
     physical file's source id. In each group of equal hashes the first (file, position) is the original,
     the others later occurrences. Examples: the first `examples` groups in hash order."""
@@ -132,11 +133,15 @@ def reduce_spans(part: np.ndarray, labels: np.ndarray, span: int, paths: list[st
     heads = np.flatnonzero(head)
     bounds = np.concatenate([heads, [recs.size]])
     for k in range(min(examples, heads.size)):
-        g = recs[bounds[k]:bounds[k + 1]]
-        out.examples.append({"file": paths[int(g[0]["phys"])], "offset": int(g[0]["pos"]),
-                             "occurrences": int(g.size),
-                             "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])}
-                                         for r in g[1:4]]})
+        g = recs[bounds[k] : bounds[k + 1]]
+        out.examples.append(
+            {
+                "file": paths[int(g[0]["phys"])],
+                "offset": int(g[0]["pos"]),
+                "occurrences": int(g.size),
+                "also_at": [{"file": paths[int(r["phys"])], "offset": int(r["pos"])} for r in g[1:4]],
+            }
+        )
     return out
 
 
@@ -148,15 +153,16 @@ def merge_spans(parts: Iterable[SpanRepeats], examples: int = 10) -> SpanRepeats
         out.within += r.within
         out.across += r.across
         intervals.append(r.intervals)
-        out.examples.extend(r.examples[:max(0, examples - len(out.examples))])
+        out.examples.extend(r.examples[: max(0, examples - len(out.examples))])
     out.intervals = merge_intervals(np.concatenate(intervals)) if intervals else out.intervals
     return out
 
 
 def repeated_tokens(intervals: np.ndarray, files: int) -> np.ndarray:
     """int64 (files,): tokens of each file inside merged `intervals`."""
-    return np.bincount(intervals["phys"], weights=intervals["end"] - intervals["start"],
-                       minlength=files).astype(np.int64)
+    return np.bincount(
+        intervals["phys"], weights=intervals["end"] - intervals["start"], minlength=files
+    ).astype(np.int64)
 
 
 def _span_file(item: tuple[int, str], span: int, chunk_tokens: int):
@@ -164,8 +170,15 @@ def _span_file(item: tuple[int, str], span: int, chunk_tokens: int):
     yield from (("spans", rec) for rec in span_records(read_tokens(path), p, span, chunk_tokens))
 
 
-def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_tokens: int = 1 << 20,
-                   work_dir: str | None = None, examples: int = 10) -> dict:
+def repeated_spans(
+    paths: list[str],
+    labels: list[str],
+    span: int,
+    *,
+    chunk_tokens: int = 1 << 20,
+    work_dir: str | None = None,
+    examples: int = 10,
+) -> dict:
     """Repeated `span`-token windows over distinct local files `paths` (labels: each file's source).
 
     Returns per-file boolean masks of tokens inside a later occurrence, counts of later occurrences
@@ -174,19 +187,35 @@ def repeated_spans(paths: list[str], labels: list[str], span: int, *, chunk_toke
     label_id = {name: i for i, name in enumerate(dict.fromkeys(labels))}
     lab = np.asarray([label_id[x] for x in labels], dtype=np.int64)
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
-    _, reduced = map_reduce(list(enumerate(paths)), partial(_span_file, span=span, chunk_tokens=chunk_tokens),
-                            {"spans": (SPAN_REC, partial(reduce_spans, labels=lab, span=span, paths=list(paths),
-                                                         examples=examples))},
-                            bits=bits, threads=1, work_dir=work_dir)
+    _, reduced = map_reduce(
+        list(enumerate(paths)),
+        partial(_span_file, span=span, chunk_tokens=chunk_tokens),
+        {
+            "spans": (
+                SPAN_REC,
+                partial(reduce_spans, labels=lab, span=span, paths=list(paths), examples=examples),
+            )
+        },
+        bits=bits,
+        threads=1,
+        work_dir=work_dir,
+    )
     spans = merge_spans(reduced["spans"], examples)
     diff = [np.zeros(n + 1, dtype=np.int32) for n in sizes]
-    for q, a, b in zip(spans.intervals["phys"].tolist(), spans.intervals["start"].tolist(),
-                       spans.intervals["end"].tolist()):
+    for q, a, b in zip(
+        spans.intervals["phys"].tolist(), spans.intervals["start"].tolist(), spans.intervals["end"].tolist()
+    ):
         diff[q][a] += 1
         diff[q][b] -= 1
     masks = [np.cumsum(d[:-1]) > 0 for d in diff]
-    return {"sizes": sizes, "masks": masks, "windows": spans.windows, "within": spans.within,
-            "across": spans.across, "examples": spans.examples}
+    return {
+        "sizes": sizes,
+        "masks": masks,
+        "windows": spans.windows,
+        "within": spans.within,
+        "across": spans.across,
+        "examples": spans.examples,
+    }
 
 
 @dataclass(frozen=True)
@@ -208,7 +237,9 @@ def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk
         try:
             tokens = read_tokens(local)
         except FileNotFoundError:
-            raise OlmaxError(f"{path}: token file not found; fix the path in the mix (or --base-dir)") from None
+            raise OlmaxError(
+                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
+            ) from None
         docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens)
         yield "docs", docs
         for rec in span_records(tokens, phys, span, chunk_tokens):
@@ -234,19 +265,33 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     lab = np.asarray([label_ids[x] for x in label_of_phys], dtype=np.int64)
     sizes = [int(index.sizes[first[p]]) // index.itemsize for p in range(len(paths))]
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
-    map_fn = partial(file_records, span=cfg.span, min_doc_tokens=cfg.min_doc_tokens, chunk_tokens=cfg.chunk_tokens)
-    reduces = {"docs": (DOC_REC, partial(reduce_documents, paths=paths, examples=cfg.examples)),
-               "spans": (SPAN_REC, partial(reduce_spans, labels=lab, span=cfg.span, paths=paths,
-                                           examples=cfg.examples))}
+    map_fn = partial(
+        file_records, span=cfg.span, min_doc_tokens=cfg.min_doc_tokens, chunk_tokens=cfg.chunk_tokens
+    )
+    reduces = {
+        "docs": (DOC_REC, partial(reduce_documents, paths=paths, examples=cfg.examples)),
+        "spans": (
+            SPAN_REC,
+            partial(reduce_spans, labels=lab, span=cfg.span, paths=paths, examples=cfg.examples),
+        ),
+    }
     items = list(enumerate(paths))
     if beam_options is None:
-        totals, reduced = map_reduce(items, map_fn, reduces, bits=bits, threads=cfg.threads,
-                                     work_dir=cfg.stream.work_dir)
+        totals, reduced = map_reduce(
+            items, map_fn, reduces, bits=bits, threads=cfg.threads, work_dir=cfg.stream.work_dir
+        )
     else:
         from olmax.audit.dedup_beam import map_reduce_beam
 
-        totals, reduced = map_reduce_beam(beam_options, items, map_fn, {k: fn for k, (_, fn) in reduces.items()},
-                                          bits=bits, work_dir=cfg.stream.work_dir, what="olmax audit dedup")
+        totals, reduced = map_reduce_beam(
+            beam_options,
+            items,
+            map_fn,
+            {k: fn for k, (_, fn) in reduces.items()},
+            bits=bits,
+            work_dir=cfg.stream.work_dir,
+            what="olmax audit dedup",
+        )
     dups = merge_documents(reduced["docs"], cfg.examples)
     spans = merge_spans(reduced["spans"], cfg.examples)
     doc_tokens, docs = sum(t.doc_tokens for t in totals), sum(t.docs for t in totals)
@@ -260,24 +305,45 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     rep_tokens = int(repeated.sum())
     dfrac = dups.tokens / max(1, doc_tokens)
     checks = [
-        Check("duplicate_documents", dfrac <= cfg.max_dup_doc_frac, round(dfrac, 6), cfg.max_dup_doc_frac,
-              detail=f"{dups.duplicates} documents, {dups.tokens} tokens"),
-        Check("repeated_spans", rep_tokens / total <= cfg.max_repeated_span_frac,
-              round(rep_tokens / total, 6), cfg.max_repeated_span_frac,
-              detail=f"{rep_tokens} tokens inside a later copy of a >= {cfg.span}-token span"),
+        Check(
+            "duplicate_documents",
+            dfrac <= cfg.max_dup_doc_frac,
+            round(dfrac, 6),
+            cfg.max_dup_doc_frac,
+            detail=f"{dups.duplicates} documents, {dups.tokens} tokens",
+        ),
+        Check(
+            "repeated_spans",
+            rep_tokens / total <= cfg.max_repeated_span_frac,
+            round(rep_tokens / total, 6),
+            cfg.max_repeated_span_frac,
+            detail=f"{rep_tokens} tokens inside a later copy of a >= {cfg.span}-token span",
+        ),
     ]
-    report = {"command": "audit dedup", "settings": asdict(cfg),
-              "files": len(paths), "tokens": int(sum(sizes)), "documents": docs,
-              "duplicate_documents": dups.duplicates,
-              "duplicate_document_tokens": dups.tokens,
-              "duplicate_document_examples": dups.examples,
-              "repeated_span_windows": spans.windows, "repeated_span_tokens": rep_tokens,
-              "repeated_within_source": spans.within, "repeated_across_sources": spans.across,
-              "repeated_span_examples": spans.examples, "sources": per_source,
-              "hashing": (f"documents: xxh3-64, byte-confirmed; spans: {cfg.span}-token Karp-Rabin hashes "
-                          f"(two bases mod 2^31-1), per-pair collision <= ((span-1)/p)^2 = "
-                          f"{((cfg.span - 1) / (2**31 - 1)) ** 2:.1e}, not re-checked"),
-              "checks": checks_json(checks), "ok": not failed(checks)}
-    report["summary"] = summary_lines(f"olmax audit dedup: {cfg.stream.mix} ({sum(sizes):,} tokens, "
-                                      f"{len(paths)} files)", checks)
+    report = {
+        "command": "audit dedup",
+        "settings": asdict(cfg),
+        "files": len(paths),
+        "tokens": int(sum(sizes)),
+        "documents": docs,
+        "duplicate_documents": dups.duplicates,
+        "duplicate_document_tokens": dups.tokens,
+        "duplicate_document_examples": dups.examples,
+        "repeated_span_windows": spans.windows,
+        "repeated_span_tokens": rep_tokens,
+        "repeated_within_source": spans.within,
+        "repeated_across_sources": spans.across,
+        "repeated_span_examples": spans.examples,
+        "sources": per_source,
+        "hashing": (
+            f"documents: xxh3-64, byte-confirmed; spans: {cfg.span}-token Karp-Rabin hashes "
+            f"(two bases mod 2^31-1), per-pair collision <= ((span-1)/p)^2 = "
+            f"{((cfg.span - 1) / (2**31 - 1)) ** 2:.1e}, not re-checked"
+        ),
+        "checks": checks_json(checks),
+        "ok": not failed(checks),
+    }
+    report["summary"] = summary_lines(
+        f"olmax audit dedup: {cfg.stream.mix} ({sum(sizes):,} tokens, {len(paths)} files)", checks
+    )
     return report

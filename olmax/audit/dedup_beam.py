@@ -77,6 +77,7 @@ def _reduce_keyed(fn: Callable) -> Callable:
     def call(kv):
         part, records = kv
         return part, fn(records)
+
     return call
 
 
@@ -84,8 +85,16 @@ def _part_order(kv) -> tuple:
     return (kv[0],)
 
 
-def map_reduce_beam(options: str, elements: list, map_fn: Callable, reduces: dict[str, Callable], *,
-                    bits: int, work_dir: str | None, what: str) -> tuple[list, dict[str, list]]:
+def map_reduce_beam(
+    options: str,
+    elements: list,
+    map_fn: Callable,
+    reduces: dict[str, Callable],
+    *,
+    bits: int,
+    work_dir: str | None,
+    what: str,
+) -> tuple[list, dict[str, list]]:
     """partition.map_reduce on Apache Beam (`options`: Beam's flags): `reduces[kind](records)` per
     partition. Returns (the summaries in element order, {kind: the reduce results in partition order});
     the first failure (in element order, then partition order) is raised as the usual OlmaxError."""
@@ -97,15 +106,19 @@ def map_reduce_beam(options: str, elements: list, map_fn: Callable, reduces: dic
         folder = space.files
 
         def build(pipeline) -> None:
-            mapped = (pipeline
-                      | "Elements" >> beam.Create(list(enumerate(elements)))
-                      | "Spread" >> beam.Reshuffle()
-                      | "Map" >> beam.ParDo(MapElement(map_fn, bits)).with_outputs(*kinds, main="summaries"))
+            mapped = (
+                pipeline
+                | "Elements" >> beam.Create(list(enumerate(elements)))
+                | "Spread" >> beam.Reshuffle()
+                | "Map" >> beam.ParDo(MapElement(map_fn, bits)).with_outputs(*kinds, main="summaries")
+            )
             collect(mapped.summaries, folder, "summaries")
             for kind in kinds:
-                reduced = (mapped[kind]
-                           | f"Combine {kind}" >> beam.CombinePerKey(ConcatRecords())
-                           | f"Reduce {kind}" >> beam.Map(guarded(_reduce_keyed(reduces[kind]), order=_part_order)))
+                reduced = (
+                    mapped[kind]
+                    | f"Combine {kind}" >> beam.CombinePerKey(ConcatRecords())
+                    | f"Reduce {kind}" >> beam.Map(guarded(_reduce_keyed(reduces[kind]), order=_part_order))
+                )
                 collect(reduced, folder, f"reduced-{kind}")
 
         space.run(build)

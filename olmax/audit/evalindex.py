@@ -80,8 +80,11 @@ class EvalIndex:
         k_use = self.lengths_of[use]
         w_use = np.minimum(k_use, n)  # window length per item
         per = k_use - w_use + 1  # windows per item
-        words = np.concatenate([np.asarray(items[i], dtype=np.uint64) for i in use]) if use.size \
+        words = (
+            np.concatenate([np.asarray(items[i], dtype=np.uint64) for i in use])
+            if use.size
             else np.zeros(0, np.uint64)
+        )
         offset = np.cumsum(k_use) - k_use
         rec_item = np.repeat(use, per)
         rec_q = np.arange(rec_item.size, dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
@@ -106,8 +109,9 @@ class EvalIndex:
         self.ukeys, first = np.unique(key, return_index=True)
         self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
-        self.lengths = sorted({n if k >= n else int(k) for k in self.lengths_of.tolist()
-                               if k >= min_item_words})
+        self.lengths = sorted(
+            {n if k >= n else int(k) for k in self.lengths_of.tolist() if k >= min_item_words}
+        )
         self.short_lengths = [k for k in self.lengths if k < n]
         self.salts = {k: length_salt(k) for k in {n, *self.lengths}}
         self.short_arr = np.asarray(self.short_lengths, dtype=np.int64)
@@ -126,8 +130,9 @@ class EvalIndex:
         np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
         self.has_ngrams = bool(bag_n.size)
         self.filter = WindowFilter(bag_n)
-        self.anchor_filter = WindowFilter(window_sums(words, self.anchor)[offset[short]] if short.any()
-                                          else np.zeros(0, np.uint64))
+        self.anchor_filter = WindowFilter(
+            window_sums(words, self.anchor)[offset[short]] if short.any() else np.zeros(0, np.uint64)
+        )
 
     @property
     def num_keys(self) -> int:
@@ -165,4 +170,3 @@ class EvalIndex:
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
-

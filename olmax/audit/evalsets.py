@@ -48,7 +48,9 @@ def _local_source(url: str) -> Iterator[str]:
         yield local
         return
     if glob.has_magic(url):
-        raise OlmaxError(f"eval set {url!r}: a glob over a URL is not read; give the URL of a file or of a "
-                         "folder of eval files")
+        raise OlmaxError(
+            f"eval set {url!r}: a glob over a URL is not read; give the URL of a file or of a "
+            "folder of eval files"
+        )
     with storage.local_copy(url) as copy:
         yield copy

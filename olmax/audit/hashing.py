@@ -95,8 +95,10 @@ class _PowerCache:
         with self._lock:
             if n > self.n:
                 size = max(n, 1 << 16, 2 * self.n)
-                self.tables = ([powers_mod(b, size) for b in BASES],
-                               [powers_mod(pow(b, -1, MERSENNE31), size) for b in BASES])
+                self.tables = (
+                    [powers_mod(b, size) for b in BASES],
+                    [powers_mod(pow(b, -1, MERSENNE31), size) for b in BASES],
+                )
                 self.n = size
             return self.tables
 
@@ -134,7 +136,7 @@ class PrefixHasher:
             return np.zeros(0, dtype=np.uint64)
         out = None
         for b, s in enumerate(self._sums):
-            d = s[k:k + m:stride] - s[0:m:stride]  # exact: the window's sum is < 2^63
+            d = s[k : k + m : stride] - s[0:m:stride]  # exact: the window's sum is < 2^63
             tmp = np.empty_like(d)
             fold_mod(d, tmp)  # < 2^33, so the product below stays < 2^64
             d *= self._inv[b][0:m:stride]
@@ -159,8 +161,9 @@ class PrefixHasher:
         return out if out is not None else np.zeros(0, np.uint64)
 
 
-def packed_windows(packed: np.ndarray, starts: np.ndarray, lengths: int | np.ndarray,
-                   block: int = 1 << 16) -> np.ndarray:
+def packed_windows(
+    packed: np.ndarray, starts: np.ndarray, lengths: int | np.ndarray, block: int = 1 << 16
+) -> np.ndarray:
     """uint64: `PrefixHasher([packed >> 32, packed & (2^32 - 1)]).windows_at(k, starts)` without prefix
     sums (each window's two halves, values <= MAX_TOKEN, summed term by term), with one window length
     k for all, or one per window (`lengths` an array like `starts`, each in [1, MAX_WINDOW], each window
@@ -178,9 +181,9 @@ def packed_windows(packed: np.ndarray, starts: np.ndarray, lengths: int | np.nda
     span = np.arange(k, dtype=np.int64)
     step = max(1, block // k)
     for a in range(0, starts.size, step):
-        at = starts[a:a + step, None] + span  # (windows, k)
+        at = starts[a : a + step, None] + span  # (windows, k)
         if per:
-            keep = span < lens[a:a + step, None]  # the terms of shorter windows end early
+            keep = span < lens[a : a + step, None]  # the terms of shorter windows end early
             np.minimum(at, packed.size - 1, out=at)
         x = packed.take(at)
         half = x >> _S32
@@ -196,7 +199,7 @@ def packed_windows(packed: np.ndarray, starts: np.ndarray, lengths: int | np.nda
         reduce_mod(h, np.empty_like(h))
         h[0] <<= _S32
         h[0] |= h[1]
-        out[a:a + step] = h[0]
+        out[a : a + step] = h[0]
     return out
 
 
@@ -216,7 +219,7 @@ def spans_hashes(tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     out = np.empty(len(starts), dtype=np.uint64)
     h = xxhash.xxh3_64_intdigest
     for i, (a, b) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist())):
-        out[i] = h(buf[4 * a:4 * b])
+        out[i] = h(buf[4 * a : 4 * b])
     return out
 
 
@@ -237,6 +240,8 @@ def packed_row_hashes(index, chunk_tokens: int = 1 << 26) -> np.ndarray:
     """uint64 (N,): `row_hashes` of every row of a packed index (olmax.data.packing.PackedIndex) as the loader
     emits it, read `chunk_tokens` at a time."""
     chunk = max(1, chunk_tokens // index.seq_len)
-    parts = [row_hashes(index.read(np.arange(a, min(index.num_instances, a + chunk), dtype=np.int64))["input_ids"])
-             for a in range(0, index.num_instances, chunk)]
+    parts = [
+        row_hashes(index.read(np.arange(a, min(index.num_instances, a + chunk), dtype=np.int64))["input_ids"])
+        for a in range(0, index.num_instances, chunk)
+    ]
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)

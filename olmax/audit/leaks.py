@@ -84,8 +84,15 @@ class LeakConfig:
     chunk_tokens: int = 1 << 20
 
 
-def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables, *, cap_docs: int,
-               chunk_tokens: int = 1 << 20) -> tuple[np.ndarray, int]:
+def probe_file(
+    path: str,
+    file_index: int,
+    index: EvalIndex,
+    tables: WordTables,
+    *,
+    cap_docs: int,
+    chunk_tokens: int = 1 << 20,
+) -> tuple[np.ndarray, int]:
     """Map: the hits of one training file (those of each key's first cap_docs documents), tokens.
 
     Hit positions: `cpos` counts words from the file's start, `pos` is the token offset of the
@@ -121,9 +128,10 @@ def probe_file(path: str, file_index: int, index: EvalIndex, tables: WordTables,
         # carry the last words (and their token offsets) into the next chunk
         tail = min(carry, cc.size)
         k_new = min(tail, first_tok.size)
-        prev_pos = np.concatenate([prev_pos[prev_pos.size - (tail - k_new):],
-                                   first_tok[first_tok.size - k_new:] + a])
-        prev = cc[cc.size - tail:]
+        prev_pos = np.concatenate(
+            [prev_pos[prev_pos.size - (tail - k_new) :], first_tok[first_tok.size - k_new :] + a]
+        )
+        prev = cc[cc.size - tail :]
         cbase += cc.size - tail
         a += consumed
     return hits.result(), len(tokens)
@@ -237,35 +245,54 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     per_set, checks = _per_set(ev, flagged, cfg)
     eidx = ev.index
     report = {
-        "command": "audit leaks", "settings": asdict(cfg), "normalization": NORMALIZATION,
-        "hashing": (f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
-                    f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
-                    f"bytes: {((cfg.ngram - 1 + 64) / (2**31 - 1)) ** 2:.1e} at l = 64; short items as "
-                    f"whole-item windows"),
-        "rule": (f"retrieve: exact {cfg.ngram}-word windows of the items (windows shared by >= "
-                 f"{cfg.template_items} items are templates, not used); candidate: an (item, document) "
-                 f"pair whose matched windows cover >= max({cfg.ngram}, {cfg.min_cover} x item words); "
-                 f"verify: longest common subsequence of the item's words and the document's words around "
-                 f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
-                 f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
-                 f"{cfg.short_words} words need an exact whole-item match; items under "
-                 f"{cfg.min_item_words} words are not decided"),
+        "command": "audit leaks",
+        "settings": asdict(cfg),
+        "normalization": NORMALIZATION,
+        "hashing": (
+            f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
+            f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
+            f"bytes: {((cfg.ngram - 1 + 64) / (2**31 - 1)) ** 2:.1e} at l = 64; short items as "
+            f"whole-item windows"
+        ),
+        "rule": (
+            f"retrieve: exact {cfg.ngram}-word windows of the items (windows shared by >= "
+            f"{cfg.template_items} items are templates, not used); candidate: an (item, document) "
+            f"pair whose matched windows cover >= max({cfg.ngram}, {cfg.min_cover} x item words); "
+            f"verify: longest common subsequence of the item's words and the document's words around "
+            f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
+            f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
+            f"{cfg.short_words} words need an exact whole-item match; items under "
+            f"{cfg.min_item_words} words are not decided"
+        ),
         "training": {"files": len(paths), "tokens": train_tokens},
-        "eval_index": {"items": len(ev.items), "distinct_items": int(len(ev.items) - len(ev.duplicates)),
-                       "keys": eidx.num_keys, "template_keys": eidx.template_keys, "lengths": eidx.lengths},
+        "eval_index": {
+            "items": len(ev.items),
+            "distinct_items": int(len(ev.items) - len(ev.duplicates)),
+            "keys": eidx.num_keys,
+            "template_keys": eidx.template_keys,
+            "lengths": eidx.lengths,
+        },
         "eval_duplicates": ev.duplicates[:MAX_NEAR_MISSES],
         "candidates": stats,
-        "timing": {"index_s": round(t_index, 3), "probe_s": round(probe_s, 3), "verify_s": round(verify_s, 3),
-                   "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9)),
-                   "tokens_per_s": round(train_tokens / max(probe_s + verify_s, 1e-9)),
-                   "runner": runner.description},
-        "sets": per_set, "contaminated": contaminated,
+        "timing": {
+            "index_s": round(t_index, 3),
+            "probe_s": round(probe_s, 3),
+            "verify_s": round(verify_s, 3),
+            "probe_tokens_per_s": round(train_tokens / max(probe_s, 1e-9)),
+            "tokens_per_s": round(train_tokens / max(probe_s + verify_s, 1e-9)),
+            "runner": runner.description,
+        },
+        "sets": per_set,
+        "contaminated": contaminated,
         "near_misses": near,  # verified items below the threshold, best first (first MAX_NEAR_MISSES)
         "checks": checks_json(checks),
         "ok": not failed(checks),
     }
-    report["summary"] = summary_lines(f"olmax audit leaks: {cfg.stream.mix} ({train_tokens:,} training tokens, "
-                                      f"{len(ev.items)} eval items, {eidx.num_keys:,} keys)", checks)
+    report["summary"] = summary_lines(
+        f"olmax audit leaks: {cfg.stream.mix} ({train_tokens:,} training tokens, "
+        f"{len(ev.items)} eval items, {eidx.num_keys:,} keys)",
+        checks,
+    )
     return report
 
 
@@ -299,15 +326,27 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
             r = first.setdefault(packed.tobytes(), i) if packed.size else i
             if r != i:  # the same words as an earlier item: indexed once, decided as that one
                 a = all_items[r]
-                dups.append({"eval": name, "id": it.report_id, "same_as": {"eval": sets[set_of[r]][0],
-                                                                          "id": a.report_id}})
+                dups.append(
+                    {
+                        "eval": name,
+                        "id": it.report_id,
+                        "same_as": {"eval": sets[set_of[r]][0], "id": a.report_id},
+                    }
+                )
             indexed.append(packed if r == i else packed[:0])
             words.append(packed)
             set_of.append(s)
             all_items.append(it)
             rep_of.append(r)
-    return EvalSide(sets, np.asarray(set_of, dtype=np.int64), all_items, words, np.asarray(rep_of, np.int64), dups,
-                    EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items))
+    return EvalSide(
+        sets,
+        np.asarray(set_of, dtype=np.int64),
+        all_items,
+        words,
+        np.asarray(rep_of, np.int64),
+        dups,
+        EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items),
+    )
 
 
 def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
@@ -318,15 +357,16 @@ def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
     ends = np.cumsum(lengths + 1) - 1  # each item's separator
     stream = np.full(int(ends[-1]) + 1 if ids else 0, tables.size - 1, dtype=np.uint32)
     for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
-        stream[e - k:e] = t
+        stream[e - k : e] = t
     packed, first_tok, _ = tables.packed_words(stream, final=True)
     cut = np.searchsorted(first_tok, ends - lengths)  # each item's first word
     last = np.searchsorted(first_tok, ends)  # its separator's word
     return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]
 
 
-def probe_path(task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int,
-               chunk_tokens: int = 1 << 20) -> tuple[np.ndarray, int]:
+def probe_path(
+    task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int, chunk_tokens: int = 1 << 20
+) -> tuple[np.ndarray, int]:
     """Map over (file index, path or URL): `probe_file` on a local copy of the file."""
     f, path = task
     with local_shard(path) as local:
@@ -380,8 +420,9 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     # Expand hits to (item, n-gram position) through the index's records.
     per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]
     hit_of = np.repeat(np.arange(hits.size), per)
-    rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (np.arange(hit_of.size) -
-                                                         np.repeat(np.cumsum(per) - per, per))
+    rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (
+        np.arange(hit_of.size) - np.repeat(np.cumsum(per) - per, per)
+    )
     h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
     h_file, h_doc, h_pos = hits["file"][hit_of], hits["doc"][hit_of], hits["pos"][hit_of]
     h_sat = saturated[hits["key"][hit_of]]
@@ -402,14 +443,28 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     k = eidx.lengths_of[h_item[starts]]
     ngram_pair = k >= n  # n-gram keys; a whole-item key (k < n) is an exact match of the whole item
     keep = ~ngram_pair | (covered >= np.maximum(n, cfg.min_cover * k))
-    stats = {"pairs": int(starts.size), "verified": int((keep & ngram_pair).sum()),
-             "saturated_keys": int(saturated.sum())}
+    stats = {
+        "pairs": int(starts.size),
+        "verified": int((keep & ngram_pair).sum()),
+        "saturated_keys": int(saturated.sum()),
+    }
     bounds = np.append(starts, h_item.size)
     sat = np.logical_or.reduceat(h_sat, starts) if starts.size else np.zeros(0, bool)
-    out = [Candidate(int(h_item[lo]), int(h_file[lo]), int(h_doc[lo]), h_q[lo:hi], h_pos[lo:hi], min(n, kk),
-                     kk < n or kk <= cfg.short_words, bool(st))
-           for lo, hi, kk, st in zip(bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(),
-                                     sat[keep].tolist())]
+    out = [
+        Candidate(
+            int(h_item[lo]),
+            int(h_file[lo]),
+            int(h_doc[lo]),
+            h_q[lo:hi],
+            h_pos[lo:hi],
+            min(n, kk),
+            kk < n or kk <= cfg.short_words,
+            bool(st),
+        )
+        for lo, hi, kk, st in zip(
+            bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
+        )
+    ]
     return out, stats
 
 
@@ -418,9 +473,16 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
     by_file: dict[int, list[int]] = {}
     for g, c in enumerate(cands):
         by_file.setdefault(c.file, []).append(g)
-    return [FileCandidates(f, paths[f], tuple(ids), tuple(cands[g] for g in ids),
-                           {cands[g].item: ev.words[cands[g].item] for g in ids})
-            for f, ids in sorted(by_file.items())]
+    return [
+        FileCandidates(
+            f,
+            paths[f],
+            tuple(ids),
+            tuple(cands[g] for g in ids),
+            {cands[g].item: ev.words[cands[g].item] for g in ids},
+        )
+        for f, ids in sorted(by_file.items())
+    ]
 
 
 def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
@@ -437,18 +499,33 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
         slot = {it: i for i, it in enumerate(items)}
         words = [task.words[it] for it in items]
         scores, t0, t1 = verify_candidates(
-            tokens, tables.kernel_tables, docs.starts[d], docs.ends[d],
+            tokens,
+            tables.kernel_tables,
+            docs.starts[d],
+            docs.ends[d],
             np.concatenate([[0], np.cumsum([c.q.size for c in cands])]),
-            np.concatenate([c.q for c in cands]), np.concatenate([c.pos for c in cands]),
-            np.concatenate(words), np.concatenate([[0], np.cumsum([w.size for w in words])]),
-            np.asarray([slot[c.item] for c in cands]), np.asarray([c.n for c in cands]),
-            np.asarray([c.short for c in cands]))
-        return [(g, float(s), int(a), int(b), docs.id_of(int(doc)))
-                for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())]
+            np.concatenate([c.q for c in cands]),
+            np.concatenate([c.pos for c in cands]),
+            np.concatenate(words),
+            np.concatenate([[0], np.cumsum([w.size for w in words])]),
+            np.asarray([slot[c.item] for c in cands]),
+            np.asarray([c.n for c in cands]),
+            np.asarray([c.short for c in cands]),
+        )
+        return [
+            (g, float(s), int(a), int(b), docs.id_of(int(doc)))
+            for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
+        ]
 
 
-def assemble(cands: list[Candidate], verified: Iterable[tuple[int, float, int, int, str]], ev: EvalSide,
-             paths: list[str], sources: list, cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray]:
+def assemble(
+    cands: list[Candidate],
+    verified: Iterable[tuple[int, float, int, int, str]],
+    ev: EvalSide,
+    paths: list[str],
+    sources: list,
+    cfg: LeakConfig,
+) -> tuple[list[dict], list[dict], np.ndarray]:
     """(contaminated items, near misses, flagged mask over all items) from every candidate's verification
     (in any order): each item's documents in candidate order, the threshold applied, duplicates decided as
     their first copy."""
@@ -457,18 +534,32 @@ def assemble(cands: list[Candidate], verified: Iterable[tuple[int, float, int, i
     found: dict[int, list[dict]] = {}  # item -> verified documents
     for g, c in enumerate(cands):
         score, t0, t1, doc_id = result[g]
-        found.setdefault(c.item, []).append({
-            "source": sources[c.file], "file": paths[c.file], "doc": doc_id, "token_start": t0, "token_end": t1,
-            "score": round(score, 4), "saturated_keys": c.saturated})
+        found.setdefault(c.item, []).append(
+            {
+                "source": sources[c.file],
+                "file": paths[c.file],
+                "doc": doc_id,
+                "token_start": t0,
+                "token_end": t1,
+                "score": round(score, 4),
+                "saturated_keys": c.saturated,
+            }
+        )
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
         k = int(eidx.lengths_of[item])
         passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
         best = max(docs_found, key=lambda x: x["score"])
-        entry = {"eval": ev.sets[int(ev.set_of[item])][0], "id": ev.items[item].report_id,
-                 "kind": "short" if k <= cfg.short_words else "aligned", "item_words": k,
-                 "score": best["score"], "n_documents": len(passed), "documents": passed or [best]}
+        entry = {
+            "eval": ev.sets[int(ev.set_of[item])][0],
+            "id": ev.items[item].report_id,
+            "kind": "short" if k <= cfg.short_words else "aligned",
+            "item_words": k,
+            "score": best["score"],
+            "n_documents": len(passed),
+            "documents": passed or [best],
+        }
         if passed:
             flagged[item] = True
             contaminated.append(entry)
@@ -481,14 +572,21 @@ def assemble(cands: list[Candidate], verified: Iterable[tuple[int, float, int, i
         if flagged[r]:
             flagged[i] = True
             src = entry_of[r]
-            contaminated.append({**src, "eval": ev.sets[int(ev.set_of[i])][0], "id": ev.items[i].report_id,
-                                 "same_as": {"eval": src["eval"], "id": src["id"]}})
+            contaminated.append(
+                {
+                    **src,
+                    "eval": ev.sets[int(ev.set_of[i])][0],
+                    "id": ev.items[i].report_id,
+                    "same_as": {"eval": src["eval"], "id": src["id"]},
+                }
+            )
     near.sort(key=lambda e: -e["score"])
     return contaminated, near[:MAX_NEAR_MISSES], flagged
 
 
-def decide_items(hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables,
-                 cfg: LeakConfig) -> tuple[list[dict], list[dict], np.ndarray, dict]:
+def decide_items(
+    hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables, cfg: LeakConfig
+) -> tuple[list[dict], list[dict], np.ndarray, dict]:
     """(contaminated items, near misses, flagged mask over all items, candidate counts): every candidate
     (item, document) pair verified by alignment (module docstring), files one after another."""
     cands, stats = candidates(hits, ev, cfg)
@@ -502,15 +600,23 @@ class LocalRunner:
 
     description = "local"
 
-    def probe(self, paths: list[str], eidx: EvalIndex, tables: WordTables,
-              cfg: LeakConfig) -> Iterator[tuple[np.ndarray, int]]:
+    def probe(
+        self, paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfig
+    ) -> Iterator[tuple[np.ndarray, int]]:
         threads = max(1, cfg.threads)
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            yield from _in_order(pool, lambda task: probe_path(
-                task, eidx, tables, cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens),
-                enumerate(paths), ahead=2 * threads)
+            yield from _in_order(
+                pool,
+                lambda task: probe_path(
+                    task, eidx, tables, cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens
+                ),
+                enumerate(paths),
+                ahead=2 * threads,
+            )
 
-    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+    def verify(
+        self, tasks: list[FileCandidates], tables: WordTables
+    ) -> list[tuple[int, float, int, int, str]]:
         return [v for task in tasks for v in verify_file(task, tables)]
 
 
@@ -521,12 +627,22 @@ class BeamPhases:
     def __init__(self, beam):
         self.beam, self.description = beam, beam.description
 
-    def probe(self, paths: list[str], eidx: EvalIndex, tables: WordTables,
-              cfg: LeakConfig) -> list[tuple[np.ndarray, int]]:
-        return self.beam.map_files("probe", list(enumerate(paths)), probe_path, (eidx, tables), task_file,
-                                   cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens)
+    def probe(
+        self, paths: list[str], eidx: EvalIndex, tables: WordTables, cfg: LeakConfig
+    ) -> list[tuple[np.ndarray, int]]:
+        return self.beam.map_files(
+            "probe",
+            list(enumerate(paths)),
+            probe_path,
+            (eidx, tables),
+            task_file,
+            cap_docs=cfg.max_docs_per_key,
+            chunk_tokens=cfg.chunk_tokens,
+        )
 
-    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+    def verify(
+        self, tasks: list[FileCandidates], tables: WordTables
+    ) -> list[tuple[int, float, int, int, str]]:
         per_file = self.beam.map_files("verify", tasks, verify_file, (tables,), task_file)
         return [v for results in per_file for v in results]
 
@@ -558,11 +674,15 @@ def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, 
     for s, (name, _items) in enumerate(ev.sets):
         sel = ev.set_of == s
         n_bad = int(flagged[sel].sum())
-        per_set[name] = {"items": int(sel.sum()), "contaminated": n_bad,
-                         "percent_contaminated": round(100.0 * n_bad / max(1, int(sel.sum())), 3),
-                         "too_short_to_decide": int(too_short[sel].sum()),
-                         "duplicates": int((sel & (ev.rep_of != np.arange(len(ev.items)))).sum()),
-                         "ngrams": int(ngrams_of[sel].sum()), "gated": name in gate}
+        per_set[name] = {
+            "items": int(sel.sum()),
+            "contaminated": n_bad,
+            "percent_contaminated": round(100.0 * n_bad / max(1, int(sel.sum())), 3),
+            "too_short_to_decide": int(too_short[sel].sum()),
+            "duplicates": int((sel & (ev.rep_of != np.arange(len(ev.items)))).sum()),
+            "ngrams": int(ngrams_of[sel].sum()),
+            "gated": name in gate,
+        }
         if cfg.clean_dir:
             from olmax.jsonio import write_jsonl
 
@@ -570,7 +690,14 @@ def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, 
             out = os.path.join(cfg.clean_dir, f"{name}.jsonl")
             write_jsonl(out, ({"id": it.report_id, "text": it.text} for it in clean))
             per_set[name]["clean_subset"] = out
-        checks.append(Check(f"contaminated:{name}", n_bad == 0, n_bad, 0, gated=name in gate,
-                            detail=f"{per_set[name]['percent_contaminated']}% of "
-                            f"{per_set[name]['items']} items"))
+        checks.append(
+            Check(
+                f"contaminated:{name}",
+                n_bad == 0,
+                n_bad,
+                0,
+                gated=name in gate,
+                detail=f"{per_set[name]['percent_contaminated']}% of {per_set[name]['items']} items",
+            )
+        )
     return per_set, checks

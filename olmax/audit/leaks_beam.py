@@ -65,7 +65,9 @@ class BeamRunner:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.space.__exit__(exc_type, exc, tb)
 
-    def map_files(self, name: str, tasks: list, fn: Callable, shared: tuple, order: Callable, **kwargs) -> list:
+    def map_files(
+        self, name: str, tasks: list, fn: Callable, shared: tuple, order: Callable, **kwargs
+    ) -> list:
         """[fn(task, *shared, **kwargs) for task in tasks] (in no particular order) as one pipeline; the
         first OlmaxError of a task (in `order(task)` order) is raised here. `fn`, `order` and the tasks
         must pickle; `shared` is staged once."""
@@ -78,10 +80,12 @@ class BeamRunner:
         call = guarded(StagedCall(fn, state, kwargs), order)
 
         def build(p):
-            results = (p
-                       | f"{name}: tasks" >> beam.Create(tasks)
-                       | f"{name}: spread" >> beam.Reshuffle()
-                       | f"{name}: map" >> beam.Map(call))
+            results = (
+                p
+                | f"{name}: tasks" >> beam.Create(tasks)
+                | f"{name}: spread" >> beam.Reshuffle()
+                | f"{name}: map" >> beam.Map(call)
+            )
             collect(results, out, name)
 
         what = f"{self.what} ({name})"

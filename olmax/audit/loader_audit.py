@@ -62,7 +62,9 @@ class LoaderAuditConfig:
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
     """One loader per rank over the audited stream, reading synchronously (ids only, no token reads)."""
     spec = config.stream.replace(num_threads=0)
-    return [spec.open_loader(index, process_index=p, process_count=process_count) for p in range(process_count)]
+    return [
+        spec.open_loader(index, process_index=p, process_count=process_count) for p in range(process_count)
+    ]
 
 
 def replay(index, config: LoaderAuditConfig) -> dict:
@@ -97,8 +99,7 @@ def replay(index, config: LoaderAuditConfig) -> dict:
             loaders = _loaders(index, config, config.resume_process_count or config.process_count)
             e2, s2 = loaders[0].resume_position(state)
             k2 = (e2 - 1) * bpe + s2
-            resumes.append({"saved_before_step": k, "resumed_at_step": k2,
-                            "process_count": len(loaders)})
+            resumes.append({"saved_before_step": k, "resumed_at_step": k2, "process_count": len(loaders)})
             k, check = k2, True
         epoch, step = 1 + k // bpe, k % bpe
         global_ids = reference.instance_ids(epoch, step)
@@ -118,10 +119,19 @@ def replay(index, config: LoaderAuditConfig) -> dict:
         ids.append(allrows.astype(id_dtype))
         k += 1
     ks_a = np.concatenate(ks)
-    return {"k": ks_a, "epoch": 1 + ks_a // bpe, "rank": np.concatenate(ranks),
-            "ids": np.concatenate(ids).astype(np.int64), "steps": int(np.unique(ks_a).size),
-            "planned_steps": total, "batches_per_epoch": bpe, "overlap_rows": overlap_rows,
-            "union_bad_steps": union_bad_steps, "rank_checked_steps": checked, "resumes": resumes}
+    return {
+        "k": ks_a,
+        "epoch": 1 + ks_a // bpe,
+        "rank": np.concatenate(ranks),
+        "ids": np.concatenate(ids).astype(np.int64),
+        "steps": int(np.unique(ks_a).size),
+        "planned_steps": total,
+        "batches_per_epoch": bpe,
+        "overlap_rows": overlap_rows,
+        "union_bad_steps": union_bad_steps,
+        "rank_checked_steps": checked,
+        "resumes": resumes,
+    }
 
 
 def audit_loader(config: LoaderAuditConfig) -> dict:
@@ -136,27 +146,45 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
     plan = _plan_checks(index, run, config, checks)
     several, phys = _label_checks(index, checks)
     shares = _share_checks(index, run["ids"], config, checks)
-    report: dict = {"command": "audit loader", "settings": asdict(config),
-                    "fingerprint": index.fingerprint,
-                    "index": {"files": len(index.paths), "physical_files": int(np.unique(phys).size),
-                              "instances": index.num_instances, "tokens": index.num_tokens,
-                              "batches_per_epoch": run["batches_per_epoch"]},
-                    "replay": {"steps": run["steps"], "rows": int(run["ids"].size), "resumes": run["resumes"],
-                               "full_epochs": plan["full_epochs"], "rank_checked_steps": run["rank_checked_steps"]},
-                    "instances_over_planned_examples": plan["over_examples"],
-                    "paths_under_several_labels": several, "sources": shares}
+    report: dict = {
+        "command": "audit loader",
+        "settings": asdict(config),
+        "fingerprint": index.fingerprint,
+        "index": {
+            "files": len(index.paths),
+            "physical_files": int(np.unique(phys).size),
+            "instances": index.num_instances,
+            "tokens": index.num_tokens,
+            "batches_per_epoch": run["batches_per_epoch"],
+        },
+        "replay": {
+            "steps": run["steps"],
+            "rows": int(run["ids"].size),
+            "resumes": run["resumes"],
+            "full_epochs": plan["full_epochs"],
+            "rank_checked_steps": run["rank_checked_steps"],
+        },
+        "instances_over_planned_examples": plan["over_examples"],
+        "paths_under_several_labels": several,
+        "sources": shares,
+    }
     if config.content:
         report.update(_content_checks(index, run, config, checks))
     if config.exposure_out:
         write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
         report["exposure_file"] = config.exposure_out
-    report["hashing"] = ("instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
-                         "re-compared byte for byte before it is counted")
+    report["hashing"] = (
+        "instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
+        "re-compared byte for byte before it is counted"
+    )
     report["checks"] = checks_json(checks)
     report["ok"] = not failed(checks)
-    report["summary"] = summary_lines(f"olmax audit loader: {stream.mix} (L={stream.seq_len}, "
-                                      f"G={stream.global_batch_size}, seed={stream.seed}, {run['steps']} steps x "
-                                      f"{config.process_count} ranks, {run['ids'].size} rows)", checks)
+    report["summary"] = summary_lines(
+        f"olmax audit loader: {stream.mix} (L={stream.seq_len}, "
+        f"G={stream.global_batch_size}, seed={stream.seed}, {run['steps']} steps x "
+        f"{config.process_count} ranks, {run['ids'].size} rows)",
+        checks,
+    )
     return report
 
 
@@ -169,27 +197,62 @@ def _plan_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check
     uniq, counts = np.unique(key, return_counts=True)
     over = counts > 1
     over_examples = []
-    for u in uniq[over][:config.examples].tolist():
+    for u in uniq[over][: config.examples].tolist():
         where = np.flatnonzero(key == u)
         f, a, _ = index.instance_documents(int(u % N))[0]
-        over_examples.append({"instance": int(u % N), "epoch": int(u // N) + 1,
-                              "file": index.paths[f], "window": a // L,
-                              "emitted_at": [{"step": int(k[i]), "rank": int(rank[i])} for i in where]})
+        over_examples.append(
+            {
+                "instance": int(u % N),
+                "epoch": int(u // N) + 1,
+                "file": index.paths[f],
+                "window": a // L,
+                "emitted_at": [{"step": int(k[i]), "rank": int(rank[i])} for i in where],
+            }
+        )
     n_over = int((counts[over] - 1).sum())
-    checks.append(Check("instances_over_planned", n_over == 0, n_over, 0,
-                        detail="rows repeating an instance within its epoch"))
+    checks.append(
+        Check(
+            "instances_over_planned",
+            n_over == 0,
+            n_over,
+            0,
+            detail="rows repeating an instance within its epoch",
+        )
+    )
     bpe = run["batches_per_epoch"]
     full_epochs = [e for e in np.unique(epochs).tolist() if np.unique(k[epochs == e]).size == bpe]
     missing = sum(bpe * G - int(np.unique(ids[epochs == e]).size) for e in full_epochs)
-    checks.append(Check("instances_missing", missing == 0, missing, 0,
-                        detail=f"over {len(full_epochs)} full epoch(s); the epoch tail of "
-                        f"{N - bpe * G} instances is dropped by plan"))
-    checks.append(Check("rank_overlap", run["overlap_rows"] == 0, run["overlap_rows"], 0,
-                        detail="rows whose instance another rank holds in the same step"))
-    checks.append(Check("rank_union", run["union_bad_steps"] == 0, run["union_bad_steps"], 0,
-                        detail="steps whose ranks' rows are not exactly the global batch"))
-    if run["steps"] != run["planned_steps"] or any(r["resumed_at_step"] != r["saved_before_step"]
-                                                    for r in run["resumes"]):
+    checks.append(
+        Check(
+            "instances_missing",
+            missing == 0,
+            missing,
+            0,
+            detail=f"over {len(full_epochs)} full epoch(s); the epoch tail of "
+            f"{N - bpe * G} instances is dropped by plan",
+        )
+    )
+    checks.append(
+        Check(
+            "rank_overlap",
+            run["overlap_rows"] == 0,
+            run["overlap_rows"],
+            0,
+            detail="rows whose instance another rank holds in the same step",
+        )
+    )
+    checks.append(
+        Check(
+            "rank_union",
+            run["union_bad_steps"] == 0,
+            run["union_bad_steps"],
+            0,
+            detail="steps whose ranks' rows are not exactly the global batch",
+        )
+    )
+    if run["steps"] != run["planned_steps"] or any(
+        r["resumed_at_step"] != r["saved_before_step"] for r in run["resumes"]
+    ):
         checks.append(Check("resume_position", False, run["resumes"], "resume where saved"))
     elif run["resumes"]:
         checks.append(Check("resume_position", True, run["resumes"], "resume where saved"))
@@ -206,8 +269,15 @@ def _label_checks(index, checks: list[Check]) -> tuple[list[dict], np.ndarray]:
         labels = sorted({index.labels[f] for f in np.flatnonzero(phys == p).tolist()})
         if len(labels) > 1:
             several.append({"file": index.paths[int(np.flatnonzero(phys == p)[0])], "labels": labels})
-    checks.append(Check("path_under_several_labels", not several, len(several), 0,
-                        detail="; ".join(f"{s['file']} as {'+'.join(s['labels'])}" for s in several[:3])))
+    checks.append(
+        Check(
+            "path_under_several_labels",
+            not several,
+            len(several),
+            0,
+            detail="; ".join(f"{s['file']} as {'+'.join(s['labels'])}" for s in several[:3]),
+        )
+    )
     return several, phys
 
 
@@ -227,10 +297,15 @@ def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: lis
         p = planned[name] / total_planned
         o = float(observed[i]) / served
         slack = config.share_tolerance + 4 * math.sqrt(p * (1 - p) / max(1, ids.size))
-        shares[name] = {"planned_tokens": planned[name], "planned_share": round(p, 6),
-                        "observed_tokens": int(observed[i]), "observed_share": round(o, 6)}
-        checks.append(Check(f"source_share:{name}", abs(o - p) <= slack, round(o, 6),
-                            f"{p:.4f} ± {slack:.4f}"))
+        shares[name] = {
+            "planned_tokens": planned[name],
+            "planned_share": round(p, 6),
+            "observed_tokens": int(observed[i]),
+            "observed_share": round(o, 6),
+        }
+        checks.append(
+            Check(f"source_share:{name}", abs(o - p) <= slack, round(o, 6), f"{p:.4f} ± {slack:.4f}")
+        )
     return shares
 
 
@@ -244,43 +319,82 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
     files_index = config.stream.file_index() if packed else index
-    content = scan_content(files_index, min_doc_tokens=config.min_doc_tokens, threads=config.threads,
-                           work_dir=work_dir, examples=ex, instances=not packed)
+    content = scan_content(
+        files_index,
+        min_doc_tokens=config.min_doc_tokens,
+        threads=config.threads,
+        work_dir=work_dir,
+        examples=ex,
+        instances=not packed,
+    )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
         dup_inst = int((canonical != np.arange(N)).sum())
         cid, raw = canonical[ids], ids  # a packed row's position is its instance id
         collisions = row_collisions + content.collisions
     else:
-        dup_inst = int(sum(int((content.canonical[content.phys_offsets[p]:content.phys_offsets[p + 1]]
-                                != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])).sum())
-                           for p in content.phys[:].tolist()))  # counted per mix line
+        dup_inst = int(
+            sum(
+                int(
+                    (
+                        content.canonical[content.phys_offsets[p] : content.phys_offsets[p + 1]]
+                        != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])
+                    ).sum()
+                )
+                for p in content.phys[:].tolist()
+            )
+        )  # counted per mix line
         cid = content.content_ids(index, ids)
         files, starts = index.locate(ids)
         raw = content.phys_offsets[content.phys[files]] + starts // L
         collisions, dup_examples = content.collisions, content.window_examples
     frac = dup_inst / max(1, N)
-    checks.append(Check("duplicate_instances", frac <= config.max_dup_instance_frac,
-                        round(frac, 6), config.max_dup_instance_frac,
-                        detail=f"{dup_inst} of {N} instances repeat content found at another "
-                        f"{'packed row' if packed else 'file/position'}"))
+    checks.append(
+        Check(
+            "duplicate_instances",
+            frac <= config.max_dup_instance_frac,
+            round(frac, 6),
+            config.max_dup_instance_frac,
+            detail=f"{dup_inst} of {N} instances repeat content found at another "
+            f"{'packed row' if packed else 'file/position'}",
+        )
+    )
     dfrac = content.duplicate_doc_tokens / max(1, content.doc_tokens)
-    checks.append(Check("duplicate_documents", dfrac <= config.max_dup_doc_frac, round(dfrac, 6),
-                        config.max_dup_doc_frac,
-                        detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
-                        f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document"))
+    checks.append(
+        Check(
+            "duplicate_documents",
+            dfrac <= config.max_dup_doc_frac,
+            round(dfrac, 6),
+            config.max_dup_doc_frac,
+            detail=f"{content.duplicate_docs} documents ({content.duplicate_doc_tokens} "
+            f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document",
+        )
+    )
     # Rows whose content was emitted from another physical window: beyond the most-emitted one.
     pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
     by_cid: dict[int, list[int]] = {}
     for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
         by_cid.setdefault(c, []).append(n)
     unplanned = int(sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1))
-    checks.append(Check("unplanned_repeat_rows", unplanned <= config.max_dup_instance_frac * ids.size,
-                        unplanned, f"{config.max_dup_instance_frac} of {ids.size} rows",
-                        detail="emitted rows repeating content emitted from another file/position"))
+    checks.append(
+        Check(
+            "unplanned_repeat_rows",
+            unplanned <= config.max_dup_instance_frac * ids.size,
+            unplanned,
+            f"{config.max_dup_instance_frac} of {ids.size} rows",
+            detail="emitted rows repeating content emitted from another file/position",
+        )
+    )
     same = content.identical_files
-    checks.append(Check("identical_files", not same, len(same), 0,
-                        detail="; ".join(f"{d['file']} == {d['same_as_file']}" for d in same[:3])))
+    checks.append(
+        Check(
+            "identical_files",
+            not same,
+            len(same),
+            0,
+            detail="; ".join(f"{d['file']} == {d['same_as_file']}" for d in same[:3]),
+        )
+    )
     src = index.source_ids(ids)
     _, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
     exposure = {}
@@ -288,15 +402,27 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
         sel = src[cfirst] == i
         levels, tok = np.unique(cn[sel], return_counts=True)
         exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
-    checks.append(Check("hash_collisions", collisions == 0, collisions, 0,
-                        gated=False, detail="equal xxh3 hashes whose bytes differed"))
-    section = {"identical_files": same, "duplicate_instances": dup_inst,
-               "duplicate_instance_examples": dup_examples,
-               "duplicate_documents": content.duplicate_docs,
-               "duplicate_document_tokens": content.duplicate_doc_tokens,
-               "documents": content.docs, "document_tokens": content.doc_tokens,
-               "duplicate_document_examples": content.doc_examples,
-               "unplanned_repeat_rows": unplanned}
+    checks.append(
+        Check(
+            "hash_collisions",
+            collisions == 0,
+            collisions,
+            0,
+            gated=False,
+            detail="equal xxh3 hashes whose bytes differed",
+        )
+    )
+    section = {
+        "identical_files": same,
+        "duplicate_instances": dup_inst,
+        "duplicate_instance_examples": dup_examples,
+        "duplicate_documents": content.duplicate_docs,
+        "duplicate_document_tokens": content.duplicate_doc_tokens,
+        "documents": content.docs,
+        "document_tokens": content.doc_tokens,
+        "duplicate_document_examples": content.doc_examples,
+        "unplanned_repeat_rows": unplanned,
+    }
     if config.span_tokens > 0:
         section["repeated_spans"] = _span_checks(files_index, content, config, checks)
     return {"content": section, "exposure": exposure}
@@ -331,16 +457,32 @@ def _span_checks(index, content, config: LoaderAuditConfig, checks: list[Check])
     from olmax.audit.dedup import repeated_spans
 
     labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])] for p in range(len(content.phys_paths))]
-    spans = repeated_spans(content.phys_paths, labels, config.span_tokens, work_dir=config.stream.work_dir,
-                           examples=config.examples)
+    spans = repeated_spans(
+        content.phys_paths,
+        labels,
+        config.span_tokens,
+        work_dir=config.stream.work_dir,
+        examples=config.examples,
+    )
     rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
     frac = rep_tokens / max(1, sum(spans["sizes"]))
-    checks.append(Check("repeated_spans", frac <= config.max_repeated_span_frac, round(frac, 6),
-                        config.max_repeated_span_frac,
-                        detail=f"{rep_tokens} tokens inside a later copy of a >= "
-                        f"{config.span_tokens}-token span ({spans['across']} across sources)"))
-    return {"span_tokens": config.span_tokens, "repeated_tokens": rep_tokens,
-            "within_source": spans["within"], "across_sources": spans["across"], "examples": spans["examples"]}
+    checks.append(
+        Check(
+            "repeated_spans",
+            frac <= config.max_repeated_span_frac,
+            round(frac, 6),
+            config.max_repeated_span_frac,
+            detail=f"{rep_tokens} tokens inside a later copy of a >= "
+            f"{config.span_tokens}-token span ({spans['across']} across sources)",
+        )
+    )
+    return {
+        "span_tokens": config.span_tokens,
+        "repeated_tokens": rep_tokens,
+        "within_source": spans["within"],
+        "across_sources": spans["across"],
+        "examples": spans["examples"],
+    }
 
 
 def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_step: int) -> None:
@@ -351,8 +493,14 @@ def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_s
 
     uniq, counts = np.unique(ids, return_counts=True)
     source = np.asarray(index.label_names)[index.source_ids(uniq)]
-    fields = {"instance_id": uniq.astype(np.int64), "count": counts.astype(np.int64), "source": source,
-              "seq_len": np.int64(stream.seq_len), "mix": np.str_(stream.mix), "step": np.int64(last_step)}
+    fields = {
+        "instance_id": uniq.astype(np.int64),
+        "count": counts.astype(np.int64),
+        "source": source,
+        "seq_len": np.int64(stream.seq_len),
+        "mix": np.str_(stream.mix),
+        "step": np.int64(last_step),
+    }
     if path.endswith(".json"):
         write_json(path, {"format": "olmax-exposure/1", **fields}, indent=None)
     else:

@@ -57,11 +57,16 @@ class RepeatAlert:
     first_instance: int
 
     def __str__(self) -> str:
-        first = (f"first seen at step {self.first_step}, host {self.first_host}, row {self.first_row} "
-                 f"(instance {self.first_instance})" if self.first_step >= 0 else
-                 "probably seen before in this epoch (Bloom filter)")
-        return (f"data replay: step {self.step}, host {self.host}, row {self.row} (instance "
-                f"{self.instance}) repeats content {first}")
+        first = (
+            f"first seen at step {self.first_step}, host {self.first_host}, row {self.first_row} "
+            f"(instance {self.first_instance})"
+            if self.first_step >= 0
+            else "probably seen before in this epoch (Bloom filter)"
+        )
+        return (
+            f"data replay: step {self.step}, host {self.host}, row {self.row} (instance "
+            f"{self.instance}) repeats content {first}"
+        )
 
 
 class ReplayError(OlmaxError):
@@ -88,7 +93,7 @@ class _Bloom:
         """bool (R,): whether each hash was (probably) present before this call; then adds them all."""
         out = np.zeros(h.size, dtype=bool)
         for j in range(h.size):  # sequential: a repeat inside one batch must be seen too
-            idx = self._idx(h[j:j + 1])[0]
+            idx = self._idx(h[j : j + 1])[0]
             present = (self.bits[idx >> 3] >> (idx & 7).astype(np.uint8)) & 1
             out[j] = bool(present.all())
             np.bitwise_or.at(self.bits, idx >> 3, (1 << (idx & 7)).astype(np.uint8))
@@ -102,8 +107,9 @@ class _Bloom:
 _agreed_rows: int | None = None  # the per-process row count all processes were checked to share
 
 
-def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
-                  ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+def gather_hashes(
+    hashes: np.ndarray, instance_ids: np.ndarray | None
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """Every process's (row hashes uint64, instance ids int64 or None), in process order.
 
     One `process_allgather` of 5 uint32 words per row (hash, instance id, process index: 64-bit
@@ -120,15 +126,21 @@ def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
 
     ids = np.full(hashes.size, -1, np.int64) if instance_ids is None else np.asarray(instance_ids, np.int64)
     if ids.shape != hashes.shape:
-        raise OlmaxError(f"monitor: {hashes.size} rows but {ids.size} instance ids on process "
-                         f"{jax.process_index()}; pass one instance id per row")
+        raise OlmaxError(
+            f"monitor: {hashes.size} rows but {ids.size} instance ids on process "
+            f"{jax.process_index()}; pass one instance id per row"
+        )
     global _agreed_rows
     if _agreed_rows != hashes.size:  # first call (or a new local batch size): agree on the row count
-        counts = np.asarray(multihost_utils.process_allgather(np.asarray([hashes.size], np.int32))).reshape(-1)
+        counts = np.asarray(multihost_utils.process_allgather(np.asarray([hashes.size], np.int32))).reshape(
+            -1
+        )
         if (counts != hashes.size).any():
-            raise OlmaxError("monitor: processes feed different row counts per step ("
-                             + ", ".join(f"process {p}: {int(c)}" for p, c in enumerate(counts))
-                             + "); every process must pass its G / P rows of the global batch")
+            raise OlmaxError(
+                "monitor: processes feed different row counts per step ("
+                + ", ".join(f"process {p}: {int(c)}" for p, c in enumerate(counts))
+                + "); every process must pass its G / P rows of the global batch"
+            )
         _agreed_rows = hashes.size
     words = np.empty((hashes.size, 5), np.uint32)
     words[:, 0:2] = hashes.view(np.uint32).reshape(-1, 2)
@@ -148,8 +160,15 @@ def gather_hashes(hashes: np.ndarray, instance_ids: np.ndarray | None
 class StreamMonitor:
     """See the module docstring."""
 
-    def __init__(self, *, steps_per_epoch: int | None = None, index=None, on_repeat: str = "raise",
-                 bloom_bits: int | None = None, bloom_hashes: int = 7):
+    def __init__(
+        self,
+        *,
+        steps_per_epoch: int | None = None,
+        index=None,
+        on_repeat: str = "raise",
+        bloom_bits: int | None = None,
+        bloom_hashes: int = 7,
+    ):
         if on_repeat not in ("raise", "log"):
             raise OlmaxError(f"on_repeat must be 'raise' or 'log', got {on_repeat!r}")
         self.steps_per_epoch = steps_per_epoch
@@ -178,8 +197,15 @@ class StreamMonitor:
             return np.ones(n, dtype=np.int64)
         return self._allowed[self._index.files_of(np.asarray(instance_ids))]
 
-    def update(self, step: int, rows: np.ndarray, *, host: int = 0,
-               instance_ids: np.ndarray | None = None, epoch: int | None = None) -> list[RepeatAlert]:
+    def update(
+        self,
+        step: int,
+        rows: np.ndarray,
+        *,
+        host: int = 0,
+        instance_ids: np.ndarray | None = None,
+        epoch: int | None = None,
+    ) -> list[RepeatAlert]:
         """Check one host's rows (R, L) of global step `step`; returns the alerts it raised.
 
         `epoch` (the loader's data epoch) overrides `step // steps_per_epoch`: a trainer reports its own
@@ -188,8 +214,9 @@ class StreamMonitor:
         new = self._check(step, row_hashes(rows.reshape(-1, rows.shape[-1])), host, instance_ids, epoch)
         return self._report(new)
 
-    def update_all_hosts(self, step: int, rows: np.ndarray, *, instance_ids: np.ndarray | None = None,
-                         epoch: int | None = None) -> list[RepeatAlert]:
+    def update_all_hosts(
+        self, step: int, rows: np.ndarray, *, instance_ids: np.ndarray | None = None, epoch: int | None = None
+    ) -> list[RepeatAlert]:
         """Check global step `step`, given this process's rows (R, L); every process calls it at each step.
 
         Each process hashes its own rows; with several JAX processes the hashes and instance ids are
@@ -204,8 +231,9 @@ class StreamMonitor:
             new += self._check(step, h, host, ids, epoch)
         return self._report(new)
 
-    def _check(self, step: int, hashes: np.ndarray, host: int, instance_ids: np.ndarray | None,
-               epoch: int | None) -> list[RepeatAlert]:
+    def _check(
+        self, step: int, hashes: np.ndarray, host: int, instance_ids: np.ndarray | None, epoch: int | None
+    ) -> list[RepeatAlert]:
         """Record one host's row hashes of step `step`; returns the repeats found (not yet reported)."""
         if epoch is None:
             epoch = step // self.steps_per_epoch if self.steps_per_epoch else 0
@@ -256,17 +284,24 @@ class StreamMonitor:
 
     def state_dict(self) -> dict:
         """Numpy arrays and ints only (Orbax- and JSON-friendly)."""
-        state = {"epoch": self.epoch, "rows": self.rows, "repeats": self.repeats,
-                 "alerts": [asdict(a) for a in self.alerts]}
+        state = {
+            "epoch": self.epoch,
+            "rows": self.rows,
+            "repeats": self.repeats,
+            "alerts": [asdict(a) for a in self.alerts],
+        }
         if self._bloom is not None:
             state.update(bloom=self._bloom.bits.copy(), bloom_n=self._bloom.n)
         else:
             keys = np.fromiter(self._seen.keys(), dtype=np.uint64, count=len(self._seen))
             meta = np.asarray(list(self._seen.values()), dtype=np.int64).reshape(-1, 5)
             pairs = [(h, i) for h, insts in self._copies.items() for i in sorted(insts)]
-            state.update(seen_hashes=keys, seen_meta=meta,
-                         copy_hashes=np.asarray([h for h, _ in pairs], dtype=np.uint64),
-                         copy_instances=np.asarray([i for _, i in pairs], dtype=np.int64))
+            state.update(
+                seen_hashes=keys,
+                seen_meta=meta,
+                copy_hashes=np.asarray([h for h, _ in pairs], dtype=np.uint64),
+                copy_instances=np.asarray([i for _, i in pairs], dtype=np.int64),
+            )
         return state
 
     def state_json(self) -> dict:
@@ -275,8 +310,11 @@ class StreamMonitor:
 
         def enc(v):
             if isinstance(v, np.ndarray):
-                return {"__array__": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode("ascii"),
-                        "dtype": v.dtype.str, "shape": list(v.shape)}
+                return {
+                    "__array__": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode("ascii"),
+                    "dtype": v.dtype.str,
+                    "shape": list(v.shape),
+                }
             return v
 
         return {k: enc(v) for k, v in self.state_dict().items()}
@@ -299,15 +337,20 @@ class StreamMonitor:
         self._reset()
         if "bloom" in state:
             if self._bloom is None or self._bloom.bits.size != np.asarray(state["bloom"]).size:
-                raise OlmaxError("monitor state holds a Bloom filter of another size; build the monitor "
-                                 "with the same bloom_bits")
+                raise OlmaxError(
+                    "monitor state holds a Bloom filter of another size; build the monitor "
+                    "with the same bloom_bits"
+                )
             self._bloom.bits[:] = np.asarray(state["bloom"], dtype=np.uint8)
             self._bloom.n = int(state["bloom_n"])
         else:
-            for h, m in zip(np.asarray(state["seen_hashes"], dtype=np.uint64).tolist(),
-                            np.asarray(state["seen_meta"], dtype=np.int64).reshape(-1, 5).tolist()):
+            for h, m in zip(
+                np.asarray(state["seen_hashes"], dtype=np.uint64).tolist(),
+                np.asarray(state["seen_meta"], dtype=np.int64).reshape(-1, 5).tolist(),
+            ):
                 self._seen[h] = list(m)
-            for h, i in zip(np.asarray(state.get("copy_hashes", []), dtype=np.uint64).tolist(),
-                            np.asarray(state.get("copy_instances", []), dtype=np.int64).tolist()):
+            for h, i in zip(
+                np.asarray(state.get("copy_hashes", []), dtype=np.uint64).tolist(),
+                np.asarray(state.get("copy_instances", []), dtype=np.int64).tolist(),
+            ):
                 self._copies.setdefault(h, set()).add(i)
-

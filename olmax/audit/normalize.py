@@ -29,12 +29,14 @@ from numba import njit
 from olmax.audit.hashing import MERSENNE31, powers_mod
 from olmax.audit.scratch import Scratch
 
-NORMALIZATION = ("word-level, per token where a token holds whole characters: Unicode compatibility forms "
-                 "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased; words "
-                 "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
-                 "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
-                 "line wraps included) dropped, so markup tags leave only their names as extra words, "
-                 "which the alignment skips; special tokens (EOS) are document boundaries")
+NORMALIZATION = (
+    "word-level, per token where a token holds whole characters: Unicode compatibility forms "
+    "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased; words "
+    "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
+    "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
+    "line wraps included) dropped, so markup tags leave only their names as extra words, "
+    "which the alignment skips; special tokens (EOS) are document boundaries"
+)
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
@@ -56,8 +58,10 @@ def _fold_bytes(raw: bytes) -> bytes:
         return raw.lower()
     # compatibility forms (ligatures, fullwidth letters, superscripts) to their plain letters, accents off
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
-    return "".join(" " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
-                   for ch in unicodedata.normalize("NFKC", text).lower()).encode("utf-8")
+    return "".join(
+        " " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
+        for ch in unicodedata.normalize("NFKC", text).lower()
+    ).encode("utf-8")
 
 
 class WordTables:
@@ -99,8 +103,7 @@ class WordTables:
                 ends_word[i] = raw[-1:] != b"" and _WORD.fullmatch(raw[-1:]) is not None
             for r in runs:
                 for out, base in ((h1, WORD_BASES[0]), (h2, WORD_BASES[1])):
-                    out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r))
-                               % MERSENNE31)
+                    out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r)) % MERSENNE31)
                 lens.append(len(r))
         boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
         self.size = size
@@ -117,14 +120,21 @@ class WordTables:
         # the same cut to the 20 bits a base of a word value: a one-token word's value
         self.tok_pack = (((self.tok_hh >> _S32) & WORD_MASK) << _S32) | (self.tok_hh & WORD_MASK)
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
-        self.qq = (powers_mod(WORD_BASES[0], MAX_WORD_BYTES) << _S32) | powers_mod(WORD_BASES[1], MAX_WORD_BYTES)
+        self.qq = (powers_mod(WORD_BASES[0], MAX_WORD_BYTES) << _S32) | powers_mod(
+            WORD_BASES[1], MAX_WORD_BYTES
+        )
         # One byte per token: bit 0 has a run, 1 starts with a word byte, 2 ends with one, 3 holds two
         # or more runs (a boundary is one run that neither starts nor ends a word: never joined).
-        self.flags = (has.astype(np.uint8) | ((starts_word & ~boundary).astype(np.uint8) << 1) |
-                      ((ends_word & ~boundary).astype(np.uint8) << 2) | ((n_runs > 1).astype(np.uint8) << 3))
+        self.flags = (
+            has.astype(np.uint8)
+            | ((starts_word & ~boundary).astype(np.uint8) << 1)
+            | ((ends_word & ~boundary).astype(np.uint8) << 2)
+            | ((n_runs > 1).astype(np.uint8) << 3)
+        )
 
-    def words(self, tokens: np.ndarray, *, joins_first: bool = False,
-              final: bool = True) -> tuple[list[np.ndarray], np.ndarray, int]:
+    def words(
+        self, tokens: np.ndarray, *, joins_first: bool = False, final: bool = True
+    ) -> tuple[list[np.ndarray], np.ndarray, int]:
         """([word values base 1, base 2], index of each word's first token, tokens consumed).
 
         With final=False the last word is held back (it may continue in the next chunk): the
@@ -135,8 +145,9 @@ class WordTables:
         packed, first_tok, consumed = self.packed_words(tokens, joins_first=joins_first, final=final)
         return [packed >> np.uint64(32), packed & WORD_MASK], first_tok, consumed
 
-    def packed_words(self, tokens: np.ndarray, *, joins_first: bool = False,
-                     final: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+    def packed_words(
+        self, tokens: np.ndarray, *, joins_first: bool = False, final: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """`words` with both values of a word in one uint64, (base 1 << 32) | base 2: the probe's form.
 
         One compiled pass over the tokens (`_words_kernel`); ids past the vocabulary (and negative ones)
@@ -147,7 +158,9 @@ class WordTables:
         cap = n + 1
         while True:
             vals, first, joined, jword = _SCRATCH.get(cap)
-            nw, consumed = _words_kernel(t, self.kernel_tables, joins_first, final, vals, first, joined, jword)
+            nw, consumed = _words_kernel(
+                t, self.kernel_tables, joins_first, final, vals, first, joined, jword
+            )
             if nw >= 0:
                 return vals[:nw].copy(), first[:nw].copy(), consumed
             cap = 2 * cap - nw  # tokens with several runs made more words than the scratch holds
@@ -155,8 +168,16 @@ class WordTables:
     @property
     def kernel_tables(self) -> tuple:
         """The tables the compiled passes read (`words_of` takes them from compiled callers)."""
-        return (self.flags, self.tok_pack, self.tok_hh, self.tok_len, self.run_ptr, self.run_hh, self.run_len,
-                self.qq)
+        return (
+            self.flags,
+            self.tok_pack,
+            self.tok_hh,
+            self.tok_len,
+            self.run_ptr,
+            self.run_hh,
+            self.run_len,
+            self.qq,
+        )
 
 
 _SCRATCH = Scratch(np.uint64, np.int64, np.int64, np.int64)  # vals, first, joined, jword

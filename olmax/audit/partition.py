@@ -94,11 +94,12 @@ def split_partitions(records: np.ndarray, bits: int) -> list[tuple[int, np.ndarr
     order = np.argsort(part, kind="stable")
     records, part = records[order], part[order]
     bounds = np.searchsorted(part, np.arange((1 << bits) + 1))
-    return [(p, records[bounds[p]:bounds[p + 1]]) for p in np.flatnonzero(np.diff(bounds)).tolist()]
+    return [(p, records[bounds[p] : bounds[p + 1]]) for p in np.flatnonzero(np.diff(bounds)).tolist()]
 
 
-def partition_bits(records: int, record_bytes: int, *, target_bytes: int = 1 << 28, least: int = 4,
-                   most: int = 12) -> int:
+def partition_bits(
+    records: int, record_bytes: int, *, target_bytes: int = 1 << 28, least: int = 4, most: int = 12
+) -> int:
     """Bits of hash partitioning so that one partition of `records` records holds about `target_bytes`
     (at least 2^least, at most 2^most partitions). Results never depend on it: a partition is a range of
     hashes, so partitions in order are hashes in order."""
@@ -106,8 +107,15 @@ def partition_bits(records: int, record_bytes: int, *, target_bytes: int = 1 << 
     return min(most, max(least, (need - 1).bit_length()))
 
 
-def map_reduce(elements: Iterable, map_fn: Callable, reduces: dict[str, tuple[np.dtype, Callable]], *,
-               bits: int = 4, threads: int = 2, work_dir: str | None = None) -> tuple[list, dict[str, list]]:
+def map_reduce(
+    elements: Iterable,
+    map_fn: Callable,
+    reduces: dict[str, tuple[np.dtype, Callable]],
+    *,
+    bits: int = 4,
+    threads: int = 2,
+    work_dir: str | None = None,
+) -> tuple[list, dict[str, list]]:
     """Map every element, spill its records by hash partition, reduce one partition at a time (the local
     runner; dedup_beam.map_reduce_beam runs the same functions on Apache Beam, with the same result).
 
@@ -134,8 +142,9 @@ def map_reduce(elements: Iterable, map_fn: Callable, reduces: dict[str, tuple[np
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             summaries = list(pool.map(guarded(consume, order=lambda item: (item[0],)), enumerate(elements)))
         raise_first_failure(summaries)
-        return summaries, {k: [fn(part) for part in spills[k].partitions(sort=False)]
-                           for k, (_, fn) in reduces.items()}
+        return summaries, {
+            k: [fn(part) for part in spills[k].partitions(sort=False)] for k, (_, fn) in reduces.items()
+        }
     finally:
         for spill in spills.values():
             spill.close()

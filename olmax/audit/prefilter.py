@@ -48,11 +48,13 @@ class WindowFilter:
     that every window tries first. A window passes the coarse table whenever it passes the full one,
     so the answer is the full table's; only the windows that pass the coarse table touch the full one."""
 
-    def __init__(self, sums: np.ndarray, bits_per_key: int = 128, max_bits: int = 30,
-                 coarse_bytes: int = 1 << 20):
+    def __init__(
+        self, sums: np.ndarray, bits_per_key: int = 128, max_bits: int = 30, coarse_bytes: int = 1 << 20
+    ):
         if not 16 <= max_bits <= 32:
-            raise ValueError(f"max_bits must lie in [16, 32] (the bit index uses key bits 32..34), "
-                             f"got {max_bits}")
+            raise ValueError(
+                f"max_bits must lie in [16, 32] (the bit index uses key bits 32..34), got {max_bits}"
+            )
         sums = np.ascontiguousarray(sums, dtype=np.uint64)
         # 2^bits >= bits_per_key * keys, between 2^16 (8 KiB) and 2^max_bits (128 MiB at 30)
         bits = int(np.clip(np.ceil(np.log2(max(1, sums.size) * bits_per_key)), 16, max_bits))
@@ -62,8 +64,11 @@ class WindowFilter:
         _insert(sums, self.table, self._byte_shift)
         self.coarse = max(1, self.table.size // coarse_bytes)
         self._coarse_byte_shift = self._byte_shift + np.uint64(self.coarse.bit_length() - 1)
-        self.coarse_table = np.bitwise_or.reduce(self.table.reshape(-1, self.coarse), axis=1) \
-            if self.coarse > 1 else self.table
+        self.coarse_table = (
+            np.bitwise_or.reduce(self.table.reshape(-1, self.coarse), axis=1)
+            if self.coarse > 1
+            else self.table
+        )
 
     @property
     def fill(self) -> float:
@@ -76,8 +81,17 @@ class WindowFilter:
         if k < 1 or packed.size - k + 1 - lo <= 0:
             return np.zeros(0, np.int64)
         cand, mixed = _SCRATCH.get(packed.size + 1)
-        got = _window_hits(packed, k, lo, self.table, self.coarse_table, self._byte_shift,
-                           self._coarse_byte_shift, cand, mixed)
+        got = _window_hits(
+            packed,
+            k,
+            lo,
+            self.table,
+            self.coarse_table,
+            self._byte_shift,
+            self._coarse_byte_shift,
+            cand,
+            mixed,
+        )
         return cand[:got].copy()
 
 

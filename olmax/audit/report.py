@@ -18,8 +18,13 @@ class Check:
     detail: str = ""
 
     def to_json(self) -> dict:
-        return {"ok": bool(self.ok), "gated": self.gated, "value": self.value,
-                "threshold": self.threshold, "detail": self.detail}
+        return {
+            "ok": bool(self.ok),
+            "gated": self.gated,
+            "value": self.value,
+            "threshold": self.threshold,
+            "detail": self.detail,
+        }
 
 
 def checks_json(checks: list[Check]) -> dict:

@@ -36,5 +36,7 @@ def require_local(paths, what: str, hint: str = "") -> None:
     if remote:
         from olmax.errors import OlmaxError
 
-        raise OlmaxError(f"{remote[0]}: {what} reads every token of the mix's files and needs local "
-                         f"copies; mirror the files and pass --base-dir to the mirror{hint}")
+        raise OlmaxError(
+            f"{remote[0]}: {what} reads every token of the mix's files and needs local "
+            f"copies; mirror the files and pass --base-dir to the mirror{hint}"
+        )

@@ -47,16 +47,16 @@ DEFINITIONS = {
     "distinct_rows": "distinct row contents (token sequences)",
     "repeated_rows": "rows - distinct_rows: rows whose content was emitted earlier in the window",
     "unplanned_repeated_rows": "per epoch (step // (N // G)), emissions of a content beyond the number "
-                               "of mix instances holding it",
+    "of mix instances holding it",
     "foreign_rows": "rows equal to no instance of the mix",
     "instances_never_seen": "sum over the mix's contents of max(0, instances holding it - times emitted)",
     "cross_host_rows": "rows whose content also appears on a different host in the same step, every "
-                       "copy counted (two hosts emitting one content in a step give 2)",
+    "copy counted (two hosts emitting one content in a step give 2)",
     "cross_host_contents": "distinct contents that two or more hosts emitted in one same step, each "
-                           "counted once",
+    "counted once",
     "unplanned_cross_host_rows": "cross_host_rows whose content appears in that step more times than "
-                                 "mix instances hold it (a path listed k times may put its k copies of a "
-                                 "window in one step), every copy counted",
+    "mix instances hold it (a path listed k times may put its k copies of a "
+    "window in one step), every copy counted",
 }
 
 # kind 0: a mix instance (a = global instance id); kind 1: an emitted row (a = host, b = step, c = row)
@@ -78,11 +78,14 @@ def _open_batches(path: str, seq_len: int) -> np.ndarray:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise OlmaxError(f"{path}: not a readable .npy array ({e}); pass each host's emitted token "
-                         f"ids as a (steps, rows, L) .npy") from e
+        raise OlmaxError(
+            f"{path}: not a readable .npy array ({e}); pass each host's emitted token "
+            f"ids as a (steps, rows, L) .npy"
+        ) from e
     if arr.ndim != 3 or arr.shape[2] != seq_len or arr.dtype not in (np.int32, np.uint32):
-        raise OlmaxError(f"{path}: expected a (steps, rows, {seq_len}) int32/uint32 array, got "
-                         f"{arr.shape} {arr.dtype}")
+        raise OlmaxError(
+            f"{path}: expected a (steps, rows, {seq_len}) int32/uint32 array, got {arr.shape} {arr.dtype}"
+        )
     return arr
 
 
@@ -114,7 +117,9 @@ def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     from olmax.audit.spans import physical_ids
     from olmax.data.shards import read_tokens
 
-    if isinstance(index, PackedIndex):  # packed rows: read them as the loader does, hashed as emitted rows are
+    if isinstance(
+        index, PackedIndex
+    ):  # packed rows: read them as the loader does, hashed as emitted rows are
         h = packed_row_hashes(index)
         rec = np.zeros(h.size, REC)
         rec["hash"], rec["kind"], rec["a"] = h, 0, np.arange(h.size)
@@ -143,8 +148,17 @@ class _Tally:
 
     def __init__(self, index, hosts: list[np.ndarray], L: int, bpe: int, examples: int):
         self.index, self.hosts, self.L, self.bpe, self.ex = index, hosts, L, bpe, examples
-        self.stats = dict(distinct=0, repeated=0, unplanned=0, foreign=0, never=0, cross=0, cross_contents=0,
-                          cross_unplanned=0, collisions=0)
+        self.stats = dict(
+            distinct=0,
+            repeated=0,
+            unplanned=0,
+            foreign=0,
+            never=0,
+            cross=0,
+            cross_contents=0,
+            cross_unplanned=0,
+            collisions=0,
+        )
         self.repeat_examples: list[dict] = []
         self.foreign_examples: list[dict] = []
         self.cross_examples: list[dict] = []
@@ -170,11 +184,15 @@ class _Tally:
         if isinstance(self.index, PackedIndex):
             return self.index.read(np.asarray([i], np.int64))["input_ids"][0].view(np.uint32)
         f, start = self.index.locate(np.asarray([i]))
-        return read_tokens(self.index.paths[int(f[0])])[int(start[0]):int(start[0]) + self.L]
+        return read_tokens(self.index.paths[int(f[0])])[int(start[0]) : int(start[0]) + self.L]
 
     def group(self, inst: np.ndarray, rows: np.ndarray) -> None:
         stats, ex, index = self.stats, self.ex, self.index
-        if rows.size and inst.size and not np.array_equal(self._row(rows[0]), self._instance_tokens(int(inst[0]["a"]))):
+        if (
+            rows.size
+            and inst.size
+            and not np.array_equal(self._row(rows[0]), self._instance_tokens(int(inst[0]["a"])))
+        ):
             stats["collisions"] += 1
             inst = inst[:0]  # equal hash, different bytes: not this instance
         if rows.size:
@@ -184,7 +202,9 @@ class _Tally:
             if inst.size == 0:
                 stats["foreign"] += rows.size
                 for r in rows[: max(0, ex - len(self.foreign_examples))]:
-                    self.foreign_examples.append({"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])})
+                    self.foreign_examples.append(
+                        {"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])}
+                    )
             else:
                 # planned: each instance once per epoch (epoch of a step = step // (N // G))
                 per_epoch = np.bincount(rows["b"] // self.bpe)
@@ -194,10 +214,17 @@ class _Tally:
                     stats["unplanned"] += extra
                 if rows.size > 1 and len(self.repeat_examples) < ex:
                     f, start, _ = index.instance_documents(int(inst[0]["a"]))[0]
-                    self.repeat_examples.append({
-                        "instance": int(inst[0]["a"]), "file": index.paths[f],
-                        "window": start // self.L, "planned_per_epoch": int(inst.size),
-                        "positions": [{"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])} for r in rows]})
+                    self.repeat_examples.append(
+                        {
+                            "instance": int(inst[0]["a"]),
+                            "file": index.paths[f],
+                            "window": start // self.L,
+                            "planned_per_epoch": int(inst.size),
+                            "positions": [
+                                {"host": int(r["a"]), "step": int(r["b"]), "row": int(r["c"])} for r in rows
+                            ],
+                        }
+                    )
             self._cross_host(inst, rows)
         if inst.size > rows.size:
             stats["never"] += int(inst.size - rows.size)
@@ -205,7 +232,7 @@ class _Tally:
     def _cross_host(self, inst: np.ndarray, rows: np.ndarray) -> None:
         """Same content on two hosts in one step: every copy of it in that step counts."""
         shared = False
-        for step in (np.unique(rows["b"]).tolist() if rows.size > 1 else []):
+        for step in np.unique(rows["b"]).tolist() if rows.size > 1 else []:
             at = rows[rows["b"] == step]
             hosts_at = np.unique(at["a"])
             if hosts_at.size > 1:
@@ -214,62 +241,117 @@ class _Tally:
                 if at.size > inst.size:  # more copies than instances hold this content
                     self.stats["cross_unplanned"] += int(at.size)
                 if len(self.cross_examples) < self.ex:
-                    self.cross_examples.append({"step": step, "hosts": hosts_at.tolist(), "copies": int(at.size),
-                                                "planned": int(inst.size)})
+                    self.cross_examples.append(
+                        {
+                            "step": step,
+                            "hosts": hosts_at.tolist(),
+                            "copies": int(at.size),
+                            "planned": int(inst.size),
+                        }
+                    )
         self.stats["cross_contents"] += shared
 
 
 def _stream_checks(stats: dict, epochs: int, steps: set[int]) -> list[Check]:
     checks = [
-        Check("unplanned_repeated_rows", stats["unplanned"] == 0, stats["unplanned"], 0,
-              detail=f"beyond each content's planned multiplicity per epoch ({epochs} epoch(s))"),
-        Check("foreign_rows", stats["foreign"] == 0, stats["foreign"], 0,
-              detail="rows equal to no instance of the mix"),
-        Check("unplanned_cross_host_rows", stats["cross_unplanned"] == 0, stats["cross_unplanned"], 0,
-              detail="cross-host rows beyond the copies the mix plans"),
-        Check("cross_host_rows", stats["cross"] == 0, stats["cross"], 0, gated=False,
-              detail=f"{DEFINITIONS['cross_host_rows']}; {stats['cross_contents']} distinct content(s)"),
+        Check(
+            "unplanned_repeated_rows",
+            stats["unplanned"] == 0,
+            stats["unplanned"],
+            0,
+            detail=f"beyond each content's planned multiplicity per epoch ({epochs} epoch(s))",
+        ),
+        Check(
+            "foreign_rows",
+            stats["foreign"] == 0,
+            stats["foreign"],
+            0,
+            detail="rows equal to no instance of the mix",
+        ),
+        Check(
+            "unplanned_cross_host_rows",
+            stats["cross_unplanned"] == 0,
+            stats["cross_unplanned"],
+            0,
+            detail="cross-host rows beyond the copies the mix plans",
+        ),
+        Check(
+            "cross_host_rows",
+            stats["cross"] == 0,
+            stats["cross"],
+            0,
+            gated=False,
+            detail=f"{DEFINITIONS['cross_host_rows']}; {stats['cross_contents']} distinct content(s)",
+        ),
         Check("hash_collisions", stats["collisions"] == 0, stats["collisions"], 0, gated=False),
     ]
     if len(steps) > 1:
-        checks.append(Check("hosts_same_steps", False, sorted(steps), "equal", gated=False,
-                            detail="hosts emitted different numbers of steps"))
+        checks.append(
+            Check(
+                "hosts_same_steps",
+                False,
+                sorted(steps),
+                "equal",
+                gated=False,
+                detail="hosts emitted different numbers of steps",
+            )
+        )
     return checks
 
 
-def _stream_report(cfg: StreamConfig, index, hosts: list[np.ndarray], tally: _Tally, checks: list[Check],
-                   epochs: int) -> dict:
+def _stream_report(
+    cfg: StreamConfig, index, hosts: list[np.ndarray], tally: _Tally, checks: list[Check], epochs: int
+) -> dict:
     stats, N = tally.stats, index.num_instances
     rows_per_host = [h.shape[1] for h in hosts]
     total_rows = int(sum(h.shape[0] * h.shape[1] for h in hosts))
     planned = index.tokens_by_label()
     total_planned = sum(planned.values())
     matched = max(1, int(tally.observed.sum()))
-    shares = {name: {"planned_share": round(planned[name] / total_planned, 6),
-                     "observed_share": round(float(tally.observed[i]) / matched, 6),
-                     "observed_tokens": int(tally.observed[i])}
-              for i, name in enumerate(index.label_names)}
+    shares = {
+        name: {
+            "planned_share": round(planned[name] / total_planned, 6),
+            "observed_share": round(float(tally.observed[i]) / matched, 6),
+            "observed_tokens": int(tally.observed[i]),
+        }
+        for i, name in enumerate(index.label_names)
+    }
     foreign = tally.foreign_examples
     report = {
-        "command": "audit stream", "settings": asdict(cfg), "fingerprint": index.fingerprint,
-        "instances": N, "hosts": len(hosts), "rows_per_host": rows_per_host,
-        "rows": total_rows, "distinct_rows": stats["distinct"], "repeated_rows": stats["repeated"],
-        "unplanned_repeated_rows": stats["unplanned"], "foreign_rows": stats["foreign"],
+        "command": "audit stream",
+        "settings": asdict(cfg),
+        "fingerprint": index.fingerprint,
+        "instances": N,
+        "hosts": len(hosts),
+        "rows_per_host": rows_per_host,
+        "rows": total_rows,
+        "distinct_rows": stats["distinct"],
+        "repeated_rows": stats["repeated"],
+        "unplanned_repeated_rows": stats["unplanned"],
+        "foreign_rows": stats["foreign"],
         "instances_never_seen": stats["never"],
-        "cross_host_rows": stats["cross"], "cross_host_contents": stats["cross_contents"],
+        "cross_host_rows": stats["cross"],
+        "cross_host_contents": stats["cross_contents"],
         "unplanned_cross_host_rows": stats["cross_unplanned"],
-        "epochs_spanned": epochs, "covers_epoch": total_rows >= N - N % max(1, sum(rows_per_host)),
-        "repeats": tally.repeat_examples, "foreign": foreign,
+        "epochs_spanned": epochs,
+        "covers_epoch": total_rows >= N - N % max(1, sum(rows_per_host)),
+        "repeats": tally.repeat_examples,
+        "foreign": foreign,
         "foreign_kinds": diagnose_foreign(index, hosts, foreign) if foreign else {},
-        "cross_host": tally.cross_examples, "sources": shares,
+        "cross_host": tally.cross_examples,
+        "sources": shares,
         "hashing": "xxh3-64 of each row's and each instance's uint32 bytes; matches re-compared byte "
-                   "for byte",
-        "definitions": DEFINITIONS, "checks": checks_json(checks), "ok": not failed(checks),
+        "for byte",
+        "definitions": DEFINITIONS,
+        "checks": checks_json(checks),
+        "ok": not failed(checks),
     }
     report["summary"] = summary_lines(
         f"olmax audit stream: {len(hosts)} host(s), {total_rows} rows ({stats['distinct']} distinct, "
         f"{stats['repeated']} repeated, {stats['foreign']} foreign, {stats['cross']} on two or more hosts "
-        f"in one step ({stats['cross_contents']} distinct)), mix of {N} instances", checks)
+        f"in one step ({stats['cross_contents']} distinct)), mix of {N} instances",
+        checks,
+    )
     return report
 
 
@@ -298,7 +380,7 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
         tokens = read_tokens(path)
         step = 1 << 20
         for a in range(0, max(0, len(tokens) - k + 1), step):
-            h = window_hashes(np.asarray(tokens[a:a + step + k - 1]), k)
+            h = window_hashes(np.asarray(tokens[a : a + step + k - 1]), k)
             idx = np.minimum(np.searchsorted(sorted_heads, h), sorted_heads.size - 1)
             for off in np.flatnonzero(sorted_heads[idx] == h).tolist():
                 lo = np.searchsorted(sorted_heads, h[off])
@@ -307,7 +389,7 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
                     if j in whole:
                         continue
                     where.setdefault(j, (f, a + off))
-                    if np.array_equal(np.asarray(tokens[a + off:a + off + L]), rows[j]):
+                    if np.array_equal(np.asarray(tokens[a + off : a + off + L]), rows[j]):
                         whole[j] = where[j] = (f, a + off)
         if len(whole) == len(rows):
             break
@@ -318,8 +400,12 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
         else:
             f, off = where[j]
             tokens = read_tokens(paths[f])
-            same = np.array_equal(np.asarray(tokens[off:off + L]), rows[j])
-            e.update(kind="misaligned" if same and off % L else "corrupted", file=paths[f], offset=off,
-                     shift=off % L)
+            same = np.array_equal(np.asarray(tokens[off : off + L]), rows[j])
+            e.update(
+                kind="misaligned" if same and off % L else "corrupted",
+                file=paths[f],
+                offset=off,
+                shift=off % L,
+            )
         counts[e["kind"]] += 1
     return counts

@@ -7,12 +7,19 @@ with `open_index` / `open_loader`), `Loader`, `TokenIndex` / `build_index`, `rea
 
 from olmax.lazy import lazy_exports
 
-__getattr__, __all__ = lazy_exports(__name__, {
-    "StreamSpec": "olmax.data.stream", "DATA_SEED": "olmax.data.stream",
-    "Loader": "olmax.data.loader",
-    "TokenIndex": "olmax.data.index", "build_index": "olmax.data.index",
-    "read_mix": "olmax.data.mixfile",
-    "PrepareConfig": "olmax.data.prepare", "prepare": "olmax.data.prepare",
-    "SourceSpec": "olmax.data.mixspec", "load_mix_spec": "olmax.data.mixspec",
-    "prepare_demo_mix": "olmax.data.demo_mix",
-})
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "StreamSpec": "olmax.data.stream",
+        "DATA_SEED": "olmax.data.stream",
+        "Loader": "olmax.data.loader",
+        "TokenIndex": "olmax.data.index",
+        "build_index": "olmax.data.index",
+        "read_mix": "olmax.data.mixfile",
+        "PrepareConfig": "olmax.data.prepare",
+        "prepare": "olmax.data.prepare",
+        "SourceSpec": "olmax.data.mixspec",
+        "load_mix_spec": "olmax.data.mixspec",
+        "prepare_demo_mix": "olmax.data.demo_mix",
+    },
+)

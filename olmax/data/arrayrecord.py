@@ -35,7 +35,7 @@ def _varints(values: np.ndarray) -> bytes:
         nbytes += v >= (1 << (7 * k))
     cols = np.stack([(v >> np.uint64(7 * k)) & np.uint64(0x7F) for k in range(5)], axis=1).astype(np.uint8)
     cont = np.arange(5)[None, :] < (nbytes[:, None] - 1)
-    cols |= (cont.astype(np.uint8) << 7)
+    cols |= cont.astype(np.uint8) << 7
     keep = np.arange(5)[None, :] < nbytes[:, None]
     return cols[keep].tobytes()
 
@@ -47,6 +47,7 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def encode_example(tokens: np.ndarray, doc_id: str, source: str) -> bytes:
     """tf.train.Example{features{input_ids: Int64List, id: BytesList, source: BytesList}}."""
+
     def entry(key: str, feature: bytes) -> bytes:  # map<string, Feature> entry
         return _field(1, _field(1, key.encode()) + _field(2, feature))
 
@@ -75,28 +76,28 @@ def _fields(buf: bytes) -> list[tuple[int, bytes]]:
         if key & 7 != 2:
             raise ValueError(f"unexpected protobuf wire type {key & 7}")
         n, i = _read_varint(buf, i)
-        out.append((key >> 3, buf[i:i + n]))
+        out.append((key >> 3, buf[i : i + n]))
         i += n
     return out
 
 
 def decode_record(record: bytes) -> dict:
     """Inverse of `encode_example` → {"input_ids": np.ndarray[uint32], "id": str, "source": str}."""
-    (_, features), = _fields(record)
+    ((_, features),) = _fields(record)
     out: dict = {}
     for _, entry in _fields(features):
         parts = dict(_fields(entry))
         key = parts[1].decode()
-        (kind, inner), = _fields(parts[2])
+        ((kind, inner),) = _fields(parts[2])
         if kind == 3:
-            (_, packed), = _fields(inner)
+            ((_, packed),) = _fields(inner)
             vals, i = [], 0
             while i < len(packed):
                 v, i = _read_varint(packed, i)
                 vals.append(v)
             out[key] = np.array(vals, dtype=np.uint32)
         else:
-            (_, raw), = _fields(inner)
+            ((_, raw),) = _fields(inner)
             out[key] = raw.decode("utf-8")
     return out
 
@@ -114,7 +115,7 @@ class DocRecordWriter:
     def add_docs(self, tokens: np.ndarray, lengths: list[int], docs: list) -> None:
         start = 0
         for n, doc in zip(lengths, docs):
-            self._w.write(encode_example(tokens[start:start + n], doc.id, doc.src))
+            self._w.write(encode_example(tokens[start : start + n], doc.id, doc.src))
             start += n
 
     def close(self) -> None:

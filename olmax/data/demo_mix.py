@@ -46,7 +46,10 @@ def write_raw(out: Path, code_files: int = CODE_FILES) -> dict[str, Path]:
     if not paths["code"].exists():
         write_jsonl(paths["code"], stdlib_docs(code_files))
     if not paths["prose"].exists():
-        write_jsonl(paths["prose"], [{"id": k, "text": v, "source": "pydoc-topics"} for k, v in sorted(topics.items())])
+        write_jsonl(
+            paths["prose"],
+            [{"id": k, "text": v, "source": "pydoc-topics"} for k, v in sorted(topics.items())],
+        )
     return paths
 
 
@@ -54,11 +57,17 @@ def write_mix_spec(path: Path, sources: dict[str, tuple[Path, float, float]]) ->
     """A YAML mix spec (olmax.data.mixspec): label -> (input, ratio, max_repetition)."""
     from olmax.atomic import write_text
 
-    lines = ["# olmax demo mix: real code and prose; prose upsampled as Dolma 3 upsamples quality buckets",
-             "sources:"]
+    lines = [
+        "# olmax demo mix: real code and prose; prose upsampled as Dolma 3 upsamples quality buckets",
+        "sources:",
+    ]
     for label, (src, ratio, max_rep) in sources.items():
-        lines += [f"  {label}:", f"    paths: [{json.dumps(str(src))}]", f"    ratio: {ratio}",
-                  f"    max_repetition: {max_rep}"]
+        lines += [
+            f"  {label}:",
+            f"    paths: [{json.dumps(str(src))}]",
+            f"    ratio: {ratio}",
+            f"    max_repetition: {max_rep}",
+        ]
     return write_text(path, "\n".join(lines) + "\n")
 
 
@@ -66,15 +75,32 @@ def prepare_settings(out: Path, code_files: int = CODE_FILES) -> dict:
     """Write the raw documents and mix spec under `out`; the `olmax data prepare` settings for them."""
     raw = write_raw(out, code_files)
     spec = write_mix_spec(out / "mix.yaml", {k: (raw[k], *SOURCES[k]) for k in SOURCES})
-    return {"tokenizer": "dolma2", "out": str(out / "shards"), "mix_spec": str(spec), "workers": 2,
-            "shard_bytes": 2_000_000}
+    return {
+        "tokenizer": "dolma2",
+        "out": str(out / "shards"),
+        "mix_spec": str(spec),
+        "workers": 2,
+        "shard_bytes": 2_000_000,
+    }
 
 
 def prepare_argv(settings: dict) -> list[str]:
     """The `olmax data prepare` command line for `prepare_settings` (what the demo's report shows)."""
-    return ["data", "prepare", "--tokenizer", settings["tokenizer"], "--out", settings["out"], "--mix-spec",
-            settings["mix_spec"], "--workers", str(settings["workers"]), "--shard-size", str(settings["shard_bytes"]),
-            "--no-progress"]
+    return [
+        "data",
+        "prepare",
+        "--tokenizer",
+        settings["tokenizer"],
+        "--out",
+        settings["out"],
+        "--mix-spec",
+        settings["mix_spec"],
+        "--workers",
+        str(settings["workers"]),
+        "--shard-size",
+        str(settings["shard_bytes"]),
+        "--no-progress",
+    ]
 
 
 def prepare_demo_mix(out: Path, code_files: int = CODE_FILES, progress: bool = False) -> Path:
@@ -88,8 +114,17 @@ def prepare_demo_mix(out: Path, code_files: int = CODE_FILES, progress: bool = F
         return mix
     s = prepare_settings(out, code_files)
     sources, total = load_mix_spec(s["mix_spec"])
-    prepare(PrepareConfig(tokenizer=s["tokenizer"], out=s["out"], sources=tuple(sources), workers=s["workers"],
-                          shard_bytes=s["shard_bytes"], total_tokens=total, progress=progress))
+    prepare(
+        PrepareConfig(
+            tokenizer=s["tokenizer"],
+            out=s["out"],
+            sources=tuple(sources),
+            workers=s["workers"],
+            shard_bytes=s["shard_bytes"],
+            total_tokens=total,
+            progress=progress,
+        )
+    )
     if not mix.is_file():
         raise OlmaxError(f"preparing the demo mix in {out} wrote no {mix}; delete the folder and rerun")
     return mix

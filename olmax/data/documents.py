@@ -85,8 +85,9 @@ class DocumentCache:
                 from olmax.atomic import temp_path
 
                 docs = documents(path)
-                ids = np.asarray([i.encode("utf-8") for i in docs.ids] if docs.ids is not None else [],
-                                 dtype=np.bytes_)
+                ids = np.asarray(
+                    [i.encode("utf-8") for i in docs.ids] if docs.ids is not None else [], dtype=np.bytes_
+                )
                 for f, arr in zip(files, (docs.starts, docs.ends, ids)):
                     with temp_path(f, suffix=".npy") as tmp:
                         np.save(tmp, arr)

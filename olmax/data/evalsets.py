@@ -70,23 +70,37 @@ def source_parts(source: str) -> list[tuple[str, str]]:
     """(part, prefix) for each file or `datasets` folder of `source`, in path order (see the module docstring)."""
     p = Path(source).expanduser()
     if p.is_dir() and not _is_dataset_dir(p):
-        sets = sorted({str(f.parent) for f in p.rglob("*") if f.name in ("dataset_info.json", "state.json")
-                       and _is_dataset_dir(f.parent)})
+        sets = sorted(
+            {
+                str(f.parent)
+                for f in p.rglob("*")
+                if f.name in ("dataset_info.json", "state.json") and _is_dataset_dir(f.parent)
+            }
+        )
         inside = tuple(d + os.sep for d in sets)
-        files = [str(f) for f in p.rglob("*") if f.is_file() and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)
-                 and not str(f).startswith(inside)]
+        files = [
+            str(f)
+            for f in p.rglob("*")
+            if f.is_file()
+            and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)
+            and not str(f).startswith(inside)
+        ]
         parts = sorted(sets + files)
         if not parts:
-            raise OlmaxError(f"{source}: no eval records inside (expected .jsonl[.gz|.zst], .json, .arrow or "
-                             ".parquet files, or a saved `datasets` folder)")
+            raise OlmaxError(
+                f"{source}: no eval records inside (expected .jsonl[.gz|.zst], .json, .arrow or "
+                ".parquet files, or a saved `datasets` folder)"
+            )
         return [(part, str(Path(part).relative_to(p))) for part in parts]
     if p.is_dir():
         return [(str(p), "")]
     if not p.exists() and not glob.glob(os.path.expanduser(source), recursive=True):
         from olmax.assets import EVAL_SETS
 
-        raise OlmaxError(f"eval set {source!r}: no such file or folder, no file matches it as a glob, and it is "
-                         f"not a bundled set (bundled: {', '.join(sorted(EVAL_SETS))})")
+        raise OlmaxError(
+            f"eval set {source!r}: no such file or folder, no file matches it as a glob, and it is "
+            f"not a bundled set (bundled: {', '.join(sorted(EVAL_SETS))})"
+        )
     files = expand_inputs(source)
     if len(files) == 1:
         return [(files[0], "")]
@@ -120,6 +134,7 @@ class EvalItem:
 def item_answer(row: Mapping[str, Any]) -> str:
     """The correct answer's text for the common multiple-choice schemas ('' when not derivable); reported
     beside an item, not part of what is matched."""
+
     def pick(options, key) -> str:
         try:
             return str(options[int(key)])
@@ -139,8 +154,7 @@ def item_answer(row: Mapping[str, Any]) -> str:
     if "option1" in row and "answer" in row:  # WinoGrande
         return str(row.get(f"option{row['answer']}", ""))
     if "answerA" in row and "label" in row:  # Social IQa (1-based)
-        return str(row.get("answer" + "ABC"[int(row["label"]) - 1], "")) if str(row["label"]) in "123" \
-            else ""
+        return str(row.get("answer" + "ABC"[int(row["label"]) - 1], "")) if str(row["label"]) in "123" else ""
     if "choice1" in row and "label" in row:  # COPA
         return str(row.get(f"choice{int(row['label']) + 1}", ""))
     for name in ANSWER_FIELDS:
@@ -216,12 +230,19 @@ TEMPLATES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "arc_easy": lambda r: _keyed_answer(r, "question"),
     "arc_challenge": lambda r: _keyed_answer(r, "question"),
     "openbookqa": lambda r: _keyed_answer(r, "question_stem"),
-    "boolq": lambda r: f"{r['passage']}\nQuestion: {r['question']}?\nAnswer: {'yes' if r['answer'] in (True, 'True') else 'no'}",
-    "sciq": lambda r: (f"{r['support']}\n" if r["support"] else "") + f"Question: {r['question']}\nAnswer: {r['correct_answer']}",
+    "boolq": lambda r: (
+        f"{r['passage']}\nQuestion: {r['question']}?\nAnswer: {'yes' if r['answer'] in (True, 'True') else 'no'}"
+    ),
+    "sciq": lambda r: (
+        (f"{r['support']}\n" if r["support"] else "")
+        + f"Question: {r['question']}\nAnswer: {r['correct_answer']}"
+    ),
     "hellaswag": _hellaswag,
     "piqa": lambda r: f"{r['goal']} {_option(r, ('sol1', 'sol2'), 'label', 0)}",
     "winogrande": lambda r: r["sentence"].replace("_", _option(r, ("option1", "option2"), "answer", 1)),
-    "social_iqa": lambda r: f"{r['context']} {r['question']} {_option(r, ('answerA', 'answerB', 'answerC'), 'label', 1)}",
+    "social_iqa": lambda r: (
+        f"{r['context']} {r['question']} {_option(r, ('answerA', 'answerB', 'answerC'), 'label', 1)}"
+    ),
 }
 
 
@@ -241,16 +262,20 @@ def _templated(key: str, r: EvalRow) -> str:
     try:
         return TEMPLATES[key](r.record)
     except (KeyError, ValueError, IndexError, TypeError, SyntaxError) as e:
-        raise OlmaxError(f"{r.part}:{r.loc}: record does not fit the {key} template ({type(e).__name__}: {e}); "
-                         "give the records a `text` field") from None
+        raise OlmaxError(
+            f"{r.part}:{r.loc}: record does not fit the {key} template ({type(e).__name__}: {e}); "
+            "give the records a `text` field"
+        ) from None
 
 
 def _text(r: EvalRow, text_field: str) -> str:
     text = r.record.get(text_field)
     if not isinstance(text, str):
         what = "has no" if text is None else "has a non-string"
-        raise OlmaxError(f"{r.part}:{r.loc}: record {what} {text_field!r} field (keys: "
-                         f"{', '.join(sorted(r.record))[:200]}); use --text-field to name another")
+        raise OlmaxError(
+            f"{r.part}:{r.loc}: record {what} {text_field!r} field (keys: "
+            f"{', '.join(sorted(r.record))[:200]}); use --text-field to name another"
+        )
     return text
 
 
@@ -262,6 +287,10 @@ def documents(name: str, rows: Sequence[EvalRow], text_field: str = "text") -> l
     out = []
     for r in rows:
         doc_id = r.record.get("id")
-        out.append((f"{os.path.basename(r.part.rstrip('/'))}:{r.loc}" if doc_id is None else str(doc_id),
-                    _text(r, text_field)))
+        out.append(
+            (
+                f"{os.path.basename(r.part.rstrip('/'))}:{r.loc}" if doc_id is None else str(doc_id),
+                _text(r, text_field),
+            )
+        )
     return out

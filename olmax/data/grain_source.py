@@ -24,8 +24,9 @@ from olmax.errors import OlmaxError
 UNBOUNDED_EPOCHS = 1 << 20
 
 
-def document_masks(input_ids: np.ndarray, eos_token_id: int,
-                   bos_token_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def document_masks(
+    input_ids: np.ndarray, eos_token_id: int, bos_token_id: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-row (segment_ids, positions), int32 (R, L), for intra-document attention masking.
 
     A document ends with its EOS (or, with a BOS id, starts at its BOS); segment ids count the
@@ -49,21 +50,36 @@ def document_masks(input_ids: np.ndarray, eos_token_id: int,
 class BatchSource:
     """A Grain `RandomAccessDataSource` of whole per-process batches (see the module contract)."""
 
-    def __init__(self, index: TokenIndex | PackedIndex, *, global_batch_size: int, seed: int, order: str = "olmo-core",
-                 work_dir: str | None = None, process_index: int = 0, process_count: int = 1,
-                 num_epochs: int | None = None, document_masks: bool = False,
-                 eos_token_id: int = DOLMA2_EOS, bos_token_id: int | None = None):
+    def __init__(
+        self,
+        index: TokenIndex | PackedIndex,
+        *,
+        global_batch_size: int,
+        seed: int,
+        order: str = "olmo-core",
+        work_dir: str | None = None,
+        process_index: int = 0,
+        process_count: int = 1,
+        num_epochs: int | None = None,
+        document_masks: bool = False,
+        eos_token_id: int = DOLMA2_EOS,
+        bos_token_id: int | None = None,
+    ):
         if global_batch_size <= 0:
             raise OlmaxError(f"--global-batch-size must be positive, got {global_batch_size}")
         if process_count <= 0 or global_batch_size % process_count:
-            raise OlmaxError(f"--global-batch-size {global_batch_size} is not divisible by "
-                             f"--process-count {process_count}; every process must get G/P whole rows")
+            raise OlmaxError(
+                f"--global-batch-size {global_batch_size} is not divisible by "
+                f"--process-count {process_count}; every process must get G/P whole rows"
+            )
         if not 0 <= process_index < process_count:
             raise OlmaxError(f"--process-index {process_index} is outside [0, {process_count})")
         if index.num_instances < global_batch_size:
-            raise OlmaxError(f"the mix holds {index.num_instances} instances of {index.seq_len} tokens, "
-                             f"fewer than one global batch of {global_batch_size}; add data or lower "
-                             f"--global-batch-size/--seq-len")
+            raise OlmaxError(
+                f"the mix holds {index.num_instances} instances of {index.seq_len} tokens, "
+                f"fewer than one global batch of {global_batch_size}; add data or lower "
+                f"--global-batch-size/--seq-len"
+            )
         self.index = index
         self.global_batch_size = global_batch_size
         self.seed = seed
@@ -95,9 +111,11 @@ class BatchSource:
 
     def __repr__(self) -> str:
         # Stable across processes and restarts: Grain keys checkpoints on it.
-        return (f"olmax.BatchSource(fingerprint={self.index.fingerprint}, seq_len={self.index.seq_len}, "
-                f"global_batch_size={self.global_batch_size}, seed={self.seed}, order={self.order}, "
-                f"process={self.process_index}/{self.process_count})")
+        return (
+            f"olmax.BatchSource(fingerprint={self.index.fingerprint}, seq_len={self.index.seq_len}, "
+            f"global_batch_size={self.global_batch_size}, seed={self.seed}, order={self.order}, "
+            f"process={self.process_index}/{self.process_count})"
+        )
 
     def position(self, k: int) -> tuple[int, int]:
         """(epoch, step) of stream element k."""
@@ -113,8 +131,7 @@ class BatchSource:
             with self._lock:
                 order = self._orders.get(epoch)
                 if order is None:
-                    order = epoch_order(self.order, self.index.num_instances, self.seed, epoch,
-                                        self.work_dir)
+                    order = epoch_order(self.order, self.index.num_instances, self.seed, epoch, self.work_dir)
                     # Keep the epochs in flight around a boundary, drop older ones.
                     self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
                     self._orders[epoch] = order
@@ -125,8 +142,7 @@ class BatchSource:
         if not 0 <= step < self.batches_per_epoch:
             raise IndexError(f"step {step} outside epoch of {self.batches_per_epoch} batches")
         g = self.global_batch_size
-        ids = self.epoch_order(epoch).take(step * g + self.process_index, (step + 1) * g,
-                                            self.process_count)
+        ids = self.epoch_order(epoch).take(step * g + self.process_index, (step + 1) * g, self.process_count)
         return ids.astype(np.int64)
 
     def read(self, epoch: int, step: int) -> dict[str, np.ndarray]:
@@ -134,8 +150,12 @@ class BatchSource:
         ids = self.instance_ids(epoch, step)
         if self._reader is None:  # packed instances: whole documents, PAD-padded, with their label mask
             rows = self.index.read(ids)
-            out = {"input_ids": rows["input_ids"], "instance_ids": ids, "source": rows["source"],
-                   "label_mask": rows["label_mask"]}
+            out = {
+                "input_ids": rows["input_ids"],
+                "instance_ids": ids,
+                "source": rows["source"],
+                "label_mask": rows["label_mask"],
+            }
         else:
             files, starts = self.index.locate(ids)
             buf = np.empty((ids.size, self.index.seq_len), dtype=self.index.dtype)
@@ -144,8 +164,9 @@ class BatchSource:
             input_ids = buf.view(np.int32) if buf.dtype == np.uint32 else buf.astype(np.int32)
             out = {"input_ids": input_ids, "instance_ids": ids, "source": self.index.file_label_ids[files]}
         if self.document_masks:
-            out["segment_ids"], out["positions"] = document_masks(out["input_ids"], self.eos_token_id,
-                                                                  self.bos_token_id)
+            out["segment_ids"], out["positions"] = document_masks(
+                out["input_ids"], self.eos_token_id, self.bos_token_id
+            )
         return out
 
     def __getitem__(self, k: int) -> dict[str, np.ndarray]:

@@ -33,11 +33,17 @@ def _dtype_class(dtype: type | np.dtype | str) -> type:
     return np.dtype(dtype).type
 
 
-def data_fingerprint(paths: Sequence[str], *, sizes: Sequence[int] | None = None,
-                     dtype: type | np.dtype | str = np.uint32, vocab_size: int = DOLMA2_VOCAB_SIZE,
-                     eos_token_id: int = DOLMA2_EOS, pad_token_id: int = DOLMA2_PAD,
-                     bos_token_id: int | None = None,
-                     max_target_sequence_length: int | None = None) -> str:
+def data_fingerprint(
+    paths: Sequence[str],
+    *,
+    sizes: Sequence[int] | None = None,
+    dtype: type | np.dtype | str = np.uint32,
+    vocab_size: int = DOLMA2_VOCAB_SIZE,
+    eos_token_id: int = DOLMA2_EOS,
+    pad_token_id: int = DOLMA2_PAD,
+    bos_token_id: int | None = None,
+    max_target_sequence_length: int | None = None,
+) -> str:
     """OLMo-core's `NumpyFSLDataset.fingerprint` (version v2.0) for these token files.
 
     sha256 over the class name, the special-token/dtype fields and each file's basename and byte size;
@@ -47,10 +53,14 @@ def data_fingerprint(paths: Sequence[str], *, sizes: Sequence[int] | None = None
         sizes = file_sizes(paths)
     h = hashlib.sha256()
     h.update(b"class=NumpyFSLDataset")
-    fields = (("vocab_size", vocab_size), ("pad_token_id", pad_token_id),
-              ("eos_token_id", eos_token_id), ("dtype", _dtype_class(dtype)),
-              ("max_target_sequence_length", max_target_sequence_length),
-              ("bos_token_id", bos_token_id))
+    fields = (
+        ("vocab_size", vocab_size),
+        ("pad_token_id", pad_token_id),
+        ("eos_token_id", eos_token_id),
+        ("dtype", _dtype_class(dtype)),
+        ("max_target_sequence_length", max_target_sequence_length),
+        ("bos_token_id", bos_token_id),
+    )
     for name, value in fields:
         h.update(f"{name}={value},".encode())
     for path, size in zip(paths, sizes, strict=True):
@@ -65,8 +75,10 @@ def _size_of(path: str) -> int:
             return int(fs.size(fs_path))
         return os.stat(path).st_size
     except FileNotFoundError as e:
-        raise OlmaxError(f"{path}: token file not found; fix the path in the mix (or --base-dir) "
-                         f"or run `olmax data prepare` first") from e
+        raise OlmaxError(
+            f"{path}: token file not found; fix the path in the mix (or --base-dir) "
+            f"or run `olmax data prepare` first"
+        ) from e
 
 
 def file_sizes(paths: Sequence[str], *, threads: int = 16) -> list[int]:
@@ -132,8 +144,9 @@ class TokenIndex(LabelledFiles):
         """(file index, first token offset in that file) of each global instance id, vectorized."""
         ids = np.asarray(instance_ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_instances):
-            raise IndexError(f"instance ids must lie in [0, {self.num_instances}), "
-                             f"got [{ids.min()}, {ids.max()}]")
+            raise IndexError(
+                f"instance ids must lie in [0, {self.num_instances}), got [{ids.min()}, {ids.max()}]"
+            )
         files = np.searchsorted(self.offsets, ids, side="right") - 1
         return files, (ids - self.offsets[files]) * self.seq_len
 
@@ -164,39 +177,70 @@ class TokenIndex(LabelledFiles):
         return {name: int(n) * self.seq_len for name, n in zip(self.label_names, per)}
 
 
-def index_from_sizes(paths: Sequence[str], labels: Sequence[str], sizes: Sequence[int], seq_len: int,
-                     *, dtype: type | np.dtype | str = np.uint32, allow_short_files: bool = False,
-                     **fingerprint_fields: int | None) -> TokenIndex:
+def index_from_sizes(
+    paths: Sequence[str],
+    labels: Sequence[str],
+    sizes: Sequence[int],
+    seq_len: int,
+    *,
+    dtype: type | np.dtype | str = np.uint32,
+    allow_short_files: bool = False,
+    **fingerprint_fields: int | None,
+) -> TokenIndex:
     """Validate byte sizes and build the index; `fingerprint_fields` go to `data_fingerprint`."""
     if seq_len <= 0:
         raise OlmaxError(f"--seq-len must be positive, got {seq_len}")
     itemsize = np.dtype(dtype).itemsize
     for path, size in zip(paths, sizes, strict=True):
         if size % itemsize:
-            raise OlmaxError(f"{path}: size {size} bytes is not a multiple of {itemsize} "
-                             f"({np.dtype(dtype).name} tokens); the file ends mid-token at byte "
-                             f"{size - size % itemsize}: it is truncated or not a raw token file")
+            raise OlmaxError(
+                f"{path}: size {size} bytes is not a multiple of {itemsize} "
+                f"({np.dtype(dtype).name} tokens); the file ends mid-token at byte "
+                f"{size - size % itemsize}: it is truncated or not a raw token file"
+            )
         if size // itemsize < seq_len and not allow_short_files:
-            raise OlmaxError(f"{path}: holds {size // itemsize} tokens, fewer than --seq-len {seq_len}, "
-                             f"so it would give no instance; drop it from the mix or lower --seq-len")
+            raise OlmaxError(
+                f"{path}: holds {size // itemsize} tokens, fewer than --seq-len {seq_len}, "
+                f"so it would give no instance; drop it from the mix or lower --seq-len"
+            )
     fingerprint = data_fingerprint(paths, sizes=sizes, dtype=dtype, **fingerprint_fields)
-    return TokenIndex(paths=tuple(paths), labels=tuple(labels), sizes=tuple(int(s) for s in sizes),
-                      seq_len=seq_len, dtype=np.dtype(dtype).name, fingerprint=fingerprint)
+    return TokenIndex(
+        paths=tuple(paths),
+        labels=tuple(labels),
+        sizes=tuple(int(s) for s in sizes),
+        seq_len=seq_len,
+        dtype=np.dtype(dtype).name,
+        fingerprint=fingerprint,
+    )
 
 
-def build_index(mix: Mix, seq_len: int, *, dtype: type | np.dtype | str = np.uint32,
-                allow_short_files: bool = False, **fingerprint_fields: int | None) -> TokenIndex:
+def build_index(
+    mix: Mix,
+    seq_len: int,
+    *,
+    dtype: type | np.dtype | str = np.uint32,
+    allow_short_files: bool = False,
+    **fingerprint_fields: int | None,
+) -> TokenIndex:
     """Stat every file of `mix` and index it at sequence length `seq_len`.
 
     Errors (OlmaxError, naming the file): missing file, size not a multiple of the token size, a file
     shorter than `seq_len` (OLMo-core silently gives it no instances; `allow_short_files` does too).
     """
     sizes = file_sizes(mix.paths)
-    return index_from_sizes(mix.paths, mix.labels, sizes, seq_len, dtype=dtype,
-                            allow_short_files=allow_short_files, **fingerprint_fields)
+    return index_from_sizes(
+        mix.paths,
+        mix.labels,
+        sizes,
+        seq_len,
+        dtype=dtype,
+        allow_short_files=allow_short_files,
+        **fingerprint_fields,
+    )
 
 
-def open_index(mix: str, seq_len: int, *, base_dir: str | None = None, tokenizer: str | None = None,
-               **kwargs) -> TokenIndex:
+def open_index(
+    mix: str, seq_len: int, *, base_dir: str | None = None, tokenizer: str | None = None, **kwargs
+) -> TokenIndex:
     """`read_mix` then `build_index`: the index of mix file `mix` at sequence length `seq_len`."""
     return build_index(read_mix(mix, base_dir=base_dir, tokenizer=tokenizer), seq_len, **kwargs)

@@ -27,30 +27,41 @@ def verify_manifest(folder: Path) -> int:
     try:
         sources = json.loads(manifest.read_text(encoding="utf-8"))["sources"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise OlmaxError(f"{manifest}: no readable manifest to verify against ({e}); --verify needs a folder "
-                         "written by `olmax data prepare`") from None
+        raise OlmaxError(
+            f"{manifest}: no readable manifest to verify against ({e}); --verify needs a folder "
+            "written by `olmax data prepare`"
+        ) from None
     n = 0
     for label, source in sources.items():
         for rec in source["shards"]:
             shard = folder / rec["path"]
             if not shard.exists():
-                raise OlmaxError(f"{shard}: listed in {manifest} (source {label}) but missing; rerun `olmax data "
-                                 "prepare` into a new folder")
+                raise OlmaxError(
+                    f"{shard}: listed in {manifest} (source {label}) but missing; rerun `olmax data "
+                    "prepare` into a new folder"
+                )
             h = xxhash.xxh64()
             with open(shard, "rb") as f:
                 while chunk := f.read(1 << 24):
                     h.update(chunk)
             tokens = len(read_tokens(shard))
             if tokens != rec["tokens"] or h.hexdigest() != rec["xxh64"]:
-                raise OlmaxError(f"{shard}: {tokens} tokens, xxh64 {h.hexdigest()}; {manifest} records {rec['tokens']} "
-                                 f"tokens, xxh64 {rec['xxh64']}: the shard changed after prepare; restore it or "
-                                 "prepare again")
+                raise OlmaxError(
+                    f"{shard}: {tokens} tokens, xxh64 {h.hexdigest()}; {manifest} records {rec['tokens']} "
+                    f"tokens, xxh64 {rec['xxh64']}: the shard changed after prepare; restore it or "
+                    "prepare again"
+                )
             n += 1
     return n
 
 
-def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2", max_chars: int = 2000,
-                 verify: bool = False) -> int:
+def inspect_path(
+    path: str,
+    doc_id: str | None = None,
+    tokenizer: str = "dolma2",
+    max_chars: int = 2000,
+    verify: bool = False,
+) -> int:
     p = Path(path)
     if verify:
         if not p.is_dir():
@@ -88,10 +99,12 @@ def inspect_path(path: str, doc_id: str | None = None, tokenizer: str = "dolma2"
                 from olmax.assets import tokenizer_path
                 from olmax.data.tokenize import load_tokenizer
 
-                ids = read_tokens(shard)[row.start:row.end]
+                ids = read_tokens(shard)[row.start : row.end]
                 text = load_tokenizer(str(tokenizer_path(tokenizer))).decode(ids.tolist())
-                print(f"\n# doc {doc_id}: {shard}[{row.start}:{row.end}] ({row.end - row.start} tokens incl. EOS), "
-                      f"from {row.src}:{row.loc}")
+                print(
+                    f"\n# doc {doc_id}: {shard}[{row.start}:{row.end}] ({row.end - row.start} tokens incl. EOS), "
+                    f"from {row.src}:{row.loc}"
+                )
                 print(text[:max_chars] + ("…" if len(text) > max_chars else ""))
                 return 0
     raise OlmaxError(f"document id {doc_id!r} not found in the sidecars of {path}")

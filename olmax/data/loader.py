@@ -42,8 +42,9 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
         dataset = grain.MapDataset.source(loader.source)[start:]
         cfg = loader.spec
         if cfg.num_threads > 0 or cfg.num_workers > 0:
-            options = grain.ReadOptions(num_threads=max(1, cfg.num_threads),
-                                        prefetch_buffer_size=max(1, cfg.prefetch_buffer_size))
+            options = grain.ReadOptions(
+                num_threads=max(1, cfg.num_threads), prefetch_buffer_size=max(1, cfg.prefetch_buffer_size)
+            )
             pipeline = dataset.to_iter_dataset(options)
             if cfg.num_workers > 0:
                 from absl import flags
@@ -75,8 +76,11 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
     def __next__(self) -> dict[str, np.ndarray]:
         batch = next(self._it)
         self.index += 1
-        self._state = advance(self._state, global_batch_size=self._loader.spec.global_batch_size,
-                              batches_per_epoch=self._loader.batches_per_epoch)
+        self._state = advance(
+            self._state,
+            global_batch_size=self._loader.spec.global_batch_size,
+            batches_per_epoch=self._loader.batches_per_epoch,
+        )
         return batch
 
 
@@ -86,24 +90,42 @@ class Loader:
     `num_epochs` (None: unbounded) stops the stream; `eos_token_id` / `bos_token_id` mark documents
     for `document_masks` (OLMo 3: EOS 100257, no BOS)."""
 
-    def __init__(self, index: TokenIndex, spec: StreamSpec, *, process_index: int | None = None,
-                 process_count: int | None = None, num_epochs: int | None = None,
-                 eos_token_id: int = DOLMA2_EOS, bos_token_id: int | None = None):
+    def __init__(
+        self,
+        index: TokenIndex,
+        spec: StreamSpec,
+        *,
+        process_index: int | None = None,
+        process_count: int | None = None,
+        num_epochs: int | None = None,
+        eos_token_id: int = DOLMA2_EOS,
+        bos_token_id: int | None = None,
+    ):
         if process_index is None or process_count is None:
             import jax
 
             process_index = jax.process_index() if process_index is None else process_index
             process_count = jax.process_count() if process_count is None else process_count
         if index.seq_len != spec.seq_len:
-            raise OlmaxError(f"the index was built at seq_len {index.seq_len}, the stream asks for {spec.seq_len}")
+            raise OlmaxError(
+                f"the index was built at seq_len {index.seq_len}, the stream asks for {spec.seq_len}"
+            )
         self.index = index
         self.spec = spec
         self.num_epochs = num_epochs
         self.source = BatchSource(
-            index, global_batch_size=spec.global_batch_size, seed=spec.seed, order=spec.order,
-            work_dir=spec.work_dir or default_work_dir(), process_index=process_index,
-            process_count=process_count, num_epochs=num_epochs,
-            document_masks=spec.document_masks, eos_token_id=eos_token_id, bos_token_id=bos_token_id)
+            index,
+            global_batch_size=spec.global_batch_size,
+            seed=spec.seed,
+            order=spec.order,
+            work_dir=spec.work_dir or default_work_dir(),
+            process_index=process_index,
+            process_count=process_count,
+            num_epochs=num_epochs,
+            document_masks=spec.document_masks,
+            eos_token_id=eos_token_id,
+            bos_token_id=bos_token_id,
+        )
 
     @property
     def batches_per_epoch(self) -> int:
@@ -119,21 +141,34 @@ class Loader:
         if epoch < 1:
             raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
         if not 0 <= step < self.batches_per_epoch:
-            raise OlmaxError(f"--start-step {step} is outside the epoch's {self.batches_per_epoch} "
-                             f"global batches (N // G with N={self.index.num_instances}, "
-                             f"G={self.spec.global_batch_size})")
+            raise OlmaxError(
+                f"--start-step {step} is outside the epoch's {self.batches_per_epoch} "
+                f"global batches (N // G with N={self.index.num_instances}, "
+                f"G={self.spec.global_batch_size})"
+            )
         cfg = self.spec
-        return LoaderState(fingerprint=self.index.fingerprint, seed=cfg.seed, epoch=epoch,
-                           tokens_processed=step * cfg.global_batch_size * cfg.seq_len,
-                           seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
-                           order=cfg.order)
+        return LoaderState(
+            fingerprint=self.index.fingerprint,
+            seed=cfg.seed,
+            epoch=epoch,
+            tokens_processed=step * cfg.global_batch_size * cfg.seq_len,
+            seq_len=cfg.seq_len,
+            global_batch_size=cfg.global_batch_size,
+            order=cfg.order,
+        )
 
     def resume_position(self, state: LoaderState) -> tuple[int, int]:
         """(epoch, step) where `state` continues under this loader's settings; refuses mismatches."""
         cfg = self.spec
-        return resume_step(state, fingerprint=self.index.fingerprint, seed=cfg.seed, order=cfg.order,
-                           seq_len=cfg.seq_len, global_batch_size=cfg.global_batch_size,
-                           batches_per_epoch=self.batches_per_epoch)
+        return resume_step(
+            state,
+            fingerprint=self.index.fingerprint,
+            seed=cfg.seed,
+            order=cfg.order,
+            seq_len=cfg.seq_len,
+            global_batch_size=cfg.global_batch_size,
+            batches_per_epoch=self.batches_per_epoch,
+        )
 
     def instance_ids(self, epoch: int, step: int) -> np.ndarray:
         """int64 (G/P,): which instances this process's rows of batch (epoch, step) hold (no reads)."""
@@ -152,10 +187,18 @@ class Loader:
         state = state or self.state_at(1, 0)
         epoch, step = self.resume_position(state)
         if self.num_epochs is not None and epoch > self.num_epochs:
-            raise OlmaxError(f"the state is past the last epoch ({self.num_epochs}); raise "
-                             f"num_epochs to keep training")
+            raise OlmaxError(
+                f"the state is past the last epoch ({self.num_epochs}); raise num_epochs to keep training"
+            )
         # Re-express the position at this loader's G so `state` advances in its units from here.
         tokens = state.tokens_processed if (epoch, step) != (state.epoch + 1, 0) else 0
-        current = LoaderState(state.fingerprint, state.seed, epoch, tokens, state.seq_len,
-                              self.spec.global_batch_size, state.order)
+        current = LoaderState(
+            state.fingerprint,
+            state.seed,
+            epoch,
+            tokens,
+            state.seq_len,
+            self.spec.global_batch_size,
+            state.order,
+        )
         return BatchIterator(self, current, self.source.stream_index(epoch, step))

@@ -42,12 +42,15 @@ class LoaderStateHandler(ocp.CheckpointHandler):
         tmp.write_text(json.dumps(state.to_dict(), indent=1, sort_keys=True))
         tmp.rename(path)
 
-    def restore(self, directory: epath.Path, args: LoaderRestore | None = None,
-                item: Any = None) -> LoaderState:
+    def restore(
+        self, directory: epath.Path, args: LoaderRestore | None = None, item: Any = None
+    ) -> LoaderState:
         path = epath.Path(directory) / STATE_FILE
         if not path.exists():
-            raise OlmaxError(f"{path}: no loader state in this checkpoint; it was saved without "
-                             f"LoaderSave, so the data position is unknown")
+            raise OlmaxError(
+                f"{path}: no loader state in this checkpoint; it was saved without "
+                f"LoaderSave, so the data position is unknown"
+            )
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:

@@ -24,8 +24,12 @@ OLMO_CORE_PREFIX = "olmo-core:"
 # Which tokenizer directory name OLMo-core substitutes for `{TOKENIZER}` when the tokenizer is dolma2:
 # the OLMo 3 mixes were written under the name "dolma3-tokenizer" (the same vocabulary as dolma2),
 # and the perplexity sets under a bare "dolma2-tokenizer".
-_DOLMA3_NAMED = ("OLMo-mix-0625-official", "OLMo-mix-0925-official", "OLMo-midtraining-mix-",
-                 "OLMo-longmino-mix-")
+_DOLMA3_NAMED = (
+    "OLMo-mix-0625-official",
+    "OLMo-mix-0925-official",
+    "OLMo-midtraining-mix-",
+    "OLMo-longmino-mix-",
+)
 _BARE_NAMED = ("v3-small-ppl-validation", "c4-ppl-validation", "code-fresh-ppl-validation")
 DEFAULT_TOKENIZER_ID = "allenai/dolma2-tokenizer"
 
@@ -71,14 +75,16 @@ def default_tokenizer_id(mix_name: str) -> str:
 def _read_text(mix: str) -> tuple[str, str | None]:
     """The mix file's text and the folder its relative paths resolve against (None: must be given)."""
     if mix.startswith(OLMO_CORE_PREFIX):
-        name = mix[len(OLMO_CORE_PREFIX):]
+        name = mix[len(OLMO_CORE_PREFIX) :]
         try:
             import importlib.resources as resources
 
             text = (resources.files("olmo_core") / "data" / "mixes" / f"{name}.txt").read_text()
         except (ModuleNotFoundError, FileNotFoundError) as e:
-            raise OlmaxError(f"{mix}: no official mix named {name!r} in the installed OLMo-core "
-                             f"({e}); check the name against olmo_core/data/mixes/*.txt") from e
+            raise OlmaxError(
+                f"{mix}: no official mix named {name!r} in the installed OLMo-core "
+                f"({e}); check the name against olmo_core/data/mixes/*.txt"
+            ) from e
         return text, None
     if is_url(mix):
         import fsspec
@@ -90,16 +96,20 @@ def _read_text(mix: str) -> tuple[str, str | None]:
             raise OlmaxError(f"{mix}: cannot read the mix file ({e})") from e
         return text, mix.rsplit("/", 1)[0]
     if not os.path.isfile(mix):
-        raise OlmaxError(f"{mix}: mix file not found; pass --mix PATH to a `label,path` file "
-                         f"(e.g. DIR/mix.txt written by `olmax data prepare`)")
+        raise OlmaxError(
+            f"{mix}: mix file not found; pass --mix PATH to a `label,path` file "
+            f"(e.g. DIR/mix.txt written by `olmax data prepare`)"
+        )
     with open(mix, "rb") as f:
         data = f.read()
     try:
         return data.decode("utf-8"), os.path.dirname(os.path.abspath(mix))
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise OlmaxError(f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
-                         f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines") from None
+        raise OlmaxError(
+            f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
+            f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines"
+        ) from None
 
 
 def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str, confined: bool = False) -> Mix:
@@ -115,22 +125,30 @@ def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str, c
         label, comma, path = line.partition(",")
         label, path = label.strip(), path.strip()
         if not comma or not label or not path:
-            raise OlmaxError(f"{origin}:{lineno}: expected 'label,path', got {raw!r}; "
-                             f"each data line needs a source label, a comma and a token file path")
+            raise OlmaxError(
+                f"{origin}:{lineno}: expected 'label,path', got {raw!r}; "
+                f"each data line needs a source label, a comma and a token file path"
+            )
         path = path.replace("{TOKENIZER}", tokenizer)
         if not (is_url(path) or os.path.isabs(path)):
             if base_dir is None:
-                raise OlmaxError(f"{origin}:{lineno}: relative path {path!r} needs a base; pass "
-                                 f"--base-dir (a local mirror or a URL such as s3://ai2-llm)")
+                raise OlmaxError(
+                    f"{origin}:{lineno}: relative path {path!r} needs a base; pass "
+                    f"--base-dir (a local mirror or a URL such as s3://ai2-llm)"
+                )
             if confined and os.path.normpath(path).split(os.sep)[0] == os.pardir:
-                raise OlmaxError(f"{origin}:{lineno}: relative path {path!r} points outside the mix file's "
-                                 f"folder; pass --base-dir to say what it is relative to, or write it absolute")
+                raise OlmaxError(
+                    f"{origin}:{lineno}: relative path {path!r} points outside the mix file's "
+                    f"folder; pass --base-dir to say what it is relative to, or write it absolute"
+                )
             path = join_path(base_dir, path)
         paths.append(path)
         labels.append(label)
     if not paths:
-        raise OlmaxError(f"{origin}: the mix is empty (no 'label,path' lines); add token files to it "
-                         f"or point --mix at the mix.txt that `olmax data prepare` wrote")
+        raise OlmaxError(
+            f"{origin}: the mix is empty (no 'label,path' lines); add token files to it "
+            f"or point --mix at the mix.txt that `olmax data prepare` wrote"
+        )
     return Mix(paths=tuple(paths), labels=tuple(labels), origin=origin)
 
 
@@ -148,9 +166,13 @@ def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = N
     name = mix.removeprefix(OLMO_CORE_PREFIX)
     if tokenizer is None and folder is not None and not is_url(folder):
         tokenizer = _prepared_tokenizer_id(os.path.join(folder, "manifest.json"))
-    return parse_mix(text, origin=mix, base_dir=base_dir or folder,
-                     tokenizer=tokenizer or default_tokenizer_id(name),
-                     confined=base_dir is None and folder is not None and not is_url(folder))
+    return parse_mix(
+        text,
+        origin=mix,
+        base_dir=base_dir or folder,
+        tokenizer=tokenizer or default_tokenizer_id(name),
+        confined=base_dir is None and folder is not None and not is_url(folder),
+    )
 
 
 def _prepared_tokenizer_id(manifest: str) -> str | None:

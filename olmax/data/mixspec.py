@@ -54,7 +54,9 @@ def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
     except yaml.YAMLError as e:
         raise OlmaxError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(spec, dict) or not isinstance(spec.get("sources"), dict) or not spec["sources"]:
-        raise OlmaxError(f"{path}: a mix spec needs a `sources:` mapping of label → {{paths, ratio|target_tokens}}")
+        raise OlmaxError(
+            f"{path}: a mix spec needs a `sources:` mapping of label → {{paths, ratio|target_tokens}}"
+        )
     local = storage.local_path(path)
     base = str(Path(local).parent) if local is not None else path.rsplit("/", 1)[0]
     sources = []
@@ -66,19 +68,26 @@ def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
             raise OlmaxError(f"{path}: source {label!r} needs `paths` (a glob or a list of globs)")
         unknown = set(src) - known
         if unknown:
-            raise OlmaxError(f"{path}: source {label!r} has unknown keys {sorted(unknown)} (known: {sorted(known)})")
+            raise OlmaxError(
+                f"{path}: source {label!r} has unknown keys {sorted(unknown)} (known: {sorted(known)})"
+            )
         if "ratio" in src and "target_tokens" in src:
             raise OlmaxError(f"{path}: source {label!r} gives both ratio and target_tokens; keep one")
         paths = [src["paths"]] if isinstance(src["paths"], str) else list(src["paths"])
-        paths = [p if storage.is_url(p) or os.path.isabs(os.path.expanduser(p)) else storage.join(base, p)
-                 for p in paths]
-        sources.append(SourceSpec(
-            label=str(label), inputs=tuple(paths),
-            target_tokens=float(src["target_tokens"]) if "target_tokens" in src else None,
-            ratio=float(src["ratio"]) if "ratio" in src else None,
-            max_repetition=float(src.get("max_repetition", 1.0)),
-            text_field=src.get("text_field"),
-        ))
+        paths = [
+            p if storage.is_url(p) or os.path.isabs(os.path.expanduser(p)) else storage.join(base, p)
+            for p in paths
+        ]
+        sources.append(
+            SourceSpec(
+                label=str(label),
+                inputs=tuple(paths),
+                target_tokens=float(src["target_tokens"]) if "target_tokens" in src else None,
+                ratio=float(src["ratio"]) if "ratio" in src else None,
+                max_repetition=float(src.get("max_repetition", 1.0)),
+                text_field=src.get("text_field"),
+            )
+        )
     total = spec.get("total_tokens")
     return sources, (float(total) if total is not None else None)
 
@@ -89,13 +98,17 @@ def planned_tokens(cfg, results) -> dict[str, float]:
     total = cfg.total_tokens
     ratios = {lab: s.ratio for lab, s in specs.items() if s.ratio is not None}
     if ratios and total is None:
-        total = min(r.tokens * specs[r.label].max_repetition / ratios[r.label]
-                    for r in results if r.label in ratios)
+        total = min(
+            r.tokens * specs[r.label].max_repetition / ratios[r.label] for r in results if r.label in ratios
+        )
     out = {}
     for r in results:
         s = specs[r.label]
-        out[r.label] = s.target_tokens if s.target_tokens is not None else \
-            (s.ratio * total if s.ratio is not None else float(r.tokens))
+        out[r.label] = (
+            s.target_tokens
+            if s.target_tokens is not None
+            else (s.ratio * total if s.ratio is not None else float(r.tokens))
+        )
     return out
 
 
@@ -121,12 +134,14 @@ def _split_shard(out: Path, result, k: int, cut: int, journal) -> None:
     if rec_path.exists():
         from olmax.data.arrayrecord import split_records
 
-        split_records(rec_path, n_a, src.with_name(f"{stem}-a.arrayrecord"), src.with_name(f"{stem}-b.arrayrecord"))
+        split_records(
+            rec_path, n_a, src.with_name(f"{stem}-a.arrayrecord"), src.with_name(f"{stem}-b.arrayrecord")
+        )
     entry = journal.labels[result.label]["shards"]
     old = entry[k]
-    entry[k:k + 1] = [dict(old, info=infos[0].to_json()), dict(old, info=infos[1].to_json())]
+    entry[k : k + 1] = [dict(old, info=infos[0].to_json()), dict(old, info=infos[1].to_json())]
     journal.save()
-    result.shards[k:k + 1] = infos
+    result.shards[k : k + 1] = infos
     for f in (src, sidecar_path(src), rec_path):
         f.unlink(missing_ok=True)
 
@@ -154,15 +169,19 @@ def plan_mix(cfg, results, out: Path, journal) -> tuple[list[tuple[str, str]], d
         avail = r.tokens
         if avail == 0:
             if target > 0:
-                raise OlmaxError(f"source {r.label}: no tokens (every document empty or skipped) but the mix plans "
-                                 f"{target:,.0f}")
+                raise OlmaxError(
+                    f"source {r.label}: no tokens (every document empty or skipped) but the mix plans "
+                    f"{target:,.0f}"
+                )
             plan[r.label] = {"available_tokens": 0, "planned_tokens": 0, "repetition": 0.0}
             continue
         rep = target / avail
         cap = specs[r.label].max_repetition
         if rep > cap * (1 + 1e-9):
-            raise OlmaxError(f"source {r.label}: the mix plans {target:,.0f} tokens = {rep:.3f}× its {avail:,} "
-                             f"tokens, above its max_repetition {cap}; lower its share or raise max_repetition")
+            raise OlmaxError(
+                f"source {r.label}: the mix plans {target:,.0f} tokens = {rep:.3f}× its {avail:,} "
+                f"tokens, above its max_repetition {cap}; lower its share or raise max_repetition"
+            )
         full = math.floor(rep + 1e-9)
         cut = _snap_cut(out, r, round((rep - full) * avail)) if rep - full > 1e-9 else 0
         if cut >= avail:
@@ -183,13 +202,17 @@ def plan_mix(cfg, results, out: Path, journal) -> tuple[list[tuple[str, str]], d
             lines.append((r.label, info.path))
             start += info.tokens
         planned = full * avail + cut
-        plan[r.label] = {"available_tokens": avail, "target_tokens": round(target), "planned_tokens": planned,
-                         "repetition": round(planned / avail, 6), "whole_copies": full, "partial_tokens": cut}
+        plan[r.label] = {
+            "available_tokens": avail,
+            "target_tokens": round(target),
+            "planned_tokens": planned,
+            "repetition": round(planned / avail, 6),
+            "whole_copies": full,
+            "partial_tokens": cut,
+        }
     total = sum(p["planned_tokens"] for p in plan.values())
     for p in plan.values():
         p["share"] = round(p["planned_tokens"] / total, 6) if total else 0.0
     if not lines:
         raise OlmaxError("the mix is empty: no source has tokens to plan")
     return lines, plan
-
-

@@ -46,8 +46,10 @@ def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarr
     if epoch < 1:
         raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
     if num_instances >= np.iinfo(np.uint32).max:
-        raise OlmaxError(f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
-                         f"order='feistel' or a longer --seq-len")
+        raise OlmaxError(
+            f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
+            f"order='feistel' or a longer --seq-len"
+        )
     perm = np.arange(num_instances, dtype=np.uint32)
     np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(perm)
     return perm
@@ -74,8 +76,10 @@ class CachedOrder:
         try:
             os.makedirs(work_dir, exist_ok=True)
         except OSError as e:
-            raise OlmaxError(f"{work_dir}: cannot create the order work dir ({e}); pass a writable "
-                             f"--work-dir or set OLMAX_WORK_DIR") from e
+            raise OlmaxError(
+                f"{work_dir}: cannot create the order work dir ({e}); pass a writable "
+                f"--work-dir or set OLMAX_WORK_DIR"
+            ) from e
         # One builder per host: threads serialize on a lock, processes on an flock of a side file;
         # the losers find the finished file when they get the lock.
         with _build_lock, open(self.path + ".lock", "a") as lock:
@@ -159,8 +163,9 @@ class FeistelOrder:
         return self.permute(np.arange(start, stop, step, dtype=np.uint64))
 
 
-def epoch_order(kind: str, num_instances: int, seed: int, epoch: int,
-                work_dir: str | None = None) -> EpochOrder:
+def epoch_order(
+    kind: str, num_instances: int, seed: int, epoch: int, work_dir: str | None = None
+) -> EpochOrder:
     """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory)."""
     if kind == "olmo-core":
         if work_dir is None:

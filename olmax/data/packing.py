@@ -69,8 +69,14 @@ def _last_tokens(tokens: np.ndarray, eos_token_id: int, bos_token_id: int | None
     return last
 
 
-def document_spans(tokens: np.ndarray, eos_token_id: int, max_len: int, *, bos_token_id: int | None = None,
-                   long_doc_strategy: str = "truncate") -> np.ndarray:
+def document_spans(
+    tokens: np.ndarray,
+    eos_token_id: int,
+    max_len: int,
+    *,
+    bos_token_id: int | None = None,
+    long_doc_strategy: str = "truncate",
+) -> np.ndarray:
     """int64 (n, 2) [start, end) of each document of one token array, OLMo-core's local-array rule.
 
     A document ends at its EOS inclusive (with `bos_token_id`: at an EOS followed by BOS, or a final EOS);
@@ -100,14 +106,16 @@ def batch_doc_lens(input_ids: np.ndarray, eos_token_id: int, bos_token_id: int |
     lens = [document_lengths(row, eos_token_id, bos_token_id) for row in input_ids]
     out = np.zeros((len(lens), max((x.size for x in lens), default=0)), dtype=np.int32)
     for r, x in enumerate(lens):
-        out[r, :x.size] = x
+        out[r, : x.size] = x
     return out
 
 
 def _check_max_len(max_len: int) -> None:
     if max_len < 1 or max_len & (max_len - 1):
-        raise OlmaxError(f"--seq-len {max_len} is not a power of two; OLMo-core's packer (OBFD segment "
-                         f"tree) requires one: use e.g. {1 << max(max_len, 1).bit_length()}")
+        raise OlmaxError(
+            f"--seq-len {max_len} is not a power of two; OLMo-core's packer (OBFD segment "
+            f"tree) requires one: use e.g. {1 << max(max_len, 1).bit_length()}"
+        )
 
 
 def obfd(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -124,7 +132,9 @@ def obfd(lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray, np.
     lengths = np.asarray(lengths)
     n = lengths.shape[0]
     if n and (lengths.min() < 1 or lengths.max() > max_len):
-        raise OlmaxError(f"document lengths must lie in [1, {max_len}], got [{lengths.min()}, {lengths.max()}]")
+        raise OlmaxError(
+            f"document lengths must lie in [1, {max_len}], got [{lengths.min()}, {lengths.max()}]"
+        )
     sorted_order = np.argsort(-1 * lengths.astype(np.int64))
     sorted_lens = lengths[sorted_order].astype(np.int64).tolist()
 
@@ -189,8 +199,17 @@ def source_permutation(n_files: int, seed: int | None) -> list[int]:
     return order
 
 
-def file_document_spans(path: str, size: int, dtype: str, max_len: int, *, eos_token_id: int,
-                        bos_token_id: int | None, long_doc_strategy: str, vocab_size: int) -> np.ndarray:
+def file_document_spans(
+    path: str,
+    size: int,
+    dtype: str,
+    max_len: int,
+    *,
+    eos_token_id: int,
+    bos_token_id: int | None,
+    long_doc_strategy: str,
+    vocab_size: int,
+) -> np.ndarray:
     """`document_spans` of one raw token file, scanned in chunks; a token >= vocab_size is an error."""
     n = size // np.dtype(dtype).itemsize
     if n == 0:
@@ -202,12 +221,14 @@ def file_document_spans(path: str, size: int, dtype: str, max_len: int, *, eos_t
         chunk = tokens[begin:end]
         if chunk.max() >= vocab_size:
             at = begin + int(np.argmax(chunk >= vocab_size))
-            raise OlmaxError(f"{path}: token {int(tokens[at])} at token offset {at} is >= vocab size "
-                             f"{vocab_size}; the file was tokenized with another vocabulary or is not {dtype}")
+            raise OlmaxError(
+                f"{path}: token {int(tokens[at])} at token offset {at} is >= vocab size "
+                f"{vocab_size}; the file was tokenized with another vocabulary or is not {dtype}"
+            )
         if bos_token_id is None:
             found.append(begin + np.flatnonzero(chunk == eos_token_id))
         else:  # pairs (EOS, BOS) starting in [begin, end); the final EOS is added once, below
-            pair = tokens[begin:min(n, end + 1)]
+            pair = tokens[begin : min(n, end + 1)]
             found.append(begin + np.flatnonzero((pair[:-1] == eos_token_id) & (pair[1:] == bos_token_id)))
     last = np.concatenate(found)
     if bos_token_id is not None and tokens[-1] == eos_token_id:
@@ -216,15 +237,33 @@ def file_document_spans(path: str, size: int, dtype: str, max_len: int, *, eos_t
     return _spans_from_ends(last + 1, max_len, long_doc_strategy)
 
 
-def pack_group(paths: Sequence[str], sizes: Sequence[int], dtype: str, seq_len: int, *, eos_token_id: int,
-               bos_token_id: int | None, long_doc_strategy: str,
-               vocab_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def pack_group(
+    paths: Sequence[str],
+    sizes: Sequence[int],
+    dtype: str,
+    seq_len: int,
+    *,
+    eos_token_id: int,
+    bos_token_id: int | None,
+    long_doc_strategy: str,
+    vocab_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pack one group's documents: (doc_file (group-local), doc_start, doc_len) in instance order, and
     inst_offsets (n_inst + 1,). OLMo-core treats the group as its files concatenated, documents found
     per file: the group's document list is file 0's documents, then file 1's, ..."""
-    spans = [file_document_spans(p, s, dtype, seq_len, eos_token_id=eos_token_id, bos_token_id=bos_token_id,
-                                 long_doc_strategy=long_doc_strategy, vocab_size=vocab_size)
-             for p, s in zip(paths, sizes)]
+    spans = [
+        file_document_spans(
+            p,
+            s,
+            dtype,
+            seq_len,
+            eos_token_id=eos_token_id,
+            bos_token_id=bos_token_id,
+            long_doc_strategy=long_doc_strategy,
+            vocab_size=vocab_size,
+        )
+        for p, s in zip(paths, sizes)
+    ]
     file_of = np.repeat(np.arange(len(spans), dtype=np.int32), [len(s) for s in spans])
     spans_all = np.concatenate(spans) if spans else np.zeros((0, 2), dtype=np.int64)
     lengths = spans_all[:, 1] - spans_all[:, 0]
@@ -282,7 +321,9 @@ class PackedIndex(LabelledFiles):
 
     def _check_ids(self, ids: np.ndarray) -> None:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_instances):
-            raise IndexError(f"instance ids must lie in [0, {self.num_instances}), got [{ids.min()}, {ids.max()}]")
+            raise IndexError(
+                f"instance ids must lie in [0, {self.num_instances}), got [{ids.min()}, {ids.max()}]"
+            )
 
     def files_of(self, instance_ids: np.ndarray) -> np.ndarray:
         """int64: the file of each instance's first document (TokenIndex.files_of's meaning for packed rows)."""
@@ -298,8 +339,9 @@ class PackedIndex(LabelledFiles):
 
     def instances_covering(self, file_index: int, start: int, end: int) -> np.ndarray:
         """int64: the instances holding any token of file `file_index`'s tokens [start, end)."""
-        hit = np.flatnonzero((self.doc_file == file_index) & (self.doc_start < end)
-                             & (self.doc_start + self.doc_len > start))
+        hit = np.flatnonzero(
+            (self.doc_file == file_index) & (self.doc_start < end) & (self.doc_start + self.doc_len > start)
+        )
         return np.unique(np.searchsorted(self.inst_offsets, hit, side="right") - 1).astype(np.int64)
 
     def tokens_by_label(self, instance_ids: np.ndarray | None = None) -> dict[str, int]:
@@ -311,8 +353,11 @@ class PackedIndex(LabelledFiles):
             ids = np.asarray(instance_ids, dtype=np.int64)
             lo, n = self.inst_offsets[ids], self.inst_offsets[ids + 1] - self.inst_offsets[ids]
             docs = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))  # each row's documents
-        per = np.bincount(self.file_label_ids[self.doc_file[docs]], weights=self.doc_len[docs],
-                          minlength=len(self.label_names))
+        per = np.bincount(
+            self.file_label_ids[self.doc_file[docs]],
+            weights=self.doc_len[docs],
+            minlength=len(self.label_names),
+        )
         return {name: int(x) for name, x in zip(self.label_names, per)}
 
     def instance_documents(self, instance_id: int) -> list[tuple[int, int, int]]:
@@ -320,8 +365,10 @@ class PackedIndex(LabelledFiles):
         i = int(instance_id)
         self._check_ids(np.asarray([i]))
         lo, hi = int(self.inst_offsets[i]), int(self.inst_offsets[i + 1])
-        return [(int(f), int(s), int(s) + int(n)) for f, s, n in
-                zip(self.doc_file[lo:hi], self.doc_start[lo:hi], self.doc_len[lo:hi])]
+        return [
+            (int(f), int(s), int(s) + int(n))
+            for f, s, n in zip(self.doc_file[lo:hi], self.doc_start[lo:hi], self.doc_len[lo:hi])
+        ]
 
     def read(self, instance_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Rows of these instances: input_ids int32 (n, L), label_mask bool (n, L), source int32 (n,),
@@ -334,30 +381,51 @@ class PackedIndex(LabelledFiles):
             pos = 0
             for d in range(int(self.inst_offsets[i]), int(self.inst_offsets[i + 1])):
                 n = int(self.doc_len[d])
-                self._reader.read_into(int(self.doc_file[d]), int(self.doc_start[d]), buf[r, pos:pos + n])
+                self._reader.read_into(int(self.doc_file[d]), int(self.doc_start[d]), buf[r, pos : pos + n])
                 pos += n
             used[r] = pos
         # Token ids are < 2^31, so uint32 reinterprets as int32 with no copy.
         input_ids = buf.view(np.int32) if buf.dtype == np.uint32 else buf.astype(np.int32)
         label_mask = np.arange(self.seq_len)[None, :] < used[:, None]
         input_ids[~label_mask] = self.pad_token_id
-        return {"input_ids": input_ids, "label_mask": label_mask, "source": self.source_ids(ids), "instance_ids": ids}
+        return {
+            "input_ids": input_ids,
+            "label_mask": label_mask,
+            "source": self.source_ids(ids),
+            "instance_ids": ids,
+        }
 
     def doc_lens(self, input_ids: np.ndarray) -> np.ndarray:
         """OLMo-core's `doc_lens` of packed rows (`batch_doc_lens` with this index's EOS and BOS)."""
         return batch_doc_lens(input_ids, self.eos_token_id, self.bos_token_id)
 
 
-def packed_fingerprint(paths: Sequence[str], sizes: Sequence[int], *, seq_len: int, dtype: str,
-                       vocab_size: int, eos_token_id: int, pad_token_id: int, bos_token_id: int | None,
-                       long_doc_strategy: str = "truncate", source_group_size: int = 1) -> str:
+def packed_fingerprint(
+    paths: Sequence[str],
+    sizes: Sequence[int],
+    *,
+    seq_len: int,
+    dtype: str,
+    vocab_size: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    bos_token_id: int | None,
+    long_doc_strategy: str = "truncate",
+    source_group_size: int = 1,
+) -> str:
     """OLMo-core's `NumpyPackedFSLDataset.fingerprint` (v2.0, local files): sha256 over the class name,
     its fingerprint fields (source_group_size only when > 1) and each file's basename and byte size."""
     h = hashlib.sha256()
     h.update(b"class=NumpyPackedFSLDataset")
-    fields = [("vocab_size", vocab_size), ("pad_token_id", pad_token_id), ("eos_token_id", eos_token_id),
-              ("dtype", np.dtype(dtype).type), ("long_doc_strategy", long_doc_strategy),
-              ("bos_token_id", bos_token_id), ("sequence_length", seq_len)]
+    fields = [
+        ("vocab_size", vocab_size),
+        ("pad_token_id", pad_token_id),
+        ("eos_token_id", eos_token_id),
+        ("dtype", np.dtype(dtype).type),
+        ("long_doc_strategy", long_doc_strategy),
+        ("bos_token_id", bos_token_id),
+        ("sequence_length", seq_len),
+    ]
     if source_group_size > 1:
         fields.append(("source_group_size", source_group_size))
     for name, value in fields:
@@ -372,24 +440,36 @@ def _stat_files(paths: Sequence[str], itemsize: int, dtype: str) -> tuple[list[i
     sizes, mtimes = [], []
     for path in paths:
         if is_url(path):
-            raise OlmaxError(f"{path}: packed (document) instances need local token files, since OLMo-core "
-                             f"takes remote files' document boundaries from metadata files; mirror it locally")
+            raise OlmaxError(
+                f"{path}: packed (document) instances need local token files, since OLMo-core "
+                f"takes remote files' document boundaries from metadata files; mirror it locally"
+            )
         try:
             st = os.stat(path)
         except FileNotFoundError as e:
-            raise OlmaxError(f"{path}: token file not found; fix the path in the mix (or --base-dir) or run "
-                             f"`olmax data prepare` first") from e
+            raise OlmaxError(
+                f"{path}: token file not found; fix the path in the mix (or --base-dir) or run "
+                f"`olmax data prepare` first"
+            ) from e
         if st.st_size % itemsize:
-            raise OlmaxError(f"{path}: size {st.st_size} bytes is not a multiple of {itemsize} ({dtype} "
-                             f"tokens); the file ends mid-token at byte {st.st_size - st.st_size % itemsize}: "
-                             f"it is truncated or not a raw token file")
+            raise OlmaxError(
+                f"{path}: size {st.st_size} bytes is not a multiple of {itemsize} ({dtype} "
+                f"tokens); the file ends mid-token at byte {st.st_size - st.st_size % itemsize}: "
+                f"it is truncated or not a raw token file"
+            )
         sizes.append(int(st.st_size))
         mtimes.append(int(st.st_mtime_ns))
     return sizes, mtimes
 
 
-def _pack_all(groups: list[tuple[list[str], list[int]]], dtype: str, seq_len: int, kwargs: dict,
-              workers: int, progress: bool) -> list[tuple[np.ndarray, ...]]:
+def _pack_all(
+    groups: list[tuple[list[str], list[int]]],
+    dtype: str,
+    seq_len: int,
+    kwargs: dict,
+    workers: int,
+    progress: bool,
+) -> list[tuple[np.ndarray, ...]]:
     jobs = [(paths, sizes, dtype, seq_len, kwargs) for paths, sizes in groups]
     bar = None
     if progress:
@@ -418,12 +498,23 @@ def _pack_all(groups: list[tuple[list[str], list[int]]], dtype: str, seq_len: in
             bar.close()
 
 
-def build_packed_index(paths: Sequence[str], labels: Sequence[str], seq_len: int, *, eos_token_id: int,
-                       pad_token_id: int, vocab_size: int, bos_token_id: int | None = None,
-                       dtype: str = "uint32", source_group_size: int = 1,
-                       source_permutation_seed: int | None = None, long_doc_strategy: str = "truncate",
-                       work_dir: str | None = None, progress: bool = False,
-                       workers: int | None = None) -> PackedIndex:
+def build_packed_index(
+    paths: Sequence[str],
+    labels: Sequence[str],
+    seq_len: int,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    vocab_size: int,
+    bos_token_id: int | None = None,
+    dtype: str = "uint32",
+    source_group_size: int = 1,
+    source_permutation_seed: int | None = None,
+    long_doc_strategy: str = "truncate",
+    work_dir: str | None = None,
+    progress: bool = False,
+    workers: int | None = None,
+) -> PackedIndex:
     """Pack the mix `paths` (mix order, before the source permutation) into instances of `seq_len` tokens.
 
     With `work_dir`, the packing is cached in WORK_DIR/packing/<key>.npz and reused; `workers` processes
@@ -443,27 +534,69 @@ def build_packed_index(paths: Sequence[str], labels: Sequence[str], seq_len: int
     labels = tuple(labels[i] for i in order)
     sizes, mtimes = _stat_files(paths, np.dtype(dtype).itemsize, dtype)
 
-    key_text = repr((_CACHE_VERSION, [(os.path.basename(p), s, m) for p, s, m in zip(paths, sizes, mtimes)],
-                     seq_len, eos_token_id, bos_token_id, vocab_size, dtype, long_doc_strategy,
-                     source_group_size, source_permutation_seed))
+    key_text = repr(
+        (
+            _CACHE_VERSION,
+            [(os.path.basename(p), s, m) for p, s, m in zip(paths, sizes, mtimes)],
+            seq_len,
+            eos_token_id,
+            bos_token_id,
+            vocab_size,
+            dtype,
+            long_doc_strategy,
+            source_group_size,
+            source_permutation_seed,
+        )
+    )
     key = hashlib.sha256(key_text.encode()).hexdigest()[:32]
     cache_path = os.path.join(work_dir, "packing", f"{key}.npz") if work_dir else None
     arrays = _load_cache(cache_path, key) if cache_path else None
     if arrays is None:
-        arrays = _pack_mix(paths, sizes, dtype, seq_len, source_group_size, workers, progress,
-                           dict(eos_token_id=eos_token_id, bos_token_id=bos_token_id,
-                                long_doc_strategy=long_doc_strategy, vocab_size=vocab_size))
+        arrays = _pack_mix(
+            paths,
+            sizes,
+            dtype,
+            seq_len,
+            source_group_size,
+            workers,
+            progress,
+            dict(
+                eos_token_id=eos_token_id,
+                bos_token_id=bos_token_id,
+                long_doc_strategy=long_doc_strategy,
+                vocab_size=vocab_size,
+            ),
+        )
         if cache_path:
             with temp_path(cache_path, suffix=".npz") as tmp:
                 np.savez(tmp, key=np.asarray(key), **arrays)
-    fingerprint = packed_fingerprint(paths, sizes, seq_len=seq_len, dtype=dtype, vocab_size=vocab_size,
-                                     eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-                                     bos_token_id=bos_token_id, long_doc_strategy=long_doc_strategy,
-                                     source_group_size=source_group_size)
-    return PackedIndex(paths=paths, labels=labels, sizes=tuple(sizes), seq_len=seq_len, dtype=dtype,
-                       fingerprint=fingerprint, source_group_size=source_group_size,
-                       pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id,
-                       cache_key=key, cache_path=cache_path, **arrays)
+    fingerprint = packed_fingerprint(
+        paths,
+        sizes,
+        seq_len=seq_len,
+        dtype=dtype,
+        vocab_size=vocab_size,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        long_doc_strategy=long_doc_strategy,
+        source_group_size=source_group_size,
+    )
+    return PackedIndex(
+        paths=paths,
+        labels=labels,
+        sizes=tuple(sizes),
+        seq_len=seq_len,
+        dtype=dtype,
+        fingerprint=fingerprint,
+        source_group_size=source_group_size,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=bos_token_id,
+        cache_key=key,
+        cache_path=cache_path,
+        **arrays,
+    )
 
 
 def _load_cache(cache_path: str, key: str) -> dict[str, np.ndarray] | None:
@@ -478,11 +611,19 @@ def _load_cache(cache_path: str, key: str) -> dict[str, np.ndarray] | None:
         return None  # unreadable: repack and overwrite
 
 
-def _pack_mix(paths: tuple[str, ...], sizes: list[int], dtype: str, seq_len: int, group_size: int,
-              workers: int | None, progress: bool, kwargs: dict) -> dict[str, np.ndarray]:
+def _pack_mix(
+    paths: tuple[str, ...],
+    sizes: list[int],
+    dtype: str,
+    seq_len: int,
+    group_size: int,
+    workers: int | None,
+    progress: bool,
+    kwargs: dict,
+) -> dict[str, np.ndarray]:
     """Pack every group and number the instances group by group."""
     starts = list(range(0, len(paths), group_size))
-    groups = [(list(paths[s:s + group_size]), sizes[s:s + group_size]) for s in starts]
+    groups = [(list(paths[s : s + group_size]), sizes[s : s + group_size]) for s in starts]
     if workers is None:
         total_tokens = sum(sizes) // np.dtype(dtype).itemsize
         workers = min(os.cpu_count() or 1, len(groups)) if total_tokens > (1 << 26) else 1
@@ -494,7 +635,9 @@ def _pack_mix(paths: tuple[str, ...], sizes: list[int], dtype: str, seq_len: int
     inst_offsets = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=inst_offsets[1:])
     if doc_len.size == 0:
-        raise OlmaxError(f"{paths[0]}: no complete document in any file of the mix ({len(paths)} files): no "
-                         f"EOS token {kwargs['eos_token_id']} found; check the EOS id, the dtype ({dtype}) "
-                         f"and that the files are tokenized documents")
+        raise OlmaxError(
+            f"{paths[0]}: no complete document in any file of the mix ({len(paths)} files): no "
+            f"EOS token {kwargs['eos_token_id']} found; check the EOS id, the dtype ({dtype}) "
+            f"and that the files are tokenized documents"
+        )
     return {"doc_file": doc_file, "doc_start": doc_start, "doc_len": doc_len, "inst_offsets": inst_offsets}

@@ -39,7 +39,9 @@ from olmax.jsonio import write_json
 
 STATE_FILE = ".olmax-prepare.json"
 FORMAT = "olmax-prepare/1"
-BATCH_TEXT_BYTES = 1 << 20  # ~1 MB of text per tokenizer task: big enough to amortize, small enough to overlap
+BATCH_TEXT_BYTES = (
+    1 << 20
+)  # ~1 MB of text per tokenizer task: big enough to amortize, small enough to overlap
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class PrepareConfig:
     total_tokens: float | None = None
     engine: str = "auto"
     progress: bool = True
-    dolma_compat: bool = False  # tokenize text.strip() and skip EOS after a trailing EOS, as `dolma tokens` does
+    dolma_compat: bool = (
+        False  # tokenize text.strip() and skip EOS after a trailing EOS, as `dolma tokens` does
+    )
 
 
 @dataclass
@@ -89,7 +93,9 @@ def tokenizer_id(tok: Tokenizer) -> str:
 
 def check_label(label: str) -> None:
     if not label or not all(c.isalnum() or c in "-_." for c in label) or label.startswith("."):
-        raise OlmaxError(f"source label {label!r} must be letters, digits, '-', '_' or '.' (it names a folder)")
+        raise OlmaxError(
+            f"source label {label!r} must be letters, digits, '-', '_' or '.' (it names a folder)"
+        )
 
 
 def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -> dict:
@@ -107,8 +113,10 @@ def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]])
         "id_field": cfg.id_field,
         "arrayrecord": cfg.arrayrecord,
         "dolma_compat": cfg.dolma_compat,
-        "sources": [{"label": s.label, "text_field": s.text_field, "inputs": [stat(f) for f in files[s.label]]}
-                    for s in cfg.sources],
+        "sources": [
+            {"label": s.label, "text_field": s.text_field, "inputs": [stat(f) for f in files[s.label]]}
+            for s in cfg.sources
+        ],
     }
 
 
@@ -126,8 +134,10 @@ class Journal:
         if self.path.exists() and not overwrite:
             saved = json.loads(self.path.read_text())
             if saved.get("settings") != self.settings:
-                raise OlmaxError(f"{out} holds a prepare run with other settings or changed inputs "
-                                 f"(see {self.path}); pass --overwrite to start over, or a new --out")
+                raise OlmaxError(
+                    f"{out} holds a prepare run with other settings or changed inputs "
+                    f"(see {self.path}); pass --overwrite to start over, or a new --out"
+                )
             self.labels = saved["labels"]
             # a kill can leave temporaries behind (a shard being written, a journal being replaced):
             # they were never renamed into place, so nothing refers to them
@@ -135,8 +145,10 @@ class Journal:
                 stale.unlink()
             return
         if entries and not overwrite:
-            raise OlmaxError(f"output folder {out} is not empty ({len(entries)} entries, e.g. {entries[0].name}); "
-                             "pass --overwrite to replace its contents, or choose a new --out")
+            raise OlmaxError(
+                f"output folder {out} is not empty ({len(entries)} entries, e.g. {entries[0].name}); "
+                "pass --overwrite to replace its contents, or choose a new --out"
+            )
         if overwrite and out.exists():
             for p in entries:
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -150,8 +162,14 @@ class Journal:
 BatchDoc = tuple[int, readers.Doc, int]  # (file index, document, bad lines read before it)
 
 
-def read_batches(files: list[str], cfg: PrepareConfig, text_field: str, start: tuple[int, int],
-                 stats: readers.ReadStats, first_file: int = 0) -> Iterator[list[BatchDoc]]:
+def read_batches(
+    files: list[str],
+    cfg: PrepareConfig,
+    text_field: str,
+    start: tuple[int, int],
+    stats: readers.ReadStats,
+    first_file: int = 0,
+) -> Iterator[list[BatchDoc]]:
     """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text,
     each with the number of bad lines `stats` had counted when it was read (so a count can be tied to a
     position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`."""
@@ -159,7 +177,9 @@ def read_batches(files: list[str], cfg: PrepareConfig, text_field: str, start: t
     size = 0
     for fi in range(start[0], len(files)):
         after = start[1] if fi == start[0] else 0
-        for doc in readers.read_documents(files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats):
+        for doc in readers.read_documents(
+            files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats
+        ):
             batch.append((fi + first_file, doc, stats.bad_lines))
             size += len(doc.text)
             if size >= BATCH_TEXT_BYTES:
@@ -237,8 +257,10 @@ def encode_docs(tok: Tokenizer, batch: list[BatchDoc], dolma_compat: bool = Fals
         try:
             nbytes.append(len(text.encode("utf-8")))
         except UnicodeEncodeError as e:
-            raise OlmaxError(f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
-                             f"character {e.start} (not valid Unicode); fix the escape in the JSON") from None
+            raise OlmaxError(
+                f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+                f"character {e.start} (not valid Unicode); fix the escape in the JSON"
+            ) from None
         kept.append((fi, doc, bad))
         kept_at.append(at)
         texts.append(text)
@@ -262,8 +284,14 @@ class _Progress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(desc=f"prepare {label}", unit="tok", unit_scale=True, file=sys.stderr,
-                            dynamic_ncols=True, mininterval=0.5)
+            self.bar = tqdm(
+                desc=f"prepare {label}",
+                unit="tok",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=0.5,
+            )
 
     def update(self, tokens: int, docs: int) -> None:
         self.docs += docs
@@ -281,10 +309,25 @@ class _SourceWriter:
     """Appends tokenized batches of one source to its shards, closing each at the first document boundary
     at or past the target size, and records every finished shard in the journal."""
 
-    def __init__(self, cfg: PrepareConfig, label: str, out: Path, journal: Journal, result: SourceResult,
-                 stats: readers.ReadStats, tokenizer_id: str):
+    def __init__(
+        self,
+        cfg: PrepareConfig,
+        label: str,
+        out: Path,
+        journal: Journal,
+        result: SourceResult,
+        stats: readers.ReadStats,
+        tokenizer_id: str,
+    ):
         self.tokenizer_id = tokenizer_id
-        self.cfg, self.label, self.out, self.journal, self.result, self.stats = cfg, label, out, journal, result, stats
+        self.cfg, self.label, self.out, self.journal, self.result, self.stats = (
+            cfg,
+            label,
+            out,
+            journal,
+            result,
+            stats,
+        )
         self.entry = journal.labels[label]
         self.limit = max(1, cfg.shard_bytes // 4)
         self.shard: ShardWriter | None = None
@@ -322,7 +365,7 @@ class _SourceWriter:
             # the first doc whose end reaches the shard's target closes the shard
             j = int(np.searchsorted(ends[i:], base + (self.limit - self.shard.tokens), side="left")) + i
             stop = min(j + 1, len(kept))
-            chunk = tokens[base: int(ends[stop - 1])]
+            chunk = tokens[base : int(ends[stop - 1])]
             docs = [d for _, d, _ in kept[i:stop]]
             self.shard.add_batch(chunk, lengths[i:stop], docs, sum(nbytes[i:stop]))
             if self.records is not None:
@@ -340,8 +383,15 @@ class _SourceWriter:
             self.records.abort()
 
 
-def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok: Tokenizer, out: Path,
-                    journal: Journal, pool: ThreadPoolExecutor) -> SourceResult:
+def _prepare_source(
+    cfg: PrepareConfig,
+    spec: SourceSpec,
+    files: list[str],
+    tok: Tokenizer,
+    out: Path,
+    journal: Journal,
+    pool: ThreadPoolExecutor,
+) -> SourceResult:
     entry = journal.labels.setdefault(spec.label, {"shards": [], "done": False})
     result = SourceResult(spec.label, files)
     result.shards = [ShardInfo(**rec["info"]) for rec in entry["shards"]]
@@ -368,7 +418,9 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
         sink.write(encoded)
 
     try:
-        for batch in _prefetch(read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats), depth=4):
+        for batch in _prefetch(
+            read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats), depth=4
+        ):
             pending.append(pool.submit(encode_docs, tok, batch, cfg.dolma_compat))
             if len(pending) >= depth:
                 drain_one()
@@ -387,8 +439,12 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
     result.bad_line_examples = stats.bad_line_examples
     if not result.docs:  # dolma's known failure is a silently empty output: say so instead
         raise no_documents(spec.label, files, result.skipped_empty, stats.bad_lines)
-    entry.update(done=True, bad_line_examples=stats.bad_line_examples, bad_lines=stats.bad_lines,
-                 empty=result.skipped_empty)
+    entry.update(
+        done=True,
+        bad_line_examples=stats.bad_line_examples,
+        bad_lines=stats.bad_lines,
+        empty=result.skipped_empty,
+    )
     journal.save()
     return result
 
@@ -396,22 +452,31 @@ def _prepare_source(cfg: PrepareConfig, spec: SourceSpec, files: list[str], tok:
 def shard_entry(info: ShardInfo, pos, empty: int, bad_lines: int, examples: list[str]) -> dict:
     """A finished shard's journal record: where a resume continues and what was skipped before it (the
     first bad-line examples up to there)."""
-    return {"info": info.to_json(), "next": list(pos), "empty": empty, "bad_lines": bad_lines,
-            "bad_line_examples": list(examples[:min(5, bad_lines)])}
+    return {
+        "info": info.to_json(),
+        "next": list(pos),
+        "empty": empty,
+        "bad_lines": bad_lines,
+        "bad_line_examples": list(examples[: min(5, bad_lines)]),
+    }
 
 
 def no_documents(label: str, files: list[str], empty: int, bad_lines: int) -> OlmaxError:
-    return OlmaxError(f"source {label!r}: no documents in {', '.join(files[:3])}{' ...' if len(files) > 3 else ''} "
-                      f"({empty} empty texts, {bad_lines} bad lines skipped); check the inputs, --text-field and "
-                      "the JSON lines")
+    return OlmaxError(
+        f"source {label!r}: no documents in {', '.join(files[:3])}{' ...' if len(files) > 3 else ''} "
+        f"({empty} empty texts, {bad_lines} bad lines skipped); check the inputs, --text-field and "
+        "the JSON lines"
+    )
 
 
 def _sidecar_ids(out: Path, result: SourceResult):
     """A function iterating over the document ids of a source's shards, in order."""
+
     def ids():
         for shard in result.shards:
             for row in read_sidecar(out / shard.path):
                 yield row.id
+
     return ids
 
 
@@ -444,7 +509,9 @@ def discard_unstarted(out: Path, journal: Journal, created: bool) -> None:
         out.rmdir()
 
 
-def prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]) -> dict:
+def prepare_into(
+    cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]
+) -> dict:
     """`prepare` once it holds the output folder's writer lock."""
     created = not out.exists()
     journal = Journal(out, settings_of(cfg, tok, files))
@@ -465,42 +532,70 @@ def prepare_into(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, 
     return finish_prepare(cfg, out, tok, tok_path, results, journal, t0)
 
 
-def finish_prepare(cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, results: list[SourceResult],
-                   journal: Journal, t0: float) -> dict:
+def finish_prepare(
+    cfg: PrepareConfig,
+    out: Path,
+    tok: Tokenizer,
+    tok_path: Path,
+    results: list[SourceResult],
+    journal: Journal,
+    t0: float,
+) -> dict:
     """After every source's shards are written (by either runner): warn about duplicate ids, plan the mix,
     write mix.txt and manifest.json (last: they mark the output complete)."""
     from olmax import storage
 
     for r in results:
         if r.duplicate_ids["count"]:
-            print(f"olmax: warning: source {r.label}: {r.duplicate_ids['count']} document ids occur more than "
-                  f"once (e.g. {r.duplicate_ids['examples'][:3]})", file=sys.stderr)
+            print(
+                f"olmax: warning: source {r.label}: {r.duplicate_ids['count']} document ids occur more than "
+                f"once (e.g. {r.duplicate_ids['examples'][:3]})",
+                file=sys.stderr,
+            )
     mix_lines, plan = plan_mix(cfg, results, out, journal)
-    mix_text = ("# olmax data prepare: label,path relative to this folder, {TOKENIZER} = " + tokenizer_id(tok)
-                + "\n# (OLMo-core's mix format); a path listed more than once is a planned repeat\n")
+    mix_text = (
+        "# olmax data prepare: label,path relative to this folder, {TOKENIZER} = "
+        + tokenizer_id(tok)
+        + "\n# (OLMo-core's mix format); a path listed more than once is a planned repeat\n"
+    )
     tid = tokenizer_id(tok)
-    mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid):]}\n" for label, path in mix_lines)
+    mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid) :]}\n" for label, path in mix_lines)
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
-    print(f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
-          f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}", file=sys.stderr)
+    print(
+        f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
+        f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}",
+        file=sys.stderr,
+    )
     write_text(out / "mix.txt", mix_text)
     write_json(out / "manifest.json", manifest)
     return manifest
 
 
-def _manifest(cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], plan: dict, mix_lines,
-              out: Path) -> dict:
+def _manifest(
+    cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], plan: dict, mix_lines, out: Path
+) -> dict:
     from olmax.data.index import data_fingerprint
 
     size_of = {s.path: s.tokens * 4 for r in results for s in r.shards}
-    fingerprint = data_fingerprint([str(out / p) for _, p in mix_lines], sizes=[size_of[p] for _, p in mix_lines],
-                                   vocab_size=tok.vocab_size, eos_token_id=tok.eos_token_id,
-                                   pad_token_id=tok.pad_token_id)
+    fingerprint = data_fingerprint(
+        [str(out / p) for _, p in mix_lines],
+        sizes=[size_of[p] for _, p in mix_lines],
+        vocab_size=tok.vocab_size,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     return {
         "format": FORMAT,
-        "tokenizer": {"name": cfg.tokenizer, "id": tokenizer_id(tok), "file": os.path.basename(tok_path), "sha256": tok.sha256,
-                      "engine": tok.engine, "vocab_size": tok.vocab_size, "eos_token_id": tok.eos_token_id,
-                      "pad_token_id": tok.pad_token_id},
+        "tokenizer": {
+            "name": cfg.tokenizer,
+            "id": tokenizer_id(tok),
+            "file": os.path.basename(tok_path),
+            "sha256": tok.sha256,
+            "engine": tok.engine,
+            "vocab_size": tok.vocab_size,
+            "eos_token_id": tok.eos_token_id,
+            "pad_token_id": tok.pad_token_id,
+        },
         "dtype": "uint32",
         "shard_bytes": cfg.shard_bytes,
         "sources": {
@@ -510,15 +605,21 @@ def _manifest(cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], 
                 "docs": r.docs,
                 "utf8_bytes": sum(s.utf8_bytes for s in r.shards),
                 "shards": [{k: v for k, v in s.to_json().items() if k != "utf8_bytes"} for s in r.shards],
-                "skipped": {"empty_docs": r.skipped_empty, "bad_lines": r.bad_lines,
-                            "bad_line_examples": r.bad_line_examples},
+                "skipped": {
+                    "empty_docs": r.skipped_empty,
+                    "bad_lines": r.bad_lines,
+                    "bad_line_examples": r.bad_line_examples,
+                },
                 "duplicate_ids": r.duplicate_ids,
             }
             for r in results
         },
         "mix": {"file": "mix.txt", "lines": len(mix_lines), "plan": plan},
         "fingerprint": fingerprint,
-        "settings_sha256": hashlib.sha256(json.dumps(asdict(cfg) | {"workers": None, "progress": None,
-                                                                   "overwrite": None, "out": None},
-                                                     sort_keys=True).encode()).hexdigest(),
+        "settings_sha256": hashlib.sha256(
+            json.dumps(
+                asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None},
+                sort_keys=True,
+            ).encode()
+        ).hexdigest(),
     }

@@ -91,9 +91,15 @@ def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) 
         empties += len(enc.empty_at)
     tokens = np.concatenate(parts) if parts else np.zeros(0, np.uint32)
     # per document: what this file skipped before it (the journal's counts at a shard's last document)
-    meta = {"lengths": np.asarray(lengths, np.int64), "nbytes": np.asarray(nbytes, np.int64), "ids": ids,
-            "locs": np.asarray(locs, np.int64), "src": task.path, "empty_before": np.asarray(empty_before, np.int64),
-            "bad_before": np.asarray(bad_before, np.int64)}
+    meta = {
+        "lengths": np.asarray(lengths, np.int64),
+        "nbytes": np.asarray(nbytes, np.int64),
+        "ids": ids,
+        "locs": np.asarray(locs, np.int64),
+        "src": task.path,
+        "empty_before": np.asarray(empty_before, np.int64),
+        "bad_before": np.asarray(bad_before, np.int64),
+    }
     dest = _file_dir(tmp, task.source, task.file)
     local_dest = storage.local_path(dest)
     scratch = local_dest or tempfile.mkdtemp(prefix="olmax-beam-")
@@ -108,8 +114,15 @@ def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) 
     finally:
         if local_dest is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    return {"source": task.source, "file": task.file, "docs": len(lengths), "tokens": int(tokens.size),
-            "empty": empties, "bad_lines": stats.bad_lines, "bad_line_examples": stats.bad_line_examples}
+    return {
+        "source": task.source,
+        "file": task.file,
+        "docs": len(lengths),
+        "tokens": int(tokens.size),
+        "empty": empties,
+        "bad_lines": stats.bad_lines,
+        "bad_line_examples": stats.bad_line_examples,
+    }
 
 
 def plan_shards(lengths: list[np.ndarray], limit: int) -> list[list[tuple[int, int, int]]]:
@@ -146,7 +159,9 @@ def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarr
     with open(os.path.join(local, "docs.pkl"), "rb") as f:
         meta = pickle.load(f)
     size = os.path.getsize(os.path.join(local, "tokens.bin"))
-    tokens = np.memmap(os.path.join(local, "tokens.bin"), dtype="<u4", mode="r") if size else np.zeros(0, "<u4")
+    tokens = (
+        np.memmap(os.path.join(local, "tokens.bin"), dtype="<u4", mode="r") if size else np.zeros(0, "<u4")
+    )
     return tokens, meta
 
 
@@ -171,7 +186,7 @@ def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str)
             lens = meta["lengths"]
             offsets = np.concatenate([[0], np.cumsum(lens)])
             docs = [readers.Doc(meta["ids"][x], "", meta["src"], int(meta["locs"][x])) for x in range(a, b)]
-            chunk = np.asarray(tokens[int(offsets[a]):int(offsets[b])])
+            chunk = np.asarray(tokens[int(offsets[a]) : int(offsets[b])])
             writer.add_batch(chunk, lens[a:b].tolist(), docs, int(meta["nbytes"][a:b].sum()))
             if records is not None:
                 records.add_docs(chunk, lens[a:b].tolist(), docs)
@@ -184,7 +199,12 @@ def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str)
         fi, _, b = job.segments[-1]
         last = None
         if not job.last or info.tokens >= max(1, cfg.shard_bytes // 4):
-            last = (fi, int(meta["locs"][b - 1]), int(meta["empty_before"][b - 1]), int(meta["bad_before"][b - 1]))
+            last = (
+                fi,
+                int(meta["locs"][b - 1]),
+                int(meta["empty_before"][b - 1]),
+                int(meta["bad_before"][b - 1]),
+            )
         return job.source, job.shard, info.to_json(), last
     except BaseException:
         writer.abort()
@@ -231,8 +251,15 @@ def _plan(summaries: list, cfg: PrepareConfig, tmp: str, n_files: list[int]):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def prepare_beam(cfg: PrepareConfig, out: Path, remote: str | None, tok: Tokenizer, tok_path: Path,
-                 files: dict[str, list[str]], options_text: str) -> dict:
+def prepare_beam(
+    cfg: PrepareConfig,
+    out: Path,
+    remote: str | None,
+    tok: Tokenizer,
+    tok_path: Path,
+    files: dict[str, list[str]],
+    options_text: str,
+) -> dict:
     """Prepare with Apache Beam. `out` is the local folder the driver writes (the output itself, or the
     staging folder of a `remote` URL output that the workers write shards to directly)."""
     from olmax import beam
@@ -245,30 +272,46 @@ def prepare_beam(cfg: PrepareConfig, out: Path, remote: str | None, tok: Tokeniz
     if journal.labels:
         if all(e.get("done") for e in journal.labels.values()) and set(journal.labels) == set(files):
             return prepare_into(cfg, out, tok, tok_path, files)  # finished before: nothing to tokenize
-        raise OlmaxError(f"{out} holds an unfinished `olmax data prepare` run; resume it with --runner local, "
-                         "or pass --overwrite to start over with --runner beam")
+        raise OlmaxError(
+            f"{out} holds an unfinished `olmax data prepare` run; resume it with --runner local, "
+            "or pass --overwrite to start over with --runner beam"
+        )
     for f in (out / "mix.txt", out / "manifest.json"):
         f.unlink(missing_ok=True)
     target = remote if remote is not None else str(out)
     tmp = storage.join(target, TMP_DIR)
     storage.remove_tree(tmp)
     log_dir = tempfile.mkdtemp(prefix="olmax-beam-log-")  # kept when the run fails: the error names it
-    tasks = [FileTask(si, fi, path, spec.text_field or cfg.text_field)
-             for si, spec in enumerate(cfg.sources) for fi, path in enumerate(files[spec.label])]
+    tasks = [
+        FileTask(si, fi, path, spec.text_field or cfg.text_field)
+        for si, spec in enumerate(cfg.sources)
+        for fi, path in enumerate(files[spec.label])
+    ]
     n_files = [len(files[s.label]) for s in cfg.sources]
     tid = tokenizer_id(tok)
     tok_json = Path(tok_path).read_bytes()
     collected_dir = storage.join(tmp, "results")
 
     def build(p):
-        summaries = (p | "Files" >> bm.Create(tasks) | "Spread files" >> bm.Reshuffle()
-                     | "Tokenize" >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp), lambda t: (t.source, t.file))))
+        summaries = (
+            p
+            | "Files" >> bm.Create(tasks)
+            | "Spread files" >> bm.Reshuffle()
+            | "Tokenize" >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp), lambda t: (t.source, t.file)))
+        )
         beam.collect(summaries, collected_dir, "files")
-        shards = (summaries | "All files" >> bm.combiners.ToList()
-                  | "Plan shards" >> bm.FlatMap(_plan, cfg, tmp, n_files)
-                  | "Spread shards" >> bm.Reshuffle()
-                  | "Write shards" >> bm.Map(beam.guarded(lambda job: write_shard(cfg, job, tid, tmp, target),
-                                                          lambda job: (job.source, job.shard))))
+        shards = (
+            summaries
+            | "All files" >> bm.combiners.ToList()
+            | "Plan shards" >> bm.FlatMap(_plan, cfg, tmp, n_files)
+            | "Spread shards" >> bm.Reshuffle()
+            | "Write shards"
+            >> bm.Map(
+                beam.guarded(
+                    lambda job: write_shard(cfg, job, tid, tmp, target), lambda job: (job.source, job.shard)
+                )
+            )
+        )
         beam.collect(shards, collected_dir, "shards")
 
     t0 = time.monotonic()
@@ -282,9 +325,11 @@ def prepare_beam(cfg: PrepareConfig, out: Path, remote: str | None, tok: Tokeniz
         scratch = tempfile.mkdtemp(prefix="olmax-beam-ids-")
         try:
             for si, r in enumerate(results):
+
                 def ids(si=si):
                     for fi in range(n_files[si]):
                         yield from _load_file(tmp, si, fi, scratch)[1]["ids"]
+
                 r.duplicate_ids = duplicate_ids(ids)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -320,8 +365,13 @@ def _whole(target: float, tokens: int) -> bool:
     return abs(rep - round(rep)) < 1e-9
 
 
-def _results(cfg: PrepareConfig, files: dict[str, list[str]], summaries: list[dict], written: list[tuple],
-             journal: Journal) -> list[SourceResult]:
+def _results(
+    cfg: PrepareConfig,
+    files: dict[str, list[str]],
+    summaries: list[dict],
+    written: list[tuple],
+    journal: Journal,
+) -> list[SourceResult]:
     """Each source's SourceResult (shards in order, skip counts) and its journal entry, marked done."""
     results = []
     for si, spec in enumerate(cfg.sources):
@@ -340,14 +390,29 @@ def _results(cfg: PrepareConfig, files: dict[str, list[str]], summaries: list[di
         entries = []
         for _, _, info, last in shards:
             if last is None:
-                entries.append(shard_entry(ShardInfo(**info), (len(files[spec.label]), 0), r.skipped_empty,
-                                           r.bad_lines, examples))
+                entries.append(
+                    shard_entry(
+                        ShardInfo(**info), (len(files[spec.label]), 0), r.skipped_empty, r.bad_lines, examples
+                    )
+                )
             else:
                 fi, loc, empty, bad = last
-                entries.append(shard_entry(ShardInfo(**info), (fi, loc), int(empty_upto[fi]) + empty,
-                                           int(bad_upto[fi]) + bad, examples))
-        journal.labels[spec.label] = {"shards": entries, "done": True, "bad_line_examples": r.bad_line_examples,
-                                      "bad_lines": r.bad_lines, "empty": r.skipped_empty}
+                entries.append(
+                    shard_entry(
+                        ShardInfo(**info),
+                        (fi, loc),
+                        int(empty_upto[fi]) + empty,
+                        int(bad_upto[fi]) + bad,
+                        examples,
+                    )
+                )
+        journal.labels[spec.label] = {
+            "shards": entries,
+            "done": True,
+            "bad_line_examples": r.bad_line_examples,
+            "bad_lines": r.bad_lines,
+            "empty": r.skipped_empty,
+        }
         results.append(r)
     journal.save()
     return results

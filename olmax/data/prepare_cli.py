@@ -7,8 +7,18 @@ import re
 
 from olmax.beam_cli import add_runner_options, beam_options
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
-          "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -21,7 +31,8 @@ def parse_size(text: str) -> int:
 
 def add_commands(data_sub: argparse._SubParsersAction) -> None:
     p = data_sub.add_parser(
-        "prepare", help="tokenize raw documents into OLMo-format token shards + mix.txt",
+        "prepare",
+        help="tokenize raw documents into OLMo-format token shards + mix.txt",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Tokenize Dolma-format documents (.jsonl, .jsonl.gz, .jsonl.zst with id/text fields) or HF "
         "datasets (arrow/parquet) into raw uint32 shards, each document followed by EOS, with a\n"
@@ -31,46 +42,86 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         "  olmax data prepare --tokenizer dolma2 --out shards/ code='raw/code/*.jsonl.gz' web=raw/web/\n"
         "  olmax data prepare --tokenizer dolma2 --out shards/ --mix-spec mix.yaml --workers 2\n"
         "  olmax data prepare --tokenizer dolma2 --out gs://B/shards --mix-spec gs://B/mix.yaml --runner beam \\\n"
-        "      --pipeline-options=\"--runner=DataflowRunner --project=P --region=us-central1 "
-        "--temp_location=gs://B/tmp\"")
-    p.add_argument("sources", nargs="*", metavar="LABEL=PATH_OR_GLOB",
-                   help="a labelled source: a file, a glob (quote it) or a folder, local or an fsspec URL "
-                   "(file://, gs://, s3://); repeat for several sources")
-    p.add_argument("--tokenizer", required=True,
-                   help="a tokenizer.json path, a folder holding one, or `dolma2` (resolved offline; see "
-                   "`olmax assets fetch`)")
-    p.add_argument("--out", required=True, help="output folder or fsspec URL (must be empty, or a previous run of "
-                   "this command)")
+        '      --pipeline-options="--runner=DataflowRunner --project=P --region=us-central1 '
+        '--temp_location=gs://B/tmp"',
+    )
+    p.add_argument(
+        "sources",
+        nargs="*",
+        metavar="LABEL=PATH_OR_GLOB",
+        help="a labelled source: a file, a glob (quote it) or a folder, local or an fsspec URL "
+        "(file://, gs://, s3://); repeat for several sources",
+    )
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        help="a tokenizer.json path, a folder holding one, or `dolma2` (resolved offline; see "
+        "`olmax assets fetch`)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder or fsspec URL (must be empty, or a previous run of this command)",
+    )
     p.add_argument("--workers", type=int, default=1, help="tokenizer threads (output does not depend on it)")
-    p.add_argument("--mix-spec", help="YAML mix spec: sources with paths and ratio/target_tokens/max_repetition "
-                   "(see olmax/data/mixspec.py); replaces or adds to LABEL=PATH arguments")
-    p.add_argument("--shard-size", type=parse_size, default=parse_size("1GB"),
-                   help="target bytes of tokens per shard (default 1GB, as dolma tokens writes)")
+    p.add_argument(
+        "--mix-spec",
+        help="YAML mix spec: sources with paths and ratio/target_tokens/max_repetition "
+        "(see olmax/data/mixspec.py); replaces or adds to LABEL=PATH arguments",
+    )
+    p.add_argument(
+        "--shard-size",
+        type=parse_size,
+        default=parse_size("1GB"),
+        help="target bytes of tokens per shard (default 1GB, as dolma tokens writes)",
+    )
     p.add_argument("--text-field", default="text", help="JSON field / table column holding the text")
     p.add_argument("--id-field", default="id", help="JSON field / table column holding the document id")
-    p.add_argument("--format", choices=["npy", "arrayrecord"], default="npy",
-                   help="`arrayrecord` also writes one ArrayRecord record per document beside each shard")
-    p.add_argument("--engine", choices=["auto", "tiktoken", "tokenizers"], default="auto",
-                   help="tokenizer engine: auto takes tiktoken when it is exact for this tokenizer.json")
-    p.add_argument("--dolma-compat", action="store_true",
-                   help="reproduce `dolma tokens` exactly: tokenize text.strip(), skip documents empty after "
-                   "stripping, no second EOS after a text ending in EOS (default: tokens(text) + EOS)")
-    p.add_argument("--skip-bad-lines", action="store_true",
-                   help="skip malformed JSON lines (counted in the manifest) instead of failing")
+    p.add_argument(
+        "--format",
+        choices=["npy", "arrayrecord"],
+        default="npy",
+        help="`arrayrecord` also writes one ArrayRecord record per document beside each shard",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["auto", "tiktoken", "tokenizers"],
+        default="auto",
+        help="tokenizer engine: auto takes tiktoken when it is exact for this tokenizer.json",
+    )
+    p.add_argument(
+        "--dolma-compat",
+        action="store_true",
+        help="reproduce `dolma tokens` exactly: tokenize text.strip(), skip documents empty after "
+        "stripping, no second EOS after a text ending in EOS (default: tokens(text) + EOS)",
+    )
+    p.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="skip malformed JSON lines (counted in the manifest) instead of failing",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace the output folder's contents")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
     p.set_defaults(func=_prepare)
 
-    i = data_sub.add_parser("inspect", help="token/doc counts of a shard, a folder or a mix; decode a document",
-                            description="Print token and document counts of a shard (.npy), a prepare output "
-                            "folder or a mix file; with --doc ID, decode that document.")
+    i = data_sub.add_parser(
+        "inspect",
+        help="token/doc counts of a shard, a folder or a mix; decode a document",
+        description="Print token and document counts of a shard (.npy), a prepare output "
+        "folder or a mix file; with --doc ID, decode that document.",
+    )
     i.add_argument("path", help="a .npy shard, a prepare output folder, or a mix .txt file")
     i.add_argument("--doc", help="decode the document with this id (searched in the sidecars)")
     i.add_argument("--tokenizer", default="dolma2", help="tokenizer for --doc (default dolma2)")
-    i.add_argument("--max-chars", type=int, default=2000, help="print at most this many characters of the document")
-    i.add_argument("--verify", action="store_true",
-                   help="first check every shard of a prepare output folder against manifest.json (tokens, xxh64)")
+    i.add_argument(
+        "--max-chars", type=int, default=2000, help="print at most this many characters of the document"
+    )
+    i.add_argument(
+        "--verify",
+        action="store_true",
+        help="first check every shard of a prepare output folder against manifest.json (tokens, xxh64)",
+    )
     i.set_defaults(func=_inspect)
 
 
@@ -90,17 +141,30 @@ def _prepare(args: argparse.Namespace) -> int:
         sources.append(SourceSpec(label, (path,)))
     if args.workers < 1:
         raise OlmaxError(f"--workers must be at least 1; got {args.workers}")
-    cfg = PrepareConfig(tokenizer=args.tokenizer, out=args.out, sources=tuple(sources), workers=args.workers,
-                        shard_bytes=args.shard_size, text_field=args.text_field, id_field=args.id_field,
-                        skip_bad_lines=args.skip_bad_lines, overwrite=args.overwrite,
-                        arrayrecord=args.format == "arrayrecord", total_tokens=total, engine=args.engine,
-                        progress=not args.no_progress, dolma_compat=args.dolma_compat)
+    cfg = PrepareConfig(
+        tokenizer=args.tokenizer,
+        out=args.out,
+        sources=tuple(sources),
+        workers=args.workers,
+        shard_bytes=args.shard_size,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        skip_bad_lines=args.skip_bad_lines,
+        overwrite=args.overwrite,
+        arrayrecord=args.format == "arrayrecord",
+        total_tokens=total,
+        engine=args.engine,
+        progress=not args.no_progress,
+        dolma_compat=args.dolma_compat,
+    )
     manifest = prepare(cfg, beam_options=beam_options(args))
     for label, s in manifest["sources"].items():
         plan = manifest["mix"]["plan"][label]
-        print(f"{label}: {s['docs']:,} docs, {s['tokens']:,} tokens in {len(s['shards'])} shard(s); "
-              f"planned {plan['planned_tokens']:,} tokens ({plan['repetition']}×, share {plan['share']:.3f}); "
-              f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines")
+        print(
+            f"{label}: {s['docs']:,} docs, {s['tokens']:,} tokens in {len(s['shards'])} shard(s); "
+            f"planned {plan['planned_tokens']:,} tokens ({plan['repetition']}×, share {plan['share']:.3f}); "
+            f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines"
+        )
     print(f"{args.out}/mix.txt")
     return 0
 
@@ -108,5 +172,6 @@ def _prepare(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from olmax.data.inspect import inspect_path
 
-    return inspect_path(args.path, doc_id=args.doc, tokenizer=args.tokenizer, max_chars=args.max_chars,
-                        verify=args.verify)
+    return inspect_path(
+        args.path, doc_id=args.doc, tokenizer=args.tokenizer, max_chars=args.max_chars, verify=args.verify
+    )

@@ -34,11 +34,17 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
     if cfg.shard_bytes < 4:
         raise OlmaxError(f"--shard-size must be at least 4 bytes; got {cfg.shard_bytes}")
     # a file:// input is a local path: the same settings (and manifest) as the path itself
-    cfg = replace(cfg, sources=tuple(replace(s, inputs=tuple(storage.local_path(i) or i for i in s.inputs))
-                                     for s in cfg.sources))
+    cfg = replace(
+        cfg,
+        sources=tuple(
+            replace(s, inputs=tuple(storage.local_path(i) or i for i in s.inputs)) for s in cfg.sources
+        ),
+    )
     tok_path = tokenizer_path(cfg.tokenizer)
     tok = load_tokenizer(str(tok_path), cfg.engine)
-    files = {s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources}
+    files = {
+        s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources
+    }
     local = storage.local_path(cfg.out)
     if local is not None:
         out = Path(local)
@@ -50,8 +56,10 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
             return prepare_into(cfg, out, tok, tok_path, files)
     existing = storage.list_files(cfg.out)
     if existing and not cfg.overwrite:
-        raise OlmaxError(f"output {cfg.out} is not empty ({len(existing)} files, e.g. {existing[0]}); pass "
-                         "--overwrite to replace its contents, or choose a new --out")
+        raise OlmaxError(
+            f"output {cfg.out} is not empty ({len(existing)} files, e.g. {existing[0]}); pass "
+            "--overwrite to replace its contents, or choose a new --out"
+        )
     if existing:
         storage.remove_tree(cfg.out)
     staged = storage.StagedDir(cfg.out)

@@ -53,8 +53,10 @@ class LocalFiles:
                     try:
                         fd = os.open(path, os.O_RDONLY)
                     except FileNotFoundError as e:
-                        raise OlmaxError(f"{path}: token file vanished after {self.made_by}; restore it "
-                                         f"or rebuild the index") from e
+                        raise OlmaxError(
+                            f"{path}: token file vanished after {self.made_by}; restore it "
+                            f"or rebuild the index"
+                        ) from e
                     self._fds[file_index] = fd
         return fd
 
@@ -64,8 +66,10 @@ class LocalFiles:
         offset = token_offset * out.itemsize
         got = os.preadv(self.fd(file_index), [view], offset)
         if got != view.nbytes:
-            raise OlmaxError(f"{self.paths[file_index]}: short read at byte {offset + got} (wanted {view.nbytes} "
-                             f"bytes); the file shrank after {self.made_by}")
+            raise OlmaxError(
+                f"{self.paths[file_index]}: short read at byte {offset + got} (wanted {view.nbytes} "
+                f"bytes); the file shrank after {self.made_by}"
+            )
 
 
 class TokenReader:
@@ -96,8 +100,7 @@ class TokenReader:
             self._read_remote(np.flatnonzero(remote).tolist(), files, starts, out)
         return out
 
-    def _read_remote(self, rows: list[int], files: np.ndarray, starts: np.ndarray,
-                     out: np.ndarray) -> None:
+    def _read_remote(self, rows: list[int], files: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
         """One batched ranged read per URL scheme (fsspec runs the ranges concurrently)."""
         row_bytes = out.shape[1] * out.itemsize
         by_scheme: dict[str, list[int]] = {}
@@ -112,8 +115,10 @@ class TokenReader:
             for r, path, begin, chunk in zip(group, paths, begins, chunks):
                 if isinstance(chunk, Exception) or len(chunk) != row_bytes:
                     why = chunk if isinstance(chunk, Exception) else f"got {len(chunk)} bytes"
-                    raise OlmaxError(f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
-                                     f"failed ({why}); check the URL and its credentials")
+                    raise OlmaxError(
+                        f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
+                        f"failed ({why}); check the URL and its credentials"
+                    )
                 out[r] = np.frombuffer(chunk, dtype=out.dtype)
 
 
@@ -129,9 +134,11 @@ def check_token_ids(index: TokenIndex, vocab_size: int, *, samples: int = 64, se
     bad = np.argwhere(rows >= vocab_size)
     if bad.size:
         r, c = bad[0]
-        raise OlmaxError(f"{index.paths[files[r]]}: token {int(rows[r, c])} at token offset "
-                         f"{int(starts[r]) + int(c)} is >= vocab size {vocab_size}; the file was "
-                         f"tokenized with another vocabulary or is not {index.dtype}")
+        raise OlmaxError(
+            f"{index.paths[files[r]]}: token {int(rows[r, c])} at token offset "
+            f"{int(starts[r]) + int(c)} is >= vocab size {vocab_size}; the file was "
+            f"tokenized with another vocabulary or is not {index.dtype}"
+        )
     return int(rows.size)
 
 
@@ -143,7 +150,9 @@ def check_batch_ids(index: TokenIndex, batch: dict[str, np.ndarray], vocab_size:
     bad = np.argwhere((ids < 0) | (ids >= vocab_size))
     if bad.size:
         r, c = (int(v) for v in bad[0])
-        files, starts = index.locate(np.asarray(batch["instance_ids"][r:r + 1], dtype=np.int64))
-        raise OlmaxError(f"{index.paths[files[0]]}: token {int(ids[r, c]) & 0xFFFFFFFF} at token offset "
-                         f"{int(starts[0]) + c} is >= the model's vocab size {vocab_size}; the file was tokenized "
-                         f"with another vocabulary or is not {index.dtype}")
+        files, starts = index.locate(np.asarray(batch["instance_ids"][r : r + 1], dtype=np.int64))
+        raise OlmaxError(
+            f"{index.paths[files[0]]}: token {int(ids[r, c]) & 0xFFFFFFFF} at token offset "
+            f"{int(starts[0]) + c} is >= the model's vocab size {vocab_size}; the file was tokenized "
+            f"with another vocabulary or is not {index.dtype}"
+        )

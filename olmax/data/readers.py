@@ -52,24 +52,34 @@ def expand_inputs(spec: str) -> list[str]:
     local = storage.local_path(spec)
     if local is None:
         found = storage.expand(spec, _is_dataset_folder)
-        files = found if found == [spec.rstrip("/")] else [f for f in found if f.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)]
+        files = (
+            found
+            if found == [spec.rstrip("/")]
+            else [f for f in found if f.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)]
+        )
         if not files:
-            raise OlmaxError(f"input {spec!r} matches no file (expected .jsonl[.gz|.zst], .arrow, .parquet or a "
-                             "datasets folder)")
+            raise OlmaxError(
+                f"input {spec!r} matches no file (expected .jsonl[.gz|.zst], .arrow, .parquet or a "
+                "datasets folder)"
+            )
         return files
     spec = local
     p = Path(spec).expanduser()
     if p.is_dir():
         if _is_dataset_folder(os.listdir(p)):
             return [str(p)]
-        files = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES))
+        files = sorted(
+            str(f) for f in p.rglob("*") if f.is_file() and f.name.endswith(JSONL_SUFFIXES + TABLE_SUFFIXES)
+        )
     elif p.is_file():
         files = [str(p)]
     else:
         files = sorted(f for f in glob.glob(os.path.expanduser(spec), recursive=True) if os.path.isfile(f))
     if not files:
-        raise OlmaxError(f"input {spec!r} matches no file (expected .jsonl[.gz|.zst], .arrow, .parquet or a "
-                         "datasets folder)")
+        raise OlmaxError(
+            f"input {spec!r} matches no file (expected .jsonl[.gz|.zst], .arrow, .parquet or a "
+            "datasets folder)"
+        )
     return files
 
 
@@ -115,8 +125,10 @@ class _ZstdFrames(io.RawIOBase):
 
 def _open_binary(path: str) -> io.BufferedIOBase:
     if os.path.getsize(path) == 0:
-        raise OlmaxError(f"{path}: the file is empty (0 bytes), a download or copy cut short?; restore it or "
-                         "leave it out of the inputs")
+        raise OlmaxError(
+            f"{path}: the file is empty (0 bytes), a download or copy cut short?; restore it or "
+            "leave it out of the inputs"
+        )
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     if path.endswith(".zst"):
@@ -133,8 +145,9 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     return (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile, ValueError)
 
 
-def _jsonl_objects(path: str, fix: str, skip_bad_lines: bool = False, start_after: int = 0,
-                   stats: ReadStats | None = None) -> Iterator[tuple[int, dict]]:
+def _jsonl_objects(
+    path: str, fix: str, skip_bad_lines: bool = False, start_after: int = 0, stats: ReadStats | None = None
+) -> Iterator[tuple[int, dict]]:
     """(1-based line, object) of every non-blank line of a jsonl file after line `start_after`; a bad line
     raises OlmaxError naming the file, the line (and the byte offset for bad UTF-8), ending with `fix`."""
     stats = stats if stats is not None else ReadStats()
@@ -147,9 +160,11 @@ def _jsonl_objects(path: str, fix: str, skip_bad_lines: bool = False, start_afte
             except StopIteration:
                 break
             except _decode_errors() as e:
-                raise OlmaxError(f"{path}: corrupt or truncated {path.rsplit('.', 1)[-1]} data after line {lineno}, "
-                                 f"at byte offset {offset} of the decompressed stream ({e}); re-download or "
-                                 "re-compress the file") from None
+                raise OlmaxError(
+                    f"{path}: corrupt or truncated {path.rsplit('.', 1)[-1]} data after line {lineno}, "
+                    f"at byte offset {offset} of the decompressed stream ({e}); re-download or "
+                    "re-compress the file"
+                ) from None
             lineno += 1
             line_offset, offset = offset, offset + len(raw)
             if lineno <= start_after:
@@ -169,7 +184,9 @@ def _jsonl_objects(path: str, fix: str, skip_bad_lines: bool = False, start_afte
                     raise ValueError("a JSON line must be an object")
             except ValueError as e:
                 col = getattr(e, "colno", None)
-                msg = f"{path}:{lineno}: malformed JSON line" + (f" (column {col}: {e.msg})" if col else f" ({e})")
+                msg = f"{path}:{lineno}: malformed JSON line" + (
+                    f" (column {col}: {e.msg})" if col else f" ({e})"
+                )
                 if not skip_bad_lines:
                     raise OlmaxError(f"{msg}; {fix}") from None
                 stats.bad_lines += 1
@@ -179,8 +196,14 @@ def _jsonl_objects(path: str, fix: str, skip_bad_lines: bool = False, start_afte
             yield lineno, obj
 
 
-def read_jsonl(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,
-               start_after: int = 0, stats: ReadStats | None = None) -> Iterator[Doc]:
+def read_jsonl(
+    path: str,
+    text_field: str = "text",
+    id_field: str = "id",
+    skip_bad_lines: bool = False,
+    start_after: int = 0,
+    stats: ReadStats | None = None,
+) -> Iterator[Doc]:
     """Documents of a Dolma-format jsonl file, from line `start_after + 1` on."""
     base = os.path.basename(path)
     fix = "fix it or pass --skip-bad-lines to skip and count such lines"
@@ -188,8 +211,10 @@ def read_jsonl(path: str, text_field: str = "text", id_field: str = "id", skip_b
         text = obj.get(text_field)
         if not isinstance(text, str):
             what = "has no" if text is None else "has a non-string"
-            raise OlmaxError(f"{path}:{lineno}: document {what} {text_field!r} field "
-                             f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another")
+            raise OlmaxError(
+                f"{path}:{lineno}: document {what} {text_field!r} field "
+                f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another"
+            )
         doc_id = obj.get(id_field)
         doc_id = f"{base}:{lineno}" if doc_id is None else str(doc_id)
         yield Doc(doc_id, text, path, lineno)
@@ -204,20 +229,26 @@ def _open_table(path: str):
         return _load_table(path)
     except (pa.ArrowException, OSError, ValueError) as e:
         if not os.path.isdir(path):
-            raise OlmaxError(f"{path}: not a readable {path.rsplit('.', 1)[-1]} file, truncated or corrupt ({e}); "
-                             "re-download or re-export it") from None
+            raise OlmaxError(
+                f"{path}: not a readable {path.rsplit('.', 1)[-1]} file, truncated or corrupt ({e}); "
+                "re-download or re-export it"
+            ) from None
         for name in ("state.json", "dataset_info.json"):
             try:
                 json.loads(Path(path, name).read_text(encoding="utf-8"))
             except (OSError, ValueError) as bad:
-                raise OlmaxError(f"{path}: not a readable datasets folder: {name} is missing or corrupt ({bad}); "
-                                 "write the folder again with Dataset.save_to_disk") from None
+                raise OlmaxError(
+                    f"{path}: not a readable datasets folder: {name} is missing or corrupt ({bad}); "
+                    "write the folder again with Dataset.save_to_disk"
+                ) from None
         for data in sorted(Path(path).glob("*.arrow")):
             try:
                 _load_table(str(data))
             except (pa.ArrowException, OSError, ValueError) as bad:
-                raise OlmaxError(f"{data}: truncated or corrupt data file of the datasets folder {path} ({bad}); "
-                                 "write the folder again with Dataset.save_to_disk") from None
+                raise OlmaxError(
+                    f"{data}: truncated or corrupt data file of the datasets folder {path} ({bad}); "
+                    "write the folder again with Dataset.save_to_disk"
+                ) from None
         raise OlmaxError(f"{path}: not a readable datasets folder ({e})") from None
 
 
@@ -227,7 +258,9 @@ def _load_table(path: str):
 
         ds = datasets.load_from_disk(path)
         if isinstance(ds, datasets.DatasetDict):
-            raise OlmaxError(f"{path} is a DatasetDict with splits {list(ds.keys())}; pass one split's folder")
+            raise OlmaxError(
+                f"{path} is a DatasetDict with splits {list(ds.keys())}; pass one split's folder"
+            )
         if ds._indices is not None:
             ds = ds.flatten_indices()
         return ds.data.table
@@ -240,13 +273,16 @@ def _load_table(path: str):
     return datasets.Dataset.from_file(path).data.table
 
 
-def read_table(path: str, text_field: str = "text", id_field: str = "id", start_after: int = 0,
-               batch_rows: int = 1024) -> Iterator[Doc]:
+def read_table(
+    path: str, text_field: str = "text", id_field: str = "id", start_after: int = 0, batch_rows: int = 1024
+) -> Iterator[Doc]:
     """Documents of an HF `datasets` folder, `.arrow` file or `.parquet` file (row order, 1-based `loc`)."""
     table = _open_table(path)
     columns = list(table.column_names)
     if text_field not in columns:
-        raise OlmaxError(f"{path}: no {text_field!r} column (columns: {', '.join(columns)}); use --text-field")
+        raise OlmaxError(
+            f"{path}: no {text_field!r} column (columns: {', '.join(columns)}); use --text-field"
+        )
     has_id = id_field in columns
     base = os.path.basename(path.rstrip("/"))
     for start in range(start_after, table.num_rows, batch_rows):
@@ -256,7 +292,9 @@ def read_table(path: str, text_field: str = "text", id_field: str = "id", start_
         for i, text in enumerate(texts):
             row = start + i + 1
             if not isinstance(text, str):
-                raise OlmaxError(f"{path}: row {row} has a non-string {text_field!r} value ({type(text).__name__})")
+                raise OlmaxError(
+                    f"{path}: row {row} has a non-string {text_field!r} value ({type(text).__name__})"
+                )
             yield Doc(str(ids[i]) if has_id else f"{base}:{row}", text, path, row)
 
 
@@ -272,8 +310,14 @@ def read_rows(path: str, batch_rows: int = 1024) -> Iterator[tuple[int, dict]]:
             yield start + i + 1, row
 
 
-def read_documents(path: str, text_field: str = "text", id_field: str = "id", skip_bad_lines: bool = False,
-                   start_after: int = 0, stats: ReadStats | None = None) -> Iterator[Doc]:
+def read_documents(
+    path: str,
+    text_field: str = "text",
+    id_field: str = "id",
+    skip_bad_lines: bool = False,
+    start_after: int = 0,
+    stats: ReadStats | None = None,
+) -> Iterator[Doc]:
     """Dispatch on the input's kind; see `read_jsonl` and `read_table`. An fsspec URL is read from a local
     copy; its documents and errors name the URL."""
     from olmax import storage

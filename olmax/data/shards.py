@@ -41,8 +41,11 @@ class ShardInfo:
 
 def sidecar_path(shard: str | Path) -> Path:
     shard = Path(shard)
-    return shard.with_name(shard.name[: -len(".npy")] + ".csv.gz") if shard.name.endswith(".npy") else \
-        shard.with_name(shard.name + ".csv.gz")
+    return (
+        shard.with_name(shard.name[: -len(".npy")] + ".csv.gz")
+        if shard.name.endswith(".npy")
+        else shard.with_name(shard.name + ".csv.gz")
+    )
 
 
 @contextmanager
@@ -56,7 +59,7 @@ def local_shard(path: str) -> Iterator[str]:
     local = storage.local_path(path)
     with storage.local_copy(path) as here:
         if local is None:
-            folder, name = path[:path.rfind("/")], path[path.rfind("/") + 1:]
+            folder, name = path[: path.rfind("/")], path[path.rfind("/") + 1 :]
             side = storage.join(folder, sidecar_path(name).name)
             if storage.exists(side):
                 sidecar_path(here).write_bytes(storage.read_bytes(side))
@@ -65,14 +68,16 @@ def local_shard(path: str) -> Iterator[str]:
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # the machine's state, not the input's
                 raise
-            raise OlmaxError(f"{path}: cannot read the token file ({e.strerror or e}); fix the path in the mix "
-                             "(or --base-dir)") from None
+            raise OlmaxError(
+                f"{path}: cannot read the token file ({e.strerror or e}); fix the path in the mix "
+                "(or --base-dir)"
+            ) from None
         except OlmaxError as e:
             if here == path:
                 raise
             # the copy's (or a file:// URL's) folder, shard and sidecar, is named as the mix names it
             folder = os.path.dirname(here)
-            raise OlmaxError(str(e).replace(folder + os.sep, path[:path.rfind("/")] + "/")) from None
+            raise OlmaxError(str(e).replace(folder + os.sep, path[: path.rfind("/")] + "/")) from None
 
 
 class ShardWriter:
@@ -106,9 +111,11 @@ class ShardWriter:
     def _write_error(self, e: OSError) -> OlmaxError:
         """A failed write (disk full, a file-size limit): the temporaries go, the error names the shard."""
         self.abort()
-        return OlmaxError(f"{self.tmp}: cannot write tokens at byte offset {self.tokens * TOKEN_DTYPE.itemsize} "
-                          f"({e.strerror or e}); free disk space and rerun the same command (finished shards "
-                          "are kept and resumed)")
+        return OlmaxError(
+            f"{self.tmp}: cannot write tokens at byte offset {self.tokens * TOKEN_DTYPE.itemsize} "
+            f"({e.strerror or e}); free disk space and rerun the same command (finished shards "
+            "are kept and resumed)"
+        )
 
     def close(self) -> ShardInfo:
         side = sidecar_path(self.path)
@@ -119,15 +126,23 @@ class ShardWriter:
             self._f.close()
             text = io.StringIO()
             csv.writer(text, lineterminator="\n").writerows(self._rows)
-            with open(side_tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            with (
+                open(side_tmp, "wb") as raw,
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz,
+            ):
                 gz.write(text.getvalue().encode("utf-8"))
         except OSError as e:
             side_tmp.unlink(missing_ok=True)
             raise self._write_error(e) from None
         os.replace(self.tmp, self.path)
         os.replace(side_tmp, side)
-        return ShardInfo(str(self.path.relative_to(self.root)), self.tokens, len(self._rows), self.utf8_bytes,
-                         self._hash.hexdigest())
+        return ShardInfo(
+            str(self.path.relative_to(self.root)),
+            self.tokens,
+            len(self._rows),
+            self.utf8_bytes,
+            self._hash.hexdigest(),
+        )
 
     def abort(self) -> None:
         try:
@@ -141,8 +156,10 @@ def read_tokens(path: str | Path, mmap: bool = True) -> np.ndarray:
     """A shard's tokens as a uint32 array; refuses a file whose size is not a multiple of 4 bytes."""
     size = os.path.getsize(path)
     if size % TOKEN_DTYPE.itemsize:
-        raise OlmaxError(f"{path}: {size} bytes is not a multiple of 4; the shard is truncated or not uint32 "
-                         f"(last whole token ends at byte {size - size % 4})")
+        raise OlmaxError(
+            f"{path}: {size} bytes is not a multiple of 4; the shard is truncated or not uint32 "
+            f"(last whole token ends at byte {size - size % 4})"
+        )
     if size == 0:
         return np.zeros(0, dtype=TOKEN_DTYPE)
     if mmap:
@@ -176,18 +193,29 @@ def read_sidecar(path: str | Path) -> list[SidecarRow]:
                 src = rec[3] if len(rec) > 3 else ""
                 loc = int(rec[4]) if len(rec) > 4 and rec[4] else 0
                 if not 0 <= start <= end or (rows and start < rows[-1].end):
-                    raise OlmaxError(f"{path}:{lineno}: document [{start}, {end}) is reversed or overlaps "
-                                     f"the previous one; the sidecar is corrupt")
+                    raise OlmaxError(
+                        f"{path}:{lineno}: document [{start}, {end}) is reversed or overlaps "
+                        f"the previous one; the sidecar is corrupt"
+                    )
                 rows.append(SidecarRow(start, end, doc_id, src, loc))
-    except (OSError, EOFError, ValueError, csv.Error) as e:  # a truncated or corrupt gzip, a non-integer field
-        raise OlmaxError(f"{path}:{lineno + 1}: unreadable sidecar ({e}); rerun `olmax data prepare` for its "
-                         "shard, or delete the sidecar to fall back to EOS boundaries") from None
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        csv.Error,
+    ) as e:  # a truncated or corrupt gzip, a non-integer field
+        raise OlmaxError(
+            f"{path}:{lineno + 1}: unreadable sidecar ({e}); rerun `olmax data prepare` for its "
+            "shard, or delete the sidecar to fall back to EOS boundaries"
+        ) from None
     return rows
 
 
 def check_sidecar(path: str | Path, rows: list[SidecarRow], tokens: int) -> None:
     """Refuse sidecar rows that reach past the `tokens` of their shard (a sidecar of another shard)."""
     if rows and rows[-1].end > tokens:
-        raise OlmaxError(f"{sidecar_path(path)}:{len(rows)}: document ends at token {rows[-1].end} but the shard "
-                         f"{path} holds {tokens} tokens; the sidecar belongs to another shard: rerun `olmax "
-                         "data prepare` or delete the sidecar")
+        raise OlmaxError(
+            f"{sidecar_path(path)}:{len(rows)}: document ends at token {rows[-1].end} but the shard "
+            f"{path} holds {tokens} tokens; the sidecar belongs to another shard: rerun `olmax "
+            "data prepare` or delete the sidecar"
+        )

@@ -67,8 +67,10 @@ class StreamSpec:
         if self.source_group_size < 1:
             raise OlmaxError(f"source_group_size must be >= 1, got {self.source_group_size}")
         if not self.packed and (self.source_group_size != 1 or self.source_permutation_seed is not None):
-            raise OlmaxError("source_group_size and source_permutation_seed apply to packed streams only; "
-                             "set data.packed=true (--packed)")
+            raise OlmaxError(
+                "source_group_size and source_permutation_seed apply to packed streams only; "
+                "set data.packed=true (--packed)"
+            )
 
     def replace(self, **fields) -> StreamSpec:
         return dataclasses.replace(self, **fields)
@@ -76,8 +78,10 @@ class StreamSpec:
     def resolve_mix(self) -> str:
         """The mix file to read: `mix` as given, or the embedded demo mix's path (built on first use)."""
         if self.mix in UNSET_MIX or self.mix is None:
-            raise OlmaxError("data.mix is not set: this recipe names the OLMo-core mix it trains on in "
-                             "its comment; prepare or download it and pass --mix PATH (or data.mix=PATH)")
+            raise OlmaxError(
+                "data.mix is not set: this recipe names the OLMo-core mix it trains on in "
+                "its comment; prepare or download it and pass --mix PATH (or data.mix=PATH)"
+            )
         if self.mix != DEMO_MIX:
             if not (self.mix.startswith(OLMO_CORE_PREFIX) or is_url(self.mix) or os.path.exists(self.mix)):
                 raise OlmaxError(f"mix {self.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
@@ -102,11 +106,19 @@ class StreamSpec:
         from olmax.data.packing import build_packed_index
 
         return build_packed_index(
-            mix.paths, mix.labels, seq_len, eos_token_id=kwargs.get("eos_token_id", DOLMA2_EOS),
-            pad_token_id=kwargs.get("pad_token_id", DOLMA2_PAD), vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
-            bos_token_id=kwargs.get("bos_token_id"), dtype=kwargs.get("dtype", "uint32"),
-            source_group_size=self.source_group_size, source_permutation_seed=self.source_permutation_seed,
-            work_dir=str(work_dir_path(self.work_dir)), progress=progress)
+            mix.paths,
+            mix.labels,
+            seq_len,
+            eos_token_id=kwargs.get("eos_token_id", DOLMA2_EOS),
+            pad_token_id=kwargs.get("pad_token_id", DOLMA2_PAD),
+            vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
+            bos_token_id=kwargs.get("bos_token_id"),
+            dtype=kwargs.get("dtype", "uint32"),
+            source_group_size=self.source_group_size,
+            source_permutation_seed=self.source_permutation_seed,
+            work_dir=str(work_dir_path(self.work_dir)),
+            progress=progress,
+        )
 
     def file_index(self) -> TokenIndex:
         """Every file of the mix with its size (a window index at L = 1, short files kept), whatever the
@@ -121,22 +133,39 @@ class StreamSpec:
 
         return read_mix(self.resolve_mix(), base_dir=self.base_dir, tokenizer=self.tokenizer_id)
 
-    def open_loader(self, index: TokenIndex | None = None, *, process_index: int | None = None,
-                    process_count: int | None = None, **kwargs) -> Loader:
+    def open_loader(
+        self,
+        index: TokenIndex | None = None,
+        *,
+        process_index: int | None = None,
+        process_count: int | None = None,
+        **kwargs,
+    ) -> Loader:
         """This process's Loader (default: JAX's process index and count) over `index` or a fresh one.
 
         kwargs: `num_epochs`, `eos_token_id`, `bos_token_id` (see `Loader`)."""
         from olmax.data.loader import Loader
 
-        return Loader(self.open_index() if index is None else index, self, process_index=process_index,
-                      process_count=process_count, **kwargs)
+        return Loader(
+            self.open_index() if index is None else index,
+            self,
+            process_index=process_index,
+            process_count=process_count,
+            **kwargs,
+        )
 
     def describe(self) -> str:
         """One line for logs: what decides the stream."""
-        packed = (f", packed (OBFD, groups of {self.source_group_size} files, file shuffle seed "
-                  f"{self.source_permutation_seed})" if self.packed else "")
-        return (f"mix {self.mix}, L {self.seq_len}, G {self.global_batch_size}, seed {self.seed}, "
-                f"order {self.order}" + packed + (", document masks" if self.document_masks else ""))
+        packed = (
+            f", packed (OBFD, groups of {self.source_group_size} files, file shuffle seed "
+            f"{self.source_permutation_seed})"
+            if self.packed
+            else ""
+        )
+        return (
+            f"mix {self.mix}, L {self.seq_len}, G {self.global_batch_size}, seed {self.seed}, "
+            f"order {self.order}" + packed + (", document masks" if self.document_masks else "")
+        )
 
 
 def work_dir_path(work_dir: str | None) -> Path:

@@ -50,9 +50,16 @@ def _tiktoken_unsupported_reason(spec: dict) -> str | None:
     split, byte_level = parts
     if split.get("type") != "Split" or "Regex" not in (split.get("pattern") or {}):
         return "first pre-tokenizer is not a regex Split"
-    if not (split.get("behavior") == "Removed" and split.get("invert") is True) and split.get("behavior") != "Isolated":
+    if (
+        not (split.get("behavior") == "Removed" and split.get("invert") is True)
+        and split.get("behavior") != "Isolated"
+    ):
         return "Split behaviour does not keep exactly the regex matches"
-    if byte_level.get("type") != "ByteLevel" or byte_level.get("use_regex") or byte_level.get("add_prefix_space"):
+    if (
+        byte_level.get("type") != "ByteLevel"
+        or byte_level.get("use_regex")
+        or byte_level.get("add_prefix_space")
+    ):
         return "second pre-tokenizer is not a plain ByteLevel"
     for tok in spec.get("added_tokens", []):
         if tok.get("lstrip") or tok.get("rstrip") or tok.get("single_word") or tok.get("normalized"):
@@ -124,7 +131,9 @@ def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
     vocab_size = max([*vocab.values(), *added.values()], default=-1) + 1
     eos = _special_id(spec, ("<|endoftext|>", "</s>", "<eos>"))
     if eos is None:
-        raise OlmaxError(f"{path}: no end-of-text token (<|endoftext|>, </s> or <eos>) among its added tokens")
+        raise OlmaxError(
+            f"{path}: no end-of-text token (<|endoftext|>, </s> or <eos>) among its added tokens"
+        )
     pad = _special_id(spec, ("<|pad|>", "<pad>"))
 
     reason = _tiktoken_unsupported_reason(spec)

@@ -57,11 +57,24 @@ def which(loader: Loader, step: int, docs: DocumentCache) -> dict:
                     break
                 if e <= a:
                     continue
-                segments.append({"source": labels[f], "file": index.paths[f], "doc_id": d.id_of(k),
-                                 "start": max(a, s) - s, "end": min(b, e) - s})
+                segments.append(
+                    {
+                        "source": labels[f],
+                        "file": index.paths[f],
+                        "doc_id": d.id_of(k),
+                        "start": max(a, s) - s,
+                        "end": min(b, e) - s,
+                    }
+                )
         rows.append({"row": r, "instance": inst, "file_offset": spans[0][1], "segments": segments})
-    return {"step": step, "epoch": epoch, "batch_in_epoch": batch, "seq_len": seq, "global_batch_size": g,
-            "rows": rows}
+    return {
+        "step": step,
+        "epoch": epoch,
+        "batch_in_epoch": batch,
+        "seq_len": seq,
+        "global_batch_size": g,
+        "rows": rows,
+    }
 
 
 class InverseOrder:
@@ -78,9 +91,9 @@ class InverseOrder:
 
                 perm = np.memmap(order.path, dtype=np.uint32, mode="r", shape=(n,))
                 inv = np.empty(n, dtype=np.uint32)  # in memory (4n bytes): scattered writes to a file
-                step = 1 << 24                      # mapping are several times slower
+                step = 1 << 24  # mapping are several times slower
                 for a in range(0, n, step):
-                    inv[perm[a:a + step]] = np.arange(a, min(n, a + step), dtype=np.uint32)
+                    inv[perm[a : a + step]] = np.arange(a, min(n, a + step), dtype=np.uint32)
                 with temp_path(path) as tmp:
                     inv.tofile(tmp)
                 del inv
@@ -121,8 +134,14 @@ def file_key(path: str) -> str:
     return path if "://" in path else os.path.realpath(path)
 
 
-def where(loader: Loader, spans: list[Span], *, epochs: int | None = None, until_step: int | None = None,
-          inverses: dict[int, InverseOrder] | None = None) -> list[dict]:
+def where(
+    loader: Loader,
+    spans: list[Span],
+    *,
+    epochs: int | None = None,
+    until_step: int | None = None,
+    inverses: dict[int, InverseOrder] | None = None,
+) -> list[dict]:
     """Every (global step, row, instance) whose instance holds a token of any of `spans`, by step, up to
     `until_step` (inclusive) or through `epochs` epochs (default 1). `inverses` caches the epochs'
     inverse orders across calls."""
@@ -132,7 +151,11 @@ def where(loader: Loader, spans: list[Span], *, epochs: int | None = None, until
             raise OlmaxError(f"--until-step must be >= 0, got {until_step}")
         epochs = max(1, -(-until_step // bpe))
     epochs = epochs or 1
-    ids = np.unique(np.concatenate([instances_of(loader, s) for s in spans])) if spans else np.zeros(0, np.int64)
+    ids = (
+        np.unique(np.concatenate([instances_of(loader, s) for s in spans]))
+        if spans
+        else np.zeros(0, np.int64)
+    )
     inverses = {} if inverses is None else inverses
     hits = []
     for e in range(1, epochs + 1):

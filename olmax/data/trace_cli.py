@@ -6,9 +6,11 @@ import argparse
 import sys
 import time
 
-_STEPS = ("Step N is the trainer's global step (1-based, across epochs): it consumed global batch N - 1, "
-          "batch (N - 1) mod B of epoch (N - 1) div B + 1, B = instances // G. The answer is the same for any "
-          "process count.")
+_STEPS = (
+    "Step N is the trainer's global step (1-based, across epochs): it consumed global batch N - 1, "
+    "batch (N - 1) mod B of epoch (N - 1) div B + 1, B = instances // G. The answer is the same for any "
+    "process count."
+)
 
 
 def add_horizon_options(p: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
@@ -23,21 +25,25 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
     from olmax.data.stream_cli import add_stream_options
 
     w = data_sub.add_parser(
-        "which", help="the documents of one global step, row by row",
+        "which",
+        help="the documents of one global step, row by row",
         description="Name every document segment of global step N: per row, its instance, and the "
-                    "(source, file, doc_id, start, end) segments it holds, offsets in tokens within the "
-                    "document. " + _STEPS)
+        "(source, file, doc_id, start, end) segments it holds, offsets in tokens within the "
+        "document. " + _STEPS,
+    )
     add_stream_options(w)
     w.add_argument("--step", type=int, required=True, help="global step N (1-based)")
     w.add_argument("--out", help="write the JSON here (atomically); default: print it")
     w.set_defaults(func=run_which)
 
     h = data_sub.add_parser(
-        "where", help="the global steps and rows that hold a document or a token range",
+        "where",
+        help="the global steps and rows that hold a document or a token range",
         description="Every global step (and row) whose instance holds any token of a document (--doc, "
-                    "optionally narrowed to --file) or of a file's token range (--file F --tokens A:B). "
-                    "The first query of an epoch builds that epoch's inverse order beside its order file "
-                    "(4 bytes per instance); later ones read a few entries of it. " + _STEPS)
+        "optionally narrowed to --file) or of a file's token range (--file F --tokens A:B). "
+        "The first query of an epoch builds that epoch's inverse order beside its order file "
+        "(4 bytes per instance); later ones read a few entries of it. " + _STEPS,
+    )
     add_stream_options(h)
     h.add_argument("--doc", help="document id (the sidecar's id, or #i: the i-th document of --file)")
     h.add_argument("--file", help="a file of the mix (as listed, or any path to the same file)")
@@ -126,7 +132,15 @@ def run_where(args: argparse.Namespace) -> int:
     else:
         raise OlmaxError("give --doc ID, or --file F --tokens A:B")
     hits = where(loader, [span], epochs=args.epochs, until_step=args.until_step)
-    _emit({"file": span.file, "tokens": [span.start, span.end], "doc": args.doc,
-           "steps": sorted({h["step"] for h in hits}), "hits": hits,
-           "seconds": round(time.perf_counter() - t, 3)}, args.out)
+    _emit(
+        {
+            "file": span.file,
+            "tokens": [span.start, span.end],
+            "doc": args.doc,
+            "steps": sorted({h["step"] for h in hits}),
+            "hits": hits,
+            "seconds": round(time.perf_counter() - t, 3),
+        },
+        args.out,
+    )
     return 0

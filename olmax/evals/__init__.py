@@ -22,9 +22,14 @@ Public API (resolved lazily): `run_heldout`, `prepare_eval_sets`, `run_memorizat
 
 from olmax.lazy import lazy_exports
 
-__getattr__, __all__ = lazy_exports(__name__, {
-    "prepare_eval_sets": "olmax.evals.heldout", "run_heldout": "olmax.evals.heldout",
-    "MemorizationInputs": "olmax.evals.memorization", "run_memorization": "olmax.evals.memorization",
-    "run_lm_eval": "olmax.evals.lm_eval_adapter",
-    "train_hook": "olmax.evals.hook",
-})
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "prepare_eval_sets": "olmax.evals.heldout",
+        "run_heldout": "olmax.evals.heldout",
+        "MemorizationInputs": "olmax.evals.memorization",
+        "run_memorization": "olmax.evals.memorization",
+        "run_lm_eval": "olmax.evals.lm_eval_adapter",
+        "train_hook": "olmax.evals.hook",
+    },
+)

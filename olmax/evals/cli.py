@@ -16,80 +16,154 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev_sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND", required=True)
 
     h = ev_sub.add_parser(
-        "heldout", help="token-weighted CE, perplexity and bits-per-byte per held-out set",
+        "heldout",
+        help="token-weighted CE, perplexity and bits-per-byte per held-out set",
         description="One document per instance: [EOS] + doc + [EOS] truncated to --seq-len, right-padded "
         "with PAD, padding masked. Reports CE (nats/token), exp(CE), bits-per-byte = -loglik / (ln 2 x "
-        "UTF-8 bytes), token/byte counts and each set's content fingerprint.")
-    h.add_argument("--checkpoint", required=True, help="HF checkpoint dir (config.json + safetensors), an "
-                   "olmax dir (model_config.json + params/), a training run folder (newest checkpoint) or its "
-                   "checkpoints/<step> folder")
-    h.add_argument("--eval", action="append", required=True, metavar="NAME=PATH",
-                   help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
-                   "name (sciq, arc_easy, ...); repeatable")
-    h.add_argument("--tokenizer", default=None,
-                   help="tokenizer.json or dolma2 (default: the checkpoint's tokenizer.json, else dolma2)")
-    h.add_argument("--seq-len", type=int, default=None, help="instance length L (default min(2048, the "
-                   "model's max_position_embeddings))")
+        "UTF-8 bytes), token/byte counts and each set's content fingerprint.",
+    )
+    h.add_argument(
+        "--checkpoint",
+        required=True,
+        help="HF checkpoint dir (config.json + safetensors), an "
+        "olmax dir (model_config.json + params/), a training run folder (newest checkpoint) or its "
+        "checkpoints/<step> folder",
+    )
+    h.add_argument(
+        "--eval",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
+        "name (sciq, arc_easy, ...); repeatable",
+    )
+    h.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json or dolma2 (default: the checkpoint's tokenizer.json, else dolma2)",
+    )
+    h.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="instance length L (default min(2048, the model's max_position_embeddings))",
+    )
     h.add_argument("--batch-size", type=int, default=8)
     h.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
     h.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
     h.add_argument("--limit", type=int, default=None, help="first N documents of each set only")
-    h.add_argument("--leaks", default=None, help="`olmax audit leaks` report: also report each set's "
-                   "clean subset (contaminated ids removed)")
-    h.add_argument("--olmo-core-instances", action="store_true",
-                   help="rows doc + [EOS] as OLMo-core (first token unscored) instead of [EOS] + doc + [EOS]")
+    h.add_argument(
+        "--leaks",
+        default=None,
+        help="`olmax audit leaks` report: also report each set's clean subset (contaminated ids removed)",
+    )
+    h.add_argument(
+        "--olmo-core-instances",
+        action="store_true",
+        help="rows doc + [EOS] as OLMo-core (first token unscored) instead of [EOS] + doc + [EOS]",
+    )
     h.add_argument("--step", type=int, default=None, help="training step to stamp on the records")
-    h.add_argument("--append-metrics", default=None, metavar="METRICS.jsonl",
-                   help="also append the records to this metrics.jsonl (as the trainer does)")
+    h.add_argument(
+        "--append-metrics",
+        default=None,
+        metavar="METRICS.jsonl",
+        help="also append the records to this metrics.jsonl (as the trainer does)",
+    )
     h.add_argument("--out", required=True, help="report JSON (written atomically)")
     h.set_defaults(func=locked_out(_heldout, "olmax eval heldout"))
 
     m = ev_sub.add_parser(
-        "memorization", help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
+        "memorization",
+        help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
         description="Checks: (1) exposure-stratified loss, (4) extractable memorization and (5) train loss vs "
         "never-served mix text, from exposure counts (an --exposure file, else replayed from the run's "
         "config.yaml) and a model (--checkpoint, else the run's newest checkpoint); (2) train/held-out gap "
         "over steps from DIR/metrics.jsonl; (3) gain over a reference run or CSV curve that held-out loss "
-        "does not share. Every check reports its numbers and thresholds; the report's \"flagged\" is true "
-        "when any check flags, and the command then exits 1.")
+        'does not share. Every check reports its numbers and thresholds; the report\'s "flagged" is true '
+        "when any check flags, and the command then exits 1.",
+    )
     m.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
-    m.add_argument("--reference", default=None, help="another run dir (its metrics.jsonl) or a CSV with "
-                   "columns step,loss[,<heldout set>...]")
-    m.add_argument("--exposure", default=None, help="exposure file (.npz or .json; see olmax/evals/exposure.py)"
-                   "; default DIR/exposure.npz or DIR/exposure.json when present")
-    m.add_argument("--checkpoint", default=None, help="model for checks 1, 4 and 5 (HF or olmax dir); default: "
-                   "the newest Orbax checkpoint in DIR/checkpoints")
+    m.add_argument(
+        "--reference",
+        default=None,
+        help="another run dir (its metrics.jsonl) or a CSV with columns step,loss[,<heldout set>...]",
+    )
+    m.add_argument(
+        "--exposure",
+        default=None,
+        help="exposure file (.npz or .json; see olmax/evals/exposure.py)"
+        "; default DIR/exposure.npz or DIR/exposure.json when present",
+    )
+    m.add_argument(
+        "--checkpoint",
+        default=None,
+        help="model for checks 1, 4 and 5 (HF or olmax dir); default: "
+        "the newest Orbax checkpoint in DIR/checkpoints",
+    )
     m.add_argument("--step", type=int, default=None, help="which DIR/checkpoints step (default: the newest)")
-    m.add_argument("--no-replay", action="store_true", help="without --exposure, do not replay the run's "
-                   "loader to count exposures (checks 1, 4 and 5 are then skipped)")
+    m.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="without --exposure, do not replay the run's "
+        "loader to count exposures (checks 1, 4 and 5 are then skipped)",
+    )
     add_stream_options(m, seq_len=False, batch=False, order=False, work_dir=False)
     m.add_argument("--per-stratum", type=int, default=64, help="instances scored per exposure stratum")
     m.add_argument("--probe-len", type=int, default=512, help="tokens of each instance scored in check 1")
     m.add_argument("--batch-size", type=int, default=8)
     m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    m.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a threshold (see the report's thresholds block); repeatable")
-    m.add_argument("--plot", default=None, metavar="PNG", help="also write the loss curves (train vs each "
-                   "held-out set, and the reference) as a PNG")
-    m.add_argument("--gains", default=None, metavar="GAINS.json", help="check 6: an `olmax eval gains` report "
-                   "(else scored here from --leaks and --eval)")
-    m.add_argument("--leaks", default=None, help="check 6: `olmax audit leaks` report naming contaminated eval items")
-    m.add_argument("--eval", action="append", default=[], metavar="NAME[=PATH]", help="check 6: eval set scored "
-                   "at every committed checkpoint of the run; repeatable")
+    m.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a threshold (see the report's thresholds block); repeatable",
+    )
+    m.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="also write the loss curves (train vs each held-out set, and the reference) as a PNG",
+    )
+    m.add_argument(
+        "--gains",
+        default=None,
+        metavar="GAINS.json",
+        help="check 6: an `olmax eval gains` report (else scored here from --leaks and --eval)",
+    )
+    m.add_argument(
+        "--leaks", default=None, help="check 6: `olmax audit leaks` report naming contaminated eval items"
+    )
+    m.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="check 6: eval set scored at every committed checkpoint of the run; repeatable",
+    )
     m.add_argument("--eval-limit", type=int, default=None, help="check 6: first N documents of each set")
-    m.add_argument("--eval-tokenizer", default=None, help="check 6: tokenizer of the eval sets (default "
-                   "$OLMAX_EVAL_TOKENIZER, else dolma2)")
+    m.add_argument(
+        "--eval-tokenizer",
+        default=None,
+        help="check 6: tokenizer of the eval sets (default $OLMAX_EVAL_TOKENIZER, else dolma2)",
+    )
     m.add_argument("--out", required=True, help="report JSON (written atomically)")
     m.set_defaults(func=locked_out(_memorization, "olmax eval memorization"))
 
     lm = ev_sub.add_parser(
-        "lm-eval", help="run lm-eval tasks on an olmax checkpoint through the `olmax` adapter (offline-capable)",
+        "lm-eval",
+        help="run lm-eval tasks on an olmax checkpoint through the `olmax` adapter (offline-capable)",
         description="Calls lm_eval.simple_evaluate with model `olmax`. For offline runs give a task YAML "
-        "folder with --include-path (dataset_path: arrow) and set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1.")
+        "folder with --include-path (dataset_path: arrow) and set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1.",
+    )
     lm.add_argument("--checkpoint", required=True)
-    lm.add_argument("--tasks", required=True, help="comma-separated task names; offline over the bundled "
-                    "sets: olmax_arc_easy, olmax_arc_challenge, olmax_boolq, olmax_sciq, olmax_piqa, "
-                    "olmax_openbookqa")
+    lm.add_argument(
+        "--tasks",
+        required=True,
+        help="comma-separated task names; offline over the bundled "
+        "sets: olmax_arc_easy, olmax_arc_challenge, olmax_boolq, olmax_sciq, olmax_piqa, "
+        "olmax_openbookqa",
+    )
     lm.add_argument("--include-path", default=None, help="folder of extra task YAMLs")
     lm.add_argument("--tokenizer", default=None)
     lm.add_argument("--num-fewshot", type=int, default=None)
@@ -98,13 +172,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--max-length", type=int, default=None)
     lm.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     lm.add_argument("--seed", type=int, default=1234)
-    lm.add_argument("--log-samples", action="store_true", help="also store each document's responses (per "
-                    "choice: loglikelihood and is-greedy) under \"samples\", to compare with another backend")
+    lm.add_argument(
+        "--log-samples",
+        action="store_true",
+        help="also store each document's responses (per "
+        'choice: loglikelihood and is-greedy) under "samples", to compare with another backend',
+    )
     lm.add_argument("--out", required=True, help="report JSON (written atomically)")
     lm.set_defaults(func=locked_out(_lm_eval, "olmax eval lm-eval"))
 
     w = ev_sub.add_parser(
-        "watch", help="evaluate each checkpoint of a training run as it lands, beside the trainer",
+        "watch",
+        help="evaluate each checkpoint of a training run as it lands, beside the trainer",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Follow a run folder of `olmax train` and evaluate each committed checkpoint once, in step
 order: held-out CE / perplexity / bits-per-byte per set (and each set's clean subset with --leaks),
@@ -131,39 +210,87 @@ final step (train.steps, or --until-step) is evaluated, or after one pass with -
 line on a bad eval set, a checkpoint of another model, or a full disk (the previous evals.jsonl is kept).
 
 Run folders: local paths and file:// URLs only; for a bucket, mount it (gcsfuse, s3fs) and pass the
-mounted path.""")
+mounted path.""",
+    )
     w.add_argument("--run", required=True, help="run folder of `olmax train` (a path or a file:// URL)")
-    w.add_argument("--eval", action="append", default=[], metavar="NAME[=PATH]",
-                   help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets")
-    w.add_argument("--limit", type=int, default=None, help="first N documents of each set (0: all); default: "
-                   "the run's train.eval_limit")
+    w.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets",
+    )
+    w.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="first N documents of each set (0: all); default: the run's train.eval_limit",
+    )
     w.add_argument("--leaks", default=None, help="`olmax audit leaks` report: also each set's clean subset")
-    w.add_argument("--lm-eval", action="append", default=[], metavar="TASK", help="lm-eval task through the "
-                   "olmax adapter (offline bundled: olmax_arc_easy, olmax_sciq, ...); repeatable; slow")
+    w.add_argument(
+        "--lm-eval",
+        action="append",
+        default=[],
+        metavar="TASK",
+        help="lm-eval task through the "
+        "olmax adapter (offline bundled: olmax_arc_easy, olmax_sciq, ...); repeatable; slow",
+    )
     w.add_argument("--lm-eval-limit", type=float, default=None, help="lm-eval documents per task")
     w.add_argument("--lm-eval-include-path", default=None, help="folder of extra lm-eval task YAMLs")
-    w.add_argument("--memorization", action="store_true", help="also run the memorization checks at each step "
-                   "(replays the run's data order up to the step; slow)")
-    w.add_argument("--every", type=int, default=1, metavar="K", help="only steps that are multiples of K "
-                   "(plus the final step)")
+    w.add_argument(
+        "--memorization",
+        action="store_true",
+        help="also run the memorization checks at each step "
+        "(replays the run's data order up to the step; slow)",
+    )
+    w.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        metavar="K",
+        help="only steps that are multiples of K (plus the final step)",
+    )
     until = w.add_mutually_exclusive_group()
-    until.add_argument("--until-step", type=int, default=None, metavar="N",
-                       help="exit 0 once step N is evaluated (default: the run's train.steps)")
+    until.add_argument(
+        "--until-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exit 0 once step N is evaluated (default: the run's train.steps)",
+    )
     until.add_argument("--once", action="store_true", help="evaluate what is committed now, then exit")
     w.add_argument("--poll-seconds", type=float, default=30.0, help="how often to look for new checkpoints")
-    w.add_argument("--max-idle-seconds", type=float, default=None, help="exit 2 when no new checkpoint appears "
-                   "for this long (default: wait for ever)")
+    w.add_argument(
+        "--max-idle-seconds",
+        type=float,
+        default=None,
+        help="exit 2 when no new checkpoint appears for this long (default: wait for ever)",
+    )
     w.add_argument("--out", default=None, help="results folder (default RUN/evals)")
-    w.add_argument("--tokenizer", default=None, help="tokenizer.json or dolma2 (default $OLMAX_EVAL_TOKENIZER, "
-                   "else dolma2: the in-loop eval's)")
-    w.add_argument("--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)")
-    w.add_argument("--batch-size", type=int, default=None, help="rows per scoring batch (default: the in-loop "
-                   "eval's)")
-    w.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="compute dtype (default: the run's model.dtype)")
+    w.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json or dolma2 (default $OLMAX_EVAL_TOKENIZER, else dolma2: the in-loop eval's)",
+    )
+    w.add_argument(
+        "--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)"
+    )
+    w.add_argument(
+        "--batch-size", type=int, default=None, help="rows per scoring batch (default: the in-loop eval's)"
+    )
+    w.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="compute dtype (default: the run's model.dtype)",
+    )
     w.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
-    w.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=None,
-                   help="TensorBoard events in OUT/tb (default: the run's train.tensorboard)")
+    w.add_argument(
+        "--tensorboard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="TensorBoard events in OUT/tb (default: the run's train.tensorboard)",
+    )
     w.set_defaults(func=_watch)
 
     p = ev_sub.add_parser("plot", help="PNG loss curves: train vs each held-out set, and vs a reference")
@@ -196,12 +323,27 @@ def _heldout(args: argparse.Namespace) -> int:
     tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
     seq_len = args.seq_len or min(2048, model.cfg.max_position_embeddings)
     leaks = contaminated_ids(read_json(args.leaks, "an `olmax audit leaks` report")) if args.leaks else None
-    sets = prepare_eval_sets(args.eval, tok, seq_len, text_field=args.text_field, limit=args.limit,
-                             contaminated=leaks, prefix_eos=not args.olmo_core_instances,
-                             vocab_size=model.cfg.vocab_size)
-    records = run_heldout(model, sets, step=args.step, batch_size=args.batch_size, progress=sys.stderr.isatty())
-    report = {"checkpoint": str(args.checkpoint), "tokenizer": tok.path, "seq_len": seq_len, "dtype": args.dtype,
-              "instances": "olmo-core" if args.olmo_core_instances else "eos-prefixed", "results": records}
+    sets = prepare_eval_sets(
+        args.eval,
+        tok,
+        seq_len,
+        text_field=args.text_field,
+        limit=args.limit,
+        contaminated=leaks,
+        prefix_eos=not args.olmo_core_instances,
+        vocab_size=model.cfg.vocab_size,
+    )
+    records = run_heldout(
+        model, sets, step=args.step, batch_size=args.batch_size, progress=sys.stderr.isatty()
+    )
+    report = {
+        "checkpoint": str(args.checkpoint),
+        "tokenizer": tok.path,
+        "seq_len": seq_len,
+        "dtype": args.dtype,
+        "instances": "olmo-core" if args.olmo_core_instances else "eos-prefixed",
+        "results": records,
+    }
     write_json(args.out, report)
     if args.append_metrics:
         append_jsonl(args.append_metrics, records)
@@ -215,13 +357,28 @@ def _memorization(args: argparse.Namespace) -> int:
     from olmax.evals.memorization import MemorizationInputs, run_memorization, summary
     from olmax.jsonio import write_json
 
-    report = run_memorization(MemorizationInputs(
-        run=args.run, reference=args.reference, exposure=args.exposure, checkpoint=args.checkpoint,
-        step=args.step, replay=not args.no_replay,
-        stream=stream_from_args(args) if (args.mix or args.config) else None,
-        per_stratum=args.per_stratum, probe_len=args.probe_len, batch_size=args.batch_size, dtype=args.dtype,
-        thresholds=tuple(args.threshold), plot=args.plot, gains=args.gains, leaks=args.leaks,
-        evals=tuple(args.eval), eval_limit=args.eval_limit, tokenizer=args.eval_tokenizer))
+    report = run_memorization(
+        MemorizationInputs(
+            run=args.run,
+            reference=args.reference,
+            exposure=args.exposure,
+            checkpoint=args.checkpoint,
+            step=args.step,
+            replay=not args.no_replay,
+            stream=stream_from_args(args) if (args.mix or args.config) else None,
+            per_stratum=args.per_stratum,
+            probe_len=args.probe_len,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            thresholds=tuple(args.threshold),
+            plot=args.plot,
+            gains=args.gains,
+            leaks=args.leaks,
+            evals=tuple(args.eval),
+            eval_limit=args.eval_limit,
+            tokenizer=args.eval_tokenizer,
+        )
+    )
     write_json(args.out, report)
     print(summary(report))
     print(f"wrote {args.out}")
@@ -233,10 +390,19 @@ def _lm_eval(args: argparse.Namespace) -> int:
     from olmax.jsonio import write_json
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    report = run_lm_eval(args.checkpoint, tasks, tokenizer=args.tokenizer, batch_size=args.batch_size,
-                         max_length=args.max_length, dtype=args.dtype, include_path=args.include_path,
-                         num_fewshot=args.num_fewshot, limit=args.limit, seed=args.seed,
-                         log_samples=args.log_samples)
+    report = run_lm_eval(
+        args.checkpoint,
+        tasks,
+        tokenizer=args.tokenizer,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        dtype=args.dtype,
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        limit=args.limit,
+        seed=args.seed,
+        log_samples=args.log_samples,
+    )
     write_json(args.out, report)
     for task, metrics in (report.get("results") or {}).items():
         shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
@@ -248,13 +414,30 @@ def _lm_eval(args: argparse.Namespace) -> int:
 def _watch(args: argparse.Namespace) -> int:
     from olmax.evals.watch import WatchSettings, watch
 
-    job = watch(WatchSettings(
-        run=args.run, out=args.out, evals=tuple(args.eval), limit=args.limit, tokenizer=args.tokenizer,
-        seq_len=args.seq_len, batch_size=args.batch_size, dtype=args.dtype, text_field=args.text_field,
-        leaks=args.leaks, lm_eval=tuple(args.lm_eval), lm_eval_limit=args.lm_eval_limit,
-        lm_eval_include=args.lm_eval_include_path, memorization=args.memorization, every=args.every,
-        until_step=args.until_step, once=args.once, poll_seconds=args.poll_seconds,
-        max_idle_seconds=args.max_idle_seconds, tensorboard=args.tensorboard))
+    job = watch(
+        WatchSettings(
+            run=args.run,
+            out=args.out,
+            evals=tuple(args.eval),
+            limit=args.limit,
+            tokenizer=args.tokenizer,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            text_field=args.text_field,
+            leaks=args.leaks,
+            lm_eval=tuple(args.lm_eval),
+            lm_eval_limit=args.lm_eval_limit,
+            lm_eval_include=args.lm_eval_include_path,
+            memorization=args.memorization,
+            every=args.every,
+            until_step=args.until_step,
+            once=args.once,
+            poll_seconds=args.poll_seconds,
+            max_idle_seconds=args.max_idle_seconds,
+            tensorboard=args.tensorboard,
+        )
+    )
     print(f"wrote {job.out / 'evals.jsonl'} and {job.out / 'summary.md'}")
     return 0
 

@@ -52,8 +52,10 @@ def read_exposure(path: str | Path) -> Exposure:
     """Read and validate an exposure file (.npz or .json)."""
     path = Path(path)
     if not path.is_file():
-        raise OlmaxError(f"{path}: exposure file not found; write one from the loader audit (format in "
-                         "olmax/evals/exposure.py)")
+        raise OlmaxError(
+            f"{path}: exposure file not found; write one from the loader audit (format in "
+            "olmax/evals/exposure.py)"
+        )
     if path.suffix == ".npz":
         with np.load(path, allow_pickle=False) as z:
             raw = {k: z[k] for k in z.files}
@@ -84,12 +86,21 @@ def read_exposure(path: str | Path) -> Exposure:
         if tokens.ndim != 2 or tokens.shape[0] != ids.size:
             raise OlmaxError(f"{path}: tokens must have shape (N={ids.size}, L), got {tokens.shape}")
         seq_len = seq_len or tokens.shape[1]
-    return Exposure(ids, count, source, tokens, None if seq_len is None else int(seq_len),
-                    None if raw.get("mix") is None else str(_scalar(raw["mix"])),
-                    None if raw.get("step") is None else int(_scalar(raw["step"])), str(path))
+    return Exposure(
+        ids,
+        count,
+        source,
+        tokens,
+        None if seq_len is None else int(seq_len),
+        None if raw.get("mix") is None else str(_scalar(raw["mix"])),
+        None if raw.get("step") is None else int(_scalar(raw["step"])),
+        str(path),
+    )
 
 
-def attach_mix(exp: Exposure, stream: StreamSpec | None, unseen_per_source: int = 0, seed: int = 0) -> Exposure:
+def attach_mix(
+    exp: Exposure, stream: StreamSpec | None, unseen_per_source: int = 0, seed: int = 0
+) -> Exposure:
     """Fill in sources and tokens from the mix the ids index (`stream`'s mix, base dir and {TOKENIZER},
     else the mix the exposure file names); optionally add unseen instances per source."""
     if exp.tokens is not None and exp.source is not None and not unseen_per_source:
@@ -98,10 +109,20 @@ def attach_mix(exp: Exposure, stream: StreamSpec | None, unseen_per_source: int 
         stream = StreamSpec(mix=exp.mix)
     if stream is None:
         if exp.tokens is None:
-            raise OlmaxError(f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)")
+            raise OlmaxError(
+                f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)"
+            )
         if exp.source is None:  # one undivided source
-            exp = Exposure(exp.instance_id, exp.count, np.full(exp.count.shape, "all"), exp.tokens, exp.seq_len,
-                           None, exp.step, exp.path)
+            exp = Exposure(
+                exp.instance_id,
+                exp.count,
+                np.full(exp.count.shape, "all"),
+                exp.tokens,
+                exp.seq_len,
+                None,
+                exp.step,
+                exp.path,
+            )
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")

@@ -44,7 +44,9 @@ class SetScores:
     contaminated: np.ndarray  # bool (N,)
     steps: np.ndarray  # int64 (S,), ascending
     metrics: dict[str, np.ndarray]  # "ce", "bpb" and (sets with choices) "acc" -> float64 (S, N)
-    exposures: np.ndarray | None = None  # int64 (N,): servings per item (-1: unknown); None: no exposure report
+    exposures: np.ndarray | None = (
+        None  # int64 (N,): servings per item (-1: unknown); None: no exposure report
+    )
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -60,15 +62,23 @@ def _interval(draws_RxS: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def gap_stats(values_SxN: np.ndarray, contaminated: np.ndarray, *, lower_is_better: bool = True,
-              resamples: int = 2000, seed: int = 0) -> dict:
+def gap_stats(
+    values_SxN: np.ndarray,
+    contaminated: np.ndarray,
+    *,
+    lower_is_better: bool = True,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict:
     """Per step: each group's mean, the gap (contaminated easier: positive) and its gain since step 0, with
     bootstrap 95% intervals (lists over steps)."""
     values_SxN = np.asarray(values_SxN, np.float64)
     contaminated = np.asarray(contaminated, bool)
     clean_SxC, cont_SxK = values_SxN[:, ~contaminated], values_SxN[:, contaminated]
     if not clean_SxC.shape[1] or not cont_SxK.shape[1]:
-        raise OlmaxError(f"gap needs contaminated and clean items ({cont_SxK.shape[1]} and {clean_SxC.shape[1]})")
+        raise OlmaxError(
+            f"gap needs contaminated and clean items ({cont_SxK.shape[1]} and {clean_SxC.shape[1]})"
+        )
     sign = 1.0 if lower_is_better else -1.0
     rng = np.random.default_rng(seed)
     gap_S = sign * (clean_SxC.mean(axis=1) - cont_SxK.mean(axis=1))
@@ -76,9 +86,16 @@ def gap_stats(values_SxN: np.ndarray, contaminated: np.ndarray, *, lower_is_bett
     gain_draws_RxS = draws_RxS - draws_RxS[:, :1]
     gap_lo, gap_hi = _interval(draws_RxS)
     gain_lo, gain_hi = _interval(gain_draws_RxS)
-    return {"clean": clean_SxC.mean(axis=1).tolist(), "contaminated": cont_SxK.mean(axis=1).tolist(),
-            "gap": gap_S.tolist(), "gap_lo": gap_lo.tolist(), "gap_hi": gap_hi.tolist(),
-            "gain": (gap_S - gap_S[0]).tolist(), "gain_lo": gain_lo.tolist(), "gain_hi": gain_hi.tolist()}
+    return {
+        "clean": clean_SxC.mean(axis=1).tolist(),
+        "contaminated": cont_SxK.mean(axis=1).tolist(),
+        "gap": gap_S.tolist(),
+        "gap_lo": gap_lo.tolist(),
+        "gap_hi": gap_hi.tolist(),
+        "gain": (gap_S - gap_S[0]).tolist(),
+        "gain_lo": gain_lo.tolist(),
+        "gain_hi": gain_hi.tolist(),
+    }
 
 
 def exposure_bucket(servings: int) -> str | None:
@@ -89,8 +106,14 @@ def exposure_bucket(servings: int) -> str | None:
     return None
 
 
-def by_exposure(ce_SxN: np.ndarray, contaminated: np.ndarray, exposures: np.ndarray, *, resamples: int = 2000,
-                seed: int = 0) -> list[dict]:
+def by_exposure(
+    ce_SxN: np.ndarray,
+    contaminated: np.ndarray,
+    exposures: np.ndarray,
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> list[dict]:
     """CE gap and gain at the last step per exposure bucket of the contaminated items (vs all clean items)."""
     out = []
     for _, _, label in BUCKETS:
@@ -99,8 +122,10 @@ def by_exposure(ce_SxN: np.ndarray, contaminated: np.ndarray, exposures: np.ndar
         if sel.any():
             keep = sel | ~contaminated
             st = gap_stats(ce_SxN[:, keep], sel[keep], resamples=resamples, seed=seed)
-            row.update({k: st[k][-1] for k in ("gap", "gap_lo", "gap_hi", "gain", "gain_lo", "gain_hi")},
-                       mean_exposures=float(exposures[sel].mean()))
+            row.update(
+                {k: st[k][-1] for k in ("gap", "gap_lo", "gap_hi", "gain", "gain_lo", "gain_hi")},
+                mean_exposures=float(exposures[sel].mean()),
+            )
         out.append(row)
     return out
 
@@ -108,21 +133,33 @@ def by_exposure(ce_SxN: np.ndarray, contaminated: np.ndarray, exposures: np.ndar
 def set_report(s: SetScores, *, resamples: int = 2000, seed: int = 0) -> dict:
     """The per-set block of the gains report (see the module docstring)."""
     n_cont = int(s.contaminated.sum())
-    out: dict = {"eval": s.name, "items": len(s.ids), "contaminated": n_cont, "clean": len(s.ids) - n_cont,
-                 "steps": s.steps.tolist(), "metrics": {}}
+    out: dict = {
+        "eval": s.name,
+        "items": len(s.ids),
+        "contaminated": n_cont,
+        "clean": len(s.ids) - n_cont,
+        "steps": s.steps.tolist(),
+        "metrics": {},
+    }
     if not n_cont or n_cont == len(s.ids):
-        out["note"] = "no contaminated items" if not n_cont else "every item is contaminated: no clean baseline"
+        out["note"] = (
+            "no contaminated items" if not n_cont else "every item is contaminated: no clean baseline"
+        )
         return out
     for name, values in s.metrics.items():
-        out["metrics"][name] = gap_stats(values, s.contaminated, lower_is_better=LOWER_IS_BETTER[name],
-                                         resamples=resamples, seed=seed)
+        out["metrics"][name] = gap_stats(
+            values, s.contaminated, lower_is_better=LOWER_IS_BETTER[name], resamples=resamples, seed=seed
+        )
     if s.exposures is not None:
-        out["by_exposure"] = by_exposure(s.metrics["ce"], s.contaminated, s.exposures, resamples=resamples,
-                                         seed=seed)
+        out["by_exposure"] = by_exposure(
+            s.metrics["ce"], s.contaminated, s.exposures, resamples=resamples, seed=seed
+        )
     return out
 
 
-def gains_report(scores: Sequence[SetScores], *, resamples: int = 2000, seed: int = 0, thresholds=None) -> dict:
+def gains_report(
+    scores: Sequence[SetScores], *, resamples: int = 2000, seed: int = 0, thresholds=None
+) -> dict:
     """Every set's block plus the memorization verdict over them (check "contaminated")."""
     from olmax.evals.model_checks import check_contaminated
     from olmax.evals.verdicts import Thresholds
@@ -160,8 +197,10 @@ def choice_rows(name: str, path: str, tokenizer, seq_len: int, limit: int | None
         return None
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     prompt_t, choices_t, target_t = (env.from_string(t) for t in task[1:])
-    pad, eos = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-                tokenizer.eos_token_id)
+    pad, eos = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        tokenizer.eos_token_id,
+    )
     rows, items, gold = [], [], []
     for i, r in enumerate(read_eval_rows(source, limit)):
         try:
@@ -169,7 +208,9 @@ def choice_rows(name: str, path: str, tokenizer, seq_len: int, limit: int | None
             choices = ast.literal_eval(choices_t.render(**r.record))
             target = int(target_t.render(**r.record))
         except (jinja2.TemplateError, ValueError, SyntaxError) as e:
-            raise OlmaxError(f"{r.part}:{r.loc}: record does not fit the {key} choice template: {e}") from None
+            raise OlmaxError(
+                f"{r.part}:{r.loc}: record does not fit the {key} choice template: {e}"
+            ) from None
         ctx = tokenizer.encode_batch([context])[0]
         conts = tokenizer.encode_batch([" " + str(c) for c in choices])
         gold.append(len(rows) + target)
@@ -181,7 +222,7 @@ def choice_rows(name: str, path: str, tokenizer, seq_len: int, limit: int | None
     mask = np.zeros((len(rows), seq_len), np.float32)
     for j, (full, n_cont) in enumerate(rows):
         inputs[j, : len(full)] = full
-        mask[j, len(full) - 1 - n_cont: len(full) - 1] = 1.0  # target j = row[j + 1]
+        mask[j, len(full) - 1 - n_cont : len(full) - 1] = 1.0  # target j = row[j + 1]
     targets = np.full_like(inputs, pad)
     targets[:, :-1] = inputs[:, 1:]
     return ChoiceRows(inputs, targets, mask, np.asarray(items, np.int64), np.asarray(gold, np.int64))
@@ -212,8 +253,10 @@ def exposure_counts(exposure_report: Mapping, eval_set, name: str) -> np.ndarray
     if not by_id:
         return None
     theirs = eval_set.audit_ids or (None,) * len(eval_set)
-    return np.asarray([by_id.get(d, by_id.get(a, 0) if a is not None else 0)
-                       for d, a in zip(eval_set.ids, theirs)], np.int64)
+    return np.asarray(
+        [by_id.get(d, by_id.get(a, 0) if a is not None else 0) for d, a in zip(eval_set.ids, theirs)],
+        np.int64,
+    )
 
 
 @dataclass(frozen=True)
@@ -245,8 +288,10 @@ def run_steps(run_dir: str | Path, chosen: Sequence[int] = ()) -> list[int]:
         raise OlmaxError(f"{Path(run_dir) / 'checkpoints'}: no committed checkpoint to score")
     missing = sorted(set(chosen) - set(have))
     if missing:
-        raise OlmaxError(f"--steps {', '.join(map(str, missing))}: no committed checkpoint; the run has "
-                         f"{', '.join(map(str, have))}")
+        raise OlmaxError(
+            f"--steps {', '.join(map(str, missing))}: no committed checkpoint; the run has "
+            f"{', '.join(map(str, have))}"
+        )
     return sorted(set(chosen)) if chosen else have
 
 
@@ -268,7 +313,9 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     sets = []
     for name, path in (parse_eval_spec(s) for s in inp.evals):
         es = load_eval_set(name, path, text_field=inp.text_field, limit=inp.limit)
-        ps = prepare_eval_set(es, tok, seq_len, drop_ids=leaks.get(name, set()), vocab_size=cfg.model.vocab_size)
+        ps = prepare_eval_set(
+            es, tok, seq_len, drop_ids=leaks.get(name, set()), vocab_size=cfg.model.vocab_size
+        )
         contaminated = np.ones(len(es), bool)
         contaminated[ps.clean_rows] = False
         choices = choice_rows(name, path, tok, seq_len, inp.limit) if inp.text_field == "text" else None
@@ -290,11 +337,18 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
 def run_gains(inp: GainsInputs, thresholds=None) -> dict:
     """Score the run and build the report (`report["verdict"]["flagged"]` is the memorization verdict)."""
     scores = score_run(inp)
-    report = {"run": str(inp.run), "leaks": inp.leaks, "exposure": inp.exposure,
-              **gains_report(scores, resamples=inp.resamples, thresholds=thresholds)}
+    report = {
+        "run": str(inp.run),
+        "leaks": inp.leaks,
+        "exposure": inp.exposure,
+        **gains_report(scores, resamples=inp.resamples, thresholds=thresholds),
+    }
     if inp.plot_dir:
-        report["plots"] = {name: str(plot_set(block, Path(inp.plot_dir) / f"gains-{name}.png"))
-                           for name, block in report["sets"].items() if block["metrics"]}
+        report["plots"] = {
+            name: str(plot_set(block, Path(inp.plot_dir) / f"gains-{name}.png"))
+            for name, block in report["sets"].items()
+            if block["metrics"]
+        }
     return report
 
 
@@ -313,8 +367,14 @@ def plot_set(block: dict, out: str | Path) -> Path:
     a.plot(steps, ce["clean"], "o-", label=f"clean ({block['clean']})")
     a.plot(steps, ce["contaminated"], "o-", label=f"contaminated ({block['contaminated']})")
     # the band sits on the contaminated curve: clean mean minus the gap's interval
-    a.fill_between(steps, np.asarray(ce["clean"]) - ce["gap_hi"], np.asarray(ce["clean"]) - ce["gap_lo"],
-                   alpha=0.25, color="C1", label="95% interval of the gap")
+    a.fill_between(
+        steps,
+        np.asarray(ce["clean"]) - ce["gap_hi"],
+        np.asarray(ce["clean"]) - ce["gap_lo"],
+        alpha=0.25,
+        color="C1",
+        label="95% interval of the gap",
+    )
     a.set(xlabel="step", ylabel="CE (nats/token, item mean)", title=f"{block['eval']}: contaminated vs clean")
     a.legend()
     rows = [r for r in block.get("by_exposure", []) if r["items"]]
@@ -325,8 +385,11 @@ def plot_set(block: dict, out: str | Path) -> Path:
         b.errorbar(x, gap, yerr=err, fmt="o", capsize=4)
         b.set_xticks(x, [f"{r['bucket']}\n(n={r['items']})" for r in rows])
         b.axhline(0, color="gray", lw=0.8)
-        b.set(xlabel="servings of the item", ylabel="CE gap, clean - contaminated (nats)",
-              title=f"gap at step {steps[-1]} by exposure")
+        b.set(
+            xlabel="servings of the item",
+            ylabel="CE gap, clean - contaminated (nats)",
+            title=f"gap at step {steps[-1]} by exposure",
+        )
     else:
         b.text(0.5, 0.5, "no exposure report (--exposure)", ha="center", va="center")
         b.set_axis_off()
@@ -339,17 +402,23 @@ def plot_set(block: dict, out: str | Path) -> Path:
 
 def gap_table(report: dict) -> str:
     """Markdown: per set, the last step's CE/bpb/accuracy of both groups, the gap and its gain, with intervals."""
-    lines = ["| set | step | metric | contaminated | clean | gap [95%] | gain since first step [95%] |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| set | step | metric | contaminated | clean | gap [95%] | gain since first step [95%] |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
     for name, block in report["sets"].items():
         if not block["metrics"]:
-            lines.append(f"| {name} | | | {block['contaminated']} items | {block['clean']} items | "
-                         f"{block.get('note', '')} | |")
+            lines.append(
+                f"| {name} | | | {block['contaminated']} items | {block['clean']} items | "
+                f"{block.get('note', '')} | |"
+            )
         for metric, st in block["metrics"].items():
-            lines.append(f"| {name} | {block['steps'][-1]} | {metric} | {st['contaminated'][-1]:.4f} | "
-                         f"{st['clean'][-1]:.4f} | {st['gap'][-1]:+.4f} [{st['gap_lo'][-1]:+.4f}, "
-                         f"{st['gap_hi'][-1]:+.4f}] | {st['gain'][-1]:+.4f} [{st['gain_lo'][-1]:+.4f}, "
-                         f"{st['gain_hi'][-1]:+.4f}] |")
+            lines.append(
+                f"| {name} | {block['steps'][-1]} | {metric} | {st['contaminated'][-1]:.4f} | "
+                f"{st['clean'][-1]:.4f} | {st['gap'][-1]:+.4f} [{st['gap_lo'][-1]:+.4f}, "
+                f"{st['gap_hi'][-1]:+.4f}] | {st['gain'][-1]:+.4f} [{st['gain_lo'][-1]:+.4f}, "
+                f"{st['gain_hi'][-1]:+.4f}] |"
+            )
     return "\n".join(lines)
 
 
@@ -359,8 +428,10 @@ def summary(report: dict) -> str:
     for name, block in report["sets"].items():
         for r in block.get("by_exposure", []):
             if r["items"]:
-                lines.append(f"{name} served {r['bucket']:>3}x: {r['items']:>4} items, CE gap {r['gap']:+.4f} "
-                             f"[{r['gap_lo']:+.4f}, {r['gap_hi']:+.4f}]")
+                lines.append(
+                    f"{name} served {r['bucket']:>3}x: {r['items']:>4} items, CE gap {r['gap']:+.4f} "
+                    f"[{r['gap_lo']:+.4f}, {r['gap_hi']:+.4f}]"
+                )
     v = report["verdict"]
     lines.append(f"contaminated vs clean: {v['status'].upper()}: {v['message']}")
     return "\n".join(lines)

@@ -21,28 +21,55 @@ first scored step, each with a 95% bootstrap interval (items resampled within ea
 
 def register_gains(ev_sub: argparse._SubParsersAction) -> None:
     """Add `gains` to the `olmax eval` subcommands."""
-    g = ev_sub.add_parser("gains", help="contaminated vs clean eval items over a run's checkpoints: gap, "
-                          "bootstrap interval, gap by exposure (exit 1 when contaminated items gain)",
-                          description=DESCRIPTION)
+    g = ev_sub.add_parser(
+        "gains",
+        help="contaminated vs clean eval items over a run's checkpoints: gap, "
+        "bootstrap interval, gap by exposure (exit 1 when contaminated items gain)",
+        description=DESCRIPTION,
+    )
     g.add_argument("--run", required=True, help="training run folder (config.yaml + checkpoints/)")
     g.add_argument("--leaks", required=True, help="`olmax audit leaks` report naming the contaminated items")
-    g.add_argument("--eval", action="append", required=True, metavar="NAME[=PATH]",
-                   help="eval set: a bundled name (sciq, arc_easy, ...) or NAME=PATH (jsonl, arrow, parquet, "
-                   "a datasets folder); repeatable")
-    g.add_argument("--exposure", default=None, metavar="EXPOSURE.json",
-                   help="`olmax audit exposure` report: also break the gap down by servings per item")
-    g.add_argument("--steps", default=None, metavar="A,B,...",
-                   help="checkpoint steps to score (default: every committed checkpoint of the run)")
+    g.add_argument(
+        "--eval",
+        action="append",
+        required=True,
+        metavar="NAME[=PATH]",
+        help="eval set: a bundled name (sciq, arc_easy, ...) or NAME=PATH (jsonl, arrow, parquet, "
+        "a datasets folder); repeatable",
+    )
+    g.add_argument(
+        "--exposure",
+        default=None,
+        metavar="EXPOSURE.json",
+        help="`olmax audit exposure` report: also break the gap down by servings per item",
+    )
+    g.add_argument(
+        "--steps",
+        default=None,
+        metavar="A,B,...",
+        help="checkpoint steps to score (default: every committed checkpoint of the run)",
+    )
     g.add_argument("--limit", type=int, default=None, help="first N documents of each set only")
-    g.add_argument("--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)")
+    g.add_argument(
+        "--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)"
+    )
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (fixed seed)")
-    g.add_argument("--tokenizer", default=None, help="tokenizer.json or dolma2 (default: $OLMAX_EVAL_TOKENIZER, "
-                   "else dolma2, as the trainer's eval hook)")
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json or dolma2 (default: $OLMAX_EVAL_TOKENIZER, "
+        "else dolma2, as the trainer's eval hook)",
+    )
     g.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
     g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
-    g.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a memorization threshold (contam_gain_nats, min_samples); repeatable")
+    g.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a memorization threshold (contam_gain_nats, min_samples); repeatable",
+    )
     g.add_argument("--plot-dir", default=None, help="also write one PNG per set here (gains-NAME.png)")
     g.add_argument("--out", required=True, help="report JSON (written atomically)")
     g.set_defaults(func=locked_out(_gains, "olmax eval gains"))
@@ -65,11 +92,22 @@ def _gains(args: argparse.Namespace) -> int:
     from olmax.evals.verdicts import Thresholds
     from olmax.jsonio import write_json
 
-    inp = GainsInputs(run=args.run, leaks=args.leaks, evals=tuple(args.eval), exposure=args.exposure,
-                      steps=parse_steps(args.steps), limit=args.limit, seq_len=args.seq_len,
-                      batch_size=args.batch_size, resamples=args.resamples, tokenizer=args.tokenizer,
-                      text_field=args.text_field, dtype=args.dtype, plot_dir=args.plot_dir,
-                      progress=sys.stderr.isatty())
+    inp = GainsInputs(
+        run=args.run,
+        leaks=args.leaks,
+        evals=tuple(args.eval),
+        exposure=args.exposure,
+        steps=parse_steps(args.steps),
+        limit=args.limit,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        resamples=args.resamples,
+        tokenizer=args.tokenizer,
+        text_field=args.text_field,
+        dtype=args.dtype,
+        plot_dir=args.plot_dir,
+        progress=sys.stderr.isatty(),
+    )
     report = run_gains(inp, thresholds=Thresholds.parse(list(args.threshold)))
     write_json(args.out, report)
     print(summary(report))

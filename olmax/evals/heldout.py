@@ -39,27 +39,45 @@ class PreparedSet:
     clean_rows: np.ndarray | None = None  # int64 row indices; None: no leak list was given
 
 
-def prepare_eval_set(eval_set: EvalSet, tokenizer, seq_len: int, *, drop_ids: set[str] | None = None,
-                     prefix_eos: bool = True, vocab_size: int | None = None) -> PreparedSet:
+def prepare_eval_set(
+    eval_set: EvalSet,
+    tokenizer,
+    seq_len: int,
+    *,
+    drop_ids: set[str] | None = None,
+    prefix_eos: bool = True,
+    vocab_size: int | None = None,
+) -> PreparedSet:
     """Tokenize `eval_set` with `tokenizer` (olmax.data.tokenize.Tokenizer) into length-`seq_len` instances."""
     docs = tokenizer.encode_batch(list(eval_set.texts))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if vocab_size is not None:
         top = max([pad, tokenizer.eos_token_id, *(max(d, default=0) for d in docs)])
         if top >= vocab_size:
-            raise OlmaxError(f"tokenizer {tokenizer.path} produces id {top} but the model's vocabulary has "
-                             f"{vocab_size} entries; evaluate with the tokenizer the model was trained with")
-    inst = build_instances(docs, eval_set.texts, seq_len, tokenizer.eos_token_id, pad, tokenizer.decode,
-                           prefix_eos=prefix_eos)
+            raise OlmaxError(
+                f"tokenizer {tokenizer.path} produces id {top} but the model's vocabulary has "
+                f"{vocab_size} entries; evaluate with the tokenizer the model was trained with"
+            )
+    inst = build_instances(
+        docs, eval_set.texts, seq_len, tokenizer.eos_token_id, pad, tokenizer.decode, prefix_eos=prefix_eos
+    )
     clean = None
     if drop_ids is not None:
         clean = np.asarray(clean_rows(eval_set, drop_ids), np.int64)
     return PreparedSet(eval_set.name, eval_set.fingerprint, inst, tokenizer.sha256, seq_len, clean)
 
 
-def prepare_eval_sets(specs: Sequence[str], tokenizer, seq_len: int, *, text_field: str = "text",
-                      limit: int | None = None, contaminated: Mapping[str, set[str]] | None = None,
-                      prefix_eos: bool = True, vocab_size: int | None = None) -> list[PreparedSet]:
+def prepare_eval_sets(
+    specs: Sequence[str],
+    tokenizer,
+    seq_len: int,
+    *,
+    text_field: str = "text",
+    limit: int | None = None,
+    contaminated: Mapping[str, set[str]] | None = None,
+    prefix_eos: bool = True,
+    vocab_size: int | None = None,
+) -> list[PreparedSet]:
     """Load (`NAME=PATH` or a bundled name) and prepare each set; `contaminated` maps set name → ids to drop."""
     parsed = [parse_eval_spec(spec) for spec in specs]
     names = [name for name, _ in parsed]
@@ -70,8 +88,11 @@ def prepare_eval_sets(specs: Sequence[str], tokenizer, seq_len: int, *, text_fie
     for name, path in parsed:
         es = load_eval_set(name, path, text_field=text_field, limit=limit)
         drop = None if contaminated is None else contaminated.get(name, set())
-        out.append(prepare_eval_set(es, tokenizer, seq_len, drop_ids=drop, prefix_eos=prefix_eos,
-                                    vocab_size=vocab_size))
+        out.append(
+            prepare_eval_set(
+                es, tokenizer, seq_len, drop_ids=drop, prefix_eos=prefix_eos, vocab_size=vocab_size
+            )
+        )
     return out
 
 
@@ -82,12 +103,20 @@ def _record(ps: PreparedSet, subset: str, rows: np.ndarray, nll: np.ndarray, ste
     total = float(nll[rows].sum())
     ce = total / tokens if tokens else float("nan")
     return {
-        "kind": "heldout", "step": step, "eval": ps.name, "subset": subset,
-        "ce": ce, "ppl": math.exp(ce) if tokens and ce < 700 else float("nan"),
+        "kind": "heldout",
+        "step": step,
+        "eval": ps.name,
+        "subset": subset,
+        "ce": ce,
+        "ppl": math.exp(ce) if tokens and ce < 700 else float("nan"),
         "bpb": total / (LN2 * n_bytes) if n_bytes else float("nan"),
-        "tokens": tokens, "bytes": n_bytes, "documents": int(rows.size),
-        "truncated": int(inst.truncated[rows].sum()), "seq_len": ps.seq_len,
-        "fingerprint": ps.fingerprint, "tokenizer_sha256": ps.tokenizer_sha256,
+        "tokens": tokens,
+        "bytes": n_bytes,
+        "documents": int(rows.size),
+        "truncated": int(inst.truncated[rows].sum()),
+        "seq_len": ps.seq_len,
+        "fingerprint": ps.fingerprint,
+        "tokenizer_sha256": ps.tokenizer_sha256,
     }
 
 
@@ -96,8 +125,14 @@ def record_name(r: dict) -> str:
     return r["eval"] if r["subset"] == "all" else f"{r['eval']}/{r['subset']}"
 
 
-def run_heldout(model, eval_sets: Sequence[PreparedSet], *, step: int | None = None, batch_size: int = 8,
-                progress: bool = False) -> list[dict]:
+def run_heldout(
+    model,
+    eval_sets: Sequence[PreparedSet],
+    *,
+    step: int | None = None,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> list[dict]:
     """Score every prepared set with `model(input_ids) -> logits`; one record per set (and per clean subset).
 
     Pure with respect to the model: no state is kept between calls except compiled functions.
@@ -105,8 +140,15 @@ def run_heldout(model, eval_sets: Sequence[PreparedSet], *, step: int | None = N
     records = []
     for ps in eval_sets:
         inst = ps.instances
-        nll, count, _ = score(model, inst.inputs, inst.targets, inst.mask, batch_size=batch_size,
-                              progress=progress, desc=f"heldout {ps.name}")
+        nll, count, _ = score(
+            model,
+            inst.inputs,
+            inst.targets,
+            inst.mask,
+            batch_size=batch_size,
+            progress=progress,
+            desc=f"heldout {ps.name}",
+        )
         if not np.array_equal(count, inst.n_tokens):
             raise AssertionError("scored target counts differ from the instance masks")
         records.append(_record(ps, "all", np.arange(len(nll)), nll, step))
@@ -119,6 +161,8 @@ def summary(records: Sequence[dict]) -> str:
     """A readable table of held-out records."""
     lines = [f"{'eval':<20} {'subset':<6} {'docs':>6} {'tokens':>10} {'CE':>8} {'ppl':>10} {'bpb':>7}"]
     for r in records:
-        lines.append(f"{r['eval']:<20} {r['subset']:<6} {r['documents']:>6} {r['tokens']:>10} "
-                     f"{r['ce']:>8.4f} {r['ppl']:>10.3f} {r['bpb']:>7.4f}")
+        lines.append(
+            f"{r['eval']:<20} {r['subset']:<6} {r['documents']:>6} {r['tokens']:>10} "
+            f"{r['ce']:>8.4f} {r['ppl']:>10.3f} {r['bpb']:>7.4f}"
+        )
     return "\n".join(lines)

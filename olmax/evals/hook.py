@@ -48,7 +48,9 @@ def eval_tokenizer(tokenizer: str | None = None):
     return load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
 
 
-def eval_settings(cfg: Any, sets: Sequence[str] | None = None, limit: int | None = None) -> tuple[list[str], int]:
+def eval_settings(
+    cfg: Any, sets: Sequence[str] | None = None, limit: int | None = None
+) -> tuple[list[str], int]:
     """(set specs, documents per set, 0 = all): the in-loop rule (module docstring), which `olmax eval watch`
     follows too so that its numbers are the trainer's."""
     train = getattr(cfg, "train", None)
@@ -61,8 +63,13 @@ def eval_settings(cfg: Any, sets: Sequence[str] | None = None, limit: int | None
     return specs, limit
 
 
-def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None,
-               tokenizer: str | None = None, batch_size: int | None = None) -> Callable[[Any], dict[str, float]]:
+def train_hook(
+    cfg: Any,
+    sets: list[str] | None = None,
+    limit: int | None = None,
+    tokenizer: str | None = None,
+    batch_size: int | None = None,
+) -> Callable[[Any], dict[str, float]]:
     """Build the in-loop eval hook for experiment config `cfg` (olmax.train.config.ExperimentConfig).
 
     `batch_size` defaults to `eval_batch_size`.
@@ -73,8 +80,9 @@ def train_hook(cfg: Any, sets: list[str] | None = None, limit: int | None = None
     tok = eval_tokenizer(tokenizer)
     if batch_size is None:
         batch_size = eval_batch_size(cfg.data.seq_len, cfg.model.vocab_size)
-    prepared = prepare_eval_sets(specs, tok, cfg.data.seq_len, limit=limit or None,
-                                 vocab_size=cfg.model.vocab_size)
+    prepared = prepare_eval_sets(
+        specs, tok, cfg.data.seq_len, limit=limit or None, vocab_size=cfg.model.vocab_size
+    )
 
     def hook(ctx: Any) -> dict[str, float]:
         return flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))

@@ -37,9 +37,15 @@ class Instances:
         return self.mask.sum(axis=1).astype(np.int64)
 
 
-def build_instances(docs_tokens: Sequence[Sequence[int]], texts: Sequence[str], seq_len: int, eos_id: int,
-                    pad_id: int, decode: Callable[[Sequence[int]], str] | None = None,
-                    prefix_eos: bool = True) -> Instances:
+def build_instances(
+    docs_tokens: Sequence[Sequence[int]],
+    texts: Sequence[str],
+    seq_len: int,
+    eos_id: int,
+    pad_id: int,
+    decode: Callable[[Sequence[int]], str] | None = None,
+    prefix_eos: bool = True,
+) -> Instances:
     """Rows for `docs_tokens` (ids without EOS) whose texts are `texts`; `decode` counts bytes of cut rows."""
     if seq_len < 2:
         raise OlmaxError(f"eval seq_len must be at least 2, got {seq_len}")
@@ -60,7 +66,9 @@ def build_instances(docs_tokens: Sequence[Sequence[int]], texts: Sequence[str], 
             n_bytes[i] = len(text.encode("utf-8"))
         else:
             if decode is None:
-                raise OlmaxError("a truncated (or prefix_eos=False) instance needs `decode` to count its bytes")
+                raise OlmaxError(
+                    "a truncated (or prefix_eos=False) instance needs `decode` to count its bytes"
+                )
             scored = [t for t in row[1:] if t != eos_id]
             n_bytes[i] = len(decode(scored).encode("utf-8"))
     targets = np.full_like(inputs, pad_id)

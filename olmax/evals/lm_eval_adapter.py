@@ -38,9 +38,17 @@ def _bucket(n: int, lo: int = 16) -> int:
 class OlmaxLM(TemplateLM):
     """lm-eval model over an olmax checkpoint directory (HF or olmax format) or an in-memory model."""
 
-    def __init__(self, checkpoint: str | None = None, tokenizer=None, batch_size: int | str = 8,
-                 max_length: int | str | None = None, dtype: str = "float32", max_gen_toks: int | str = 256,
-                 model=None, **kwargs):
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        tokenizer=None,
+        batch_size: int | str = 8,
+        max_length: int | str | None = None,
+        dtype: str = "float32",
+        max_gen_toks: int | str = 256,
+        model=None,
+        **kwargs,
+    ):
         super().__init__()
         from olmax.evals.scoring import load_model
 
@@ -82,7 +90,9 @@ class OlmaxLM(TemplateLM):
     def tok_decode(self, tokens: Sequence[int]) -> str:
         return self.tok.decode(list(tokens))
 
-    def _score_rows(self, rows: list[tuple[list[int], int]], disable_tqdm: bool = True) -> list[tuple[float, bool]]:
+    def _score_rows(
+        self, rows: list[tuple[list[int], int]], disable_tqdm: bool = True
+    ) -> list[tuple[float, bool]]:
         """Score (tokens, n_continuation) rows: sum log p of the last n tokens, and whether all are greedy."""
         from olmax.evals.scoring import score
 
@@ -100,19 +110,28 @@ class OlmaxLM(TemplateLM):
                 n = len(toks) - 1
                 inputs[r, :n] = toks[:-1]
                 targets[r, :n] = toks[1:]
-                mask[r, n - n_cont: n] = 1.0
-            nll, _, greedy = score(self.model, inputs, targets, mask, batch_size=self.batch_size,
-                                   progress=not disable_tqdm, desc=f"olmax loglikelihood L={width}")
+                mask[r, n - n_cont : n] = 1.0
+            nll, _, greedy = score(
+                self.model,
+                inputs,
+                targets,
+                mask,
+                batch_size=self.batch_size,
+                progress=not disable_tqdm,
+                desc=f"olmax loglikelihood L={width}",
+            )
             for r, i in enumerate(members):
                 results[i] = (-float(nll[r]), bool(greedy[r]))
         return results  # type: ignore[return-value]
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+    def _loglikelihood_tokens(
+        self, requests, disable_tqdm: bool = False, **kwargs
+    ) -> list[tuple[float, bool]]:
         rows = []
         for _, context_enc, continuation_enc in requests:
             if not continuation_enc:
                 raise OlmaxError("lm-eval asked for the loglikelihood of an empty continuation")
-            whole = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1):]
+            whole = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1) :]
             rows.append((whole, min(len(continuation_enc), len(whole) - 1)))
         out = self._score_rows(rows, disable_tqdm)
         for (key, _, _), res in zip(requests, out):
@@ -124,9 +143,15 @@ class OlmaxLM(TemplateLM):
         windows, owner = [], []
         for k, req in enumerate(requests):
             (text,) = req.args
-            for ctx, pred in map(make_disjoint_window, get_rolling_token_windows(
-                    self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length,
-                    context_len=1)):
+            for ctx, pred in map(
+                make_disjoint_window,
+                get_rolling_token_windows(
+                    self.tok_encode(text),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                ),
+            ):
                 windows.append((None, ctx, pred))
                 owner.append(k)
         scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm) if windows else []
@@ -153,7 +178,7 @@ class OlmaxLM(TemplateLM):
             prompts = []
             for i in members:
                 ids = self.tok_encode(requests[i].args[0]) or [self.eot_token_id]
-                prompts.append(ids[-(self.max_length - max_new):])
+                prompts.append(ids[-(self.max_length - max_new) :])
             gens = greedy_generate(self.model, prompts, max_new, self.pad_id, batch_size=self.batch_size)
             for i, gen in zip(members, gens):
                 if self.eot_token_id in gen:
@@ -167,9 +192,17 @@ class OlmaxLM(TemplateLM):
         return out  # type: ignore[return-value]
 
 
-def evaluate(lm, tasks: Sequence[str], *, include_path: str | list[str] | None = None,
-             include_defaults: bool | None = None, num_fewshot: int | None = None, limit: float | None = None,
-             seed: int = 1234, log_samples: bool = False) -> dict:
+def evaluate(
+    lm,
+    tasks: Sequence[str],
+    *,
+    include_path: str | list[str] | None = None,
+    include_defaults: bool | None = None,
+    num_fewshot: int | None = None,
+    limit: float | None = None,
+    seed: int = 1234,
+    log_samples: bool = False,
+) -> dict:
     """Run lm-eval tasks on `lm` (an OlmaxLM, or any lm-eval model such as its `hf` one); returns lm-eval's
     results dict (JSON-safe parts).
 
@@ -196,27 +229,64 @@ def evaluate(lm, tasks: Sequence[str], *, include_path: str | list[str] | None =
         tm = TaskManager(include_path=include_path, include_defaults=include_defaults is not False)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
-        raise OlmaxError(f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "
-                         "(offline: dataset_path: arrow)")
-    res = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
-                                  task_manager=tm, log_samples=log_samples, bootstrap_iters=0, random_seed=seed,
-                                  numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+        raise OlmaxError(
+            f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "
+            "(offline: dataset_path: arrow)"
+        )
+    res = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=list(tasks),
+        num_fewshot=num_fewshot,
+        limit=limit,
+        task_manager=tm,
+        log_samples=log_samples,
+        bootstrap_iters=0,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+    )
     keep = {k: res.get(k) for k in ("results", "versions", "n-shot", "n-samples", "higher_is_better")}
     if log_samples:
-        keep["samples"] = {task: [{"doc_id": x["doc_id"], "target": x.get("target"),
-                                   "responses": [r[0] if len(r) == 1 else r for r in x["resps"]]}
-                                  for x in sorted(rows, key=lambda x: x["doc_id"])]
-                           for task, rows in (res.get("samples") or {}).items()}
+        keep["samples"] = {
+            task: [
+                {
+                    "doc_id": x["doc_id"],
+                    "target": x.get("target"),
+                    "responses": [r[0] if len(r) == 1 else r for r in x["resps"]],
+                }
+                for x in sorted(rows, key=lambda x: x["doc_id"])
+            ]
+            for task, rows in (res.get("samples") or {}).items()
+        }
     return json.loads(json.dumps(keep, default=str))
 
 
-def run_lm_eval(checkpoint: str, tasks: Sequence[str], *, tokenizer: str | None = None, batch_size: int = 8,
-                max_length: int | None = None, dtype: str = "float32", include_path: str | None = None,
-                num_fewshot: int | None = None, limit: float | None = None, seed: int = 1234,
-                log_samples: bool = False) -> dict:
+def run_lm_eval(
+    checkpoint: str,
+    tasks: Sequence[str],
+    *,
+    tokenizer: str | None = None,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    dtype: str = "float32",
+    include_path: str | None = None,
+    num_fewshot: int | None = None,
+    limit: float | None = None,
+    seed: int = 1234,
+    log_samples: bool = False,
+) -> dict:
     """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results)."""
-    lm = OlmaxLM(checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
-                 dtype=dtype)
-    res = evaluate(lm, list(tasks), include_path=include_path, num_fewshot=num_fewshot, limit=limit, seed=seed,
-                   log_samples=log_samples)
+    lm = OlmaxLM(
+        checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, dtype=dtype
+    )
+    res = evaluate(
+        lm,
+        list(tasks),
+        include_path=include_path,
+        num_fewshot=num_fewshot,
+        limit=limit,
+        seed=seed,
+        log_samples=log_samples,
+    )
     return {"checkpoint": checkpoint, "tasks": list(tasks), **res}

@@ -15,16 +15,36 @@ from pathlib import Path
 
 # task name -> (bundled set, prompt, choices, target); Jinja over one row of the set
 TASKS: dict[str, tuple[str, str, str, str]] = {
-    "olmax_arc_easy": ("arc_easy", "Question: {{question}}\nAnswer:", "{{choices.text}}",
-                       "{{choices.label.index(answerKey)}}"),
-    "olmax_arc_challenge": ("arc_challenge", "Question: {{question}}\nAnswer:", "{{choices.text}}",
-                            "{{choices.label.index(answerKey)}}"),
-    "olmax_openbookqa": ("openbookqa", "{{question_stem}}", "{{choices.text}}",
-                         "{{choices.label.index(answerKey)}}"),
-    "olmax_boolq": ("boolq", "{{passage}}\nQuestion: {{question}}?\nAnswer:", '["no", "yes"]',
-                    "{{1 if answer else 0}}"),
-    "olmax_sciq": ("sciq", "{{support}}\nQuestion: {{question}}\nAnswer:",
-                   "{{[distractor1, distractor2, distractor3, correct_answer]}}", "3"),
+    "olmax_arc_easy": (
+        "arc_easy",
+        "Question: {{question}}\nAnswer:",
+        "{{choices.text}}",
+        "{{choices.label.index(answerKey)}}",
+    ),
+    "olmax_arc_challenge": (
+        "arc_challenge",
+        "Question: {{question}}\nAnswer:",
+        "{{choices.text}}",
+        "{{choices.label.index(answerKey)}}",
+    ),
+    "olmax_openbookqa": (
+        "openbookqa",
+        "{{question_stem}}",
+        "{{choices.text}}",
+        "{{choices.label.index(answerKey)}}",
+    ),
+    "olmax_boolq": (
+        "boolq",
+        "{{passage}}\nQuestion: {{question}}?\nAnswer:",
+        '["no", "yes"]',
+        "{{1 if answer else 0}}",
+    ),
+    "olmax_sciq": (
+        "sciq",
+        "{{support}}\nQuestion: {{question}}\nAnswer:",
+        "{{[distractor1, distractor2, distractor3, correct_answer]}}",
+        "3",
+    ),
     "olmax_piqa": ("piqa", "Question: {{goal}}\nAnswer:", "{{[sol1, sol2]}}", "{{label}}"),
 }
 
@@ -41,8 +61,10 @@ def task_yaml(name: str, arrow_files: list[str]) -> str:
         "doc_to_text": prompt,
         "doc_to_choice": choices,
         "doc_to_target": target,
-        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-                        {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}],
+        "metric_list": [
+            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+            {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
+        ],
         "metadata": {"version": 1.0},
     }
     return json.dumps(spec, indent=2) + "\n"

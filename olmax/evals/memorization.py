@@ -38,8 +38,19 @@ from olmax.evals.model_checks import (
 )
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
-__all__ = ["Thresholds", "check_contaminated", "check_exposure", "check_extraction", "check_gap", "check_reference",
-           "check_train_vs_unseen", "memorization_report", "MemorizationInputs", "run_memorization", "summary"]
+__all__ = [
+    "Thresholds",
+    "check_contaminated",
+    "check_exposure",
+    "check_extraction",
+    "check_gap",
+    "check_reference",
+    "check_train_vs_unseen",
+    "memorization_report",
+    "MemorizationInputs",
+    "run_memorization",
+    "summary",
+]
 
 
 def check_gap(run: Curves, th: Thresholds) -> dict:
@@ -61,33 +72,57 @@ def check_gap(run: Curves, th: Thresholds) -> dict:
             distance.append(abs(h - t_s))
             d_train = t_s - t_last
             d_held = h - ce[-1]
-            if not (math.isfinite(d_train) and d_train >= th.min_train_drop) or distance[-1] > th.comparable_nats:
+            if (
+                not (math.isfinite(d_train) and d_train >= th.min_train_drop)
+                or distance[-1] > th.comparable_nats
+            ):
                 continue
             widening = d_train - d_held
             if best is None or widening > best["widening"]:
-                best = {"from_step": int(s), "to_step": int(last), "train_drop": d_train, "heldout_drop": d_held,
-                        "widening": widening, "heldout_share": d_held / d_train}
+                best = {
+                    "from_step": int(s),
+                    "to_step": int(last),
+                    "train_drop": d_train,
+                    "heldout_drop": d_held,
+                    "widening": widening,
+                    "heldout_share": d_held / d_train,
+                }
         if best is None:
             if distance and min(distance) > th.comparable_nats:
-                per_set[name] = skipped_check(f"{name}: held-out CE is {min(distance):.2f}+ nats from the train loss at "
-                                         f"every earlier eval step (> {th.comparable_nats}): a set unlike the "
-                                         "training mix; check 5 compares with never-served mix text instead")
+                per_set[name] = skipped_check(
+                    f"{name}: held-out CE is {min(distance):.2f}+ nats from the train loss at "
+                    f"every earlier eval step (> {th.comparable_nats}): a set unlike the "
+                    "training mix; check 5 compares with never-served mix text instead"
+                )
             else:
-                per_set[name] = check_verdict(False, f"{name}: train loss fell by less than {th.min_train_drop} "
-                                         "between comparable eval steps", train_drop=None)
+                per_set[name] = check_verdict(
+                    False,
+                    f"{name}: train loss fell by less than {th.min_train_drop} between comparable eval steps",
+                    train_drop=None,
+                )
             continue
         hit = best["widening"] > th.gap_growth_nats and best["heldout_share"] < th.gap_heldout_share
-        msg = (f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
-               f"held-out {best['heldout_drop']:.3f} (share {best['heldout_share']:.2f}; flags when share < "
-               f"{th.gap_heldout_share} and the gap widens > {th.gap_growth_nats} nats)")
+        msg = (
+            f"{name}: steps {best['from_step']}->{best['to_step']} train loss fell {best['train_drop']:.3f}, "
+            f"held-out {best['heldout_drop']:.3f} (share {best['heldout_share']:.2f}; flags when share < "
+            f"{th.gap_heldout_share} and the gap widens > {th.gap_growth_nats} nats)"
+        )
         per_set[name] = check_verdict(hit, msg, **best)
         if hit:
             flagged.append(name)
     if all(v["status"] == "skipped" for v in per_set.values()):
-        return {**skipped_check("no held-out set has two eval steps with a loss comparable to the train loss "
-                           "(per-set reasons below)"), "sets": per_set}
-    msg = (f"held-out loss did not follow train loss on {', '.join(flagged)}" if flagged
-           else "held-out loss followed train loss on every set")
+        return {
+            **skipped_check(
+                "no held-out set has two eval steps with a loss comparable to the train loss "
+                "(per-set reasons below)"
+            ),
+            "sets": per_set,
+        }
+    msg = (
+        f"held-out loss did not follow train loss on {', '.join(flagged)}"
+        if flagged
+        else "held-out loss followed train loss on every set"
+    )
     return {**check_verdict(bool(flagged), msg), "sets": per_set}
 
 
@@ -99,14 +134,22 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
     steps = [run.heldout[n][0] for n in run.heldout] or [run.train_steps]
     common = [s for s in np.unique(np.concatenate(steps)) if ref.train_steps[0] <= s <= ref.train_steps[-1]]
     if not common:
-        return skipped_check(f"no step of the run lies within the reference's steps "
-                        f"[{ref.train_steps[0]:.0f}, {ref.train_steps[-1]:.0f}]")
+        return skipped_check(
+            f"no step of the run lies within the reference's steps "
+            f"[{ref.train_steps[0]:.0f}, {ref.train_steps[-1]:.0f}]"
+        )
     step = float(common[-1])
     train_gain = ref.train_at(step, th.train_window) - run.train_at(step, th.train_window)
     out = {"step": int(step), "train_gain": train_gain, "sets": {}}
     if train_gain < th.reference_gain_nats:
-        return {**check_verdict(False, f"train loss is not below the reference by {th.reference_gain_nats} nats at "
-                           f"step {int(step)} (gain {train_gain:.3f})"), **out}
+        return {
+            **check_verdict(
+                False,
+                f"train loss is not below the reference by {th.reference_gain_nats} nats at "
+                f"step {int(step)} (gain {train_gain:.3f})",
+            ),
+            **out,
+        }
     flagged = []
     for name, (steps_h, ce) in run.heldout.items():
         if name not in ref.heldout or step not in steps_h:
@@ -121,42 +164,76 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
         if hit:
             flagged.append(name)
     if not out["sets"]:
-        return {**check_verdict(False, f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}, "
-                           "but the reference has no held-out curve to compare (check 2 still applies)"),
-                **out, "status": "unattributed"}
-    msg = (f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}; held-out gain "
-           + ", ".join(f"{n} {v['heldout_gain']:.3f}" for n, v in out["sets"].items())
-           + f" (flags when held-out keeps < {th.reference_heldout_share} of the gain)")
+        return {
+            **check_verdict(
+                False,
+                f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}, "
+                "but the reference has no held-out curve to compare (check 2 still applies)",
+            ),
+            **out,
+            "status": "unattributed",
+        }
+    msg = (
+        f"train loss beats the reference by {train_gain:.3f} nats at step {int(step)}; held-out gain "
+        + ", ".join(f"{n} {v['heldout_gain']:.3f}" for n, v in out["sets"].items())
+        + f" (flags when held-out keeps < {th.reference_heldout_share} of the gain)"
+    )
     return {**check_verdict(bool(flagged), msg), **out}
 
 
-def memorization_report(run: Curves | None, *, reference: Curves | None = None, exposure: Exposure | None = None,
-                        model=None, thresholds: Thresholds | None = None, per_stratum: int = 64,
-                        probe_len: int = 512, batch_size: int = 8, pad_id: int = 0,
-                        gains: dict | None = None) -> dict:
+def memorization_report(
+    run: Curves | None,
+    *,
+    reference: Curves | None = None,
+    exposure: Exposure | None = None,
+    model=None,
+    thresholds: Thresholds | None = None,
+    per_stratum: int = 64,
+    probe_len: int = 512,
+    batch_size: int = 8,
+    pad_id: int = 0,
+    gains: dict | None = None,
+) -> dict:
     """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
-        "reference": (check_reference(run, reference, th) if run is not None and reference is not None
-                      else skipped_check("no --reference given")),
+        "reference": (
+            check_reference(run, reference, th)
+            if run is not None and reference is not None
+            else skipped_check("no --reference given")
+        ),
     }
     if exposure is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check("no exposure file (--exposure)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check(
+            "no exposure file (--exposure)"
+        )
     elif model is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check("no model (--checkpoint)")
+        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check(
+            "no model (--checkpoint)"
+        )
     else:
-        checks["exposure"] = check_exposure(model, exposure, th, per_stratum=per_stratum, probe_len=probe_len,
-                                            batch_size=batch_size)
-        checks["extract"] = check_extraction(model, exposure, th, per_stratum=per_stratum, batch_size=batch_size,
-                                             pad_id=pad_id)
+        checks["exposure"] = check_exposure(
+            model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
+        )
+        checks["extract"] = check_extraction(
+            model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
+        )
         checks["train_vs_unseen"] = (
             check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
-            if run is not None else skipped_check("no run metrics"))
-    checks["contaminated"] = (check_contaminated(gains, th) if gains is not None else
-                              skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report"))
-    return {"flagged": any(c["flagged"] for c in checks.values()),
-            "checks": checks, "thresholds": dataclasses.asdict(th)}
+            if run is not None
+            else skipped_check("no run metrics")
+        )
+    checks["contaminated"] = (
+        check_contaminated(gains, th)
+        if gains is not None
+        else skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report")
+    )
+    return {
+        "flagged": any(c["flagged"] for c in checks.values()),
+        "checks": checks,
+        "thresholds": dataclasses.asdict(th),
+    }
 
 
 def summary(report: dict) -> str:
@@ -208,8 +285,9 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     run = read_run(run_dir)
     gains = _gains(inp, run_dir)  # before the model loads: a bad --leaks/--eval fails fast
     ref = read_reference(inp.reference) if inp.reference else None
-    exp_path = inp.exposure or next((str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json")
-                                     if p.is_file()), None)
+    exp_path = inp.exposure or next(
+        (str(p) for p in (run_dir / "exposure.npz", run_dir / "exposure.json") if p.is_file()), None
+    )
     exposure = model = None
     pad_id, step = 0, None
     if inp.checkpoint:
@@ -223,19 +301,34 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
     if exp_path:
-        exposure = attach_mix(read_exposure(exp_path), inp.stream,
-                              unseen_per_source=inp.per_stratum if inp.stream else 0)
+        exposure = attach_mix(
+            read_exposure(exp_path), inp.stream, unseen_per_source=inp.per_stratum if inp.stream else 0
+        )
     elif step is not None and inp.replay:
         from olmax.evals.run_dir import replay_exposure
 
         exp_path = f"replayed from {run_dir / 'config.yaml'} up to step {step}"
         exposure = replay_exposure(run_dir, step, unseen_per_source=inp.per_stratum)
-    report = memorization_report(run, reference=ref, exposure=exposure, model=model, thresholds=th,
-                                 per_stratum=inp.per_stratum, probe_len=inp.probe_len,
-                                 batch_size=inp.batch_size, pad_id=pad_id, gains=gains)
-    report = {"run": str(run_dir), "reference": inp.reference, "exposure": exp_path,
-              "checkpoint": inp.checkpoint or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
-              **report}
+    report = memorization_report(
+        run,
+        reference=ref,
+        exposure=exposure,
+        model=model,
+        thresholds=th,
+        per_stratum=inp.per_stratum,
+        probe_len=inp.probe_len,
+        batch_size=inp.batch_size,
+        pad_id=pad_id,
+        gains=gains,
+    )
+    report = {
+        "run": str(run_dir),
+        "reference": inp.reference,
+        "exposure": exp_path,
+        "checkpoint": inp.checkpoint
+        or (f"{run_dir / 'checkpoints'} step {step}" if step is not None else None),
+        **report,
+    }
     if inp.plot and (run.train_steps.size or run.heldout):
         from olmax.evals.plots import plot_run
 
@@ -251,11 +344,21 @@ def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
         return read_json(inp.gains, "an `olmax eval gains` report")
     if not inp.leaks or not inp.evals:
         if inp.leaks or inp.evals:
-            raise OlmaxError("check 6 needs both --leaks (an `olmax audit leaks` report) and --eval NAME[=PATH]")
+            raise OlmaxError(
+                "check 6 needs both --leaks (an `olmax audit leaks` report) and --eval NAME[=PATH]"
+            )
         return None
     from olmax.evals.gains import GainsInputs, gains_report, score_run
 
-    scores = score_run(GainsInputs(run=str(run_dir), leaks=inp.leaks, evals=tuple(inp.evals),
-                                   limit=inp.eval_limit, batch_size=inp.batch_size, tokenizer=inp.tokenizer,
-                                   dtype=inp.dtype))
+    scores = score_run(
+        GainsInputs(
+            run=str(run_dir),
+            leaks=inp.leaks,
+            evals=tuple(inp.evals),
+            limit=inp.eval_limit,
+            batch_size=inp.batch_size,
+            tokenizer=inp.tokenizer,
+            dtype=inp.dtype,
+        )
+    )
     return gains_report(scores)

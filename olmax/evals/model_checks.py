@@ -17,8 +17,16 @@ def _sample(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
     return np.sort(rng.choice(rows, size=min(n, rows.size), replace=False)) if rows.size else rows
 
 
-def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 64, probe_len: int = 512,
-                   batch_size: int = 8, seed: int = 0) -> dict:
+def check_exposure(
+    model,
+    exp: Exposure,
+    th: Thresholds,
+    *,
+    per_stratum: int = 64,
+    probe_len: int = 512,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> dict:
     """Check 1: per source, CE on never-served, once-served and repeated instances (first probe_len tokens).
 
     Seeing text once already lowers its loss a little (more so right after it was seen), so the statistic
@@ -48,11 +56,16 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
             mask[:, -1] = 0
             nll, count, _ = score(model, toks, targets, mask, batch_size=batch_size)
             per_row = nll / count
-            stats[label] = {"instances": int(rows.size), "ce": float(nll.sum() / count.sum()),
-                            "stderr": float(per_row.std(ddof=1) / np.sqrt(rows.size)) if rows.size > 1 else None,
-                            "mean_exposure": float(exp.count[rows].mean())}
+            stats[label] = {
+                "instances": int(rows.size),
+                "ce": float(nll.sum() / count.sum()),
+                "stderr": float(per_row.std(ddof=1) / np.sqrt(rows.size)) if rows.size > 1 else None,
+                "mean_exposure": float(exp.count[rows].mean()),
+            }
         r = stats["repeated"]
-        base = next((label for label in ("once", "unseen") if stats[label]["instances"] >= th.min_samples), None)
+        base = next(
+            (label for label in ("once", "unseen") if stats[label]["instances"] >= th.min_samples), None
+        )
         if r["instances"] >= th.min_samples and base is not None:
             b = stats[base]
             excess = b["ce"] - r["ce"]
@@ -75,27 +88,48 @@ def check_exposure(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 6
                 ce = _window_ce(model, exp.tokens[pool, :length], batch_size)
                 excess = float(ce.mean()) - r["ce"]
                 se = float(np.hypot(ce.std(ddof=1) / np.sqrt(ce.size), r["stderr"] or 0.0))
-                stats.update(compared_with=f"{base} (other sources)", baseline_ce=float(ce.mean()),
-                             excess_nats=excess, excess_stderr=se)
+                stats.update(
+                    compared_with=f"{base} (other sources)",
+                    baseline_ce=float(ce.mean()),
+                    excess_nats=excess,
+                    excess_stderr=se,
+                )
                 if excess > th.exposure_gap_nats and excess > 3 * se:
                     flagged.append(src)
                 break
     compared = [s for s, v in per_source.items() if "excess_nats" in v]
     if not compared:
-        return {**skipped_check(f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
-                           f">= {th.min_samples} once-seen or unseen instances"), "sources": per_source}
+        return {
+            **skipped_check(
+                f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
+                f">= {th.min_samples} once-seen or unseen instances"
+            ),
+            "sources": per_source,
+        }
     worst = max(compared, key=lambda s: per_source[s]["excess_nats"])
     w = per_source[worst]
     base = {"once": "once-seen", "unseen": "never-served"}[w["compared_with"].replace(" (other sources)", "")]
-    where = "of other sources (it has none of its own)" if "other" in w["compared_with"] else "of the same source"
-    msg = (f"source {worst}: CE on instances served >= {th.repeat_min}x is {w['excess_nats']:.3f} "
-           f"(+-{w['excess_stderr']:.3f}) nats below {base} text {where} "
-           f"(flags above {th.exposure_gap_nats} and 3 standard errors)")
+    where = (
+        "of other sources (it has none of its own)" if "other" in w["compared_with"] else "of the same source"
+    )
+    msg = (
+        f"source {worst}: CE on instances served >= {th.repeat_min}x is {w['excess_nats']:.3f} "
+        f"(+-{w['excess_stderr']:.3f}) nats below {base} text {where} "
+        f"(flags above {th.exposure_gap_nats} and 3 standard errors)"
+    )
     return {**check_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
 
 
-def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int = 64, batch_size: int = 8,
-                     pad_id: int = 0, seed: int = 0) -> dict:
+def check_extraction(
+    model,
+    exp: Exposure,
+    th: Thresholds,
+    *,
+    per_stratum: int = 64,
+    batch_size: int = 8,
+    pad_id: int = 0,
+    seed: int = 0,
+) -> dict:
     """Check 4: extractable memorization, exact-match rate of greedy continuations of training prefixes."""
     from olmax.evals.scoring import greedy_generate
 
@@ -112,17 +146,22 @@ def check_extraction(model, exp: Exposure, th: Thresholds, *, per_stratum: int =
             out[label] = {"instances": int(rows.size)}
             continue
         prompts = exp.tokens[rows, : th.extract_prefix].tolist()
-        want = exp.tokens[rows, th.extract_prefix: need]
+        want = exp.tokens[rows, th.extract_prefix : need]
         got = np.asarray(greedy_generate(model, prompts, th.extract_new, pad_id, batch_size=batch_size))
-        out[label] = {"instances": int(rows.size), "exact_match_rate": float((got == want).all(axis=1).mean()),
-                      "token_match_rate": float((got == want).mean())}
+        out[label] = {
+            "instances": int(rows.size),
+            "exact_match_rate": float((got == want).all(axis=1).mean()),
+            "token_match_rate": float((got == want).mean()),
+        }
     if any("exact_match_rate" not in v for v in out.values()):
         return {**skipped_check(f"needs >= {th.min_samples} repeated and unrepeated instances"), **out}
     diff = out["repeated"]["exact_match_rate"] - out["unrepeated"]["exact_match_rate"]
     hit = diff > th.extract_rate_gap
-    msg = (f"greedy {th.extract_new}-token continuation of a {th.extract_prefix}-token prefix matches exactly on "
-           f"{out['repeated']['exact_match_rate']:.1%} of repeated vs {out['unrepeated']['exact_match_rate']:.1%} "
-           f"of unrepeated instances (flags when the difference > {th.extract_rate_gap:.0%})")
+    msg = (
+        f"greedy {th.extract_new}-token continuation of a {th.extract_prefix}-token prefix matches exactly on "
+        f"{out['repeated']['exact_match_rate']:.1%} of repeated vs {out['unrepeated']['exact_match_rate']:.1%} "
+        f"of unrepeated instances (flags when the difference > {th.extract_rate_gap:.0%})"
+    )
     return {**check_verdict(hit, msg, rate_difference=diff), **out}
 
 
@@ -138,8 +177,16 @@ def _window_ce(model, tokens: np.ndarray, batch_size: int) -> np.ndarray:
     return nll / count
 
 
-def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, per_stratum: int = 64,
-                          batch_size: int = 8, seed: int = 0) -> dict:
+def check_train_vs_unseen(
+    model,
+    run: Curves,
+    exp: Exposure,
+    th: Thresholds,
+    *,
+    per_stratum: int = 64,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> dict:
     """Check 5: train loss near the checkpoint step vs the checkpoint's CE on never-served text of the mix."""
     if exp.tokens is None or exp.source is None:
         return skipped_check("the exposure data has no tokens/sources; pass --mix")
@@ -149,7 +196,7 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
     before = run.train_steps <= step
     if not before.any():
         return skipped_check(f"no train loss logged at or before step {step}")
-    recent = run.train_loss[before][-th.train_window:]
+    recent = run.train_loss[before][-th.train_window :]
     train = float(recent.mean())
     train_se = float(recent.std(ddof=1) / np.sqrt(recent.size)) if recent.size > 1 else 0.0
     rng = np.random.default_rng(seed + 2)
@@ -166,23 +213,38 @@ def check_train_vs_unseen(model, run: Curves, exp: Exposure, th: Thresholds, *, 
     covered = {k: v for k, v in sources.items() if "unseen_ce" in v}
     total = sum(v["served_instances"] for v in sources.values())
     if not covered or not total:
-        return {**skipped_check("no served source has enough never-served text to compare"), "sources": sources}
+        return {
+            **skipped_check("no served source has enough never-served text to compare"),
+            "sources": sources,
+        }
     w = sum(v["served_instances"] for v in covered.values())
     unseen = sum(v["served_instances"] * v["unseen_ce"] for v in covered.values()) / w
     # standard error of the difference: the unseen sample's and the logged train losses' (step-to-step noise)
-    se = float(np.sqrt(train_se ** 2 + sum((v["served_instances"] / w * v["stderr"]) ** 2
-                                           for v in covered.values())))
+    se = float(
+        np.sqrt(train_se**2 + sum((v["served_instances"] / w * v["stderr"]) ** 2 for v in covered.values()))
+    )
     coverage = w / total
     gap = unseen - train
     hit = gap > th.unseen_gap_nats and gap > 3 * se
     missing = sorted(k for k, v in sources.items() if k not in covered and v["served_instances"])
-    msg = (f"train loss {train:.3f} (mean of the last {recent.size} steps to {step}) vs {unseen:.3f} (+-{se:.3f}) "
-           f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats} "
-           f"and 3 standard errors)")
+    msg = (
+        f"train loss {train:.3f} (mean of the last {recent.size} steps to {step}) vs {unseen:.3f} (+-{se:.3f}) "
+        f"on never-served text of the same sources: {gap:+.3f} nats (flags above {th.unseen_gap_nats} "
+        f"and 3 standard errors)"
+    )
     if missing:
         msg += f"; {1 - coverage:.0%} of the served stream came from {', '.join(missing)}, with no unseen text left"
-    return check_verdict(hit, msg, step=step, train_loss=train, unseen_ce=unseen, gap_nats=gap, stderr=se,
-                    coverage=coverage, sources=sources)
+    return check_verdict(
+        hit,
+        msg,
+        step=step,
+        train_loss=train,
+        unseen_ce=unseen,
+        gap_nats=gap,
+        stderr=se,
+        coverage=coverage,
+        sources=sources,
+    )
 
 
 def check_contaminated(gains: dict, th: Thresholds) -> dict:
@@ -199,27 +261,39 @@ def check_contaminated(gains: dict, th: Thresholds) -> dict:
             per_set[name] = skipped_check(f"{name}: {block.get('note', 'no CE scores')}")
             continue
         if min(block["contaminated"], block["clean"]) < th.min_samples:
-            per_set[name] = skipped_check(f"{name}: {block['contaminated']} contaminated and {block['clean']} clean "
-                                          f"items (needs >= {th.min_samples} of each)")
+            per_set[name] = skipped_check(
+                f"{name}: {block['contaminated']} contaminated and {block['clean']} clean "
+                f"items (needs >= {th.min_samples} of each)"
+            )
             continue
         steps = block["steps"]
         if len(steps) < 2:
-            per_set[name] = skipped_check(f"{name}: one checkpoint scored (step {steps[0]}, gap {ce['gap'][0]:+.3f} "
-                                          "nats); the gain needs two")
+            per_set[name] = skipped_check(
+                f"{name}: one checkpoint scored (step {steps[0]}, gap {ce['gap'][0]:+.3f} "
+                "nats); the gain needs two"
+            )
             continue
         gain, lo, hi = ce["gain"][-1], ce["gain_lo"][-1], ce["gain_hi"][-1]
         hit = lo > th.contam_gain_nats
-        msg = (f"{name}: from step {steps[0]} to {steps[-1]} the {block['contaminated']} contaminated items gained "
-               f"{gain:+.3f} [{lo:+.3f}, {hi:+.3f}] nats of CE over the {block['clean']} clean ones "
-               f"(gap {ce['gap'][0]:+.3f} -> {ce['gap'][-1]:+.3f}; flags when the interval is above "
-               f"{th.contam_gain_nats})")
-        per_set[name] = check_verdict(hit, msg, from_step=steps[0], to_step=steps[-1], gain_nats=gain,
-                                      gain_lo=lo, gain_hi=hi)
+        msg = (
+            f"{name}: from step {steps[0]} to {steps[-1]} the {block['contaminated']} contaminated items gained "
+            f"{gain:+.3f} [{lo:+.3f}, {hi:+.3f}] nats of CE over the {block['clean']} clean ones "
+            f"(gap {ce['gap'][0]:+.3f} -> {ce['gap'][-1]:+.3f}; flags when the interval is above "
+            f"{th.contam_gain_nats})"
+        )
+        per_set[name] = check_verdict(
+            hit, msg, from_step=steps[0], to_step=steps[-1], gain_nats=gain, gain_lo=lo, gain_hi=hi
+        )
         if hit:
             flagged.append(name)
     if not per_set or all(v["status"] == "skipped" for v in per_set.values()):
-        why = "no set has contaminated and clean items scored at two steps" if per_set else "no eval set scored"
+        why = (
+            "no set has contaminated and clean items scored at two steps" if per_set else "no eval set scored"
+        )
         return {**skipped_check(why), "sets": per_set}
-    msg = (f"contaminated items improved beyond clean ones on {', '.join(flagged)}" if flagged
-           else "contaminated items improved no more than clean ones on every set")
+    msg = (
+        f"contaminated items improved beyond clean ones on {', '.join(flagged)}"
+        if flagged
+        else "contaminated items improved no more than clean ones on every set"
+    )
     return {**check_verdict(bool(flagged), msg), "sets": per_set}

@@ -20,8 +20,12 @@ def _smoothed(c: Curves, points: int = 200) -> tuple[np.ndarray, np.ndarray]:
     return c.train_steps[:n].reshape(-1, k).mean(1), c.train_loss[:n].reshape(-1, k).mean(1)
 
 
-def plot_run(run: str | os.PathLike, out: str | os.PathLike, reference: str | os.PathLike | None = None,
-             title: str | None = None) -> Path:
+def plot_run(
+    run: str | os.PathLike,
+    out: str | os.PathLike,
+    reference: str | os.PathLike | None = None,
+    title: str | None = None,
+) -> Path:
     """Write a PNG: train loss (smoothed) and held-out CE per set vs step; dashed: the reference's curves."""
     import matplotlib
 

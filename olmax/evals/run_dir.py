@@ -46,8 +46,14 @@ def _digest(row: np.ndarray) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(row, np.uint32).tobytes(), digest_size=16).digest()
 
 
-def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 64, seed: int = 0,
-                    max_instances: int = 2_000_000) -> Exposure:
+def replay_exposure(
+    run_dir: str | Path,
+    step: int,
+    *,
+    unseen_per_source: int = 64,
+    seed: int = 0,
+    max_instances: int = 2_000_000,
+) -> Exposure:
     """Exposure by content for the first `step` global batches of the run (see the module docstring)."""
     run_dir = Path(run_dir)
     from olmax.train.config import load_run_config
@@ -58,11 +64,16 @@ def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 
     loader = d.open_loader(process_index=0, process_count=1)
     index = loader.index
     if step * d.global_batch_size > max_instances:
-        raise OlmaxError(f"replaying {step} steps x {d.global_batch_size} rows reads more than {max_instances:,} "
-                         "windows; pass --exposure with the loader audit's counts instead")
+        raise OlmaxError(
+            f"replaying {step} steps x {d.global_batch_size} rows reads more than {max_instances:,} "
+            "windows; pass --exposure with the loader audit's counts instead"
+        )
     bpe = loader.batches_per_epoch
-    served = np.concatenate([loader.instance_ids((s - 1) // bpe + 1, (s - 1) % bpe) for s in range(1, step + 1)]
-                            ) if step else np.zeros(0, np.int64)
+    served = (
+        np.concatenate([loader.instance_ids((s - 1) // bpe + 1, (s - 1) % bpe) for s in range(1, step + 1)])
+        if step
+        else np.zeros(0, np.int64)
+    )
     distinct, times = np.unique(served, return_counts=True)
     tokens = read_instance_tokens(index, distinct)
     by_content: Counter[bytes] = Counter()
@@ -73,14 +84,17 @@ def replay_exposure(run_dir: str | Path, step: int, *, unseen_per_source: int = 
     rng = np.random.default_rng(seed)
     src_all = index.source_ids(np.arange(index.num_instances))
     unserved = np.setdiff1d(np.arange(index.num_instances), distinct)
-    extra = [rng.choice(pool, size=min(unseen_per_source, pool.size), replace=False)
-             for s in range(len(index.label_names)) if (pool := unserved[src_all[unserved] == s]).size]
+    extra = [
+        rng.choice(pool, size=min(unseen_per_source, pool.size), replace=False)
+        for s in range(len(index.label_names))
+        if (pool := unserved[src_all[unserved] == s]).size
+    ]
     extra_ids = np.sort(np.concatenate(extra)).astype(np.int64) if extra else np.zeros(0, np.int64)
     extra_tokens = read_instance_tokens(index, extra_ids)
     ids = np.concatenate([distinct, extra_ids])
     all_tokens = np.concatenate([tokens, extra_tokens])
-    counts = np.asarray([by_content[dg] for dg in digests] + [by_content.get(_digest(r), 0) for r in extra_tokens],
-                        np.int64)
+    counts = np.asarray(
+        [by_content[dg] for dg in digests] + [by_content.get(_digest(r), 0) for r in extra_tokens], np.int64
+    )
     source = np.asarray(index.label_names)[index.source_ids(ids)]
-    return Exposure(ids, counts, source, all_tokens, d.seq_len, mix, step,
-                    f"{run_dir} (replayed)")
+    return Exposure(ids, counts, source, all_tokens, d.seq_len, mix, step, f"{run_dir} (replayed)")

@@ -39,9 +39,11 @@ def load_model(path: str | os.PathLike, dtype: str = "float32"):
         from olmax.evals.run_dir import load_run_model
 
         return load_run_model(*found, dtype)[0]
-    raise OlmaxError(f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
-                     "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
-                     "one of its checkpoints/<step> folders")
+    raise OlmaxError(
+        f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
+        "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
+        "one of its checkpoints/<step> folders"
+    )
 
 
 def _row_scores(model, inputs_BxL: jax.Array, targets_BxL: jax.Array, mask_BxL: jax.Array):
@@ -89,8 +91,15 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="row", disable=not enabled, leave=False)
 
 
-def score(model, inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray, batch_size: int = 8,
-          progress: bool = False, desc: str = "score") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def score(
+    model,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    mask: np.ndarray,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "score",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nll (N,) float64, n_targets (N,) int64, all_greedy (N,) bool) for N rows, `batch_size` at a time."""
     n = inputs.shape[0]
     fn = _bind(model, "score")
@@ -99,10 +108,17 @@ def score(model, inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray, batc
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
             pad = batch_size - (stop - start)
-            batch = [np.concatenate([a[start:stop], np.repeat(a[stop - 1:stop], pad, axis=0)]) if pad else
-                     a[start:stop] for a in (inputs, targets, mask)]
-            out = fn(jnp.asarray(batch[0], jnp.int32), jnp.asarray(batch[1], jnp.int32),
-                     jnp.asarray(batch[2], jnp.float32))
+            batch = [
+                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
+                if pad
+                else a[start:stop]
+                for a in (inputs, targets, mask)
+            ]
+            out = fn(
+                jnp.asarray(batch[0], jnp.int32),
+                jnp.asarray(batch[1], jnp.int32),
+                jnp.asarray(batch[2], jnp.float32),
+            )
             nll_b, count_b, greedy_b = (np.asarray(x) for x in out)
             nll[start:stop] = nll_b[: stop - start]
             count[start:stop] = count_b[: stop - start]
@@ -111,8 +127,9 @@ def score(model, inputs: np.ndarray, targets: np.ndarray, mask: np.ndarray, batc
     return nll, count, greedy
 
 
-def greedy_generate(model, prompts: list[list[int]], max_new_tokens: int, pad_id: int, batch_size: int = 8,
-                    bucket: int = 64) -> list[list[int]]:
+def greedy_generate(
+    model, prompts: list[list[int]], max_new_tokens: int, pad_id: int, batch_size: int = 8, bucket: int = 64
+) -> list[list[int]]:
     """Greedy continuations of `max_new_tokens` tokens for each prompt (full forward per token, no KV cache).
 
     Rows of different prompt lengths decode together: each row writes at its own cursor, and causal
@@ -125,7 +142,7 @@ def greedy_generate(model, prompts: list[list[int]], max_new_tokens: int, pad_id
     fn = _bind(model, "greedy")
     out: list[list[int]] = []
     for start in range(0, len(prompts), batch_size):
-        rows = prompts[start:start + batch_size]
+        rows = prompts[start : start + batch_size]
         longest = max(len(p) for p in rows) + max_new_tokens
         t = -(-longest // bucket) * bucket
         buf = np.full((batch_size, t), pad_id, np.int32)
@@ -134,5 +151,5 @@ def greedy_generate(model, prompts: list[list[int]], max_new_tokens: int, pad_id
             buf[i, : len(p)] = p
             cur[i] = len(p)
         res = np.asarray(fn(jnp.asarray(buf), jnp.asarray(cur), int(max_new_tokens)))
-        out.extend(res[i, cur[i]: cur[i] + max_new_tokens].tolist() for i in range(len(rows)))
+        out.extend(res[i, cur[i] : cur[i] + max_new_tokens].tolist() for i in range(len(rows)))
     return out

@@ -65,15 +65,22 @@ def load_eval_set(name: str, path: str, text_field: str = "text", limit: int | N
     if not rows:
         raise OlmaxError(f"eval set {name!r} ({path}) holds no documents")
     docs = documents(name, rows, text_field)
-    return EvalSet(name, tuple(d for d, _ in docs), tuple(t for _, t in docs), source,
-                   tuple(it.id for it in audit_items(rows)))
+    return EvalSet(
+        name,
+        tuple(d for d, _ in docs),
+        tuple(t for _, t in docs),
+        source,
+        tuple(it.id for it in audit_items(rows)),
+    )
 
 
 def contaminated_ids(leaks_report: Mapping[str, Any]) -> dict[str, set[str]]:
     """{eval name: ids} from an audit leaks report (`"contaminated": [{"eval": NAME, "id": ID, ...}]`)."""
     rows = leaks_report.get("contaminated")
     if not isinstance(rows, list):
-        raise OlmaxError("leaks report has no \"contaminated\" list; pass the JSON of `olmax audit leaks --out`")
+        raise OlmaxError(
+            'leaks report has no "contaminated" list; pass the JSON of `olmax audit leaks --out`'
+        )
     out: dict[str, set[str]] = {}
     for r in rows:
         out.setdefault(str(r["eval"]), set()).add(str(r["id"]))
@@ -85,11 +92,18 @@ def clean_rows(eval_set: EvalSet, drop_ids: set[str]) -> list[int]:
     if not drop_ids:
         return list(range(len(eval_set)))
     theirs = eval_set.audit_ids or (None,) * len(eval_set)
-    return [i for i, (d, a) in enumerate(zip(eval_set.ids, theirs)) if d not in drop_ids and a not in drop_ids]
+    return [
+        i for i, (d, a) in enumerate(zip(eval_set.ids, theirs)) if d not in drop_ids and a not in drop_ids
+    ]
 
 
 def clean_subset(eval_set: EvalSet, drop_ids: set[str]) -> EvalSet:
     """The documents of `eval_set` whose id is not in `drop_ids` (the audit's clean subset)."""
     keep = clean_rows(eval_set, drop_ids)
-    return EvalSet(eval_set.name, tuple(eval_set.ids[i] for i in keep), tuple(eval_set.texts[i] for i in keep),
-                   eval_set.source, tuple(eval_set.audit_ids[i] for i in keep) if eval_set.audit_ids else ())
+    return EvalSet(
+        eval_set.name,
+        tuple(eval_set.ids[i] for i in keep),
+        tuple(eval_set.texts[i] for i in keep),
+        eval_set.source,
+        tuple(eval_set.audit_ids[i] for i in keep) if eval_set.audit_ids else (),
+    )

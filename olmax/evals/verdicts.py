@@ -25,7 +25,9 @@ class Thresholds:
     # far from the training distribution says little about memorization (its loss barely moves anyway)
     comparable_nats: float = 0.5
     reference_gain_nats: float = 0.05  # check 3: train-loss gain over the reference that counts
-    reference_heldout_share: float = 0.5  # check 3: flag when held-out keeps less than this share of that gain
+    reference_heldout_share: float = (
+        0.5  # check 3: flag when held-out keeps less than this share of that gain
+    )
     extract_prefix: int = 32  # check 4: prompt tokens
     extract_new: int = 32  # check 4: greedy tokens compared
     extract_rate_gap: float = 0.05  # check 4: exact-match rate repeated - unrepeated above this flags
@@ -42,7 +44,9 @@ class Thresholds:
         for item in overrides:
             name, _, raw = item.partition("=")
             if name not in fields or not raw:
-                raise OlmaxError(f"--threshold {item!r}: expected NAME=VALUE with NAME one of {sorted(fields)}")
+                raise OlmaxError(
+                    f"--threshold {item!r}: expected NAME=VALUE with NAME one of {sorted(fields)}"
+                )
             values[name] = int(raw) if fields[name] == "int" else float(raw)
         return cls(**values)
 

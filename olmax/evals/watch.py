@@ -46,7 +46,9 @@ class WatchSettings:
 
     run: str  # run folder: a path or a file:// URL
     out: str | None = None  # results folder; None: RUN/evals
-    evals: tuple[str, ...] = ()  # NAME=PATH or bundled names; (): train.eval_sets, $OLMAX_EVAL_SETS, sciq+arc_easy
+    evals: tuple[
+        str, ...
+    ] = ()  # NAME=PATH or bundled names; (): train.eval_sets, $OLMAX_EVAL_SETS, sciq+arc_easy
     limit: int | None = None  # documents per set; None: train.eval_limit, $OLMAX_EVAL_LIMIT, 64; 0: all
     tokenizer: str | None = None  # None: $OLMAX_EVAL_TOKENIZER, else dolma2 (the in-loop hook's rule)
     seq_len: int | None = None  # None: data.seq_len
@@ -73,8 +75,10 @@ def run_folder(run: str) -> Path:
     protocol, _ = fsspec.core.split_protocol(run)
     if protocol in (None, "file", "local"):
         return Path(fsspec.core.url_to_fs(run)[1]) if protocol else Path(run)
-    raise OlmaxError(f"--run {run}: only local folders and file:// URLs are supported ({protocol}:// is not: "
-                     "checkpoints are read in place); mount the bucket (gcsfuse, s3fs, ...) and pass the mounted path")
+    raise OlmaxError(
+        f"--run {run}: only local folders and file:// URLs are supported ({protocol}:// is not: "
+        "checkpoints are read in place); mount the bucket (gcsfuse, s3fs, ...) and pass the mounted path"
+    )
 
 
 @dataclass
@@ -109,15 +113,35 @@ def prepare(settings: WatchSettings) -> Job:
     specs, limit = eval_settings(cfg, settings.evals, settings.limit)
     tok = eval_tokenizer(settings.tokenizer)
     seq_len = settings.seq_len or cfg.data.seq_len
-    leaks = contaminated_ids(read_json(settings.leaks, "an `olmax audit leaks` report")) if settings.leaks else None
-    sets = prepare_eval_sets(specs, tok, seq_len, text_field=settings.text_field, limit=limit or None,
-                             contaminated=leaks, vocab_size=cfg.model.vocab_size)
+    leaks = (
+        contaminated_ids(read_json(settings.leaks, "an `olmax audit leaks` report"))
+        if settings.leaks
+        else None
+    )
+    sets = prepare_eval_sets(
+        specs,
+        tok,
+        seq_len,
+        text_field=settings.text_field,
+        limit=limit or None,
+        contaminated=leaks,
+        vocab_size=cfg.model.vocab_size,
+    )
     # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
     # batch shape keeps the numbers bitwise those of the trainer's records)
     batch_size = settings.batch_size or eval_batch_size(seq_len, cfg.model.vocab_size)
     out = Path(settings.out) if settings.out else run / "evals"
-    job = Job(run, out, cfg, cfg.model.replace(dtype=settings.dtype or cfg.model.dtype), sets, tok, batch_size,
-              min(settings.until_step or cfg.train.steps, cfg.train.steps), settings)
+    job = Job(
+        run,
+        out,
+        cfg,
+        cfg.model.replace(dtype=settings.dtype or cfg.model.dtype),
+        sets,
+        tok,
+        batch_size,
+        min(settings.until_step or cfg.train.steps, cfg.train.steps),
+        settings,
+    )
     job.records = read_records(out)
     check_compatible(job)
     return job
@@ -139,9 +163,11 @@ def check_compatible(job: Job) -> None:
             continue
         theirs = (r.get("fingerprint"), r.get("seq_len"), r.get("tokenizer_sha256"))
         if theirs != mine[r["eval"]]:
-            raise OlmaxError(f"{job.out / RECORDS}: set {r['eval']!r} was evaluated at step {r['step']} with "
-                             f"other content or settings (fingerprint, seq_len, tokenizer {theirs} vs now "
-                             f"{mine[r['eval']]}); name the set differently, or pass another --out")
+            raise OlmaxError(
+                f"{job.out / RECORDS}: set {r['eval']!r} was evaluated at step {r['step']} with "
+                f"other content or settings (fingerprint, seq_len, tokenizer {theirs} vs now "
+                f"{mine[r['eval']]}); name the set differently, or pass another --out"
+            )
 
 
 def wanted_keys(job: Job) -> set[tuple]:
@@ -173,8 +199,11 @@ def pending_steps(job: Job) -> list[int]:
     from olmax.train.checkpoint import complete_steps
 
     every, done = job.settings.every, done_steps(job)
-    return sorted(s for s in complete_steps(job.run / "checkpoints") if s <= job.target and s not in done
-                  and (s % every == 0 or s in (job.target, job.cfg.train.steps)))
+    return sorted(
+        s
+        for s in complete_steps(job.run / "checkpoints")
+        if s <= job.target and s not in done and (s % every == 0 or s in (job.target, job.cfg.train.steps))
+    )
 
 
 def reached_target(job: Job) -> bool:
@@ -200,13 +229,17 @@ def restore_model(job: Job, step: int):
     except OlmaxError as e:
         if step not in complete_steps(job.run / "checkpoints"):
             return None  # gone while its metadata was read
-        raise OlmaxError(f"{e}: a checkpoint of another model than the run's config "
-                         f"({job.run / 'config.yaml'}); evaluate it with its own run folder") from e
+        raise OlmaxError(
+            f"{e}: a checkpoint of another model than the run's config "
+            f"({job.run / 'config.yaml'}); evaluate it with its own run folder"
+        ) from e
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report a missing file in many ways
         if step not in complete_steps(job.run / "checkpoints"):
             return None
-        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}); it is committed, so it is "
-                         "damaged: move it aside and rerun") from e
+        raise OlmaxError(
+            f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}); it is committed, so it is "
+            "damaged: move it aside and rerun"
+        ) from e
     return nnx.merge(graphdef, params)
 
 
@@ -228,10 +261,18 @@ def lm_eval_record(job: Job, model, step: int, task: str) -> dict:
 
     lm = OlmaxLM(model=model, tokenizer=job.tokenizer, batch_size=job.batch_size)
     res = evaluate(lm, [task], include_path=job.settings.lm_eval_include, limit=job.settings.lm_eval_limit)
-    metrics = {k: v for k, v in (res.get("results") or {}).get(task, {}).items() if isinstance(v, int | float)}
+    metrics = {
+        k: v for k, v in (res.get("results") or {}).get(task, {}).items() if isinstance(v, int | float)
+    }
     samples = (res.get("n-samples") or {}).get(task, {})
-    return {"kind": "lm_eval", "step": step, "task": task, "metrics": metrics, "samples": samples.get("effective"),
-            "limit": job.settings.lm_eval_limit}
+    return {
+        "kind": "lm_eval",
+        "step": step,
+        "task": task,
+        "metrics": metrics,
+        "samples": samples.get("effective"),
+        "limit": job.settings.lm_eval_limit,
+    }
 
 
 def memorization_record(job: Job, model, step: int) -> dict:
@@ -244,12 +285,25 @@ def memorization_record(job: Job, model, step: int) -> dict:
 
     run = read_run(job.run)
     keep = run.train_steps <= step
-    curves = Curves(run.source, run.train_steps[keep], run.train_loss[keep],
-                    {k: (s[s <= step], v[s <= step]) for k, (s, v) in run.heldout.items() if np.any(s <= step)})
-    report = memorization_report(curves, exposure=replay_exposure(job.run, step), model=model,
-                                 batch_size=job.batch_size, pad_id=job.model_cfg.pad_token_id or 0)
-    return {"kind": "memorization", "step": step, "flagged": bool(report["flagged"]),
-            "checks": {k: v.get("status") for k, v in report["checks"].items()}}
+    curves = Curves(
+        run.source,
+        run.train_steps[keep],
+        run.train_loss[keep],
+        {k: (s[s <= step], v[s <= step]) for k, (s, v) in run.heldout.items() if np.any(s <= step)},
+    )
+    report = memorization_report(
+        curves,
+        exposure=replay_exposure(job.run, step),
+        model=model,
+        batch_size=job.batch_size,
+        pad_id=job.model_cfg.pad_token_id or 0,
+    )
+    return {
+        "kind": "memorization",
+        "step": step,
+        "flagged": bool(report["flagged"]),
+        "checks": {k: v.get("status") for k, v in report["checks"].items()},
+    }
 
 
 def commit(job: Job, new: list[dict]) -> None:
@@ -258,7 +312,9 @@ def commit(job: Job, new: list[dict]) -> None:
 
     have = {(r["step"], record_key(r)) for r in job.records}
     fresh = [r for r in new if (r["step"], record_key(r)) not in have]
-    records = sorted(job.records + fresh, key=lambda r: r["step"])  # stable: a step's records keep their order
+    records = sorted(
+        job.records + fresh, key=lambda r: r["step"]
+    )  # stable: a step's records keep their order
     write_jsonl(job.out / RECORDS, records)
     job.records = records
     write_views(job)
@@ -286,8 +342,9 @@ def summary_markdown(records: list[dict], run: Path) -> str:
             col = f"{r['eval']} CE" if r["subset"] == "all" else f"{r['eval']} ({r['subset']}) CE"
             cells[col] = f"{r['ce']:.4f}" if r.get("ce") is not None else "nan"
         elif kind == "lm_eval":
-            name, value = next(((k, v) for k, v in sorted(r["metrics"].items()) if k.startswith("acc")),
-                               (None, None))
+            name, value = next(
+                ((k, v) for k, v in sorted(r["metrics"].items()) if k.startswith("acc")), (None, None)
+            )
             col = f"{r['task']} {name.split(',')[0]}" if name else r["task"]
             cells[col] = f"{value:.4f}" if value is not None else "-"
         elif kind == "memorization":
@@ -300,9 +357,17 @@ def summary_markdown(records: list[dict], run: Path) -> str:
             continue
         if col not in cols:
             cols.append(col)
-    lines = [f"# Held-out evals of {run}", "", f"{len(rows)} checkpoint step(s); records in `{RECORDS}`.", "",
-             "| step | " + " | ".join(cols) + " |", "|---:|" + "---:|" * len(cols)]
-    lines += [f"| {s} | " + " | ".join(cells.get(c, "") for c in cols) + " |" for s, cells in sorted(rows.items())]
+    lines = [
+        f"# Held-out evals of {run}",
+        "",
+        f"{len(rows)} checkpoint step(s); records in `{RECORDS}`.",
+        "",
+        "| step | " + " | ".join(cols) + " |",
+        "|---:|" + "---:|" * len(cols),
+    ]
+    lines += [
+        f"| {s} | " + " | ".join(cells.get(c, "") for c in cols) + " |" for s, cells in sorted(rows.items())
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -352,8 +417,7 @@ def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
             continue
         new = evaluate_step(job, model, step)
         commit(job, new)
-        shown = ", ".join(f"{record_name(r)} CE {r['ce']:.4f}"
-                          for r in new if r.get("kind") == "heldout")
+        shown = ", ".join(f"{record_name(r)} CE {r['ce']:.4f}" for r in new if r.get("kind") == "heldout")
         log(f"step {step}: {shown} ({time.perf_counter() - t0:.1f} s)")
     return len(steps)
 
@@ -368,9 +432,11 @@ def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> 
     use_tb = settings.tensorboard if settings.tensorboard is not None else job.cfg.train.tensorboard
     job.tb = open_tensorboard(job) if use_tb else None
     done = sorted(done_steps(job))
-    log(f"{job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
+    log(
+        f"{job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
         f"{job.sets[0].seq_len}, batch {job.batch_size}; until step {job.target}"
-        + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else ""))
+        + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else "")
+    )
     idle_since = time.monotonic()
     try:
         while True:
@@ -378,9 +444,14 @@ def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> 
                 idle_since = time.monotonic()
             if settings.once or reached_target(job) and not pending_steps(job):
                 break
-            if settings.max_idle_seconds is not None and time.monotonic() - idle_since > settings.max_idle_seconds:
-                raise OlmaxError(f"{job.run / 'checkpoints'}: no new checkpoint for {settings.max_idle_seconds:g} s "
-                                 f"(waiting for step {job.target}); is the trainer running? Rerun to continue")
+            if (
+                settings.max_idle_seconds is not None
+                and time.monotonic() - idle_since > settings.max_idle_seconds
+            ):
+                raise OlmaxError(
+                    f"{job.run / 'checkpoints'}: no new checkpoint for {settings.max_idle_seconds:g} s "
+                    f"(waiting for step {job.target}); is the trainer running? Rerun to continue"
+                )
             time.sleep(settings.poll_seconds)
     finally:
         if job.tb is not None:
@@ -397,8 +468,10 @@ def wait_for_config(settings: WatchSettings, log: Callable[[str], None]) -> None
     t0 = time.monotonic()
     while not config.is_file():
         if settings.max_idle_seconds is not None and time.monotonic() - t0 > settings.max_idle_seconds:
-            raise OlmaxError(f"{config}: not written within {settings.max_idle_seconds:g} s; is `olmax train "
-                             f"--run-dir {config.parent}` running?")
+            raise OlmaxError(
+                f"{config}: not written within {settings.max_idle_seconds:g} s; is `olmax train "
+                f"--run-dir {config.parent}` running?"
+            )
         time.sleep(min(settings.poll_seconds, 2.0))
 
 

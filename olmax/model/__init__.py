@@ -7,9 +7,27 @@ Public API (resolved lazily: `import olmax.model` stays free of JAX): the preset
 
 from olmax.lazy import lazy_exports
 
-__getattr__, __all__ = lazy_exports(__name__, {
-    "PRESETS": "olmax.model.config", "ModelConfig": "olmax.model.config", "YarnConfig": "olmax.model.config", "from_hf_config": "olmax.model.config", "to_hf_config": "olmax.model.config", "olmo3_7b": "olmax.model.config", "olmo3_7b_hd256": "olmax.model.config", "olmo3_32b": "olmax.model.config", "tiny": "olmax.model.config",
-    "from_hf": "olmax.model.convert", "to_hf": "olmax.model.convert", "load_olmax": "olmax.model.convert", "save_olmax": "olmax.model.convert",
-    "FlopCount": "olmax.model.flops", "flops_per_token": "olmax.model.flops", "forward_flops": "olmax.model.flops",
-    "Transformer": "olmax.model.transformer", "count_params": "olmax.model.transformer", "init_model": "olmax.model.transformer",
-})
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "PRESETS": "olmax.model.config",
+        "ModelConfig": "olmax.model.config",
+        "YarnConfig": "olmax.model.config",
+        "from_hf_config": "olmax.model.config",
+        "to_hf_config": "olmax.model.config",
+        "olmo3_7b": "olmax.model.config",
+        "olmo3_7b_hd256": "olmax.model.config",
+        "olmo3_32b": "olmax.model.config",
+        "tiny": "olmax.model.config",
+        "from_hf": "olmax.model.convert",
+        "to_hf": "olmax.model.convert",
+        "load_olmax": "olmax.model.convert",
+        "save_olmax": "olmax.model.convert",
+        "FlopCount": "olmax.model.flops",
+        "flops_per_token": "olmax.model.flops",
+        "forward_flops": "olmax.model.flops",
+        "Transformer": "olmax.model.transformer",
+        "count_params": "olmax.model.transformer",
+        "init_model": "olmax.model.transformer",
+    },
+)

@@ -32,8 +32,9 @@ def linear(x_BxLxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
     return out_NxF.reshape(*x_BxLxD.shape[:-1], w_DxF.shape[-1])
 
 
-def attention_mask(q_len: int, k_len: int, window: int | None,
-                   segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+def attention_mask(
+    q_len: int, k_len: int, window: int | None, segment_ids_BxL: jax.Array | None = None
+) -> jax.Array:
     """Boolean mask (B or 1, 1, q_len, k_len): True where a query may attend to a key."""
     q_idx = jnp.arange(q_len)[:, None] + (k_len - q_len)
     k_idx = jnp.arange(k_len)[None, :]
@@ -54,8 +55,9 @@ def _scores(q_BxLxKxGxH: jax.Array, k_BxSxKxH: jax.Array) -> jax.Array:
     head_dim = q_BxLxKxGxH.shape[-1]
     q_BxKxGxLxH = q_BxLxKxGxH.transpose(0, 2, 3, 1, 4)
     k_BxKxHxS = k_BxSxKxH.transpose(0, 2, 3, 1)
-    return jnp.einsum("bkglh,bkhs->bkgls", q_BxKxGxLxH, k_BxKxHxS,
-                      preferred_element_type=jnp.float32) * (head_dim ** -0.5)
+    return jnp.einsum("bkglh,bkhs->bkgls", q_BxKxGxLxH, k_BxKxHxS, preferred_element_type=jnp.float32) * (
+        head_dim**-0.5
+    )
 
 
 def _attend_fwd(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
@@ -66,8 +68,15 @@ def _attend_fwd(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
     exp_BxKxGxLxS = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
     inv_sum_BxKxGxLx1 = 1.0 / jnp.sum(exp_BxKxGxLxS, axis=-1, keepdims=True)
     v_BxKxSxH = v_BxSxKxH.transpose(0, 2, 1, 3)
-    out = jnp.einsum("bkgls,bksh->bkglh", exp_BxKxGxLxS.astype(v_BxSxKxH.dtype), v_BxKxSxH,
-                     preferred_element_type=jnp.float32) * inv_sum_BxKxGxLx1
+    out = (
+        jnp.einsum(
+            "bkgls,bksh->bkglh",
+            exp_BxKxGxLxS.astype(v_BxSxKxH.dtype),
+            v_BxKxSxH,
+            preferred_element_type=jnp.float32,
+        )
+        * inv_sum_BxKxGxLx1
+    )
     return out.transpose(0, 3, 1, 2, 4).astype(q_BxLxKxGxH.dtype), exp_BxKxGxLxS, inv_sum_BxKxGxLx1
 
 
@@ -98,15 +107,20 @@ def _grouped_attend_bwd(res, d_out_BxLxKxGxH):
     dq = jnp.einsum("bkgls,bksh->bkglh", d_scores, k.astype(f32).transpose(0, 2, 1, 3)) * scale
     dk_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", q.astype(f32).transpose(0, 2, 4, 3, 1), d_scores) * scale
     dv_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", d_out_l.transpose(0, 1, 4, 2, 3), exp)
-    return (dq.transpose(0, 3, 1, 2, 4).astype(q.dtype), dk_BxKxHxS.transpose(0, 3, 1, 2).astype(k.dtype),
-            dv_BxKxHxS.transpose(0, 3, 1, 2).astype(v.dtype), None)
+    return (
+        dq.transpose(0, 3, 1, 2, 4).astype(q.dtype),
+        dk_BxKxHxS.transpose(0, 3, 1, 2).astype(k.dtype),
+        dv_BxKxHxS.transpose(0, 3, 1, 2).astype(v.dtype),
+        None,
+    )
 
 
 _grouped_attend.defvjp(_grouped_attend_fwd, _grouped_attend_bwd)
 
 
-def _masked_softmax_attend(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array,
-                           mask_Bx1xLxS: jax.Array) -> jax.Array:
+def _masked_softmax_attend(
+    q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, mask_Bx1xLxS: jax.Array
+) -> jax.Array:
     """Softmax attention under an explicit boolean mask, grouped KV heads, scores and softmax in fp32."""
     b, q_len, n_heads, head_dim = q_BxLxNxH.shape
     n_kv = k_BxSxKxH.shape[2]
@@ -116,8 +130,13 @@ def _masked_softmax_attend(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH
     return out_BxLxKxGxH.reshape(b, q_len, n_heads, head_dim)
 
 
-def attend_xla(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
-               segment_ids_BxS: jax.Array | None = None) -> jax.Array:
+def attend_xla(
+    q_BxLxNxH: jax.Array,
+    k_BxSxKxH: jax.Array,
+    v_BxSxKxH: jax.Array,
+    window: int | None,
+    segment_ids_BxS: jax.Array | None = None,
+) -> jax.Array:
     """Plain softmax attention over the whole (L, S) score matrix with an explicit mask."""
     mask = attention_mask(q_BxLxNxH.shape[1], k_BxSxKxH.shape[1], window, segment_ids_BxS)
     return _masked_softmax_attend(q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask)
@@ -127,8 +146,14 @@ UNROLL_CHUNKS = 16  # at most this many query chunks run unrolled, each over onl
 SAVE_PROBS_BYTES = 256 << 20  # unrolled chunks keep their probabilities for the backward up to this
 
 
-def attend_blocks(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array, window: int | None,
-                  segment_ids_BxL: jax.Array | None = None, chunk: int = 256) -> jax.Array:
+def attend_blocks(
+    q_BxLxNxH: jax.Array,
+    k_BxLxKxH: jax.Array,
+    v_BxLxKxH: jax.Array,
+    window: int | None,
+    segment_ids_BxL: jax.Array | None = None,
+    chunk: int = 256,
+) -> jax.Array:
     """Self-attention over query chunks unrolled with static key ranges; same result as `attend_xla`.
 
     Chunk [a, b) of queries reads only keys [max(0, a - W + 1), b): the causal (and window) triangle
@@ -140,7 +165,9 @@ def attend_blocks(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Arr
     starts = list(range(0, seq, chunk))
     spans = [(a, min(a + chunk, seq), 0 if window is None else max(0, a - window + 1)) for a in starts]
     saved_bytes = sum((hi - a) * (hi - lo) for a, hi, lo in spans) * b * n_heads * 4
-    attend_one = _masked_softmax_attend if saved_bytes <= SAVE_PROBS_BYTES else jax.checkpoint(_masked_softmax_attend)
+    attend_one = (
+        _masked_softmax_attend if saved_bytes <= SAVE_PROBS_BYTES else jax.checkpoint(_masked_softmax_attend)
+    )
     outs = []
     for a, hi, lo in spans:
         # the chunk's queries are the last hi - a of its keys [lo, hi): attention_mask's own layout
@@ -150,8 +177,14 @@ def attend_blocks(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Arr
     return jnp.concatenate(outs, axis=1)
 
 
-def attend_chunked(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array, window: int | None,
-                   segment_ids_BxL: jax.Array | None = None, chunk: int = 1024) -> jax.Array:
+def attend_chunked(
+    q_BxLxNxH: jax.Array,
+    k_BxLxKxH: jax.Array,
+    v_BxLxKxH: jax.Array,
+    window: int | None,
+    segment_ids_BxL: jax.Array | None = None,
+    chunk: int = 1024,
+) -> jax.Array:
     """Self-attention scanned over query chunks of `chunk` tokens; same result as `attend_xla`.
 
     A chunk of queries [cC, cC + C) reads only the keys its window can reach, [cC - W, cC + C), so
@@ -198,15 +231,27 @@ def attend_chunked(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Ar
     return out[:, :seq]
 
 
-def attend_jax(q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, window: int | None,
-               segment_ids_BxS: jax.Array | None = None, implementation: str | None = None) -> jax.Array:
+def attend_jax(
+    q_BxLxNxH: jax.Array,
+    k_BxSxKxH: jax.Array,
+    v_BxSxKxH: jax.Array,
+    window: int | None,
+    segment_ids_BxS: jax.Array | None = None,
+    implementation: str | None = None,
+) -> jax.Array:
     """`jax.nn.dot_product_attention`: causal, window (W - 1 keys left, 0 right), documents as a mask."""
     mask = None
     if segment_ids_BxS is not None:
         mask = (segment_ids_BxS[:, :, None] == segment_ids_BxS[:, None, :])[:, None]
     return jax.nn.dot_product_attention(
-        q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask=mask, is_causal=True,
-        local_window_size=None if window is None else (window - 1, 0), implementation=implementation)
+        q_BxLxNxH,
+        k_BxSxKxH,
+        v_BxSxKxH,
+        mask=mask,
+        is_causal=True,
+        local_window_size=None if window is None else (window - 1, 0),
+        implementation=implementation,
+    )
 
 
 def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
@@ -217,8 +262,15 @@ def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
     return "cudnn" if on_gpu and jnp.dtype(dtype).itemsize == 2 else "xla"
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, window: int | None,
-           segment_ids: jax.Array | None, impl: str, chunk: int = 0) -> jax.Array:
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    window: int | None,
+    segment_ids: jax.Array | None,
+    impl: str,
+    chunk: int = 0,
+) -> jax.Array:
     """Dispatch to one attention kernel by name: 'xla' (in query chunks past `chunk` tokens: unrolled
     with causal skipping up to UNROLL_CHUNKS chunks, scanned beyond), 'jax' or 'cudnn'."""
     if impl == "xla":
@@ -245,8 +297,14 @@ class Attention(nnx.Module):
         self.q_norm = RMSNorm(qd, cfg.rms_eps)
         self.k_norm = RMSNorm(kvd, cfg.rms_eps)
 
-    def __call__(self, x_BxLxD: jax.Array, cos_LxH: jax.Array, sin_LxH: jax.Array, window: int | None,
-                 segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self,
+        x_BxLxD: jax.Array,
+        cos_LxH: jax.Array,
+        sin_LxH: jax.Array,
+        window: int | None,
+        segment_ids_BxL: jax.Array | None = None,
+    ) -> jax.Array:
         cfg, dtype = self.cfg, x_BxLxD.dtype
         b, seq, _ = x_BxLxD.shape
         q_BxLxQ = self.q_norm(linear(x_BxLxD, self.q_proj[...]))
@@ -256,6 +314,7 @@ class Attention(nnx.Module):
         k_BxLxKxH = apply_rope(k_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim), cos_LxH, sin_LxH)
         v_BxLxKxH = v_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim)
         impl = resolve_impl(cfg.attention_impl, dtype)
-        out_BxLxNxH = attend(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl,
-                             cfg.attention_chunk)
+        out_BxLxNxH = attend(
+            q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl, cfg.attention_chunk
+        )
         return linear(out_BxLxNxH.reshape(b, seq, -1), self.o_proj[...])

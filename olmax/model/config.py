@@ -76,8 +76,10 @@ class ModelConfig:
         else:
             object.__setattr__(self, "layer_types", tuple(self.layer_types))
         if len(self.layer_types) != self.n_layers:
-            raise OlmaxError(f"layer_types has {len(self.layer_types)} entries for {self.n_layers} layers; "
-                             "give one per layer")
+            raise OlmaxError(
+                f"layer_types has {len(self.layer_types)} entries for {self.n_layers} layers; "
+                "give one per layer"
+            )
         bad = set(self.layer_types) - {FULL, SLIDING}
         if bad:
             raise OlmaxError(f"unknown layer types {sorted(bad)}; use {FULL!r} or {SLIDING!r}")
@@ -121,8 +123,9 @@ def olmo3_7b(**overrides: Any) -> ModelConfig:
 
 def olmo3_32b(**overrides: Any) -> ModelConfig:
     """OLMo 3 32B (OLMo-core `olmo2_32B` shape): 64 layers, d 5120, 40 heads, GQA with 8 KV heads."""
-    base: dict[str, Any] = dict(d_model=5120, n_layers=64, n_heads=40, n_kv_heads=8, head_dim=128,
-                                mlp_hidden=27_648)  # OLMo-core hidden_size_multiplier 27648 / (8 * 5120 / 3)
+    base: dict[str, Any] = dict(
+        d_model=5120, n_layers=64, n_heads=40, n_kv_heads=8, head_dim=128, mlp_hidden=27_648
+    )  # OLMo-core hidden_size_multiplier 27648 / (8 * 5120 / 3)
     return ModelConfig(**{**base, **overrides})
 
 
@@ -136,9 +139,19 @@ def tiny(**overrides: Any) -> ModelConfig:
 
     The demo recipe (configs/tiny.yaml) overrides the vocabulary with dolma2's 100,278 to read real shards.
     """
-    base: dict[str, Any] = dict(vocab_size=1000, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2,
-                                head_dim=16, mlp_hidden=160, sliding_window=16, max_position_embeddings=256,
-                                eos_token_id=999, pad_token_id=998)
+    base: dict[str, Any] = dict(
+        vocab_size=1000,
+        d_model=64,
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        mlp_hidden=160,
+        sliding_window=16,
+        max_position_embeddings=256,
+        eos_token_id=999,
+        pad_token_id=998,
+    )
     return ModelConfig(**{**base, **overrides})
 
 
@@ -146,11 +159,34 @@ PRESETS = {"olmo3_7b": olmo3_7b, "olmo3_32b": olmo3_32b, "olmo3_7b_hd256": olmo3
 
 # HF keys this module interprets; anything else in config.json is carried through `extra_hf`.
 _KNOWN_HF_KEYS = {
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
-    "sliding_window", "layer_types", "max_position_embeddings", "bos_token_id", "eos_token_id",
-    "pad_token_id", "initializer_range", "torch_dtype", "dtype", "tie_word_embeddings", "attention_bias",
-    "hidden_act", "architectures", "model_type", "transformers_version", "attention_dropout", "use_cache",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "sliding_window",
+    "layer_types",
+    "max_position_embeddings",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "initializer_range",
+    "torch_dtype",
+    "dtype",
+    "tie_word_embeddings",
+    "attention_bias",
+    "hidden_act",
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "attention_dropout",
+    "use_cache",
 }
 
 
@@ -167,8 +203,10 @@ def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, float | Non
     if params and isinstance(params.get(FULL), Mapping):
         full, sliding = dict(params[FULL]), dict(params.get(SLIDING) or {})
         if sliding.get("rope_type", "default") != "default":
-            raise OlmaxError(f"{where}: rope_parameters.{SLIDING} uses {sliding['rope_type']!r}; OLMo 3 "
-                             "scales RoPE on full-attention layers only. Set it to {\"rope_type\": \"default\"}")
+            raise OlmaxError(
+                f"{where}: rope_parameters.{SLIDING} uses {sliding['rope_type']!r}; OLMo 3 "
+                'scales RoPE on full-attention layers only. Set it to {"rope_type": "default"}'
+            )
         if sliding.get("rope_theta", full.get("rope_theta")) != full.get("rope_theta"):
             sliding_theta = float(sliding["rope_theta"])
         scaling: Mapping[str, Any] | None = full
@@ -200,19 +238,31 @@ def _rope_from_hf(hf: Mapping[str, Any], where: str) -> tuple[float, float | Non
 def from_hf_config(hf: Mapping[str, Any], where: str = "config.json", **overrides: Any) -> ModelConfig:
     """Build a ModelConfig from an HF Olmo3 `config.json` dict; `where` names the file in errors."""
     if hf.get("model_type", "olmo3") != "olmo3":
-        raise OlmaxError(f"{where}: model_type is {hf.get('model_type')!r}; expected 'olmo3' (Olmo3ForCausalLM)")
+        raise OlmaxError(
+            f"{where}: model_type is {hf.get('model_type')!r}; expected 'olmo3' (Olmo3ForCausalLM)"
+        )
     if hf.get("tie_word_embeddings", False):
         raise OlmaxError(f"{where}: tie_word_embeddings is true; OLMo 3 has an untied LM head")
     if hf.get("attention_bias", False):
         raise OlmaxError(f"{where}: attention_bias is true; OLMo 3 has no biases")
     if hf.get("hidden_act", "silu") != "silu":
         raise OlmaxError(f"{where}: hidden_act {hf['hidden_act']!r}; OLMo 3's SwiGLU uses 'silu'")
-    missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                           "num_attention_heads") if k not in hf]
+    missing = [
+        k
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+        )
+        if k not in hf
+    ]
     if missing:
         # HF class defaults (vocab 50304, eps 1e-5, ...) are not OLMo 3's, so never fill them in silently
-        raise OlmaxError(f"{where}: missing {missing}; write them into the config (HF class defaults are "
-                         "not OLMo 3's)")
+        raise OlmaxError(
+            f"{where}: missing {missing}; write them into the config (HF class defaults are not OLMo 3's)"
+        )
     n_heads = int(hf["num_attention_heads"])
     theta, sliding_theta, yarn = _rope_from_hf(hf, where)
     eos = hf.get("eos_token_id")
@@ -286,9 +336,13 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
         out["head_dim"] = cfg.head_dim
     if cfg.rope_scaling is not None:
         y = cfg.rope_scaling
-        out["rope_scaling"] = dict(rope_type="yarn", factor=y.factor, beta_fast=y.beta_fast,
-                                   beta_slow=y.beta_slow,
-                                   original_max_position_embeddings=y.original_max_position_embeddings)
+        out["rope_scaling"] = dict(
+            rope_type="yarn",
+            factor=y.factor,
+            beta_fast=y.beta_fast,
+            beta_slow=y.beta_slow,
+            original_max_position_embeddings=y.original_max_position_embeddings,
+        )
         if y.attention_factor is not None:
             out["rope_scaling"]["attention_factor"] = y.attention_factor
     out["rope_parameters"] = {

@@ -38,8 +38,14 @@ LAYER_PARAMS = (
     (("mlp", "down_proj"), "mlp.down_proj.weight", True),
     (("mlp_norm", "weight"), "post_feedforward_layernorm.weight", False),
 )
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "generation_config.json",
+)
 EXPORT_INFO = "olmax_export.json"  # provenance of an HF directory exported from a training run
 _NP_NAMES = {"float32": np.float32, "bfloat16": DTYPES["BF16"], "float16": np.float16}
 
@@ -48,8 +54,9 @@ def read_hf_config(path: str | os.PathLike) -> dict:
     """The parsed config.json of an HF checkpoint directory."""
     config_path = Path(path) / "config.json"
     if not config_path.is_file():
-        raise OlmaxError(f"{config_path}: not found; pass the directory of an HF checkpoint "
-                         "(config.json + *.safetensors)")
+        raise OlmaxError(
+            f"{config_path}: not found; pass the directory of an HF checkpoint (config.json + *.safetensors)"
+        )
     try:
         return json.loads(config_path.read_text())
     except ValueError as e:
@@ -71,8 +78,10 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
 def _checked(reader: SafetensorsReader, name: str, shape: tuple[int, ...]) -> np.ndarray:
     got = reader.shape(name)
     if got != shape:
-        raise OlmaxError(f"{reader.directory}: tensor {name} has shape {got}, config.json implies {shape}; "
-                         "the config does not match the weights")
+        raise OlmaxError(
+            f"{reader.directory}: tensor {name} has shape {got}, config.json implies {shape}; "
+            "the config does not match the weights"
+        )
     return reader.get(name)
 
 
@@ -135,7 +144,9 @@ def hf_tensors(model: Transformer, dtype: str | None = None):
                 return (w.T if transposed else w).astype(out)
 
             specs.append((f"model.layers.{i}.{theirs}", tuple(shape), out, produce))
-    specs.append(("model.norm.weight", (d,), out, lambda: np.asarray(params["final_norm"]["weight"]).astype(out)))
+    specs.append(
+        ("model.norm.weight", (d,), out, lambda: np.asarray(params["final_norm"]["weight"]).astype(out))
+    )
     specs.append(("lm_head.weight", (v, d), out, lambda: np.asarray(params["lm_head"][:, :v]).T.astype(out)))
     return specs
 
@@ -146,24 +157,44 @@ def hf_tokenizer_files(tokenizer_json: Path, out: Path, model_cfg) -> None:
 
     tok = load_tokenizer(str(tokenizer_json))
     if tok.vocab_size > model_cfg.vocab_size:
-        raise OlmaxError(f"{tokenizer_json}: {tok.vocab_size} token ids, more than the model's {model_cfg.vocab_size}; "
-                         "pass the tokenizer the run trained with (--tokenizer)")
+        raise OlmaxError(
+            f"{tokenizer_json}: {tok.vocab_size} token ids, more than the model's {model_cfg.vocab_size}; "
+            "pass the tokenizer the run trained with (--tokenizer)"
+        )
     shutil.copyfile(tokenizer_json, out / "tokenizer.json")
     spec = json.loads(Path(tokenizer_json).read_text())
     names = {int(t["id"]): t["content"] for t in spec.get("added_tokens", [])}
     eos = names[tok.eos_token_id]
-    special = {"eos_token": eos, "bos_token": eos, "unk_token": eos}  # dolma2 has no BOS: lm-eval's prefix is EOS
+    special = {
+        "eos_token": eos,
+        "bos_token": eos,
+        "unk_token": eos,
+    }  # dolma2 has no BOS: lm-eval's prefix is EOS
     if tok.pad_token_id is not None:
         special["pad_token"] = names[tok.pad_token_id]
     write_json(out / "special_tokens_map.json", special)
-    write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast", **special, "add_bos_token": False, "add_eos_token": False,
-        "model_max_length": model_cfg.max_position_embeddings, "clean_up_tokenization_spaces": False})
+    write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            **special,
+            "add_bos_token": False,
+            "add_eos_token": False,
+            "model_max_length": model_cfg.max_position_embeddings,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
 
 
-def to_hf(model: Transformer, path: str | os.PathLike, dtype: str | None = None,
-          tokenizer_from: str | os.PathLike | None = None, max_shard_bytes: int = 5 << 30,
-          tokenizer_json: str | os.PathLike | None = None, provenance: dict | None = None) -> Path:
+def to_hf(
+    model: Transformer,
+    path: str | os.PathLike,
+    dtype: str | None = None,
+    tokenizer_from: str | os.PathLike | None = None,
+    max_shard_bytes: int = 5 << 30,
+    tokenizer_json: str | os.PathLike | None = None,
+    provenance: dict | None = None,
+) -> Path:
     """Write `model` as an HF Olmo3ForCausalLM checkpoint directory that `transformers` loads.
 
     `dtype` defaults to the dtype the model was loaded from (float32 for fresh models); tokenizer files
@@ -186,9 +217,14 @@ def to_hf(model: Transformer, path: str | os.PathLike, dtype: str | None = None,
                 if src.is_file():
                     shutil.copyfile(src, tmp / name)
         if not (tmp / "generation_config.json").is_file():
-            write_json(tmp / "generation_config.json", {
-                "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id,
-                **({"bos_token_id": cfg.bos_token_id} if cfg.bos_token_id is not None else {})})
+            write_json(
+                tmp / "generation_config.json",
+                {
+                    "eos_token_id": cfg.eos_token_id,
+                    "pad_token_id": cfg.pad_token_id,
+                    **({"bos_token_id": cfg.bos_token_id} if cfg.bos_token_id is not None else {}),
+                },
+            )
         if provenance is not None:
             write_json(tmp / EXPORT_INFO, provenance)
     return Path(path)
@@ -215,7 +251,9 @@ def load_olmax(path: str | os.PathLike, **overrides) -> Transformer:
 
     config_path = Path(path) / "model_config.json"
     if not config_path.is_file():
-        raise OlmaxError(f"{config_path}: not found; pass a directory written by `olmax model convert --to olmax`")
+        raise OlmaxError(
+            f"{config_path}: not found; pass a directory written by `olmax model convert --to olmax`"
+        )
     raw = json.loads(config_path.read_text())
     if raw.get("rope_scaling"):
         raw["rope_scaling"] = YarnConfig(**raw["rope_scaling"])

@@ -31,9 +31,14 @@ FP32_MIN_TOP1 = 1.0
 # bf16 must beat the published MaxText reproduction (mean KL 1.5e-3, 98.75% top-1 at 8192 tokens)
 BF16_MAX_MEAN_KL = 1.5e-3
 BF16_MIN_TOP1 = 0.9875
-THRESHOLDS = {"float32": {"max_mean_kl": FP32_MAX_MEAN_KL, "max_abs_logit_diff": FP32_MAX_ABS_LOGIT_DIFF,
-                          "min_top1": FP32_MIN_TOP1},
-              "bfloat16": {"max_mean_kl": BF16_MAX_MEAN_KL, "min_top1": BF16_MIN_TOP1}}
+THRESHOLDS = {
+    "float32": {
+        "max_mean_kl": FP32_MAX_MEAN_KL,
+        "max_abs_logit_diff": FP32_MAX_ABS_LOGIT_DIFF,
+        "min_top1": FP32_MIN_TOP1,
+    },
+    "bfloat16": {"max_mean_kl": BF16_MAX_MEAN_KL, "min_top1": BF16_MIN_TOP1},
+}
 
 
 def default_text(min_chars: int) -> str:
@@ -63,9 +68,13 @@ def tokenize(text: str, checkpoint: Path, vocab_size: int, seq_len: int) -> tupl
         ids = np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int64) % vocab_size
         how = "UTF-8 bytes (no tokenizer.json in the checkpoint)"
     if len(ids) < seq_len:
-        raise OlmaxError(f"text gives {len(ids)} tokens, fewer than --seq-len {seq_len}; pass a longer --text FILE")
+        raise OlmaxError(
+            f"text gives {len(ids)} tokens, fewer than --seq-len {seq_len}; pass a longer --text FILE"
+        )
     if ids.max() >= vocab_size:
-        raise OlmaxError(f"{tok_file}: token id {ids.max()} >= vocab_size {vocab_size}; wrong tokenizer for this model")
+        raise OlmaxError(
+            f"{tok_file}: token id {ids.max()} >= vocab_size {vocab_size}; wrong tokenizer for this model"
+        )
     return ids[:seq_len], how
 
 
@@ -115,8 +124,9 @@ def hf_logits(checkpoint: Path, ids_L: np.ndarray, dtype: str) -> np.ndarray:
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     # a fixed class (no remote code) and safetensors only: a pickled .bin is never unpickled
-    model = Olmo3ForCausalLM.from_pretrained(str(checkpoint), dtype=torch_dtype, attn_implementation="eager",
-                                             use_safetensors=True)
+    model = Olmo3ForCausalLM.from_pretrained(
+        str(checkpoint), dtype=torch_dtype, attn_implementation="eager", use_safetensors=True
+    )
     with torch.no_grad():
         logits = model(torch.as_tensor(ids_L[None])).logits[0]
     return logits.float().numpy()
@@ -135,8 +145,13 @@ def olmax_logits(checkpoint: Path, ids_L: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(jax.device_get(forward(state, jnp.asarray(ids_L[None], jnp.int32))[0]))
 
 
-def run_parity(checkpoint: str | os.PathLike, seq_len: int | None = None, dtype: str = "float32",
-               text_file: str | os.PathLike | None = None, hf_dtype: str = "float32") -> dict:
+def run_parity(
+    checkpoint: str | os.PathLike,
+    seq_len: int | None = None,
+    dtype: str = "float32",
+    text_file: str | os.PathLike | None = None,
+    hf_dtype: str = "float32",
+) -> dict:
     """Run both implementations on the same tokens; the report includes pass/fail against THRESHOLDS."""
     from olmax.model.convert import read_hf_config
 
@@ -157,15 +172,25 @@ def run_parity(checkpoint: str | os.PathLike, seq_len: int | None = None, dtype:
     limits = thresholds(dtype, hf_dtype)
     missed = over_limits(stats, limits)
     passed = not missed
-    report = {"checkpoint": str(checkpoint), "seq_len": seq_len, "dtype": dtype, "hf_dtype": hf_dtype,
-              "window": window, "tokens": how, **stats, "thresholds": limits, "over_limits": missed}
+    report = {
+        "checkpoint": str(checkpoint),
+        "seq_len": seq_len,
+        "dtype": dtype,
+        "hf_dtype": hf_dtype,
+        "window": window,
+        "tokens": how,
+        **stats,
+        "thresholds": limits,
+        "over_limits": missed,
+    }
     if dtype == "bfloat16" and hf_dtype == "float32":
         # transformers' own bf16 error against the same fp32 reference: on near-uniform (e.g. step-0)
         # logits top-1 is mostly ties, so olmax also passes by being no worse than transformers in bf16
         base = compare_logits(ref_LxV, hf_logits(checkpoint, ids_L, "bfloat16"))
         report["hf_bf16_baseline"] = base
-        passed = passed or (stats["mean_kl"] <= base["mean_kl"]
-                            and stats["top1_agreement"] >= base["top1_agreement"])
+        passed = passed or (
+            stats["mean_kl"] <= base["mean_kl"] and stats["top1_agreement"] >= base["top1_agreement"]
+        )
     report["passed"] = bool(passed)
     return report
 
@@ -180,11 +205,17 @@ def write_report(report: dict, out: str | os.PathLike) -> None:
 def print_report(report: dict, file=None) -> None:
     """Human-readable lines: setup, metrics, (transformers' own bf16 error,) verdict."""
     file = file or sys.stdout
-    print(f"parity {report['checkpoint']}  seq {report['seq_len']}  olmax {report['dtype']} vs "
-          f"HF {report['hf_dtype']}  tokens: {report['tokens']}", file=file)
-    print(f"  mean KL(HF||olmax) {report['mean_kl']:.3e}  max KL {report['max_kl']:.3e}  "
-          f"top-1 {100 * report['top1_agreement']:.2f}%  max |dlogit| {report['max_abs_logit_diff']:.3e} "
-          f"(HF logits up to {report['ref_max_abs_logit']:.3g} in size)", file=file)
+    print(
+        f"parity {report['checkpoint']}  seq {report['seq_len']}  olmax {report['dtype']} vs "
+        f"HF {report['hf_dtype']}  tokens: {report['tokens']}",
+        file=file,
+    )
+    print(
+        f"  mean KL(HF||olmax) {report['mean_kl']:.3e}  max KL {report['max_kl']:.3e}  "
+        f"top-1 {100 * report['top1_agreement']:.2f}%  max |dlogit| {report['max_abs_logit_diff']:.3e} "
+        f"(HF logits up to {report['ref_max_abs_logit']:.3g} in size)",
+        file=file,
+    )
     t = report["thresholds"]
     bars = [f"mean KL <= {t['max_mean_kl']:g}"]
     if "max_abs_logit_diff" in t:
@@ -193,8 +224,11 @@ def print_report(report: dict, file=None) -> None:
     rule = ", ".join(bars[:-1]) + " and " + bars[-1]
     if "hf_bf16_baseline" in report:
         base = report["hf_bf16_baseline"]
-        print(f"  transformers bf16 vs its fp32: mean KL {base['mean_kl']:.3e}  top-1 "
-              f"{100 * base['top1_agreement']:.2f}%  max |dlogit| {base['max_abs_logit_diff']:.3e}", file=file)
+        print(
+            f"  transformers bf16 vs its fp32: mean KL {base['mean_kl']:.3e}  top-1 "
+            f"{100 * base['top1_agreement']:.2f}%  max |dlogit| {base['max_abs_logit_diff']:.3e}",
+            file=file,
+        )
         rule += ", or no worse than transformers bf16 on mean KL and top-1"
     missed = report.get("over_limits") or []
     if report["passed"] or not missed:

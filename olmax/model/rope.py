@@ -33,13 +33,16 @@ def inv_frequencies(head_dim: int, theta: float, yarn: YarnConfig | None = None)
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # avoid 0 / 0 in the ramp
-    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    ramp = np.clip(
+        (np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
+    )
     keep = (np.float32(1.0) - ramp).astype(np.float32)  # 1: high-frequency dims keep their frequency
     return (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
 
 
-def rope_tables(positions_L: jax.Array, head_dim: int, theta: float,
-                yarn: YarnConfig | None = None) -> tuple[jax.Array, jax.Array]:
+def rope_tables(
+    positions_L: jax.Array, head_dim: int, theta: float, yarn: YarnConfig | None = None
+) -> tuple[jax.Array, jax.Array]:
     """cos and sin tables (L, head_dim) in fp32 for integer `positions_L`, YaRN's mscale folded in."""
     inv_freq_H = jnp.asarray(inv_frequencies(head_dim, theta, yarn))
     angles_LxH = positions_L.astype(jnp.float32)[:, None] * inv_freq_H[None, :]

@@ -20,8 +20,18 @@ import numpy as np
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
 
-DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-          "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
 NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
 INDEX = "model.safetensors.index.json"
 
@@ -41,8 +51,10 @@ class SafetensorsReader:
         else:
             files = sorted(p.name for p in self.directory.glob("*.safetensors"))
         if not files:
-            raise OlmaxError(f"{self.directory}: no *.safetensors files; point at an HF checkpoint directory "
-                             "saved with safe_serialization (model.safetensors or an index)")
+            raise OlmaxError(
+                f"{self.directory}: no *.safetensors files; point at an HF checkpoint directory "
+                "saved with safe_serialization (model.safetensors or an index)"
+            )
         self._where: dict[str, tuple[Path, dict]] = {}
         self._maps: dict[Path, np.memmap] = {}
         for name in files:
@@ -67,17 +79,21 @@ class SafetensorsReader:
         if path not in self._maps:
             self._maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
         begin, end = info["data_offsets"]
-        raw = self._maps[path][info["start"] + begin: info["start"] + end]
+        raw = self._maps[path][info["start"] + begin : info["start"] + end]
         dtype = np.dtype(DTYPES[info["dtype"]])
         expected = int(np.prod(info["shape"], dtype=np.int64)) * dtype.itemsize
         if raw.size != expected:
-            raise OlmaxError(f"{path}: tensor {name} has {raw.size} bytes at offset {info['start'] + begin}, "
-                             f"expected {expected}; the file is truncated, re-download or re-save it")
+            raise OlmaxError(
+                f"{path}: tensor {name} has {raw.size} bytes at offset {info['start'] + begin}, "
+                f"expected {expected}; the file is truncated, re-download or re-save it"
+            )
         return raw.view(dtype).reshape(info["shape"])
 
     def _lookup(self, name: str) -> tuple[Path, dict]:
         if name not in self._where:
-            raise OlmaxError(f"{self.directory}: tensor {name!r} not found; is this an Olmo3ForCausalLM checkpoint?")
+            raise OlmaxError(
+                f"{self.directory}: tensor {name!r} not found; is this an Olmo3ForCausalLM checkpoint?"
+            )
         return self._where[name]
 
 
@@ -90,7 +106,9 @@ def read_header(path: Path) -> tuple[dict, int]:
             raise OlmaxError(f"{path}: shorter than a safetensors header (offset 0); the file is truncated")
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
-            raise OlmaxError(f"{path}: header length {n} at offset 0 exceeds the file; not a safetensors file")
+            raise OlmaxError(
+                f"{path}: header length {n} at offset 0 exceeds the file; not a safetensors file"
+            )
         try:
             header = json.loads(f.read(n))
         except ValueError as e:
@@ -104,8 +122,12 @@ def read_header(path: Path) -> tuple[dict, int]:
 TensorSpec = tuple[str, tuple[int, ...], np.dtype, Callable[[], np.ndarray]]
 
 
-def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_bytes: int = 5 << 30,
-                     metadata: dict[str, str] | None = None) -> list[str]:
+def write_checkpoint(
+    directory: Path,
+    tensors: Iterable[TensorSpec],
+    max_shard_bytes: int = 5 << 30,
+    metadata: dict[str, str] | None = None,
+) -> list[str]:
     """Stream tensors (name, shape, dtype, producer) into shard files under `directory`.
 
     Each producer is called once, when its tensor is written, so at most one tensor is in memory.
@@ -122,8 +144,11 @@ def write_checkpoint(directory: Path, tensors: Iterable[TensorSpec], max_shard_b
             used = 0
         shards[-1].append(spec)
         used += nbytes
-    names = (["model.safetensors"] if len(shards) == 1 else
-             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
     weight_map, total = {}, 0
     for fname, shard in zip(names, shards):
         total += _write_shard(directory / fname, shard, metadata or {})
@@ -139,8 +164,11 @@ def _write_shard(path: Path, shard: list[TensorSpec], metadata: dict[str, str]) 
     offset = 0
     for name, shape, dtype, _ in shard:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        header[name] = {"dtype": NAMES[np.dtype(dtype)], "shape": list(shape),
-                        "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": NAMES[np.dtype(dtype)],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # keep the data 8-byte aligned, as safetensors does
@@ -161,8 +189,10 @@ class AtomicDirectory:
     def __init__(self, target: str | os.PathLike):
         self.target = Path(target)
         if self.target.exists() and (not self.target.is_dir() or any(self.target.iterdir())):
-            raise OlmaxError(f"{self.target}: already exists and is not an empty directory; "
-                             "choose a new output path or delete it first")
+            raise OlmaxError(
+                f"{self.target}: already exists and is not an empty directory; "
+                "choose a new output path or delete it first"
+            )
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=self.target.parent))
         os.chmod(self.tmp, 0o755)  # mkdtemp makes it private; the result is an ordinary directory

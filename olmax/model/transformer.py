@@ -53,8 +53,14 @@ class Block(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
 
-    def __call__(self, x_BxLxD: jax.Array, cos_LxH: jax.Array, sin_LxH: jax.Array, window: int | None,
-                 segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self,
+        x_BxLxD: jax.Array,
+        cos_LxH: jax.Array,
+        sin_LxH: jax.Array,
+        window: int | None,
+        segment_ids_BxL: jax.Array | None = None,
+    ) -> jax.Array:
         h_BxLxD = x_BxLxD + self.attn_norm(self.attn(x_BxLxD, cos_LxH, sin_LxH, window, segment_ids_BxL))
         return h_BxLxD + self.mlp_norm(self.mlp(h_BxLxD))
 
@@ -78,7 +84,8 @@ class Transformer(nnx.Module):
         pad_rows = (jnp.arange(vp) < (v if cfg.vocab_padding == "zero" else vp))[:, None]
         self.embed = nnx.Param(truncated_normal(rngs, (vp, d), cfg.init_std) * pad_rows)
         make_blocks = nnx.split_rngs(splits=cfg.n_layers)(
-            nnx.vmap(lambda r: Block(cfg, rngs=r), in_axes=0, out_axes=0))
+            nnx.vmap(lambda r: Block(cfg, rngs=r), in_axes=0, out_axes=0)
+        )
         self.blocks = make_blocks(rngs)
         self.final_norm = RMSNorm(d, cfg.rms_eps)
         self.lm_head = nnx.Param(truncated_normal(rngs, (d, vp), cfg.init_std) * pad_rows.T)
@@ -91,7 +98,9 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         # slicing the (D, V) weight, not the (B, L, V) logits, keeps the big output a single write
         w_DxV = self.lm_head[...] if padded else self.lm_head[:, : cfg.vocab_size]
-        return jnp.einsum("bld,dv->blv", x_BxLxD, w_DxV.astype(x_BxLxD.dtype), preferred_element_type=jnp.float32)
+        return jnp.einsum(
+            "bld,dv->blv", x_BxLxD, w_DxV.astype(x_BxLxD.dtype), preferred_element_type=jnp.float32
+        )
 
     def layer(self, i: int) -> Block:
         """Layer `i` as a standalone Block (a view on slice i of the stacked parameters)."""
@@ -105,8 +114,10 @@ class Transformer(nnx.Module):
         x_BxLxD = jnp.take(self.embed[...], input_ids_BxL, axis=0).astype(dtype)
         positions_L = jnp.arange(input_ids_BxL.shape[1])
         # YaRN (stage 3) rescales RoPE on the full-attention layers only
-        rope = {SLIDING: rope_tables(positions_L, cfg.head_dim, cfg.theta(SLIDING)),
-                FULL: rope_tables(positions_L, cfg.head_dim, cfg.theta(FULL), cfg.rope_scaling)}
+        rope = {
+            SLIDING: rope_tables(positions_L, cfg.head_dim, cfg.theta(SLIDING)),
+            FULL: rope_tables(positions_L, cfg.head_dim, cfg.theta(FULL), cfg.rope_scaling),
+        }
         graphdef, state = nnx.split(self.blocks)
 
         def run_layer(layer_state: nnx.State, x: jax.Array, layer: int) -> jax.Array:

@@ -14,11 +14,19 @@ Public API (resolved lazily: `import olmax.train` stays free of JAX):
 
 from olmax.lazy import lazy_exports
 
-__getattr__, __all__ = lazy_exports(__name__, {
-    "ExperimentConfig": "olmax.train.config", "load_config": "olmax.train.config", "dump_yaml": "olmax.train.config",
-    "train": "olmax.train.loop", "dry_run": "olmax.train.loop", "EvalContext": "olmax.train.loop", "EvalHook": "olmax.train.loop",
-    "Checkpointer": "olmax.train.checkpoint",
-    "make_mesh": "olmax.train.mesh",
-    "make_train_step": "olmax.train.step",
-    "learning_rate": "olmax.train.optim",
-})
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "ExperimentConfig": "olmax.train.config",
+        "load_config": "olmax.train.config",
+        "dump_yaml": "olmax.train.config",
+        "train": "olmax.train.loop",
+        "dry_run": "olmax.train.loop",
+        "EvalContext": "olmax.train.loop",
+        "EvalHook": "olmax.train.loop",
+        "Checkpointer": "olmax.train.checkpoint",
+        "make_mesh": "olmax.train.mesh",
+        "make_train_step": "olmax.train.step",
+        "learning_rate": "olmax.train.optim",
+    },
+)

@@ -38,8 +38,11 @@ SEAL = "olmax-files.json"  # olmax's list of a complete step's files and sizes
 
 def seal(step_dir: Path) -> None:
     """Write `step_dir/olmax-files.json`: every file of the complete step, with its size in bytes."""
-    sizes = {str(f.relative_to(step_dir)): f.stat().st_size for f in sorted(step_dir.rglob("*"))
-             if f.is_file() and f.name != SEAL}
+    sizes = {
+        str(f.relative_to(step_dir)): f.stat().st_size
+        for f in sorted(step_dir.rglob("*"))
+        if f.is_file() and f.name != SEAL
+    }
     write_text(step_dir / SEAL, json.dumps({"files": sizes}, indent=0, sort_keys=True) + "\n")
 
 
@@ -72,8 +75,11 @@ def complete_steps(directory: str | Path) -> list[int]:
     first (`Checkpointer.latest_step`'s rule, as a read-only view that moves nothing: for readers of a
     run such as the evals)."""
     directory = Path(directory)
-    steps = sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
-                   reverse=True) if directory.is_dir() else []
+    steps = (
+        sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
+        if directory.is_dir()
+        else []
+    )
     return [s for s in committed_steps(directory, steps) if not seal_mismatch(directory / str(s))]
 
 
@@ -83,9 +89,12 @@ class Checkpointer:
     def __init__(self, directory: str | Path, cfg: CheckpointConfig):
         self.directory = Path(directory).resolve()
         _quiet_worker_tracebacks()
-        options = ocp.CheckpointManagerOptions(max_to_keep=cfg.keep, create=True,
-                                               enable_async_checkpointing=cfg.async_save,
-                                               cleanup_tmp_directories=True)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=cfg.keep,
+            create=True,
+            enable_async_checkpointing=cfg.async_save,
+            cleanup_tmp_directories=True,
+        )
         self.mngr = ocp.CheckpointManager(self.directory, options=options)
 
     def latest_step(self) -> int | None:
@@ -96,7 +105,7 @@ class Checkpointer:
         committed = committed_steps(self.directory, steps)
         if not committed:
             return None
-        for s in steps[:steps.index(committed[0])]:
+        for s in steps[: steps.index(committed[0])]:
             self._move_aside(s, "incomplete", f"has no {COMMIT_MARKER} (incomplete)", committed[0])
         self._sync("olmax-checkpoint-select")
         if committed[0] != steps[0]:
@@ -130,9 +139,11 @@ class Checkpointer:
             step = self.latest_step()
         if moved:
             self.close()
-            raise OlmaxError(f"{self.directory}: no readable checkpoint (moved step(s) {moved} to "
-                             f"{self.directory.name}-corrupt/); refusing to start over from step 0: restore a "
-                             f"good copy, or remove the run directory to start afresh")
+            raise OlmaxError(
+                f"{self.directory}: no readable checkpoint (moved step(s) {moved} to "
+                f"{self.directory.name}-corrupt/); refusing to start over from step 0: restore a "
+                f"good copy, or remove the run directory to start afresh"
+            )
         return None
 
     @staticmethod
@@ -148,8 +159,9 @@ class Checkpointer:
         return list(self.mngr.all_steps())
 
     def save(self, step: int, state: Any, loader_state: LoaderState, meta: dict) -> None:
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=LoaderSave(loader_state),
-                                  meta=ocp.args.JsonSave(meta))
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=LoaderSave(loader_state), meta=ocp.args.JsonSave(meta)
+        )
         with self._writing(step):
             self.mngr.save(step, args=args, force=True)
         self._seal_finished()  # Orbax's save waited for the previous one: it is complete now
@@ -171,13 +183,20 @@ class Checkpointer:
             step = int(failed.group(1)) if failed else step
             where = self.directory / (str(step) if step is not None else "")
             complete = [s for s in complete_steps(self.directory) if step is None or s != step]
-            kept = (f"the newest complete checkpoint is step {complete[0]}, where rerunning the same command "
-                    f"resumes" if complete else "no complete checkpoint is kept yet: a rerun starts over")
-            why = "the disk is full" if ("File too large" in first or "No space left" in first) else "it failed"
+            kept = (
+                f"the newest complete checkpoint is step {complete[0]}, where rerunning the same command "
+                f"resumes"
+                if complete
+                else "no complete checkpoint is kept yet: a rerun starts over"
+            )
+            why = (
+                "the disk is full" if ("File too large" in first or "No space left" in first) else "it failed"
+            )
             at = first.rfind("Failed to write")
             detail = first[at:] if at >= 0 else first[-200:]
-            raise OlmaxError(f"{where}: cannot write the checkpoint, {why} ({detail}); {kept}; free space and "
-                             f"rerun") from e
+            raise OlmaxError(
+                f"{where}: cannot write the checkpoint, {why} ({detail}); {kept}; free space and rerun"
+            ) from e
 
     def _seal_finished(self) -> None:
         import jax
@@ -200,15 +219,21 @@ class Checkpointer:
         if jax.process_index() == 0:
             aside.parent.mkdir(exist_ok=True)
             src.rename(aside)
-            then = (f"resuming from step {newer_than}, the newest complete checkpoint" if newer_than is not None
-                    else "no older checkpoint is left")
+            then = (
+                f"resuming from step {newer_than}, the newest complete checkpoint"
+                if newer_than is not None
+                else "no older checkpoint is left"
+            )
             print(f"olmax: warning: {src} {why}: moved to {aside}; {then}", file=sys.stderr, flush=True)
 
-    def restore(self, step: int, abstract_state: Any, *, fallback: bool = False) -> tuple[Any, LoaderState, dict]:
+    def restore(
+        self, step: int, abstract_state: Any, *, fallback: bool = False
+    ) -> tuple[Any, LoaderState, dict]:
         """(train state in the abstract state's shardings, loader state, metadata) of `step`. Unreadable
         array data is an OlmaxError, or `_Unreadable` with `fallback` (the caller then tries an older step)."""
-        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), data=LoaderRestore(),
-                                  meta=ocp.args.JsonRestore())
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), data=LoaderRestore(), meta=ocp.args.JsonRestore()
+        )
         # shapes first, from the metadata alone: a mismatch found by the restore itself leaves Orbax's
         # pending reads to print tracebacks at exit
         why = self.shape_mismatch(step, abstract_state)
@@ -220,18 +245,23 @@ class Checkpointer:
         except (ValueError, KeyError, TypeError) as e:
             why = why or self.shape_mismatch(step, abstract_state) or str(e)[:300]
             self.close()
-            raise OlmaxError(f"{self.directory / str(step)}: cannot restore the train state ({why}); the model "
-                             f"or optimizer shape in the config differs from the one that wrote it: use "
-                             f"the run's own config ({self.directory.parent / 'config.yaml'})") from e
+            raise OlmaxError(
+                f"{self.directory / str(step)}: cannot restore the train state ({why}); the model "
+                f"or optimizer shape in the config differs from the one that wrote it: use "
+                f"the run's own config ({self.directory.parent / 'config.yaml'})"
+            ) from e
         except Exception as e:  # noqa: BLE001 - TensorStore reports unreadable data as a bare Exception
             first = error_line(e)[:200]
             if fallback:
                 raise _Unreadable(first) from e
             self.close()
             older = [s for s in self.mngr.all_steps() if s < step]
-            fix = (f"move it aside to resume from step {max(older)}" if older else "move it aside to start over")
-            raise OlmaxError(f"{self.directory / str(step)}: the checkpoint is corrupt or truncated "
-                             f"({first}); {fix}") from e
+            fix = (
+                f"move it aside to resume from step {max(older)}" if older else "move it aside to start over"
+            )
+            raise OlmaxError(
+                f"{self.directory / str(step)}: the checkpoint is corrupt or truncated ({first}); {fix}"
+            ) from e
         return out.state, out.data, dict(out.meta)
 
     def shape_mismatch(self, step: int, abstract_state: Any) -> str:
@@ -326,8 +356,10 @@ def first_mismatch(saved_metadata: Any, abstract: Any) -> str:
 
     tree = getattr(saved_metadata, "item_metadata", saved_metadata)
     tree = getattr(tree, "tree", tree)
-    shapes = {jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
-              for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    shapes = {
+        jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
+        for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
     leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
     for path, leaf in sorted(leaves, key=lambda pl: not jax.tree_util.keystr(pl[0]).startswith("['params']")):
         key, shape = jax.tree_util.keystr(path), tuple(getattr(leaf, "shape", ()))
@@ -347,14 +379,23 @@ def read_params(step_dir: str | Path, abstract_params: Any) -> Any:
 
     path = Path(step_dir).absolute() / "state"
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = {"params": jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
-                                     abstract_params)}
+    target = {
+        "params": jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract_params
+        )
+    }
     with _quiet_absl(), ocp.PyTreeCheckpointer() as ckptr:
         why = first_mismatch(ckptr.metadata(path), target)
         if why:
             raise OlmaxError(f"{path.parent}: holds another model than the config's ({why})")
-        out = ckptr.restore(path, args=ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True))
+        out = ckptr.restore(
+            path,
+            args=ocp.args.PyTreeRestore(
+                item=target,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True,
+            ),
+        )
     return out["params"]
 
 
@@ -400,8 +441,21 @@ class _Unreadable(Exception):
 
 # the ModelConfig fields that define the function a checkpoint computes (dtype, remat, attention kernel and
 # scan grouping do not): an `init_from` folder must agree on all of them with the run's model
-_ARCHITECTURE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_hidden",
-                 "vocab_multiple", "rms_eps", "rope_theta", "sliding_rope_theta", "sliding_window", "layer_types")
+_ARCHITECTURE = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "mlp_hidden",
+    "vocab_multiple",
+    "rms_eps",
+    "rope_theta",
+    "sliding_rope_theta",
+    "sliding_window",
+    "layer_types",
+)
 
 
 def is_params_folder(path: str | Path) -> bool:
@@ -423,23 +477,31 @@ def restore_init_params(folder: str | Path, model_cfg: Any, abstract_params: Any
         if isinstance(ours, tuple):
             theirs = tuple(theirs or ())
         if name in saved and theirs != ours:
-            raise OlmaxError(f"train.init_from {folder}: model {name} is {theirs!r} there but {ours!r} in this "
-                             "config; start from a checkpoint of the same architecture")
+            raise OlmaxError(
+                f"train.init_from {folder}: model {name} is {theirs!r} there but {ours!r} in this "
+                "config; start from a checkpoint of the same architecture"
+            )
     with ocp.StandardCheckpointer() as ckptr:
         try:
             return ckptr.restore(folder / "params", abstract_params)
         except (ValueError, KeyError, TypeError) as e:
-            raise OlmaxError(f"train.init_from {folder}: params do not match this config's model ({e})") from e
+            raise OlmaxError(
+                f"train.init_from {folder}: params do not match this config's model ({e})"
+            ) from e
 
 
 def restore_init(step_dir: str | Path, abstract_state: Any) -> Any:
     """The train state item of a checkpoint step directory (`RUN/checkpoints/STEP`), for `train.init_from`."""
     path = Path(step_dir).resolve() / "state"
     if not path.is_dir():
-        raise OlmaxError(f"train.init_from {step_dir}: no `state` item there; point it at a checkpoint step "
-                         f"directory such as RUN_DIR/checkpoints/1413814")
+        raise OlmaxError(
+            f"train.init_from {step_dir}: no `state` item there; point it at a checkpoint step "
+            f"directory such as RUN_DIR/checkpoints/1413814"
+        )
     with ocp.StandardCheckpointer() as ckptr:
         try:
             return ckptr.restore(path, abstract_state)
         except (ValueError, KeyError, TypeError) as e:
-            raise OlmaxError(f"train.init_from {step_dir}: does not match this config's model/optimizer ({e})") from e
+            raise OlmaxError(
+                f"train.init_from {step_dir}: does not match this config's model/optimizer ({e})"
+            ) from e

@@ -10,28 +10,44 @@ import sys
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train", help="train (or resume) a run from a recipe: tiny, olmo3_7b_stage1, ...",
+        "train",
+        help="train (or resume) a run from a recipe: tiny, olmo3_7b_stage1, ...",
         description="Train to the absolute step --steps, resuming from the newest complete checkpoint in "
         "--run-dir when there is one (the same command finishes a killed run or extends a finished one). "
         "Writes RUN_DIR/metrics.jsonl (one JSON object per step), RUN_DIR/tb (TensorBoard), "
         "RUN_DIR/config.yaml and RUN_DIR/checkpoints. The device count comes from JAX; the global batch "
         "and data order never depend on it. Overrides are area.key=value (model, data, optim, mesh, "
-        "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2.")
+        "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2.",
+    )
     p.add_argument("overrides", nargs="*", metavar="AREA.KEY=VALUE", help="dotted config overrides")
     p.add_argument("--config", required=True, help="a preset name (configs/NAME.yaml) or a YAML path")
     p.add_argument("--run-dir", help="run folder (required unless --dry-run)")
     p.add_argument("--steps", type=int, help="absolute step to train to (train.steps)")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint period in steps (checkpoint.every)")
     p.add_argument("--mix", help="mix file to train on (data.mix); the tiny recipe defaults to the demo mix")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config, params, FLOPs/token, "
-                   "steps and tokens, then exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config, params, FLOPs/token, steps and tokens, then exit",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--coordinator", default=os.environ.get("OLMAX_COORDINATOR"),
-                   help="multi-process: coordinator host:port for jax.distributed (or $OLMAX_COORDINATOR)")
-    p.add_argument("--num-processes", type=int, default=int(os.environ.get("OLMAX_NUM_PROCESSES", "0")) or None,
-                   help="multi-process: process count (or $OLMAX_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=int, default=int(os.environ.get("OLMAX_PROCESS_ID", "-1")),
-                   help="multi-process: this process's id (or $OLMAX_PROCESS_ID)")
+    p.add_argument(
+        "--coordinator",
+        default=os.environ.get("OLMAX_COORDINATOR"),
+        help="multi-process: coordinator host:port for jax.distributed (or $OLMAX_COORDINATOR)",
+    )
+    p.add_argument(
+        "--num-processes",
+        type=int,
+        default=int(os.environ.get("OLMAX_NUM_PROCESSES", "0")) or None,
+        help="multi-process: process count (or $OLMAX_NUM_PROCESSES)",
+    )
+    p.add_argument(
+        "--process-id",
+        type=int,
+        default=int(os.environ.get("OLMAX_PROCESS_ID", "-1")),
+        help="multi-process: this process's id (or $OLMAX_PROCESS_ID)",
+    )
     p.set_defaults(func=run)
 
 
@@ -56,18 +72,22 @@ def _distributed(args: argparse.Namespace) -> None:
     if args.num_processes is None or args.process_id < 0:
         from olmax.errors import OlmaxError
 
-        raise OlmaxError("--coordinator needs --num-processes and --process-id (or OLMAX_NUM_PROCESSES / "
-                         "OLMAX_PROCESS_ID)")
+        raise OlmaxError(
+            "--coordinator needs --num-processes and --process-id (or OLMAX_NUM_PROCESSES / OLMAX_PROCESS_ID)"
+        )
     if os.environ.get("JAX_PLATFORMS", "") == "cpu" or not _has_accelerator():
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                               process_id=args.process_id)
+    jax.distributed.initialize(
+        coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id
+    )
 
 
 def _has_accelerator() -> bool:
     import importlib.util
 
-    return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu"))
+    return any(
+        importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
+    )
 
 
 def _eval_hook(cfg):

@@ -20,7 +20,9 @@ from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.model.config import PRESETS, ModelConfig, YarnConfig
 
-CONFIG_DIRS = (Path(__file__).resolve().parents[2] / "configs", Path(__file__).resolve().parents[1] / "configs")
+# The presets ship inside the package (pyproject package-data), so an installed wheel finds them from any folder;
+# the repository's top-level `configs` is a link to this folder, so documented paths like configs/tiny.yaml work.
+CONFIG_DIRS = (Path(__file__).resolve().parents[1] / "configs",)
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,21 @@ class TrainConfig:
     steps: int = 1000  # absolute optimizer step to train to
     seed: int = 0  # parameter init and the saved RNG
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
-    eval_sets: tuple[str, ...] = ()  # bundled names or NAME=PATH; (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    eval_sets: tuple[
+        str, ...
+    ] = ()  # bundled names or NAME=PATH; (): $OLMAX_EVAL_SETS, else sciq and arc_easy
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
     progress: bool = True
     tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tb
-    ce_chunk: int | None = None  # LM head + CE fused over blocks of this many vocab columns; None: auto; 0: off
+    ce_chunk: int | None = (
+        None  # LM head + CE fused over blocks of this many vocab columns; None: auto; 0: off
+    )
     init_from: str | None = None  # a fresh run starts from this checkpoint step dir's params + optimizer
-    monitor: bool = True  # online replay monitor (olmax.audit.StreamMonitor): stop at an unplanned repeated row
+    monitor: bool = (
+        True  # online replay monitor (olmax.audit.StreamMonitor): stop at an unplanned repeated row
+    )
     monitor_bloom_bits: int = 0  # 0: exact per-epoch row set; else a Bloom filter of this many bits
 
 
@@ -92,12 +100,17 @@ class ExperimentConfig:
         return dataclasses.replace(self, **areas)
 
 
-_AREAS = {"data": StreamSpec, "optim": OptimConfig, "mesh": MeshConfig, "checkpoint": CheckpointConfig,
-          "train": TrainConfig}
+_AREAS = {
+    "data": StreamSpec,
+    "optim": OptimConfig,
+    "mesh": MeshConfig,
+    "checkpoint": CheckpointConfig,
+    "train": TrainConfig,
+}
 
 
 def find_config(name_or_path: str) -> Path:
-    """A YAML path as given, or the preset `configs/NAME.yaml`."""
+    """A YAML path as given, or the preset `olmax/configs/NAME.yaml`."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
@@ -120,7 +133,11 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         return _coerce(value, args[0], where)
     if origin is tuple:
         # a YAML/CLI list, or one string of ';'-separated items (a bare string is not split into characters)
-        return tuple(v.strip() for v in value.split(";") if v.strip()) if isinstance(value, str) else tuple(value)
+        return (
+            tuple(v.strip() for v in value.split(";") if v.strip())
+            if isinstance(value, str)
+            else tuple(value)
+        )
     try:
         if hint is bool:
             if isinstance(value, str):
@@ -163,7 +180,9 @@ def _build_model(values: dict, where: str) -> tuple[ModelConfig, str]:
     names = {f.name for f in dataclasses.fields(ModelConfig)} - {"extra_hf"}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise OlmaxError(f"{where}: unknown model key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+        raise OlmaxError(
+            f"{where}: unknown model key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}"
+        )
     overrides: dict[str, Any] = {}
     for k, v in values.items():
         if k == "rope_scaling":
@@ -185,8 +204,9 @@ def from_dict(raw: dict, where: str = "config") -> ExperimentConfig:
     raw = dict(raw)
     unknown = sorted(set(raw) - {"name", "model", *_AREAS})
     if unknown:
-        raise OlmaxError(f"{where}: unknown section(s) {', '.join(unknown)}; valid: name, model, "
-                         f"{', '.join(_AREAS)}")
+        raise OlmaxError(
+            f"{where}: unknown section(s) {', '.join(unknown)}; valid: name, model, {', '.join(_AREAS)}"
+        )
     model, preset = _build_model(raw.get("model") or {}, f"{where}: model")
     areas = {k: _build(cls, dict(raw.get(k) or {}), f"{where}: {k}") for k, cls in _AREAS.items()}
     cfg = ExperimentConfig(name=str(raw.get("name", "run")), model=model, model_preset=preset, **areas)
@@ -201,11 +221,14 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
     if cfg.checkpoint.every <= 0 or cfg.checkpoint.keep <= 0:
         raise OlmaxError(f"{where}: checkpoint.every and checkpoint.keep must be positive")
     if cfg.optim.schedule not in ("cosine", "half_cosine", "linear", "constant"):
-        raise OlmaxError(f"{where}: optim.schedule {cfg.optim.schedule!r}; use cosine, half_cosine, linear "
-                         "or constant")
+        raise OlmaxError(
+            f"{where}: optim.schedule {cfg.optim.schedule!r}; use cosine, half_cosine, linear or constant"
+        )
     if cfg.data.seq_len > cfg.model.max_position_embeddings and cfg.model.rope_scaling is None:
-        raise OlmaxError(f"{where}: data.seq_len {cfg.data.seq_len} exceeds model.max_position_embeddings "
-                         f"{cfg.model.max_position_embeddings}; raise it or add rope_scaling")
+        raise OlmaxError(
+            f"{where}: data.seq_len {cfg.data.seq_len} exceeds model.max_position_embeddings "
+            f"{cfg.model.max_position_embeddings}; raise it or add rope_scaling"
+        )
 
 
 def run_config_path(run_dir: str | Path) -> str:
@@ -233,7 +256,9 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
         base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
     except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise OlmaxError(f"{path}: cannot read config: {e}") from e
-    bad = [o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"]
+    bad = [
+        o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"
+    ]
     if bad:
         raise OlmaxError(f"override {bad[0]!r}: write overrides as area.key=value, e.g. optim.lr=1e-3")
     try:

@@ -57,8 +57,10 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
     if step is None:
         steps = complete_steps(run_dir / "checkpoints")
         if not steps:
-            raise OlmaxError(f"{run_dir / 'checkpoints'}: no complete checkpoint yet (an HF or olmax folder is "
-                             "read with --checkpoint DIR)")
+            raise OlmaxError(
+                f"{run_dir / 'checkpoints'}: no complete checkpoint yet (an HF or olmax folder is "
+                "read with --checkpoint DIR)"
+            )
         step = steps[0]
     elif not (run_dir / "checkpoints" / str(step)).is_dir():
         raise OlmaxError(f"{run_dir / 'checkpoints' / str(step)}: no such checkpoint")
@@ -96,13 +98,17 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
         if name:
             path = tokenizer_path(name)
             if sha and file_sha256(path) != sha:
-                raise OlmaxError(f"{manifest}: the run's data was tokenized with {name} (sha256 {sha[:12]}…), "
-                                 f"but {path} differs; pass --tokenizer with the original tokenizer.json")
+                raise OlmaxError(
+                    f"{manifest}: the run's data was tokenized with {name} (sha256 {sha[:12]}…), "
+                    f"but {path} differs; pass --tokenizer with the original tokenizer.json"
+                )
             return path
     if cfg.model.vocab_size == 100_278 and file_sha256(path := tokenizer_path("dolma2")) == DOLMA2_SHA256:
         return path
-    raise OlmaxError(f"cannot tell which tokenizer the run trained with (no manifest.json beside its mix and a "
-                     f"{cfg.model.vocab_size}-entry vocabulary that is not dolma2's); pass --tokenizer")
+    raise OlmaxError(
+        f"cannot tell which tokenizer the run trained with (no manifest.json beside its mix and a "
+        f"{cfg.model.vocab_size}-entry vocabulary that is not dolma2's); pass --tokenizer"
+    )
 
 
 def checkpoint_tokenizer(checkpoint: str | os.PathLike) -> Path:
@@ -120,8 +126,14 @@ def checkpoint_tokenizer(checkpoint: str | os.PathLike) -> Path:
     return tokenizer_path("dolma2")
 
 
-def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | None = None,
-              tokenizer: str | None = None, max_shard_bytes: int = 5 << 30) -> dict:
+def export_hf(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    dtype: str | None = None,
+    tokenizer: str | None = None,
+    max_shard_bytes: int = 5 << 30,
+) -> dict:
     """Write checkpoint `src` (a run folder or `RUN/checkpoints/STEP`) to `out` as an HF directory
     (see the module docstring); returns the provenance recorded in `out/olmax_export.json`."""
     import olmax
@@ -131,21 +143,30 @@ def export_hf(src: str | os.PathLike, out: str | os.PathLike, *, dtype: str | No
 
     found = run_checkpoint(src)
     if found is None:
-        raise OlmaxError(f"{src}: not a training run folder (config.yaml + checkpoints/) or one of its "
-                         "checkpoints/<step> folders")
+        raise OlmaxError(
+            f"{src}: not a training run folder (config.yaml + checkpoints/) or one of its "
+            "checkpoints/<step> folders"
+        )
     if dtype not in (None, "float32", "bfloat16"):
         raise OlmaxError(f"--dtype {dtype}: export writes float32 or bfloat16")
-    tok_path = run_tokenizer(load_run_config(found[0]), tokenizer)  # before the restore: a missing tokenizer fails fast
+    tok_path = run_tokenizer(
+        load_run_config(found[0]), tokenizer
+    )  # before the restore: a missing tokenizer fails fast
     rm = restore_run_model(*found)
     dtype = dtype or "float32"
     cfg = rm.config
     info = {
-        "format": "olmax-export-1", "olmax_version": olmax.__version__, "source_run": str(rm.run_dir.resolve()),
-        "step": rm.step, "data_fingerprint": rm.loader_state.fingerprint, "data_seed": cfg.data.seed,
+        "format": "olmax-export-1",
+        "olmax_version": olmax.__version__,
+        "source_run": str(rm.run_dir.resolve()),
+        "step": rm.step,
+        "data_fingerprint": rm.loader_state.fingerprint,
+        "data_seed": cfg.data.seed,
         "tokens_seen": int(rm.step) * cfg.data.global_batch_size * cfg.data.seq_len,
-        "epoch": rm.meta.get("epoch"), "run_name": getattr(cfg, "name", None), "dtype": dtype,
+        "epoch": rm.meta.get("epoch"),
+        "run_name": getattr(cfg, "name", None),
+        "dtype": dtype,
         "tokenizer_sha256": file_sha256(tok_path),
     }
     to_hf(rm.model, out, dtype, max_shard_bytes=max_shard_bytes, tokenizer_json=tok_path, provenance=info)
     return info
-

@@ -52,15 +52,19 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
         return None
     from olmax.audit.monitor import StreamMonitor
 
-    monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
-                            bloom_bits=cfg.train.monitor_bloom_bits or None)
+    monitor = StreamMonitor(
+        steps_per_epoch=loader.batches_per_epoch,
+        index=loader.index,
+        bloom_bits=cfg.train.monitor_bloom_bits or None,
+    )
     if saved_meta and saved_meta.get("monitor"):
         monitor.load_state_json(saved_meta["monitor"])
     return monitor
 
 
-def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
-          eval_hook: EvalHook | None = None) -> dict:
+def train(
+    cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None, eval_hook: EvalHook | None = None
+) -> dict:
     """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
@@ -74,9 +78,19 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
     m = cfg.model
     # a packed stream finds documents by the model's EOS and pads with its PAD (fixed windows need neither)
-    index = stream.open_index(**(dict(eos_token_id=m.eos_token_id, pad_token_id=m.pad_token_id, vocab_size=m.vocab_size,
-                                      bos_token_id=m.bos_token_id, progress=jax.process_index() == 0)
-                                 if stream.packed else {}))
+    index = stream.open_index(
+        **(
+            dict(
+                eos_token_id=m.eos_token_id,
+                pad_token_id=m.pad_token_id,
+                vocab_size=m.vocab_size,
+                bos_token_id=m.bos_token_id,
+                progress=jax.process_index() == 0,
+            )
+            if stream.packed
+            else {}
+        )
+    )
     loader = stream.open_loader(index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -85,10 +99,19 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
     start, state, loader_state, saved_meta, note = _restore_or_init(cfg, ckpt, abstract, mesh)
     if jax.process_index() == 0:
         write_text(run_dir / "config.yaml", dump_yaml(cfg))
-        print(f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
-              f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}", flush=True)
-    summary: dict[str, Any] = {"start_step": start, "steps": cfg.train.steps, "note": note,
-                               "mesh": describe(mesh), "microbatches": n_micro, "per_device_batch": per_device}
+        print(
+            f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
+            f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
+            flush=True,
+        )
+    summary: dict[str, Any] = {
+        "start_step": start,
+        "steps": cfg.train.steps,
+        "note": note,
+        "mesh": describe(mesh),
+        "microbatches": n_micro,
+        "per_device_batch": per_device,
+    }
     with ExitStack() as closing:  # checkpointer, loader threads and logs are closed also on an error
         closing.callback(ckpt.close)
         if start >= cfg.train.steps:
@@ -101,14 +124,28 @@ def train(cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None,
         log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
         closing.callback(log.close)
         t_run = time.perf_counter()
-        steps = _Steps(cfg, mesh, run_dir, loader.index, it, _monitor(cfg, loader, saved_meta if start else None),
-                       log, ckpt, n_micro, per_device, eval_hook, peak)
+        steps = _Steps(
+            cfg,
+            mesh,
+            run_dir,
+            loader.index,
+            it,
+            _monitor(cfg, loader, saved_meta if start else None),
+            log,
+            ckpt,
+            n_micro,
+            per_device,
+            eval_hook,
+            peak,
+        )
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
     return summary
 
 
-def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple[int, dict, Any, dict | None, str]:
+def _restore_or_init(
+    cfg: ExperimentConfig, ckpt, abstract: dict, mesh
+) -> tuple[int, dict, Any, dict | None, str]:
     """(start step, state, loader state, checkpoint metadata, what happened): the newest complete
     checkpoint, else `train.init_from` (a new stage), else a fresh initialisation."""
     from olmax.train.checkpoint import is_params_folder, restore_init_params
@@ -119,7 +156,13 @@ def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple
         start, state, loader_state, meta = found
         if int(jax.device_get(state["step"])) != start:
             raise OlmaxError(f"{ckpt.directory / str(start)}: holds step {int(state['step'])}, not {start}")
-        return start, state, loader_state, meta, f"resumed from step {start} (saved on {meta.get('devices')} devices)"
+        return (
+            start,
+            state,
+            loader_state,
+            meta,
+            f"resumed from step {start} (saved on {meta.get('devices')} devices)",
+        )
     if cfg.train.init_from and is_params_folder(cfg.train.init_from):
         # a converted model (HF -> olmax): its params, a fresh optimizer, step 0
         params = restore_init_params(cfg.train.init_from, cfg.model, abstract["params"])
@@ -132,10 +175,15 @@ def _restore_or_init(cfg: ExperimentConfig, ckpt, abstract: dict, mesh) -> tuple
         state = restore_init(cfg.train.init_from, abstract)
         # a new stage: params, moments and Adam count carry over (OLMo-core load_optim_state=True,
         # load_trainer_state=False); the step, the data position and the skip-step history start afresh
-        fresh_skip = jax.jit(lambda: init_opt_state({}, cfg.optim.skip_window)["skip"],
-                             out_shardings=jax.tree.map(lambda a: a.sharding, abstract["opt"]["skip"]))()
-        state = {**state, "step": jax.device_put(0 * state["step"], abstract["step"].sharding),
-                 "opt": {**state["opt"], "skip": fresh_skip}}
+        fresh_skip = jax.jit(
+            lambda: init_opt_state({}, cfg.optim.skip_window)["skip"],
+            out_shardings=jax.tree.map(lambda a: a.sharding, abstract["opt"]["skip"]),
+        )()
+        state = {
+            **state,
+            "step": jax.device_put(0 * state["step"], abstract["step"].sharding),
+            "opt": {**state["opt"], "skip": fresh_skip},
+        }
         return 0, state, None, None, f"initialised from {cfg.train.init_from}"
     return 0, make_init(cfg.model, cfg.optim, mesh, cfg.train.seed), None, None, "initialised from scratch"
 
@@ -145,22 +193,53 @@ class _Steps:
     logging, data reading and monitor overlap the device's work (one process, or no monitor); at a checkpoint, an eval and the last
     step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
 
-    def __init__(self, cfg: ExperimentConfig, mesh, run_dir: Path, index, it, monitor, log, ckpt, n_micro: int,
-                 per_device: int, eval_hook: EvalHook | None, peak: float | None):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        mesh,
+        run_dir: Path,
+        index,
+        it,
+        monitor,
+        log,
+        ckpt,
+        n_micro: int,
+        per_device: int,
+        eval_hook: EvalHook | None,
+        peak: float | None,
+    ):
         from olmax.model.flops import flops_per_token
         from olmax.train.step import make_train_step, model_graphdef
 
-        self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = cfg, mesh, run_dir, index, it, monitor
+        self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = (
+            cfg,
+            mesh,
+            run_dir,
+            index,
+            it,
+            monitor,
+        )
         self.log, self.ckpt, self.eval_hook = log, ckpt, eval_hook
-        self.train_step = make_train_step(cfg.model, cfg.optim, mesh, n_micro=n_micro,
-                                          per_device_batch=per_device, t_max=cfg.optim.t_max or cfg.train.steps,
-                                          ce_chunk=cfg.train.ce_chunk)
+        self.train_step = make_train_step(
+            cfg.model,
+            cfg.optim,
+            mesh,
+            n_micro=n_micro,
+            per_device_batch=per_device,
+            t_max=cfg.optim.t_max or cfg.train.steps,
+            ce_chunk=cfg.train.ce_chunk,
+        )
         self.tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
         self.flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * self.tokens_per_step
         self.peak = peak
         self.graphdef = model_graphdef(cfg.model)[0] if eval_hook else None
-        self.meta = {"devices": jax.device_count(), "processes": jax.process_count(), "mesh": dict(mesh.shape),
-                     "global_batch_size": cfg.data.global_batch_size, "seq_len": cfg.data.seq_len}
+        self.meta = {
+            "devices": jax.device_count(),
+            "processes": jax.process_count(),
+            "mesh": dict(mesh.shape),
+            "global_batch_size": cfg.data.global_batch_size,
+            "seq_len": cfg.data.seq_len,
+        }
         self.bar, self.logged_peak = None, False
         # With several processes the monitor's all-gather is a collective of its own: it must not be
         # issued while a train step's collectives may still be in flight, so the steps do not overlap.
@@ -196,7 +275,9 @@ class _Steps:
                     rec = self._finish(*done, state=state if evaluate else None)
                 if save:
                     extra = {"monitor": self.monitor.state_json()} if self.monitor is not None else {}
-                    self.ckpt.save(step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra})
+                    self.ckpt.save(
+                        step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra}
+                    )
                     self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
         except BaseException:
             if pending is not None:  # a step the device finished is logged even when the next one fails
@@ -217,7 +298,9 @@ class _Steps:
         rows = next(self.it)
         check_batch_ids(self.index, rows, self.cfg.model.vocab_size)
         if self.monitor is not None:  # raises ReplayError naming this step before the row is trained on
-            self.monitor.update_all_hosts(step, rows["input_ids"], instance_ids=rows.get("instance_ids"), epoch=epoch)
+            self.monitor.update_all_hosts(
+                step, rows["input_ids"], instance_ids=rows.get("instance_ids"), epoch=epoch
+            )
         G = self.cfg.data.global_batch_size
         counters = self.monitor.counters() if self.monitor is not None else {}
         return epoch, {k: global_batch(rows[k], self.mesh, G) for k in BATCH_KEYS if k in rows}, counters
@@ -228,14 +311,24 @@ class _Steps:
         now = time.perf_counter()
         dt, self.t_prev = now - self.t_prev, now
         tps = self.tokens_per_step / dt
-        rec = {"step": step, "loss": float(metrics["loss"]), "z_loss": float(metrics["z_loss"]),
-               "grad_norm": float(metrics["grad_norm"]), "lr": float(metrics["lr"]),
-               "tokens": step * self.tokens_per_step, "tokens_per_s": tps,
-               "mfu": mfu(self.flops_per_step, dt, self.peak), "skipped": int(metrics["skipped"]),
-               "epoch": epoch, **counters}
+        rec = {
+            "step": step,
+            "loss": float(metrics["loss"]),
+            "z_loss": float(metrics["z_loss"]),
+            "grad_norm": float(metrics["grad_norm"]),
+            "lr": float(metrics["lr"]),
+            "tokens": step * self.tokens_per_step,
+            "tokens_per_s": tps,
+            "mfu": mfu(self.flops_per_step, dt, self.peak),
+            "skipped": int(metrics["skipped"]),
+            "epoch": epoch,
+            **counters,
+        }
         if not self.logged_peak:  # the first record of each start says what `mfu` is a fraction of
-            rec.update(mfu_peak_flops=float(self.peak) if self.peak else None,
-                       mfu_peak=getattr(self.peak, "what", None))
+            rec.update(
+                mfu_peak_flops=float(self.peak) if self.peak else None,
+                mfu_peak=getattr(self.peak, "what", None),
+            )
             self.logged_peak = True
         if state is not None:
             from flax import nnx
@@ -258,14 +351,16 @@ def dry_run(cfg: ExperimentConfig) -> str:
 
     tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
     fpt = flops_per_token(cfg.model, cfg.data.seq_len)
-    lines = [dump_yaml(cfg).rstrip(), "---",
-             f"params: {count_params(cfg.model):,} ({count_params(cfg.model, padded=True):,} with vocab padding)",
-             f"forward FLOPs/token: {fpt:,.0f} (train step: 3x = {3 * fpt:,.0f})",
-             f"tokens/step: {cfg.data.global_batch_size} x {cfg.data.seq_len} = {tokens_per_step:,}",
-             f"steps: {cfg.train.steps:,}; tokens: {cfg.train.steps * tokens_per_step:,}",
-             f"train FLOPs: {3 * fpt * tokens_per_step * cfg.train.steps:.3e}",
-             f"lr schedule: {cfg.optim.schedule}, peak {cfg.optim.lr:g}, warmup {cfg.optim.warmup_steps}, "
-             f"horizon {cfg.optim.t_max or cfg.train.steps} steps, final {cfg.optim.alpha_f:g} x peak",
-             f"devices: {jax.device_count()} visible (global batch fixed; microbatches derived per device count)"]
+    lines = [
+        dump_yaml(cfg).rstrip(),
+        "---",
+        f"params: {count_params(cfg.model):,} ({count_params(cfg.model, padded=True):,} with vocab padding)",
+        f"forward FLOPs/token: {fpt:,.0f} (train step: 3x = {3 * fpt:,.0f})",
+        f"tokens/step: {cfg.data.global_batch_size} x {cfg.data.seq_len} = {tokens_per_step:,}",
+        f"steps: {cfg.train.steps:,}; tokens: {cfg.train.steps * tokens_per_step:,}",
+        f"train FLOPs: {3 * fpt * tokens_per_step * cfg.train.steps:.3e}",
+        f"lr schedule: {cfg.optim.schedule}, peak {cfg.optim.lr:g}, warmup {cfg.optim.warmup_steps}, "
+        f"horizon {cfg.optim.t_max or cfg.train.steps} steps, final {cfg.optim.alpha_f:g} x peak",
+        f"devices: {jax.device_count()} visible (global batch fixed; microbatches derived per device count)",
+    ]
     return "\n".join(lines)
-

@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 
 
-def shifted_labels(input_ids_BxL: jax.Array, label_mask_BxL: jax.Array | None = None
-                   ) -> tuple[jax.Array, jax.Array]:
+def shifted_labels(
+    input_ids_BxL: jax.Array, label_mask_BxL: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """(labels, weights): inputs shifted left with a dummy last label, and weight 0 on it; with a label
     mask (False on a packed row's padding, OLMo-core's `label_mask`), a label weighs what its token's mask says."""
     b, seq = input_ids_BxL.shape
@@ -36,8 +37,13 @@ def shifted_labels(input_ids_BxL: jax.Array, label_mask_BxL: jax.Array | None = 
     return labels_BxL, weights_BxL
 
 
-def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float, vocab_size: int | None = None,
-                  label_mask_BxL: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+def cross_entropy(
+    logits_BxLxV: jax.Array,
+    input_ids_BxL: jax.Array,
+    z_loss: float,
+    vocab_size: int | None = None,
+    label_mask_BxL: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(sum of CE, sum of z_loss * lse^2, predicted tokens) from full logits; columns >= vocab_size masked,
     labels whose `label_mask` is False weigh 0."""
     b, seq, v = logits_BxLxV.shape
@@ -52,8 +58,9 @@ def cross_entropy(logits_BxLxV: jax.Array, input_ids_BxL: jax.Array, z_loss: flo
     return ce, z, jnp.sum(weights_BxL)
 
 
-def _block_logits(h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, chunk: int, vocab: int
-                  ) -> jax.Array:
+def _block_logits(
+    h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, chunk: int, vocab: int
+) -> jax.Array:
     """fp32 logits of the `chunk` columns from `first` (read in place); padding columns read -inf."""
     w_DxC = jax.lax.dynamic_slice_in_dim(w_DxV, first, chunk, axis=1)
     logits = jnp.einsum("nd,dc->nc", h_NxD, w_DxC.astype(h_NxD.dtype), preferred_element_type=jnp.float32)
@@ -89,8 +96,11 @@ def _forward(h, w, labels, weights, vocab, chunk, store):
         run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(e_NxC, axis=-1)
         return (new_max, run_sum, label_logit + _label_logit(logits, labels, first)), (e_NxC, new_max)
 
-    carry = (jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32), jnp.zeros((n,), jnp.float32),
-             jnp.zeros((n,), jnp.float32))
+    carry = (
+        jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32),
+        jnp.zeros((n,), jnp.float32),
+        jnp.zeros((n,), jnp.float32),
+    )
     if store:
         saved = []
         for first in range(0, w.shape[1], chunk):
@@ -123,7 +133,9 @@ def _fused_bwd(vocab, chunk, store, res, g):
     def block(first, p_NxC):
         """(dh contribution, dW block) of the `chunk` columns from `first`, given their softmax."""
         onehot = (labels - first)[:, None] == jnp.arange(chunk)[None, :]
-        dlogits = (p_NxC * coef_N[:, None] - jnp.where(onehot, (g_ce * weights)[:, None], 0.0)).astype(h.dtype)
+        dlogits = (p_NxC * coef_N[:, None] - jnp.where(onehot, (g_ce * weights)[:, None], 0.0)).astype(
+            h.dtype
+        )
         w_DxC = jax.lax.dynamic_slice_in_dim(w, first, chunk, axis=1).astype(h.dtype)
         dh = jnp.einsum("nc,dc->nd", dlogits, w_DxC, preferred_element_type=jnp.float32)
         return dh, jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32).astype(w.dtype)
@@ -136,6 +148,7 @@ def _fused_bwd(vocab, chunk, store, res, g):
             dw_blocks.append(dw_c)
         dw = jnp.concatenate(dw_blocks, axis=1)
     else:  # recompute each block's logits; padding columns give exp(-inf) = 0
+
         def body(carry, first):
             dh, dw = carry
             dh_c, dw_c = block(first, jnp.exp(_block_logits(h, w, first, chunk, vocab) - lse[:, None]))
@@ -166,9 +179,16 @@ def pick_chunk(size: int, want: int) -> int:
     return 1
 
 
-def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.Array, z_loss: float,
-                       vocab_size: int, chunk: int, store: bool | None = None,
-                       label_mask_BxL: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+def head_cross_entropy(
+    h_BxLxD: jax.Array,
+    w_DxV: jax.Array,
+    input_ids_BxL: jax.Array,
+    z_loss: float,
+    vocab_size: int,
+    chunk: int,
+    store: bool | None = None,
+    label_mask_BxL: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
 
     `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
@@ -177,7 +197,13 @@ def head_cross_entropy(h_BxLxD: jax.Array, w_DxV: jax.Array, input_ids_BxL: jax.
     """
     b, seq, d = h_BxLxD.shape
     labels_BxL, weights_BxL = shifted_labels(input_ids_BxL, label_mask_BxL)
-    ce, zz = _fused(h_BxLxD.reshape(b * seq, d), w_DxV, labels_BxL.reshape(-1), weights_BxL.reshape(-1),
-                    vocab_size, pick_chunk(w_DxV.shape[1], chunk),
-                    default_store(b * seq, w_DxV.shape[1]) if store is None else store)
+    ce, zz = _fused(
+        h_BxLxD.reshape(b * seq, d),
+        w_DxV,
+        labels_BxL.reshape(-1),
+        weights_BxL.reshape(-1),
+        vocab_size,
+        pick_chunk(w_DxV.shape[1], chunk),
+        default_store(b * seq, w_DxV.shape[1]) if store is None else store,
+    )
     return ce, z_loss * zz, jnp.sum(weights_BxL)

@@ -32,8 +32,10 @@ def mesh_shape(cfg: MeshConfig, n_devices: int) -> tuple[int, int]:
     if fsdp == -1:
         fsdp = n_devices // max(data, 1)
     if data < 1 or fsdp < 1 or data * fsdp != n_devices:
-        raise OlmaxError(f"mesh.data={cfg.data} x mesh.fsdp={cfg.fsdp} does not cover the {n_devices} devices; "
-                         f"make their product {n_devices} (or set one to -1)")
+        raise OlmaxError(
+            f"mesh.data={cfg.data} x mesh.fsdp={cfg.fsdp} does not cover the {n_devices} devices; "
+            f"make their product {n_devices} (or set one to -1)"
+        )
     return data, fsdp
 
 
@@ -46,13 +48,17 @@ def make_mesh(cfg: MeshConfig, devices: list | None = None) -> Mesh:
 def microbatches(global_batch: int, n_devices: int, per_device_batch: int | None) -> tuple[int, int]:
     """(microbatches per step, rows per device per microbatch) for a constant global batch."""
     if global_batch % n_devices:
-        raise OlmaxError(f"data.global_batch_size {global_batch} is not divisible by the {n_devices} devices; "
-                         f"use a device count that divides it (the global batch never changes with devices)")
+        raise OlmaxError(
+            f"data.global_batch_size {global_batch} is not divisible by the {n_devices} devices; "
+            f"use a device count that divides it (the global batch never changes with devices)"
+        )
     per_device = global_batch // n_devices
     b = per_device if per_device_batch is None else min(per_device_batch, per_device)
     if b <= 0 or per_device % b:
-        raise OlmaxError(f"mesh.per_device_batch {per_device_batch} does not divide the {per_device} rows each "
-                         f"of the {n_devices} devices holds (global batch {global_batch}); pick a divisor")
+        raise OlmaxError(
+            f"mesh.per_device_batch {per_device_batch} does not divide the {per_device} rows each "
+            f"of the {n_devices} devices holds (global batch {global_batch}); pick a divisor"
+        )
     return per_device // b, b
 
 
@@ -95,8 +101,10 @@ def global_batch(local_rows: np.ndarray, mesh: Mesh, global_rows: int) -> jax.Ar
     """The (G, L) global array from this process's rows (its loader's positions I::P of the batch)."""
     shape = (global_rows, *local_rows.shape[1:])
     if local_rows.shape[0] * jax.process_count() != global_rows:
-        raise OlmaxError(f"this process has {local_rows.shape[0]} rows of a {global_rows}-row global batch "
-                         f"over {jax.process_count()} processes; the loader's process count must match JAX's")
+        raise OlmaxError(
+            f"this process has {local_rows.shape[0]} rows of a {global_rows}-row global batch "
+            f"over {jax.process_count()} processes; the loader's process count must match JAX's"
+        )
     return jax.make_array_from_process_local_data(batch_sharding(mesh), local_rows, shape)
 
 

@@ -45,9 +45,34 @@ from olmax.errors import OlmaxError
 from olmax.jsonio import dumps, read_jsonl, write_jsonl
 
 FILE = "metrics.jsonl"
-TRAIN_FIELDS = ("step", "loss", "z_loss", "grad_norm", "lr", "tokens", "tokens_per_s", "mfu", "skipped", "epoch")
-HELDOUT_FIELDS = ("kind", "step", "eval", "subset", "ce", "ppl", "bpb", "tokens", "bytes", "documents",
-                  "truncated", "seq_len", "fingerprint", "tokenizer_sha256")
+TRAIN_FIELDS = (
+    "step",
+    "loss",
+    "z_loss",
+    "grad_norm",
+    "lr",
+    "tokens",
+    "tokens_per_s",
+    "mfu",
+    "skipped",
+    "epoch",
+)
+HELDOUT_FIELDS = (
+    "kind",
+    "step",
+    "eval",
+    "subset",
+    "ce",
+    "ppl",
+    "bpb",
+    "tokens",
+    "bytes",
+    "documents",
+    "truncated",
+    "seq_len",
+    "fingerprint",
+    "tokenizer_sha256",
+)
 
 
 def metrics_path(run: str | os.PathLike) -> Path:
@@ -89,8 +114,11 @@ class MetricsLog:
         if not self.primary:
             return
         if self.path.exists():  # drop records a killed run logged after its last checkpoint
-            kept = [r for r in read_jsonl(self.path)
-                    if not isinstance(r, dict) or (r.get("step") or 0) <= resume_step]
+            kept = [
+                r
+                for r in read_jsonl(self.path)
+                if not isinstance(r, dict) or (r.get("step") or 0) <= resume_step
+            ]
             write_jsonl(self.path, kept)
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run
         if tensorboard:

@@ -37,8 +37,15 @@ from olmax.train.config import ExperimentConfig
 
 # bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets). CPUs have no datasheet
 # figure here: their peak is measured at start (`cpu_matmul_peak`), so CPU MFU = fraction of that.
-PEAK_FLOPS = {"NVIDIA H200": 989e12, "NVIDIA H100": 989e12, "NVIDIA A100": 312e12, "TPU v5p": 459e12,
-              "TPU v5 lite": 197e12, "TPU v4": 275e12, "TPU7x": 2307e12}
+PEAK_FLOPS = {
+    "NVIDIA H200": 989e12,
+    "NVIDIA H100": 989e12,
+    "NVIDIA A100": 312e12,
+    "TPU v5p": 459e12,
+    "TPU v5 lite": 197e12,
+    "TPU v4": 275e12,
+    "TPU7x": 2307e12,
+}
 
 # (M, K, N) matmuls timed for the CPU peak: square GEMMs large enough for XLA's best CPU throughput
 # (250-290 GFLOP/s at 2048^3 on an idle 2-core host of this project, README), small enough that a run
@@ -75,9 +82,12 @@ def peak_flops(cfg: ExperimentConfig) -> PeakFlops | None:
         total, timed, hosts = _sum_over_hosts(lambda: measure_cpu_matmul_peak(dtype))
         shapes = ", ".join(f"{m}x{k}x{n}" for m, k, n in CPU_PEAK_SHAPES)
         where = f", summed over {hosts} hosts" if hosts > 1 else " on this host"
-        return PeakFlops(total, f"fraction of a measured {_SHORT_DTYPE.get(dtype, dtype)} matmul peak: "
-                                f"{total / 1e9:.1f} GFLOP/s, the best of {timed} timed matmuls ({shapes}) "
-                                f"at start-up{where}")
+        return PeakFlops(
+            total,
+            f"fraction of a measured {_SHORT_DTYPE.get(dtype, dtype)} matmul peak: "
+            f"{total / 1e9:.1f} GFLOP/s, the best of {timed} timed matmuls ({shapes}) "
+            f"at start-up{where}",
+        )
     for kind, flops in PEAK_FLOPS.items():
         if dev.device_kind.startswith(kind):
             n = jax.device_count()
@@ -85,9 +95,12 @@ def peak_flops(cfg: ExperimentConfig) -> PeakFlops | None:
     return None
 
 
-def measure_cpu_matmul_peak(dtype: str = "float32", shapes: Sequence[tuple[int, int, int]] = CPU_PEAK_SHAPES,
-                            min_samples: int = CPU_PEAK_MIN_SAMPLES, budget_s: float = CPU_PEAK_BUDGET_S
-                            ) -> tuple[float, int]:
+def measure_cpu_matmul_peak(
+    dtype: str = "float32",
+    shapes: Sequence[tuple[int, int, int]] = CPU_PEAK_SHAPES,
+    min_samples: int = CPU_PEAK_MIN_SAMPLES,
+    budget_s: float = CPU_PEAK_BUDGET_S,
+) -> tuple[float, int]:
     """(best FLOP/s, matmuls timed): each of `shapes` timed on this host's first device in `dtype`.
 
     Each shape is timed until it has used its share of `budget_s`, and at least `min_samples` times; the
@@ -103,8 +116,15 @@ def measure_cpu_matmul_peak(dtype: str = "float32", shapes: Sequence[tuple[int, 
     rng = np.random.default_rng(0)
     share = budget_s / len(shapes)
     peak, timed = 0.0, 0
-    for m, k, n in shapes:  # one shape at a time, so its operands stay in cache as they do in a GEMM-bound step
-        a, b = (jax.device_put(jnp.asarray(rng.standard_normal(s, np.float32), dtype), dev) for s in ((m, k), (k, n)))
+    for (
+        m,
+        k,
+        n,
+    ) in shapes:  # one shape at a time, so its operands stay in cache as they do in a GEMM-bound step
+        a, b = (
+            jax.device_put(jnp.asarray(rng.standard_normal(s, np.float32), dtype), dev)
+            for s in ((m, k), (k, n))
+        )
         mm(a, b).block_until_ready()  # compile and warm up (thread pool, output buffers) outside the timing
         best, spent, count = float("inf"), 0.0, 0
         while count < min_samples or spent < share:
@@ -162,8 +182,11 @@ def mfu(flops_per_step: float, seconds: float, peak: float | None) -> float | No
     if not _warned_above_one:
         _warned_above_one = True
         what = getattr(peak, "what", "the peak")
-        warnings.warn(f"mfu: a step did {flops_per_step / seconds / 1e9:.3g} GFLOP/s, more than the "
-                      f"{peak / 1e9:.3g} GFLOP/s peak it is held to ({what}); that peak is wrong, so `mfu` is "
-                      "logged as null when it would exceed 1 (set train.peak_flops to fix the peak)",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"mfu: a step did {flops_per_step / seconds / 1e9:.3g} GFLOP/s, more than the "
+            f"{peak / 1e9:.3g} GFLOP/s peak it is held to ({what}); that peak is wrong, so `mfu` is "
+            "logged as null when it would exceed 1 (set train.peak_flops to fix the peak)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return None

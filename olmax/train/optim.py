@@ -27,6 +27,7 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grads_with_norm_
 
 # ----- learning-rate schedules (step -> lr), valid for Python ints and traced int arrays -----
 
+
 def _where(c, a, b):
     return jnp.where(c, a, b) if isinstance(c, jax.Array) else (a if c else b)
 
@@ -36,8 +37,9 @@ def _cos(x):
 
 
 def _warmup(peak: float, step, warmup: int, min_lr: float):
-    return min_lr + (peak - min_lr) * (jnp.minimum(step, warmup) if isinstance(step, jax.Array)
-                                        else min(step, warmup)) / max(warmup, 1)
+    return min_lr + (peak - min_lr) * (
+        jnp.minimum(step, warmup) if isinstance(step, jax.Array) else min(step, warmup)
+    ) / max(warmup, 1)
 
 
 def learning_rate(cfg: OptimConfig, step, t_max: int):
@@ -69,6 +71,7 @@ def learning_rate(cfg: OptimConfig, step, t_max: int):
 
 # ----- AdamW with skip-step -----
 
+
 def decay_mask(params: dict) -> dict:
     """True where weight decay applies: every parameter but the token embedding."""
     return {k: jax.tree.map(lambda _, decay=(k != "embed"): decay, v) for k, v in params.items()}
@@ -77,9 +80,16 @@ def decay_mask(params: dict) -> dict:
 def init_opt_state(params: dict, window: int) -> dict:
     """Moments (fp32, shaped like params), the Adam step count, and the skip-step history."""
     zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    return {"mu": zeros, "nu": jax.tree.map(jnp.copy, zeros), "count": jnp.zeros((), jnp.float32),
-            "skip": {"loss": jnp.zeros((window,), jnp.float32), "grad_norm": jnp.zeros((window,), jnp.float32),
-                     "n": jnp.zeros((), jnp.int32)}}
+    return {
+        "mu": zeros,
+        "nu": jax.tree.map(jnp.copy, zeros),
+        "count": jnp.zeros((), jnp.float32),
+        "skip": {
+            "loss": jnp.zeros((window,), jnp.float32),
+            "grad_norm": jnp.zeros((window,), jnp.float32),
+            "n": jnp.zeros((), jnp.int32),
+        },
+    }
 
 
 def global_norm(tree: Any) -> jax.Array:
@@ -94,33 +104,39 @@ def _mean_std(hist: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
     return mean, jnp.sqrt(var)
 
 
-def skip_decision(skip: dict, loss: jax.Array, grad_norm: jax.Array, cfg: OptimConfig
-                  ) -> tuple[jax.Array, dict]:
+def skip_decision(
+    skip: dict, loss: jax.Array, grad_norm: jax.Array, cfg: OptimConfig
+) -> tuple[jax.Array, dict]:
     """(step_factor 1.0 or 0.0, updated history) for this step's CE loss and pre-clip grad norm."""
     window = skip["loss"].shape[0]
     n = skip["n"]
     valid = jnp.arange(window) < jnp.minimum(n, window)
     loss_mean, loss_std = _mean_std(skip["loss"], valid)
     gn_mean, gn_std = _mean_std(skip["grad_norm"], valid)
-    ok = jnp.logical_and(loss - loss_mean <= cfg.skip_sigma * loss_std,
-                         grad_norm - gn_mean <= cfg.skip_sigma * gn_std)
+    ok = jnp.logical_and(
+        loss - loss_mean <= cfg.skip_sigma * loss_std, grad_norm - gn_mean <= cfg.skip_sigma * gn_std
+    )
     # OLMo-core: inactive while fewer than max(2, window // 2) values (the current one included) exist
     active = (n + 1 >= max(2, window // 2)) & cfg.skip_steps
     factor = jnp.where(active, ok, True).astype(jnp.float32)
     slot = n % window
-    new = {"loss": skip["loss"].at[slot].set(loss), "grad_norm": skip["grad_norm"].at[slot].set(grad_norm),
-           "n": n + 1}
+    new = {
+        "loss": skip["loss"].at[slot].set(loss),
+        "grad_norm": skip["grad_norm"].at[slot].set(grad_norm),
+        "n": n + 1,
+    }
     return factor, new
 
 
-def adamw_update(params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: OptimConfig,
-                 grad_norm: jax.Array | None = None) -> tuple[dict, dict, jax.Array]:
+def adamw_update(
+    params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: OptimConfig, grad_norm: jax.Array | None = None
+) -> tuple[dict, dict, jax.Array]:
     """Clip, then one AdamW step; returns (params, moments+count, pre-clip grad norm). No skip logic."""
     grad_norm = global_norm(grads) if grad_norm is None else grad_norm
     coef = jnp.minimum(cfg.max_grad_norm / (grad_norm + CLIP_EPS), 1.0)
     count = opt["count"] + 1.0
-    bc1 = 1.0 - cfg.b1 ** count
-    bc2 = 1.0 - cfg.b2 ** count
+    bc1 = 1.0 - cfg.b1**count
+    bc2 = 1.0 - cfg.b2**count
 
     def leaf(p, g, m, v, decay):
         # one pass per parameter: clipped grad, both moments and the decayed, updated weight
@@ -137,8 +153,9 @@ def adamw_update(params: dict, grads: dict, opt: dict, lr: jax.Array, cfg: Optim
     return new_params, {**opt, "mu": mu, "nu": nu, "count": count}, grad_norm
 
 
-def apply_update(params: dict, grads: dict, opt: dict, lr: jax.Array, loss: jax.Array, cfg: OptimConfig
-                 ) -> tuple[dict, dict, dict[str, jax.Array]]:
+def apply_update(
+    params: dict, grads: dict, opt: dict, lr: jax.Array, loss: jax.Array, cfg: OptimConfig
+) -> tuple[dict, dict, dict[str, jax.Array]]:
     """AdamW + skip-step: a skipped step keeps params, moments and count, but records its loss/norm.
 
     The skip decision needs only the loss and the pre-clip grad norm, so it is taken first and the

@@ -42,15 +42,21 @@ def init_state(model_cfg: ModelConfig, optim_cfg: OptimConfig, seed: int) -> dic
 
 def _state_around(params: dict, optim_cfg: OptimConfig, seed: int) -> dict:
     """A step-0 train state holding `params`: fresh optimizer moments and skip history, the data rng."""
-    return {"params": params, "opt": init_opt_state(params, optim_cfg.skip_window),
-            "step": jnp.zeros((), jnp.int32), "rng": jax.random.key_data(jax.random.key(seed))}
+    return {
+        "params": params,
+        "opt": init_opt_state(params, optim_cfg.skip_window),
+        "step": jnp.zeros((), jnp.int32),
+        "rng": jax.random.key_data(jax.random.key(seed)),
+    }
 
 
 def abstract_state(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh) -> tuple[Any, Any]:
     """(ShapeDtypeStructs with shardings for the train state, the shardings tree)."""
     shapes = jax.eval_shape(lambda: init_state(model_cfg, optim_cfg, 0))
     shardings = state_shardings(shapes, mesh)
-    abstract = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    abstract = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
+    )
     return abstract, shardings
 
 
@@ -60,7 +66,9 @@ def make_init(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: 
     return jax.jit(lambda: init_state(model_cfg, optim_cfg, seed), out_shardings=shardings)()
 
 
-def state_from_params(params: dict, model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: int) -> dict:
+def state_from_params(
+    params: dict, model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, seed: int
+) -> dict:
     """A train state at step 0 around existing `params` (a fresh optimizer), in the train state's shards."""
     _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
     return jax.jit(lambda p: _state_around(p, optim_cfg, seed), out_shardings=shardings)(params)
@@ -71,8 +79,9 @@ def default_ce_chunk() -> int:
     return 3584 if jax.default_backend() == "cpu" else 14_336
 
 
-def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
-                 ) -> Callable[[dict, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]:
+def make_loss_fn(
+    model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int | None = None
+) -> Callable[[dict, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]:
     """loss(params, {input_ids[, segment_ids]}) -> (CE sum + z-loss sum, (CE sum, z-loss sum)), one microbatch."""
     graphdef, _ = model_graphdef(model_cfg)
     chunk = default_ce_chunk() if ce_chunk is None else ce_chunk
@@ -83,20 +92,39 @@ def make_loss_fn(model_cfg: ModelConfig, optim_cfg: OptimConfig, ce_chunk: int |
         model = nnx.merge(graphdef, params)
         h_BxLxD = model.hidden(ids_BxL, segment_ids_BxL)
         if chunk == 0:  # reference path: full (B, L, V) logits
-            ce, z, _ = cross_entropy(model.head(h_BxLxD, padded=True), ids_BxL, optim_cfg.z_loss,
-                                     model_cfg.loss_vocab, label_mask_BxL)
+            ce, z, _ = cross_entropy(
+                model.head(h_BxLxD, padded=True),
+                ids_BxL,
+                optim_cfg.z_loss,
+                model_cfg.loss_vocab,
+                label_mask_BxL,
+            )
         else:
             # the padded head; columns past loss_vocab (the real vocabulary under vocab_padding="zero") masked
-            ce, z, _ = head_cross_entropy(h_BxLxD, params["lm_head"], ids_BxL, optim_cfg.z_loss,
-                                          model_cfg.loss_vocab, chunk, label_mask_BxL=label_mask_BxL)
+            ce, z, _ = head_cross_entropy(
+                h_BxLxD,
+                params["lm_head"],
+                ids_BxL,
+                optim_cfg.z_loss,
+                model_cfg.loss_vocab,
+                chunk,
+                label_mask_BxL=label_mask_BxL,
+            )
         return ce + z, (ce, z)
 
     return loss_fn
 
 
-def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, *, n_micro: int,
-                    per_device_batch: int, t_max: int, ce_chunk: int | None = None
-                    ) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
+def make_train_step(
+    model_cfg: ModelConfig,
+    optim_cfg: OptimConfig,
+    mesh: Mesh,
+    *,
+    n_micro: int,
+    per_device_batch: int,
+    t_max: int,
+    ce_chunk: int | None = None,
+) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
     """jit(step)(state, batch) -> (state, metrics); `batch` maps input_ids (and, with document masks,
     segment_ids) to (G, L) global arrays; microbatch j takes b rows of every device."""
     _, shardings = abstract_state(model_cfg, optim_cfg, mesh)
@@ -119,18 +147,23 @@ def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, 
         def split(a_GxL: jax.Array) -> jax.Array:
             # device k holds rows [k*G/D, (k+1)*G/D); microbatch j takes rows j*b..j*b+b-1 of each device
             a = a_GxL.reshape(n_devices, n_micro, per_device_batch, seq).swapaxes(0, 1)
-            return jax.lax.with_sharding_constraint(a.reshape(n_micro, n_devices * per_device_batch, seq),
-                                                    micro_sharding)
+            return jax.lax.with_sharding_constraint(
+                a.reshape(n_micro, n_devices * per_device_batch, seq), micro_sharding
+            )
 
         micro = {k: split(v) for k, v in batch.items()}
         # the global count of predicted tokens (OLMo-core divides the summed loss by it): every position but
         # each row's last, or, with a label mask, the labels it keeps
         mask = batch.get("label_mask")
-        n_tokens = float(g_rows * (seq - 1)) if mask is None else jnp.maximum(
-            jnp.sum(mask[:, 1:].astype(jnp.float32)), 1.0)
+        n_tokens = (
+            float(g_rows * (seq - 1))
+            if mask is None
+            else jnp.maximum(jnp.sum(mask[:, 1:].astype(jnp.float32)), 1.0)
+        )
         if n_micro == 1:
             (_, (ce, z)), grads = grad_fn(params, {k: v[0] for k, v in micro.items()}, 1.0 / n_tokens)
         else:
+
             def accumulate(carry, mb):
                 g_acc, ce_acc, z_acc = carry
                 (_, (ce, z)), g = grad_fn(params, mb, 1.0 / n_tokens)
@@ -149,5 +182,9 @@ def make_train_step(model_cfg: ModelConfig, optim_cfg: OptimConfig, mesh: Mesh, 
         return new_state, metrics
 
     metric_sharding = {k: replicated(mesh) for k in ("loss", "z_loss", "lr", "grad_norm", "skipped")}
-    return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
-                   out_shardings=(shardings, metric_sharding), donate_argnums=(0,))
+    return jax.jit(
+        step,
+        in_shardings=(shardings, batch_sharding(mesh)),
+        out_shardings=(shardings, metric_sharding),
+        donate_argnums=(0,),
+    )

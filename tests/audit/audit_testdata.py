@@ -19,8 +19,12 @@ def write_shard(path: str | os.PathLike, docs: list[tuple[str, list[int]]]) -> P
     path = Path(path)
     w = ShardWriter(path, path.parent)
     toks = [np.asarray(list(t) + [DOLMA2_EOS], dtype=np.uint32) for _, t in docs]
-    w.add_batch(np.concatenate(toks) if toks else np.zeros(0, np.uint32), [len(t) for t in toks],
-                [Doc(i, "test", n + 1) for n, (i, _) in enumerate(docs)], 0)
+    w.add_batch(
+        np.concatenate(toks) if toks else np.zeros(0, np.uint32),
+        [len(t) for t in toks],
+        [Doc(i, "test", n + 1) for n, (i, _) in enumerate(docs)],
+        0,
+    )
     w.close()
     return path
 

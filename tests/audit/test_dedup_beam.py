@@ -31,9 +31,15 @@ def planted(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("dedup-beam")
     code, prose = corpus["code"], corpus["prose"]
     a = write_shard(root / "a.npy", code[:12])
-    b = write_shard(root / "b.npy", [*prose[:15], ("copy", code[0][1]), ("copy2", prose[3][1]),
-                                      *[(f"paste{i}", list(prose[20 + i][1][:30]) + list(code[i + 1][1][100:260]))
-                                        for i in range(6)]])
+    b = write_shard(
+        root / "b.npy",
+        [
+            *prose[:15],
+            ("copy", code[0][1]),
+            ("copy2", prose[3][1]),
+            *[(f"paste{i}", list(prose[20 + i][1][:30]) + list(code[i + 1][1][100:260])) for i in range(6)],
+        ],
+    )
     c = write_shard(root / "c.npy", [*code[12:20], ("again", code[0][1]), ("tail", list(code[5][1][-200:]))])
     lines = [("code", str(a)), ("prose", str(b)), ("code", str(c)), ("prose", str(b))]
     work = root / "work"
@@ -69,7 +75,7 @@ def test_file_urls_on_beam_and_memory_urls_locally_give_the_same_report(planted)
     # re-read by ranged reads
     fs = fsspec.filesystem("memory")
     for _, p in lines[:3]:
-        for f in (p, p[:-len(".npy")] + ".csv.gz"):
+        for f in (p, p[: -len(".npy")] + ".csv.gz"):
             fs.pipe_file(f"/dedup-beam{f}", open(f, "rb").read())
     mem_mix = write_mix(root / "mix-memory.txt", [(lab, f"memory://dedup-beam{p}") for lab, p in lines])
     in_memory = audit_dedup(config(mem_mix, root / "work"))
@@ -78,8 +84,19 @@ def test_file_urls_on_beam_and_memory_urls_locally_give_the_same_report(planted)
 
 def run_cli(mix: str, tmp_path, capsys, *runner: str) -> tuple[int, list[str]]:
     capsys.readouterr()
-    rc = main(["audit", "dedup", "--mix", mix, "--out", str(tmp_path / "r.json"), "--work-dir",
-               str(tmp_path), *runner])
+    rc = main(
+        [
+            "audit",
+            "dedup",
+            "--mix",
+            mix,
+            "--out",
+            str(tmp_path / "r.json"),
+            "--work-dir",
+            str(tmp_path),
+            *runner,
+        ]
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return rc, [line for line in err.splitlines() if line.startswith("olmax: error:")]
@@ -101,7 +118,7 @@ def test_bad_shards_are_one_line_errors_in_both_runners(planted, tmp_path, capsy
     # the sidecar of a longer shard: found by the map on a worker, reported as the local runner does
     wrong = tmp_path / "wrong.npy"
     wrong.write_bytes(a.read_bytes()[:4000])
-    shutil.copy(str(a)[:-len(".npy")] + ".csv.gz", tmp_path / "wrong.csv.gz")
+    shutil.copy(str(a)[: -len(".npy")] + ".csv.gz", tmp_path / "wrong.csv.gz")
     mix = write_mix(tmp_path / "mix.txt", [("code", str(c)), ("code", str(wrong)), ("prose", str(b))])
     found = []
     for runner in ((), beam):

@@ -13,16 +13,21 @@ from olmax.errors import OlmaxError
 
 def test_jsonl_text_and_fields(tmp_path):
     p = tmp_path / "e.jsonl"
-    rows = [{"id": "a", "text": "plain text item"},
-            {"id": "b", "passage": "Some passage.", "question": "what is it?", "answer": "x"},
-            {"question": "no id here", "answer": "y"},
-            {"id": "a", "text": "same id again"}]
+    rows = [
+        {"id": "a", "text": "plain text item"},
+        {"id": "b", "passage": "Some passage.", "question": "what is it?", "answer": "x"},
+        {"question": "no id here", "answer": "y"},
+        {"id": "a", "text": "same id again"},
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
     name, items = load_eval(f"mine={p}")
     assert name == "mine"
     assert [(it.report_id, it.text) for it in items] == [
-        ("a", "plain text item"), ("b", "Some passage. what is it?"), (2, "no id here"),
-        ("a#1", "same id again")]
+        ("a", "plain text item"),
+        ("b", "Some passage. what is it?"),
+        (2, "no id here"),
+        ("a#1", "same id again"),
+    ]
 
 
 def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
@@ -32,8 +37,12 @@ def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
 
     planted = "the sky was green over the northern quarry all night long"
     ev = tmp_path / "e.jsonl"
-    ev.write_text(json.dumps({"id": 7, "text": planted}) + "\n" +
-                  json.dumps({"id": 8, "text": "an item nobody planted in any training text"}) + "\n")
+    ev.write_text(
+        json.dumps({"id": 7, "text": planted})
+        + "\n"
+        + json.dumps({"id": 8, "text": "an item nobody planted in any training text"})
+        + "\n"
+    )
     shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "x = 1\n# " + planted)]))
     mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
     rep = audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"e={ev}",), clean_dir=str(tmp_path / "c")))
@@ -48,8 +57,15 @@ def test_bad_jsonl_names_the_line(tmp_path):
         load_eval(f"x={p}")
 
 
-@pytest.mark.parametrize("name,count,field", [("arc_easy", 570, "question"), ("boolq", 3270, "passage"),
-                                              ("sciq", 1000, "question"), ("copa", 100, "premise")])
+@pytest.mark.parametrize(
+    "name,count,field",
+    [
+        ("arc_easy", 570, "question"),
+        ("boolq", 3270, "passage"),
+        ("sciq", 1000, "question"),
+        ("copa", 100, "premise"),
+    ],
+)
 def test_bundled_sets(name, count, field):
     _, items = load_eval(name)  # fetched into the olmax cache on first use, as tests/test_assets.py checks
     assert len(items) == count and len({it.id for it in items}) == count
@@ -79,9 +95,13 @@ def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
 
     from olmax.audit.leaks import LeakConfig, audit_leaks
 
-    rows = {"question": ["Which gas do green plants take in from the air to make their food?",
-                         "What is the boiling point of water at sea level in degrees Celsius?"],
-            "answer": ["carbon dioxide", "one hundred"]}
+    rows = {
+        "question": [
+            "Which gas do green plants take in from the air to make their food?",
+            "What is the boiling point of water at sea level in degrees Celsius?",
+        ],
+        "answer": ["carbon dioxide", "one hundred"],
+    }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "qa"))
     planted = f"Q: {rows['question'][1]}\nA: {rows['answer'][1]}"
     shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "print(1)\n" + planted)]))

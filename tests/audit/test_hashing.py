@@ -17,8 +17,10 @@ from olmax.audit.partition import PartitionSpill, equal_runs
 
 
 def brute(x, k, base):
-    return [sum(int(x[i + j]) * pow(base, j, MERSENNE31) for j in range(k)) % MERSENNE31
-            for i in range(len(x) - k + 1)]
+    return [
+        sum(int(x[i + j]) * pow(base, j, MERSENNE31) for j in range(k)) % MERSENNE31
+        for i in range(len(x) - k + 1)
+    ]
 
 
 @pytest.mark.parametrize("k", [1, 4, 13, 50])
@@ -28,7 +30,7 @@ def test_window_hashes_equal_the_polynomial(k):
     want = [(a << 32) | b for a, b in zip(brute(x, k, BASES[0]), brute(x, k, BASES[1]))]
     assert h.tolist() == want
     # position independent, strided and at chosen starts
-    assert window_hashes(x[123:123 + k], k)[0] == h[123]
+    assert window_hashes(x[123 : 123 + k], k)[0] == h[123]
     np.testing.assert_array_equal(window_hashes(x, k, stride=7), h[::7])
     starts = np.array([0, 5, 600 - k])
     np.testing.assert_array_equal(PrefixHasher(x).windows_at(k, starts), h[starts])
@@ -43,8 +45,9 @@ def test_packed_windows_equal_the_prefix_sums(k):
     want = PrefixHasher(v).windows_at(k, starts)
     np.testing.assert_array_equal(packed_windows(packed, starts, k), want)
     np.testing.assert_array_equal(packed_windows(packed, starts, k, block=k * 5), want)  # blocks
-    np.testing.assert_array_equal(packed_windows(packed, np.arange(3000 - k + 1), k),
-                                  PrefixHasher(v).windows(k))
+    np.testing.assert_array_equal(
+        packed_windows(packed, np.arange(3000 - k + 1), k), PrefixHasher(v).windows(k)
+    )
     assert packed_windows(packed, np.zeros(0, np.int64), k).size == 0
 
 

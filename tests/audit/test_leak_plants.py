@@ -54,7 +54,7 @@ def test_prefix_and_suffix_keep_80_to_90_percent_of_the_words_in_order(seed):
     for fn, from_start in ((lp.prefix, True), (lp.suffix, False)):
         out = fn(PARAGRAPH, random.Random(seed)).split()
         assert 0.80 * n - 0.5 <= len(out) <= 0.90 * n + 0.5, (fn.__name__, len(out), n)
-        assert out == (ws[:len(out)] if from_start else ws[n - len(out):])
+        assert out == (ws[: len(out)] if from_start else ws[n - len(out) :])
     fractions = {len(lp.prefix(PARAGRAPH, random.Random(s)).split()) for s in SEEDS}
     assert len(fractions) > 2  # the fraction is drawn, not fixed
 
@@ -191,10 +191,13 @@ def test_common_lines_are_the_lines_many_documents_share():
 def test_independent_keeps_one_of_the_items_sharing_a_passage():
     """BoolQ-style siblings (one passage, two questions) cannot both enter the pool: planting one would
     really contaminate the other, and a true hit would count as a false one."""
-    passage = ("The principal bridesmaid may be called the maid of honor if she is unmarried or matron if "
-               "married.")
-    texts = [passage + " is maid of honour the chief bridesmaid",
-             "Photosynthesis turns light into chemical energy in the chloroplasts of green plants.",
-             passage.upper() + " is the matron of honor married",
-             "Short item."]
+    passage = (
+        "The principal bridesmaid may be called the maid of honor if she is unmarried or matron if married."
+    )
+    texts = [
+        passage + " is maid of honour the chief bridesmaid",
+        "Photosynthesis turns light into chemical energy in the chloroplasts of green plants.",
+        passage.upper() + " is the matron of honor married",
+        "Short item.",
+    ]
     assert lp.independent(texts) == [0, 1, 3]

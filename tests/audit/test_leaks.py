@@ -18,8 +18,10 @@ from olmax.cli import main
 from olmax.data.shards import read_sidecar
 from olmax.data.stream import StreamSpec
 
-BOILER = ("This material is provided for educational purposes only and may be freely copied for "
-          "classroom use by teachers.")
+BOILER = (
+    "This material is provided for educational purposes only and may be freely copied for "
+    "classroom use by teachers."
+)
 
 
 def _items(name):
@@ -71,7 +73,9 @@ def planted(tokenizer, tmp_path_factory, corpus):
             docs_b[30 + 4 * (j - 30) + m] = (i, t[:300] + "\n" + sciq[j].text + "\n" + t[300:])
     for j in range(35, 40):  # one word in ten substituted, inside code
         words = sciq[j].text.split(" ")
-        words = [("zebra" if w.lower() != "zebra" else "yak") if m % 10 == 4 else w for m, w in enumerate(words)]
+        words = [
+            ("zebra" if w.lower() != "zebra" else "yak") if m % 10 == 4 else w for m, w in enumerate(words)
+        ]
         i, t = docs_a[j - 15]  # code documents 20..24 (10..19 hold the pasted items)
         docs_a[j - 15] = (i, t[:900] + "\n" + " ".join(words) + "\n" + t[900:])
     write_shard(root / "a.npy", tokenize_docs(tokenizer, docs_a))
@@ -87,13 +91,21 @@ def planted(tokenizer, tmp_path_factory, corpus):
         for i, t in hard:
             f.write(json.dumps({"id": i, "text": t}) + "\n")
     truth = {("sciq", it.id) for it in sciq[:40]} | {("arc", it.id) for it in short[:10]}
-    return {"root": root, "mix": mix, "truth": truth, "sciq": sciq, "short": short, "prose_docs": docs_b,
-            "evals": (f"sciq={root / 'sciq.jsonl'}", f"arc={root / 'arc.jsonl'}")}
+    return {
+        "root": root,
+        "mix": mix,
+        "truth": truth,
+        "sciq": sciq,
+        "short": short,
+        "prose_docs": docs_b,
+        "evals": (f"sciq={root / 'sciq.jsonl'}", f"arc={root / 'arc.jsonl'}"),
+    }
 
 
 def test_planted_items_are_found_exactly(planted, tmp_path):
-    rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"],
-                                 clean_dir=str(tmp_path / "clean")))
+    rep = audit_leaks(
+        LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"], clean_dir=str(tmp_path / "clean"))
+    )
     found = {(c["eval"], c["id"]) for c in rep["contaminated"]}
     assert found == planted["truth"]
     assert rep["sets"]["sciq"]["contaminated"] == 40 and rep["sets"]["arc"]["contaminated"] == 10
@@ -108,17 +120,24 @@ def test_planted_items_are_found_exactly(planted, tmp_path):
         assert c["n_documents"] == 1 and c["score"] == 1.0
         (d,) = c["documents"]
         assert d["doc"] == f"plant-doc-{j}" and d["file"].endswith("a.npy") and d["source"] == "code"
-        assert (d["token_start"], d["token_end"]) == (rows[f"plant-doc-{j}"].start, rows[f"plant-doc-{j}"].end - 1)
+        assert (d["token_start"], d["token_end"]) == (
+            rows[f"plant-doc-{j}"].start,
+            rows[f"plant-doc-{j}"].end - 1,
+        )
     # copied onto four documents: all four reported
     prose_ids = [i for i, _ in planted["prose_docs"]]
     for j in range(30, 35):
         c = by_id[planted["sciq"][j].id]
         assert c["n_documents"] == 4, c
-        assert sorted(d["doc"] for d in c["documents"]) == sorted(prose_ids[30 + 4 * (j - 30) + m] for m in range(4))
+        assert sorted(d["doc"] for d in c["documents"]) == sorted(
+            prose_ids[30 + 4 * (j - 30) + m] for m in range(4)
+        )
     for c in rep["contaminated"]:  # short items (some under 8 words: whole-item keys): spans of the item only
         if c["eval"] == "arc":
             d = c["documents"][0]
-            assert c["kind"] == "short" and 0 < d["token_end"] - d["token_start"] <= 3 * c["item_words"] + 4, c
+            assert (
+                c["kind"] == "short" and 0 < d["token_end"] - d["token_start"] <= 3 * c["item_words"] + 4
+            ), c
     for j in range(35, 40):  # one word in ten substituted: about 0.9 of the words align
         assert 0.85 <= by_id[planted["sciq"][j].id]["score"] < 1.0
     clean = [json.loads(x)["id"] for x in (tmp_path / "clean" / "sciq.jsonl").read_text().splitlines()]
@@ -138,8 +157,10 @@ def test_exit_codes_and_gating(planted, tmp_path, capsys):
     only_clean = tmp_path / "neg.jsonl"
     lines = (planted["root"] / "arc.jsonl").read_text().splitlines()[10:]
     only_clean.write_text("\n".join(lines) + "\n")
-    assert main(["audit", "leaks", "--mix", planted["mix"], "--eval", f"neg={only_clean}",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["audit", "leaks", "--mix", planted["mix"], "--eval", f"neg={only_clean}", "--out", str(out)])
+        == 0
+    )
     # a contaminated set that is not gated does not fail the command
     assert main([*argv, "--gate", "none"]) == 0
 
@@ -169,8 +190,12 @@ def test_templates_and_the_alignment_threshold_protect_hard_negatives(planted):
 def test_eval_items_with_the_same_words_are_indexed_once_and_reported(planted, tmp_path):
     it = planted["sciq"][0]
     ev = tmp_path / "dup.jsonl"
-    ev.write_text(json.dumps({"id": "a", "text": it.text}) + "\n" +
-                  json.dumps({"id": "b", "text": it.text.upper().replace(" ", "  ")}) + "\n")
+    ev.write_text(
+        json.dumps({"id": "a", "text": it.text})
+        + "\n"
+        + json.dumps({"id": "b", "text": it.text.upper().replace(" ", "  ")})
+        + "\n"
+    )
     rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=(f"dup={ev}",)))
     assert rep["eval_duplicates"] == [{"eval": "dup", "id": "b", "same_as": {"eval": "dup", "id": "a"}}]
     assert {c["id"] for c in rep["contaminated"]} == {"a", "b"} and rep["sets"]["dup"]["duplicates"] == 1
@@ -185,7 +210,9 @@ def test_short_items_below_the_minimum_are_undecided(planted, tmp_path):
 
 def test_chunking_does_not_change_hits(planted):
     a = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"]))
-    b = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"], chunk_tokens=777, threads=1))
+    b = audit_leaks(
+        LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"], chunk_tokens=777, threads=1)
+    )
     assert a["contaminated"] == b["contaminated"]
 
 

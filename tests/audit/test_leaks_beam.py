@@ -61,8 +61,14 @@ def leak_data(corpus, tokenizer, tmp_path_factory) -> dict:
     lines = [("code", f"{s}.npy") for s in SHARDS[:3]] + [("prose", "prose-0.npy"), ("code", "code-0.npy")]
     mix = write_mix(out / "mix.txt", [(label, str(root / rel)) for label, rel in lines])
     rel_mix = write_mix(out / "rel-mix.txt", lines)  # relative paths: resolved against --base-dir
-    return {"root": root, "out": out, "mix": mix, "rel_mix": rel_mix,
-            "evals": tuple(f"{name}={p}" for name, p in evals.items()), "eval_files": evals}
+    return {
+        "root": root,
+        "out": out,
+        "mix": mix,
+        "rel_mix": rel_mix,
+        "evals": tuple(f"{name}={p}" for name, p in evals.items()),
+        "eval_files": evals,
+    }
 
 
 def _without(report: dict, *fields: str) -> dict:
@@ -82,7 +88,9 @@ def test_beam_gives_the_local_report(leak_data, local_report):
     assert {c["id"] for c in rep["near_misses"]} >= {f"half-{j}" for j in range(3)}
     assert rep["eval_duplicates"] and rep["training"]["files"] == 4 and not rep["ok"]
     assert {c["kind"] for c in rep["contaminated"]} == {"aligned", "short"}
-    beam = audit_leaks(LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=BEAM)
+    beam = audit_leaks(
+        LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=BEAM
+    )
     assert beam["timing"]["runner"].startswith("DirectRunner (2 workers")
     assert _without(beam, "timing") == _without(rep, "timing")
 
@@ -99,12 +107,14 @@ def _normalized(report: dict, names: dict[str, str]) -> dict:
 def test_file_urls_give_the_same_report(leak_data, local_report):
     root = leak_data["root"]
     evals = tuple(f"{name}=file://{p}" for name, p in leak_data["eval_files"].items())
-    rep = audit_leaks(LeakConfig(StreamSpec(mix=f"file://{leak_data['rel_mix']}", base_dir=f"file://{root}"),
-                                 evals=evals))
+    rep = audit_leaks(
+        LeakConfig(StreamSpec(mix=f"file://{leak_data['rel_mix']}", base_dir=f"file://{root}"), evals=evals)
+    )
     files = {d["file"] for c in rep["contaminated"] for d in c["documents"]}
     assert files and all(f.startswith(f"file://{root}/") for f in files)  # the mix's paths as given
-    assert _normalized(rep, {f"file://{leak_data['rel_mix']}": "MIX", f"file://{root}/": "ROOT/"}) == \
-        _normalized(local_report, {leak_data["mix"]: "MIX", f"{root}/": "ROOT/"})
+    assert _normalized(
+        rep, {f"file://{leak_data['rel_mix']}": "MIX", f"file://{root}/": "ROOT/"}
+    ) == _normalized(local_report, {leak_data["mix"]: "MIX", f"{root}/": "ROOT/"})
 
 
 def test_object_store_urls_are_read_through_local_copies(leak_data, local_report):
@@ -123,8 +133,9 @@ def test_object_store_urls_are_read_through_local_copies(leak_data, local_report
         rep = audit_leaks(LeakConfig(StreamSpec(mix=leak_data["rel_mix"], base_dir=base), evals=evals))
     finally:
         fs.rm("/olmax-leaks-beam", recursive=True)
-    assert _normalized(rep, {leak_data["rel_mix"]: "MIX", f"{base}/": "ROOT/"}) == \
-        _normalized(local_report, {leak_data["mix"]: "MIX", f"{root}/": "ROOT/"})
+    assert _normalized(rep, {leak_data["rel_mix"]: "MIX", f"{base}/": "ROOT/"}) == _normalized(
+        local_report, {leak_data["mix"]: "MIX", f"{root}/": "ROOT/"}
+    )
 
 
 def _one_error_line(err: str) -> str:
@@ -138,7 +149,9 @@ def _one_error_line(err: str) -> str:
 def test_a_missing_shard_or_eval_file_is_one_line(leak_data, tmp_path, capsys, runner):
     flags = ["--runner", runner] + ([f"--pipeline-options={BEAM}"] if runner == "beam" else [])
     missing = tmp_path / "gone.npy"
-    mix = write_mix(tmp_path / "mix.txt", [("code", str(leak_data["root"] / "code-0.npy")), ("x", str(missing))])
+    mix = write_mix(
+        tmp_path / "mix.txt", [("code", str(leak_data["root"] / "code-0.npy")), ("x", str(missing))]
+    )
     argv = ["audit", "leaks", "--out", str(tmp_path / "r.json"), *flags]
     assert main([*argv, "--mix", mix, *(f"--eval={e}" for e in leak_data["evals"])]) != 0
     assert str(missing) in _one_error_line(capsys.readouterr().err)
@@ -157,8 +170,17 @@ def test_a_worker_failure_is_one_line_naming_the_file(leak_data, tmp_path, capsy
         shutil.copy(leak_data["root"] / f"code-0{suffix}", tmp_path / f"code-0{suffix}")
     (tmp_path / "code-0.csv.gz").write_bytes(b"not gzip")
     mix = write_mix(tmp_path / "mix.txt", [("code", "code-0.npy")])
-    argv = ["audit", "leaks", "--mix", mix, "--base-dir", f"file://{tmp_path}", "--out", str(tmp_path / "r.json"),
-            *(f"--eval={e}" for e in leak_data["evals"])]
+    argv = [
+        "audit",
+        "leaks",
+        "--mix",
+        mix,
+        "--base-dir",
+        f"file://{tmp_path}",
+        "--out",
+        str(tmp_path / "r.json"),
+        *(f"--eval={e}" for e in leak_data["evals"]),
+    ]
     assert main([*argv, "--runner", "beam", f"--pipeline-options={BEAM}"]) != 0
     line = _one_error_line(capsys.readouterr().err)
     assert f"file://{tmp_path}/code-0.csv.gz" in line and "unreadable sidecar" in line
@@ -167,6 +189,10 @@ def test_a_worker_failure_is_one_line_naming_the_file(leak_data, tmp_path, capsy
 
 
 def test_a_file_gone_by_the_time_it_is_read_is_named(tmp_path):
-    for path in (str(tmp_path / "gone.npy"), f"file://{tmp_path}/gone.npy", "memory://olmax-leaks-beam/gone.npy"):
+    for path in (
+        str(tmp_path / "gone.npy"),
+        f"file://{tmp_path}/gone.npy",
+        "memory://olmax-leaks-beam/gone.npy",
+    ):
         with pytest.raises(OlmaxError, match=re.escape(path)), local_shard(path) as local:
             read_tokens(local)

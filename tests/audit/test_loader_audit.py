@@ -20,14 +20,24 @@ L, G, SEED = 64, 8, 7
 
 def lines(corpus, *extra):
     s = corpus["shards"]
-    return [("code", s["code-0"]), ("code", s["code-1"]), ("code", s["code-2"]),
-            ("prose", s["prose-0"]), *extra]
+    return [
+        ("code", s["code-0"]),
+        ("code", s["code-1"]),
+        ("code", s["code-2"]),
+        ("prose", s["prose-0"]),
+        *extra,
+    ]
 
 
 def audit(mix, tmp_path, **kw):
-    return audit_loader(LoaderAuditConfig(
-        stream=StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work")),
-        **kw))
+    return audit_loader(
+        LoaderAuditConfig(
+            stream=StreamSpec(
+                mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work")
+            ),
+            **kw,
+        )
+    )
 
 
 def windows(path):
@@ -41,7 +51,7 @@ def repeated_docs(paths, min_tokens=32):
         toks = read_tokens(path)
         for r in read_sidecar(path):
             if r.end - r.start >= min_tokens:
-                key = toks[r.start:r.end].tobytes()
+                key = toks[r.start : r.end].tobytes()
                 repeats += key in seen
                 seen.add(key)
     return repeats
@@ -91,8 +101,24 @@ def test_copied_shard_fails_with_exact_counts(corpus, tmp_path, capsys):
     shutil.copy(sidecar_path(s["code-1"]), sidecar_path(copy))
     mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", str(copy))))
     out = tmp_path / "r.json"
-    rc = main(["audit", "loader", "--mix", mix, "--seq-len", str(L), "--global-batch-size", str(G),
-               "--seed", str(SEED), "--work-dir", str(tmp_path / "w"), "--out", str(out)])
+    rc = main(
+        [
+            "audit",
+            "loader",
+            "--mix",
+            mix,
+            "--seq-len",
+            str(L),
+            "--global-batch-size",
+            str(G),
+            "--seed",
+            str(SEED),
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 1
     rep = json.loads(out.read_text())
     assert rep["content"]["duplicate_instances"] == windows(copy)
@@ -229,13 +255,37 @@ def test_config_gives_the_recipe_stream_and_flags_override_it(corpus, tmp_path, 
     out = tmp_path / "r.json"
     assert main(["audit", "loader", "--config", "configs/tiny.yaml", "--mix", mix, "--out", str(out)]) == 0
     settings = json.loads(out.read_text())["settings"]["stream"]
-    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == \
-        (tiny.seq_len, tiny.global_batch_size, tiny.seed)
+    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == (
+        tiny.seq_len,
+        tiny.global_batch_size,
+        tiny.seed,
+    )
     assert settings["mix"] == mix
-    assert main(["audit", "loader", "--config", "tiny", "--mix", mix, "--seq-len", str(L), "--seed", "5",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "loader",
+                "--config",
+                "tiny",
+                "--mix",
+                mix,
+                "--seq-len",
+                str(L),
+                "--seed",
+                "5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     settings = json.loads(out.read_text())["settings"]["stream"]
-    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == (L, tiny.global_batch_size, 5)
+    assert (settings["seq_len"], settings["global_batch_size"], settings["seed"]) == (
+        L,
+        tiny.global_batch_size,
+        5,
+    )
 
 
 def test_without_config_the_stream_flags_are_required(corpus, tmp_path, capsys):

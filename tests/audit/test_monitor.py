@@ -23,8 +23,9 @@ L, G = 64, 8
 def loader(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("monitor")
     s = corpus["shards"]
-    mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("prose", s["prose-0"]),
-                                        ("prose", s["prose-0"])])  # planned 2x
+    mix = write_mix(
+        root / "mix.txt", [("code", s["code-0"]), ("prose", s["prose-0"]), ("prose", s["prose-0"])]
+    )  # planned 2x
     index = open_index(mix, L)
     cfg = StreamSpec(seq_len=L, global_batch_size=G, seed=11, work_dir=str(root / "w"), num_threads=0)
     return Loader(index, cfg, process_index=0, process_count=1)
@@ -36,8 +37,10 @@ def train(loader, monitor, start_state, first_step, last_step, checkpoints):
     for step in range(first_step, last_step):
         batch = next(it)
         monitor.update(step, batch["input_ids"], instance_ids=batch["instance_ids"])
-        checkpoints[step + 1] = {"loader": it.state.to_dict(),
-                                 "monitor": json.loads(json.dumps(monitor.state_dict(), default=_js))}
+        checkpoints[step + 1] = {
+            "loader": it.state.to_dict(),
+            "monitor": json.loads(json.dumps(monitor.state_dict(), default=_js)),
+        }
     it.close()
 
 
@@ -59,12 +62,14 @@ def test_clean_epoch_with_planned_repetition_has_no_alert(loader):
 @pytest.mark.parametrize("bloom_bits", [None, 1 << 16])
 def test_stale_resume_is_caught_at_its_step(loader, bloom_bits):
     ckpt = {}
-    monitor = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
-                            bloom_bits=bloom_bits)
+    monitor = StreamMonitor(
+        steps_per_epoch=loader.batches_per_epoch, index=loader.index, bloom_bits=bloom_bits
+    )
     train(loader, monitor, None, 0, 6, ckpt)
     # Resume at step 6 with the monitor state of step 6 but a loader state saved at step 4 (the bug).
-    restored = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
-                             bloom_bits=bloom_bits)
+    restored = StreamMonitor(
+        steps_per_epoch=loader.batches_per_epoch, index=loader.index, bloom_bits=bloom_bits
+    )
     restored.load_state_dict(ckpt[6]["monitor"])
     with pytest.raises(ReplayError) as e:
         train(loader, restored, LoaderState.from_dict(ckpt[4]["loader"]), 6, 10, ckpt)
@@ -74,8 +79,7 @@ def test_stale_resume_is_caught_at_its_step(loader, bloom_bits):
         assert alert.first_step == 4 and alert.first_instance == alert.instance
         assert "step 6" in str(e.value) and "first seen at step 4" in str(e.value)
     # the right resume passes
-    again = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index,
-                          bloom_bits=bloom_bits)
+    again = StreamMonitor(steps_per_epoch=loader.batches_per_epoch, index=loader.index, bloom_bits=bloom_bits)
     again.load_state_dict(ckpt[6]["monitor"])
     train(loader, again, LoaderState.from_dict(ckpt[6]["loader"]), 6, 10, {})
     assert again.repeats == 0 and again.rows == 10 * G

@@ -90,7 +90,9 @@ def _inputs(tokenizer, rng):
     from prepare_testdata import pydoc_texts, stdlib_texts
 
     texts = [t[:3000] for _, t in stdlib_texts(6)] + [t[:3000] for _, t in pydoc_texts()[:4]]
-    texts.append("Caf\u00e9 na\u00efve \ufb01ne \uff21\uff22 \u00bd\u00bc cup \u201cquoted\u201d \u2014 x.y_z 1\u00be")
+    texts.append(
+        "Caf\u00e9 na\u00efve \ufb01ne \uff21\uff22 \u00bd\u00bc cup \u201cquoted\u201d \u2014 x.y_z 1\u00be"
+    )
     out = [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(texts)]
     multi = [27154, 42973, 68496]
     for base in out[:6]:
@@ -114,7 +116,9 @@ def test_word_pass_equals_a_plain_reading_of_the_rule(tokenizer, seed):
             for dtype in (np.int64, np.uint32):
                 for joins_first in (False, True):
                     for final in (True, False):
-                        xx = x.astype(dtype)  # (as uint32, -1 and 2^40 wrap: the reference reads the same ids)
+                        xx = x.astype(
+                            dtype
+                        )  # (as uint32, -1 and 2^40 wrap: the reference reads the same ids)
                         got = tables.packed_words(xx, joins_first=joins_first, final=final)
                         want = reference(token_bytes, xx.tolist(), joins_first, final)
                         assert got[0].tolist() == want[0]
@@ -132,9 +136,12 @@ def test_a_long_word_hashes_as_if_cut_at_the_clip(tokenizer):
 
 def test_chunks_restarting_at_word_starts_give_the_whole_stream(tokenizer):
     tables = _tables()
-    ids = np.asarray(tokenizer.encode_batch([" ".join(t[:4000] for _, t in
-                                                      __import__("prepare_testdata").stdlib_texts(3))])[0],
-                     dtype=np.int64)
+    ids = np.asarray(
+        tokenizer.encode_batch(
+            [" ".join(t[:4000] for _, t in __import__("prepare_testdata").stdlib_texts(3))]
+        )[0],
+        dtype=np.int64,
+    )
     whole = tables.packed_words(ids)[0].tolist()
     got, a = [], 0
     while a < ids.size:
@@ -146,8 +153,6 @@ def test_chunks_restarting_at_word_starts_give_the_whole_stream(tokenizer):
 
 
 def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
-
-
 
     tables = _tables()
 

@@ -38,7 +38,7 @@ def test_probe_finds_exactly_the_keys_a_brute_force_lookup_finds(seed):
     for _ in range(60):  # items copied from the training words: long ones and short ones
         k = int(rng.choice([13, 20, 40, 4, 5, 7, 12]))
         a = int(rng.integers(0, 20_000 - k))
-        seqs.append([train[0][a:a + k].copy(), train[1][a:a + k].copy()])
+        seqs.append([train[0][a : a + k].copy(), train[1][a : a + k].copy()])
     for k in (30, 6, 3):  # unrelated items, and one below min_item_words
         seqs.append(_words(rng, k, vocab=1000))
     index = EvalIndex([(w[0] << np.uint64(32)) | w[1] for w in seqs], 13, 4)

@@ -25,22 +25,26 @@ L, G, SEED, P = 64, 8, 3, 2
 def setup(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("stream")
     s = corpus["shards"]
-    mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("code", s["code-1"]),
-                                        ("prose", s["prose-0"])])
+    mix = write_mix(root / "mix.txt", [("code", s["code-0"]), ("code", s["code-1"]), ("prose", s["prose-0"])])
     index = open_index(mix, L)
     cfg = StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(root / "w"), num_threads=0)
     loaders = [Loader(index, cfg, process_index=r, process_count=P) for r in range(P)]
     bpe = loaders[0].batches_per_epoch
     hosts = [np.stack([ld.batch(1, k)["input_ids"] for k in range(bpe)]) for ld in loaders]
-    windows = [read_tokens(p)[w * L:(w + 1) * L] for p in index.paths
-               for w in range(len(read_tokens(p)) // L)]
+    windows = [
+        read_tokens(p)[w * L : (w + 1) * L] for p in index.paths for w in range(len(read_tokens(p)) // L)
+    ]
     return {"root": root, "mix": mix, "index": index, "hosts": hosts, "bpe": bpe, "windows": windows}
 
 
 def truth(hosts, windows):
     """The counts, from bytes, with no olmax code."""
-    rows = [(h, s, r, arr[s, r].astype(np.uint32).tobytes()) for h, arr in enumerate(hosts)
-            for s in range(arr.shape[0]) for r in range(arr.shape[1])]
+    rows = [
+        (h, s, r, arr[s, r].astype(np.uint32).tobytes())
+        for h, arr in enumerate(hosts)
+        for s in range(arr.shape[0])
+        for r in range(arr.shape[1])
+    ]
     inst = Counter(w.tobytes() for w in windows)
     seen = Counter(b for *_, b in rows)
     cross, unplanned_cross, shared = 0, 0, set()
@@ -55,12 +59,17 @@ def truth(hosts, windows):
                 cross += 1
                 unplanned_cross += copies[b] > inst[b]
                 shared.add(b)
-    return {"rows": len(rows), "distinct_rows": len(seen), "repeated_rows": len(rows) - len(seen),
-            "foreign_rows": sum(n for b, n in seen.items() if b not in inst),
-            "instances_never_seen": sum(max(0, n - seen[b]) for b, n in inst.items()),
-            "unplanned_repeated_rows": sum(max(0, n - inst[b]) for b, n in seen.items() if b in inst),
-            "cross_host_rows": cross, "cross_host_contents": len(shared),
-            "unplanned_cross_host_rows": unplanned_cross}
+    return {
+        "rows": len(rows),
+        "distinct_rows": len(seen),
+        "repeated_rows": len(rows) - len(seen),
+        "foreign_rows": sum(n for b, n in seen.items() if b not in inst),
+        "instances_never_seen": sum(max(0, n - seen[b]) for b, n in inst.items()),
+        "unplanned_repeated_rows": sum(max(0, n - inst[b]) for b, n in seen.items() if b in inst),
+        "cross_host_rows": cross,
+        "cross_host_contents": len(shared),
+        "unplanned_cross_host_rows": unplanned_cross,
+    }
 
 
 def run(setup, hosts, tmp_path, name):
@@ -68,8 +77,9 @@ def run(setup, hosts, tmp_path, name):
     for h, arr in enumerate(hosts):
         paths.append(str(tmp_path / f"{name}-host{h}.npy"))
         np.save(paths[-1], arr)
-    return audit_stream(StreamConfig(StreamSpec(mix=setup["mix"], seq_len=L, work_dir=str(tmp_path)),
-                                     batches=tuple(paths))), paths
+    return audit_stream(
+        StreamConfig(StreamSpec(mix=setup["mix"], seq_len=L, work_dir=str(tmp_path)), batches=tuple(paths))
+    ), paths
 
 
 def check(rep, want):
@@ -87,7 +97,7 @@ def test_clean_two_host_stream(setup, tmp_path):
 
 def test_replayed_step_after_fake_resume(setup, tmp_path):
     k = 5  # the trainer resumed at step 5 but the loader served step 4 again; same number of steps
-    hosts = [np.concatenate([a[:k], a[k - 1:k], a[k:-1]]) for a in setup["hosts"]]
+    hosts = [np.concatenate([a[:k], a[k - 1 : k], a[k:-1]]) for a in setup["hosts"]]
     rep, _ = run(setup, hosts, tmp_path, "replay")
     want = truth(hosts, setup["windows"])
     check(rep, want)
@@ -126,25 +136,47 @@ def test_misaligned_window_is_foreign(setup, tmp_path, capsys):
     index = setup["index"]
     for s, r in ((3, 0), (7, 2)):  # read one token late
         f, start = index.locate(np.asarray([0]))
-        inst = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
-                                          work_dir=str(setup["root"] / "w")),
-                      process_index=1, process_count=P).instance_ids(1, s)[r]
+        inst = Loader(
+            index,
+            StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(setup["root"] / "w")),
+            process_index=1,
+            process_count=P,
+        ).instance_ids(1, s)[r]
         f, start = index.locate(np.asarray([inst]))
         toks = read_tokens(index.paths[int(f[0])])
-        hosts[1][s, r] = toks[int(start[0]) + 1:int(start[0]) + 1 + L]
+        hosts[1][s, r] = toks[int(start[0]) + 1 : int(start[0]) + 1 + L]
     hosts[0][2, 1, 40] += 1  # a bad read in the middle of a row
     hosts[0][4, 0] = np.random.default_rng(0).integers(0, 100_000, size=L)  # not from the mix at all
     rep, paths = run(setup, hosts, tmp_path, "shifted")
     check(rep, truth(hosts, setup["windows"]))
     assert rep["foreign_rows"] == 4
     kinds = {(e["host"], e["step"], e["row"]): e["kind"] for e in rep["foreign"]}
-    assert kinds == {(1, 3, 0): "misaligned", (1, 7, 2): "misaligned", (0, 2, 1): "corrupted",
-                     (0, 4, 0): "unknown"}
+    assert kinds == {
+        (1, 3, 0): "misaligned",
+        (1, 7, 2): "misaligned",
+        (0, 2, 1): "corrupted",
+        (0, 4, 0): "unknown",
+    }
     assert rep["foreign_kinds"] == {"misaligned": 2, "corrupted": 1, "unknown": 1}
     assert {e["shift"] for e in rep["foreign"] if e["kind"] == "misaligned"} == {1}
     out = tmp_path / "r.json"
-    assert main(["audit", "stream", "--mix", setup["mix"], "--seq-len", str(L), "--batches", *paths,
-                 "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                "stream",
+                "--mix",
+                setup["mix"],
+                "--seq-len",
+                str(L),
+                "--batches",
+                *paths,
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     assert json.loads(out.read_text())["foreign_rows"] == 4
     assert "FAIL foreign_rows" in capsys.readouterr().out
 

@@ -20,8 +20,17 @@ from olmax.cli import main
 
 L, R, P, SEED = 64, 4, 2, 5  # rows per host per step; G = P * R = 8 rows per global step
 G = P * R
-COUNTS = ("rows", "distinct_rows", "repeated_rows", "unplanned_repeated_rows", "instances_never_seen",
-          "foreign_rows", "cross_host_rows", "cross_host_contents", "unplanned_cross_host_rows")
+COUNTS = (
+    "rows",
+    "distinct_rows",
+    "repeated_rows",
+    "unplanned_repeated_rows",
+    "instances_never_seen",
+    "foreign_rows",
+    "cross_host_rows",
+    "cross_host_contents",
+    "unplanned_cross_host_rows",
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +49,7 @@ def windows(paths: list[str], shift: dict[str, int] | None = None) -> list[np.nd
     for p in paths:
         tokens = np.fromfile(p, dtype=np.uint32)
         k = (shift or {}).get(p, 0)
-        out += [tokens[k + w * L:k + (w + 1) * L] for w in range((tokens.size - k) // L)]
+        out += [tokens[k + w * L : k + (w + 1) * L] for w in range((tokens.size - k) // L)]
     return out
 
 
@@ -55,14 +64,20 @@ def truth(keys: list[np.ndarray], universe: list[bytes]) -> dict:
     for h, s, key in rows:
         hosts_at.setdefault((s, key), set()).add(h)
     cross = [(s, key) for h, s, key in rows if len(hosts_at[(s, key)]) > 1]
-    return {"rows": len(rows), "distinct_rows": len(seen), "repeated_rows": len(rows) - len(seen),
-            "unplanned_repeated_rows": sum(max(0, n - planned[key]) for (_, key), n in by_epoch.items()
-                                           if key in planned),
-            "instances_never_seen": sum(max(0, n - seen[key]) for key, n in planned.items()),
-            "foreign_rows": sum(n for key, n in seen.items() if key not in planned),
-            "cross_host_rows": len(cross), "cross_host_contents": len({key for _, key in cross}),
-            # copies in one step beyond the mix instances holding the content (its planned copies)
-            "unplanned_cross_host_rows": sum(copies[c] > planned[c[1]] for c in cross)}
+    return {
+        "rows": len(rows),
+        "distinct_rows": len(seen),
+        "repeated_rows": len(rows) - len(seen),
+        "unplanned_repeated_rows": sum(
+            max(0, n - planned[key]) for (_, key), n in by_epoch.items() if key in planned
+        ),
+        "instances_never_seen": sum(max(0, n - seen[key]) for key, n in planned.items()),
+        "foreign_rows": sum(n for key, n in seen.items() if key not in planned),
+        "cross_host_rows": len(cross),
+        "cross_host_contents": len({key for _, key in cross}),
+        # copies in one step beyond the mix instances holding the content (its planned copies)
+        "unplanned_cross_host_rows": sum(copies[c] > planned[c[1]] for c in cross),
+    }
 
 
 def audit(mix: dict, hosts: list[np.ndarray], tmp_path, name: str) -> tuple[int, dict]:
@@ -73,8 +88,9 @@ def audit(mix: dict, hosts: list[np.ndarray], tmp_path, name: str) -> tuple[int,
         paths.append(str(tmp_path / f"{name}-host{h}.npy"))
         np.save(paths[-1], arr.astype(np.int32))
     out = tmp_path / f"{name}.json"
-    code = main(["audit", "stream", "--mix", mix["mix"], "--seq-len", str(L), "--batches", *paths,
-                 "--out", str(out)])
+    code = main(
+        ["audit", "stream", "--mix", mix["mix"], "--seq-len", str(L), "--batches", *paths, "--out", str(out)]
+    )
     return code, json.loads(out.read_text())
 
 
@@ -91,8 +107,15 @@ def as_keys(rows: np.ndarray) -> np.ndarray:
 # -- OLMo-core ---------------------------------------------------------------------------------------
 
 
-def olmo_core_stream(mix: dict, rank: int, work: str, *, steps: int | None = None, state: dict | None = None,
-                     save_at: int | None = None) -> dict:
+def olmo_core_stream(
+    mix: dict,
+    rank: int,
+    work: str,
+    *,
+    steps: int | None = None,
+    state: dict | None = None,
+    save_at: int | None = None,
+) -> dict:
     """One rank's batches of epoch 1 from OLMo-core's NumpyFSLDataLoader (2 ranks), from `state` if
     given, at most `steps` of them; with the loader's instance indices, its dataset, and its state
     after `save_at` batches."""
@@ -114,8 +137,13 @@ def olmo_core_stream(mix: dict, rank: int, work: str, *, steps: int | None = Non
 def olmo_core_truth_keys(stream: dict) -> np.ndarray:
     """The content each row must hold, from the loader's own index and dataset; checked against the rows."""
     ds = stream["dataset"]
-    keys = np.asarray([[ds[int(i)]["input_ids"].numpy().astype(np.uint32).tobytes() for i in step]
-                       for step in stream["index"]], dtype=object)
+    keys = np.asarray(
+        [
+            [ds[int(i)]["input_ids"].numpy().astype(np.uint32).tobytes() for i in step]
+            for step in stream["index"]
+        ],
+        dtype=object,
+    )
     assert (keys == as_keys(stream["ids"])).all(), "the loader's rows are not its indexed instances"
     return keys
 
@@ -169,8 +197,13 @@ def test_olmo_core_resume_from_an_earlier_batch(mix, olmo_core, tmp_path):
         first = olmo_core_stream(mix, r, olmo_core["work"], steps=12, save_at=8)
         rest = olmo_core_stream(mix, r, olmo_core["work"], state=first["state"], steps=n - 12)
         assert first["state"]["batches_processed"] == 8
-        hosts.append({"ids": np.concatenate([first["ids"], rest["ids"]]),
-                      "index": np.concatenate([first["index"], rest["index"]]), "dataset": first["dataset"]})
+        hosts.append(
+            {
+                "ids": np.concatenate([first["ids"], rest["ids"]]),
+                "index": np.concatenate([first["index"], rest["index"]]),
+                "dataset": first["dataset"],
+            }
+        )
     np.testing.assert_array_equal(hosts[0]["index"][12:16], hosts[0]["index"][8:12])
     want = truth([olmo_core_truth_keys(h) for h in hosts], olmo_core["universe"])
     code, rep = audit(mix, [h["ids"] for h in hosts], tmp_path, "oc-replay")
@@ -217,15 +250,26 @@ def trim(hosts: list[dict], steps: int | None = None) -> list[dict]:
 def stacked(batches) -> dict:
     """One host's emitted batches as (steps, R, L) tokens and (steps, R) source indices."""
     batches = list(batches)
-    return {"tokens": np.stack([b["tokens"] for b in batches]), "index": np.stack([b["index"] for b in batches])}
+    return {
+        "tokens": np.stack([b["tokens"] for b in batches]),
+        "index": np.stack([b["index"] for b in batches]),
+    }
 
 
 def grain_map_hosts(source, seed_of_host) -> list[dict]:
     """Each host's batches from a Grain MapDataset pipeline: shuffle, take every P-th, batch, trimmed."""
     import grain
 
-    return trim([stacked(grain.MapDataset.source(source).shuffle(seed=seed_of_host(host))[host::P]
-                         .batch(R, drop_remainder=True)) for host in range(P)])
+    return trim(
+        [
+            stacked(
+                grain.MapDataset.source(source)
+                .shuffle(seed=seed_of_host(host))[host::P]
+                .batch(R, drop_remainder=True)
+            )
+            for host in range(P)
+        ]
+    )
 
 
 def test_grain_per_host_seed(mix, tmp_path):
@@ -257,11 +301,20 @@ def test_grain_shard_count_is_the_device_count(mix, tmp_path):
     hosts = []
     for host in range(P):
         sampler = grain.samplers.IndexSampler(
-            len(source), shard_options=grain.sharding.ShardOptions(shard_index=host, shard_count=devices,
-                                                                   drop_remainder=True),
-            shuffle=True, num_epochs=None, seed=SEED)
-        loader = grain.DataLoader(data_source=source, sampler=sampler, worker_count=0,
-                                  operations=[grain.transforms.Batch(R, drop_remainder=True)])
+            len(source),
+            shard_options=grain.sharding.ShardOptions(
+                shard_index=host, shard_count=devices, drop_remainder=True
+            ),
+            shuffle=True,
+            num_epochs=None,
+            seed=SEED,
+        )
+        loader = grain.DataLoader(
+            data_source=source,
+            sampler=sampler,
+            worker_count=0,
+            operations=[grain.transforms.Batch(R, drop_remainder=True)],
+        )
         it = iter(loader)
         hosts.append(stacked(next(it) for _ in range(steps)))
     want = grain_truth(hosts, source, universe)
@@ -293,7 +346,7 @@ def test_reader_with_one_file_a_token_late(mix, tmp_path):
     tokens = np.fromfile(prose, dtype=np.uint32)
     first = {}
     for off in range(tokens.size - L + 1):
-        first.setdefault(tokens[off:off + L].tobytes(), off)
+        first.setdefault(tokens[off : off + L].tobytes(), off)
     for e in rep["foreign"]:
         row = hosts[e["host"]]["tokens"][e["step"], e["row"]].astype(np.uint32).tobytes()
         assert (e["file"], e["offset"], e["shift"]) == (prose, first[row], first[row] % L), e

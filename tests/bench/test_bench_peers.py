@@ -44,6 +44,7 @@ def test_loader_round_starts_the_clock_only_after_the_drain(monkeypatch):
             while True:
                 taken[0] += 1
                 yield {"input_ids": np.zeros((1, 1), np.int32)}
+
         return batches()
 
     clock = FakeClock(taken)
@@ -84,11 +85,28 @@ def test_adamw_probe_times_three_paths_and_picks_fused_or_foreach():
 
 @pytest.mark.slow
 def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCH / "loader.py"), "--rounds", "1", "--batches", "20",
-                           "--skip-resume", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "loader.py"),
+            "--rounds",
+            "1",
+            "--batches",
+            "20",
+            "--skip-resume",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0)" in out
+    assert (
+        "equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0)"
+        in out
+    )
     assert "best vs best on" in out
     assert "input_ids torch.int64" in out and "input_ids numpy.int32" in out
     assert re.fullmatch(r"loader tokens/s olmax/olmo-core = \d+\.\dx", out.strip().splitlines()[-1])
@@ -96,9 +114,26 @@ def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
 
 @pytest.mark.slow
 def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line():
-    proc = subprocess.run([sys.executable, str(BENCH / "train_step.py"), "--d-model", "64", "--layers", "1",
-                           "--seq", "64", "--iters", "1", "--probe-iters", "1", "--no-compile"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "train_step.py"),
+            "--d-model",
+            "64",
+            "--layers",
+            "1",
+            "--seq",
+            "64",
+            "--iters",
+            "1",
+            "--probe-iters",
+            "1",
+            "--no-compile",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"using AdamW\((fused|foreach)=True\)", proc.stdout), proc.stdout
     assert re.fullmatch(r"train tokens/s olmax/hf-torch = \d+\.\dx", proc.stdout.strip().splitlines()[-1])

@@ -20,7 +20,9 @@ ROW = re.compile(rf"^\s*(\d+)\s+1\s+256\s+(dots|full)\s+xla(\s+{NUM}){{8}}\s+{NU
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def rows(stdout: str) -> list[re.Match]:
@@ -31,7 +33,9 @@ def test_smoke_prints_a_row_and_the_last_line():
     proc = run("--smoke", "--remat", "full")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert LAST_LINE.match(lines[-1]), f"last line {lines[-1]!r} is not `gpu MFU (olmo3_7b shapes, best row) = NN.N%`"
+    assert LAST_LINE.match(lines[-1]), (
+        f"last line {lines[-1]!r} is not `gpu MFU (olmo3_7b shapes, best row) = NN.N%`"
+    )
     assert any(line.split()[:3] == ["layers", "batch", "seq"] for line in lines), proc.stdout
     found = rows(proc.stdout)
     assert [(m.group(1), m.group(2)) for m in found] == [("2", "full")], proc.stdout
@@ -53,7 +57,11 @@ def test_smoke_two_layer_counts_extrapolate_and_write_json(tmp_path):
     proc = run("--smoke", "--layers", "2,4", "--json", str(out), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [(m.group(1), m.group(2)) for m in rows(proc.stdout)] == [
-        ("2", "full"), ("2", "dots"), ("4", "full"), ("4", "dots")], proc.stdout
+        ("2", "full"),
+        ("2", "dots"),
+        ("4", "full"),
+        ("4", "dots"),
+    ], proc.stdout
     for remat in ("dots", "full"):
         assert f"extrapolated 32-layer step (remat {remat}, xla, batch 1 x 256; layers 2,4)" in proc.stdout
     assert LAST_LINE.match(proc.stdout.strip().splitlines()[-1])
@@ -81,14 +89,26 @@ def test_gpu_table_logic_with_fake_rows(monkeypatch, capsys):
 
     def fake_child(kind, spec, timeout, env):
         if kind == "probe":
-            return {"platform": "gpu", "device_kind": "NVIDIA H200", "jax": "0", "n_devices": 1,
-                    "bytes_limit": 133 * gib, "matmul_flops": 800e12}
+            return {
+                "platform": "gpu",
+                "device_kind": "NVIDIA H200",
+                "jax": "0",
+                "n_devices": 1,
+                "bytes_limit": 133 * gib,
+                "matmul_flops": 800e12,
+            }
         assert spec["seq"] == 8192 and spec["attention"] == "cudnn" and not spec["smoke"]
         if spec["layers"] >= 24:
             return {"status": "oom", "error": "XLA's buffer plan needs 150.0 GiB"}
-        return {"status": "ok", "attention_resolved": "cudnn", "compile_s": 30.0, "losses": [11.6] * 7,
-                "step_times": [step_s[spec["layers"]]] * 5, "plan_bytes": 100 * gib,
-                "peak_bytes": (10 + 4 * spec["layers"]) * gib}
+        return {
+            "status": "ok",
+            "attention_resolved": "cudnn",
+            "compile_s": 30.0,
+            "losses": [11.6] * 7,
+            "step_times": [step_s[spec["layers"]]] * 5,
+            "plan_bytes": 100 * gib,
+            "peak_bytes": (10 + 4 * spec["layers"]) * gib,
+        }
 
     monkeypatch.setattr(gpu_mfu, "run_child", fake_child)
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # main() sets it for itself; restore it afterwards
@@ -101,7 +121,9 @@ def test_gpu_table_logic_with_fake_rows(monkeypatch, capsys):
     best = 3 * forward_flops(olmo3_7b(n_layers=4), 8192).total / 0.17 / 989e12  # the 4-layer row wins
     assert lines[-1] == f"gpu MFU (olmo3_7b shapes, best row) = {100 * best:.1f}%"
     t32 = 0.05 + 0.03 * 32
-    assert (f"extrapolated 32-layer step (remat full, cudnn, batch 1 x 8192; layers 4,16): 0.050 s + 30.0 ms/layer "
-            f"-> {t32:.3f} s, MFU {full / t32 / 989e12:.1%}") in out
+    assert (
+        f"extrapolated 32-layer step (remat full, cudnn, batch 1 x 8192; layers 4,16): 0.050 s + 30.0 ms/layer "
+        f"-> {t32:.3f} s, MFU {full / t32 / 989e12:.1%}"
+    ) in out
     assert "peak memory ~138.0 GiB (> the 133.0 GiB limit)" in out
     assert "full 32-layer model: 7.30B params" in out

@@ -22,8 +22,17 @@ def load():
 
 
 def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset()) -> dict:
-    return {"dose": dose, "checks": {c: {"flagged": c in flagged, "status": "skipped" if c in skipped else
-                                         ("flagged" if c in flagged else "ok"), "message": ""} for c in mp.CHECKS}}
+    return {
+        "dose": dose,
+        "checks": {
+            c: {
+                "flagged": c in flagged,
+                "status": "skipped" if c in skipped else ("flagged" if c in flagged else "ok"),
+                "message": "",
+            }
+            for c in mp.CHECKS
+        },
+    }
 
 
 def test_table_rates_and_smallest_dose():
@@ -31,10 +40,12 @@ def test_table_rates_and_smallest_dose():
     doses = [1, 2, 4, 8]
     runs = [fake_run(mp, 0, {"exposure"} if seed == 0 else set()) for seed in range(5)]
     for seed in range(5):
-        runs += [fake_run(mp, 1, set(), skipped=frozenset({"exposure", "extract"})),
-                 fake_run(mp, 2, {"contaminated"} if seed < 2 else set()),
-                 fake_run(mp, 4, {"contaminated", "exposure"} if seed < 4 else {"contaminated"}),
-                 fake_run(mp, 8, {"contaminated", "exposure"} if seed < 4 else {"contaminated"})]
+        runs += [
+            fake_run(mp, 1, set(), skipped=frozenset({"exposure", "extract"})),
+            fake_run(mp, 2, {"contaminated"} if seed < 2 else set()),
+            fake_run(mp, 4, {"contaminated", "exposure"} if seed < 4 else {"contaminated"}),
+            fake_run(mp, 8, {"contaminated", "exposure"} if seed < 4 else {"contaminated"}),
+        ]
     table = mp.power_table(runs, doses)
     assert table["exposure"]["false_positive_rate"] == pytest.approx(0.2)
     assert table["contaminated"]["by_dose"]["2"] == {"flagged": 2, "runs": 5, "skipped": 0}

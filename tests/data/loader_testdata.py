@@ -12,8 +12,7 @@ SIZES = (1000, 37, 513, 2048, 77, 700, 64, 391)
 LABELS = ("web", "code", "web", "books", "code", "web", "math", "books")
 
 
-def write_position_files(folder: str, sizes: Sequence[int] = SIZES,
-                         labels: Sequence[str] = LABELS) -> str:
+def write_position_files(folder: str, sizes: Sequence[int] = SIZES, labels: Sequence[str] = LABELS) -> str:
     """Write raw uint32 files whose token at global position p is p, and a mix.txt; return its path."""
     os.makedirs(folder, exist_ok=True)
     lines, base = ["# positions mix", ""], 0
@@ -42,18 +41,37 @@ def expected_rows(instance_ids: np.ndarray, seq_len: int, sizes: Sequence[int] =
     return (starts[:, None] + np.arange(seq_len)[None, :]).astype(np.int32)
 
 
-def olmo_core_loader(paths: Sequence[str], seq_len: int, global_batch_size: int, seed: int,
-                     work_dir: str, *, dp_world_size: int = 1, dp_rank: int = 0):
+def olmo_core_loader(
+    paths: Sequence[str],
+    seq_len: int,
+    global_batch_size: int,
+    seed: int,
+    work_dir: str,
+    *,
+    dp_world_size: int = 1,
+    dp_rank: int = 0,
+):
     """OLMo-core's NumpyFSLDataLoader over `paths` (G in sequences), with dolma2 special tokens."""
     from olmo_core.data import DataCollator, NumpyDataLoaderBase, NumpyFSLDataset
 
-    dataset = NumpyFSLDataset(*paths, sequence_length=seq_len, pad_token_id=100277,
-                              eos_token_id=100257, vocab_size=100278, dtype=np.uint32)
+    dataset = NumpyFSLDataset(
+        *paths,
+        sequence_length=seq_len,
+        pad_token_id=100277,
+        eos_token_id=100257,
+        vocab_size=100278,
+        dtype=np.uint32,
+    )
     dataset.work_dir = work_dir
     return NumpyDataLoaderBase.wrap_numpy_dataset(
-        dataset, global_batch_size=global_batch_size * seq_len,
-        collator=DataCollator(pad_token_id=100277), work_dir=work_dir, seed=seed,
-        dp_world_size=dp_world_size, dp_rank=dp_rank)
+        dataset,
+        global_batch_size=global_batch_size * seq_len,
+        collator=DataCollator(pad_token_id=100277),
+        work_dir=work_dir,
+        seed=seed,
+        dp_world_size=dp_world_size,
+        dp_rank=dp_rank,
+    )
 
 
 def olmo_core_epoch(loader, epoch: int) -> list[np.ndarray]:

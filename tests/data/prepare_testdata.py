@@ -13,7 +13,7 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 def stdlib_texts(n: int, start: int = 0) -> list[tuple[str, str]]:
     """(id, text) of `n` standard-library modules, sorted by name (deterministic on a given Python)."""
-    files = sorted(p for p in STDLIB.glob("*.py"))[start:start + n]
+    files = sorted(p for p in STDLIB.glob("*.py"))[start : start + n]
     return [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files]
 
 
@@ -42,5 +42,8 @@ def write_jsonl(path: str | os.PathLike, docs: list[tuple[str, str]], extra: lis
 def read_folder_bytes(folder: str | os.PathLike) -> dict[str, bytes]:
     """Every output file's bytes, keyed by relative path (the resume journal excluded)."""
     folder = Path(folder)
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != ".olmax-prepare.json"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".olmax-prepare.json"
+    }

@@ -28,7 +28,9 @@ def test_cache_equals_a_fresh_read_for_sidecar_and_eos_files(tmp_path):
             got = DocumentCache(tmp_path / "work").get(path)
             np.testing.assert_array_equal(got.starts, want.starts)
             np.testing.assert_array_equal(got.ends, want.ends)
-            assert [got.id_of(i) for i in range(len(want.starts))] == [want.id_of(i) for i in range(len(want.starts))]
+            assert [got.id_of(i) for i in range(len(want.starts))] == [
+                want.id_of(i) for i in range(len(want.starts))
+            ]
     assert [DocumentCache(tmp_path / "work").get(str(side)).id_of(i) for i in range(4)] == ids
     assert DocumentCache(tmp_path / "work").get(str(side)).ids.index("数据-7") == 2
     assert [documents(str(raw)).id_of(i) for i in range(4)] == ["#0", "#1", "#2", "#3"]

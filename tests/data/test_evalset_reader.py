@@ -18,14 +18,19 @@ def _jsonl(path, rows):
 
 
 def test_both_renderings_come_from_one_read(tmp_path):
-    p = _jsonl(tmp_path / "e.jsonl", [{"id": "a", "text": "one"}, {"text": "two"}, {"id": "a", "text": "three"}])
+    p = _jsonl(
+        tmp_path / "e.jsonl", [{"id": "a", "text": "one"}, {"text": "two"}, {"id": "a", "text": "three"}]
+    )
     rows = list(read_eval_rows(str(p)))
     assert [(r.loc, r.index, r.prefix) for r in rows] == [(1, 0, ""), (2, 1, ""), (3, 2, "")]
     assert [(it.id, it.text) for it in audit_items(rows)] == [("a", "one"), ("1", "two"), ("a#1", "three")]
     assert documents("e", rows) == [("a", "one"), ("e.jsonl:2", "two"), ("a", "three")]
     es = load_eval_set("e", str(p))
     assert es.ids == ("a", "e.jsonl:2", "a") and es.audit_ids == ("a", "1", "a#1")
-    assert clean_rows(es, {"1"}) == [0, 2] and clean_rows(es, {"a#1"}) == [0, 1]  # the audit's ids drop rows too
+    assert clean_rows(es, {"1"}) == [0, 2] and clean_rows(es, {"a#1"}) == [
+        0,
+        1,
+    ]  # the audit's ids drop rows too
     assert load_eval(f"e={p}")[1] == audit_items(rows)
 
 

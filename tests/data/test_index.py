@@ -46,13 +46,27 @@ def test_tokens_by_label(mix):
 def test_fingerprint_equals_olmo_core(mix, dtype, bos, vocab):
     from olmo_core.data import NumpyFSLDataset
 
-    ref = NumpyFSLDataset(*mix.paths, sequence_length=L, pad_token_id=1, eos_token_id=2,
-                          vocab_size=vocab, dtype=dtype, bos_token_id=bos)
-    got = data_fingerprint(mix.paths, dtype=dtype, vocab_size=vocab, pad_token_id=1, eos_token_id=2,
-                           bos_token_id=bos)
+    ref = NumpyFSLDataset(
+        *mix.paths,
+        sequence_length=L,
+        pad_token_id=1,
+        eos_token_id=2,
+        vocab_size=vocab,
+        dtype=dtype,
+        bos_token_id=bos,
+    )
+    got = data_fingerprint(
+        mix.paths, dtype=dtype, vocab_size=vocab, pad_token_id=1, eos_token_id=2, bos_token_id=bos
+    )
     assert got == ref.fingerprint
-    default = NumpyFSLDataset(*mix.paths, sequence_length=L, pad_token_id=100277, eos_token_id=100257,
-                              vocab_size=100278, dtype=np.uint32)
+    default = NumpyFSLDataset(
+        *mix.paths,
+        sequence_length=L,
+        pad_token_id=100277,
+        eos_token_id=100257,
+        vocab_size=100278,
+        dtype=np.uint32,
+    )
     assert build_index(mix, L).fingerprint == default.fingerprint
     assert data_fingerprint(mix.paths) == default.fingerprint
 
@@ -92,7 +106,9 @@ def test_short_files_allowed_like_olmo_core(tmp_path):
 def test_sampled_vocab_check(mix, tmp_path):
     index = build_index(mix, L)
     assert check_token_ids(index, vocab_size=10_000, samples=8) == 8 * L
-    with pytest.raises(OlmaxError, match=r"part-\d+\.npy: token \d+ at token offset \d+ is >= vocab size 100"):
+    with pytest.raises(
+        OlmaxError, match=r"part-\d+\.npy: token \d+ at token offset \d+ is >= vocab size 100"
+    ):
         check_token_ids(index, vocab_size=100, samples=400)
 
 
@@ -109,7 +125,9 @@ def test_fsspec_urls_read_like_local_files(mix):
     remote = build_index(Mix(tuple(urls), mix.labels, "m"), L)
     assert remote.sizes == local.sizes
     ids = np.arange(local.num_instances)[::3]
-    out = [TokenReader(ix).read(*ix.locate(ids), np.empty((ids.size, L), np.uint32)) for ix in (local, remote)]
+    out = [
+        TokenReader(ix).read(*ix.locate(ids), np.empty((ids.size, L), np.uint32)) for ix in (local, remote)
+    ]
     np.testing.assert_array_equal(out[0], out[1])
     with pytest.raises(OlmaxError, match="not found"):
         build_index(Mix(("memory://olmax-test/missing.npy",), ("a",), "m"), L)

@@ -93,7 +93,9 @@ def test_processes_partition_each_global_batch(index, tmp_path):
     full = make(index, tmp_path)
     for step in range(full.batches_per_epoch):
         parts = [make(index, tmp_path, P=P, rank=r).batch(2, step)["instance_ids"] for r in range(P)]
-        np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.sort(full.batch(2, step)["instance_ids"]))
+        np.testing.assert_array_equal(
+            np.sort(np.concatenate(parts)), np.sort(full.batch(2, step)["instance_ids"])
+        )
 
 
 def test_feistel_order_covers_each_instance_once(index, tmp_path):

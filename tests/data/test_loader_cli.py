@@ -23,15 +23,39 @@ def mix_path(tmp_path_factory):
 
 def test_batches_writes_process_rows(mix_path, tmp_path):
     out = tmp_path / "b.npy"
-    argv = ["data", "batches", "--mix", mix_path, "--seq-len", "16", "--global-batch-size", "8",
-            "--seed", "3", "--start-step", "30", "--steps", "6", "--process-count", "2",
-            "--process-index", "1", "--work-dir", str(tmp_path / "w"), "--out", str(out)]
+    argv = [
+        "data",
+        "batches",
+        "--mix",
+        mix_path,
+        "--seq-len",
+        "16",
+        "--global-batch-size",
+        "8",
+        "--seed",
+        "3",
+        "--start-step",
+        "30",
+        "--steps",
+        "6",
+        "--process-count",
+        "2",
+        "--process-index",
+        "1",
+        "--work-dir",
+        str(tmp_path / "w"),
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     got = np.load(out)
     assert got.shape == (6, 4, 16) and got.dtype == np.int32
-    loader = Loader(build_index(read_mix(mix_path), 16),
-                    StreamSpec(seq_len=16, global_batch_size=8, seed=3, work_dir=str(tmp_path / "w")),
-                    process_index=1, process_count=2)
+    loader = Loader(
+        build_index(read_mix(mix_path), 16),
+        StreamSpec(seq_len=16, global_batch_size=8, seed=3, work_dir=str(tmp_path / "w")),
+        process_index=1,
+        process_count=2,
+    )
     it = loader.iterate(loader.state_at(1, 30))
     for n in range(6):  # runs past the end of epoch 1 (33 batches) into epoch 2
         np.testing.assert_array_equal(got[n], next(it)["input_ids"])
@@ -40,8 +64,20 @@ def test_batches_writes_process_rows(mix_path, tmp_path):
 
 def test_batches_errors_leave_no_output(mix_path, tmp_path, capsys):
     out = tmp_path / "b.npy"
-    base = ["data", "batches", "--mix", mix_path, "--seq-len", "16", "--seed", "3", "--steps", "2",
-            "--out", str(out)]
+    base = [
+        "data",
+        "batches",
+        "--mix",
+        mix_path,
+        "--seq-len",
+        "16",
+        "--seed",
+        "3",
+        "--steps",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(base + ["--global-batch-size", "8", "--process-count", "3"]) == 2
     assert "not divisible by --process-count 3" in capsys.readouterr().err
     assert main(base + ["--global-batch-size", "8", "--start-step", "999"]) == 2
@@ -55,8 +91,23 @@ def test_batches_errors_leave_no_output(mix_path, tmp_path, capsys):
 
 def test_plan(mix_path, tmp_path, capsys):
     out = tmp_path / "plan.json"
-    assert main(["data", "plan", "--mix", mix_path, "--seq-len", "16", "--global-batch-size", "8",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "plan",
+                "--mix",
+                mix_path,
+                "--seq-len",
+                "16",
+                "--global-batch-size",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     plan = json.loads(out.read_text())
     instances = sum(n // 16 for n in SIZES)
@@ -64,5 +115,18 @@ def test_plan(mix_path, tmp_path, capsys):
     assert plan["file_tokens"] == sum(SIZES)
     assert abs(sum(s["share"] for s in plan["sources"].values()) - 1) < 1e-9
     assert plan["fingerprint"] in text and f"{instances:,}" in text
-    assert main(["data", "plan", "--mix", str(tmp_path / "missing.txt"), "--seq-len", "16",
-                 "--global-batch-size", "8"]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "plan",
+                "--mix",
+                str(tmp_path / "missing.txt"),
+                "--seq-len",
+                "16",
+                "--global-batch-size",
+                "8",
+            ]
+        )
+        == 2
+    )

@@ -70,9 +70,24 @@ def test_two_jax_processes_each_get_their_rows(tmp_path):
     script.write_text(WORKER)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), mix, str(tmp_path / "w"),
-                               str(tmp_path / f"out{i}.npz")], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                str(port),
+                str(i),
+                mix,
+                str(tmp_path / "w"),
+                str(tmp_path / f"out{i}.npz"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     logs = [p.communicate(timeout=240)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
@@ -80,9 +95,12 @@ def test_two_jax_processes_each_get_their_rows(tmp_path):
     assert [int(o["index"]) for o in outs] == [0, 1]
     assert all(int(o["count"]) == 2 and int(o["devices"]) == 4 for o in outs)
 
-    full = Loader(build_index(read_mix(mix), L),
-                  StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "w")),
-                  process_index=0, process_count=1)
+    full = Loader(
+        build_index(read_mix(mix), L),
+        StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "w")),
+        process_index=0,
+        process_count=1,
+    )
     for step in range(STEPS + 2):
         batch = full.batch(1, step)
         if step >= STEPS:  # after the Orbax save/restore

@@ -27,15 +27,23 @@ def index(tmp_path_factory):
 
 
 def make(index, work_dir, *, G=G, P=1, rank=0, seed=SEED, **kw):
-    return Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=seed, work_dir=str(work_dir),
-                                      **kw), process_index=rank, process_count=P)
+    return Loader(
+        index,
+        StreamSpec(seq_len=L, global_batch_size=G, seed=seed, work_dir=str(work_dir), **kw),
+        process_index=rank,
+        process_count=P,
+    )
 
 
 def save_and_restore(directory, step: int, state: LoaderState) -> LoaderState:
     """Round-trip a state through an Orbax CheckpointManager, beside a jax array like a train state."""
     with ocp.CheckpointManager(directory) as mngr:
-        mngr.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave({"w": jax.numpy.ones(3)}),
-                                                data=LoaderSave(state)))
+        mngr.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave({"w": jax.numpy.ones(3)}), data=LoaderSave(state)
+            ),
+        )
         mngr.wait_until_finished()
     with ocp.CheckpointManager(directory) as mngr:
         restored = mngr.restore(step, args=ocp.args.Composite(data=LoaderRestore()))
@@ -74,7 +82,9 @@ def test_epoch_rollover_state(index, tmp_path):
     assert it.position == (2, 0)
 
 
-def run_processes(index, work_dir, P: int, state: LoaderState, n: int) -> tuple[list[np.ndarray], LoaderState]:
+def run_processes(
+    index, work_dir, P: int, state: LoaderState, n: int
+) -> tuple[list[np.ndarray], LoaderState]:
     """n global batches reassembled from P processes' rows (row j of process I is position I + j*P)."""
     rows = []
     states = set()
@@ -144,13 +154,14 @@ def test_global_batch_halved(index, tmp_path):
         next(it)
     half = make(index, tmp_path, G=G // 2).iterate(it.state)
     got = np.concatenate([next(half)["instance_ids"] for _ in range(6)])
-    np.testing.assert_array_equal(got, stream[3 * G:])
+    np.testing.assert_array_equal(got, stream[3 * G :])
 
 
 def test_resume_refuses_changed_data_or_seed(index, tmp_path):
     state = make(index, tmp_path).iterate().state
-    other = build_index(read_mix(write_position_files(str(tmp_path / "other"), sizes=(999, 500),
-                                                      labels=("a", "b"))), L)
+    other = build_index(
+        read_mix(write_position_files(str(tmp_path / "other"), sizes=(999, 500), labels=("a", "b"))), L
+    )
     with pytest.raises(OlmaxError, match="fingerprint"):
         make(other, tmp_path).iterate(state)
     with pytest.raises(OlmaxError, match="seed 11"):

@@ -30,14 +30,21 @@ def test_official_mixes_equal_olmo_core(name):
 def test_prepare_style_mix_resolves_against_its_folder(tmp_path):
     (tmp_path / "sub").mkdir()
     mix_file = tmp_path / "sub" / "mix.txt"
-    mix_file.write_text("# made by prepare\n\nweb,shards/web-000.npy\n  code , /abs/code.npy \n"
-                        "wiki,https://example.org/{TOKENIZER}/w.npy\n")
+    mix_file.write_text(
+        "# made by prepare\n\nweb,shards/web-000.npy\n  code , /abs/code.npy \n"
+        "wiki,https://example.org/{TOKENIZER}/w.npy\n"
+    )
     mix = read_mix(str(mix_file))
-    assert mix.paths == (str(tmp_path / "sub" / "shards" / "web-000.npy"), "/abs/code.npy",
-                         "https://example.org/allenai/dolma2-tokenizer/w.npy")
+    assert mix.paths == (
+        str(tmp_path / "sub" / "shards" / "web-000.npy"),
+        "/abs/code.npy",
+        "https://example.org/allenai/dolma2-tokenizer/w.npy",
+    )
     assert mix.labels == ("web", "code", "wiki")
     assert mix.label_names == ("web", "code", "wiki")
-    assert read_mix(str(mix_file), base_dir=str(tmp_path)).paths[0] == str(tmp_path / "shards" / "web-000.npy")
+    assert read_mix(str(mix_file), base_dir=str(tmp_path)).paths[0] == str(
+        tmp_path / "shards" / "web-000.npy"
+    )
     assert read_mix(str(mix_file), base_dir="gs://b/x/").paths[0] == "gs://b/x/shards/web-000.npy"
     assert read_mix(str(mix_file), tokenizer="tok").paths[2] == "https://example.org/tok/w.npy"
 

@@ -45,8 +45,12 @@ def test_reference_is_what_we_think(reference):
 def test_global_batches_equal_olmo_core_for_every_process_count(mix, reference, tmp_path, P):
     index = build_index(mix, L)
     for rank in range(P):
-        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
-                                            work_dir=str(tmp_path)), process_index=rank, process_count=P)
+        loader = Loader(
+            index,
+            StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path)),
+            process_index=rank,
+            process_count=P,
+        )
         it = loader.iterate()
         for epoch in (1, 2):
             assert it.position == (epoch, 0)
@@ -61,10 +65,15 @@ def test_processes_match_olmo_core_ranks(mix, tmp_path, P):
     # OLMo-core's own dp_rank slicing against ours, rank by rank, epoch 2.
     index = build_index(mix, L)
     for rank in range(P):
-        ref = olmo_core_epoch(olmo_core_loader(mix.paths, L, G, SEED, str(tmp_path / "oc"),
-                                               dp_world_size=P, dp_rank=rank), 2)
-        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
-                                            work_dir=str(tmp_path)), process_index=rank, process_count=P)
+        ref = olmo_core_epoch(
+            olmo_core_loader(mix.paths, L, G, SEED, str(tmp_path / "oc"), dp_world_size=P, dp_rank=rank), 2
+        )
+        loader = Loader(
+            index,
+            StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path)),
+            process_index=rank,
+            process_count=P,
+        )
         for step, (ids, _) in enumerate(ref):
             np.testing.assert_array_equal(loader.batch(2, step)["input_ids"], ids)
 
@@ -77,8 +86,12 @@ def test_random_start_step_gives_exact_continuation(mix, reference, tmp_path):
         epoch, start = int(rng.integers(1, 3)), int(rng.integers(0, steps))
         P = int(rng.choice([1, 2, 4]))
         rank = int(rng.integers(0, P))
-        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
-                                            work_dir=str(tmp_path)), process_index=rank, process_count=P)
+        loader = Loader(
+            index,
+            StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path)),
+            process_index=rank,
+            process_count=P,
+        )
         it = loader.iterate(loader.state_at(epoch, start))
         for step in range(start, steps):
             np.testing.assert_array_equal(next(it)["input_ids"], reference[epoch][step][0][rank::P])
@@ -89,8 +102,12 @@ def test_every_instance_exactly_once_per_epoch(mix, tmp_path):
     P = 4
     seen = []
     for rank in range(P):
-        loader = Loader(index, StreamSpec(seq_len=L, global_batch_size=G, seed=SEED,
-                                            work_dir=str(tmp_path)), process_index=rank, process_count=P)
+        loader = Loader(
+            index,
+            StreamSpec(seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path)),
+            process_index=rank,
+            process_count=P,
+        )
         seen += [loader.batch(1, s)["instance_ids"] for s in range(loader.batches_per_epoch)]
     seen = np.concatenate(seen)
     kept = (index.num_instances // G) * G
@@ -112,9 +129,12 @@ def test_parity_on_larger_random_layouts(tmp_path, seed):
     for epoch in (1, 2):
         batches = olmo_core_epoch(ref, epoch)
         for rank in range(P):
-            loader = Loader(index, StreamSpec(seq_len=seq_len, global_batch_size=gbs, seed=seed,
-                                                work_dir=str(tmp_path / "w")), process_index=rank,
-                            process_count=P)
+            loader = Loader(
+                index,
+                StreamSpec(seq_len=seq_len, global_batch_size=gbs, seed=seed, work_dir=str(tmp_path / "w")),
+                process_index=rank,
+                process_count=P,
+            )
             assert loader.batches_per_epoch == len(batches)
             for step, (ids, _) in enumerate(batches):
                 np.testing.assert_array_equal(loader.batch(epoch, step)["input_ids"], ids[rank::P])

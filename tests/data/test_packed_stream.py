@@ -29,7 +29,9 @@ STEPS = 6
 def mix(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mix")
     paths = write_document_files(str(folder), n_files=26, seed=5)
-    (folder / "mix.txt").write_text("".join(f"src{i % 3},{os.path.basename(p)}\n" for i, p in enumerate(paths)))
+    (folder / "mix.txt").write_text(
+        "".join(f"src{i % 3},{os.path.basename(p)}\n" for i, p in enumerate(paths))
+    )
     return folder, paths
 
 
@@ -45,12 +47,44 @@ def test_packed_batches_and_document_lengths_equal_olmo_core(mix, tmp_path, P):
     for rank in range(P):
         ref = olmo_core_batches(reference, str(tmp_path / "oc"), 1, dp_world_size=P, dp_rank=rank)
         out, lens = tmp_path / f"b{rank}.npy", tmp_path / f"l{rank}.npy"
-        assert main(["data", "batches", "--mix", str(folder / "mix.txt"), "--seq-len", str(L), "--global-batch-size",
-                     str(G), "--seed", str(SEED), "--packed", "--source-group-size", str(GROUP),
-                     "--source-permutation-seed", str(PERM_SEED), "--steps", str(min(STEPS, per_epoch)),
-                     "--process-count", str(P), "--process-index", str(rank), "--eos-token-id", str(EOS),
-                     "--pad-token-id", str(PAD), "--work-dir", str(tmp_path / "w"), "--out", str(out),
-                     "--doc-lens-out", str(lens)]) == 0
+        assert (
+            main(
+                [
+                    "data",
+                    "batches",
+                    "--mix",
+                    str(folder / "mix.txt"),
+                    "--seq-len",
+                    str(L),
+                    "--global-batch-size",
+                    str(G),
+                    "--seed",
+                    str(SEED),
+                    "--packed",
+                    "--source-group-size",
+                    str(GROUP),
+                    "--source-permutation-seed",
+                    str(PERM_SEED),
+                    "--steps",
+                    str(min(STEPS, per_epoch)),
+                    "--process-count",
+                    str(P),
+                    "--process-index",
+                    str(rank),
+                    "--eos-token-id",
+                    str(EOS),
+                    "--pad-token-id",
+                    str(PAD),
+                    "--work-dir",
+                    str(tmp_path / "w"),
+                    "--out",
+                    str(out),
+                    "--doc-lens-out",
+                    str(lens),
+                ]
+            )
+            == 0
+        )
         rows, doc_lens = np.load(out), np.load(lens)
         assert rows.shape == (min(STEPS, per_epoch), G // P, L)
         for step in range(rows.shape[0]):
@@ -64,8 +98,24 @@ def test_packed_plan_and_options_are_checked(mix, tmp_path, capsys, monkeypatch)
     folder, _ = mix
     monkeypatch.setenv("OLMAX_WORK_DIR", str(tmp_path / "w"))  # where the packing is cached
     common = ["--mix", str(folder / "mix.txt"), "--seq-len", str(L), "--global-batch-size", str(G)]
-    assert main(["data", "plan", *common, "--packed", "--source-group-size", "8", "--eos-token-id", str(EOS),
-                 "--pad-token-id", str(PAD), "--json"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "plan",
+                *common,
+                "--packed",
+                "--source-group-size",
+                "8",
+                "--eos-token-id",
+                str(EOS),
+                "--pad-token-id",
+                str(PAD),
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = __import__("json").loads(capsys.readouterr().out)
     assert plan["packed"] and plan["instances"] > 0 and 0 <= plan["padding_fraction"] < 0.5
     assert main(["data", "plan", *common, "--source-group-size", "8"]) == 2  # packed options need --packed
@@ -84,10 +134,31 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
 
     folder, paths = mix
     monkeypatch.setenv("OLMAX_WORK_DIR", str(tmp_path / "w"))
-    flags = ["--mix", str(folder / "mix.txt"), "--seq-len", str(L), "--global-batch-size", str(G), "--seed",
-             str(SEED), "--packed", "--source-group-size", str(GROUP), "--source-permutation-seed", str(PERM_SEED)]
-    spec = StreamSpec(mix=str(folder / "mix.txt"), seq_len=L, global_batch_size=G, seed=SEED, packed=True,
-                      source_group_size=GROUP, source_permutation_seed=PERM_SEED, work_dir=str(tmp_path / "w"))
+    flags = [
+        "--mix",
+        str(folder / "mix.txt"),
+        "--seq-len",
+        str(L),
+        "--global-batch-size",
+        str(G),
+        "--seed",
+        str(SEED),
+        "--packed",
+        "--source-group-size",
+        str(GROUP),
+        "--source-permutation-seed",
+        str(PERM_SEED),
+    ]
+    spec = StreamSpec(
+        mix=str(folder / "mix.txt"),
+        seq_len=L,
+        global_batch_size=G,
+        seed=SEED,
+        packed=True,
+        source_group_size=GROUP,
+        source_permutation_seed=PERM_SEED,
+        work_dir=str(tmp_path / "w"),
+    )
     loader = spec.open_loader(process_index=0, process_count=1)
     batch = loader.batch(1, 2)  # global step 3
     assert main(["data", "which", *flags, "--step", "3", "--out", str(tmp_path / "which.json")]) == 0
@@ -98,8 +169,22 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
         files = [loader.index.paths[f] for f, _, _ in loader.index.instance_documents(row["instance"])]
         assert [s["file"] for s in row["segments"]] == files  # one whole document per segment, in row order
     target = paths[4]
-    assert main(["data", "where", *flags, "--file", target, "--tokens", "0:40", "--out",
-                 str(tmp_path / "where.json")]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "where",
+                *flags,
+                "--file",
+                target,
+                "--tokens",
+                "0:40",
+                "--out",
+                str(tmp_path / "where.json"),
+            ]
+        )
+        == 0
+    )
     found = sorted({h["step"] for h in json.loads((tmp_path / "where.json").read_text())["hits"]})
     index, want = loader.index, set()
     f = index.paths.index(target)
@@ -108,8 +193,20 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
             if any(ff == f and a < 40 and e > 0 for ff, a, e in index.instance_documents(inst)):
                 want.add(b + 1)
     assert found == sorted(want) and found
-    assert main(["audit", "loader", *flags, "--exposure-out", str(tmp_path / "x.npz"),
-                 "--out", str(tmp_path / "la.json")]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "loader",
+                *flags,
+                "--exposure-out",
+                str(tmp_path / "x.npz"),
+                "--out",
+                str(tmp_path / "la.json"),
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "la.json").read_text())
     assert report["ok"] and report["content"]["duplicate_instances"] == 0
     served = np.load(tmp_path / "x.npz")  # one epoch: every served packed row once
@@ -132,10 +229,34 @@ def test_loader_audit_content_checks_on_packed_rows(tmp_path, monkeypatch):
     shutil.copyfile(paths[2], tmp_path / "mix" / "copy.npy")
     (tmp_path / "mix" / "bad.txt").write_text("\n".join([*lines, "web,copy.npy"]) + "\n")
     flags = ["--seq-len", str(L), "--global-batch-size", "4", "--packed", "--epochs", "1"]
-    assert main(["audit", "loader", "--mix", str(tmp_path / "mix" / "clean.txt"), *flags,
-                 "--out", str(tmp_path / "clean.json")]) == 0
-    assert main(["audit", "loader", "--mix", str(tmp_path / "mix" / "bad.txt"), *flags,
-                 "--out", str(tmp_path / "bad.json")]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                "loader",
+                "--mix",
+                str(tmp_path / "mix" / "clean.txt"),
+                *flags,
+                "--out",
+                str(tmp_path / "clean.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "audit",
+                "loader",
+                "--mix",
+                str(tmp_path / "mix" / "bad.txt"),
+                *flags,
+                "--out",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 1
+    )
     content = json.loads((tmp_path / "bad.json").read_text())["content"]
     assert content["duplicate_instances"] > 0 and content["duplicate_documents"] > 0
     assert content["identical_files"] and content["unplanned_repeat_rows"] > 0
@@ -149,22 +270,80 @@ def test_stream_audit_matches_packed_rows_and_catches_a_repeat(mix, tmp_path):
     import json
 
     folder, _ = mix
-    flags = ["--mix", str(folder / "mix.txt"), "--seq-len", str(L), "--global-batch-size", str(G), "--seed", str(SEED),
-             "--packed", "--source-group-size", str(GROUP), "--source-permutation-seed", str(PERM_SEED),
-             "--work-dir", str(tmp_path / "w")]
+    flags = [
+        "--mix",
+        str(folder / "mix.txt"),
+        "--seq-len",
+        str(L),
+        "--global-batch-size",
+        str(G),
+        "--seed",
+        str(SEED),
+        "--packed",
+        "--source-group-size",
+        str(GROUP),
+        "--source-permutation-seed",
+        str(PERM_SEED),
+        "--work-dir",
+        str(tmp_path / "w"),
+    ]
     hosts = []
     for rank in range(2):
         hosts.append(tmp_path / f"h{rank}.npy")
-        assert main(["data", "batches", *flags, "--steps", "5", "--process-count", "2", "--process-index", str(rank),
-                     "--eos-token-id", str(EOS), "--pad-token-id", str(PAD), "--out", str(hosts[-1])]) == 0
-    audit = ["audit", "stream", *flags[:2], "--seq-len", str(L), "--packed", "--source-group-size", str(GROUP),
-             "--source-permutation-seed", str(PERM_SEED), "--work-dir", str(tmp_path / "w")]
+        assert (
+            main(
+                [
+                    "data",
+                    "batches",
+                    *flags,
+                    "--steps",
+                    "5",
+                    "--process-count",
+                    "2",
+                    "--process-index",
+                    str(rank),
+                    "--eos-token-id",
+                    str(EOS),
+                    "--pad-token-id",
+                    str(PAD),
+                    "--out",
+                    str(hosts[-1]),
+                ]
+            )
+            == 0
+        )
+    audit = [
+        "audit",
+        "stream",
+        *flags[:2],
+        "--seq-len",
+        str(L),
+        "--packed",
+        "--source-group-size",
+        str(GROUP),
+        "--source-permutation-seed",
+        str(PERM_SEED),
+        "--work-dir",
+        str(tmp_path / "w"),
+    ]
     assert main([*audit, "--batches", *map(str, hosts), "--out", str(tmp_path / "ok.json")]) == 0
     ok = json.loads((tmp_path / "ok.json").read_text())
     assert ok["rows"] == 5 * G and ok["repeated_rows"] == 0 and ok["foreign_rows"] == 0
     bad = np.load(hosts[0])
     bad[3, 1] = bad[0, 0]
     np.save(tmp_path / "bad.npy", bad)
-    assert main([*audit, "--batches", str(tmp_path / "bad.npy"), str(hosts[1]), "--out", str(tmp_path / "bad.json")]) == 1
+    assert (
+        main(
+            [
+                *audit,
+                "--batches",
+                str(tmp_path / "bad.npy"),
+                str(hosts[1]),
+                "--out",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 1
+    )
     report = json.loads((tmp_path / "bad.json").read_text())
     assert report["repeated_rows"] == 1 and report["unplanned_repeated_rows"] == 1

@@ -51,9 +51,16 @@ def olmo_core_dataset(paths: list[str], work_dir: str, **kwargs):
 
     order = list(range(len(paths)))
     random.Random(PERM_SEED).shuffle(order)
-    dataset = NumpyPackedFSLDataset(*[paths[i] for i in order], sequence_length=L, pad_token_id=PAD,
-                                    eos_token_id=EOS, vocab_size=VOCAB, dtype=np.uint32,
-                                    generate_doc_lengths=True, **{"source_group_size": GROUP, **kwargs})
+    dataset = NumpyPackedFSLDataset(
+        *[paths[i] for i in order],
+        sequence_length=L,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        vocab_size=VOCAB,
+        dtype=np.uint32,
+        generate_doc_lengths=True,
+        **{"source_group_size": GROUP, **kwargs},
+    )
     dataset.work_dir = work_dir
     dataset.prepare()
     return dataset
@@ -64,8 +71,14 @@ def olmo_core_batches(dataset, work_dir: str, epoch: int, *, dp_world_size: int 
     from olmo_core.data import DataCollator, NumpyDataLoaderBase
 
     loader = NumpyDataLoaderBase.wrap_numpy_dataset(
-        dataset, global_batch_size=G * L, collator=DataCollator(pad_token_id=PAD), work_dir=work_dir,
-        seed=SEED, dp_world_size=dp_world_size, dp_rank=dp_rank)
+        dataset,
+        global_batch_size=G * L,
+        collator=DataCollator(pad_token_id=PAD),
+        work_dir=work_dir,
+        seed=SEED,
+        dp_world_size=dp_world_size,
+        dp_rank=dp_rank,
+    )
     loader.reshuffle(epoch=epoch)
     out = [(b["input_ids"].numpy(), b["doc_lens"].numpy(), b["index"].numpy()) for b in loader]
     loader.reset()
@@ -84,9 +97,17 @@ def reference(files, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def packed(files, tmp_path_factory):
-    return build_packed_index(files, [f"s{i % 3}" for i in range(len(files))], L, eos_token_id=EOS,
-                              pad_token_id=PAD, vocab_size=VOCAB, source_group_size=GROUP,
-                              source_permutation_seed=PERM_SEED, work_dir=str(tmp_path_factory.mktemp("w")))
+    return build_packed_index(
+        files,
+        [f"s{i % 3}" for i in range(len(files))],
+        L,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        vocab_size=VOCAB,
+        source_group_size=GROUP,
+        source_permutation_seed=PERM_SEED,
+        work_dir=str(tmp_path_factory.mktemp("w")),
+    )
 
 
 def test_every_instance_equals_olmo_core(reference, packed):
@@ -98,8 +119,8 @@ def test_every_instance_equals_olmo_core(reference, packed):
         np.testing.assert_array_equal(rows["input_ids"][i], ref["input_ids"].numpy(), err_msg=f"{i=}")
         np.testing.assert_array_equal(rows["label_mask"][i], ref["label_mask"].numpy(), err_msg=f"{i=}")
         ref_lens = ref["doc_lens"].numpy()
-        np.testing.assert_array_equal(lens[i, :ref_lens.size], ref_lens, err_msg=f"{i=}")
-        assert not lens[i, ref_lens.size:].any()
+        np.testing.assert_array_equal(lens[i, : ref_lens.size], ref_lens, err_msg=f"{i=}")
+        assert not lens[i, ref_lens.size :].any()
 
 
 @pytest.mark.parametrize("bos,strategy,group", [(None, "fragment", 1), (50_001, "truncate", 3)])
@@ -107,18 +128,32 @@ def test_other_options_equal_olmo_core(tmp_path, bos, strategy, group):
     from olmo_core.data.types import LongDocStrategy
 
     files = write_document_files(str(tmp_path / "d"), n_files=10, seed=2, bos=bos)
-    ref = olmo_core_dataset(files, str(tmp_path / "oc"), bos_token_id=bos,
-                            long_doc_strategy=LongDocStrategy(strategy), source_group_size=group)
-    packed = build_packed_index(files, ["a"] * len(files), L, eos_token_id=EOS, pad_token_id=PAD,
-                                vocab_size=VOCAB, bos_token_id=bos, long_doc_strategy=strategy,
-                                source_group_size=group, source_permutation_seed=PERM_SEED)
+    ref = olmo_core_dataset(
+        files,
+        str(tmp_path / "oc"),
+        bos_token_id=bos,
+        long_doc_strategy=LongDocStrategy(strategy),
+        source_group_size=group,
+    )
+    packed = build_packed_index(
+        files,
+        ["a"] * len(files),
+        L,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        vocab_size=VOCAB,
+        bos_token_id=bos,
+        long_doc_strategy=strategy,
+        source_group_size=group,
+        source_permutation_seed=PERM_SEED,
+    )
     assert packed.num_instances == len(ref) and packed.fingerprint == ref.fingerprint
     rows = packed.read(np.arange(packed.num_instances))
     lens = packed.doc_lens(rows["input_ids"])
     for i in range(len(ref)):
         np.testing.assert_array_equal(rows["input_ids"][i], ref[i]["input_ids"].numpy(), err_msg=f"{i=}")
         ref_lens = ref[i]["doc_lens"].numpy()
-        np.testing.assert_array_equal(lens[i, :ref_lens.size], ref_lens, err_msg=f"{i=}")
+        np.testing.assert_array_equal(lens[i, : ref_lens.size], ref_lens, err_msg=f"{i=}")
 
 
 def test_instances_hold_what_they_say(packed):
@@ -155,8 +190,9 @@ def test_global_batches_equal_olmo_core_loader(reference, packed, tmp_path, P):
                 rows = packed.read(mine)
                 np.testing.assert_array_equal(rows["input_ids"], ids, err_msg=f"{epoch=} {step=} {rank=}")
                 # The collator pads doc_lens with zeros to the most documents of the local batch.
-                np.testing.assert_array_equal(packed.doc_lens(rows["input_ids"]), doc_lens,
-                                              err_msg=f"{epoch=} {step=} {rank=}")
+                np.testing.assert_array_equal(
+                    packed.doc_lens(rows["input_ids"]), doc_lens, err_msg=f"{epoch=} {step=} {rank=}"
+                )
 
 
 def reference_pack(lengths: np.ndarray, max_len: int) -> tuple[list[int], list[list[int]]]:
@@ -167,17 +203,20 @@ def reference_pack(lengths: np.ndarray, max_len: int) -> tuple[list[int], list[l
     return sorted_idx[:, 1].astype(np.int64).tolist(), instances
 
 
-@pytest.mark.parametrize("max_len,lengths", [
-    (1024, np.random.default_rng(0).integers(1, 1025, 10_000)),
-    (1024, np.random.default_rng(1).integers(1, 9, 10_000) * 128),  # few values: many ties
-    (64, np.minimum(np.random.default_rng(2).geometric(0.05, 10_000), 64)),
-    (64, np.full(100, 64)),  # every doc exactly L
-    (64, np.full(101, 33)),  # L/2 + 1: one per bin
-    (64, np.full(100, 32)),  # exactly two per bin
-    (1, np.ones(7, dtype=np.int64)),
-    (2, np.random.default_rng(3).integers(1, 3, 50)),
-    (16, np.array([], dtype=np.int64)),
-])
+@pytest.mark.parametrize(
+    "max_len,lengths",
+    [
+        (1024, np.random.default_rng(0).integers(1, 1025, 10_000)),
+        (1024, np.random.default_rng(1).integers(1, 9, 10_000) * 128),  # few values: many ties
+        (64, np.minimum(np.random.default_rng(2).geometric(0.05, 10_000), 64)),
+        (64, np.full(100, 64)),  # every doc exactly L
+        (64, np.full(101, 33)),  # L/2 + 1: one per bin
+        (64, np.full(100, 32)),  # exactly two per bin
+        (1, np.ones(7, dtype=np.int64)),
+        (2, np.random.default_rng(3).integers(1, 3, 50)),
+        (16, np.array([], dtype=np.int64)),
+    ],
+)
 def test_obfd_equals_instance_packer(max_len, lengths):
     sorted_lens, instances = reference_pack(lengths, max_len)
     order, offsets, docs = obfd(lengths, max_len)
@@ -200,14 +239,23 @@ def test_document_spans_equal_olmo_core(tmp_path, bos, strategy):
     from olmo_core.data.utils import iter_document_indices_with_max_sequence_length
 
     rng = np.random.default_rng(5)
-    tokens = rng.choice(np.array([1, 2, 3, EOS, 7], dtype=np.uint32), size=3000, p=[.3, .3, .3, .05, .05])
+    tokens = rng.choice(
+        np.array([1, 2, 3, EOS, 7], dtype=np.uint32), size=3000, p=[0.3, 0.3, 0.3, 0.05, 0.05]
+    )
     tokens[-1] = EOS
     for cut in (3000, 2990):
         path = tmp_path / f"t{cut}.npy"
         tokens[:cut].tofile(path)
-        ref = list(iter_document_indices_with_max_sequence_length(
-            path, 16, eos_token_id=EOS, bos_token_id=bos, dtype=np.uint32,
-            long_doc_strategy=LongDocStrategy(strategy)))
+        ref = list(
+            iter_document_indices_with_max_sequence_length(
+                path,
+                16,
+                eos_token_id=EOS,
+                bos_token_id=bos,
+                dtype=np.uint32,
+                long_doc_strategy=LongDocStrategy(strategy),
+            )
+        )
         got = document_spans(tokens[:cut], EOS, 16, bos_token_id=bos, long_doc_strategy=strategy)
         assert got.tolist() == [list(x) for x in ref]
 
@@ -232,8 +280,13 @@ def test_source_permutation_is_olmo_cores():
 
 def test_cache_is_reused_and_keyed_on_inputs(files, tmp_path):
     files = write_document_files(str(tmp_path / "d"), n_files=6, seed=1)
-    kwargs = dict(eos_token_id=EOS, pad_token_id=PAD, vocab_size=VOCAB, source_group_size=2,
-                  work_dir=str(tmp_path / "w"))
+    kwargs = dict(
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        vocab_size=VOCAB,
+        source_group_size=2,
+        work_dir=str(tmp_path / "w"),
+    )
     labels = ["a"] * len(files)
     first = build_packed_index(files, labels, L, **kwargs)
     mtime = os.stat(first.cache_path).st_mtime_ns
@@ -241,7 +294,10 @@ def test_cache_is_reused_and_keyed_on_inputs(files, tmp_path):
     assert again.cache_path == first.cache_path and os.stat(again.cache_path).st_mtime_ns == mtime
     np.testing.assert_array_equal(again.doc_start, first.doc_start)
     assert build_packed_index(files, labels, 2 * L, **kwargs).cache_key != first.cache_key
-    assert build_packed_index(files, labels, L, **{**kwargs, "source_group_size": 3}).cache_key != first.cache_key
+    assert (
+        build_packed_index(files, labels, L, **{**kwargs, "source_group_size": 3}).cache_key
+        != first.cache_key
+    )
     tokens = np.fromfile(files[0], dtype=np.uint32)
     tokens[:5] = EOS  # same size, new content
     tokens.tofile(files[0])
@@ -250,9 +306,17 @@ def test_cache_is_reused_and_keyed_on_inputs(files, tmp_path):
 
 
 def test_parallel_packing_equals_serial(files, packed, tmp_path):
-    par = build_packed_index(files, [f"s{i % 3}" for i in range(len(files))], L, eos_token_id=EOS,
-                             pad_token_id=PAD, vocab_size=VOCAB, source_group_size=GROUP,
-                             source_permutation_seed=PERM_SEED, workers=2)
+    par = build_packed_index(
+        files,
+        [f"s{i % 3}" for i in range(len(files))],
+        L,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        vocab_size=VOCAB,
+        source_group_size=GROUP,
+        source_permutation_seed=PERM_SEED,
+        workers=2,
+    )
     for name in ("doc_file", "doc_start", "doc_len", "inst_offsets"):
         np.testing.assert_array_equal(getattr(par, name), getattr(packed, name))
 

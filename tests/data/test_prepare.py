@@ -37,8 +37,17 @@ def run(*argv: str) -> int:
 
 
 def prepare_into(out: Path, inputs: Path, dolma2: str, *extra: str) -> Path:
-    rc = run("--tokenizer", dolma2, "--out", str(out), "--shard-size", "256KB", *extra,
-             f"code={inputs}/code/*", f"prose={inputs}/prose.jsonl")
+    rc = run(
+        "--tokenizer",
+        dolma2,
+        "--out",
+        str(out),
+        "--shard-size",
+        "256KB",
+        *extra,
+        f"code={inputs}/code/*",
+        f"prose={inputs}/prose.jsonl",
+    )
     assert rc == 0
     return out
 
@@ -50,7 +59,7 @@ def docs_by_id(out: Path) -> dict[str, np.ndarray]:
     for path in dict.fromkeys(mix.paths):
         tokens = read_tokens(path)
         for row in read_sidecar(path):
-            docs[row.id] = np.array(tokens[row.start:row.end])
+            docs[row.id] = np.array(tokens[row.start : row.end])
     return docs
 
 
@@ -103,8 +112,9 @@ def test_olmo_core_reads_mix_unchanged(tmp_path, inputs, dolma2):
         paths, labels = DataMix.build(LocalMix.olmax_test, str(out), TokenizerName.dolma2)
     finally:
         oc_mixes._get_data_mix_path = real
-    ds = NumpyFSLDataset(*paths, sequence_length=128, pad_token_id=100277, eos_token_id=EOS,
-                         vocab_size=100278, dtype=np.uint32)
+    ds = NumpyFSLDataset(
+        *paths, sequence_length=128, pad_token_id=100277, eos_token_id=EOS, vocab_size=100278, dtype=np.uint32
+    )
     ds.work_dir = tmp_path / "work"
     ds.prepare()
     manifest = json.loads((out / "manifest.json").read_text())
@@ -150,27 +160,44 @@ def test_resume_at_any_shard_keeps_skip_counts(tmp_path, dolma2):
     """Empty texts and skipped bad lines are journaled by position: resuming after any finished shard gives the
     bytes of an uninterrupted run, the journal and the manifest's skip counts and examples included."""
     docs = stdlib_texts(14)
-    write_jsonl(tmp_path / "a.jsonl", docs[:7], extra=['{"id": "e1", "text": ""}', '{"id": "torn", "text": ',
-                                                        *[json.dumps({"id": i, "text": t}) for i, t in docs[7:10]],
-                                                        '{"id": "e2", "text": ""}', "[1]"])
+    write_jsonl(
+        tmp_path / "a.jsonl",
+        docs[:7],
+        extra=[
+            '{"id": "e1", "text": ""}',
+            '{"id": "torn", "text": ',
+            *[json.dumps({"id": i, "text": t}) for i, t in docs[7:10]],
+            '{"id": "e2", "text": ""}',
+            "[1]",
+        ],
+    )
     write_jsonl(tmp_path / "b.jsonl", docs[10:], extra=['{"id": "e3", "text": ""}'])
-    args = ("--tokenizer", dolma2, "--shard-size", "12KB", "--skip-bad-lines", f"src={tmp_path}/a.jsonl",
-            f"src2={tmp_path}/b.jsonl")
+    args = (
+        "--tokenizer",
+        dolma2,
+        "--shard-size",
+        "12KB",
+        "--skip-bad-lines",
+        f"src={tmp_path}/a.jsonl",
+        f"src2={tmp_path}/b.jsonl",
+    )
     full = tmp_path / "full"
     assert run("--out", str(full), *args) == 0
     want = {**read_folder_bytes(full), "journal": (full / ".olmax-prepare.json").read_bytes()}
     state = json.loads(want["journal"])
     n = len(state["labels"]["src"]["shards"])
     assert n >= 4 and state["labels"]["src"]["empty"] == 2 and state["labels"]["src"]["bad_lines"] == 2
-    assert len({(s["empty"], s["bad_lines"]) for s in state["labels"]["src"]["shards"]}) > 1  # counts move along
+    assert (
+        len({(s["empty"], s["bad_lines"]) for s in state["labels"]["src"]["shards"]}) > 1
+    )  # counts move along
     for k in range(n - 1):
         out = tmp_path / f"cut{k}"
         assert run("--out", str(out), *args) == 0
         cut = json.loads((out / ".olmax-prepare.json").read_text())
         src = cut["labels"]["src"]
-        for rec in src["shards"][k + 1:]:
+        for rec in src["shards"][k + 1 :]:
             Path(out, rec["info"]["path"]).unlink()
-        src.update(shards=src["shards"][:k + 1], done=False)
+        src.update(shards=src["shards"][: k + 1], done=False)
         del cut["labels"]["src2"]
         (out / ".olmax-prepare.json").write_text(json.dumps(cut))
         for f in (out / "mix.txt", out / "manifest.json"):
@@ -183,9 +210,22 @@ def test_resume_at_any_shard_keeps_skip_counts(tmp_path, dolma2):
 def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
     ref = read_folder_bytes(prepare_into(tmp_path / "ref", inputs, dolma2, "--shard-size", "16KB"))
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "olmax.cli", "data", "prepare", "--no-progress", "--tokenizer", dolma2,
-           "--out", str(out), "--shard-size", "16KB",
-           f"code={inputs}/code/*", f"prose={inputs}/prose.jsonl"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olmax.cli",
+        "data",
+        "prepare",
+        "--no-progress",
+        "--tokenizer",
+        dolma2,
+        "--out",
+        str(out),
+        "--shard-size",
+        "16KB",
+        f"code={inputs}/code/*",
+        f"prose={inputs}/prose.jsonl",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / ".olmax-prepare.json"
     deadline = time.monotonic() + 120
@@ -221,15 +261,31 @@ def test_rerun_removes_temporaries_a_kill_left_behind(tmp_path, inputs, dolma2):
 def test_dolma_compat_strips_like_dolma_tokens(tmp_path, dolma2):
     from tokenizers import Tokenizer
 
-    docs = [("pad", "  spaced text \n\n"), ("blank", " \n\t "), ("eos", "ends in<|endoftext|>"), ("plain", "x")]
+    docs = [
+        ("pad", "  spaced text \n\n"),
+        ("blank", " \n\t "),
+        ("eos", "ends in<|endoftext|>"),
+        ("plain", "x"),
+    ]
     src = write_jsonl(tmp_path / "in.jsonl", docs)
     ref = Tokenizer.from_file(dolma2)
     enc = lambda t: ref.encode(t, add_special_tokens=False).ids  # noqa: E731
-    for compat, want in ((False, {i: enc(t) + [EOS] for i, t in docs}),
-                         (True, {"pad": enc("spaced text") + [EOS], "eos": enc("ends in<|endoftext|>"),
-                                 "plain": enc("x") + [EOS]})):
+    for compat, want in (
+        (False, {i: enc(t) + [EOS] for i, t in docs}),
+        (
+            True,
+            {
+                "pad": enc("spaced text") + [EOS],
+                "eos": enc("ends in<|endoftext|>"),
+                "plain": enc("x") + [EOS],
+            },
+        ),
+    ):
         out = tmp_path / f"out-{compat}"
-        assert run("--tokenizer", dolma2, "--out", str(out), *(["--dolma-compat"] if compat else []), f"s={src}") == 0
+        assert (
+            run("--tokenizer", dolma2, "--out", str(out), *(["--dolma-compat"] if compat else []), f"s={src}")
+            == 0
+        )
         assert {k: v.tolist() for k, v in docs_by_id(out).items()} == want
     skipped = json.loads((out / "manifest.json").read_text())["sources"]["s"]["skipped"]["empty_docs"]
     assert skipped == 1
@@ -279,8 +335,20 @@ def test_hf_datasets_input_and_arrayrecord(tmp_path, dolma2):
     texts = [t for _, t in pydoc_texts()[:30]]
     datasets.Dataset.from_dict({"body": texts}).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "out"
-    assert run("--tokenizer", dolma2, "--out", str(out), "--text-field", "body", "--format", "arrayrecord",
-               f"docs={tmp_path / 'ds'}") == 0
+    assert (
+        run(
+            "--tokenizer",
+            dolma2,
+            "--out",
+            str(out),
+            "--text-field",
+            "body",
+            "--format",
+            "arrayrecord",
+            f"docs={tmp_path / 'ds'}",
+        )
+        == 0
+    )
     docs = docs_by_id(out)
     assert len(docs) == 30 and "ds:1" in docs
     shard = next((out / "allenai/dolma2-tokenizer/docs").glob("*.npy"))
@@ -321,13 +389,18 @@ def test_arrayrecord_records_are_tf_examples():
     assert msg.features.feature["source"].bytes_list.value[0] == b"a.jsonl"
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"id": "x", "text": "ok"', r"bad\.jsonl:3: malformed JSON line \(column"),
-    ('{"id": "x", "txt": "no text"}', r"bad\.jsonl:3: document has no 'text' field"),
-    ('[1, 2]', r"bad\.jsonl:3: malformed JSON line"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"id": "x", "text": "ok"', r"bad\.jsonl:3: malformed JSON line \(column"),
+        ('{"id": "x", "txt": "no text"}', r"bad\.jsonl:3: document has no 'text' field"),
+        ("[1, 2]", r"bad\.jsonl:3: malformed JSON line"),
+    ],
+)
 def test_bad_lines_name_file_and_line_and_leave_no_mix(tmp_path, dolma2, capsys, line, message):
-    write_jsonl(tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=[line, '{"id": "c", "text": "x"}'])
+    write_jsonl(
+        tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=[line, '{"id": "c", "text": "x"}']
+    )
     out = tmp_path / "out"
     assert run("--tokenizer", dolma2, "--out", str(out), f"src={tmp_path / 'bad.jsonl'}") == 2
     import re
@@ -338,9 +411,14 @@ def test_bad_lines_name_file_and_line_and_leave_no_mix(tmp_path, dolma2, capsys,
 
 
 def test_skip_bad_lines_counts_them(tmp_path, dolma2):
-    write_jsonl(tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=["{oops", '{"id": "c", "text": "x"}'])
+    write_jsonl(
+        tmp_path / "bad.jsonl", [("a", "one"), ("b", "two")], extra=["{oops", '{"id": "c", "text": "x"}']
+    )
     out = tmp_path / "out"
-    assert run("--tokenizer", dolma2, "--out", str(out), "--skip-bad-lines", f"src={tmp_path / 'bad.jsonl'}") == 0
+    assert (
+        run("--tokenizer", dolma2, "--out", str(out), "--skip-bad-lines", f"src={tmp_path / 'bad.jsonl'}")
+        == 0
+    )
     src = json.loads((out / "manifest.json").read_text())["sources"]["src"]
     assert src["skipped"]["bad_lines"] == 1 and src["docs"] == 3
     assert "bad.jsonl:3" in src["skipped"]["bad_line_examples"][0]
@@ -365,15 +443,26 @@ def test_duplicate_ids_are_reported(tmp_path, dolma2, capsys):
 
 def test_custom_tokenizer_gets_its_own_folder_and_mix_resolves(tmp_path, dolma2):
     spec = json.loads(open(dolma2).read())
-    spec["added_tokens"].append({"id": 100278, "content": "<|olmax|>", "single_word": False, "lstrip": False,
-                                 "rstrip": False, "normalized": False, "special": True})
+    spec["added_tokens"].append(
+        {
+            "id": 100278,
+            "content": "<|olmax|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
     custom = tmp_path / "custom.json"
     custom.write_text(json.dumps(spec))
     src = write_jsonl(tmp_path / "in.jsonl", [("a", "one <|olmax|> two"), ("b", "three")])
     out = tmp_path / "out"
     assert run("--tokenizer", str(custom), "--out", str(out), f"s={src}") == 0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["tokenizer"]["id"].startswith("tokenizer-") and manifest["tokenizer"]["vocab_size"] == 100279
+    assert (
+        manifest["tokenizer"]["id"].startswith("tokenizer-") and manifest["tokenizer"]["vocab_size"] == 100279
+    )
     docs = docs_by_id(out)
     assert 100278 in docs["a"].tolist() and docs["a"][-1] == EOS
 
@@ -413,12 +502,18 @@ def test_parquet_folder_and_split_shard_keep_arrayrecords_aligned(tmp_path, dolm
     texts = [t for _, t in pydoc_texts()[:40]]
     (tmp_path / "pq").mkdir()
     for i in range(2):
-        pq.write_table(pa.table({"id": [f"p{i}-{j}" for j in range(20)], "text": texts[i * 20:(i + 1) * 20]}),
-                       tmp_path / "pq" / f"part-{i}.parquet")
+        pq.write_table(
+            pa.table({"id": [f"p{i}-{j}" for j in range(20)], "text": texts[i * 20 : (i + 1) * 20]}),
+            tmp_path / "pq" / f"part-{i}.parquet",
+        )
     spec = tmp_path / "mix.yaml"
-    spec.write_text(f"sources:\n  docs: {{paths: '{tmp_path / 'pq'}', target_tokens: 30000, max_repetition: 2}}\n")
+    spec.write_text(
+        f"sources:\n  docs: {{paths: '{tmp_path / 'pq'}', target_tokens: 30000, max_repetition: 2}}\n"
+    )
     out = tmp_path / "out"
-    assert run("--tokenizer", dolma2, "--out", str(out), "--format", "arrayrecord", "--mix-spec", str(spec)) == 0
+    assert (
+        run("--tokenizer", dolma2, "--out", str(out), "--format", "arrayrecord", "--mix-spec", str(spec)) == 0
+    )
     plan = json.loads((out / "manifest.json").read_text())["mix"]["plan"]["docs"]
     assert plan["whole_copies"] == 0 and 0 < plan["partial_tokens"] == plan["planned_tokens"]
     shards = sorted((out / "allenai/dolma2-tokenizer/docs").glob("*.npy"))
@@ -428,7 +523,7 @@ def test_parquet_folder_and_split_shard_keep_arrayrecords_aligned(tmp_path, dolm
     docs = {}
     for shard in shards:
         tokens = read_tokens(shard)
-        docs.update({row.id: np.array(tokens[row.start:row.end]) for row in read_sidecar(shard)})
+        docs.update({row.id: np.array(tokens[row.start : row.end]) for row in read_sidecar(shard)})
     assert len(docs) == 40
     for shard in shards:
         records = [decode_record(r) for r in read_records(shard.with_suffix(".arrayrecord"))]

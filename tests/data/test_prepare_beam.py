@@ -28,15 +28,19 @@ def raw(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("raw")
     code = stdlib_texts(60)
     write_jsonl(d / "code" / "a.jsonl.gz", code[:20])
-    write_jsonl(d / "code" / "b.jsonl", code[20:35], extra=['{"id": "torn", "text": ', '{"id": "e", "text": ""}'])
+    write_jsonl(
+        d / "code" / "b.jsonl", code[20:35], extra=['{"id": "torn", "text": ', '{"id": "e", "text": ""}']
+    )
     write_jsonl(d / "code" / "c.jsonl.zst", code[35:])
     # the source ends on one document larger than a shard: its last shard reaches the target at the end
     write_jsonl(d / "code" / "d.jsonl", [("big", "\n".join(t for _, t in stdlib_texts(16, start=60)))])
     write_jsonl(d / "prose" / "p1.jsonl", pydoc_texts()[:50])
     write_jsonl(d / "prose" / "p2.jsonl", pydoc_texts()[50:120])
-    (d / "mix.yaml").write_text("sources:\n  code: {paths: 'code/*', ratio: 0.55, max_repetition: 2}\n"
-                                "  prose: {paths: 'prose/*.jsonl', ratio: 0.45, max_repetition: 2}\n"
-                                "total_tokens: 300000\n")
+    (d / "mix.yaml").write_text(
+        "sources:\n  code: {paths: 'code/*', ratio: 0.55, max_repetition: 2}\n"
+        "  prose: {paths: 'prose/*.jsonl', ratio: 0.45, max_repetition: 2}\n"
+        "total_tokens: 300000\n"
+    )
     return d
 
 
@@ -46,8 +50,16 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 
 def config(raw: Path, dolma2: str, out: str, spec: str | None = None, **kw) -> PrepareConfig:
     sources, total = load_mix_spec(spec or str(raw / "mix.yaml"))
-    return PrepareConfig(tokenizer=dolma2, out=out, sources=tuple(sources), total_tokens=total,
-                         shard_bytes=160_000, skip_bad_lines=True, progress=False, **kw)
+    return PrepareConfig(
+        tokenizer=dolma2,
+        out=out,
+        sources=tuple(sources),
+        total_tokens=total,
+        shard_bytes=160_000,
+        skip_bad_lines=True,
+        progress=False,
+        **kw,
+    )
 
 
 def test_plan_shards_closes_at_the_first_boundary_past_the_target():
@@ -62,10 +74,16 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     and the resume journal, with 2 worker processes; the inputs given as file:// URLs and the mix spec too."""
     local = prepare(config(raw, dolma2, str(tmp_path / "local"), arrayrecord=True))
     url_spec = tmp_path / "url-mix.yaml"
-    url_spec.write_text((raw / "mix.yaml").read_text().replace("'code/*'", f"'file://{raw}/code/*'")
-                        .replace("'prose/", f"'{raw}/prose/"))
-    beamed = prepare(config(raw, dolma2, f"file://{tmp_path / 'beam'}", spec=f"file://{url_spec}",
-                            arrayrecord=True), beam_options=MULTI)
+    url_spec.write_text(
+        (raw / "mix.yaml")
+        .read_text()
+        .replace("'code/*'", f"'file://{raw}/code/*'")
+        .replace("'prose/", f"'{raw}/prose/")
+    )
+    beamed = prepare(
+        config(raw, dolma2, f"file://{tmp_path / 'beam'}", spec=f"file://{url_spec}", arrayrecord=True),
+        beam_options=MULTI,
+    )
     assert beamed["mix"] == local["mix"] and beamed["fingerprint"] == local["fingerprint"]
     a, b = folder_bytes(tmp_path / "local"), folder_bytes(tmp_path / "beam")
     assert a.keys() == b.keys()
@@ -75,8 +93,11 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     journal = json.loads(a[".olmax-prepare.json"])
     assert journal["labels"]["code"]["shards"][-1]["next"] == [3, 1]
     assert sum(k.endswith(".npy") for k in a) >= 6 and any(k.endswith("-a.npy") for k in a)
-    assert local["sources"]["code"]["skipped"] == {"empty_docs": 1, "bad_lines": 1, "bad_line_examples": [
-        f"{raw}/code/b.jsonl:16: malformed JSON line (column 1: Expecting value)"]}
+    assert local["sources"]["code"]["skipped"] == {
+        "empty_docs": 1,
+        "bad_lines": 1,
+        "bad_line_examples": [f"{raw}/code/b.jsonl:16: malformed JSON line (column 1: Expecting value)"],
+    }
     assert not (tmp_path / "beam" / ".olmax-beam").exists()
 
 
@@ -92,12 +113,14 @@ def test_object_store_in_and_out(tmp_path, raw, dolma2):
     try:
         spec = "memory://olmax-test-in/mix.yaml"
         prepare(config(raw, dolma2, "memory://olmax-test-out/local", spec=spec))
-        prepare(config(raw, dolma2, "memory://olmax-test-out/beam", spec=spec),
-                beam_options="--runner=DirectRunner --direct_running_mode=in_memory")
+        prepare(
+            config(raw, dolma2, "memory://olmax-test-out/beam", spec=spec),
+            beam_options="--runner=DirectRunner --direct_running_mode=in_memory",
+        )
         prepare(config(raw, dolma2, str(tmp_path / "disk")))
 
         def read(prefix):
-            return {p[len(prefix):]: fs.cat_file(p) for p in fs.find(prefix)}
+            return {p[len(prefix) :]: fs.cat_file(p) for p in fs.find(prefix)}
 
         a, b = read("/olmax-test-out/local/"), read("/olmax-test-out/beam/")
         disk = folder_bytes(tmp_path / "disk")
@@ -105,7 +128,9 @@ def test_object_store_in_and_out(tmp_path, raw, dolma2):
         assert [k for k in a if a[k] != b[k]] == []
         # the same documents as from local files; only the names of the inputs differ
         assert [k for k in a if k.endswith((".npy", "mix.txt")) and a[k] != disk[k]] == []
-        assert re.search(rb"memory:///?olmax-test-in/code/b\.jsonl:16: malformed JSON line", a["manifest.json"])
+        assert re.search(
+            rb"memory:///?olmax-test-in/code/b\.jsonl:16: malformed JSON line", a["manifest.json"]
+        )
     finally:
         fs.rm("/olmax-test-in", recursive=True)
         if fs.exists("/olmax-test-out"):
@@ -116,13 +141,31 @@ def test_bad_input_is_one_line_and_leaves_no_output(tmp_path, dolma2):
     write_jsonl(tmp_path / "in" / "ok.jsonl", stdlib_texts(3))
     write_jsonl(tmp_path / "in" / "bad.jsonl", [("a", "one")], extra=['{"id": "x", "text": "ok"'])
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "olmax.cli", "data", "prepare", "--no-progress", "--tokenizer", dolma2,
-                           "--out", str(out), f"src=file://{tmp_path}/in", "--runner", "beam"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "olmax.cli",
+            "data",
+            "prepare",
+            "--no-progress",
+            "--tokenizer",
+            dolma2,
+            "--out",
+            str(out),
+            f"src=file://{tmp_path}/in",
+            "--runner",
+            "beam",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("olmax: error:")]
-    assert errors == [f"olmax: error: {tmp_path}/in/bad.jsonl:2: malformed JSON line (column 1: Expecting ',' "
-                      "delimiter); fix it or pass --skip-bad-lines to skip and count such lines"]
+    assert errors == [
+        f"olmax: error: {tmp_path}/in/bad.jsonl:2: malformed JSON line (column 1: Expecting ',' "
+        "delimiter); fix it or pass --skip-bad-lines to skip and count such lines"
+    ]
     assert "Traceback" not in proc.stderr
     assert not out.exists()
 
@@ -130,6 +173,19 @@ def test_bad_input_is_one_line_and_leaves_no_output(tmp_path, dolma2):
 def test_pipeline_options_must_name_beam(tmp_path, dolma2, capsys):
     from olmax.cli import main
 
-    assert main(["data", "prepare", "--tokenizer", dolma2, "--out", str(tmp_path / "o"),
-                 "--pipeline-options=--runner=DirectRunner", f"x={tmp_path}"]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "--tokenizer",
+                dolma2,
+                "--out",
+                str(tmp_path / "o"),
+                "--pipeline-options=--runner=DirectRunner",
+                f"x={tmp_path}",
+            ]
+        )
+        == 2
+    )
     assert "--pipeline-options applies to --runner beam only" in capsys.readouterr().err

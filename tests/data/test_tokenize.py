@@ -20,16 +20,29 @@ def dolma2_path() -> str:
 
 def _tricky_texts(seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    alphabet = ("abcXYZ019 \t\n\r  'sll're_-.,;:!?()[]{}<>|/\\\"#@$%^&*~`+="
-                "éüßçñøåæœ ЖжЯя αβγΩ 中文字 日本語 한국어 العربية עברית हिन्दी ไทย 🙂🚀👍🏽 \u200b\u00a0\u2028\ufeff")
+    alphabet = (
+        "abcXYZ019 \t\n\r  'sll're_-.,;:!?()[]{}<>|/\\\"#@$%^&*~`+="
+        "éüßçñøåæœ ЖжЯя αβγΩ 中文字 日本語 한국어 العربية עברית हिन्दी ไทย 🙂🚀👍🏽 \u200b\u00a0\u2028\ufeff"
+    )
     texts = [
-        "", " ", "  ", "\n", "\n\n\n", "\r\n\r\n", "\t\t  \n  \t", "x" * 5000, " " * 300 + "y",
-        "12345678901234567890 3.14159 1,000,000 007", "I'm you'RE they'LL it'S WE'VE I'D",
+        "",
+        " ",
+        "  ",
+        "\n",
+        "\n\n\n",
+        "\r\n\r\n",
+        "\t\t  \n  \t",
+        "x" * 5000,
+        " " * 300 + "y",
+        "12345678901234567890 3.14159 1,000,000 007",
+        "I'm you'RE they'LL it'S WE'VE I'D",
         "a<|endoftext|>b <|pad|> <|fim_prefix|>x<|fim_suffix|>y<|fim_middle|>",
         "<|extra_id_1|><|extra_id_10|><|endofprompt|>|||EMAIL_ADDRESS|||",
         "def f(x):\n    return x**2  # comment\n\n\n\tclass A: pass\n",
         "Ünïcödé ñörmålizätion is not applied: e\u0301 vs é; ﬁ ligature; full-width ＡＢＣ",
-        "   leading and trailing spaces   ", "tabs\tbetween\twords\t\t\t", "mixed \r line \r\n endings \n\r",
+        "   leading and trailing spaces   ",
+        "tabs\tbetween\twords\t\t\t",
+        "mixed \r line \r\n endings \n\r",
     ]
     for _ in range(300):
         n = rng.randint(1, 400)

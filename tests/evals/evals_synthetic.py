@@ -21,7 +21,11 @@ def write_run(path, memorize: bool, seed=0):
         extra = 0.8 * max(0, s - 400) / 600 if memorize else 0.0
         records.append({"step": s, "loss": float(base_loss(s) - extra + rng.normal(0, 0.03))})
         if s % 100 == 0:
-            held = base_loss(min(s, 400) if memorize else s) + 0.15 + (0.02 * max(0, s - 400) / 600 if memorize else 0)
+            held = (
+                base_loss(min(s, 400) if memorize else s)
+                + 0.15
+                + (0.02 * max(0, s - 400) / 600 if memorize else 0)
+            )
             records.append({"kind": "heldout", "step": s, "eval": "c4", "subset": "all", "ce": float(held)})
             records.append({"kind": "heldout", "step": s, "eval": "c4", "subset": "clean", "ce": 99.0})
     append_jsonl(path / "metrics.jsonl", records)

@@ -33,9 +33,17 @@ def synthetic(rng, gain: float, n_cont: int = 40, n_clean: int = 160, steps: int
     base = rng.normal(3.0, 0.5, n)
     cont = np.zeros(n, bool)
     cont[rng.choice(n, n_cont, replace=False)] = True
-    ce = np.stack([base - 0.5 * s - gain * cont * s / max(steps - 1, 1) + rng.normal(0, 0.1, n) for s in range(steps)])
-    return SetScores("set", tuple(map(str, range(n))), cont, np.arange(1, steps + 1) * 100,
-                     {"ce": ce, "bpb": ce / np.log(2) / 4}, None)
+    ce = np.stack(
+        [base - 0.5 * s - gain * cont * s / max(steps - 1, 1) + rng.normal(0, 0.1, n) for s in range(steps)]
+    )
+    return SetScores(
+        "set",
+        tuple(map(str, range(n))),
+        cont,
+        np.arange(1, steps + 1) * 100,
+        {"ce": ce, "bpb": ce / np.log(2) / 4},
+        None,
+    )
 
 
 def test_interval_covers_the_true_gap_at_the_nominal_rate():
@@ -64,8 +72,17 @@ def test_gain_is_paired_across_steps_and_accuracy_sign_is_flipped():
 
 
 def test_exposure_buckets():
-    assert [exposure_bucket(k) for k in (0, 1, 2, 3, 4, 7, 8, 100, -1)] == \
-        ["0", "1", "2-3", "2-3", "4-7", "4-7", "8+", "8+", None]
+    assert [exposure_bucket(k) for k in (0, 1, 2, 3, 4, 7, 8, 100, -1)] == [
+        "0",
+        "1",
+        "2-3",
+        "2-3",
+        "4-7",
+        "4-7",
+        "8+",
+        "8+",
+        None,
+    ]
     rng = np.random.default_rng(2)
     cont = np.r_[np.ones(20, bool), np.zeros(40, bool)]
     exposures = np.r_[np.zeros(5), np.full(5, 2), np.full(10, 9), np.zeros(40)].astype(np.int64)
@@ -75,7 +92,9 @@ def test_exposure_buckets():
     rows = {r["bucket"]: r for r in by_exposure(ce, cont, exposures, resamples=500)}
     assert [rows[b]["items"] for b in ("0", "1", "2-3", "4-7", "8+")] == [5, 0, 5, 0, 10]
     assert "gap" not in rows["1"]
-    assert rows["8+"]["gap"] == pytest.approx(2.7, abs=0.1) and rows["2-3"]["gap"] == pytest.approx(0.6, abs=0.1)
+    assert rows["8+"]["gap"] == pytest.approx(2.7, abs=0.1) and rows["2-3"]["gap"] == pytest.approx(
+        0.6, abs=0.1
+    )
     assert rows["0"]["gap_lo"] < 0 < rows["0"]["gap_hi"]
     assert rows["8+"]["gain_lo"] > rows["2-3"]["gain_hi"]
 
@@ -85,8 +104,10 @@ def test_verdict_flags_a_clear_gain_and_not_none(tmp_path):
     flagged = gains_report([synthetic(rng, gain=0.4)], resamples=1000)
     assert flagged["verdict"]["flagged"], flagged["verdict"]["message"]
     assert flagged["sets"]["set"]["metrics"]["ce"]["gain_lo"][-1] > 0.2
-    clean = [gains_report([synthetic(np.random.default_rng(s), gain=0.0)], resamples=1000)["verdict"]
-             for s in range(20)]
+    clean = [
+        gains_report([synthetic(np.random.default_rng(s), gain=0.0)], resamples=1000)["verdict"]
+        for s in range(20)
+    ]
     assert sum(v["flagged"] for v in clean) <= 2  # a 2.5% one-sided test
     assert all(v["status"] in ("ok", "flagged") for v in clean)
     # a stricter threshold above the true gain turns the clear case off
@@ -123,8 +144,11 @@ def test_choice_rows_point_at_the_gold_answer(tokenizer):
         for i, rec in enumerate(records):
             g = rows.gold[i]
             assert rows.item[g] == i
-            want = rec["correct_answer"] if name == "sciq" else \
-                rec["choices"]["text"][rec["choices"]["label"].index(rec["answerKey"])]
+            want = (
+                rec["correct_answer"]
+                if name == "sciq"
+                else rec["choices"]["text"][rec["choices"]["label"].index(rec["answerKey"])]
+            )
             got = tokenizer.decode(rows.targets[g][rows.mask[g] > 0].tolist())
             assert got == " " + want
     assert choice_rows("mine", str(Path(__file__)), tokenizer, 64) is None
@@ -156,20 +180,42 @@ def test_gains_on_a_tiny_trained_run(tmp_path, tokenizer, tokenizer_file):
         f.write("web,leak.npy\n")
     config = write_config(tmp_path / "tiny.yaml", mix, steps=16, every=8, checkpoint={"every": 8, "keep": 3})
     run_train(config, tmp_path / "run")
-    leaks = {"contaminated": [{"eval": "quiz", "id": i} for i in quiz[:8]]
-             + [{"eval": "other", "id": i} for i in other[:8]]}
+    leaks = {
+        "contaminated": [{"eval": "quiz", "id": i} for i in quiz[:8]]
+        + [{"eval": "other", "id": i} for i in other[:8]]
+    }
     (tmp_path / "leaks.json").write_text(json.dumps(leaks))
-    exposure = {"items": [{"eval": "quiz", "id": i, "exposures": 2 + 4 * (k % 2)} for k, i in enumerate(quiz[:8])]}
+    exposure = {
+        "items": [{"eval": "quiz", "id": i, "exposures": 2 + 4 * (k % 2)} for k, i in enumerate(quiz[:8])]
+    }
     (tmp_path / "exposure.json").write_text(json.dumps(exposure))
 
     parser = argparse.ArgumentParser()
     register_gains(parser.add_subparsers())
     out = tmp_path / "gains.json"
-    args = parser.parse_args(["gains", "--run", str(tmp_path / "run"), "--leaks", str(tmp_path / "leaks.json"),
-                              "--eval", f"quiz={tmp_path / 'quiz.jsonl'}", "--eval",
-                              f"other={tmp_path / 'other.jsonl'}", "--exposure", str(tmp_path / "exposure.json"),
-                              "--tokenizer", str(tokenizer_file), "--resamples", "500", "--plot-dir",
-                              str(tmp_path / "plots"), "--out", str(out)])
+    args = parser.parse_args(
+        [
+            "gains",
+            "--run",
+            str(tmp_path / "run"),
+            "--leaks",
+            str(tmp_path / "leaks.json"),
+            "--eval",
+            f"quiz={tmp_path / 'quiz.jsonl'}",
+            "--eval",
+            f"other={tmp_path / 'other.jsonl'}",
+            "--exposure",
+            str(tmp_path / "exposure.json"),
+            "--tokenizer",
+            str(tokenizer_file),
+            "--resamples",
+            "500",
+            "--plot-dir",
+            str(tmp_path / "plots"),
+            "--out",
+            str(out),
+        ]
+    )
     assert args.func(args) == 1
     rep = json.loads(out.read_text())
     assert rep["sets"]["quiz"]["steps"] == [8, 16]
@@ -179,9 +225,23 @@ def test_gains_on_a_tiny_trained_run(tmp_path, tokenizer, tokenizer_file):
     buckets = {r["bucket"]: r["items"] for r in rep["sets"]["quiz"]["by_exposure"]}
     assert buckets == {"0": 0, "1": 0, "2-3": 4, "4-7": 4, "8+": 0}
     assert (tmp_path / "plots" / "gains-quiz.png").is_file()
-    args = parser.parse_args(["gains", "--run", str(tmp_path / "run"), "--leaks", str(tmp_path / "leaks.json"),
-                              "--eval", f"other={tmp_path / 'other.jsonl'}", "--steps", "16", "--tokenizer",
-                              str(tokenizer_file), "--out", str(tmp_path / "one.json")])
+    args = parser.parse_args(
+        [
+            "gains",
+            "--run",
+            str(tmp_path / "run"),
+            "--leaks",
+            str(tmp_path / "leaks.json"),
+            "--eval",
+            f"other={tmp_path / 'other.jsonl'}",
+            "--steps",
+            "16",
+            "--tokenizer",
+            str(tokenizer_file),
+            "--out",
+            str(tmp_path / "one.json"),
+        ]
+    )
     assert args.func(args) == 0
     assert json.loads((tmp_path / "one.json").read_text())["verdict"]["status"] == "skipped"
 
@@ -190,8 +250,13 @@ def test_gains_on_a_tiny_trained_run(tmp_path, tokenizer, tokenizer_file):
 
     rep = run_memorization(MemorizationInputs(run=str(tmp_path / "run"), replay=False, gains=str(out)))
     assert rep["flagged"] and rep["checks"]["contaminated"]["flagged"]
-    rep = run_memorization(MemorizationInputs(run=str(tmp_path / "run"), replay=False,
-                                              leaks=str(tmp_path / "leaks.json"),
-                                              evals=(f"other={tmp_path / 'other.jsonl'}",),
-                                              tokenizer=str(tokenizer_file)))
+    rep = run_memorization(
+        MemorizationInputs(
+            run=str(tmp_path / "run"),
+            replay=False,
+            leaks=str(tmp_path / "leaks.json"),
+            evals=(f"other={tmp_path / 'other.jsonl'}",),
+            tokenizer=str(tokenizer_file),
+        )
+    )
     assert rep["checks"]["contaminated"]["status"] == "ok" and not rep["checks"]["contaminated"]["flagged"]

@@ -80,15 +80,28 @@ def test_bits_per_byte_by_hand_on_a_known_string(tokenizer):
 
 
 def test_instances_pad_and_mask():
-    inst = build_instances([[5, 6, 7], [8] * 10], ["abc", "x" * 10], seq_len=6, eos_id=0, pad_id=1,
-                           decode=lambda ids: "x" * len(ids))
+    inst = build_instances(
+        [[5, 6, 7], [8] * 10],
+        ["abc", "x" * 10],
+        seq_len=6,
+        eos_id=0,
+        pad_id=1,
+        decode=lambda ids: "x" * len(ids),
+    )
     np.testing.assert_array_equal(inst.inputs, [[0, 5, 6, 7, 0, 1], [0, 8, 8, 8, 8, 8]])
     np.testing.assert_array_equal(inst.targets, [[5, 6, 7, 0, 1, 1], [8, 8, 8, 8, 8, 1]])
     np.testing.assert_array_equal(inst.mask, [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])
     np.testing.assert_array_equal(inst.n_bytes, [3, 5])  # the truncated row counts its 5 scored tokens
     np.testing.assert_array_equal(inst.truncated, [False, True])
-    olmo_core = build_instances([[5, 6, 7]], ["abc"], seq_len=6, eos_id=0, pad_id=1,
-                                decode=lambda ids: "y" * len(ids), prefix_eos=False)
+    olmo_core = build_instances(
+        [[5, 6, 7]],
+        ["abc"],
+        seq_len=6,
+        eos_id=0,
+        pad_id=1,
+        decode=lambda ids: "y" * len(ids),
+        prefix_eos=False,
+    )
     np.testing.assert_array_equal(olmo_core.inputs, [[5, 6, 7, 0, 1, 1]])
     np.testing.assert_array_equal(olmo_core.mask, [[1, 1, 1, 0, 0, 0]])
 
@@ -108,8 +121,22 @@ def test_clean_subset_and_cli(hf_checkpoint, tmp_path, capsys):
     leaks = tmp_path / "leaks.json"
     leaks.write_text(json.dumps({"contaminated": [{"eval": "held", "id": "doc1"}]}))
     out = tmp_path / "r.json"
-    rc = main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", f"held={data}",
-               "--seq-len", "48", "--leaks", str(leaks), "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "heldout",
+            "--checkpoint",
+            str(hf_checkpoint),
+            "--eval",
+            f"held={data}",
+            "--seq-len",
+            "48",
+            "--leaks",
+            str(leaks),
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     report = json.loads(out.read_text())
     full, clean = report["results"]
@@ -120,8 +147,25 @@ def test_clean_subset_and_cli(hf_checkpoint, tmp_path, capsys):
     bare = tmp_path / "bare.jsonl"
     bare.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
     leaks.write_text(json.dumps({"contaminated": [{"eval": "bare", "id": 0}, {"eval": "bare", "id": 2}]}))
-    assert main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", f"bare={bare}",
-                 "--seq-len", "48", "--leaks", str(leaks), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "heldout",
+                "--checkpoint",
+                str(hf_checkpoint),
+                "--eval",
+                f"bare={bare}",
+                "--seq-len",
+                "48",
+                "--leaks",
+                str(leaks),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     full, clean = json.loads(out.read_text())["results"]
     assert full["documents"] == 4 and clean["documents"] == 2
     assert "held" in capsys.readouterr().out

@@ -20,10 +20,13 @@ def test_hook_scores_and_metrics_round_trip(model, tokenizer_file, tmp_path):
     assert set(first) == {"held/ce", "held/ppl", "held/bpb", "held/tokens"}
     assert first["held/ce"] > 0 and first["held/tokens"] > 0
     assert hook(SimpleNamespace(step=20, model=model)) == first  # same params: same numbers
-    append_jsonl(tmp_path / "metrics.jsonl", [
-        {"step": 10, "loss": 5.0, **{f"eval/{k}": v for k, v in first.items()}},
-        {"step": 20, "loss": 4.0, "eval/held/ce": first["held/ce"] - 0.5},
-    ])
+    append_jsonl(
+        tmp_path / "metrics.jsonl",
+        [
+            {"step": 10, "loss": 5.0, **{f"eval/{k}": v for k, v in first.items()}},
+            {"step": 20, "loss": 4.0, "eval/held/ce": first["held/ce"] - 0.5},
+        ],
+    )
     curves = read_run(tmp_path)
     steps, ce = curves.heldout["held"]
     assert steps.tolist() == [10, 20] and ce[0] == pytest.approx(first["held/ce"])
@@ -35,13 +38,18 @@ def test_hook_sets_from_config_then_env(model, tokenizer_file, tmp_path, monkeyp
     data.write_text(json.dumps({"text": "one two three four"}) + "\n")
 
     def cfg(sets=(), limit=None):
-        return SimpleNamespace(data=SimpleNamespace(seq_len=32), model=SimpleNamespace(vocab_size=1000),
-                               train=SimpleNamespace(eval_sets=sets, eval_limit=limit))
+        return SimpleNamespace(
+            data=SimpleNamespace(seq_len=32),
+            model=SimpleNamespace(vocab_size=1000),
+            train=SimpleNamespace(eval_sets=sets, eval_limit=limit),
+        )
 
     # the config's sets win over the environment (which names a set that does not exist)
     monkeypatch.setenv("OLMAX_EVAL_SETS", "no_such_set")
     hook = train_hook(cfg((f"from_cfg={data}",), 0), tokenizer=str(tokenizer_file))
-    assert set(hook(SimpleNamespace(step=1, model=model))) == {f"from_cfg/{m}" for m in ("ce", "ppl", "bpb", "tokens")}
+    assert set(hook(SimpleNamespace(step=1, model=model))) == {
+        f"from_cfg/{m}" for m in ("ce", "ppl", "bpb", "tokens")
+    }
     # no sets in the config: the environment's
     monkeypatch.setenv("OLMAX_EVAL_SETS", f"from_env={data}")
     hook = train_hook(cfg((), 0), tokenizer=str(tokenizer_file))

@@ -53,7 +53,7 @@ def transformers_mc_accuracy(hf_model, tokenizer, docs, max_length: int, delimit
         for choice in choices:
             whole = tokenizer.encode_batch([ctx + delimiter + choice])[0]
             n_cont = len(whole) - n_ctx
-            whole = whole[-(max_length + 1):]
+            whole = whole[-(max_length + 1) :]
             n_cont = min(n_cont, len(whole) - 1)
             scores.append(torch_loglik(hf_model, whole[:-n_cont], whole[-n_cont:]))
         correct += int(max(range(len(scores)), key=scores.__getitem__) == gold)
@@ -68,7 +68,7 @@ def test_loglikelihood_matches_transformers(lm, hf_model, tokenizer):
         ctx, cont = req.args
         whole = tokenizer.encode_batch([ctx + cont])[0]
         ctx_ids = tokenizer.encode_batch([ctx])[0] if ctx else [tokenizer.eos_token_id]
-        cont_ids = whole[len(ctx_ids):] if ctx else whole
+        cont_ids = whole[len(ctx_ids) :] if ctx else whole
         assert lp == pytest.approx(torch_loglik(hf_model, ctx_ids, cont_ids), rel=1e-4, abs=1e-4)
 
 
@@ -170,7 +170,11 @@ def test_lm_eval_runs_local_tasks_end_to_end(lm, hf_model, tokenizer, tmp_path, 
     assert res["olmax_toy_mc"]["acc,none"] == pytest.approx(want)
     assert res["olmax_toy_gen"]["exact_match,none"] == 0.0  # a random model does not answer
     eos = tokenizer.eos_token_id
-    total_lp = sum(torch_loglik(hf_model, [eos], tokenizer.encode_batch([q["question"]])[0]) for q in QUESTIONS)
+    total_lp = sum(
+        torch_loglik(hf_model, [eos], tokenizer.encode_batch([q["question"]])[0]) for q in QUESTIONS
+    )
     n_bytes = sum(len(q["question"].encode()) for q in QUESTIONS)
-    assert res["olmax_toy_ppl"]["bits_per_byte,none"] == pytest.approx(-total_lp / (n_bytes * math.log(2)), rel=1e-4)
+    assert res["olmax_toy_ppl"]["bits_per_byte,none"] == pytest.approx(
+        -total_lp / (n_bytes * math.log(2)), rel=1e-4
+    )
     json.dumps(res)  # JSON-safe

@@ -27,7 +27,9 @@ def test_gap_check_flags_memorization_and_not_a_healthy_run(tmp_path):
     assert healthy["status"] == "ok" and not healthy["flagged"]
     assert bad["flagged"] and bad["sets"]["c4"]["flagged"]
     got = bad["sets"]["c4"]
-    assert got["from_step"] == 400 and got["train_drop"] == pytest.approx(0.8 + base_loss(400) - base_loss(1000), abs=0.05)
+    assert got["from_step"] == 400 and got["train_drop"] == pytest.approx(
+        0.8 + base_loss(400) - base_loss(1000), abs=0.05
+    )
     assert got["heldout_share"] < th.gap_heldout_share and "share" in got["message"]
 
 
@@ -53,8 +55,9 @@ def test_reference_check(tmp_path):
     assert bad["flagged"] and bad["train_gain"] == pytest.approx(0.8, abs=0.05)
     assert bad["sets"]["c4"]["heldout_share"] < 0.1
     # a run beating a reference that has no held-out curve is reported, not flagged
-    (tmp_path / "train_only.csv").write_text("step,loss\n" + "\n".join(
-        f"{s},{base_loss(s):.5f}" for s in range(0, STEPS + 1, 50)) + "\n")
+    (tmp_path / "train_only.csv").write_text(
+        "step,loss\n" + "\n".join(f"{s},{base_loss(s):.5f}" for s in range(0, STEPS + 1, 50)) + "\n"
+    )
     un = check_reference(read_run(tmp_path / "bad"), read_csv_curve(tmp_path / "train_only.csv"), th)
     assert un["status"] == "unattributed" and not un["flagged"]
 
@@ -62,20 +65,68 @@ def test_reference_check(tmp_path):
 def test_cli_exit_codes_and_report(tmp_path, capsys):
     ref = write_reference_csv(tmp_path / "ref.csv")
     out = tmp_path / "r.json"
-    assert main(["eval", "memorization", "--run", str(write_run(tmp_path / "ok", False)),
-                 "--reference", str(ref), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "memorization",
+                "--run",
+                str(write_run(tmp_path / "ok", False)),
+                "--reference",
+                str(ref),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["flagged"] is False and report["checks"]["exposure"]["status"] == "skipped"
-    assert main(["eval", "memorization", "--run", str(write_run(tmp_path / "bad", True)),
-                 "--reference", str(ref), "--plot", str(tmp_path / "bad.png"), "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "eval",
+                "memorization",
+                "--run",
+                str(write_run(tmp_path / "bad", True)),
+                "--reference",
+                str(ref),
+                "--plot",
+                str(tmp_path / "bad.png"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     assert (tmp_path / "bad.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads(out.read_text())
-    assert report["flagged"] is True and report["checks"]["gap"]["flagged"] and report["checks"]["reference"]["flagged"]
-    assert report["thresholds"]["reference_heldout_share"] == 0.5 and report["thresholds"]["gap_heldout_share"] == 0.1
+    assert (
+        report["flagged"] is True
+        and report["checks"]["gap"]["flagged"]
+        and report["checks"]["reference"]["flagged"]
+    )
+    assert (
+        report["thresholds"]["reference_heldout_share"] == 0.5
+        and report["thresholds"]["gap_heldout_share"] == 0.1
+    )
     assert "FLAGGED" in capsys.readouterr().out
     # a threshold override makes the same run pass
-    assert main(["eval", "memorization", "--run", str(tmp_path / "bad"), "--threshold", "gap_heldout_share=-1",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "memorization",
+                "--run",
+                str(tmp_path / "bad"),
+                "--threshold",
+                "gap_heldout_share=-1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
 
 
 V = 64
@@ -109,8 +160,16 @@ def synthetic_exposure(memorized: bool, n=12, length=80, seed=0):
             rows.append(list(rng.integers(32, V, length)))
             counts.append(c)
     tokens = np.asarray(rows, np.int64)
-    return Exposure(np.arange(len(rows)), np.asarray(counts), np.asarray(["web"] * len(rows)), tokens,
-                    length, None, None, "synthetic")
+    return Exposure(
+        np.arange(len(rows)),
+        np.asarray(counts),
+        np.asarray(["web"] * len(rows)),
+        tokens,
+        length,
+        None,
+        None,
+        "synthetic",
+    )
 
 
 def test_exposure_and_extraction_flag_a_memorizing_model():
@@ -140,17 +199,29 @@ def test_exposure_file_formats_and_mix_tokens(tmp_path):
     (tmp_path / "a.npy").write_bytes(np.arange(0, 64, dtype=np.uint32).tobytes())
     (tmp_path / "b.npy").write_bytes(np.arange(1000, 1032, dtype=np.uint32).tobytes())
     (tmp_path / "mix.txt").write_text("web,a.npy\ncode,b.npy\n")
-    (tmp_path / "e.json").write_text(json.dumps({"format": "olmax-exposure/1", "seq_len": 8,
-                                                 "mix": str(tmp_path / "mix.txt"),
-                                                 "instance_id": [1, 9], "count": [3, 1]}))
+    (tmp_path / "e.json").write_text(
+        json.dumps(
+            {
+                "format": "olmax-exposure/1",
+                "seq_len": 8,
+                "mix": str(tmp_path / "mix.txt"),
+                "instance_id": [1, 9],
+                "count": [3, 1],
+            }
+        )
+    )
     exp = attach_mix(read_exposure(tmp_path / "e.json"), None, unseen_per_source=2)
     assert exp.tokens[0].tolist() == list(range(8, 16))
     assert exp.tokens[1].tolist() == list(range(1008, 1016))
     assert exp.source[:2].tolist() == ["web", "code"]
     assert (exp.count[2:] == 0).all() and set(exp.source[2:]) == {"web", "code"}
     assert 1 not in exp.instance_id[2:] and 9 not in exp.instance_id[2:]
-    np.savez(tmp_path / "e.npz", instance_id=np.array([0, 1]), count=np.array([1, 2]),
-             tokens=np.zeros((2, 8), np.uint32))
+    np.savez(
+        tmp_path / "e.npz",
+        instance_id=np.array([0, 1]),
+        count=np.array([1, 2]),
+        tokens=np.zeros((2, 8), np.uint32),
+    )
     z = read_exposure(tmp_path / "e.npz")
     assert z.seq_len == 8 and z.count.tolist() == [1, 2]
     (tmp_path / "bad.json").write_text(json.dumps({"instance_id": [1, 2], "count": [1]}))
@@ -166,12 +237,36 @@ def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     # a random model's CE on random ids is about ln(1000) = 6.9: log a train loss a bit above it
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 7.2}) + "\n" for s in range(1, 30)))
-    np.savez(run / "exposure.npz", instance_id=np.arange(12), count=np.repeat([0, 1, 4], 4),
-             source=np.array(["web"] * 12), tokens=rng.integers(0, 990, (12, 64)))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 7.2}) + "\n" for s in range(1, 30))
+    )
+    np.savez(
+        run / "exposure.npz",
+        instance_id=np.arange(12),
+        count=np.repeat([0, 1, 4], 4),
+        source=np.array(["web"] * 12),
+        tokens=rng.integers(0, 990, (12, 64)),
+    )
     out = tmp_path / "r.json"
-    assert main(["eval", "memorization", "--run", str(run), "--checkpoint", str(hf_checkpoint),
-                 "--per-stratum", "4", "--probe-len", "32", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "memorization",
+                "--run",
+                str(run),
+                "--checkpoint",
+                str(hf_checkpoint),
+                "--per-stratum",
+                "4",
+                "--probe-len",
+                "32",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     checks = json.loads(out.read_text())["checks"]
     assert checks["exposure"]["status"] == "ok" and checks["extract"]["status"] == "ok"
     assert checks["train_vs_unseen"]["status"] == "ok" and checks["train_vs_unseen"]["gap_nats"] < 0

@@ -11,8 +11,15 @@ import pytest
 from olmax.cli import main
 
 V, L, G, ACTIVE, STEPS = 1000, 64, 4, 200, 200
-OVERRIDES = [f"model.vocab_size={V}", "model.eos_token_id=999", "model.pad_token_id=998",
-             f"data.seq_len={L}", f"data.global_batch_size={G}", "optim.warmup_steps=10", "optim.lr=1e-2"]
+OVERRIDES = [
+    f"model.vocab_size={V}",
+    "model.eos_token_id=999",
+    "model.pad_token_id=998",
+    f"data.seq_len={L}",
+    f"data.global_batch_size={G}",
+    "optim.warmup_steps=10",
+    "optim.lr=1e-2",
+]
 
 
 def markov_tokens(n: int, seed: int) -> np.ndarray:
@@ -40,8 +47,25 @@ def mixes(tmp_path_factory):
 
 def train_and_check(mixes, kind, tmp_path):
     run = tmp_path / kind
-    assert main(["train", "--config", "tiny", "--run-dir", str(run), "--steps", str(STEPS), "--mix",
-                 str(mixes / f"{kind}.txt"), "--no-progress", f"checkpoint.every={STEPS}", *OVERRIDES]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                "tiny",
+                "--run-dir",
+                str(run),
+                "--steps",
+                str(STEPS),
+                "--mix",
+                str(mixes / f"{kind}.txt"),
+                "--no-progress",
+                f"checkpoint.every={STEPS}",
+                *OVERRIDES,
+            ]
+        )
+        == 0
+    )
     out = tmp_path / f"{kind}.json"
     rc = main(["eval", "memorization", "--run", str(run), "--per-stratum", "32", "--out", str(out)])
     return rc, json.loads(out.read_text())
@@ -57,8 +81,23 @@ def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path, tokenizer_
     text.write_text(json.dumps({"text": "The quick brown fox jumps over the lazy dog."}) + "\n")
     for ck in (tmp_path / "planted", tmp_path / "planted" / "checkpoints" / str(STEPS)):
         out = tmp_path / "held.json"
-        assert main(["eval", "heldout", "--checkpoint", str(ck), "--tokenizer", str(tokenizer_file),
-                     "--eval", f"held={text}", "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "heldout",
+                    "--checkpoint",
+                    str(ck),
+                    "--tokenizer",
+                    str(tokenizer_file),
+                    "--eval",
+                    f"held={text}",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         assert json.loads(out.read_text())["results"][0]["tokens"] > 0
     rc, clean = train_and_check(mixes, "clean", tmp_path)
     assert rc == 0 and not clean["flagged"], json.dumps(clean["checks"], indent=1)[:3000]

@@ -11,8 +11,21 @@ from olmax.cli import main
 def test_plot_writes_a_png(tmp_path):
     run = write_run(tmp_path / "run", memorize=True)
     out = tmp_path / "plots" / "loss.png"
-    assert main(["eval", "plot", "--run", str(run), "--reference", str(write_reference_csv(tmp_path / "r.csv")),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "plot",
+                "--run",
+                str(run),
+                "--reference",
+                str(write_reference_csv(tmp_path / "r.csv")),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert not list(out.parent.glob(".*"))  # no temporary left behind
@@ -47,8 +60,25 @@ def test_lm_eval_cli(hf_checkpoint, hf_model, tokenizer, tmp_path, monkeypatch):
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "mc.yaml").write_text(TASKS["olmax_toy_mc"].format(arrow=arrow))
     out = tmp_path / "lm.json"
-    assert main(["eval", "lm-eval", "--checkpoint", str(hf_checkpoint), "--tasks", "olmax_toy_mc",
-                 "--include-path", str(tmp_path / "tasks"), "--max-length", "64", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "lm-eval",
+                "--checkpoint",
+                str(hf_checkpoint),
+                "--tasks",
+                "olmax_toy_mc",
+                "--include-path",
+                str(tmp_path / "tasks"),
+                "--max-length",
+                "64",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     docs = [(q["question"], q["choices"], q["label"]) for q in QUESTIONS]
     want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=64)
@@ -59,8 +89,27 @@ def test_lm_eval_cli(hf_checkpoint, hf_model, tokenizer, tmp_path, monkeypatch):
 def test_heldout_on_a_bundled_set(hf_checkpoint, tmp_path):
     """The bundled SciQ set (the olmax cache, fetched on first use), read through its template."""
     out = tmp_path / "r.json"
-    assert main(["eval", "heldout", "--checkpoint", str(hf_checkpoint), "--eval", "sciq", "--eval", "arc_easy",
-                 "--limit", "6", "--seq-len", "64", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "heldout",
+                "--checkpoint",
+                str(hf_checkpoint),
+                "--eval",
+                "sciq",
+                "--eval",
+                "arc_easy",
+                "--limit",
+                "6",
+                "--seq-len",
+                "64",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     sciq, arc = json.loads(out.read_text())["results"]
     assert sciq["eval"] == "sciq" and sciq["documents"] == 6 and sciq["tokens"] > 0
     assert arc["eval"] == "arc_easy" and len(arc["fingerprint"]) == 64
@@ -81,12 +130,16 @@ def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, hf_model, tokenizer, t
     lm = OlmaxLM(checkpoint=str(hf_checkpoint), max_length=256, batch_size=8)
     tasks = ["olmax_arc_easy", "olmax_boolq", "olmax_sciq", "olmax_piqa"]
     res = evaluate(lm, tasks, limit=3)
-    defs = get_task_dict(tasks, TaskManager(include_path=str(bundled_task_dir(tasks)), include_defaults=False))
+    defs = get_task_dict(
+        tasks, TaskManager(include_path=str(bundled_task_dir(tasks)), include_defaults=False)
+    )
     for t in tasks:
         assert res["n-samples"][t]["effective"] == 3
         task = defs[t]
-        docs = [(task.doc_to_text(d), task.doc_to_choice(d), task.doc_to_target(d))
-                for d in list(task.validation_docs())[:3]]
+        docs = [
+            (task.doc_to_text(d), task.doc_to_choice(d), task.doc_to_target(d))
+            for d in list(task.validation_docs())[:3]
+        ]
         want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=256)
         assert res["results"][t]["acc,none"] == pytest.approx(want), t
 
@@ -99,15 +152,20 @@ def test_bundled_task_targets(monkeypatch, tmp_path):
 
     from olmax.evals.lm_eval_tasks import bundled_task_dir
 
-    tm = TaskManager(include_path=str(bundled_task_dir(["olmax_boolq", "olmax_arc_easy", "olmax_sciq"])),
-                     include_defaults=False)
+    tm = TaskManager(
+        include_path=str(bundled_task_dir(["olmax_boolq", "olmax_arc_easy", "olmax_sciq"])),
+        include_defaults=False,
+    )
     tasks = get_task_dict(["olmax_boolq", "olmax_arc_easy", "olmax_sciq"], tm)
     boolq = list(tasks["olmax_boolq"].validation_docs())[:20]
     assert [tasks["olmax_boolq"].doc_to_target(d) for d in boolq] == [int(d["answer"]) for d in boolq]
     assert {int(d["answer"]) for d in boolq} == {0, 1}
     arc = tasks["olmax_arc_easy"]
     for d in list(arc.validation_docs())[:20]:
-        assert arc.doc_to_choice(d)[arc.doc_to_target(d)] == d["choices"]["text"][d["choices"]["label"].index(d["answerKey"])]
+        assert (
+            arc.doc_to_choice(d)[arc.doc_to_target(d)]
+            == d["choices"]["text"][d["choices"]["label"].index(d["answerKey"])]
+        )
     sciq = tasks["olmax_sciq"]
     d = next(iter(sciq.validation_docs()))
     assert sciq.doc_to_choice(d)[sciq.doc_to_target(d)] == d["correct_answer"]

@@ -23,14 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 from train_testdata import run_train, write_config, write_mix  # noqa: E402
 
 STEPS = (2, 4, 6)
-HELD = ["The quick brown fox jumps over the lazy dog.", "Photosynthesis converts light energy into glucose.",
-        "def add(a, b):\n    return a + b", "Question: Who proposed evolution?\nAnswer: Darwin",
-        "naïve cafés — 数字 12345"]
+HELD = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Photosynthesis converts light energy into glucose.",
+    "def add(a, b):\n    return a + b",
+    "Question: Who proposed evolution?\nAnswer: Darwin",
+    "naïve cafés — 数字 12345",
+]
 OTHER = ["Pack my box with five dozen liquor jugs.", "print(add(2, 3))", "The lazy dog sleeps."]
 
 
 def write_set(path: Path, texts: list[str], prefix: str) -> Path:
-    path.write_text("".join(json.dumps({"id": f"{prefix}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    path.write_text(
+        "".join(json.dumps({"id": f"{prefix}-{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
     return path
 
 
@@ -38,10 +44,18 @@ def write_set(path: Path, texts: list[str], prefix: str) -> Path:
 def tiny(tmp_path_factory, tokenizer_file):
     """A finished 6-step run that checkpoints every 2 steps (all kept) and evaluates two sets in-loop."""
     root = tmp_path_factory.mktemp("watch")
-    sets = [f"held={write_set(root / 'held.jsonl', HELD, 'h')}", f"other={write_set(root / 'other.jsonl', OTHER, 'o')}"]
-    config = write_config(root / "tiny.yaml", write_mix(root / "data"), steps=6, every=2,
-                          checkpoint={"every": 2, "keep": 10},
-                          train={"eval_every": 2, "eval_sets": sets, "eval_limit": 0})
+    sets = [
+        f"held={write_set(root / 'held.jsonl', HELD, 'h')}",
+        f"other={write_set(root / 'other.jsonl', OTHER, 'o')}",
+    ]
+    config = write_config(
+        root / "tiny.yaml",
+        write_mix(root / "data"),
+        steps=6,
+        every=2,
+        checkpoint={"every": 2, "keep": 10},
+        train={"eval_every": 2, "eval_sets": sets, "eval_limit": 0},
+    )
     os.environ["OLMAX_EVAL_TOKENIZER"] = str(tokenizer_file)  # the trainer's in-loop eval tokenizer
     try:
         run_train(config, root / "run")
@@ -58,8 +72,19 @@ def run(tiny, tmp_path) -> Path:
 
 
 def watch(run: Path | str, tokenizer_file, *args: str) -> int:
-    return main(["eval", "watch", "--run", str(run), "--tokenizer", str(tokenizer_file), "--poll-seconds", "0.05",
-                 *args])
+    return main(
+        [
+            "eval",
+            "watch",
+            "--run",
+            str(run),
+            "--tokenizer",
+            str(tokenizer_file),
+            "--poll-seconds",
+            "0.05",
+            *args,
+        ]
+    )
 
 
 def heldout(records: list[dict]) -> list[dict]:
@@ -79,14 +104,16 @@ def full(tiny, tokenizer_file, tmp_path_factory) -> bytes:
     return (run / "evals" / "evals.jsonl").read_bytes()
 
 
-def test_one_record_per_checkpoint_and_set_equal_to_in_loop_and_eval_heldout(tiny, run, full, tokenizer_file,
-                                                                             tmp_path, monkeypatch, capsys):
+def test_one_record_per_checkpoint_and_set_equal_to_in_loop_and_eval_heldout(
+    tiny, run, full, tokenizer_file, tmp_path, monkeypatch, capsys
+):
     root, sets = tiny
     monkeypatch.setenv("OLMAX_EVAL_TOKENIZER", str(tokenizer_file))  # the in-loop default, no --tokenizer
     assert main(["eval", "watch", "--run", str(run), "--once"]) == 0
     recs = read(run)
-    assert [(r["step"], r["eval"], r["subset"]) for r in recs] == [(s, n, "all") for s in STEPS
-                                                                   for n in ("held", "other")]
+    assert [(r["step"], r["eval"], r["subset"]) for r in recs] == [
+        (s, n, "all") for s in STEPS for n in ("held", "other")
+    ]
     assert (run / "evals" / "evals.jsonl").read_bytes() == full
     in_loop = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
     for r in recs:
@@ -94,13 +121,29 @@ def test_one_record_per_checkpoint_and_set_equal_to_in_loop_and_eval_heldout(tin
         assert r["documents"] == (5 if r["eval"] == "held" else 3)
     for step in STEPS:
         out = tmp_path / f"h{step}.json"
-        assert main(["eval", "heldout", "--checkpoint", str(run / "checkpoints" / str(step)), *sum(
-            (["--eval", s] for s in sets), []), "--tokenizer", str(tokenizer_file), "--seq-len", "32",
-            "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "heldout",
+                    "--checkpoint",
+                    str(run / "checkpoints" / str(step)),
+                    *sum((["--eval", s] for s in sets), []),
+                    "--tokenizer",
+                    str(tokenizer_file),
+                    "--seq-len",
+                    "32",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         want = json.loads(out.read_text())["results"]
         got = [r for r in recs if r["step"] == step]
         assert [(g["ce"], g["fingerprint"], g["tokens"]) for g in got] == [
-            (w["ce"], w["fingerprint"], w["tokens"]) for w in want]
+            (w["ce"], w["fingerprint"], w["tokens"]) for w in want
+        ]
     table = (run / "evals" / "summary.md").read_text()
     assert "| step | held CE | other CE |" in table and all(f"\n| {s} | " in table for s in STEPS)
     assert (run / "evals" / "curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -166,17 +209,27 @@ def test_checkpoint_removed_before_evaluation_is_recorded_as_skipped(run, tokeni
 
     follow(WatchSettings(run=str(run), tokenizer=str(tokenizer_file), once=True), log=log)
     recs = read(run)
-    assert [(r["step"], r["kind"]) for r in recs] == [(2, "heldout"), (2, "heldout"), (4, "skipped"),
-                                                      (6, "heldout"), (6, "heldout")]
+    assert [(r["step"], r["kind"]) for r in recs] == [
+        (2, "heldout"),
+        (2, "heldout"),
+        (4, "skipped"),
+        (6, "heldout"),
+        (6, "heldout"),
+    ]
     assert any(m.startswith("step 4: skipped, removed") for m in logs)
     assert "skipped: removed" in (run / "evals" / "summary.md").read_text()
 
 
 def test_every_k_and_until_step(run, tokenizer_file):
     assert watch(run, tokenizer_file, "--every", "4", "--once", "--out", str(run / "e4")) == 0
-    assert sorted({json.loads(x)["step"] for x in (run / "e4" / "evals.jsonl").read_text().splitlines()}) == [4, 6]
+    assert sorted({json.loads(x)["step"] for x in (run / "e4" / "evals.jsonl").read_text().splitlines()}) == [
+        4,
+        6,
+    ]
     assert watch(run, tokenizer_file, "--until-step", "3", "--out", str(run / "u3")) == 0  # exits, no polling
-    assert sorted({json.loads(x)["step"] for x in (run / "u3" / "evals.jsonl").read_text().splitlines()}) == [2]
+    assert sorted({json.loads(x)["step"] for x in (run / "u3" / "evals.jsonl").read_text().splitlines()}) == [
+        2
+    ]
 
 
 def test_second_watcher_refuses(run, tokenizer_file, capsys):
@@ -184,7 +237,11 @@ def test_second_watcher_refuses(run, tokenizer_file, capsys):
         capsys.readouterr()
         assert watch(run, tokenizer_file, "--once") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("olmax: error: ") and "another olmax process is writing it" in err[0]
+    assert (
+        len(err) == 1
+        and err[0].startswith("olmax: error: ")
+        and "another olmax process is writing it" in err[0]
+    )
     assert not (run / "evals" / "evals.jsonl").exists()
 
 
@@ -204,8 +261,12 @@ def test_bad_eval_set_and_checkpoint_of_another_model_exit_2_in_one_line(run, to
     config = run / "config.yaml"
     config.write_text(config.read_text().replace("vocab_size: 1000", "vocab_size: 1200"))
     assert watch(run, tokenizer_file, "--once") == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("olmax eval watch: ")]  # progress
-    assert len(err) == 1 and "a checkpoint of another model" in err[0] and "checkpoint (1024, 64)" in err[0], err
+    err = [
+        ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("olmax eval watch: ")
+    ]  # progress
+    assert (
+        len(err) == 1 and "a checkpoint of another model" in err[0] and "checkpoint (1024, 64)" in err[0]
+    ), err
     assert not (run / "evals" / "evals.jsonl").exists()
 
 
@@ -215,10 +276,35 @@ def test_leaks_give_clean_records_equal_to_eval_heldout(run, tiny, tokenizer_fil
     assert watch(run, tokenizer_file, "--until-step", "2", "--leaks", str(leaks)) == 0
     got = read(run)
     assert [(r["eval"], r["subset"], r["documents"]) for r in got] == [
-        ("held", "all", 5), ("held", "clean", 4), ("other", "all", 3), ("other", "clean", 3)]
+        ("held", "all", 5),
+        ("held", "clean", 4),
+        ("other", "all", 3),
+        ("other", "clean", 3),
+    ]
     out = tmp_path / "h.json"
-    assert main(["eval", "heldout", "--checkpoint", str(run / "checkpoints" / "2"), "--eval", tiny[1][0], "--eval",
-                 tiny[1][1], "--tokenizer", str(tokenizer_file), "--seq-len", "32", "--leaks", str(leaks), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "heldout",
+                "--checkpoint",
+                str(run / "checkpoints" / "2"),
+                "--eval",
+                tiny[1][0],
+                "--eval",
+                tiny[1][1],
+                "--tokenizer",
+                str(tokenizer_file),
+                "--seq-len",
+                "32",
+                "--leaks",
+                str(leaks),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert [r["ce"] for r in got] == [r["ce"] for r in json.loads(out.read_text())["results"]]
 
 
@@ -239,8 +325,8 @@ def tensorboard_scalars(path: Path) -> list[tuple[str, int, float]]:
 
     data, pos, out = path.read_bytes(), 0, []
     while pos < len(data):
-        (n,) = struct.unpack("<Q", data[pos:pos + 8])
-        event = Event.FromString(data[pos + 12:pos + 12 + n])
+        (n,) = struct.unpack("<Q", data[pos : pos + 8])
+        event = Event.FromString(data[pos + 12 : pos + 12 + n])
         pos += 12 + n + 4
         out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
     return out
@@ -261,13 +347,31 @@ def test_disk_full_keeps_the_previous_file_and_a_rerun_completes(run, full, toke
     assert watch(run, tokenizer_file, "--until-step", "4") == 0
     before = (run / "evals" / "evals.jsonl").read_bytes()
     limit = len(before) + 100  # the rewrite with step 6 cannot fit
-    code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-            "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    code = (
+        "import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # no cache entries to write past the limit
-    p = subprocess.run([sys.executable, "-c", code, "eval", "watch", "--run", str(run), "--once", "--tokenizer",
-                        str(tokenizer_file)], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "eval",
+            "watch",
+            "--run",
+            str(run),
+            "--once",
+            "--tokenizer",
+            str(tokenizer_file),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 2, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("olmax: error: ")]
@@ -282,20 +386,55 @@ def test_disk_full_keeps_the_previous_file_and_a_rerun_completes(run, full, toke
 def test_lm_eval_and_memorization_records(run, tokenizer_file, tmp_path, monkeypatch):
     """Opt-in per-step extras: an lm-eval task through the olmax adapter (the numbers of `olmax eval lm-eval`
     on that checkpoint) and the memorization checks, one record each, in the table too."""
-    for var, value in (("HF_DATASETS_OFFLINE", "1"), ("HF_HUB_OFFLINE", "1"), ("HF_HOME", str(tmp_path / "hf"))):
+    for var, value in (
+        ("HF_DATASETS_OFFLINE", "1"),
+        ("HF_HUB_OFFLINE", "1"),
+        ("HF_HOME", str(tmp_path / "hf")),
+    ):
         monkeypatch.setenv(var, value)
-    assert watch(run, tokenizer_file, "--until-step", "2", "--lm-eval", "olmax_arc_easy", "--lm-eval-limit", "6",
-                 "--memorization") == 0
+    assert (
+        watch(
+            run,
+            tokenizer_file,
+            "--until-step",
+            "2",
+            "--lm-eval",
+            "olmax_arc_easy",
+            "--lm-eval-limit",
+            "6",
+            "--memorization",
+        )
+        == 0
+    )
     recs = read(run)
     assert [r["kind"] for r in recs] == ["heldout", "heldout", "lm_eval", "memorization"]
     out = tmp_path / "lm.json"
-    assert main(["eval", "lm-eval", "--checkpoint", str(run / "checkpoints" / "2"), "--tasks", "olmax_arc_easy",
-                 "--limit", "6", "--tokenizer", str(tokenizer_file), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "lm-eval",
+                "--checkpoint",
+                str(run / "checkpoints" / "2"),
+                "--tasks",
+                "olmax_arc_easy",
+                "--limit",
+                "6",
+                "--tokenizer",
+                str(tokenizer_file),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     want = json.loads(out.read_text())["results"]["olmax_arc_easy"]
     assert recs[2]["samples"] == 6
     assert {k: recs[2]["metrics"][k] for k in ("acc,none", "acc_norm,none")} == {
-        k: want[k] for k in ("acc,none", "acc_norm,none")}
+        k: want[k] for k in ("acc,none", "acc_norm,none")
+    }
     assert isinstance(recs[3]["flagged"], bool) and {"gap", "exposure", "extract", "train_vs_unseen"} <= set(
-        recs[3]["checks"])
+        recs[3]["checks"]
+    )
     table = (run / "evals" / "summary.md").read_text()
     assert "olmax_arc_easy acc" in table and "memorization" in table

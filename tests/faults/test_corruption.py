@@ -50,6 +50,7 @@ def case(name: str):
         assert name not in CASES, name
         CASES[name] = build
         return build
+
     return register
 
 
@@ -84,16 +85,34 @@ def zst(data: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(data)
 
 
-def prepare_case(tmp: Path, name: str, data: bytes | None = None, *, label: str = "web", offset: str | None = None,
-                 names: tuple[str, ...] = (), extra: tuple[str, ...] = (), target: str | None = None) -> Case:
+def prepare_case(
+    tmp: Path,
+    name: str,
+    data: bytes | None = None,
+    *,
+    label: str = "web",
+    offset: str | None = None,
+    names: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
+    target: str | None = None,
+) -> Case:
     """`olmax data prepare` of one input file holding `data`; the output folder must stay absent."""
     src = tmp / "raw" / name
     if data is not None:
         src.parent.mkdir(parents=True, exist_ok=True)
         src.write_bytes(data)
     out = tmp / "out"
-    argv = ["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), *extra,
-            f"{label}={target or src}"]
+    argv = [
+        "data",
+        "prepare",
+        "--no-progress",
+        "--tokenizer",
+        "dolma2",
+        "--out",
+        str(out),
+        *extra,
+        f"{label}={target or src}",
+    ]
     return Case(argv, [src.name, *names], offset, [out])
 
 
@@ -183,19 +202,25 @@ def _(tmp):
 @case("doc-non-utf8")
 def _(tmp):
     bad = b'{"id": "x", "text": "caf\xe9 au lait"}'
-    return prepare_case(tmp, "a.jsonl", jsonl_bytes(extra=(bad,)), offset=r":7: invalid UTF-8 at byte offset \d+")
+    return prepare_case(
+        tmp, "a.jsonl", jsonl_bytes(extra=(bad,)), offset=r":7: invalid UTF-8 at byte offset \d+"
+    )
 
 
 @case("doc-non-utf8-gz")
 def _(tmp):
     bad = b'{"id": "x", "text": "\xff\xfe"}'
     data = gzip.compress(jsonl_bytes(extra=(bad,)), mtime=0)
-    return prepare_case(tmp, "a.jsonl.gz", data, offset=r":7: invalid UTF-8 at byte offset \d+ of the decompressed")
+    return prepare_case(
+        tmp, "a.jsonl.gz", data, offset=r":7: invalid UTF-8 at byte offset \d+ of the decompressed"
+    )
 
 
 @case("doc-non-utf8-zst")
 def _(tmp):
-    return prepare_case(tmp, "a.jsonl.zst", zst(b'{"id": "x", "text": "\xc3("}\n'), offset=r":1: invalid UTF-8")
+    return prepare_case(
+        tmp, "a.jsonl.zst", zst(b'{"id": "x", "text": "\xc3("}\n'), offset=r":1: invalid UTF-8"
+    )
 
 
 @case("doc-utf16-bom")
@@ -205,8 +230,12 @@ def _(tmp):
 
 @case("doc-nul-in-line")
 def _(tmp):
-    return prepare_case(tmp, "a.jsonl", jsonl_bytes(extra=(b'{"id": "x", "text": "a\x00b"}',)),
-                        offset=r":7: malformed JSON line \(column \d+")
+    return prepare_case(
+        tmp,
+        "a.jsonl",
+        jsonl_bytes(extra=(b'{"id": "x", "text": "a\x00b"}',)),
+        offset=r":7: malformed JSON line \(column \d+",
+    )
 
 
 @case("doc-nul-block")
@@ -243,24 +272,37 @@ def _(tmp):
     return prepare_case(tmp, "a.jsonl", data[:-40], offset=r":6: malformed JSON")
 
 
-for _kind, _raw in {"list": b"[1, 2]", "string": b'"just text"', "number": b"42", "null": b"null",
-                    "true": b"true"}.items():
+for _kind, _raw in {
+    "list": b"[1, 2]",
+    "string": b'"just text"',
+    "number": b"42",
+    "null": b"null",
+    "true": b"true",
+}.items():
+
     def _not_object(tmp, raw=_raw):
-        return prepare_case(tmp, "a.jsonl", jsonl_bytes(DOCS[:2], extra=(raw,)), offset=r":3: ",
-                            names=("object",))
+        return prepare_case(
+            tmp, "a.jsonl", jsonl_bytes(DOCS[:2], extra=(raw,)), offset=r":3: ", names=("object",)
+        )
+
     case(f"doc-json-not-object-{_kind}")(_not_object)
 
 for _kind, _val in {"int": 42, "null": None, "list": ["a"], "dict": {"t": "a"}, "bool": True}.items():
+
     def _text_not_str(tmp, val=_val):
         bad = json.dumps({"id": "x", "text": val}).encode()
-        return prepare_case(tmp, "a.jsonl", jsonl_bytes(DOCS[:3], extra=(bad,)), offset=r":4: ", names=("'text'",))
+        return prepare_case(
+            tmp, "a.jsonl", jsonl_bytes(DOCS[:3], extra=(bad,)), offset=r":4: ", names=("'text'",)
+        )
+
     case(f"doc-text-not-string-{_kind}")(_text_not_str)
 
 
 @case("doc-text-field-missing")
 def _(tmp):
-    return prepare_case(tmp, "a.jsonl", jsonl_bytes(extra=(b'{"id": "x", "body": "a"}',)), offset=r":7: ",
-                        names=("'text'",))
+    return prepare_case(
+        tmp, "a.jsonl", jsonl_bytes(extra=(b'{"id": "x", "body": "a"}',)), offset=r":7: ", names=("'text'",)
+    )
 
 
 @case("doc-input-missing")
@@ -271,7 +313,9 @@ def _(tmp):
 def _table(n: int = 20):
     import pyarrow as pa
 
-    return pa.table({"id": [f"d{i}" for i in range(n)], "text": [f"document number {i} " * 20 for i in range(n)]})
+    return pa.table(
+        {"id": [f"d{i}" for i in range(n)], "text": [f"document number {i} " * 20 for i in range(n)]}
+    )
 
 
 def _parquet_bytes(table) -> bytes:
@@ -308,15 +352,22 @@ def _(tmp):
 def _(tmp):
     import pyarrow as pa
 
-    return prepare_case(tmp, "a.parquet", _parquet_bytes(pa.table({"id": ["a"], "text": [3]})),
-                        offset=r"row 1", names=("'text'",))
+    return prepare_case(
+        tmp,
+        "a.parquet",
+        _parquet_bytes(pa.table({"id": ["a"], "text": [3]})),
+        offset=r"row 1",
+        names=("'text'",),
+    )
 
 
 @case("doc-parquet-no-text-column")
 def _(tmp):
     import pyarrow as pa
 
-    return prepare_case(tmp, "a.parquet", _parquet_bytes(pa.table({"id": ["a"], "body": ["x"]})), names=("'text'",))
+    return prepare_case(
+        tmp, "a.parquet", _parquet_bytes(pa.table({"id": ["a"], "body": ["x"]})), names=("'text'",)
+    )
 
 
 @case("doc-arrow-truncated")
@@ -360,13 +411,21 @@ def _(tmp):
     return prepare_case(tmp, "ds", None, target=str(folder), names=("state.json",))
 
 
-for _kind, _label in {"dotdot": "../escape", "absolute": "/tmp/escape", "slash": "a/b", "dot": "..",
-                      "nul": "a\x00b", "hidden": ".hidden"}.items():
+for _kind, _label in {
+    "dotdot": "../escape",
+    "absolute": "/tmp/escape",
+    "slash": "a/b",
+    "dot": "..",
+    "nul": "a\x00b",
+    "hidden": ".hidden",
+}.items():
+
     def _bad_label(tmp, label=_label):
         c = prepare_case(tmp, "a.jsonl", jsonl_bytes(DOCS[:1]), label=label)
         c.names = ["source label"]
         c.outputs.append(tmp / "escape")
         return c
+
     case(f"label-outside-out-{_kind}")(_bad_label)
 
 
@@ -377,7 +436,17 @@ def _mix_spec_case(tmp: Path, text: str, names: tuple[str, ...] = ()) -> Case:
     spec = tmp / "mix.yaml"
     spec.write_text(text.replace("SRC", str(src)))
     out = tmp / "out"
-    argv = ["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), "--mix-spec", str(spec)]
+    argv = [
+        "data",
+        "prepare",
+        "--no-progress",
+        "--tokenizer",
+        "dolma2",
+        "--out",
+        str(out),
+        "--mix-spec",
+        str(spec),
+    ]
     return Case(argv, ["mix.yaml", *names], None, [out, tmp / "pwned"])
 
 
@@ -450,15 +519,41 @@ def report_out(tmp: Path) -> Path:
 def batches_case(tmp: Path, mix: Path, names: list[str], offset: str | None = None, extra=()) -> Case:
     out = tmp / "batches.npy"
     out.write_bytes(b"previous batches")
-    argv = ["data", "batches", "--mix", str(mix), "--seq-len", str(SEQ), "--global-batch-size", str(GBS),
-            "--steps", "2", "--work-dir", str(tmp / "work"), "--out", str(out), *extra]
+    argv = [
+        "data",
+        "batches",
+        "--mix",
+        str(mix),
+        "--seq-len",
+        str(SEQ),
+        "--global-batch-size",
+        str(GBS),
+        "--steps",
+        "2",
+        "--work-dir",
+        str(tmp / "work"),
+        "--out",
+        str(out),
+        *extra,
+    ]
     return Case(argv, names, offset, [out])
 
 
 def plan_case(tmp: Path, mix: Path, names: list[str], offset: str | None = None, extra=()) -> Case:
     out = report_out(tmp)
-    argv = ["data", "plan", "--mix", str(mix), "--seq-len", str(SEQ), "--global-batch-size", str(GBS),
-            "--out", str(out), *extra]
+    argv = [
+        "data",
+        "plan",
+        "--mix",
+        str(mix),
+        "--seq-len",
+        str(SEQ),
+        "--global-batch-size",
+        str(GBS),
+        "--out",
+        str(out),
+        *extra,
+    ]
     return Case(argv, names, offset, [out])
 
 
@@ -466,11 +561,24 @@ def audit_case(tmp: Path, kind: str, mix: Path, names: list[str], offset: str | 
     out = report_out(tmp)
     stream = ["--mix", str(mix)]
     if kind == "loader":
-        argv = ["audit", "loader", *stream, "--seq-len", str(SEQ), "--global-batch-size", str(GBS),
-                "--work-dir", str(tmp / "work"), "--out", str(out)]
+        argv = [
+            "audit",
+            "loader",
+            *stream,
+            "--seq-len",
+            str(SEQ),
+            "--global-batch-size",
+            str(GBS),
+            "--work-dir",
+            str(tmp / "work"),
+            "--out",
+            str(out),
+        ]
     elif kind == "leaks":
         ev = tmp / "eval.jsonl"
-        ev.write_text(json.dumps({"id": "q1", "text": "what is the capital of France and why is it Paris"}) + "\n")
+        ev.write_text(
+            json.dumps({"id": "q1", "text": "what is the capital of France and why is it Paris"}) + "\n"
+        )
         argv = ["audit", "leaks", *stream, "--eval", f"probe={ev}", "--out", str(out)]
     else:
         argv = ["audit", "dedup", *stream, "--span", "8", "--min-doc-tokens", "4", "--out", str(out)]
@@ -497,9 +605,11 @@ def _(tmp):
 
 
 for _kind in ("loader", "leaks", "dedup"):
+
     def _odd_audit(tmp, kind=_kind):
         mix, shards = _odd_shard(tmp)
         return audit_case(tmp, kind, mix, [shards[1].name, "multiple of 4"], offset=r"byte \d+")
+
     case(f"shard-size-not-multiple-of-4-audit-{_kind}")(_odd_audit)
 
 
@@ -509,8 +619,13 @@ def _(tmp):
     tokens = np.fromfile(shards[0], dtype=np.uint32)
     tokens[5] = 200_000
     tokens.tofile(shards[0])
-    return batches_case(tmp, mix, [shards[0].name, "200000"], offset=r"token \d+|offset \d+",
-                        extra=("--check-vocab", "100000"))
+    return batches_case(
+        tmp,
+        mix,
+        [shards[0].name, "200000"],
+        offset=r"token \d+|offset \d+",
+        extra=("--check-vocab", "100000"),
+    )
 
 
 @case("shard-ids-above-vocab-plan")
@@ -519,7 +634,9 @@ def _(tmp):
     tokens = np.fromfile(shards[1], dtype=np.uint32)
     tokens[3] = 0xFFFFFFFF
     tokens.tofile(shards[1])
-    return plan_case(tmp, mix, [shards[1].name], offset=r"token \d+|offset \d+", extra=("--check-vocab", "100000"))
+    return plan_case(
+        tmp, mix, [shards[1].name], offset=r"token \d+|offset \d+", extra=("--check-vocab", "100000")
+    )
 
 
 @case("mix-missing-file")
@@ -538,10 +655,12 @@ def _(tmp):
 
 
 for _kind in ("loader", "leaks", "dedup"):
+
     def _missing_audit(tmp, kind=_kind):
         mix, _ = mix_of(tmp)
         mix.write_text("web,s0.npy\nweb,nope.npy\n")
         return audit_case(tmp, kind, mix, ["nope.npy"])
+
     case(f"mix-missing-file-audit-{_kind}")(_missing_audit)
 
 
@@ -589,19 +708,32 @@ def _sidecar_case(tmp: Path, kind: str, damage: Callable[[Path], None]) -> Case:
 
 for _kind in ("loader", "dedup"):
     case(f"sidecar-truncated-audit-{_kind}")(
-        lambda tmp, k=_kind: _sidecar_case(tmp, k, lambda p: p.write_bytes(p.read_bytes()[:30])))
-    case(f"sidecar-beyond-shard-audit-{_kind}")(lambda tmp, k=_kind: _sidecar_case(
-        tmp, k, lambda p: p.write_bytes(gzip.compress(
-            gzip.decompress(p.read_bytes()) + b"9000,9100,extra,test,99\n", mtime=0))))
-    case(f"sidecar-garbage-row-audit-{_kind}")(lambda tmp, k=_kind: _sidecar_case(
-        tmp, k, lambda p: p.write_bytes(gzip.compress(b"0,abc,x,y,z\n", mtime=0))))
+        lambda tmp, k=_kind: _sidecar_case(tmp, k, lambda p: p.write_bytes(p.read_bytes()[:30]))
+    )
+    case(f"sidecar-beyond-shard-audit-{_kind}")(
+        lambda tmp, k=_kind: _sidecar_case(
+            tmp,
+            k,
+            lambda p: p.write_bytes(
+                gzip.compress(gzip.decompress(p.read_bytes()) + b"9000,9100,extra,test,99\n", mtime=0)
+            ),
+        )
+    )
+    case(f"sidecar-garbage-row-audit-{_kind}")(
+        lambda tmp, k=_kind: _sidecar_case(
+            tmp, k, lambda p: p.write_bytes(gzip.compress(b"0,abc,x,y,z\n", mtime=0))
+        )
+    )
 
 
 def prepared(tmp: Path) -> tuple[Path, Path]:
     """A small healthy prepare output and its one shard."""
     src = write_jsonl(tmp / "raw" / "a.jsonl", DOCS)
     out = tmp / "prepared"
-    assert main(["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), f"web={src}"]) == 0
+    assert (
+        main(["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out), f"web={src}"])
+        == 0
+    )
     return out, next(out.rglob("*.npy"))
 
 
@@ -642,13 +774,22 @@ def test_verify_passes_a_healthy_prepare_output(tmp_path: Path, capsys) -> None:
 # ---------------------------------------------------------------------------------------------------
 # configs and command lines → `olmax train --dry-run` / `olmax train`
 
+
 def _train_yaml(tmp: Path, **areas) -> Path:
     """A tiny-model recipe over a healthy mix; `areas` maps an area to field overrides (None drops one)."""
     mix, _ = mix_of(tmp)
-    cfg = {"name": "t", "model": {"preset": "tiny", "max_position_embeddings": 64},
-           "data": {"mix": str(mix), "seq_len": SEQ, "global_batch_size": GBS, "num_threads": 0,
-                    "work_dir": str(tmp / "work")},
-           "train": {"steps": 2, "progress": False, "tensorboard": False}}
+    cfg = {
+        "name": "t",
+        "model": {"preset": "tiny", "max_position_embeddings": 64},
+        "data": {
+            "mix": str(mix),
+            "seq_len": SEQ,
+            "global_batch_size": GBS,
+            "num_threads": 0,
+            "work_dir": str(tmp / "work"),
+        },
+        "train": {"steps": 2, "progress": False, "tensorboard": False},
+    }
     for area, fields in areas.items():
         cfg[area] = {**cfg.get(area, {}), **fields}
     import yaml
@@ -658,11 +799,24 @@ def _train_yaml(tmp: Path, **areas) -> Path:
     return path
 
 
-def train_case(tmp: Path, names: list[str], overrides: tuple[str, ...] = (), *, dry_run: bool = True,
-               recipe: Path | None = None, **areas) -> Case:
+def train_case(
+    tmp: Path,
+    names: list[str],
+    overrides: tuple[str, ...] = (),
+    *,
+    dry_run: bool = True,
+    recipe: Path | None = None,
+    **areas,
+) -> Case:
     recipe = recipe or _train_yaml(tmp, **areas)
     run = tmp / "run"
-    argv = ["train", "--config", str(recipe), *(["--dry-run"] if dry_run else ["--run-dir", str(run)]), *overrides]
+    argv = [
+        "train",
+        "--config",
+        str(recipe),
+        *(["--dry-run"] if dry_run else ["--run-dir", str(run)]),
+        *overrides,
+    ]
     return Case(argv, names, None, [run])
 
 
@@ -689,8 +843,10 @@ TRAIN_BAD = {
 }
 
 for _kind, (_areas, _over, _names) in TRAIN_BAD.items():
+
     def _train_bad(tmp, areas=_areas, over=_over, names=_names):
         return train_case(tmp, names, over, **areas)
+
     case(f"train-config-{_kind}")(_train_bad)
 
 
@@ -732,6 +888,7 @@ def _(tmp):
 
 # ---------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_gets_one_clean_error(name: str, tmp_path: Path, capsys) -> None:
     c = CASES[name](tmp_path)
@@ -768,8 +925,23 @@ def test_document_ids_never_name_files(tmp_path: Path, capsys) -> None:
     src.write_text("".join(json.dumps(d) + "\n" for d in docs))
     out = tmp_path / "sub" / "out"
     outside = sorted(p for p in tmp_path.rglob("*"))
-    assert main(["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(out),
-                 "--format", "arrayrecord", f"web={src}"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "--no-progress",
+                "--tokenizer",
+                "dolma2",
+                "--out",
+                str(out),
+                "--format",
+                "arrayrecord",
+                f"web={src}",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     created = sorted(set(tmp_path.rglob("*")) - set(outside))
     assert all(p == tmp_path / "sub" or out in (p, *p.parents) for p in created), created
@@ -782,8 +954,10 @@ def hold_lock(target: Path):
     """Another process holding the writer's lock of `target` until it is killed (a running writer)."""
     import subprocess
 
-    code = ("import sys, time\nfrom olmax.atomic import exclusive\n"
-            "with exclusive(sys.argv[1], 'test'):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    code = (
+        "import sys, time\nfrom olmax.atomic import exclusive\n"
+        "with exclusive(sys.argv[1], 'test'):\n    print('held', flush=True)\n    time.sleep(120)\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
@@ -813,11 +987,14 @@ def test_a_second_writer_of_one_prepare_output_refuses(tmp_path: Path, capsys) -
     assert (out / "mix.txt").exists() and not (tmp_path / ".out.lock").exists()
 
 
-@pytest.mark.parametrize("command,extra", [
-    ("audit dedup", []),
-    ("audit exposure", ["--leaks", "leaks.json", "--seq-len", "8", "--global-batch-size", "2"]),
-    ("eval memorization", ["--run", "no-such-run"]),
-])
+@pytest.mark.parametrize(
+    "command,extra",
+    [
+        ("audit dedup", []),
+        ("audit exposure", ["--leaks", "leaks.json", "--seq-len", "8", "--global-batch-size", "2"]),
+        ("eval memorization", ["--run", "no-such-run"]),
+    ],
+)
 def test_a_second_writer_of_one_report_refuses(tmp_path: Path, capsys, command: str, extra: list) -> None:
     """Reports are locked for the whole command: the second writer of one --out stops before any work."""
     out = tmp_path / "r.json"
@@ -836,15 +1013,20 @@ def run_with_file_size_limit(argv: list[str], limit: int):
 
     # set in the child itself (no preexec_fn: forking a process that runs JAX threads is unsafe); with
     # SIGXFSZ ignored a write past the limit fails with EFBIG instead of killing the process
-    code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-            "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    code = (
+        "import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
 
 
 def outputs(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and (p.name.endswith((".npy", ".csv.gz")) or p.name == "mix.txt")}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and (p.name.endswith((".npy", ".csv.gz")) or p.name == "mix.txt")
+    }
 
 
 def test_disk_full_during_prepare_is_one_error_and_the_rerun_completes(tmp_path: Path) -> None:
@@ -864,11 +1046,26 @@ def test_disk_full_during_prepare_is_one_error_and_the_rerun_completes(tmp_path:
 def test_disk_full_while_writing_a_report_keeps_the_previous_one(tmp_path: Path) -> None:
     mix, _ = mix_of(tmp_path)
     out = report_out(tmp_path)
-    p = run_with_file_size_limit(["data", "plan", "--mix", str(mix), "--seq-len", str(SEQ), "--global-batch-size",
-                                  str(GBS), "--out", str(out)], 200)
+    p = run_with_file_size_limit(
+        [
+            "data",
+            "plan",
+            "--mix",
+            str(mix),
+            "--seq-len",
+            str(SEQ),
+            "--global-batch-size",
+            str(GBS),
+            "--out",
+            str(out),
+        ],
+        200,
+    )
     assert "Traceback" not in p.stderr and p.returncode == 2, p.stderr[-3000:]
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("olmax: error: ") and "free disk space" in lines[0], p.stderr
+    assert len(lines) == 1 and lines[0].startswith("olmax: error: ") and "free disk space" in lines[0], (
+        p.stderr
+    )
     assert out.read_bytes() == OLD_REPORT
     assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".")] == []
 
@@ -883,12 +1080,15 @@ def test_batch_id_check_names_the_file_and_token_offset_of_a_bad_id(tmp_path: Pa
     tokens = np.fromfile(shards[1], dtype=np.uint32)
     tokens[37] = 0xFFFFFFF0  # reads as a negative int32
     tokens.tofile(shards[1])
-    spec = StreamSpec(mix=str(mix), seq_len=SEQ, global_batch_size=GBS, work_dir=str(tmp_path / "work"),
-                      num_threads=0)
+    spec = StreamSpec(
+        mix=str(mix), seq_len=SEQ, global_batch_size=GBS, work_dir=str(tmp_path / "work"), num_threads=0
+    )
     loader = spec.open_loader(process_index=0, process_count=1)
     found = []
     it = loader.iterate()
-    for _ in range(loader.batches_per_epoch):  # every batch of the epoch; only the one holding offset 37 fails
+    for _ in range(
+        loader.batches_per_epoch
+    ):  # every batch of the epoch; only the one holding offset 37 fails
         try:
             check_batch_ids(loader.index, next(it), 100_278)
         except OlmaxError as e:

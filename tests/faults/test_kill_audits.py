@@ -44,12 +44,21 @@ def mix(tmp_path_factory) -> dict:
     with open(root / "sciq.jsonl", "w") as f:
         for it in items:
             f.write(json.dumps({"id": it.id, "text": it.text}) + "\n")
-    return {"mix": write_mix(root / "mix.txt", [("code", str(root / "code.npy")), ("prose", str(root / "prose.npy"))]),
-            "eval": f"sciq={root / 'sciq.jsonl'}"}
+    return {
+        "mix": write_mix(
+            root / "mix.txt", [("code", str(root / "code.npy")), ("prose", str(root / "prose.npy"))]
+        ),
+        "eval": f"sciq={root / 'sciq.jsonl'}",
+    }
 
 
 def olmax_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from olmax.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from olmax.cli import main; sys.exit(main(sys.argv[1:]))",
+        *args,
+    ]
 
 
 def without_timing(report: dict) -> dict:
@@ -61,23 +70,34 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_report(mix, tmp_path, comman
     extra = ["--eval", mix["eval"]] if command == "leaks" else []
     ref_out = tmp_path / "ref.json"
     t = time.perf_counter()
-    p = subprocess.run(olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(ref_out)),
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(ref_out)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     full = time.perf_counter() - t
     assert p.returncode in (0, 1), p.stderr[-2000:]  # 1: the audit found what was planted
     reference = without_timing(json.loads(ref_out.read_text()))
     out = tmp_path / "r.json"
     rng = random.Random(hash(command) & 0xFFFF)
     for delay in sorted(rng.uniform(0.2, 0.95) * full for _ in range(3)):
-        proc = subprocess.Popen(olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(out)),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(out)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         if out.exists():  # only ever a whole report (written to a temporary name, then renamed)
             json.loads(out.read_text())
-        p = subprocess.run(olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(out)),
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            olmax_cmd("audit", command, "--mix", mix["mix"], *extra, "--out", str(out)),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert p.returncode in (0, 1) and "Traceback" not in p.stderr, p.stderr[-2000:]
         assert without_timing(json.loads(out.read_text())) == reference, f"killed after {delay:.2f}s"
         out.unlink()

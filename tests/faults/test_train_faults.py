@@ -19,8 +19,9 @@ from train_testdata import SEQ, losses, train_cmd, train_env, write_config, writ
 
 
 def olmax_train(config: str, run_dir: Path, *args: str, devices: int = 1) -> subprocess.CompletedProcess:
-    return subprocess.run(train_cmd(config, run_dir, *args), env=train_env(devices), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        train_cmd(config, run_dir, *args), env=train_env(devices), capture_output=True, text=True, timeout=300
+    )
 
 
 def one_error_line(p: subprocess.CompletedProcess) -> str:
@@ -62,8 +63,11 @@ def test_newest_checkpoint_without_commit_marker_resumes_from_the_previous_and_s
     assert "checkpoints/4 has no commit_success.txt" in p.stderr and "resuming from step 2" in p.stderr
     assert "resumed from step 2" in p.stdout
     kept = run / "checkpoints-incomplete" / "4"  # moved aside, not deleted
-    assert files(kept) == {k[2:]: v for k, v in files(run0 / "checkpoints").items()
-                           if k.startswith("4/") and k != "4/commit_success.txt"}
+    assert files(kept) == {
+        k[2:]: v
+        for k, v in files(run0 / "checkpoints").items()
+        if k.startswith("4/") and k != "4/commit_success.txt"
+    }
     assert (run / "checkpoints" / "4" / "commit_success.txt").exists()  # the rerun's own step 4
     # steps 3 and 4 rerun from the complete checkpoint give the same losses as the first run
     assert losses(run) == losses(run0)
@@ -83,7 +87,9 @@ def test_truncated_newest_checkpoint_resumes_from_the_previous_and_keeps_it(base
     p = olmax_train(config, run, "--steps", "4")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
-    assert "checkpoints/4 differs from its olmax-files.json" in p.stderr and "resuming from step 2" in p.stderr
+    assert (
+        "checkpoints/4 differs from its olmax-files.json" in p.stderr and "resuming from step 2" in p.stderr
+    )
     assert "sealed with" in p.stderr  # names the file and both sizes
     assert "resumed from step 2" in p.stdout
     assert files(run / "checkpoints-corrupt" / "4") == truncated  # moved aside, not deleted
@@ -113,12 +119,17 @@ def test_every_checkpoint_truncated_is_one_clear_error_not_a_restart(base, tmp_p
     for step in ("2", "4"):
         truncate_largest(run / "checkpoints" / step)
     before = {k.split("/", 1)[-1]: v for k, v in files(run).items() if k.startswith("checkpoints/")}
-    p = subprocess.run(train_cmd(config, run, "--steps", "6"), env=train_env(1), capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        train_cmd(config, run, "--steps", "6"), env=train_env(1), capture_output=True, text=True, timeout=300
+    )
     assert "Traceback" not in p.stderr and p.returncode == 2, p.stderr[-3000:]
     assert p.stderr.count("olmax: warning:") == 2 and "no older checkpoint is left" in p.stderr
     line = p.stderr.strip().splitlines()[-1]
-    assert line.startswith("olmax: error: ") and "no readable checkpoint" in line and "refusing to start over" in line
+    assert (
+        line.startswith("olmax: error: ")
+        and "no readable checkpoint" in line
+        and "refusing to start over" in line
+    )
     after = {k.split("/", 1)[-1]: v for k, v in files(run).items() if k.startswith("checkpoints-corrupt/")}
     assert after == before  # every file kept, moved aside
     assert losses(run) == losses(run0)  # no step ran
@@ -158,8 +169,10 @@ def test_a_second_run_on_one_run_dir_refuses(base, tmp_path):
     run0, config = base
     run = copy_run(run0, tmp_path)
     before = files(run)
-    code = ("import sys, time\nfrom olmax.atomic import exclusive\n"
-            "with exclusive(sys.argv[1], 'olmax train'):\n    print('held', flush=True)\n    time.sleep(300)\n")
+    code = (
+        "import sys, time\nfrom olmax.atomic import exclusive\n"
+        "with exclusive(sys.argv[1], 'olmax train'):\n    print('held', flush=True)\n    time.sleep(300)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -199,15 +212,21 @@ def test_disk_full_while_checkpointing_is_a_clear_error_and_the_rerun_completes(
     shutil.rmtree(run / "checkpoints" / "4")  # a run that got to step 2
     kept = files(run / "checkpoints" / "2")
     limit = 64 * 1024  # below the tiny model's largest array file
-    code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-            "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    code = (
+        "import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from olmax.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
     cmd = train_cmd(config, run, "--steps", "4", f"checkpoint.async_save={async_save}")
-    p = subprocess.run([sys.executable, "-c", code, *cmd[3:]], env=train_env(1), capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", code, *cmd[3:]], env=train_env(1), capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 2, p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
-    assert last.startswith("olmax: error: ") and "checkpoints/4: cannot write the checkpoint, the disk is full" in last
+    assert (
+        last.startswith("olmax: error: ")
+        and "checkpoints/4: cannot write the checkpoint, the disk is full" in last
+    )
     assert "newest complete checkpoint is step 2" in last
     # nothing else: Orbax's writer and commit threads log the same error with a traceback, which olmax drops
     assert "Traceback" not in p.stderr and "Event loop is closed" not in p.stderr, p.stderr[-3000:]

@@ -52,18 +52,28 @@ def test_xla_and_jax_kernels_agree(n_kv, window):
     q, k, v = random_qkv(0, n_kv=n_kv)
     seg = jnp.asarray(np.repeat(np.arange(4), SEQ // 4)[None].repeat(2, 0))
     for s in (None, seg):
-        np.testing.assert_allclose(np.asarray(attend_xla(q, k, v, window, s)),
-                                   np.asarray(attend_jax(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
+        np.testing.assert_allclose(
+            np.asarray(attend_xla(q, k, v, window, s)),
+            np.asarray(attend_jax(q, k, v, window, s)),
+            atol=SIMPLE,
+            rtol=SIMPLE,
+        )
 
 
-@pytest.mark.parametrize("seq, window, chunk", [(48, WINDOW, 16), (45, WINDOW, 16), (48, None, 16),
-                                                (50, 7, 8), (40, 100, 16), (48, WINDOW, 5)])
+@pytest.mark.parametrize(
+    "seq, window, chunk",
+    [(48, WINDOW, 16), (45, WINDOW, 16), (48, None, 16), (50, 7, 8), (40, 100, 16), (48, WINDOW, 5)],
+)
 def test_chunked_kernel_equals_plain(seq, window, chunk):
     q, k, v = random_qkv(3, n_kv=2, seq=seq)
     seg = jnp.asarray(np.sort(np.random.default_rng(seq).integers(0, 3, size=(2, seq)), axis=1))
     for s in (None, seg):
-        np.testing.assert_allclose(np.asarray(attend_chunked(q, k, v, window, s, chunk)),
-                                   np.asarray(attend_xla(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
+        np.testing.assert_allclose(
+            np.asarray(attend_chunked(q, k, v, window, s, chunk)),
+            np.asarray(attend_xla(q, k, v, window, s)),
+            atol=SIMPLE,
+            rtol=SIMPLE,
+        )
 
 
 @pytest.mark.slow
@@ -74,7 +84,9 @@ def test_chunked_kernel_gradients_equal_plain():
         return lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v)))
 
     plain = jax.grad(loss(lambda q, k, v: attend_xla(q, k, v, WINDOW)), argnums=(0, 1, 2))(q, k, v)
-    chunked = jax.grad(loss(lambda q, k, v: attend_chunked(q, k, v, WINDOW, None, 16)), argnums=(0, 1, 2))(q, k, v)
+    chunked = jax.grad(loss(lambda q, k, v: attend_chunked(q, k, v, WINDOW, None, 16)), argnums=(0, 1, 2))(
+        q, k, v
+    )
     for a, b in zip(plain, chunked):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=SIMPLE, rtol=SIMPLE)
 
@@ -136,8 +148,10 @@ def brute_force_attention(q, k, v, window, segment_ids=None):
     return jnp.einsum("bnls,bsnh->blnh", probs, v_full)
 
 
-@pytest.mark.parametrize(("n_kv", "window", "documents"),
-                         [(4, None, False), (2, WINDOW, False), (2, WINDOW, True), (1, None, True)])
+@pytest.mark.parametrize(
+    ("n_kv", "window", "documents"),
+    [(4, None, False), (2, WINDOW, False), (2, WINDOW, True), (1, None, True)],
+)
 def test_xla_kernel_gradients_equal_autodiff_of_brute_force(n_kv, window, documents):
     """The XLA kernel's hand-written backward (dK, dV formed transposed) equals autodiff of the plain
     formula, for grouped KV heads, windows and document masks."""
@@ -148,14 +162,19 @@ def test_xla_kernel_gradients_equal_autodiff_of_brute_force(n_kv, window, docume
     def loss(fn):
         return lambda q, k, v: jnp.sum(fn(q, k, v) * cotangent)
 
-    want = jax.grad(loss(lambda q, k, v: brute_force_attention(q, k, v, window, seg)), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(loss(lambda q, k, v: brute_force_attention(q, k, v, window, seg)), argnums=(0, 1, 2))(
+        q, k, v
+    )
     got = jax.grad(loss(lambda q, k, v: attend_xla(q, k, v, window, seg)), argnums=(0, 1, 2))(q, k, v)
     for name, a, b in zip("qkv", want, got):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=SIMPLE, rtol=COMPOSITE, err_msg=f"d{name}")
+        np.testing.assert_allclose(
+            np.asarray(b), np.asarray(a), atol=SIMPLE, rtol=COMPOSITE, err_msg=f"d{name}"
+        )
 
 
-@pytest.mark.parametrize(("window", "chunk", "remat"),
-                         [(None, 16, False), (5, 20, False), (WINDOW, 20, True), (None, 20, True)])
+@pytest.mark.parametrize(
+    ("window", "chunk", "remat"), [(None, 16, False), (5, 20, False), (WINDOW, 20, True), (None, 20, True)]
+)
 def test_unrolled_blocks_equal_plain_values_and_gradients(window, chunk, remat, monkeypatch):
     """Query chunks over only the keys they can see (causal/window triangle skipped; a last chunk
     shorter than the rest when 20 does not divide 48) give attend_xla's output and gradients, with
@@ -170,10 +189,15 @@ def test_unrolled_blocks_equal_plain_values_and_gradients(window, chunk, remat, 
         return lambda q, k, v: jnp.sum(fn(q, k, v) * cotangent)
 
     for s in (None, seg):
-        np.testing.assert_allclose(np.asarray(attend_blocks(q, k, v, window, s, chunk)),
-                                   np.asarray(attend_xla(q, k, v, window, s)), atol=SIMPLE, rtol=SIMPLE)
+        np.testing.assert_allclose(
+            np.asarray(attend_blocks(q, k, v, window, s, chunk)),
+            np.asarray(attend_xla(q, k, v, window, s)),
+            atol=SIMPLE,
+            rtol=SIMPLE,
+        )
         want = jax.grad(loss(lambda q, k, v, s=s: attend_xla(q, k, v, window, s)), argnums=(0, 1, 2))(q, k, v)
-        got = jax.grad(loss(lambda q, k, v, s=s: attend_blocks(q, k, v, window, s, chunk)),
-                       argnums=(0, 1, 2))(q, k, v)
+        got = jax.grad(
+            loss(lambda q, k, v, s=s: attend_blocks(q, k, v, window, s, chunk)), argnums=(0, 1, 2)
+        )(q, k, v)
         for a, b in zip(want, got):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=SIMPLE, rtol=COMPOSITE)

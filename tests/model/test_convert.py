@@ -29,8 +29,9 @@ def hf_weights(path):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_round_trip_is_bit_exact_and_loads_in_transformers(tmp_path, dtype):
-    src = save_random_checkpoint(tmp_path / "src", seed=1, dtype=dtype, num_hidden_layers=5,
-                                 rope_scaling=dict(YARN))
+    src = save_random_checkpoint(
+        tmp_path / "src", seed=1, dtype=dtype, num_hidden_layers=5, rope_scaling=dict(YARN)
+    )
     model = from_hf(src)
     assert model.cfg.hf_dtype == dtype and model.embed.dtype == jnp.float32
     out = to_hf(model, tmp_path / "out")

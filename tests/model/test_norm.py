@@ -34,7 +34,9 @@ def test_rms_norm_computes_in_fp32_for_bf16_inputs():
     w = jnp.ones((256,), jnp.float32)
     out = rms_norm(x, w, 1e-6)
     assert out.dtype == jnp.bfloat16
-    want = np.asarray(x, np.float32) / np.sqrt(np.mean(np.asarray(x, np.float32) ** 2, -1, keepdims=True) + 1e-6)
+    want = np.asarray(x, np.float32) / np.sqrt(
+        np.mean(np.asarray(x, np.float32) ** 2, -1, keepdims=True) + 1e-6
+    )
     np.testing.assert_allclose(np.asarray(out, np.float32), want, rtol=1e-2)  # one bf16 rounding
 
 

@@ -52,8 +52,9 @@ def test_checkpoint_tokenizer_is_used(checkpoint, tmp_path):
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([parity.default_text(20_000)], trainers.BpeTrainer(vocab_size=500,
-                                                                              special_tokens=["[UNK]"]))
+    tok.train_from_iterator(
+        [parity.default_text(20_000)], trainers.BpeTrainer(vocab_size=500, special_tokens=["[UNK]"])
+    )
     ck = tmp_path / "ck"
     ck.mkdir()
     for f in checkpoint.iterdir():
@@ -94,15 +95,29 @@ def test_short_text_is_an_error(checkpoint, tmp_path, capsys):
 SWEEP = {
     "mha-window32": dict(num_key_value_heads=4, sliding_window=32),
     "mqa-5-layers": dict(num_key_value_heads=1, num_hidden_layers=5),
-    "head-dim-32-d96": dict(hidden_size=96, num_attention_heads=4, head_dim=32, num_key_value_heads=2,
-                            num_hidden_layers=3),
-    "custom-layer-types": dict(num_hidden_layers=8, layer_types=[
-        "full_attention", "sliding_attention", "full_attention", "sliding_attention",
-        "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]),
-    "yarn-theta-1e4": dict(rope_scaling={"rope_type": "yarn", "factor": 4.0,
-                                         "original_max_position_embeddings": 16}, rope_theta=1e4),
-    "real-vocab-std0.1": dict(vocab_size=100_278, eos_token_id=100_257, pad_token_id=100_277,
-                              initializer_range=0.1),
+    "head-dim-32-d96": dict(
+        hidden_size=96, num_attention_heads=4, head_dim=32, num_key_value_heads=2, num_hidden_layers=3
+    ),
+    "custom-layer-types": dict(
+        num_hidden_layers=8,
+        layer_types=[
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "sliding_attention",
+            "sliding_attention",
+            "sliding_attention",
+            "full_attention",
+        ],
+    ),
+    "yarn-theta-1e4": dict(
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        rope_theta=1e4,
+    ),
+    "real-vocab-std0.1": dict(
+        vocab_size=100_278, eos_token_id=100_257, pad_token_id=100_277, initializer_range=0.1
+    ),
 }
 
 

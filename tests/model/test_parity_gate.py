@@ -30,8 +30,15 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 def checkpoint(tmp_path_factory):
     # 4 heads x head_dim 16 == d_model 64: q_proj and o_proj are square, so a transposed one still loads.
     # Seed 5: a 1% theta error keeps 100% top-1 here, so only the KL and |dlogit| bars can catch it.
-    ck = save_random_checkpoint(tmp_path_factory.mktemp("gate") / "ck", seed=5, hidden_size=64,
-                                num_attention_heads=4, head_dim=16, num_key_value_heads=4, sliding_window=32)
+    ck = save_random_checkpoint(
+        tmp_path_factory.mktemp("gate") / "ck",
+        seed=5,
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=16,
+        num_key_value_heads=4,
+        sliding_window=32,
+    )
     cfg = json.loads((ck / "config.json").read_text())
     assert cfg["hidden_size"] == cfg["num_attention_heads"] * cfg["head_dim"]
     return ck
@@ -44,18 +51,28 @@ def theta_one_percent_off(monkeypatch):
     def wrong(*args, **kwargs):
         cfg = real(*args, **kwargs)
         sliding = cfg.sliding_rope_theta
-        return dataclasses.replace(cfg, rope_theta=cfg.rope_theta * 1.01,
-                                   sliding_rope_theta=None if sliding is None else sliding * 1.01)
+        return dataclasses.replace(
+            cfg,
+            rope_theta=cfg.rope_theta * 1.01,
+            sliding_rope_theta=None if sliding is None else sliding * 1.01,
+        )
 
     monkeypatch.setattr(convert, "from_hf_config", wrong)
 
 
 def norm_weights_swapped(monkeypatch):
     """The conversion maps post_attention_layernorm to the MLP's norm and post_feedforward to attention's."""
-    swap = {"post_attention_layernorm.weight": "post_feedforward_layernorm.weight",
-            "post_feedforward_layernorm.weight": "post_attention_layernorm.weight"}
-    monkeypatch.setattr(convert, "LAYER_PARAMS", tuple((ours, swap.get(theirs, theirs), transposed)
-                                                       for ours, theirs, transposed in convert.LAYER_PARAMS))
+    swap = {
+        "post_attention_layernorm.weight": "post_feedforward_layernorm.weight",
+        "post_feedforward_layernorm.weight": "post_attention_layernorm.weight",
+    }
+    monkeypatch.setattr(
+        convert,
+        "LAYER_PARAMS",
+        tuple(
+            (ours, swap.get(theirs, theirs), transposed) for ours, theirs, transposed in convert.LAYER_PARAMS
+        ),
+    )
 
 
 def norms_before_sublayers(monkeypatch):
@@ -71,8 +88,14 @@ def norms_before_sublayers(monkeypatch):
 def untransposed(proj):
     def plant(monkeypatch):
         """The conversion copies HF's (out, in) weight of a square projection as if it were (in, out)."""
-        monkeypatch.setattr(convert, "LAYER_PARAMS", tuple(
-            (ours, theirs, transposed and ours != ("attn", proj)) for ours, theirs, transposed in convert.LAYER_PARAMS))
+        monkeypatch.setattr(
+            convert,
+            "LAYER_PARAMS",
+            tuple(
+                (ours, theirs, transposed and ours != ("attn", proj))
+                for ours, theirs, transposed in convert.LAYER_PARAMS
+            ),
+        )
 
     return plant
 
@@ -100,7 +123,9 @@ def test_planted_conversion_bug_fails_the_fp32_gate(checkpoint, monkeypatch, bug
     report = run_parity(checkpoint)
     assert not report["passed"], report
     # both new bars catch each bug on their own, whatever top-1 does
-    assert report["mean_kl"] > FP32_MAX_MEAN_KL and report["max_abs_logit_diff"] > FP32_MAX_ABS_LOGIT_DIFF, report
+    assert report["mean_kl"] > FP32_MAX_MEAN_KL and report["max_abs_logit_diff"] > FP32_MAX_ABS_LOGIT_DIFF, (
+        report
+    )
     assert any(m.startswith("mean KL") for m in report["over_limits"])
     assert any(m.startswith("max |dlogit|") for m in report["over_limits"])
     if bug == "rope-theta-1pct":

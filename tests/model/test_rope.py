@@ -61,13 +61,18 @@ def test_apply_rope_matches_hf_rotate_half():
     k = rng.normal(size=(2, 20, 2, 16)).astype(np.float32)
     cos, sin = rope_tables(jnp.arange(20), 16, 500_000.0)
     with torch.no_grad():
-        q_ref, k_ref = apply_rotary_pos_emb(torch.from_numpy(q).transpose(1, 2), torch.from_numpy(k).transpose(1, 2),
-                                            torch.from_numpy(np.array(cos))[None],
-                                            torch.from_numpy(np.array(sin))[None])
-    np.testing.assert_allclose(np.asarray(apply_rope(jnp.asarray(q), cos, sin)),
-                               q_ref.transpose(1, 2).numpy(), atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(np.asarray(apply_rope(jnp.asarray(k), cos, sin)),
-                               k_ref.transpose(1, 2).numpy(), atol=TOL, rtol=TOL)
+        q_ref, k_ref = apply_rotary_pos_emb(
+            torch.from_numpy(q).transpose(1, 2),
+            torch.from_numpy(k).transpose(1, 2),
+            torch.from_numpy(np.array(cos))[None],
+            torch.from_numpy(np.array(sin))[None],
+        )
+    np.testing.assert_allclose(
+        np.asarray(apply_rope(jnp.asarray(q), cos, sin)), q_ref.transpose(1, 2).numpy(), atol=TOL, rtol=TOL
+    )
+    np.testing.assert_allclose(
+        np.asarray(apply_rope(jnp.asarray(k), cos, sin)), k_ref.transpose(1, 2).numpy(), atol=TOL, rtol=TOL
+    )
 
 
 def test_rope_preserves_relative_position():
@@ -77,6 +82,10 @@ def test_rope_preserves_relative_position():
     cos, sin = rope_tables(jnp.arange(40), 16, 500_000.0)
 
     def score(i, j):
-        return float(jnp.sum(apply_rope(q, cos[i:i + 1], sin[i:i + 1]) * apply_rope(k, cos[j:j + 1], sin[j:j + 1])))
+        return float(
+            jnp.sum(
+                apply_rope(q, cos[i : i + 1], sin[i : i + 1]) * apply_rope(k, cos[j : j + 1], sin[j : j + 1])
+            )
+        )
 
     assert score(9, 3) == pytest.approx(score(36, 30), abs=1e-5)

@@ -50,11 +50,13 @@ def test_block_matches_hf(pair):
         with torch.no_grad():
             xt = torch.from_numpy(x)
             pos_emb = hf.model.rotary_emb(xt, torch.arange(SEQ)[None], layer_type)
-            ref = hf.model.layers[layer](xt, attention_mask=torch.from_numpy(add_mask)[None, None],
-                                         position_embeddings=pos_emb)
+            ref = hf.model.layers[layer](
+                xt, attention_mask=torch.from_numpy(add_mask)[None, None], position_embeddings=pos_emb
+            )
         cfg = ours.cfg
-        cos, sin = rope_tables(jnp.arange(SEQ), 16, cfg.rope_theta,
-                               cfg.rope_scaling if layer_type == "full_attention" else None)
+        cos, sin = rope_tables(
+            jnp.arange(SEQ), 16, cfg.rope_theta, cfg.rope_scaling if layer_type == "full_attention" else None
+        )
         out = ours.layer(layer)(jnp.asarray(x), cos, sin, window)
         np.testing.assert_allclose(np.asarray(out), ref.numpy(), atol=COMPOSITE, rtol=COMPOSITE)
 
@@ -69,8 +71,9 @@ def test_whole_model_matches_hf(pair):
     np.testing.assert_allclose(out, ref, atol=COMPOSITE, rtol=COMPOSITE)
     # the chunked XLA kernel (long-sequence path) and jax.nn.dot_product_attention give the same logits
     for changes in (dict(attention_chunk=16), dict(attention_impl="jax")):
-        other = nnx.merge(nnx.graphdef(Transformer(ours.cfg.replace(**changes), rngs=nnx.Rngs(0))),
-                          nnx.state(ours))
+        other = nnx.merge(
+            nnx.graphdef(Transformer(ours.cfg.replace(**changes), rngs=nnx.Rngs(0))), nnx.state(ours)
+        )
         np.testing.assert_allclose(forward(other, ids), ref, atol=COMPOSITE, rtol=COMPOSITE)
 
 
@@ -92,7 +95,7 @@ def test_sliding_window_reach():
     changed = ids.copy()
     changed[0, 5] = (changed[0, 5] + 1) % 1000
     diff = np.abs(forward(model, ids) - forward(model, changed)).max(-1)[0]
-    assert diff[5:5 + WINDOW].min() > 0 and diff[5 + WINDOW:].max() == 0 and diff[:5].max() == 0
+    assert diff[5 : 5 + WINDOW].min() > 0 and diff[5 + WINDOW :].max() == 0 and diff[:5].max() == 0
 
 
 def test_vocab_padding_rows_are_drawn_as_olmo_core_does():
@@ -166,5 +169,7 @@ def test_packed_documents_see_only_themselves():
     ids = np.random.default_rng(9).integers(0, 1000, size=(1, 40))
     seg = jnp.asarray([[0] * 15 + [1] * 25])
     packed = nnx.jit(lambda m, x, s: m(x, s))(model, jnp.asarray(ids), seg)
-    alone = model(ids[:, 15:])  # also the plain eager call on numpy ids (the contract in docs/architecture.md)
+    alone = model(
+        ids[:, 15:]
+    )  # also the plain eager call on numpy ids (the contract in docs/architecture.md)
     np.testing.assert_allclose(np.asarray(packed)[:, 15:], np.asarray(alone), atol=COMPOSITE, rtol=COMPOSITE)

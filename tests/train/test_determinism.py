@@ -11,11 +11,16 @@ from train_testdata import losses, metrics, train_cmd, train_env, write_config, 
 
 def test_concurrent_identical_runs_are_bitwise_equal(tmp_path):
     # the real dolma2 vocabulary: the LM head's large matmuls are what the CPU runtime splits over threads
-    config = write_config(tmp_path / "t.yaml", write_mix(tmp_path / "data"), steps=6, every=100,
-                          model={"vocab_size": 100278})
+    config = write_config(
+        tmp_path / "t.yaml", write_mix(tmp_path / "data"), steps=6, every=100, model={"vocab_size": 100278}
+    )
     runs = [tmp_path / "a", tmp_path / "b"]
-    procs = [subprocess.Popen(train_cmd(config, r), env=train_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in runs]
+    procs = [
+        subprocess.Popen(
+            train_cmd(config, r), env=train_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for r in runs
+    ]
     for p in procs:
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, out[-3000:]

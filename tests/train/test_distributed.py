@@ -17,10 +17,26 @@ def _free_port() -> int:
 
 def _two_processes(config: str, run: Path, *args: str) -> None:
     port = _free_port()
-    procs = [subprocess.Popen(train_cmd(config, run, *args, "--coordinator", f"127.0.0.1:{port}",
-                                        "--num-processes", "2", "--process-id", str(i)),
-                              env=train_env(2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            train_cmd(
+                config,
+                run,
+                *args,
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ),
+            env=train_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for i, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"process {i} failed:\n{log[-4000:]}"

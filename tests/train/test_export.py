@@ -20,15 +20,26 @@ from olmax.train.loop import train
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 # the tiny model with dolma2's vocabulary, so the run's tokenizer is found without being named
-DOLMA2 = {"vocab_size": 100_278, "eos_token_id": 100_257, "pad_token_id": 100_277, "max_position_embeddings": 128}
+DOLMA2 = {
+    "vocab_size": 100_278,
+    "eos_token_id": 100_257,
+    "pad_token_id": 100_277,
+    "max_position_embeddings": 128,
+}
 STEPS = 4
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    config = write_config(root / "run.yaml", write_mix(root / "data"), steps=STEPS, every=2,
-                          model=DOLMA2, checkpoint={"every": 2, "keep": 5})
+    config = write_config(
+        root / "run.yaml",
+        write_mix(root / "data"),
+        steps=STEPS,
+        every=2,
+        model=DOLMA2,
+        checkpoint={"every": 2, "keep": 5},
+    )
     train(load_config(config), root / "run")
     return root / "run"
 
@@ -56,13 +67,22 @@ def safetensors_metadata(path: Path) -> dict:
 
 def test_export_records_where_it_came_from(run, exported):
     names = {p.name for p in exported.iterdir()}
-    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "special_tokens_map.json", "olmax_export.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "olmax_export.json",
+    } <= names
     info = json.loads((exported / "olmax_export.json").read_text())
     cfg = load_config(str(run / "config.yaml"))
     assert info["step"] == STEPS and info["source_run"] == str(run.resolve()) and info["dtype"] == "float32"
     assert info["data_seed"] == 7 and info["tokens_seen"] == STEPS * 8 * 32
-    assert info["data_fingerprint"] == cfg.data.open_loader(process_index=0, process_count=1).index.fingerprint
+    assert (
+        info["data_fingerprint"] == cfg.data.open_loader(process_index=0, process_count=1).index.fingerprint
+    )
     meta = safetensors_metadata(exported / "model.safetensors")
     assert meta["olmax_step"] == str(STEPS) and meta["olmax_data_fingerprint"] == info["data_fingerprint"]
     assert meta["format"] == "pt"
@@ -105,14 +125,36 @@ def test_lm_eval_hf_backend_scores_the_export_as_the_adapter_scores_the_run(run,
     from olmax.evals.lm_eval_adapter import evaluate
 
     out = tmp_path / "olmax.json"
-    assert main(["eval", "lm-eval", "--checkpoint", str(run), "--tasks", "olmax_arc_easy", "--limit", "24",
-                 "--log-samples", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "lm-eval",
+                "--checkpoint",
+                str(run),
+                "--tasks",
+                "olmax_arc_easy",
+                "--limit",
+                "24",
+                "--log-samples",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     ours = json.loads(out.read_text())
-    hf = evaluate(HFLM(pretrained=str(exported), dtype="float32", device="cpu", batch_size=8), ["olmax_arc_easy"],
-                  limit=24, log_samples=True)
+    hf = evaluate(
+        HFLM(pretrained=str(exported), dtype="float32", device="cpu", batch_size=8),
+        ["olmax_arc_easy"],
+        limit=24,
+        log_samples=True,
+    )
     a, b = ours["samples"]["olmax_arc_easy"], hf["samples"]["olmax_arc_easy"]
     assert [x["doc_id"] for x in a] == [x["doc_id"] for x in b] and len(a) == 24
-    diffs = [abs(r[0] - s[0]) for x, y in zip(a, b) for r, s in zip(x["responses"], y["responses"], strict=True)]
+    diffs = [
+        abs(r[0] - s[0]) for x, y in zip(a, b) for r, s in zip(x["responses"], y["responses"], strict=True)
+    ]
     assert len(diffs) >= 4 * 24 - 8 and max(diffs) <= 1e-4, max(diffs)
     for metric in ("acc,none", "acc_norm,none"):
         assert ours["results"]["olmax_arc_easy"][metric] == hf["results"]["olmax_arc_easy"][metric]
@@ -120,8 +162,21 @@ def test_lm_eval_hf_backend_scores_the_export_as_the_adapter_scores_the_run(run,
 
 def test_a_step_folder_exports_that_step_in_bfloat16(run, tmp_path):
     out = tmp_path / "bf16"
-    assert main(["model", "convert", "--to", "hf", str(run / "checkpoints" / "2"), str(out),
-                 "--dtype", "bfloat16"]) == 0
+    assert (
+        main(
+            [
+                "model",
+                "convert",
+                "--to",
+                "hf",
+                str(run / "checkpoints" / "2"),
+                str(out),
+                "--dtype",
+                "bfloat16",
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "olmax_export.json").read_text())["step"] == 2
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
     with open(out / "model.safetensors", "rb") as f:
@@ -140,8 +195,10 @@ def test_bad_sources_are_one_clear_error(run, exported, tmp_path, capsys):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     from olmax.train.export import run_tokenizer
 
-    cfg = load_config(str(run / "config.yaml"), ["model.vocab_size=1000", "model.eos_token_id=999",
-                                                 "model.pad_token_id=998"])
+    cfg = load_config(
+        str(run / "config.yaml"),
+        ["model.vocab_size=1000", "model.eos_token_id=999", "model.pad_token_id=998"],
+    )
     with pytest.raises(OlmaxError, match="pass --tokenizer"):
         run_tokenizer(cfg)
 
@@ -153,12 +210,16 @@ def test_init_from_a_converted_model_starts_a_new_run(run, tmp_path):
     fresh = train(load_config(config, ["train.steps=1"]), tmp_path / "fresh")
     warm = train(load_config(config, ["train.steps=1", f"train.init_from={folder}"]), tmp_path / "warm")
     assert "fresh optimizer" in warm["note"] and "scratch" in fresh["note"]
-    first = {p: json.loads((tmp_path / p / "metrics.jsonl").read_text().splitlines()[0])["loss"]
-             for p in ("fresh", "warm")}
+    first = {
+        p: json.loads((tmp_path / p / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+        for p in ("fresh", "warm")
+    }
     assert first["warm"] < first["fresh"] - 0.05  # the run's trained weights, not a fresh init
     with pytest.raises(OlmaxError, match="rope_theta"):
-        train(load_config(config, ["train.steps=1", f"train.init_from={folder}", "model.rope_theta=10000"]),
-              tmp_path / "other")
+        train(
+            load_config(config, ["train.steps=1", f"train.init_from={folder}", "model.rope_theta=10000"]),
+            tmp_path / "other",
+        )
 
 
 def test_reading_a_run_never_touches_a_save_in_flight(run):

@@ -18,13 +18,17 @@ def _lines(path):
 def test_resume_drops_records_past_the_restored_step_and_a_torn_tail(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 1, "loss": 3.0}\n{"kind": "heldout", "step": 2, "eval": "s", "ce": 2.0}\n'
-        '{"kind": "heldout", "step": null, "eval": "s", "ce": 2.5}\n{"step": 3, "loss": 9.0}\n{"step": 4, "lo')
+        '{"kind": "heldout", "step": null, "eval": "s", "ce": 2.5}\n{"step": 3, "loss": 9.0}\n{"step": 4, "lo'
+    )
     log = MetricsLog(tmp_path, resume_step=2, tensorboard=False)
     log.write({"step": 3, "loss": float("nan"), "mfu": None}, tb_every=1)
     log.close()
     assert _lines(tmp_path / "metrics.jsonl") == [
-        {"step": 1, "loss": 3.0}, {"kind": "heldout", "step": 2, "eval": "s", "ce": 2.0},
-        {"kind": "heldout", "step": None, "eval": "s", "ce": 2.5}, {"step": 3, "loss": None, "mfu": None}]
+        {"step": 1, "loss": 3.0},
+        {"kind": "heldout", "step": 2, "eval": "s", "ce": 2.0},
+        {"kind": "heldout", "step": None, "eval": "s", "ce": 2.5},
+        {"step": 3, "loss": None, "mfu": None},
+    ]
 
 
 def test_a_malformed_middle_line_stops_the_resume_with_its_line(tmp_path):
@@ -34,8 +38,14 @@ def test_a_malformed_middle_line_stops_the_resume_with_its_line(tmp_path):
 
 
 def test_readers_take_the_last_train_record_per_step(tmp_path):
-    recs = [{"step": 2, "loss": 5.0}, {"step": 1, "loss": 6.0}, {"kind": "heldout", "step": 2, "ce": 1.0},
-            {"step": 2, "loss": 4.5}, {"step": 3, "loss": None}, {"step": 3, "eval/s/ce": 2.0}]
+    recs = [
+        {"step": 2, "loss": 5.0},
+        {"step": 1, "loss": 6.0},
+        {"kind": "heldout", "step": 2, "ce": 1.0},
+        {"step": 2, "loss": 4.5},
+        {"step": 3, "loss": None},
+        {"step": 3, "eval/s/ce": 2.0},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"step": 4, "lo')
     assert read_records(tmp_path) == recs
     assert read_records(tmp_path / "metrics.jsonl") == recs
@@ -51,5 +61,9 @@ def test_importing_the_schema_module_does_not_import_jax():
     import sys
 
     code = "import sys, olmax.train.metrics, olmax.evals.curves; print('jax' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )

@@ -44,8 +44,9 @@ def test_mfu_is_never_above_one(fresh_warning):
         warnings.simplefilter("error")  # warned once already: later steps above 1 stay quiet
         assert mfu(300e9, 1.0, peak) is None
     rng = np.random.default_rng(0)
-    for flops, seconds, p in zip(10 ** rng.uniform(6, 15, 500), 10 ** rng.uniform(-4, 2, 500),
-                                 10 ** rng.uniform(8, 15, 500)):
+    for flops, seconds, p in zip(
+        10 ** rng.uniform(6, 15, 500), 10 ** rng.uniform(-4, 2, 500), 10 ** rng.uniform(8, 15, 500)
+    ):
         value = mfu(flops, seconds, p)
         assert value is None or 0.0 <= value <= 1.0, (flops, seconds, p, value)
 
@@ -146,10 +147,12 @@ def _run_and_compare(cfg, run_dir, monkeypatch) -> tuple[bool, str]:
     estimate = float(np.median([flops_per_step / s / independent_peak for s in step_s[2:]]))
     logged = float(np.median(logged_all))
     assert math.isfinite(estimate) and estimate > 0, detail
-    detail = (f"logged mfu {logged:.4f} vs estimate {estimate:.4f}: {flops_per_step / 1e9:.3f} GFLOP/step, "
-              f"median step {np.median(step_s[2:]) * 1e3:.1f} ms, run's peak {peak / 1e9:.1f} GFLOP/s, "
-              f"this test's {independent_peak / 1e9:.1f} (just before {around[0] / 1e9:.1f}, just after "
-              f"{around[1] / 1e9:.1f})")
+    detail = (
+        f"logged mfu {logged:.4f} vs estimate {estimate:.4f}: {flops_per_step / 1e9:.3f} GFLOP/step, "
+        f"median step {np.median(step_s[2:]) * 1e3:.1f} ms, run's peak {peak / 1e9:.1f} GFLOP/s, "
+        f"this test's {independent_peak / 1e9:.1f} (just before {around[0] / 1e9:.1f}, just after "
+        f"{around[1] / 1e9:.1f})"
+    )
     return abs(logged / estimate - 1) <= TOLERANCE, detail
 
 
@@ -167,5 +170,7 @@ def test_tiny_run_logs_mfu_matching_an_independent_estimate(tmp_path, monkeypatc
         details.append(detail)
         if ok:
             return
-    pytest.fail("the logged mfu was not below 1 and within 20% of the independent estimate in any try:\n"
-                + "\n".join(details))
+    pytest.fail(
+        "the logged mfu was not below 1 and within 20% of the independent estimate in any try:\n"
+        + "\n".join(details)
+    )

@@ -18,7 +18,7 @@ from train_testdata import GBS, metrics, train_env, write_config, write_mix
 
 # Runs `olmax.train.loop.train` as one of two processes, with an optional injected loader fault, and
 # writes what its monitor ended with (state, counters, the alert it raised, time spent in it).
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import json, sys, time
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -61,7 +61,7 @@ WORKER = textwrap.dedent('''
     result.update(state=m.state_json(), counters=m.counters(), update_seconds=seconds)
     with open(out, "w") as f:
         json.dump(result, f)
-''')
+""")
 
 
 def _free_port() -> int:
@@ -75,9 +75,26 @@ def _two_processes(tmp: Path, config: str, run: Path, fault: str, *overrides: st
     script.write_text(WORKER)
     port = _free_port()
     outs = [tmp / f"{run.name}-{fault}-{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), config, str(run), str(outs[i]),
-                               fault, *overrides], env=train_env(2), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                str(port),
+                str(i),
+                config,
+                str(run),
+                str(outs[i]),
+                fault,
+                *overrides,
+            ],
+            env=train_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     try:
         logs = [p.communicate(timeout=400)[0] for p in procs]
     finally:  # a hung collective must not leave the workers running after the test
@@ -104,8 +121,10 @@ def test_two_processes_share_one_monitor_state_and_catch_a_replayed_resume(tmp_p
     assert saved == clean[0]["state"]  # what process 0 saved is what both hold
     for r in clean:
         per_step = sorted(r["update_seconds"])[len(r["update_seconds"]) // 2]
-        print(f"process {r['process']}: monitor update (hash + all-gather + check) median "
-              f"{per_step * 1e3:.2f} ms per step")
+        print(
+            f"process {r['process']}: monitor update (hash + all-gather + check) median "
+            f"{per_step * 1e3:.2f} ms per step"
+        )
 
     # Resume at step 6 with a loader that restarts at stream step 3: both processes restore the saved
     # state and raise at step 7 (which holds step 4's rows), before training on it.
@@ -122,8 +141,11 @@ def test_two_processes_share_one_monitor_state_and_catch_a_replayed_resume(tmp_p
     right = _two_processes(tmp_path, config, run, "none", "train.steps=8")
     assert all("error" not in r for r in right)
     # step 8 starts epoch 2 (7 steps per epoch): the seen-set restarts, the counters go on
-    assert right[0]["counters"] == right[1]["counters"] == {"audit_rows": 8 * GBS, "audit_repeats": 0,
-                                                            "audit_epoch": 2}
+    assert (
+        right[0]["counters"]
+        == right[1]["counters"]
+        == {"audit_rows": 8 * GBS, "audit_repeats": 0, "audit_epoch": 2}
+    )
 
 
 @pytest.mark.slow
@@ -138,7 +160,7 @@ def test_two_hosts_emitting_the_same_rows_are_caught_in_the_first_step(tmp_path)
     assert not (tmp_path / "run" / "metrics.jsonl").exists() or not metrics(tmp_path / "run")
 
 
-GATHER_WORKER = textwrap.dedent('''
+GATHER_WORKER = textwrap.dedent("""
     import json, sys
     import jax
     import numpy as np
@@ -157,7 +179,7 @@ GATHER_WORKER = textwrap.dedent('''
         result = {"error": str(e)}
     with open(out, "w") as f:
         json.dump(result, f)
-''')
+""")
 
 
 @pytest.mark.slow
@@ -168,8 +190,16 @@ def test_processes_feeding_different_row_counts_get_a_clear_error(tmp_path):
     script.write_text(GATHER_WORKER)
     port = _free_port()
     outs = [tmp_path / f"gather-{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), str(outs[i])], env=train_env(2),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(port), str(i), str(outs[i])],
+            env=train_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     logs = [p.communicate(timeout=120)[0] for p in procs]  # a mismatched all-gather would hang
     for i, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"process {i} failed:\n{log[-4000:]}"

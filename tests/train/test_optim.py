@@ -41,20 +41,38 @@ def test_schedules_hand_values():
     assert [learning_rate(const, s, 9) for s in (0, 2, 4, 100)] == [0.0, 0.5, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("cosine", dict(warmup_steps=2000, alpha_f=0.1)),
-    ("half_cosine", dict(warmup_steps=597_046, alpha_f=0.1)),
-    ("linear", dict(warmup_steps=200, alpha_f=0.0)),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("cosine", dict(warmup_steps=2000, alpha_f=0.1)),
+        ("half_cosine", dict(warmup_steps=597_046, alpha_f=0.1)),
+        ("linear", dict(warmup_steps=200, alpha_f=0.0)),
+    ],
+)
 def test_schedules_match_olmo_core(name, kwargs):
     from olmo_core.optim import CosWithWarmup, HalfCosWithWarmup, LinearWithWarmup
 
     ref = {"cosine": CosWithWarmup, "half_cosine": HalfCosWithWarmup, "linear": LinearWithWarmup}[name](
-        warmup=kwargs["warmup_steps"], alpha_f=kwargs["alpha_f"])
+        warmup=kwargs["warmup_steps"], alpha_f=kwargs["alpha_f"]
+    )
     cfg = OptimConfig(lr=3e-4, schedule=name, **kwargs)
     t_max = 1_668_931 if name == "half_cosine" else 1_192_093
-    for step in (0, 1, 199, 200, 1999, 2000, 2001, 500_000, 597_045, 597_046, 600_000, t_max - 1, t_max,
-                 t_max + 5):
+    for step in (
+        0,
+        1,
+        199,
+        200,
+        1999,
+        2000,
+        2001,
+        500_000,
+        597_045,
+        597_046,
+        600_000,
+        t_max - 1,
+        t_max,
+        t_max + 5,
+    ):
         want = ref.get_lr(3e-4, step, t_max)
         assert learning_rate(cfg, step, t_max) == pytest.approx(want, rel=1e-12, abs=1e-15), step
         traced = float(jax.jit(lambda s: learning_rate(cfg, s, t_max))(jnp.int32(step)))
@@ -63,9 +81,11 @@ def test_schedules_match_olmo_core(name, kwargs):
 
 def _params():
     rng = np.random.default_rng(0)
-    return {"embed": jnp.asarray(rng.normal(size=(6, 4)), jnp.float32),
-            "blocks": {"w": jnp.asarray(rng.normal(size=(2, 4, 3)), jnp.float32)},
-            "lm_head": jnp.asarray(rng.normal(size=(4, 6)), jnp.float32)}
+    return {
+        "embed": jnp.asarray(rng.normal(size=(6, 4)), jnp.float32),
+        "blocks": {"w": jnp.asarray(rng.normal(size=(2, 4, 3)), jnp.float32)},
+        "lm_head": jnp.asarray(rng.normal(size=(4, 6)), jnp.float32),
+    }
 
 
 def test_decay_mask_spares_only_the_embedding():
@@ -94,9 +114,18 @@ def test_adamw_matches_olmo_core_two_steps():
         assert float(norm) == pytest.approx(float(total), rel=1e-6)
         coef = min(1.0, 1.0 / (float(total) + 1e-6))
         for i, name in enumerate(names):
-            adamw_step(ref_p[i], g[i] * coef, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
-                       weight_decay=0.0 if name == "embed" else 0.1, exp_avg=ref_m[i], exp_avg_sq=ref_v[i],
-                       step=ref_steps[i], step_factor=torch.tensor(1.0))
+            adamw_step(
+                ref_p[i],
+                g[i] * coef,
+                lr=cfg.lr,
+                betas=(0.9, 0.95),
+                eps=1e-8,
+                weight_decay=0.0 if name == "embed" else 0.1,
+                exp_avg=ref_m[i],
+                exp_avg_sq=ref_v[i],
+                step=ref_steps[i],
+                step_factor=torch.tensor(1.0),
+            )
     for got, want in zip(flat(params), ref_p):
         np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-5, atol=1e-7)
     assert float(opt["count"]) == 2.0
@@ -117,8 +146,9 @@ def test_skip_rule_matches_olmo_core():
     from olmo_core.optim.skip_step_optimizer import SkipStepOptimizer
 
     cfg = OptimConfig(skip_window=16)  # active once 8 values exist
-    ref = SkipStepOptimizer([torch.nn.Parameter(torch.zeros(1))], {}, rolling_interval_length=16,
-                            sigma_factor=6)
+    ref = SkipStepOptimizer(
+        [torch.nn.Parameter(torch.zeros(1))], {}, rolling_interval_length=16, sigma_factor=6
+    )
     rng = np.random.default_rng(3)
     hist = init_opt_state({"w": jnp.zeros(1)}, 16)["skip"]
     decisions = []
@@ -147,8 +177,10 @@ def test_skipped_step_keeps_params_and_moments():
     before = (params, opt)
     params, opt, info = apply_update(params, grads, opt, jnp.float32(0.1), jnp.float32(50.0), cfg)
     assert float(info["skipped"]) == 1.0
-    for a, b in zip(jax.tree.leaves((params, {k: opt[k] for k in ("mu", "nu", "count")})),
-                    jax.tree.leaves((before[0], {k: before[1][k] for k in ("mu", "nu", "count")}))):
+    for a, b in zip(
+        jax.tree.leaves((params, {k: opt[k] for k in ("mu", "nu", "count")})),
+        jax.tree.leaves((before[0], {k: before[1][k] for k in ("mu", "nu", "count")})),
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert int(opt["skip"]["n"]) == 4  # the skipped step's loss still enters the history, as in OLMo-core
 
@@ -166,7 +198,9 @@ def test_cross_entropy_and_z_loss_hand_values():
     # padded vocabulary columns are excluded from the softmax
     padded = jnp.concatenate([logits, jnp.full((2, 3, 3), 7.0)], axis=-1)
     ce_p, z_p, _ = cross_entropy(padded, ids, 1e-4, vocab_size=5)
-    assert float(ce_p) == pytest.approx(float(ce), rel=1e-6) and float(z_p) == pytest.approx(float(z), rel=1e-6)
+    assert float(ce_p) == pytest.approx(float(ce), rel=1e-6) and float(z_p) == pytest.approx(
+        float(z), rel=1e-6
+    )
 
 
 @pytest.mark.parametrize("store", [False, True])
@@ -236,9 +270,13 @@ def test_training_loss_matches_olmo_core_over_the_padded_vocabulary(vocab_paddin
     logits = np.asarray(model.head(model.hidden(jnp.asarray(ids)), padded=True))
     if vocab_padding == "zero":
         logits = logits[..., :20]
-    want_ce, want_z = cross_entropy_loss(torch.tensor(logits[:, :-1].reshape(-1, logits.shape[-1])),
-                                         torch.tensor(ids[:, 1:].reshape(-1), dtype=torch.long),
-                                         reduction="sum", compute_z_loss=True, z_loss_multiplier=1e-2)
+    want_ce, want_z = cross_entropy_loss(
+        torch.tensor(logits[:, :-1].reshape(-1, logits.shape[-1])),
+        torch.tensor(ids[:, 1:].reshape(-1), dtype=torch.long),
+        reduction="sum",
+        compute_z_loss=True,
+        z_loss_multiplier=1e-2,
+    )
     assert float(ce) == pytest.approx(float(want_ce), rel=1e-5)
     assert float(z) == pytest.approx(float(want_z), rel=1e-5)
     assert float(total) == pytest.approx(float(want_ce + want_z), rel=1e-5)
@@ -270,7 +308,9 @@ def test_each_update_uses_olmo_core_lr_for_its_1_based_step(recipe):
     ref = getattr(core_optim, name)(**kwargs)
     model_cfg = tiny(n_layers=1, layer_types=("full_attention",), scan_group=1)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    step_fn = make_train_step(model_cfg, cfg.optim, mesh, n_micro=1, per_device_batch=2, t_max=cfg.train.steps)
+    step_fn = make_train_step(
+        model_cfg, cfg.optim, mesh, n_micro=1, per_device_batch=2, t_max=cfg.train.steps
+    )
     batch = {"input_ids": jnp.asarray(np.random.default_rng(0).integers(0, 990, (2, 16)), jnp.int32)}
     checked = sorted({1, 2, max(cfg.optim.warmup_steps, 1), cfg.train.steps})
     init = make_init(model_cfg, cfg.optim, mesh, 0)

@@ -47,12 +47,17 @@ def test_padding_is_not_trained_on_as_olmo_core_masks_it(ce_chunk):
     model = init_model(model_cfg, seed=2)
     params = nnx.state(model).to_pure_dict()
     total, (ce, z) = make_loss_fn(model_cfg, optim_cfg, ce_chunk)(
-        params, {"input_ids": jnp.asarray(ids), "label_mask": jnp.asarray(mask)})
+        params, {"input_ids": jnp.asarray(ids), "label_mask": jnp.asarray(mask)}
+    )
     logits = np.asarray(model.head(model.hidden(jnp.asarray(ids)), padded=True))
     labels = np.where(mask[:, 1:], ids[:, 1:], -100)  # OLMo-core: label_mask False -> ignore_index
-    want_ce, want_z = cross_entropy_loss(torch.tensor(logits[:, :-1].reshape(-1, logits.shape[-1])),
-                                         torch.tensor(labels.reshape(-1), dtype=torch.long), reduction="sum",
-                                         compute_z_loss=True, z_loss_multiplier=1e-3)
+    want_ce, want_z = cross_entropy_loss(
+        torch.tensor(logits[:, :-1].reshape(-1, logits.shape[-1])),
+        torch.tensor(labels.reshape(-1), dtype=torch.long),
+        reduction="sum",
+        compute_z_loss=True,
+        z_loss_multiplier=1e-3,
+    )
     assert float(ce) == pytest.approx(float(want_ce), rel=1e-5)
     assert float(z) == pytest.approx(float(want_z), rel=1e-5)
 
@@ -76,7 +81,7 @@ def test_document_masked_row_equals_each_document_alone_in_transformers():
     for doc in docs:
         with torch.no_grad():
             alone = hf(torch.tensor(doc[None], dtype=torch.long)).logits[0].numpy()
-        np.testing.assert_allclose(ours[start:start + doc.size], alone, atol=2e-4, rtol=0)
+        np.testing.assert_allclose(ours[start : start + doc.size], alone, atol=2e-4, rtol=0)
         start += doc.size
     assert start < 64  # the row ends in padding, which the comparison leaves out
 
@@ -92,10 +97,20 @@ def packed_config(tmp_path_factory):
         t = np.fromfile(p, np.uint32)
         np.where(t == 100257, EOS, t % 990).astype(np.uint32).tofile(p)
     (root / "mix" / "mix.txt").write_text("".join(f"web,{Path(p).name}\n" for p in paths))
-    return root, write_config(root / "c.yaml", str(root / "mix" / "mix.txt"), steps=4, every=2,
-                              data={"seq_len": 64, "packed": True, "source_group_size": 4,
-                                    "source_permutation_seed": 123, "document_masks": True},
-                              model={"max_position_embeddings": 64})
+    return root, write_config(
+        root / "c.yaml",
+        str(root / "mix" / "mix.txt"),
+        steps=4,
+        every=2,
+        data={
+            "seq_len": 64,
+            "packed": True,
+            "source_group_size": 4,
+            "source_permutation_seed": 123,
+            "document_masks": True,
+        },
+        model={"max_position_embeddings": 64},
+    )
 
 
 def test_a_packed_run_trains_and_resumes_exactly(packed_config):
@@ -104,4 +119,6 @@ def test_a_packed_run_trains_and_resumes_exactly(packed_config):
     assert "packed" in load_config(config).data.describe() and summary["last"]["step"] == 4
     train(load_config(config, ["train.steps=2"]), root / "half")
     train(load_config(config), root / "half")
-    assert losses(root / "half") == losses(root / "full") and all(np.isfinite(list(losses(root / "full").values())))
+    assert losses(root / "half") == losses(root / "full") and all(
+        np.isfinite(list(losses(root / "full").values()))
+    )

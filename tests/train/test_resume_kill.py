@@ -64,8 +64,9 @@ def _kill_then_finish(config: str, run: Path, *, wait_lines: int, extra_s: float
     """Start a run, SIGKILL it once metrics.jsonl has `wait_lines` lines and a checkpoint is complete
     (+ extra_s, or at the next temporary checkpoint directory when `mid_write`), then rerun the same
     command."""
-    proc = subprocess.Popen(train_cmd(config, run), env=train_env(1), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        train_cmd(config, run), env=train_env(1), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -91,7 +92,10 @@ def _assert_resumed_from_newest(killed: Killed) -> None:
     """The rerun said it resumed, from the newest checkpoint that was complete at the kill."""
     assert killed.saved, "no complete checkpoint at the kill: nothing to resume from"
     assert killed.lines >= killed.saved[-1]  # step N's metrics line is written before its checkpoint
-    assert [int(n) for n in RESUMED.findall(killed.output)] == [killed.saved[-1]], (killed.saved, killed.output[-3000:])
+    assert [int(n) for n in RESUMED.findall(killed.output)] == [killed.saved[-1]], (
+        killed.saved,
+        killed.output[-3000:],
+    )
 
 
 def test_sigkill_at_a_random_moment_then_resume_is_bitwise_exact(setup, reference):
@@ -122,8 +126,14 @@ def test_sigkill_mid_checkpoint_write_then_resume_is_bitwise_exact(setup, refere
 def test_elastic_2_to_1_device_keeps_the_global_batch(setup, tmp_path):
     """The quick elastic check: steps 1-2 on 2 devices, 3-4 on 1 (2 microbatches of 4 rows)."""
     root, _ = setup
-    config = write_config(tmp_path / "elastic.yaml", str(root / "data" / "mix.txt"), steps=4, every=2,
-                          mesh={"per_device_batch": 4}, work_dir=str(root / "work"))
+    config = write_config(
+        tmp_path / "elastic.yaml",
+        str(root / "data" / "mix.txt"),
+        steps=4,
+        every=2,
+        mesh={"per_device_batch": 4},
+        work_dir=str(root / "work"),
+    )
     run_train(config, tmp_path / "ref2", devices=2)
     run = tmp_path / "elastic"
     run_train(config, run, "--steps", "2", devices=2)
@@ -139,8 +149,14 @@ def test_elastic_2_to_1_device_keeps_the_global_batch(setup, tmp_path):
 def test_elastic_8_to_2_to_8_devices_keeps_the_global_batch(setup, tmp_path):
     """Steps 1-4 on 8 devices, 5-7 on 2 (4 microbatches of 1 row per device), 8-10 on 8 again."""
     root, _ = setup
-    config = write_config(tmp_path / "elastic.yaml", str(root / "data" / "mix.txt"), steps=STEPS, every=2,
-                          mesh={"per_device_batch": 1}, work_dir=str(root / "work"))
+    config = write_config(
+        tmp_path / "elastic.yaml",
+        str(root / "data" / "mix.txt"),
+        steps=STEPS,
+        every=2,
+        mesh={"per_device_batch": 1},
+        work_dir=str(root / "work"),
+    )
     run_train(config, tmp_path / "ref8", devices=8)
     run = tmp_path / "elastic"
     run_train(config, run, "--steps", "4", devices=8)

@@ -76,9 +76,17 @@ def test_extending_a_finished_run_and_rerunning_it(setup, reference):
 # data order, and say which in the commit message; any other drift is a bug.
 # 2026-12-01: vocab_padding="olmo-core" (24 padding columns in the softmax: step-1 loss + ln(1024/1000)) and
 # the lr of the update completing step s taken at s, not s - 1 (OLMo-core's trainer.global_step).
-GOLDEN_STEP1 = {"loss": 6.924916744232178, "z_loss": 0.00048194374539889395, "grad_norm": 2.887993574142456,
-                "lr": 0.005}
-GOLDEN_STEP2 = {"loss": 6.908057689666748, "grad_norm": 2.3453381061553955, "lr": 0.01}  # warmup ends at step 2
+GOLDEN_STEP1 = {
+    "loss": 6.924916744232178,
+    "z_loss": 0.00048194374539889395,
+    "grad_norm": 2.887993574142456,
+    "lr": 0.005,
+}
+GOLDEN_STEP2 = {
+    "loss": 6.908057689666748,
+    "grad_norm": 2.3453381061553955,
+    "lr": 0.01,
+}  # warmup ends at step 2
 
 
 def test_golden_one_step_metrics(reference):
@@ -86,8 +94,9 @@ def test_golden_one_step_metrics(reference):
     for rec, golden in ((recs[0], GOLDEN_STEP1), (recs[1], GOLDEN_STEP2)):
         for key, want in golden.items():
             assert rec[key] == pytest.approx(want, rel=1e-6), (
-                    f"step {rec['step']} {key} = {rec[key]!r}, golden {want!r}: the first training step changed. "
-                    f"Legitimate only after an intended change to init, forward, loss, optimizer or data order")
+                f"step {rec['step']} {key} = {rec[key]!r}, golden {want!r}: the first training step changed. "
+                f"Legitimate only after an intended change to init, forward, loss, optimizer or data order"
+            )
 
 
 def test_remat_on_and_off_train_identically(setup, tmp_path):
@@ -144,8 +153,9 @@ def test_config_presets_and_overrides(tmp_path):
 
 def test_init_from_starts_a_new_stage_from_a_checkpoint(setup, reference, tmp_path):
     _, config = setup
-    cfg = load_config(config, ["train.steps=1", f"train.init_from={reference / 'checkpoints' / '10'}",
-                               "data.seed=8"])
+    cfg = load_config(
+        config, ["train.steps=1", f"train.init_from={reference / 'checkpoints' / '10'}", "data.seed=8"]
+    )
     summary = train(cfg, tmp_path / "stage2")
     assert summary["note"].startswith("initialised from")
     recs = metrics(tmp_path / "stage2")
@@ -188,8 +198,16 @@ def test_cli_dry_run_and_errors(capsys, tmp_path):
     # stage 3 reads OLMo-core's packed instances and attends within documents
     assert main(["train", "--config", "olmo3_7b_stage3", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert all(line in out for line in ("packed: true", "source_group_size: 8", "source_permutation_seed: 123",
-                                        "document_masks: true", "seq_len: 65536"))
+    assert all(
+        line in out
+        for line in (
+            "packed: true",
+            "source_group_size: 8",
+            "source_permutation_seed: 123",
+            "document_masks: true",
+            "seq_len: 65536",
+        )
+    )
 
 
 def test_eval_hook_runs_every_n_steps_and_logs_its_values(setup, tmp_path):

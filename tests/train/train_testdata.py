@@ -18,7 +18,9 @@ VOCAB = 1000  # olmax.model.tiny
 SEQ, GBS = 32, 8
 STEPS_PER_EPOCH = 7
 # XLA's persistent compilation cache, shared by the test processes: identical steps compile once
-CACHE_DIR = os.environ.get("OLMAX_TEST_JAX_CACHE", os.path.join(os.environ.get("TMPDIR", "/tmp"), "olmax-test-jax-cache"))
+CACHE_DIR = os.environ.get(
+    "OLMAX_TEST_JAX_CACHE", os.path.join(os.environ.get("TMPDIR", "/tmp"), "olmax-test-jax-cache")
+)
 
 
 def write_mix(folder: Path, sizes: Sequence[int] = SIZES, seed: int = 0) -> str:
@@ -37,15 +39,27 @@ def write_mix(folder: Path, sizes: Sequence[int] = SIZES, seed: int = 0) -> str:
     return str(folder / "mix.txt")
 
 
-def write_config(path: Path, mix: str, *, steps: int = 10, every: int = 3, work_dir: str = "", **extra: dict
-                 ) -> str:
+def write_config(
+    path: Path, mix: str, *, steps: int = 10, every: int = 3, work_dir: str = "", **extra: dict
+) -> str:
     """A tiny-model experiment YAML over `mix`; `extra` maps an area to field overrides."""
     cfg = {
         "name": "test",
-        "model": {"preset": "tiny", "max_position_embeddings": 64, "vocab_size": VOCAB, "eos_token_id": 999,
-                  "pad_token_id": 998},
-        "data": {"mix": mix, "seq_len": SEQ, "global_batch_size": GBS, "seed": 7, "num_threads": 0,
-                 "work_dir": work_dir or str(path.parent / "work")},
+        "model": {
+            "preset": "tiny",
+            "max_position_embeddings": 64,
+            "vocab_size": VOCAB,
+            "eos_token_id": 999,
+            "pad_token_id": 998,
+        },
+        "data": {
+            "mix": mix,
+            "seq_len": SEQ,
+            "global_batch_size": GBS,
+            "seed": 7,
+            "num_threads": 0,
+            "work_dir": work_dir or str(path.parent / "work"),
+        },
         "optim": {"lr": 1e-2, "schedule": "cosine", "warmup_steps": 2, "t_max": 20},
         "mesh": {},
         "checkpoint": {"every": every, "keep": 2},
@@ -71,9 +85,13 @@ def losses(run_dir: Path) -> dict[int, float]:
 
 
 def train_env(devices: int = 1) -> dict:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": CACHE_DIR,
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": CACHE_DIR,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    }
     env.pop("OLMAX_COORDINATOR", None)
     return env
 
@@ -84,7 +102,12 @@ def train_cmd(config: str, run_dir: Path, *args: str) -> list[str]:
 
 def run_train(config: str, run_dir: Path, *args: str, devices: int = 1, timeout: int = 300) -> str:
     """`olmax train` in a subprocess with `devices` forced host devices; returns its output."""
-    p = subprocess.run(train_cmd(config, run_dir, *args), env=train_env(devices), capture_output=True,
-                       text=True, timeout=timeout)
+    p = subprocess.run(
+        train_cmd(config, run_dir, *args),
+        env=train_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert p.returncode == 0, f"olmax train failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
     return p.stdout + p.stderr
