@@ -1,8 +1,9 @@
 """MinHash LSH near-duplicates with verification (Dolma 3's settings by default: word 5-grams, 26 bands
 x 11 rows, pairs kept at true Jaccard >= 0.8).
 
-Signatures: hash k of a shingle x is the high 32 bits of a_k * x + b_k (mod 2^64; a_k odd, a_k and
-b_k drawn once from a fixed seed), the signature the minimum over the document's shingles. LSH: the
+Signatures: hash k of a shingle x (its low 32 bits) is the high 32 bits of a_k * x + b_k (mod 2^64,
+multiply-add-shift, strongly universal on 32-bit keys; a_k odd, a_k and b_k drawn once from a fixed
+seed), the signature the minimum over the document's shingles. LSH: the
 rows of each band are hashed to one 64-bit bucket key; documents sharing a key in any band are
 candidates. In a bucket (members in input order) every member is paired with each of the first
 `ANCHORS` members before it (all pairs in buckets of up to ANCHORS + 1), so a bucket of boilerplate
@@ -66,16 +67,17 @@ def _signatures(sh, off, a, b):
     ndocs, k = off.size - 1, a.size
     sig = np.empty((ndocs, k), dtype=np.uint32)
     s32 = np.uint64(32)
+    m = np.empty(k, dtype=np.uint32)
     for d in range(ndocs):
-        lo, hi = off[d], off[d + 1]
-        for j in range(k):
-            aj, bj = a[j], b[j]
-            m = np.uint64(0xFFFFFFFF)
-            for i in range(lo, hi):
-                v = (aj * sh[i] + bj) >> s32
-                if v < m:
-                    m = v
-            sig[d, j] = np.uint32(m)
+        m[:] = np.uint32(0xFFFFFFFF)
+        for i in range(off[d], off[d + 1]):
+            # the shingle's low 32 bits: a 32x64-bit multiply the compiler vectorizes over the k hashes
+            x = sh[i] & np.uint64(0xFFFFFFFF)
+            for j in range(k):
+                v = np.uint32((a[j] * x + b[j]) >> s32)
+                if v < m[j]:
+                    m[j] = v
+        sig[d, :] = m
     return sig
 
 

@@ -10,8 +10,8 @@ L bytes are removed; a hash collision (different bytes) falls back to comparing 
 windows, so nothing is removed without an exact match. The removed windows of a document merge into
 spans, shrunk to whole UTF-8 characters so each kept text is its input minus the spans.
 
-Memory: about 33 bytes per input byte of a partition (the window hashes, the sort order, each
-window's rank and first occurrence, the bytes); the caller cuts the corpus into partitions of
+Memory: about 25 bytes per input byte of a partition (the bytes, each window's hash and start, a
+sorted copy of the hashes; then as much again per window whose hash occurs twice); the caller cuts the corpus into partitions of
 consecutive documents (input order) and repeats are found within a partition, as Dolma 3 ran it
 per shard.
 """
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from olmax.dedup.shingles import mix64
 
 BASE = np.uint64(0x100000001B3)
 
@@ -53,6 +55,35 @@ def _windows(buf, offsets, L):
 
 
 @njit(cache=True, nogil=True)
+def _members(hashes, keys):
+    """Indices i (ascending) with hashes[i] in `keys` (an open-addressing set: a sorted-array search
+    per window costs a cache miss per step)."""
+    size = 1
+    while size < 2 * keys.size:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.zeros(size, dtype=np.uint64)
+    used = np.zeros(size, dtype=np.bool_)
+    for k in keys:
+        t = mix64(k) & mask
+        while used[t] and table[t] != k:
+            t = (t + np.uint64(1)) & mask
+        table[t], used[t] = k, True
+    out = np.empty(hashes.size, dtype=np.int64)
+    n = 0
+    for i in range(hashes.size):
+        h = hashes[i]
+        t = mix64(h) & mask
+        while used[t]:
+            if table[t] == h:
+                out[n] = i
+                n += 1
+                break
+            t = (t + np.uint64(1)) & mask
+    return out[:n].copy()
+
+
+@njit(cache=True, nogil=True)
 def _equal(buf, x, y, L):
     for i in range(L):
         if buf[x + i] != buf[y + i]:
@@ -79,7 +110,7 @@ def _spans(buf, offsets, L, sorted_hashes, order, pos, doc_of):
             rank[order[t]] = t
             first[order[t]] = order[i]
         i = j
-    # windows in position order; `match` is the window the previous one matched (-1: none)
+    # candidate windows in position order; `prev_match`: the window the previous one matched (-1: none)
     span_doc = np.empty(nw, dtype=np.int64)
     span_a = np.empty(nw, dtype=np.int64)
     span_b = np.empty(nw, dtype=np.int64)
@@ -153,9 +184,18 @@ def repeated_spans(data: list[bytes], min_bytes: int):
     empty = np.zeros(0, np.int64)
     if hashes.size < 2:
         return empty, empty, empty, empty
-    order = np.argsort(hashes, kind="stable")
+    # only windows whose hash occurs twice can be repeats: find those hashes with one unstable sort,
+    # then order just those windows stably (by hash, then position)
+    s = np.sort(hashes)
+    twice = np.unique(s[1:][s[1:] == s[:-1]])
+    del s
+    if twice.size == 0:
+        return empty, empty, empty, empty
+    cand = _members(hashes, twice)
+    h, pos = hashes[cand], pos[cand]
+    order = np.argsort(h, kind="stable")
     doc_of = (np.searchsorted(offsets, pos, side="right") - 1).astype(np.int64)
-    return _spans(buf, offsets, min_bytes, hashes[order], order, pos, doc_of)
+    return _spans(buf, offsets, min_bytes, h[order], order, pos, doc_of)
 
 
 def cut(text_bytes: bytes, spans: list[tuple[int, int]]) -> bytes:
