@@ -20,6 +20,8 @@ edited document, in input order) and the manifest's counts are written at the en
 from __future__ import annotations
 
 import json
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -111,6 +113,7 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
     seen: dict[int, int] = {}
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
     parts: list = []
+    text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
         for si, batch in _documents(cfg, files):
             texts = []
@@ -118,6 +121,7 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
                 g = len(docs.ids)
                 docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
                 data = _utf8(d)
+                text_bytes += len(data)
                 if "exact" in st.stages:
                     h = xxhash.xxh3_128_intdigest(data)
                     first = seen.setdefault(h, g)
@@ -147,7 +151,7 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
     partitions = 0
     if "substring" in st.stages:
         partitions = _substring(cfg, files, docs, removed)
-    return _decisions(cfg, docs, removed, candidates, partitions)
+    return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
 
 
 def _substring(cfg, files, docs: _Docs, removed: dict[int, dict]) -> int:
@@ -218,8 +222,15 @@ def load_or_plan(cfg, out: Path, files: dict[str, list[str]]) -> dict:
         saved = json.loads(path.read_text())
         if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
             return saved
+    t0, c0 = time.monotonic(), time.process_time()
     decisions = plan(cfg, files)
     write_json(path, decisions)
+    print(
+        f"olmax: dedup decisions for {decisions['documents']:,} documents "
+        f"({decisions['text_bytes'] / 1e6:,.2f} MB of text) in {time.monotonic() - t0:.2f}s "
+        f"({time.process_time() - c0:.2f}s CPU)",
+        file=sys.stderr,
+    )
     return decisions
 
 
@@ -257,6 +268,7 @@ def manifest_entry(decisions: dict) -> dict:
         "settings": st,
         "normalization": NORMALIZATION,
         "documents_seen": decisions["documents"],
+        "text_bytes_seen": decisions["text_bytes"],
         "removed": decisions["counts"],
         "minhash_candidate_pairs": decisions["minhash_candidate_pairs"],
         "substring_bytes_removed": decisions["substring_bytes_removed"],
