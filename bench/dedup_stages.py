@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl  # noqa: E402
 
 from olmax.data.mixspec import SourceSpec  # noqa: E402
-from olmax.data.prepare import PrepareConfig  # noqa: E402
+from olmax.data.prepare import PrepareConfig, read_batches  # noqa: E402
 from olmax.data.prepare_dedup import DedupSettings, plan  # noqa: E402
 from olmax.dedup.minhash import MinHashParams, cluster, signatures  # noqa: E402
 from olmax.dedup.shingles import text_shingles  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> None:
         for stages in (("minhash",), ("exact", "minhash", "substring")):
             cfg = replace(base, dedup=DedupSettings(stages=stages))
             tracemalloc.start()
-            dec, w, c = timed(plan, cfg, files)
+            dec, w, c = timed(plan, cfg, files, read_batches)
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             name = "prepare pass: jsonl -> " + ",".join(stages)

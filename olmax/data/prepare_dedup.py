@@ -31,7 +31,6 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.data.prepare import DEDUP_DECISIONS, read_batches
 from olmax.dedup.minhash import MinHashParams, cluster, signatures
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
 from olmax.dedup.substring import cut, repeated_spans
@@ -40,6 +39,7 @@ from olmax.jsonio import write_json
 
 STAGES = ("exact", "minhash", "substring")
 REMOVED_FILE = "removed.jsonl"
+DECISIONS_FILE = ".olmax-dedup.json"  # written before the first shard; a resume reads it back
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,9 @@ def _utf8(doc: readers.Doc) -> bytes:
         ) from None
 
 
-def _documents(cfg, files: dict[str, list[str]]):
-    """(source index, file index, doc) of every document prepare would tokenize, in input order."""
+def _documents(cfg, files: dict[str, list[str]], read_batches):
+    """(source index, file index, doc) of every document prepare would tokenize, in input order
+    (`read_batches`: prepare's reader, so both passes see the same documents)."""
     for si, spec in enumerate(cfg.sources):
         stats = readers.ReadStats()
         for batch in read_batches(files[spec.label], cfg, spec.text_field or cfg.text_field, (0, 0), stats):
@@ -105,7 +106,7 @@ def _shingle_batch(texts: list[str], params: MinHashParams):
     return sh, np.diff(off), signatures(sh, off, params)
 
 
-def plan(cfg, files: dict[str, list[str]]) -> dict:
+def plan(cfg, files: dict[str, list[str]], read_batches) -> dict:
     """Run the stages over every document: {"records": [...], "counts": {...}, ...} (module docstring)."""
     st: DedupSettings = cfg.dedup
     docs = _Docs()
@@ -115,7 +116,7 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
     parts: list = []
     text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
-        for si, batch in _documents(cfg, files):
+        for si, batch in _documents(cfg, files, read_batches):
             texts = []
             for fi, d in batch:
                 g = len(docs.ids)
@@ -150,11 +151,11 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
             }
     partitions = 0
     if "substring" in st.stages:
-        partitions = _substring(cfg, files, docs, removed)
+        partitions = _substring(cfg, files, read_batches, docs, removed)
     return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
 
 
-def _substring(cfg, files, docs: _Docs, removed: dict[int, dict]) -> int:
+def _substring(cfg, files, read_batches, docs: _Docs, removed: dict[int, dict]) -> int:
     """Add the substring stage's records to `removed`; returns the number of partitions."""
     st: DedupSettings = cfg.dedup
     where = {(s, f, loc): g for g, (s, f, loc) in enumerate(zip(docs.source, docs.file, docs.loc))}
@@ -175,7 +176,7 @@ def _substring(cfg, files, docs: _Docs, removed: dict[int, dict]) -> int:
         partitions += 1
         group, data, size = [], [], 0
 
-    for si, batch in _documents(cfg, files):
+    for si, batch in _documents(cfg, files, read_batches):
         for fi, d in batch:
             g = where[(si, fi, d.loc)]
             if g in removed:
@@ -215,15 +216,15 @@ def _decisions(cfg, docs: _Docs, removed: dict[int, dict], candidates: int, part
     }
 
 
-def load_or_plan(cfg, out: Path, files: dict[str, list[str]]) -> dict:
+def load_or_plan(cfg, out: Path, files: dict[str, list[str]], read_batches) -> dict:
     """The decisions of this run: read back after a kill, else made now and written atomically."""
-    path = out / DEDUP_DECISIONS
+    path = out / DECISIONS_FILE
     if path.exists():
         saved = json.loads(path.read_text())
         if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
             return saved
     t0, c0 = time.monotonic(), time.process_time()
-    decisions = plan(cfg, files)
+    decisions = plan(cfg, files, read_batches)
     write_json(path, decisions)
     print(
         f"olmax: dedup decisions for {decisions['documents']:,} documents "
