@@ -113,7 +113,8 @@ def plan(cfg, files: dict[str, list[str]], read_batches) -> dict:
     removed: dict[int, dict] = {}
     seen: dict[int, int] = {}
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
-    parts: list = []
+    parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
+    pending: list = []
     text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
         for si, batch in _documents(cfg, files, read_batches):
@@ -133,8 +134,10 @@ def plan(cfg, files: dict[str, list[str]], read_batches) -> dict:
                     mh_docs.append(g)
                     texts.append(d.text)
             if texts:
-                parts.append(pool.submit(_shingle_batch, texts, st.minhash))
-        parts = [p.result() for p in parts]
+                pending.append(pool.submit(_shingle_batch, texts, st.minhash))
+            while len(pending) > cfg.workers:  # bounded: the texts of a few batches in flight at most
+                parts.append(pending.pop(0).result())
+        parts += [p.result() for p in pending]
     candidates = 0
     if mh_docs:
         sh = np.concatenate([p[0] for p in parts])
