@@ -74,12 +74,21 @@ def _file_dir(tmp: str, task_source: int, task_file: int) -> str:
     return storage.join(tmp, "files", f"{task_source:04d}", f"{task_file:08d}")
 
 
-def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) -> dict:
-    """Map: one input file → its temporaries (tokens.bin, docs.pkl) and a summary."""
+def tokenize_file(
+    cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str, edits: dict | None = None
+) -> dict:
+    """Map: one input file → its temporaries (tokens.bin, docs.pkl) and a summary. `edits`: the dedup
+    decisions of its source ((file, line) → spans to cut, or None: dropped), as the local runner applies
+    them."""
     stats = readers.ReadStats()
     parts, lengths, nbytes, ids, locs, empty_before, bad_before = [], [], [], [], [], [], []
     empties = 0
-    for batch in read_batches([task.path], cfg, task.text_field, (0, 0), stats, first_file=task.file):
+    batches = read_batches([task.path], cfg, task.text_field, (0, 0), stats, first_file=task.file)
+    if edits is not None:
+        from olmax.data.prepare_dedup import apply_edits
+
+        batches = apply_edits(batches, edits)
+    for batch in batches:
         enc = encode_docs(tok, batch, cfg.dolma_compat)
         parts.append(enc.tokens)
         lengths.extend(enc.lengths)
@@ -219,8 +228,9 @@ class _Tokenize:
     """DoFn state: the tokenizer is loaded once per worker from its bytes (workers may not see the
     driver's files)."""
 
-    def __init__(self, cfg: PrepareConfig, tok_json: bytes, tmp: str):
+    def __init__(self, cfg: PrepareConfig, tok_json: bytes, tmp: str, edits: dict | None = None):
         self.cfg, self.tok_json, self.tmp = cfg, tok_json, tmp
+        self.edits = edits  # source → its dedup edits (prepare_dedup.edits_of), or None without --dedup
         self.tok = None
 
     def __call__(self, task: FileTask):
@@ -230,7 +240,8 @@ class _Tokenize:
             d = tempfile.mkdtemp(prefix="olmax-tok-")
             Path(d, "tokenizer.json").write_bytes(self.tok_json)
             self.tok = load_tokenizer(os.path.join(d, "tokenizer.json"), self.cfg.engine)
-        return tokenize_file(self.cfg, task, self.tok, self.tmp)
+        edits = None if self.edits is None else self.edits[task.source]
+        return tokenize_file(self.cfg, task, self.tok, self.tmp, edits)
 
 
 def _plan(summaries: list, cfg: PrepareConfig, tmp: str, n_files: list[int]):
@@ -291,13 +302,15 @@ def prepare_beam(
     tid = tokenizer_id(tok)
     tok_json = Path(tok_path).read_bytes()
     collected_dir = storage.join(tmp, "results")
+    edits = None
 
     def build(p):
         summaries = (
             p
             | "Files" >> bm.Create(tasks)
             | "Spread files" >> bm.Reshuffle()
-            | "Tokenize" >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp), lambda t: (t.source, t.file)))
+            | "Tokenize"
+            >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp, edits), lambda t: (t.source, t.file)))
         )
         beam.collect(summaries, collected_dir, "files")
         shards = (
@@ -315,7 +328,14 @@ def prepare_beam(
         beam.collect(shards, collected_dir, "shards")
 
     t0 = time.monotonic()
+    decisions = None
     try:
+        if cfg.dedup is not None:  # the decisions first, as the local runner makes them (prepare_dedup.py)
+            from olmax.data.prepare_dedup import edits_of, load_or_plan
+            from olmax.data.prepare_dedup_beam import planner
+
+            decisions = load_or_plan(cfg, out, files, read_batches, planner(options, tmp, log_dir))
+            edits = {si: edits_of(decisions, si) for si in range(len(cfg.sources))}
         beam.run(build, options, log_dir, "olmax data prepare")
         summaries = beam.collected(collected_dir, "files")
         written = beam.collected(collected_dir, "shards")
@@ -340,7 +360,7 @@ def prepare_beam(
     storage.remove_tree(tmp)
     shutil.rmtree(log_dir, ignore_errors=True)
     if remote is None:
-        return finish_prepare(cfg, out, tok, tok_path, results, journal, t0)
+        return finish_prepare(cfg, out, tok, tok_path, results, journal, t0, decisions)
     # the mix plan may split one shard of a source it repeats partially: that source's shards are fetched into
     # the staging folder (the split happens there, and is uploaded with it); the split original is removed
     before = {s.path for r in results for s in r.shards}
@@ -351,7 +371,7 @@ def prepare_beam(
                     if storage.exists(storage.join(remote, rel)):
                         Path(out, rel).parent.mkdir(parents=True, exist_ok=True)
                         Path(out, rel).write_bytes(storage.read_bytes(storage.join(remote, rel)))
-    manifest = finish_prepare(cfg, out, tok, tok_path, results, journal, t0)
+    manifest = finish_prepare(cfg, out, tok, tok_path, results, journal, t0, decisions)
     for gone in before - {s.path for r in results for s in r.shards}:
         for rel in (gone, str(sidecar_path(gone)), str(Path(gone).with_suffix(".arrayrecord"))):
             if storage.exists(storage.join(remote, rel)):

@@ -82,7 +82,7 @@ class _Docs:
     ids: list[str] = field(default_factory=list)
 
 
-def _utf8(doc: readers.Doc) -> bytes:
+def utf8(doc: readers.Doc) -> bytes:
     try:
         return doc.text.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -96,9 +96,17 @@ def _documents(cfg, files: dict[str, list[str]], read_batches):
     """(source index, file index, doc) of every document prepare would tokenize, in input order
     (`read_batches`: prepare's reader, so both passes see the same documents)."""
     for si, spec in enumerate(cfg.sources):
-        stats = readers.ReadStats()
-        for batch in read_batches(files[spec.label], cfg, spec.text_field or cfg.text_field, (0, 0), stats):
-            yield si, [(fi, d) for fi, d, _ in batch if (d.text.strip() if cfg.dolma_compat else d.text)]
+        yield from ((si, b) for b in stage_batches(cfg, si, files[spec.label], read_batches))
+
+
+def stage_batches(cfg, source: int, paths: list[str], read_batches, first_file: int = 0):
+    """Batches of (file index, doc) of the documents of `paths` (files `first_file`...) of a source that
+    take part in the stages: those prepare tokenizes (the Beam runner reads one file at a time)."""
+    spec = cfg.sources[source]
+    stats = readers.ReadStats()
+    text_field = spec.text_field or cfg.text_field
+    for batch in read_batches(paths, cfg, text_field, (0, 0), stats, first_file=first_file):
+        yield [(fi, d) for fi, d, _ in batch if (d.text.strip() if cfg.dolma_compat else d.text)]
 
 
 def _shingle_batch(texts: list[str], params: MinHashParams):
@@ -122,7 +130,7 @@ def plan(cfg, files: dict[str, list[str]], read_batches) -> dict:
             for fi, d in batch:
                 g = len(docs.ids)
                 docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
-                data = _utf8(d)
+                data = utf8(d)
                 text_bytes += len(data)
                 if "exact" in st.stages:
                     h = xxhash.xxh3_128_intdigest(data)
@@ -185,7 +193,7 @@ def _substring(cfg, files, read_batches, docs: _Docs, removed: dict[int, dict]) 
             if g in removed:
                 continue
             group.append(g)
-            data.append(_utf8(d))
+            data.append(utf8(d))
             size += len(data[-1])
             if size >= st.substring_partition_bytes:
                 flush()
@@ -194,23 +202,33 @@ def _substring(cfg, files, read_batches, docs: _Docs, removed: dict[int, dict]) 
 
 
 def _decisions(cfg, docs: _Docs, removed: dict[int, dict], candidates: int, partitions: int) -> dict:
+    found = []
+    for g, r in removed.items():
+        at = (docs.source[g], docs.file[g], docs.loc[g])
+        found.append((at, r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]]}))
+    return decisions_of(cfg, found, len(docs.ids), candidates, partitions)
+
+
+def decisions_of(
+    cfg, found: list[tuple[tuple, dict]], documents: int, candidates: int, partitions: int
+) -> dict:
+    """The decisions file's content (either runner) from `found`: (input position (source, file, line),
+    {"id", "stage", "kept": kept id, "jaccard"?, "spans"?}) per removed or edited document, any order."""
     labels = [s.label for s in cfg.sources]
     records = []
-    for g in sorted(removed):
-        r = removed[g]
-        rec = {"id": docs.ids[g], "source": labels[docs.source[g]], "stage": r["stage"]}
-        rec["kept"] = docs.ids[r["kept"]]
+    for at, r in sorted(found, key=lambda x: x[0]):
+        rec = {"id": r["id"], "source": labels[at[0]], "stage": r["stage"], "kept": r["kept"]}
         if "jaccard" in r:
             rec["jaccard"] = r["jaccard"]
         if "spans" in r:
             rec["spans"] = r["spans"]
-        rec["at"] = [docs.source[g], docs.file[g], docs.loc[g]]
+        rec["at"] = list(at)
         records.append(rec)
     counts = {s: sum(1 for r in records if r["stage"] == s) for s in cfg.dedup.stages}
     cut_bytes = sum(b - a for r in records for a, b in r.get("spans", []))
     return {
         "settings": asdict(cfg.dedup),
-        "documents": len(docs.ids),
+        "documents": documents,
         "counts": counts,
         "minhash_candidate_pairs": candidates,
         "substring_bytes_removed": cut_bytes,
@@ -219,15 +237,16 @@ def _decisions(cfg, docs: _Docs, removed: dict[int, dict], candidates: int, part
     }
 
 
-def load_or_plan(cfg, out: Path, files: dict[str, list[str]], read_batches) -> dict:
-    """The decisions of this run: read back after a kill, else made now and written atomically."""
+def load_or_plan(cfg, out: Path, files: dict[str, list[str]], read_batches, planner=None) -> dict:
+    """The decisions of this run: read back after a kill, else made now (by `planner(cfg, files,
+    read_batches)`, default `plan`; the Beam runner passes its pipeline) and written atomically."""
     path = out / DECISIONS_FILE
     if path.exists():
         saved = json.loads(path.read_text())
         if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
             return saved
     t0, c0 = time.monotonic(), time.process_time()
-    decisions = plan(cfg, files, read_batches)
+    decisions = (planner or plan)(cfg, files, read_batches)
     write_json(path, decisions)
     print(
         f"olmax: dedup decisions for {decisions['documents']:,} documents "

@@ -127,6 +127,23 @@ def _bucket_pairs(sorted_keys, members, anchors):
     return a, b
 
 
+def band_keys(sig: np.ndarray, params: MinHashParams) -> np.ndarray:
+    """(documents, bands) uint64 bucket keys of the signatures (what `candidate_pairs` groups by)."""
+    sig = np.ascontiguousarray(sig)
+    out = np.empty((sig.shape[0], params.bands), dtype=np.uint64)
+    for band in range(params.bands):
+        out[:, band] = _band_keys(sig, band, params.rows)
+    return out
+
+
+def bucket_pairs(members: np.ndarray) -> np.ndarray:
+    """The candidate pairs of one bucket, its members (document numbers) in input order: each member
+    with the first `ANCHORS` before it, as `candidate_pairs` pairs them; an (n, 2) int64 array."""
+    members = np.asarray(members, np.int64)
+    a, b = _bucket_pairs(np.zeros(members.size, np.uint64), members, ANCHORS)
+    return np.stack([a, b], axis=1)
+
+
 def candidate_pairs(sig: np.ndarray, params: MinHashParams, eligible: np.ndarray) -> np.ndarray:
     """Unique candidate pairs (i < j) of the eligible documents, as an (n, 2) int64 array in order."""
     idx = np.flatnonzero(eligible)

@@ -229,7 +229,6 @@ def test_sigkill_then_rerun_gives_same_bytes(tmp_path, big, dolma2):
         (["--dedup", "minhash", "--minhash-threshold", "0"], "(0, 1]"),
         (["--dedup", "minhash", "--minhash-threshold", "1.01"], "(0, 1]"),
         (["--dedup", "substring", "--substring-min-bytes", "0"], "--substring-min-bytes"),
-        (["--dedup", "minhash", "--runner", "beam"], "--runner beam"),
     ],
 )
 def test_bad_dedup_settings_leave_no_folder(tmp_path, corpus, dolma2, capsys, extra, message):
