@@ -10,14 +10,17 @@ Pipeline 1 (exact and minhash):
 2. exact: GroupByKey on the hash; the first position of a group is kept, the others removed.
 3. minhash over the exact stage's survivors: GroupByKey on (band, bucket key); each bucket's members in
    input order give the local rule's pairs (`bucket_pairs`: each with the first ANCHORS before it);
-   Distinct pairs are the candidates; each pair is joined with both documents' shingle sets
-   (CoGroupByKey by document, then by pair) and kept at Jaccard >= threshold: the verified edges.
-4. connected components by min-label propagation over the edges: every node starts as its own label;
-   a round gives each node the minimum label of itself and its neighbours, then jumps it to its label's
-   label (labels only decrease and stay in the component, so the fixed point is each component's first
-   position: the kept document). `rounds` rounds are laid out in the graph; the pipeline also counts the
-   labels its last round changed, and the driver reruns it with twice the rounds until that is 0.
-   Memory per worker: one node's neighbours, never the graph.
+   each pair is joined with both documents' shingle sets (CoGroupByKey by document, then GroupByKey by
+   pair: a pair from several bands is one candidate) and kept at Jaccard >= threshold: the verified
+   edges.
+4. connected components by min-label propagation over the edges, one GroupByKey a round: every node
+   starts as its own label; a round gives each node the minimum of its label and the labels sent to it
+   by its neighbours and by the nodes that asked it (a node asks its label's node, which answers the
+   next round: pointer jumping, so a chain is crossed in far fewer rounds than its length). Labels
+   only decrease and stay in the component; when a round changes none, each is its component's first
+   position (the kept document). `rounds` rounds are laid out in the graph, the last one's changes
+   counted; the driver reruns the pipeline with twice the rounds until that count is 0. A worker holds
+   one node's neighbours and askers at a time, never the graph.
 5. each removed document joined with its kept one's shingle set: the record's exact Jaccard.
 Pipeline 2 (substring): the driver cuts the survivors, in input order, into the local partitions of
 consecutive documents (from per-file document sizes); one work item per partition re-reads its documents
@@ -96,18 +99,12 @@ def _summary(result):
 
 
 def _exact_group(kv):
-    """One hash's documents: the first kept, the others removed naming it."""
-    members = sorted(kv[1])
-    first_pos, first_id = members[0]
-    yield "keep", first_pos
-    for pos, doc_id in members[1:]:
-        yield "rec", (pos, {"id": doc_id, "stage": "exact", "kept": first_id})
-
-
-def _survivor(kv):
-    _, g = kv
-    if g["keep"]:
-        yield from g["doc"]
+    """One hash's documents: ("keep", the first), ("rec", a removal record naming it) for the others."""
+    members = sorted(kv[1], key=lambda d: d[0])
+    first = members[0]
+    yield "keep", first
+    for doc in members[1:]:
+        yield "rec", (doc[0], {"id": doc[1], "stage": "exact", "kept": first[1]})
 
 
 def _bucket_entries(doc):
@@ -161,55 +158,57 @@ def _both_ways(edge):
     return [(edge[0], edge[1]), (edge[1], edge[0])]
 
 
-def _own(edge):
-    return [(edge[0], edge[0]), (edge[1], edge[1])]
+def _first_state(kv):
+    """A node's state: (label, neighbours, nodes that asked for its label, whether the label changed)."""
+    node, others = kv
+    return node, (node, tuple(sorted(set(others))), (), True)
 
 
-def _spread_label(kv):
-    node, g = kv
-    label = min(g["lab"])
-    yield node, label
-    for other in g["adj"]:
-        yield other, label
+def _send(kv):
+    """A round's messages: the node's label to its neighbours and to the nodes that asked for it, and
+    a request to its label's node (whose label it gets next round: pointer jumping)."""
+    node, (label, others, askers, _) = kv
+    yield node, ("state", label, others)
+    for other in others + askers:
+        yield other, ("label", label)
+    if label != node:
+        yield label, ("ask", node)
 
 
-def _jump(kv):
-    _, g = kv
-    label = min(g["lab"])
-    for node in g["ask"]:
-        yield node, label
-
-
-def _changed(kv):
-    _, g = kv
-    return list(g["old"]) != list(g["new"])
+def _receive(kv):
+    node, items = kv
+    label = others = None
+    best, askers = None, []
+    for item in items:
+        if item[0] == "state":
+            label, others = item[1], item[2]
+        elif item[0] == "label":
+            best = item[1] if best is None else min(best, item[1])
+        else:
+            askers.append(item[1])
+    new = label if best is None else min(label, best)
+    return node, (new, others, tuple(sorted(askers)), new != label)
 
 
 def components(bm, edges, rounds: int):
-    """(node, label) after `rounds` rounds of min-label propagation with pointer jumping, and the
-    number of labels the last round changed (0: the labels are the components' first nodes)."""
-    adj = edges | "Adjacency" >> bm.FlatMap(_both_ways)
-    labels = edges | "Own labels" >> bm.FlatMap(_own) | "Distinct nodes" >> bm.CombinePerKey(min)
-    before = labels
+    """(node, label) after `rounds` rounds of min-label propagation (one GroupByKey a round), and the
+    number of labels the last round changed (0: each label is its component's first node)."""
+    state = (
+        edges
+        | "Both ways" >> bm.FlatMap(_both_ways)
+        | "Neighbours" >> bm.GroupByKey()
+        | "First state" >> bm.Map(_first_state)
+    )
     for r in range(rounds):
-        before = labels
-        spread = (
-            {"lab": labels, "adj": adj}
-            | f"Round {r}: neighbours" >> bm.CoGroupByKey()
-            | f"Round {r}: spread" >> bm.FlatMap(_spread_label)
-            | f"Round {r}: min" >> bm.CombinePerKey(min)
+        state = (
+            state
+            | f"Round {r}: send" >> bm.FlatMap(_send)
+            | f"Round {r}: gather" >> bm.GroupByKey()
+            | f"Round {r}: receive" >> bm.Map(_receive)
         )
-        ask = spread | f"Round {r}: ask label" >> bm.Map(lambda nl: (nl[1], nl[0]))
-        labels = (
-            {"ask": ask, "lab": spread}
-            | f"Round {r}: labels' labels" >> bm.CoGroupByKey()
-            | f"Round {r}: jump" >> bm.FlatMap(_jump)
-        )
+    labels = state | "Labels" >> bm.Map(lambda ns: (ns[0], ns[1][0]))
     changed = (
-        {"old": before, "new": labels}
-        | "Last round" >> bm.CoGroupByKey()
-        | "Changed" >> bm.Filter(_changed)
-        | "Count changed" >> bm.combiners.Count.Globally()
+        state | "Changed" >> bm.Filter(lambda ns: ns[1][3]) | "Count changed" >> bm.combiners.Count.Globally()
     )
     return labels, changed
 
@@ -236,7 +235,7 @@ def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> 
     if "exact" in st.stages:
         exact = (
             docs
-            | "By hash" >> bm.Map(lambda d: (d[2], (d[0], d[1])))
+            | "By hash" >> bm.Map(lambda d: (d[2], d))
             | "Same hash" >> bm.GroupByKey()
             | "First of each" >> bm.FlatMap(_exact_group)
         )
@@ -245,15 +244,7 @@ def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> 
             folder,
             "exact",
         )
-        keep = (
-            exact
-            | "Kept" >> bm.Filter(lambda x: x[0] == "keep")
-            | "Keyed kept" >> bm.Map(lambda x: (x[1], 1))
-        )
-        keyed = docs | "Keyed documents" >> bm.Map(lambda d: (d[0], d))
-        survivors = (
-            {"keep": keep, "doc": keyed} | "Exact survivors" >> bm.CoGroupByKey() | bm.FlatMap(_survivor)
-        )
+        survivors = exact | "Kept" >> bm.Filter(lambda x: x[0] == "keep") | bm.Map(lambda x: x[1])
     if "minhash" not in st.stages:
         return
     side = survivors | "Shingle sets" >> bm.Map(lambda d: (d[0], (d[1], d[4])))
@@ -262,12 +253,12 @@ def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> 
         | "Band keys" >> bm.FlatMap(_bucket_entries)
         | "Buckets" >> bm.GroupByKey()
         | "Bucket pairs" >> bm.FlatMap(_bucket)
-        | "Distinct pairs" >> bm.Distinct()
     )
-    beam.collect(pairs | "Count candidates" >> bm.combiners.Count.Globally(), folder, "candidates")
+    verified = _with_jaccard(bm, pairs, side, "Verify")  # a pair from several bands: one result
+    beam.collect(verified | "Count candidates" >> bm.combiners.Count.Globally(), folder, "candidates")
     threshold = st.minhash.threshold
     edges = (
-        _with_jaccard(bm, pairs, side, "Verify")
+        verified
         | "Verified" >> bm.Filter(lambda e: e[2] >= threshold)
         | "Edges" >> bm.Map(lambda e: (e[0], e[1]))
     )
