@@ -1,7 +1,9 @@
 """The leak audit's verification, compiled (numba): where an item's hits place it in a document
-(`chains`), how much of it the words there hold (`lcs_length`), the exact contiguous match short items
-need (`contains_run`), and all three over a file's candidates in one call (`verify_candidates`). Items
-and regions are arrays of packed word values (normalize.py).
+(`chains`), how much of it the words there hold (`lcs_length`), whether a number or an operator of it
+was replaced there (`lcs_conflicts`), the exact contiguous match very short items need
+(`contains_run`), the few word edits short ones may have (`edit_distance`), and all of them over a
+file's candidates in one call (`verify_candidates`). Items and regions are arrays of packed word
+values in the verification's reading (normalize.py: numbers and operators flagged PROTECTED).
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from olmax.audit.normalize import as_token_ids, words_of
+from olmax.audit.normalize import PROTECTED, as_token_ids, words_of
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
 _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
+
+
+ALIGNED, EXACT, EDITS = 0, 1, 2  # a candidate's rule: aligned fraction, exact run, few word edits
+PROTECTED_EDIT = 1 << 20  # an edit that changes a protected word: never one of the few allowed
 
 
 def verify_candidates(
@@ -29,21 +35,25 @@ def verify_candidates(
     item_ptr: np.ndarray,
     item_of: np.ndarray,
     n: np.ndarray,
-    short: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(score, token start, token end) of each candidate of one file: candidate g's hits are
-    q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its document is
-    tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]] for
-    i = item_of[g], `n` its window and `short` whether it needs a whole-item match. `tables` is
+    mode: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(score, token start, token end, conflicts, edits) of each candidate of one file: candidate g's
+    hits are q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its
+    document is tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]]
+    for i = item_of[g] (the verification's reading: numbers and operators carry
+    normalize.PROTECTED), `n` its window and `mode` its rule. `tables` is that reading's
     `WordTables.kernel_tables`.
 
     Each candidate: the document's words around the hits (the item's words not covered by them on
     either side, plus slack, at 4 tokens a word; doubled while a placement runs past the tokens read,
     up to 16 times), the chains of hits (`chains`) and around each its region (room for the item's
-    words outside the chain, half again for inserted words, and slack); the score is the best
-    region's aligned fraction of the item's words (a short item scores 1.0 only for an exact
-    contiguous match, else at most 0.999), the span runs from the chain's first word to the word after
-    its last window."""
+    words outside the chain, half again for inserted words, and slack). Per region, by mode:
+    ALIGNED: the aligned fraction of the item's words (longest common subsequence) and, when the item
+    has protected words, the conflicts of one longest alignment (`lcs_conflicts`); EXACT: 1.0 for an
+    exact contiguous match, else at most 0.999; EDITS: the fewest word edits that turn the item into
+    a run of the region (`edit_distance`, an edit of a protected word counting PROTECTED_EDIT) and
+    the aligned fraction. The best region (fewest conflicts and edits, then score) is reported; the
+    span runs from the chain's first word to the word after its last window."""
     # a whole file: shard dtypes as they are (no copy), anything else through as_token_ids
     tokens = np.asarray(tokens)
     tokens = (
@@ -63,21 +73,26 @@ def verify_candidates(
         item_ptr.astype(np.int64),
         item_of.astype(np.int64),
         n.astype(np.int64),
-        short.astype(np.bool_),
+        mode.astype(np.int64),
     )
 
 
 @njit(cache=True, nogil=True)
-def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, item_ptr, item_of, n, short):
+def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, item_ptr, item_of, n, mode):
     m = doc_start.size
     scores = np.zeros(m, np.float64)
     t0s = np.zeros(m, np.int64)
     t1s = np.zeros(m, np.int64)
+    conflicts = np.zeros(m, np.int64)
+    edits = np.zeros(m, np.int64)
     for g in range(m):
         q = q_all[hit_ptr[g] : hit_ptr[g + 1]]
         pos = pos_all[hit_ptr[g] : hit_ptr[g + 1]]
         item = items[item_ptr[item_of[g]] : item_ptr[item_of[g] + 1]]
         k = item.size
+        has_protected = False
+        for w in item:
+            has_protected |= (w & _PROT) != np.uint64(0)
         ds, de = doc_start[g], doc_end[g]
         slack = 3 + k // 10
         before = 4 * (q.min() + slack) + 16
@@ -102,20 +117,114 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
             if grow >= 16 or not past:
                 break
             grow *= 2
-        best, bs0, bs1 = -1.0, 0, 0
+        best, bconf, bedit, bs0, bs1 = -1.0, 1 << 40, 1 << 40, 0, 0
         for j in range(found.shape[0]):
             region = vals[max(0, r0s[j]) : min(vals.size, r1s[j])]
-            if short[g]:
+            conf, ed = 0, 0
+            if mode[g] == EXACT:
                 score = 1.0 if _contains(region, item) else min(0.999, _lcs(item, region) / k)
+            elif mode[g] == EDITS:
+                ed = _edits(item, region)
+                score = min(0.999, _lcs(item, region) / k) if ed else 1.0
             else:
                 score = _lcs(item, region) / k
-            if score > best:
-                best, bs0, bs1 = score, found[j, 0], found[j, found.shape[1] - 1]
+                if has_protected:
+                    conf = _lcs_conflicts(item, region)
+            better = conf < bconf or (conf == bconf and (ed < bedit or (ed == bedit and score > best)))
+            if better:
+                best, bconf, bedit, bs0, bs1 = score, conf, ed, found[j, 0], found[j, found.shape[1] - 1]
         last = c[bs1] + n[g]  # the word after the last matched window
         scores[g] = best
+        conflicts[g] = bconf
+        edits[g] = bedit
         t0s[g] = a + first_tok[c[bs0]] if first_tok.size else a
         t1s[g] = a + first_tok[last] if last < first_tok.size else b
-    return scores, t0s, t1s
+    return scores, t0s, t1s, conflicts, edits
+
+
+_PROT = PROTECTED
+
+
+def edit_distance(item: np.ndarray, region: np.ndarray) -> int:
+    """The fewest word edits (a substitution, a dropped or an inserted word: 1 each) that turn `item`
+    into a contiguous run of `region`; an edit that drops, replaces or inserts a protected word (a
+    number or an operator: normalize.PROTECTED) counts PROTECTED_EDIT."""
+    return int(
+        _edits(np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64))
+    )
+
+
+def lcs_conflicts(item: np.ndarray, region: np.ndarray) -> int:
+    """In one longest common subsequence of the two, the gaps between aligned words (not before the
+    first or after the last) where the item's unaligned words and the region's both hold a protected
+    word: a number or an operator replaced by another (a sign flipped, another value)."""
+    return int(
+        _lcs_conflicts(
+            np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)
+        )
+    )
+
+
+@njit(cache=True, nogil=True)
+def _edits(item, region):
+    """Semi-global edit distance (the region's words before and after the run are free), one column of
+    the table at a time."""
+    k, r = item.size, region.size
+    big = PROTECTED_EDIT
+    prev = np.empty(k + 1, np.int64)
+    cur = np.empty(k + 1, np.int64)
+    prev[0] = 0
+    for i in range(1, k + 1):
+        prev[i] = prev[i - 1] + (big if item[i - 1] & _PROT else 1)
+    best = prev[k]
+    for j in range(1, r + 1):
+        w = region[j - 1]
+        wp = (w & _PROT) != np.uint64(0)
+        ins = big if wp else 1
+        cur[0] = 0
+        for i in range(1, k + 1):
+            x = item[i - 1]
+            xp = (x & _PROT) != np.uint64(0)
+            if x == w:
+                d = prev[i - 1]
+            else:
+                d = prev[i - 1] + (big if xp or wp else 1)
+            d = min(d, cur[i - 1] + (big if xp else 1), prev[i] + ins)
+            cur[i] = d
+        best = min(best, cur[k])
+        prev, cur = cur, prev
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _lcs_conflicts(item, region):
+    k, r = item.size, region.size
+    dp = np.zeros((k + 1, r + 1), np.int32)
+    for i in range(1, k + 1):
+        x = item[i - 1]
+        for j in range(1, r + 1):
+            if x == region[j - 1]:
+                dp[i, j] = dp[i - 1, j - 1] + 1
+            else:
+                dp[i, j] = max(dp[i - 1, j], dp[i, j - 1])
+    # walk back one longest alignment; a gap's protected words on each side
+    i, j = k, r
+    conflicts = 0
+    gap_item, gap_region, seen_match = False, False, False
+    while i > 0 and j > 0:
+        if item[i - 1] == region[j - 1] and dp[i, j] == dp[i - 1, j - 1] + 1:
+            if seen_match and gap_item and gap_region:
+                conflicts += 1
+            gap_item, gap_region, seen_match = False, False, True
+            i -= 1
+            j -= 1
+        elif dp[i - 1, j] >= dp[i, j - 1]:
+            gap_item |= (item[i - 1] & _PROT) != np.uint64(0)
+            i -= 1
+        else:
+            gap_region |= (region[j - 1] & _PROT) != np.uint64(0)
+            j -= 1
+    return conflicts
 
 
 def lcs_length(item: np.ndarray, region: np.ndarray) -> int:

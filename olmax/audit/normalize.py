@@ -58,6 +58,7 @@ NUMERALS = {w.encode(): str(i).encode() for i, w in enumerate(_NUMERAL_NAMES)} |
     w.encode(): str(10 * i).encode()
     for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)
 }
+PROTECTED = np.uint64(1 << 62)  # the verification's flag on a number's or an operator's value
 VARIABLE = b"_var"  # the bytes whose hash every one-letter word takes (no real word has them)
 # Unicode operators and dashes, as the ASCII operators they are read as (before punctuation is dropped).
 _UNICODE_OPERATORS = str.maketrans(
@@ -127,6 +128,11 @@ def word_value_bytes(piece: bytes) -> bytes:
 _POW = [[pow(base, j, MERSENNE31) for j in range(256)] for base in WORD_BASES]
 
 
+def protected(value_bytes: bytes) -> bool:
+    """Whether a word (its value bytes) is a number or an operator: the verification's must-match words."""
+    return value_bytes[:1].isdigit() or (len(value_bytes) == 1 and value_bytes in SYMBOL_BYTES)
+
+
 def _hash2(run: bytes) -> tuple[int, int]:
     """A run's polynomial hash under both word-byte bases (mod p), uncut."""
     if len(run) > 256:
@@ -186,7 +192,10 @@ class WordTables:
                 v1, v2 = (a1, a2) if vb is r else _hash2(vb)
                 h1.append(a1)
                 h2.append(a2)
-                p1.append(v1 & int(WORD_MASK))
+                # the verification marks numbers and operators: words that must match as they are
+                p1.append(
+                    (v1 & int(WORD_MASK)) | (int(PROTECTED >> _S32) if symbols and protected(vb) else 0)
+                )
                 p2.append(v2 & int(WORD_MASK))
                 lens.append(len(r))
         boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
@@ -437,7 +446,11 @@ def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, 
             h2 = _mod_p(h2 + (c & low) * (q & low))
             nbytes += tok_len[tok]
             k += 1
-        vals[w] = ((h1 & mask) << s32) | (h2 & mask)
+        # a joined word keeps its head's PROTECTED flag (digits join only digits)
+        vals[w] = ((h1 & mask) << s32) | (h2 & mask) | (vals[w] & _PROTECTED)
+
+
+_PROTECTED = PROTECTED
 
 
 @njit(cache=True, nogil=True, inline="always")

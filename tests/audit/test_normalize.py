@@ -50,10 +50,11 @@ def _cls(b: int) -> int:
     return 1 if chr(b).isascii() and chr(b).islower() or b >= 0x80 else 2 if chr(b).isdigit() else 0
 
 
-def _value(pieces: list[bytes]) -> int:
+def _value(pieces: list[bytes], symbols: bool = False) -> int:
     """A word's packed value from its pieces (one per token): each piece's bytes hashed at its offset in
     the word, offsets clipped at MAX_WORD_BYTES - 1; a word of one piece that is a numeral hashes as
     its digits, one of a single ASCII letter as the shared variable."""
+    first = pieces[0]
     if len(pieces) == 1:
         w = pieces[0].decode("latin-1")
         if w in NUMERALS:
@@ -68,7 +69,14 @@ def _value(pieces: list[bytes]) -> int:
             h = (h + ph * pow(base, min(offset, MAX_WORD_BYTES - 1), MERSENNE31)) % MERSENNE31
             offset += len(piece)
         vals.append(h & ((1 << 20) - 1))
-    return (vals[0] << 32) | vals[1]
+    # the verification flags numbers and operators (a joined word as its first piece)
+    # (a word whose first piece is digits, a numeral or an operator)
+    flag = symbols and (
+        first[:1].isdigit()
+        or first.decode("latin-1") in NUMERALS
+        or first in [bytes([c]) for c in b"-+*/=<>^%"]
+    )
+    return (vals[0] << 32) | vals[1] | (1 << 62 if flag else 0)
 
 
 def reference(token_bytes: dict[int, bytes], ids: list[int], joins_first: bool, final: bool, symbols=False):
@@ -111,7 +119,7 @@ def reference(token_bytes: dict[int, bytes], ids: list[int], joins_first: bool, 
         consumed = words[-1][0]
         words = words[:-1]
     boundary = (BOUNDARY_VALUE << 32) | BOUNDARY_VALUE
-    return [boundary if p is None else _value(p) for _, p in words], [i for i, _ in words], consumed
+    return [boundary if p is None else _value(p, symbols) for _, p in words], [i for i, _ in words], consumed
 
 
 def _inputs(tokenizer, rng):
