@@ -21,6 +21,9 @@ _H01 = np.uint64(0x0101010101010101)
 
 ALIGNED, EXACT, EDITS = 0, 1, 2  # a candidate's rule: aligned fraction, exact run, few word edits
 PROTECTED_EDIT = 1 << 20  # an edit that changes a protected word: never one of the few allowed
+# Conflicts are looked for within stretches of the alignment whose gaps hold at most this many words on
+# either side (a longer gap is the alignment reaching into the text around a partial copy).
+MAX_GAP = 6
 
 
 def verify_candidates(
@@ -155,9 +158,10 @@ def edit_distance(item: np.ndarray, region: np.ndarray) -> int:
 
 
 def lcs_conflicts(item: np.ndarray, region: np.ndarray) -> int:
-    """In one longest common subsequence of the two, the gaps between aligned words (not before the
-    first or after the last) where the item's unaligned words and the region's both hold a protected
-    word: a number or an operator replaced by another (a sign flipped, another value)."""
+    """Numbers and operators replaced by others (a sign flipped, another value): one longest common
+    subsequence of the two cut into stretches where no gap exceeds MAX_GAP words on either side; in
+    each stretch (first to last aligned word), the protected words of the item and of the region are
+    aligned on their own and those left over on both sides count (min of the two leftovers)."""
     return int(
         _lcs_conflicts(
             np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)
@@ -207,24 +211,47 @@ def _lcs_conflicts(item, region):
                 dp[i, j] = dp[i - 1, j - 1] + 1
             else:
                 dp[i, j] = max(dp[i - 1, j], dp[i, j - 1])
-    # walk back one longest alignment; a gap's protected words on each side
-    i, j = k, r
-    conflicts = 0
-    gap_item, gap_region, seen_match = False, False, False
+    # one longest alignment, as (item, region) index pairs in order
+    pi = np.empty(dp[k, r], np.int64)
+    pj = np.empty(dp[k, r], np.int64)
+    i, j, at = k, r, dp[k, r]
     while i > 0 and j > 0:
         if item[i - 1] == region[j - 1] and dp[i, j] == dp[i - 1, j - 1] + 1:
-            if seen_match and gap_item and gap_region:
-                conflicts += 1
-            gap_item, gap_region, seen_match = False, False, True
+            at -= 1
+            pi[at], pj[at] = i - 1, j - 1
             i -= 1
             j -= 1
         elif dp[i - 1, j] >= dp[i, j - 1]:
-            gap_item |= (item[i - 1] & _PROT) != np.uint64(0)
             i -= 1
         else:
-            gap_region |= (region[j - 1] & _PROT) != np.uint64(0)
             j -= 1
+    # segments of the alignment (split where a gap exceeds MAX_GAP words on either side); in each, the
+    # protected words of both sides that a longest alignment of the protected words alone leaves over
+    conflicts = 0
+    s0 = 0
+    for e in range(pi.size):
+        if e + 1 < pi.size and pi[e + 1] - pi[e] - 1 <= MAX_GAP and pj[e + 1] - pj[e] - 1 <= MAX_GAP:
+            continue
+        conflicts += _protected_left(item[pi[s0] : pi[e] + 1], region[pj[s0] : pj[e] + 1])
+        s0 = e + 1
     return conflicts
+
+
+@njit(cache=True, nogil=True)
+def _protected_left(a, b):
+    """min(protected words of a, of b) minus their longest common subsequence: the replaced ones."""
+    pa = a[(a & _PROT) != np.uint64(0)]
+    pb = b[(b & _PROT) != np.uint64(0)]
+    if pa.size == 0 or pb.size == 0:
+        return 0
+    row = np.zeros(pb.size + 1, np.int64)
+    for x in pa:
+        diag = 0
+        for j in range(1, pb.size + 1):
+            keep = row[j]
+            row[j] = diag + 1 if x == pb[j - 1] else max(row[j], row[j - 1])
+            diag = keep
+    return min(pa.size, pb.size) - row[pb.size]
 
 
 def lcs_length(item: np.ndarray, region: np.ndarray) -> int:

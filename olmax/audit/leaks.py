@@ -315,12 +315,15 @@ def rule_lines(cfg: LeakConfig) -> list[str]:
         "subsequence of the unit's words and the document's words around the matches (inserted, "
         "dropped and substituted words tolerated), score = aligned words / unit words",
         f"copy, units of > {cfg.short_words} words: a document scores >= {cfg.threshold} and no number "
-        f"or operator inside the aligned span is replaced by another (a sign flipped, another value)",
+        f"or operator inside the aligned span is replaced by another (a sign flipped, another value: within "
+        f"a stretch of the alignment with no gap over 6 words, protected words of the unit and of the "
+        f"document that do not align with each other)",
         f"copy, units of {n}..{cfg.short_words} words: at most 1 word edit (2 from 12 words) turns the "
         f"unit into a run of the document, every number and operator kept as it is (none replaced, "
         f"dropped or inserted); a consistently renamed one-letter variable is no edit",
-        f"copy, units under {n} words: an exact contiguous match; items under {cfg.min_item_words} "
-        f"words are not decided",
+        f"copy, context units under {n} words, and every answer and join unit: an exact contiguous "
+        f"match (a completion task's choices differ from each other by a few words); items under "
+        f"{cfg.min_item_words} words are not decided",
         "kind: every contaminated item here is a copy (its words found in training text by the rules above)",
     ]
 
@@ -378,9 +381,12 @@ class FileCandidates:
     words: dict  # unit -> its packed word values
 
 
-def rule_mode(k: int, cfg: LeakConfig) -> int:
-    """A unit of k words (retrieval reading) is decided by: EXACT below --ngram words, EDITS up to
-    --short-words, ALIGNED above."""
+def rule_mode(k: int, part: str, cfg: LeakConfig) -> int:
+    """A context unit of k words (retrieval reading) is decided by: EXACT below --ngram words, EDITS up
+    to --short-words, ALIGNED above; an answer or join unit always EXACT (the choices of one item are
+    near copies of each other by design: only the gold text itself tells gold from a wrong choice)."""
+    if part != "context":
+        return EXACT
     return EXACT if k < cfg.ngram else EDITS if k <= cfg.short_words else ALIGNED
 
 
@@ -441,7 +447,7 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
                 ev.unit_qmap[u][h_q[lo:hi]],
                 h_pos[lo:hi],
                 int(eidx.window_of[u]),
-                rule_mode(kk, cfg),
+                rule_mode(kk, ev.unit_part[u], cfg),
                 bool(st),
             )
         )
@@ -465,7 +471,7 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
     ]
 
 
-def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str, int, int]]:
+def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple]:
     """Map over files: (candidate id, score, token start, token end, document id, conflicts, edits) of
     each candidate of one training file (opened once), aligned as in the module docstring
     (align.verify_candidates, in the verification's reading)."""

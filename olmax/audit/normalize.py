@@ -41,7 +41,7 @@ NORMALIZATION = (
     "and hyphen, U+2212 minus and the word 'minus' read '-'; 'plus' '+'; 'times', U+00D7 '*'; "
     "U+00F7 '/'; 'equals' '='; U+2264 '<=', U+2265 '>='), and are dropped in the retrieval's "
     "reading (written-out operators too), so '20 minus 5 equals 15' and '20 - 5 = 15' read the same",
-    "numerals: the one-token words zero..twenty, thirty..ninety read as their digits ('six' = '6')",
+    "numerals: the words zero..twenty, thirty..ninety read as their digits ('six' = '6')",
     "variables: a word of one ASCII letter reads as one shared word, so a consistently renamed "
     "variable (x -> y) reads the same",
 )
@@ -226,6 +226,22 @@ class WordTables:
             | (np.where(boundary, 0, end_cls).astype(np.uint8) << 3)
             | ((n_runs > 1).astype(np.uint8) << 5)
         )
+        # Numerals a word spells across tokens (" tw" + "o\u0308"): the value _join computes for the
+        # spelled word (sorted), and the value it reads as
+        spelled = []
+        for word, digits in NUMERALS.items():
+            a1, a2 = _hash2(word)
+            d1, d2 = _hash2(digits)
+            flag = int(PROTECTED) if symbols else 0
+            spelled.append(
+                (
+                    ((a1 & int(WORD_MASK)) << 32) | (a2 & int(WORD_MASK)),
+                    ((d1 & int(WORD_MASK)) << 32) | (d2 & int(WORD_MASK)) | flag,
+                )
+            )
+        spelled.sort()
+        self.spelled_from = np.asarray([f for f, _ in spelled], dtype=np.uint64)
+        self.spelled_to = np.asarray([t for _, t in spelled], dtype=np.uint64)
         self.verification: WordTables | None = None
 
     def words(
@@ -274,6 +290,8 @@ class WordTables:
             self.run_pack,
             self.run_len,
             self.qq,
+            self.spelled_from,
+            self.spelled_to,
         )
 
 
@@ -316,7 +334,9 @@ def _words_kernel(t, tables, joins_first, final, vals, first, joined, jword):
     ended with one: recorded with that word's index); each further run of a token starts a word of
     its own. Second pass, over the joined tokens only (`_join`): a word's hash gains each joined
     token's run hash times base^(bytes before it in the word)."""
-    flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_pack, run_len, qq = tables
+    flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_pack, run_len, qq, spelled_from, spelled_to = (
+        tables
+    )
     # joins_first: the first token continues a word of its own first byte's class
     prev_end = (
         np.int64((flags[_token(t, 0, np.uint64(flags.size - 1))] >> 1) & 3) if joins_first and t.size else 0
@@ -326,7 +346,23 @@ def _words_kernel(t, tables, joins_first, final, vals, first, joined, jword):
         nw, nj = _starts_any(t, flags, tok_pack, run_ptr, run_pack, prev_end, vals, first, joined, jword)
         if nw < 0:
             return nw, 0
-    _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj)
+    _join(
+        t,
+        flags,
+        tok_hh,
+        tok_len,
+        run_ptr,
+        run_hh,
+        run_len,
+        qq,
+        spelled_from,
+        spelled_to,
+        vals,
+        first,
+        joined,
+        jword,
+        nj,
+    )
     consumed = t.size
     if not final and nw > 0:  # hold the last word back: it may continue in the next input
         nw -= 1
@@ -417,7 +453,23 @@ def _one_run(i, f, j, value, vals, first, joined, jword, nw, nj):
 
 
 @njit(cache=True, nogil=True)
-def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj):
+def _join(
+    t,
+    flags,
+    tok_hh,
+    tok_len,
+    run_ptr,
+    run_hh,
+    run_len,
+    qq,
+    spelled_from,
+    spelled_to,
+    vals,
+    first,
+    joined,
+    jword,
+    nj,
+):
     """Second pass: each word that joined tokens continue gets its whole hash, from its head (the last
     run of its first token) and each joined token's first run, shifted by the bytes before it."""
     last = np.uint64(flags.size - 1)
@@ -446,8 +498,16 @@ def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, 
             h2 = _mod_p(h2 + (c & low) * (q & low))
             nbytes += tok_len[tok]
             k += 1
-        # a joined word keeps its head's PROTECTED flag (digits join only digits)
-        vals[w] = ((h1 & mask) << s32) | (h2 & mask) | (vals[w] & _PROTECTED)
+        # a joined word of digits keeps its head's PROTECTED flag (a joined letter word has none); a
+        # numeral spelled across tokens reads as its digits
+        v = ((h1 & mask) << s32) | (h2 & mask)
+        at = np.searchsorted(spelled_from, v)
+        if at < spelled_from.size and spelled_from[at] == v:
+            vals[w] = spelled_to[at]
+        elif (flags[head] >> 3) & 3 == 2:
+            vals[w] = v | (vals[w] & _PROTECTED)
+        else:
+            vals[w] = v
 
 
 _PROTECTED = PROTECTED

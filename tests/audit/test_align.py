@@ -168,3 +168,13 @@ def test_edits_to_wording_are_few_edits_to_numbers_and_operators_are_not():
     assert lcs_conflicts(long, flip) == 1
     cut = np.asarray(long[:-3].tolist() + [twelve, 4 | P], dtype=np.uint64)
     assert lcs_conflicts(long, cut) == 0
+    # a flip next to the same sign ("I- + H+" as "I- - H+": either reading aligns one sign) and a run of
+    # values all changed are conflicts too
+    base = list(range(30, 45))
+    item = np.asarray(base + [5, minus, plus, 6] + base[:5], dtype=np.uint64)
+    doc = np.asarray(base + [5, minus, minus, 6] + base[:5], dtype=np.uint64)
+    assert lcs_conflicts(item, doc) == 1
+    values = [20 | P, 40 | P, 60 | P, 80 | P]
+    item = np.asarray(base + values + base[:6], dtype=np.uint64)
+    doc = np.asarray(base + [27 | P, 43 | P, 61 | P, 88 | P] + base[:6], dtype=np.uint64)
+    assert lcs_conflicts(item, doc) == 4

@@ -55,6 +55,10 @@ def _value(pieces: list[bytes], symbols: bool = False) -> int:
     the word, offsets clipped at MAX_WORD_BYTES - 1; a word of one piece that is a numeral hashes as
     its digits, one of a single ASCII letter as the shared variable."""
     first = pieces[0]
+    whole = b"".join(pieces).decode("latin-1")
+    if len(pieces) > 1 and whole in NUMERALS:  # a numeral spelled across tokens: its digits
+        pieces = [str(NUMERALS[whole]).encode()]
+        first = pieces[0]
     if len(pieces) == 1:
         w = pieces[0].decode("latin-1")
         if w in NUMERALS:
@@ -69,12 +73,11 @@ def _value(pieces: list[bytes], symbols: bool = False) -> int:
             h = (h + ph * pow(base, min(offset, MAX_WORD_BYTES - 1), MERSENNE31)) % MERSENNE31
             offset += len(piece)
         vals.append(h & ((1 << 20) - 1))
-    # the verification flags numbers and operators (a joined word as its first piece)
-    # (a word whose first piece is digits, a numeral or an operator)
+    # the verification flags numbers and operators: a word of digits, a one-piece numeral or operator
     flag = symbols and (
         first[:1].isdigit()
-        or first.decode("latin-1") in NUMERALS
-        or first in [bytes([c]) for c in b"-+*/=<>^%"]
+        or len(pieces) == 1
+        and (first.decode("latin-1") in NUMERALS or first in [bytes([c]) for c in b"-+*/=<>^%"])
     )
     return (vals[0] << 32) | vals[1] | (1 << 62 if flag else 0)
 
@@ -130,6 +133,9 @@ def _inputs(tokenizer, rng):
     texts = [t[:3000] for _, t in stdlib_texts(6)] + [t[:3000] for _, t in pydoc_texts()[:4]]
     texts.append(
         "Caf\u00e9 na\u00efve \ufb01ne \uff21\uff22 \u00bd\u00bc cup \u201cquoted\u201d \u2014 x.y_z 1\u00be"
+    )
+    texts.append(
+        "tw\u00f6 THREE sEvEn 3x \u2212 7 = 11, 20 minus 5 equals 15; 6 times 4 \u00d7 y^2 \u2264 5%"
     )
     out = [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_batch(texts)]
     multi = [27154, 42973, 68496]
