@@ -519,9 +519,20 @@ def rewrap(text: str, rng: random.Random) -> str:
 
 
 # ------------------------------------------------------------------ short items, maths, completions
+_NUMBER_WORDS = set(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand".split()
+)
+
+
 def _alpha_spans(text: str) -> list[re.Match]:
-    """The whitespace words of `text` that are letters only (apart from leading/trailing punctuation)."""
-    return [m for m in _TOKEN.finditer(text) if _CORE.match(m.group()).group(2).isalpha()]
+    """The whitespace words of `text` that are letters only (apart from leading/trailing punctuation) and
+    not a number written out."""
+    return [
+        m
+        for m in _TOKEN.finditer(text)
+        if (core := _CORE.match(m.group()).group(2)).isalpha() and core.lower() not in _NUMBER_WORDS
+    ]
 
 
 def word_edits(text: str, rng: random.Random, count: int) -> str:

@@ -24,6 +24,7 @@ PROTECTED_EDIT = 1 << 20  # an edit that changes a protected word: never one of 
 # Conflicts are looked for within stretches of the alignment whose gaps hold at most this many words on
 # either side (a longer gap is the alignment reaching into the text around a partial copy).
 MAX_GAP = 6
+EDGE = 2  # unit words past the aligned stretch that are still compared with the document's
 
 
 def verify_candidates(
@@ -114,8 +115,9 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
             for j in range(found.shape[0]):
                 s0, s1 = found[j, 0], found[j, found.shape[1] - 1]
                 qa, qb = q[s0], q[s1]
-                r0s[j] = c[s0] - qa - qa // 2 - slack  # room for words inserted before the first hit
-                r1s[j] = c[s1] + (k - qb) + (k - qb) // 2 + slack
+                # room for words inserted (markup: its operators are words in this reading)
+                r0s[j] = c[s0] - 2 * qa - slack
+                r1s[j] = c[s1] + 2 * (k - qb) + slack
                 past |= (r0s[j] < 0 and a > ds) or (r1s[j] > vals.size and b < de)
             if grow >= 16 or not past:
                 break
@@ -158,10 +160,12 @@ def edit_distance(item: np.ndarray, region: np.ndarray) -> int:
 
 
 def lcs_conflicts(item: np.ndarray, region: np.ndarray) -> int:
-    """Numbers and operators replaced by others (a sign flipped, another value): one longest common
-    subsequence of the two cut into stretches where no gap exceeds MAX_GAP words on either side; in
-    each stretch (first to last aligned word), the protected words of the item and of the region are
-    aligned on their own and those left over on both sides count (min of the two leftovers)."""
+    """Numbers and operators replaced by others (a sign flipped, another value): in the main stretch of
+    one longest common subsequence of the two (the most aligned words with no gap over MAX_GAP words
+    on either side), the protected words of the item and of the region aligned on their own, those
+    left over on both sides counting (min of the two leftovers); and when at most EDGE item words lie
+    past the stretch at an end, each of them that is protected against the region's word at the same
+    offset, also protected and different."""
     return int(
         _lcs_conflicts(
             np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)
@@ -225,15 +229,30 @@ def _lcs_conflicts(item, region):
             i -= 1
         else:
             j -= 1
-    # segments of the alignment (split where a gap exceeds MAX_GAP words on either side); in each, the
-    # protected words of both sides that a longest alignment of the protected words alone leaves over
-    conflicts = 0
-    s0 = 0
+    # the alignment's main stretch: the most aligned pairs with no gap over MAX_GAP words on either side
+    if pi.size == 0:
+        return 0
+    b0, b1, s0 = 0, 0, 0
     for e in range(pi.size):
         if e + 1 < pi.size and pi[e + 1] - pi[e] - 1 <= MAX_GAP and pj[e + 1] - pj[e] - 1 <= MAX_GAP:
             continue
-        conflicts += _protected_left(item[pi[s0] : pi[e] + 1], region[pj[s0] : pj[e] + 1])
+        if e - s0 > b1 - b0:
+            b0, b1 = s0, e
         s0 = e + 1
+    # inside it, the protected words of both sides that an alignment of the protected words alone
+    # leaves over; at the unit's ends, when at most EDGE words of it lie outside the stretch, those
+    # words against the document's next (previous) ones, offset by offset
+    conflicts = _protected_left(item[pi[b0] : pi[b1] + 1], region[pj[b0] : pj[b1] + 1])
+    left = k - 1 - pi[b1]
+    if 0 < left <= EDGE:
+        for t in range(1, min(left, r - 1 - pj[b1]) + 1):
+            x, y = item[pi[b1] + t], region[pj[b1] + t]
+            conflicts += x != y and (x & _PROT) != np.uint64(0) and (y & _PROT) != np.uint64(0)
+    left = pi[b0]
+    if 0 < left <= EDGE:
+        for t in range(1, min(left, pj[b0]) + 1):
+            x, y = item[pi[b0] - t], region[pj[b0] - t]
+            conflicts += x != y and (x & _PROT) != np.uint64(0) and (y & _PROT) != np.uint64(0)
     return conflicts
 
 

@@ -310,14 +310,16 @@ def rule_lines(cfg: LeakConfig) -> list[str]:
         f"of units of {n}..{cfg.short_words} words, the whole unit below {n} words (retrieval reading: "
         f"no operators); windows shared by >= {cfg.template_items} units are templates, not used",
         f"candidate: a (unit, document) pair whose matched windows cover >= max({n}, {cfg.min_cover} x "
-        f"unit words), for units of {n}..{cfg.short_words} words >= half of them, any whole-unit match",
+        f"unit words), for units of {n}..{cfg.short_words} words >= a third of them (and {a}), any whole-unit "
+        f"match",
         "verify (verification reading: numbers and operators are protected words): longest common "
         "subsequence of the unit's words and the document's words around the matches (inserted, "
         "dropped and substituted words tolerated), score = aligned words / unit words",
         f"copy, units of > {cfg.short_words} words: a document scores >= {cfg.threshold} and no number "
         f"or operator inside the aligned span is replaced by another (a sign flipped, another value: within "
-        f"a stretch of the alignment with no gap over 6 words, protected words of the unit and of the "
-        f"document that do not align with each other)",
+        f"the alignment's main stretch (no gap over 6 words), protected words of the unit and of the "
+        f"document that do not align with each other, and at the unit's ends up to 2 protected words "
+        f"past the stretch against the document's at the same offset)",
         f"copy, units of {n}..{cfg.short_words} words: at most 1 word edit (2 from 12 words) turns the "
         f"unit into a run of the document, every number and operator kept as it is (none replaced, "
         f"dropped or inserted); a consistently renamed one-letter variable is no edit",
@@ -423,9 +425,9 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     k = eidx.lengths_of[h_item[starts]]
     whole = k < n  # a whole-unit key: an exact match of the whole unit
     short = ~whole & (k <= cfg.short_words)
-    # short units: windows covering half their words (an edit or two leaves that in most placements,
-    # and one anchor window always); longer ones: max(n, min_cover x k)
-    need = np.where(short, np.maximum(eidx.anchor, (k + 1) // 2), np.maximum(n, cfg.min_cover * k))
+    # short units: windows covering a third of their words (an edit or two leaves that in most
+    # placements, and one anchor window always); longer ones: max(n, min_cover x k)
+    need = np.where(short, np.maximum(eidx.anchor, (k + 2) // 3), np.maximum(n, cfg.min_cover * k))
     keep = whole | (covered >= need)
     stats = {
         "pairs": int(starts.size),
