@@ -310,7 +310,7 @@ def rule_lines(cfg: LeakConfig) -> list[str]:
         f"of units of {n}..{cfg.short_words} words, the whole unit below {n} words (retrieval reading: "
         f"no operators); windows shared by >= {cfg.template_items} units are templates, not used",
         f"candidate: a (unit, document) pair whose matched windows cover >= max({n}, {cfg.min_cover} x "
-        f"unit words), for units of {n}..{cfg.short_words} words >= a third of them (and {a}), any whole-unit "
+        f"unit words), for units of {n}..{cfg.short_words} words >= half of them (and {a}), any whole-unit "
         f"match",
         "verify (verification reading: numbers and operators are protected words): longest common "
         "subsequence of the unit's words and the document's words around the matches (inserted, "
@@ -425,9 +425,9 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     k = eidx.lengths_of[h_item[starts]]
     whole = k < n  # a whole-unit key: an exact match of the whole unit
     short = ~whole & (k <= cfg.short_words)
-    # short units: windows covering a third of their words (an edit or two leaves that in most
+    # short units: windows covering half their words (an edit or two leaves that in most
     # placements, and one anchor window always); longer ones: max(n, min_cover x k)
-    need = np.where(short, np.maximum(eidx.anchor, (k + 2) // 3), np.maximum(n, cfg.min_cover * k))
+    need = np.where(short, np.maximum(eidx.anchor, (k + 1) // 2), np.maximum(n, cfg.min_cover * k))
     keep = whole | (covered >= need)
     stats = {
         "pairs": int(starts.size),
