@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         metavar="NAME=PATH",
-        help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
-        "name (sciq, arc_easy, ...); repeatable",
+        help="held-out set: NAME=PATH, a bare PATH (named by its file name up to the first dot, as "
+        "`olmax audit leaks` names it) or a bundled name (sciq, arc_easy, ...); PATH: jsonl[.gz|.zst], "
+        ".arrow, .parquet or a datasets folder; repeatable",
     )
     h.add_argument(
         "--tokenizer",

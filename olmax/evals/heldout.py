@@ -8,7 +8,7 @@ Two steps, so the trainer tokenizes once and scores every N steps:
 Each record: {"kind": "heldout", "step", "eval", "subset" ("all" | "clean"), "ce" (nats per token,
 token-weighted over the set), "ppl" = exp(ce), "bpb" = sum NLL / (ln 2 x UTF-8 bytes), "tokens", "bytes",
 "documents", "truncated", "seq_len", "fingerprint" (the set's content hash), "tokenizer_sha256"}.
-A "clean" record is emitted only for sets prepared with contaminated ids to drop.
+A "clean" record is emitted only for sets a leak list names (olmax.evals.sets.join_leaks).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmax.data.evalspec import parse_eval_specs
 from olmax.errors import OlmaxError
 from olmax.evals.instances import Instances, build_instances
 from olmax.evals.scoring import score
-from olmax.evals.sets import EvalSet, clean_rows, load_eval_set, parse_eval_spec
+from olmax.evals.sets import EvalSet, clean_rows, join_leaks, load_eval_set
 
 LN2 = math.log(2.0)
 
@@ -36,7 +37,7 @@ class PreparedSet:
     instances: Instances
     tokenizer_sha256: str
     seq_len: int
-    clean_rows: np.ndarray | None = None  # int64 row indices; None: no leak list was given
+    clean_rows: np.ndarray | None = None  # int64 row indices; None: no leak list names the set
 
 
 def prepare_eval_set(
@@ -78,16 +79,15 @@ def prepare_eval_sets(
     prefix_eos: bool = True,
     vocab_size: int | None = None,
 ) -> list[PreparedSet]:
-    """Load (`NAME=PATH` or a bundled name) and prepare each set; `contaminated` maps set name → ids to drop."""
-    parsed = [parse_eval_spec(spec) for spec in specs]
-    names = [name for name, _ in parsed]
-    for name in names:
-        if names.count(name) > 1:
-            raise OlmaxError(f"eval set name {name!r} given twice; name them NAME=PATH")
+    """Load and prepare each `--eval` set (olmax.data.evalspec: `NAME=PATH`, a bundled name, a bare path);
+    `contaminated` maps set name -> ids to drop (olmax.evals.sets)."""
+    parsed = parse_eval_specs(specs)
+    if contaminated is not None:
+        join_leaks(contaminated, [p.name for p in parsed])
     out = []
-    for name, path in parsed:
-        es = load_eval_set(name, path, text_field=text_field, limit=limit)
-        drop = None if contaminated is None else contaminated.get(name, set())
+    for spec in parsed:
+        es = load_eval_set(spec.name, spec.source, text_field=text_field, limit=limit)
+        drop = None if contaminated is None else contaminated.get(spec.name)
         out.append(
             prepare_eval_set(
                 es, tokenizer, seq_len, drop_ids=drop, prefix_eos=prefix_eos, vocab_size=vocab_size
