@@ -33,6 +33,11 @@ def load_eval(spec: str | EvalSpec) -> tuple[str, list[EvalItem]]:
     globs too; any other URL, a file or a folder, copied to scratch while read, errors naming the URL)."""
     parsed = spec if isinstance(spec, EvalSpec) else parse_eval_spec(spec)
     name, source = parsed.name, parsed.source
+    if parsed.tokens:
+        raise OlmaxError(
+            f"--eval {parsed.spec}: a token file (.npy) has no text for the leak audit; audit the text "
+            "the set was tokenized from"
+        )
     if not storage.is_url(source):
         return name, audit_items(read_eval_rows(resolve_source(source)))
     with _local_source(source) as local:

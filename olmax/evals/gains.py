@@ -312,6 +312,11 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     leaks = contaminated_ids(read_json(inp.leaks, "an `olmax audit leaks` report"))
     exposure = read_json(inp.exposure, "an `olmax audit exposure` report") if inp.exposure else None
     specs = parse_eval_specs(inp.evals)
+    for spec in specs:
+        if spec.tokens:
+            raise OlmaxError(
+                f"--eval {spec.spec}: a token file has no items to compare; give a set of records"
+            )
     join_leaks(leaks, [s.name for s in specs])
     sets = []
     for name, path in ((s.name, s.source) for s in specs):

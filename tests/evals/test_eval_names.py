@@ -30,10 +30,13 @@ def test_the_name_rule():
     assert parse_eval_spec("sciq").name == "sciq" and parse_eval_spec("sciq").source == "sciq"
     assert parse_eval_spec("a/b=c/quiz.jsonl").name == "quiz"  # an '=' inside a path: still a bare path
     assert parse_eval_spec("gs://bucket/x/quiz.jsonl").name == "quiz"
+    assert parse_eval_spec("c4=val.npy").tokens and not parse_eval_spec("quiz.jsonl").tokens
     with pytest.raises(OlmaxError, match="NAME="):
         set_name("sets/*.jsonl")
     with pytest.raises(OlmaxError, match="twice"):
         parse_eval_specs(["a/quiz.jsonl", "b/quiz.jsonl"])
+    with pytest.raises(OlmaxError, match="--base-dir"):
+        parse_eval_specs(["olmo-core:v3-small-ppl-validation"])
 
 
 def _item(rng: random.Random) -> str:
