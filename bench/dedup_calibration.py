@@ -33,9 +33,10 @@ GOAL_RECALL, GOAL_FALSE = 0.95, 0.005
 
 
 def olmax_cmd(
-    out: Path, files: list[Path], stages: str = "minhash", extra: list[str] | None = None
+    out: Path, files: list[Path], stages: str | None = "minhash", extra: list[str] | None = None
 ) -> list[str]:
-    """The `olmax data prepare` command line: dolma2, the given dedup stages, one source of `files`."""
+    """The `olmax data prepare` command line: dolma2, the given dedup stages (None: plain prepare), one
+    source: every .jsonl.gz in the folder of `files`."""
     glob = str(files[0].parent / "*.jsonl.gz")
     return [
         sys.executable,
@@ -49,19 +50,21 @@ def olmax_cmd(
         str(out),
         "--overwrite",
         "--no-progress",
-        "--dedup",
-        stages,
+        *(["--dedup", stages] if stages else []),
         *(extra or []),
         f"bench={glob}",
     ]
 
 
+def olmax_env() -> dict[str, str]:
+    """The environment for the olmax CLI: this tree's olmax first on the path."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run_olmax(cmd: list[str]) -> list[dict]:
-    """Run prepare (this tree's olmax first on the path); its removal records."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
+    """Run prepare; its removal records."""
+    env = olmax_env()
     out = Path(cmd[cmd.index("--out") + 1])
     shutil.rmtree(out, ignore_errors=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)

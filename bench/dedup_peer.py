@@ -129,7 +129,7 @@ def lsh_dedup(tool: str, paths: list[str], args: argparse.Namespace) -> tuple[li
             a = frozen.setdefault(i, frozenset(sets[i]))
             b = frozen.setdefault(j, frozenset(sets[j]))
             jac = len(a & b) / len(a | b)
-            if jac >= args.threshold:
+            if args.no_check or jac >= args.threshold:
                 clusters.union(i, j)
                 best[i] = max(best.get(i, 0.0), jac)
                 best[j] = max(best.get(j, 0.0), jac)
@@ -139,11 +139,12 @@ def lsh_dedup(tool: str, paths: list[str], args: argparse.Namespace) -> tuple[li
         if clusters.find(i) != i
     ]
     stages.done("verify+cluster")
-    return (
-        removed,
-        stages.times,
-        setting + f"; shingles: word {args.ngram}-grams; pairs checked at exact J >= {args.threshold}",
+    check = (
+        "NO pair check (clusters of raw LSH candidates)"
+        if args.no_check
+        else f"pairs checked at exact J >= {args.threshold}"
     )
+    return removed, stages.times, f"{setting}; shingles: word {args.ngram}-grams; {check}"
 
 
 def datatrove_dedup(paths: list[str], args: argparse.Namespace, work: Path) -> tuple[list[dict], dict, str]:
@@ -235,6 +236,9 @@ def main() -> None:
     ap.add_argument("--bands", type=int, default=26)
     ap.add_argument("--rows", type=int, default=11)
     ap.add_argument("--threshold", type=float, default=0.8)
+    ap.add_argument(
+        "--no-check", action="store_true", help="rensa/datasketch: cluster LSH candidates unchecked"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
