@@ -134,14 +134,14 @@ def timed(name: str, cmd: list[str], env: dict | None, log: Path) -> tuple[float
     return wall, max(usage.ru_utime + usage.ru_stime, sampled_cpu), peak
 
 
-def input_folder(files: list[Path], filler_mb: float) -> list[Path]:
+def input_folder(files: list[Path], filler_mb: float, work: Path) -> list[Path]:
     """The files every tool reads: the planted corpus, then (as links in one folder) the filler."""
     if not filler_mb:
         return files
     import prepare as prep_bench  # bench/prepare.py: its real-text corpus (stdlib, site-packages)
 
     filler = prep_bench.build_corpus(filler_mb)
-    folder = OUT / f"dedup-speed-input-{files[0].parent.name}-filler{filler_mb:g}mb"
+    folder = work / f"dedup-speed-input-{files[0].parent.name}-filler{filler_mb:g}mb"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     out = []
@@ -233,11 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", default=",".join(PEERS), help="comma list of datatrove,rensa,datasketch ('' for none)"
     )
     ap.add_argument("--no-substring", action="store_true", help="skip the --dedup substring run")
+    ap.add_argument("--work", type=Path, default=OUT, help="corpus cache and scratch folder (bench/out)")
     ap.add_argument("--setup-peers", action="store_true", help="build the peers' venv when it is missing")
     args = ap.parse_args(argv)
 
-    corpus, planted = dc.cached(OUT, args.seed, args.per_kind, args.singles)
-    files = input_folder(planted, args.filler_mb)
+    corpus, planted = dc.cached(args.work, args.seed, args.per_kind, args.singles)
+    files = input_folder(planted, args.filler_mb, args.work)
     text_bytes = docs = 0
     for p in files:
         for line in gzip.open(p, "rt", encoding="utf-8"):
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for p in files:  # warm the page cache so no tool pays for the first read
         p.read_bytes()
-    work = OUT / "dedup-bench"
+    work = args.work / "dedup-bench"
     work.mkdir(parents=True, exist_ok=True)
 
     peers = [p for p in args.peers.split(",") if p]
@@ -291,13 +292,18 @@ def main(argv: list[str] | None = None) -> int:
         f"\nspeed, end to end (text in -> removals out; olmax prepare also tokenizes and writes shards), {mb:.2f} MB:"
     )
     print("\n".join(speed_table([plain, minhash, alone, *runs[1:]], mb, docs)))
-    print("\nper stage (peers' own stage timers; olmax's stages as differences of whole runs):")
+    print(
+        "\nper stage (peers' own stage timers; datatrove's as the seconds its tasks ran, summed; olmax's "
+        "stages as differences of whole runs):"
+    )
     print(
         f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s; minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
     )
     for r in runs[1:]:
         cells = ", ".join(
-            f"{k} {v['wall_s']:.1f} s wall / {v['cpu_s']:.1f} CPU-s ({mb / max(v['cpu_s'], 1e-9):.1f} MB/CPU-s)"
+            f"{k} {v['wall_s']:.1f} s wall / {v['task_s']:.1f} task-s ({mb / max(v['task_s'], 1e-9):.2f} MB/task-s)"
+            if "task_s" in v
+            else f"{k} {v['wall_s']:.1f} s wall / {v['cpu_s']:.1f} CPU-s ({mb / max(v['cpu_s'], 1e-9):.2f} MB/CPU-s)"
             for k, v in r.stages.items()
         )
         print(f"  {r.name}: {cells}")

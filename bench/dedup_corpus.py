@@ -27,6 +27,7 @@ A negative whose true Jaccard with a sibling reaches NEGATIVE_MAX_JACCARD is lef
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import gzip
 import hashlib
@@ -160,8 +161,9 @@ def stdlib_docstrings() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def real_texts() -> dict[str, list[tuple[str, str]]]:
-    """Real documents by origin: {"pydoc"|"stdlib"|"boolq"|"sciq": [(name, text)]} (60-900 words each)."""
+    """(Read once a process; callers do not change it.) Real documents by origin: {"pydoc"|"stdlib"|"boolq"|"sciq": [(name, text)]} (60-900 words each)."""
     import pydoc_data.topics
 
     pools: dict[str, list[tuple[str, str]]] = {"pydoc": [], "stdlib": [], "boolq": [], "sciq": []}

@@ -41,9 +41,13 @@ class Stages:
         self.times: dict[str, dict[str, float]] = {}
         self._t = (time.perf_counter(), cpu_s())
 
-    def done(self, name: str) -> None:
+    def done(self, name: str, task_s: float | None = None) -> None:
+        """End stage `name`; `task_s`: the seconds its tasks ran, summed (datatrove's own count, since
+        its pool workers are not children whose CPU this process is told of)."""
         now = (time.perf_counter(), cpu_s())
         self.times[name] = {"wall_s": now[0] - self._t[0], "cpu_s": now[1] - self._t[1]}
+        if task_s is not None:
+            self.times[name]["task_s"] = task_s
         self._t = now
 
 
@@ -178,7 +182,8 @@ def datatrove_dedup(paths: list[str], args: argparse.Namespace, work: Path) -> t
             workers=min(args.workers, n_tasks),
             logging_dir=str(work / "logs" / name),
         ).run()
-        stages.done(name)
+        steps = json.loads((work / "logs" / name / "stats.json").read_text())
+        stages.done(name, sum(step["time_stats"]["total"] for step in steps))
 
     run("signatures", [reader(), MinhashDedupSignature(str(work / "sigs"), config=config)], tasks)
     run(
