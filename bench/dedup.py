@@ -220,6 +220,36 @@ def quality_table(runs: list[Run]) -> list[str]:
     return lines
 
 
+# Dolma 3's pool through its three stages (allenai/dolma3 pool README; OLMo 3 report): 38.7 B documents
+# in, 12.8 B after exact dedup (67% removed), 23% of those removed by MinHash, then the substring step.
+POOL_DOCS = (("exact", 38.7e9), ("minhash", 12.8e9), ("substring", 12.8e9 * 0.77))
+
+
+def pool_estimate(text_bytes: int, docs: int, plain: Run, stage_runs: dict[str, Run | None]) -> list[str]:
+    """vCPU-hours for the Dolma 3 pool from this run's CPU-seconds per input byte of each olmax stage
+    alone (its run minus plain prepare), at this input's mean document size and at 4 KB a document."""
+    lines = [
+        "\nDolma 3 pool estimate (vCPU-hours = documents x bytes/doc x CPU-s per byte measured here, each stage "
+        "alone; Beam's shuffle and I/O not included):"
+    ]
+    for size in (text_bytes / docs, 4000.0):
+        cells, total = [], 0.0
+        for stage, n in POOL_DOCS:
+            run = stage_runs.get(stage)
+            if run is None:
+                continue
+            hours = n * size * max(run.cpu_s - plain.cpu_s, 0.0) / text_bytes / 3600
+            total += hours
+            cells.append(f"{stage} ({n / 1e9:.1f} B docs) {hours:,.0f}")
+        kept = POOL_DOCS[-1][1]
+        tok = kept * size * plain.cpu_s / text_bytes / 3600
+        lines.append(
+            f"  at {size / 1e3:.2f} KB/doc: " + ", ".join(cells) + f"; dedup total {total:,.0f} vCPU-h; "
+            f"reading, tokenizing and writing the {kept / 1e9:.2f} B documents kept {tok:,.0f} vCPU-h more"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="cores for olmax and datatrove")
@@ -275,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if "rensa" in peers:
         runs.append(run_peer("rensa", files, work, args.workers, corpus, no_check=True))
     substring = None if args.no_substring else run_olmax(files, work, args.workers, "substring", corpus)
+    exact = run_olmax(files, work, args.workers, "exact", corpus)
 
     # olmax's minhash stage alone: its run minus plain prepare (the reading, tokenizing and writing)
     alone = Run(
@@ -286,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         max(minhash.peak_rss - plain.peak_rss, 0),
     )
     print("\nsettings:")
-    for r in [plain, *runs] + ([substring] if substring else []):
+    for r in [plain, exact, *runs] + ([substring] if substring else []):
         print(f"  {r.name}: {r.setting}")
     print(
         f"\nspeed, end to end (text in -> removals out; olmax prepare also tokenizes and writes shards), {mb:.2f} MB:"
@@ -296,8 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         "\nper stage (peers' own stage timers; datatrove's as the seconds its tasks ran, summed; olmax's "
         "stages as differences of whole runs):"
     )
+    ex = max(exact.cpu_s - plain.cpu_s, 1e-9)
     print(
-        f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s; minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
+        f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s ({mb / plain.cpu_s:.2f} MB/CPU-s); exact +{ex:.1f} "
+        f"CPU-s ({mb / ex:.2f} MB/CPU-s); minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
     )
     for r in runs[1:]:
         cells = ", ".join(
@@ -325,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nratios, MB per CPU-second (olmax minhash alone / peer; whole prepare / peer in brackets):")
     for r in runs[1:]:
         print(f"  olmax/{r.name} = {r.cpu_s / alone.cpu_s:.1f}x ({r.cpu_s / minhash.cpu_s:.1f}x)")
+    stage_runs = {"exact": exact, "minhash": minhash, "substring": substring}
+    print("\n".join(pool_estimate(text_bytes, docs, plain, stage_runs)))
     rensa = next((r for r in runs if r.name == "rensa"), None)
     ratio = f"{rensa.cpu_s / alone.cpu_s:.1f}x" if rensa else "n/a (rensa not run)"
     print(f"dedup minhash MB per CPU-s olmax/rensa = {ratio}")
