@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from olmax.data.prepare_dedup import DedupSettings
 
 STATE_FILE = ".olmax-prepare.json"
-DEDUP_DECISIONS = ".olmax-dedup.json"  # prepare_dedup.py's decisions, written before the first shard
 FORMAT = "olmax-prepare/1"
 BATCH_TEXT_BYTES = (
     1 << 20
@@ -515,8 +514,10 @@ def discard_unstarted(out: Path, journal: Journal, created: bool) -> None:
     folders go (a folder this run created goes too); finished shards stay, so a rerun resumes them."""
     if any(entry["shards"] for entry in journal.labels.values()):
         return
+    from olmax.data.prepare_dedup import DECISIONS_FILE
+
     journal.path.unlink(missing_ok=True)
-    (out / DEDUP_DECISIONS).unlink(missing_ok=True)
+    (out / DECISIONS_FILE).unlink(missing_ok=True)
     for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
@@ -540,7 +541,7 @@ def prepare_into(
         if cfg.dedup is not None:
             from olmax.data.prepare_dedup import edits_of, load_or_plan
 
-            decisions = load_or_plan(cfg, out, files)
+            decisions = load_or_plan(cfg, out, files, read_batches)
         with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
             for si, spec in enumerate(cfg.sources):
                 edits = edits_of(decisions, si) if decisions is not None else None

@@ -20,6 +20,8 @@ edited document, in input order) and the manifest's counts are written at the en
 from __future__ import annotations
 
 import json
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,7 +31,6 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.data.prepare import DEDUP_DECISIONS, read_batches
 from olmax.dedup.minhash import MinHashParams, cluster, signatures
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
 from olmax.dedup.substring import cut, repeated_spans
@@ -38,6 +39,7 @@ from olmax.jsonio import write_json
 
 STAGES = ("exact", "minhash", "substring")
 REMOVED_FILE = "removed.jsonl"
+DECISIONS_FILE = ".olmax-dedup.json"  # written before the first shard; a resume reads it back
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,9 @@ def _utf8(doc: readers.Doc) -> bytes:
         ) from None
 
 
-def _documents(cfg, files: dict[str, list[str]]):
-    """(source index, file index, doc) of every document prepare would tokenize, in input order."""
+def _documents(cfg, files: dict[str, list[str]], read_batches):
+    """(source index, file index, doc) of every document prepare would tokenize, in input order
+    (`read_batches`: prepare's reader, so both passes see the same documents)."""
     for si, spec in enumerate(cfg.sources):
         stats = readers.ReadStats()
         for batch in read_batches(files[spec.label], cfg, spec.text_field or cfg.text_field, (0, 0), stats):
@@ -103,21 +106,24 @@ def _shingle_batch(texts: list[str], params: MinHashParams):
     return sh, np.diff(off), signatures(sh, off, params)
 
 
-def plan(cfg, files: dict[str, list[str]]) -> dict:
+def plan(cfg, files: dict[str, list[str]], read_batches) -> dict:
     """Run the stages over every document: {"records": [...], "counts": {...}, ...} (module docstring)."""
     st: DedupSettings = cfg.dedup
     docs = _Docs()
     removed: dict[int, dict] = {}
     seen: dict[int, int] = {}
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
-    parts: list = []
+    parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
+    pending: list = []
+    text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
-        for si, batch in _documents(cfg, files):
+        for si, batch in _documents(cfg, files, read_batches):
             texts = []
             for fi, d in batch:
                 g = len(docs.ids)
                 docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
                 data = _utf8(d)
+                text_bytes += len(data)
                 if "exact" in st.stages:
                     h = xxhash.xxh3_128_intdigest(data)
                     first = seen.setdefault(h, g)
@@ -128,8 +134,10 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
                     mh_docs.append(g)
                     texts.append(d.text)
             if texts:
-                parts.append(pool.submit(_shingle_batch, texts, st.minhash))
-        parts = [p.result() for p in parts]
+                pending.append(pool.submit(_shingle_batch, texts, st.minhash))
+            while len(pending) > cfg.workers:  # bounded: the texts of a few batches in flight at most
+                parts.append(pending.pop(0).result())
+        parts += [p.result() for p in pending]
     candidates = 0
     if mh_docs:
         sh = np.concatenate([p[0] for p in parts])
@@ -146,11 +154,11 @@ def plan(cfg, files: dict[str, list[str]]) -> dict:
             }
     partitions = 0
     if "substring" in st.stages:
-        partitions = _substring(cfg, files, docs, removed)
-    return _decisions(cfg, docs, removed, candidates, partitions)
+        partitions = _substring(cfg, files, read_batches, docs, removed)
+    return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
 
 
-def _substring(cfg, files, docs: _Docs, removed: dict[int, dict]) -> int:
+def _substring(cfg, files, read_batches, docs: _Docs, removed: dict[int, dict]) -> int:
     """Add the substring stage's records to `removed`; returns the number of partitions."""
     st: DedupSettings = cfg.dedup
     where = {(s, f, loc): g for g, (s, f, loc) in enumerate(zip(docs.source, docs.file, docs.loc))}
@@ -171,7 +179,7 @@ def _substring(cfg, files, docs: _Docs, removed: dict[int, dict]) -> int:
         partitions += 1
         group, data, size = [], [], 0
 
-    for si, batch in _documents(cfg, files):
+    for si, batch in _documents(cfg, files, read_batches):
         for fi, d in batch:
             g = where[(si, fi, d.loc)]
             if g in removed:
@@ -211,15 +219,22 @@ def _decisions(cfg, docs: _Docs, removed: dict[int, dict], candidates: int, part
     }
 
 
-def load_or_plan(cfg, out: Path, files: dict[str, list[str]]) -> dict:
+def load_or_plan(cfg, out: Path, files: dict[str, list[str]], read_batches) -> dict:
     """The decisions of this run: read back after a kill, else made now and written atomically."""
-    path = out / DEDUP_DECISIONS
+    path = out / DECISIONS_FILE
     if path.exists():
         saved = json.loads(path.read_text())
         if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
             return saved
-    decisions = plan(cfg, files)
+    t0, c0 = time.monotonic(), time.process_time()
+    decisions = plan(cfg, files, read_batches)
     write_json(path, decisions)
+    print(
+        f"olmax: dedup decisions for {decisions['documents']:,} documents "
+        f"({decisions['text_bytes'] / 1e6:,.2f} MB of text) in {time.monotonic() - t0:.2f}s "
+        f"({time.process_time() - c0:.2f}s CPU)",
+        file=sys.stderr,
+    )
     return decisions
 
 
@@ -257,6 +272,7 @@ def manifest_entry(decisions: dict) -> dict:
         "settings": st,
         "normalization": NORMALIZATION,
         "documents_seen": decisions["documents"],
+        "text_bytes_seen": decisions["text_bytes"],
         "removed": decisions["counts"],
         "minhash_candidate_pairs": decisions["minhash_candidate_pairs"],
         "substring_bytes_removed": decisions["substring_bytes_removed"],

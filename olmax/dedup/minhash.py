@@ -2,8 +2,7 @@
 x 11 rows, pairs kept at true Jaccard >= 0.8).
 
 Signatures: hash k of a shingle x (its low 32 bits) is the high 32 bits of a_k * x + b_k (mod 2^64,
-multiply-add-shift, strongly universal on 32-bit keys; a_k odd, a_k and b_k drawn once from a fixed
-seed), the signature the minimum over the document's shingles. LSH: the
+multiply-add-shift; a_k odd 64-bit, b_k < 2^32, drawn once from a fixed seed), the signature the minimum over the document's shingles. LSH: the
 rows of each band are hashed to one 64-bit bucket key; documents sharing a key in any band are
 candidates. In a bucket (members in input order) every member is paired with each of the first
 `ANCHORS` members before it (all pairs in buckets of up to ANCHORS + 1), so a bucket of boilerplate
@@ -55,36 +54,37 @@ class MinHashParams:
             )
 
 
-def coefficients(k: int) -> tuple[np.ndarray, np.ndarray]:
+def coefficients(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low and high 32 bits of a, b): a odd 64-bit, b < 2^32 (so a_lo * x + b fits 64 bits)."""
     rng = np.random.default_rng(SEED)
     a = rng.integers(0, 1 << 63, size=k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    b = rng.integers(0, 1 << 63, size=k, dtype=np.uint64)
-    return a, b
+    b = rng.integers(0, 1 << 32, size=k, dtype=np.uint64)
+    return (a & np.uint64(0xFFFFFFFF)).astype(np.uint32), (a >> np.uint64(32)).astype(np.uint32), b
 
 
 @njit(cache=True, nogil=True)
-def _signatures(sh, off, a, b):
-    ndocs, k = off.size - 1, a.size
+def _signatures(sh, off, a_lo, a_hi, b):
+    ndocs, k = off.size - 1, a_lo.size
     sig = np.empty((ndocs, k), dtype=np.uint32)
     s32 = np.uint64(32)
     m = np.empty(k, dtype=np.uint32)
     for d in range(ndocs):
         m[:] = np.uint32(0xFFFFFFFF)
         for i in range(off[d], off[d + 1]):
-            # the shingle's low 32 bits: a 32x64-bit multiply the compiler vectorizes over the k hashes
-            x = sh[i] & np.uint64(0xFFFFFFFF)
+            x = sh[i] & np.uint64(0xFFFFFFFF)  # the shingle's low 32 bits
+            x32 = np.uint32(x)
             for j in range(k):
-                v = np.uint32((a[j] * x + b[j]) >> s32)
-                if v < m[j]:
-                    m[j] = v
+                # (a x + b) >> 32 mod 2^32 = a_hi x + ((a_lo x + b) >> 32) mod 2^32: 32-bit multiplies
+                # only, which the compiler vectorizes over the k hashes
+                v = np.uint32(np.uint32(a_hi[j] * x32) + np.uint32((np.uint64(a_lo[j]) * x + b[j]) >> s32))
+                m[j] = min(m[j], v)
         sig[d, :] = m
     return sig
 
 
 def signatures(shingles: np.ndarray, offsets: np.ndarray, params: MinHashParams) -> np.ndarray:
     """(documents, bands * rows) uint32 MinHash signatures of the shingle sets."""
-    a, b = coefficients(params.hashes)
-    return _signatures(shingles, offsets, a, b)
+    return _signatures(shingles, offsets, *coefficients(params.hashes))
 
 
 @njit(cache=True, nogil=True)

@@ -55,6 +55,18 @@ def _windows(buf, offsets, L):
 
 
 @njit(cache=True, nogil=True)
+def _repeated_values(s):
+    """The values a sorted array holds more than once, each once."""
+    out = np.empty(s.size // 2 + 1, dtype=s.dtype)
+    n = 0
+    for i in range(1, s.size):
+        if s[i] == s[i - 1] and (n == 0 or out[n - 1] != s[i]):
+            out[n] = s[i]
+            n += 1
+    return out[:n].copy()
+
+
+@njit(cache=True, nogil=True)
 def _members(hashes, keys):
     """Indices i (ascending) with hashes[i] in `keys` (an open-addressing set: a sorted-array search
     per window costs a cache miss per step)."""
@@ -186,9 +198,7 @@ def repeated_spans(data: list[bytes], min_bytes: int):
         return empty, empty, empty, empty
     # only windows whose hash occurs twice can be repeats: find those hashes with one unstable sort,
     # then order just those windows stably (by hash, then position)
-    s = np.sort(hashes)
-    twice = np.unique(s[1:][s[1:] == s[:-1]])
-    del s
+    twice = _repeated_values(np.sort(hashes))
     if twice.size == 0:
         return empty, empty, empty, empty
     cand = _members(hashes, twice)

@@ -63,7 +63,7 @@ def test_clusters_are_verified_components_kept_by_first():
     vocab = vocabulary(5000, 2)
     bases = [list(rng.choice(vocab, size=400)) for _ in range(6)]
     texts, truth = [], []
-    for b, words in enumerate(bases):
+    for words in bases:
         texts.append(" ".join(words))
         truth.append(len(texts) - 1)
     # near copies (2 edits of 400 words: Jaccard ~0.95) placed after their originals, interleaved
