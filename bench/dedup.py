@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,18 @@ class Run:
     peak_rss: int  # bytes, summed over the process tree
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     score: dc.Score | None = None
+    decision: tuple[float, float] | None = None  # olmax's own line: its dedup decision pass, wall and CPU s
+
+
+DECISION_LINE = re.compile(r"olmax: dedup decisions for .* in ([\d.]+)s \(([\d.]+)s CPU\)")
+
+
+def stage_cost(run: Run, plain: Run) -> tuple[float, float, str]:
+    """(wall s, CPU s, how known) of an olmax dedup stage alone: the decision pass as olmax reports it,
+    else its run minus plain prepare."""
+    if run.decision:
+        return max(run.decision[0], 1e-9), max(run.decision[1], 1e-9), "olmax's own decision-pass line"
+    return max(run.wall_s - plain.wall_s, 1e-9), max(run.cpu_s - plain.cpu_s, 1e-9), "run minus plain prepare"
 
 
 class TreeUsage:
@@ -166,6 +179,9 @@ def run_olmax(files: list[Path], work: Path, workers: int, stages: str | None, c
         mh = manifest.get("settings", {}).get("minhash", {})
         setting += f" (ngram {mh.get('ngram')}, {mh.get('bands')} bands x {mh.get('rows')} rows, verified at {mh.get('threshold')})"
     run = Run(f"olmax {stages or 'plain'}", setting, workers, wall, cpu, peak)
+    found = DECISION_LINE.search((work / f"olmax-{stages or 'plain'}.log").read_text(errors="replace"))
+    if found:
+        run.decision = (float(found.group(1)), float(found.group(2)))
     if stages:
         run.score = dc.score(corpus, cal.read_removed(out / "removed.jsonl"))
     shutil.rmtree(out, ignore_errors=True)
@@ -238,7 +254,7 @@ def pool_estimate(text_bytes: int, docs: int, plain: Run, stage_runs: dict[str, 
             run = stage_runs.get(stage)
             if run is None:
                 continue
-            hours = n * size * max(run.cpu_s - plain.cpu_s, 0.0) / text_bytes / 3600
+            hours = n * size * stage_cost(run, plain)[1] / text_bytes / 3600
             total += hours
             cells.append(f"{stage} ({n / 1e9:.1f} B docs) {hours:,.0f}")
         kept = POOL_DOCS[-1][1]
@@ -297,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             peers = []
 
+    # numba compiles olmax's kernels on first use and caches them: a first, untimed run on one file
+    warm = work / "olmax-warmup"
+    subprocess.run(
+        cal.olmax_cmd(warm, files, "exact,minhash,substring", whole=False),
+        env=cal.olmax_env(),
+        capture_output=True,
+    )
+    shutil.rmtree(warm, ignore_errors=True)
     plain = run_olmax(files, work, args.workers, None, corpus)
     minhash = run_olmax(files, work, args.workers, "minhash", corpus)
     runs = [minhash]
@@ -307,13 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     substring = None if args.no_substring else run_olmax(files, work, args.workers, "substring", corpus)
     exact = run_olmax(files, work, args.workers, "exact", corpus)
 
-    # olmax's minhash stage alone: its run minus plain prepare (the reading, tokenizing and writing)
+    # olmax's minhash stage alone (text in -> removals decided), without prepare's tokenizing and writing
+    wall, cpu, how = stage_cost(minhash, plain)
     alone = Run(
         "olmax minhash alone",
-        "prepare --dedup minhash minus plain prepare",
+        f"the minhash decision pass ({how}); memory: the run's peak minus plain prepare's",
         args.workers,
-        max(minhash.wall_s - plain.wall_s, 1e-9),
-        max(minhash.cpu_s - plain.cpu_s, 1e-9),
+        wall,
+        cpu,
         max(minhash.peak_rss - plain.peak_rss, 0),
     )
     print("\nsettings:")
@@ -325,9 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(speed_table([plain, minhash, alone, *runs[1:]], mb, docs)))
     print(
         "\nper stage (peers' own stage timers; datatrove's as the seconds its tasks ran, summed; olmax's "
-        "stages as differences of whole runs):"
+        f"dedup stages from {stage_cost(minhash, plain)[2]}):"
     )
-    ex = max(exact.cpu_s - plain.cpu_s, 1e-9)
+    ex = stage_cost(exact, plain)[1]
     print(
         f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s ({mb / plain.cpu_s:.2f} MB/CPU-s); exact +{ex:.1f} "
         f"CPU-s ({mb / ex:.2f} MB/CPU-s); minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
@@ -346,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.score and r.score.cluster_sizes:
             print(f"  {r.name}: {dc.cluster_line(r.score)}")
     if substring:
-        extra = substring.cpu_s - plain.cpu_s
+        extra = stage_cost(substring, plain)[1]
         print(
             f"\nsubstring (--dedup substring, min 500 bytes): {substring.wall_s:.1f} s wall, {substring.cpu_s:.1f} CPU-s "
             f"whole prepare; the stage alone +{extra:.1f} CPU-s = {mb / max(extra, 1e-9):.2f} MB/CPU-s "

@@ -33,11 +33,15 @@ GOAL_RECALL, GOAL_FALSE = 0.95, 0.005
 
 
 def olmax_cmd(
-    out: Path, files: list[Path], stages: str | None = "minhash", extra: list[str] | None = None
+    out: Path,
+    files: list[Path],
+    stages: str | None = "minhash",
+    extra: list[str] | None = None,
+    whole: bool = True,
 ) -> list[str]:
     """The `olmax data prepare` command line: dolma2, the given dedup stages (None: plain prepare), one
-    source: every .jsonl.gz in the folder of `files`."""
-    glob = str(files[0].parent / "*.jsonl.gz")
+    source: every .jsonl.gz in the folder of `files` (`whole`), else the first of `files` alone."""
+    glob = str(files[0].parent / "*.jsonl.gz") if whole else str(files[0])
     return [
         sys.executable,
         "-m",
