@@ -16,6 +16,8 @@ resident memory (summed over the tree, sampled), documents/s and MB/s per core.
 shared machine the second is the steadier one. The last line: `dedup minhash MB per CPU-s olmax/rensa = N.Nx`.
 
   python bench/dedup.py [--workers 2] [--per-kind 100] [--singles 1000] [--filler-mb 0] [--peers datatrove,rensa,datasketch]
+
+Measured figures and the commands that printed them: docs/dedup-benchmarks.md.
 """
 
 from __future__ import annotations
