@@ -65,9 +65,10 @@ def index_evals(cfg, tok_path: str, tables: WordTables) -> EvalSide:
     """The eval side of a LeakConfig `cfg`: its sets read, every item's units tokenized and read both
     ways, items with the same words (and continuation) deduplicated (reported), the index built."""
     from olmax.audit.evalsets import load_eval
+    from olmax.data.evalspec import parse_eval_specs
     from olmax.data.tokenize import load_tokenizer
 
-    sets = [load_eval(spec) for spec in cfg.evals]
+    sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
     if not sets:
         raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
     tok = load_tokenizer(tok_path)
