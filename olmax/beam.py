@@ -12,17 +12,16 @@ Each command keeps one set of per-file and per-key functions; its Beam graph map
   standard error) go to `log_dir/beam.log` and are named in the error when the run fails.
 - `Workspace`: where a job's intermediate files (`--temp_location` on a cluster, else a local folder) and
   worker logs go, removed when it ends (the logs kept when it failed).
-- `collect(pcoll, folder)` / `collected(folder)`: small per-task results (summaries, hit arrays) written
-  by the workers as pickled records in text files under `folder` (a path or a URL the workers can
-  write: the output's temporary folder, or `--temp_location` on a cluster) and read back by the driver.
+- `collect(pcoll, folder, name)` / `collected(folder, name)`: small per-task results (summaries, hit
+  arrays) written by the workers as `olmax.wire` lines (JSON, no pickle) in text files under `folder` (a
+  path or a URL the workers can write: the output's temporary folder, or `--temp_location` on a
+  cluster) and read back by the driver; all of a pipeline's collections end in one sink.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
-import pickle
 import shlex
 import shutil
 import sys
@@ -32,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from olmax import storage
+from olmax import storage, wire
 from olmax.errors import OlmaxError
 
 RUNNERS = ("local", "beam")
@@ -154,8 +153,21 @@ def run(build: Callable, options, log_dir: str, what: str) -> float:
             q.setLevel(logging.ERROR)
         with _stderr_to(log):
             pipeline = beam.Pipeline(options=options)
-            build(pipeline)
-            state = pipeline.run().wait_until_finish()
+            try:
+                build(pipeline)
+                sinks = _SINKS.pop(id(pipeline), [])
+            finally:
+                _SINKS.pop(id(pipeline), None)
+            if sinks:
+                sinks | "Results" >> beam.Flatten() | "Save results" >> beam.ParDo(_SaveBundles())
+            result = pipeline.run()
+            try:
+                state = result.wait_until_finish()
+            finally:
+                # the DaskRunner's result holds a distributed Client it never closes
+                client = getattr(result, "client", None)
+                if client is not None and hasattr(client, "close"):
+                    client.close()
     except OlmaxError:
         raise
     except Exception as e:  # noqa: BLE001 - a failed pipeline: one line and where the full story is
@@ -220,27 +232,39 @@ class Workspace:
 
 
 class _SaveBundles:
-    """A DoFn writing each bundle's elements (pickled, base64, one per line) into one file `folder/name-*.txt`
-    through olmax.storage, so any fsspec store the workers can reach will do."""
+    """A DoFn writing each bundle's (folder, name, element) records into one file `folder/name-*.txt` per
+    (folder, name) through olmax.storage (so any fsspec store the workers can reach will do), one
+    `olmax.wire` line per element: the driver reads data back, never a pickle."""
 
-    def __new__(cls, folder: str, name: str):
+    def __new__(cls):
         beam = require_beam()
 
         class Save(beam.DoFn):
             def start_bundle(self):
-                self.lines = []
+                self.lines = {}
 
-            def process(self, element):
-                self.lines.append(base64.b64encode(pickle.dumps(element, protocol=5)))
+            def process(self, record):
+                folder, name, element = record
+                self.lines.setdefault((folder, name), []).append(wire.dumps(element))
 
             def finish_bundle(self):
-                if self.lines:
+                for (folder, name), lines in self.lines.items():
                     storage.write_bytes(
-                        storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"), b"\n".join(self.lines) + b"\n"
+                        storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"), b"\n".join(lines) + b"\n"
                     )
-                    self.lines = []
+                self.lines = {}
 
         return Save()
+
+
+class _Sink:
+    """`element -> (folder, name, element)`, picklable."""
+
+    def __init__(self, folder: str, name: str):
+        self.folder, self.name = folder, name
+
+    def __call__(self, element):
+        return self.folder, self.name, element
 
 
 def _cause(e: BaseException) -> str:
@@ -258,10 +282,16 @@ def _cause(e: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
-def collect(pcoll, folder: str, name: str):
-    """Write every element of `pcoll` (pickled) into files `folder/name-*.txt`, for `collected`."""
+def collect(pcoll, folder: str, name: str) -> None:
+    """Have every element of `pcoll` written into files `folder/name-*.txt` (for `collected`) when the
+    pipeline runs through `run`, which joins all of a pipeline's collections into one sink: a pipeline
+    with one end (the DaskRunner computes only the last transform's lineage; other runners don't mind)."""
     beam = require_beam()
-    return pcoll | f"Save {name} results" >> beam.ParDo(_SaveBundles(folder, name))
+    tagged = pcoll | f"Tag {name} results" >> beam.Map(_Sink(folder, name))
+    _SINKS.setdefault(id(pcoll.pipeline), []).append(tagged)
+
+
+_SINKS: dict[int, list] = {}  # id(pipeline) -> its collections for `collect`, while `run` builds it
 
 
 def collected(folder: str, name: str) -> list:
@@ -271,5 +301,5 @@ def collected(folder: str, name: str) -> list:
         if os.path.basename(rel).startswith(name + "-") and rel.endswith(".txt"):
             for line in storage.read_bytes(storage.join(folder, rel)).splitlines():
                 if line.strip():
-                    out.append(pickle.loads(base64.b64decode(line)))
+                    out.append(wire.loads(line))
     return out

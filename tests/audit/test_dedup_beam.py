@@ -146,3 +146,11 @@ def test_span_intervals_merge_like_a_mask():
     assert (merged["end"] > merged["start"]).all()
     same_file = merged["phys"][1:] == merged["phys"][:-1]
     assert (merged["start"][1:][same_file] > merged["end"][:-1][same_file]).all()  # disjoint, sorted
+
+
+def test_dask_scratch(planted, dask_address):
+    from dask_cluster import dask_options
+
+    root, _, _, local = planted
+    beam = audit_dedup(config(str(root / "mix.txt"), root / "work"), beam_options=dask_options(dask_address, f"--temp_location={root}/tmp"))
+    assert beam == local
