@@ -1,17 +1,20 @@
-"""Values that cross from a Beam worker to the driver as text: JSON with typed nodes, never a pickle.
+"""Values that cross between a Beam driver and its workers through files: JSON with typed nodes and
+numpy arrays (`.npy`/`.npz`, read with `allow_pickle=False`), never a pickle.
 
-A worker's results (summaries, hit arrays, reduce results, `olmax.beam.Failed`) are written by
-`olmax.beam.collect` into files under the job's temporary folder (`--temp_location` on a cluster) and read
-back by the driver. Whoever can write that folder must not be able to run code on the driver, so the
-format holds data only: JSON scalars, lists, tuples, dicts (any keys), sets, bytes, numpy arrays and
-scalars (`.npy` bytes read with `allow_pickle=False`) and the dataclasses of olmax's own modules (rebuilt
-field by field, no constructor called). Anything else is a TypeError in the worker, not a silent loss.
+Two uses: a worker's results (summaries, hit arrays, reduce results, `olmax.beam.Failed`) written by
+`olmax.beam.collect` under the job's temporary folder and read back by the driver (`dumps`/`loads`, one
+line each, arrays inline); and what every task of a job shares (the leak audit's eval index and word
+tables), staged once by the driver and loaded by each worker (`stage`/`load_staged`: the arrays in one
+`.npz`, the rest in a `.json` beside it). Whoever can write that folder (`--temp_location` on a cluster)
+must not be able to run code on the other side, so the format holds data only: JSON scalars, lists,
+tuples, dicts (any keys), sets, bytes, numpy arrays and scalars, and instances of olmax's own classes
+(rebuilt attribute by attribute: no constructor or other code runs). Anything else is a TypeError on
+the writing side, not a silent loss.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import importlib
 import io
 import json
@@ -30,72 +33,90 @@ def _from_npy(text: str) -> np.ndarray:
     return np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
 
 
-def to_tree(x: Any) -> Any:
-    """`x` as a JSON-able tree of typed nodes (lists, dicts with one-letter tags, scalars)."""
+def to_tree(x: Any, arrays: list | None = None, _seen: dict | None = None) -> Any:
+    """`x` as a JSON-able tree of typed nodes (lists, dicts with one-letter tags, scalars). With
+    `arrays`, numpy arrays are appended there (one entry per distinct array object) and referenced by
+    position instead of inlined."""
+    if arrays is not None and _seen is None:
+        _seen = {}
+
+    def sub(v: Any) -> Any:
+        return to_tree(v, arrays, _seen)
+
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, (int, float)) and type(x) in (int, float):
         return x
     if isinstance(x, np.ndarray):
-        return {"a": _npy(x)}
+        if x.dtype.hasobject:
+            raise TypeError("olmax.wire: an array of Python objects cannot be sent")
+        if arrays is None:
+            return {"a": _npy(x)}
+        if id(x) not in _seen:
+            _seen[id(x)] = len(arrays)
+            arrays.append(x)
+        return {"r": _seen[id(x)]}
     if isinstance(x, np.generic):
         return {"s": _npy(np.asarray(x))}
-    if isinstance(x, list):
-        return [to_tree(v) for v in x]
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return {"t": [to_tree(v) for v in x]}
-    if isinstance(x, dict) and type(x) is dict:
-        return {"d": [[to_tree(k), to_tree(v)] for k, v in x.items()]}
-    if isinstance(x, (set, frozenset)):
-        return {"f" if isinstance(x, frozenset) else "e": [to_tree(v) for v in x]}
+    if type(x) is list:
+        return [sub(v) for v in x]
+    if type(x) is tuple:
+        return {"t": [sub(v) for v in x]}
+    if type(x) is dict:
+        return {"d": [[sub(k), sub(v)] for k, v in x.items()]}
+    if type(x) in (set, frozenset):
+        return {"f" if type(x) is frozenset else "e": [sub(v) for v in x]}
     if isinstance(x, bytes):
         return {"b": base64.b64encode(x).decode("ascii")}
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        cls = type(x)
-        if not cls.__module__.startswith("olmax."):
-            raise TypeError(f"olmax.wire: dataclass {cls.__module__}.{cls.__qualname__} is not olmax's own")
-        fields = {f.name: to_tree(getattr(x, f.name)) for f in dataclasses.fields(x)}
-        return {"c": f"{cls.__module__}:{cls.__qualname__}", "v": fields}
+    cls = type(x)
+    if cls.__module__.startswith("olmax.") and hasattr(x, "__dict__") and not isinstance(x, type):
+        return {"c": f"{cls.__module__}:{cls.__qualname__}", "v": {k: sub(v) for k, v in vars(x).items()}}
     raise TypeError(f"olmax.wire: cannot send a {type(x).__module__}.{type(x).__qualname__} to the driver")
 
 
-def _dataclass(name: str) -> type:
+def _olmax_class(name: str) -> type:
     module, _, qual = name.partition(":")
-    if not module.startswith("olmax.") or not qual:
-        raise ValueError(f"olmax.wire: {name!r} is not an olmax dataclass")
+    if not module.startswith("olmax.") or not qual or "<" in qual:
+        raise ValueError(f"olmax.wire: {name!r} is not a class of olmax")
     obj: Any = importlib.import_module(module)
     for part in qual.split("."):
         obj = getattr(obj, part)
-    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
-        raise ValueError(f"olmax.wire: {name!r} is not an olmax dataclass")
+    if not isinstance(obj, type) or obj.__module__ != module:
+        raise ValueError(f"olmax.wire: {name!r} is not a class of olmax")
     return obj
 
 
-def from_tree(t: Any) -> Any:
-    """The value `to_tree` encoded."""
+def from_tree(t: Any, arrays: Any = None) -> Any:
+    """The value `to_tree` encoded (`arrays`: what it appended the arrays to, or an .npz's mapping of
+    `a0`, `a1`, ...)."""
+
+    def sub(v: Any) -> Any:
+        return from_tree(v, arrays)
+
     if isinstance(t, list):
-        return [from_tree(v) for v in t]
+        return [sub(v) for v in t]
     if not isinstance(t, dict):
         return t
     if set(t) == {"c", "v"}:
-        cls = _dataclass(t["c"])
-        obj = object.__new__(cls)
+        obj = object.__new__(_olmax_class(t["c"]))
         for name, value in t["v"].items():
-            object.__setattr__(obj, name, from_tree(value))  # frozen dataclasses too; no __init__ run
+            object.__setattr__(obj, name, sub(value))  # frozen dataclasses too; no __init__ runs
         return obj
     if len(t) != 1:
         raise ValueError(f"olmax.wire: unknown node with keys {sorted(t)}")
     ((tag, v),) = t.items()
     if tag == "a":
         return _from_npy(v)
+    if tag == "r":
+        return arrays[v] if isinstance(arrays, list) else arrays[f"a{v}"]
     if tag == "s":
         return _from_npy(v)[()]
     if tag == "t":
-        return tuple(from_tree(e) for e in v)
+        return tuple(sub(e) for e in v)
     if tag == "d":
-        return {from_tree(k): from_tree(e) for k, e in v}
+        return {sub(k): sub(e) for k, e in v}
     if tag in ("e", "f"):
-        items = (from_tree(e) for e in v)
+        items = (sub(e) for e in v)
         return frozenset(items) if tag == "f" else set(items)
     if tag == "b":
         return base64.b64decode(v)
@@ -109,3 +130,25 @@ def dumps(x: Any) -> bytes:
 
 def loads(line: bytes | str) -> Any:
     return from_tree(json.loads(line))
+
+
+def stage(x: Any, url: str) -> None:
+    """Write `x` for `load_staged`: its arrays to `url.npz`, the rest to `url.json` (through
+    olmax.storage: a local path or any fsspec URL)."""
+    from olmax import storage
+
+    arrays: list = []
+    tree = to_tree(x, arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **{f"a{i}": a for i, a in enumerate(arrays)})
+    storage.write_bytes(url + ".npz", buf.getvalue())
+    storage.write_bytes(url + ".json", json.dumps(tree, separators=(",", ":")).encode())
+
+
+def load_staged(url: str) -> Any:
+    """The value `stage` wrote at `url`."""
+    from olmax import storage
+
+    with np.load(io.BytesIO(storage.read_bytes(url + ".npz")), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return from_tree(json.loads(storage.read_bytes(url + ".json")), arrays)

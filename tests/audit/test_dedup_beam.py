@@ -148,9 +148,13 @@ def test_span_intervals_merge_like_a_mask():
     assert (merged["start"][1:][same_file] > merged["end"][:-1][same_file]).all()  # disjoint, sorted
 
 
-def test_dask_scratch(planted, dask_address):
+
+def test_the_dask_runner_gives_the_local_report(planted, dask_address, tmp_path):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback): the map's
+    records reach the combine keyed by (kind, partition), whatever the runner does with tagged outputs."""
     from dask_cluster import dask_options
 
     root, _, _, local = planted
-    beam = audit_dedup(config(str(root / "mix.txt"), root / "work"), beam_options=dask_options(dask_address, f"--temp_location={root}/tmp"))
-    assert beam == local
+    options = dask_options(dask_address, f"--temp_location={tmp_path}")
+    assert audit_dedup(config(str(root / "mix.txt"), root / "work"), beam_options=options) == local
+    assert list(tmp_path.iterdir()) == []  # the job's files are gone

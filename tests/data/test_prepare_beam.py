@@ -101,6 +101,20 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     assert not (tmp_path / "beam" / ".olmax-beam").exists()
 
 
+
+def test_the_dask_runner_writes_the_local_runners_bytes(tmp_path, raw, dolma2, dask_address):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback), byte for byte."""
+    from dask_cluster import dask_options
+
+    local = prepare(config(raw, dolma2, str(tmp_path / "local"), arrayrecord=True))
+    options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")
+    beamed = prepare(config(raw, dolma2, str(tmp_path / "dask"), arrayrecord=True), beam_options=options)
+    assert beamed["mix"] == local["mix"] and beamed["fingerprint"] == local["fingerprint"]
+    a, b = folder_bytes(tmp_path / "local"), folder_bytes(tmp_path / "dask")
+    assert a.keys() == b.keys() and sum(k.endswith(".npy") for k in a) >= 6
+    assert [k for k in a if a[k] != b[k]] == []
+
+
 def test_object_store_in_and_out(tmp_path, raw, dolma2):
     """memory:// inputs and outputs (an fsspec store standing for gs:// or s3://): the local runner stages and
     uploads; Beam's workers (one process: a memory store is per process) upload each shard. Same bytes."""
