@@ -10,6 +10,7 @@ Each command keeps one set of per-file and per-key functions; its Beam graph map
   driver reports the first one in input order as the usual one-line error instead of a worker traceback.
 - `run(build, options, log_dir)`: builds and runs a pipeline; the workers' logs (Beam's harnesses log to
   standard error) go to `log_dir/beam.log` and are named in the error when the run fails.
+- `spread()`: a redistribution every runner performs (the DaskRunner skips `Reshuffle`).
 - `Workspace`: where a job's intermediate files (`--temp_location` on a cluster, else a local folder) and
   worker logs go, removed when it ends (the logs kept when it failed).
 - `collect(pcoll, folder, name)` / `collected(folder, name)`: small per-task results (summaries, hit
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shlex
 import shutil
 import sys
@@ -84,8 +86,16 @@ def raise_first_failure(results: Iterable) -> None:
         raise OlmaxError(failures[0].message + more)
 
 
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
 def pipeline_options(text: str | None):
-    """Beam PipelineOptions from a flag string; the DirectRunner unless `--runner=` says otherwise."""
+    """Beam PipelineOptions from a flag string; the DirectRunner unless `--runner=` says otherwise.
+
+    Defaults olmax adds where the flags leave them out: the DirectRunner's 2 worker processes, and for
+    the DaskRunner (`--runner=DaskRunner` names it too) one element per Dask partition
+    (`--dask_partition_size=1`): its own default puts up to 128 elements (files) into one task, which one
+    worker runs alone."""
     require_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -93,20 +103,26 @@ def pipeline_options(text: str | None):
         args = shlex.split(text if text is not None else DEFAULT_PIPELINE_OPTIONS)
     except ValueError as e:
         raise OlmaxError(f"--pipeline-options {text!r}: {e}") from None
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
-        args = ["--runner=DirectRunner", *args]
-    runner = next(
-        (
-            a.split("=", 1)[1] if "=" in a else args[i + 1]
-            for i, a in enumerate(args)
-            if a == "--runner" or a.startswith("--runner=")
-        ),
-        "",
-    )
+    args = [
+        f"--runner={args[i + 1]}" if a == "--runner" and i + 1 < len(args) else a
+        for i, a in enumerate(args)
+        if not (i and args[i - 1] == "--runner")
+    ]
+    at = max((i for i, a in enumerate(args) if a.startswith("--runner=")), default=None)  # the last wins
+    if at is None:
+        args, at = ["--runner=DirectRunner", *args], 0
+    runner = args[at].split("=", 1)[1]
+    if runner == "DaskRunner":
+        runner = DASK_RUNNER
+        args[at] = f"--runner={runner}"
     if runner.lower() in ("directrunner", "direct") and not any(
         a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in args
     ):
         args += ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    if runner.endswith("DaskRunner") and not any(
+        a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in args
+    ):
+        args += ["--dask_partition_size=1"]
     return PipelineOptions(args + ["--default_sdk_harness_log_level=ERROR"])
 
 
@@ -199,7 +215,7 @@ class Workspace:
         if not temp and not any(r in runner for r in ("direct", "prism")):
             raise OlmaxError(
                 f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
-                "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options"
+                "--temp_location=URL (e.g. gs://BUCKET/tmp, or a folder every worker mounts) to Beam's flags"
             )
         slug = f"olmax-{what.removeprefix('olmax ').replace(' ', '-')}"
         if local_dir:
@@ -265,6 +281,32 @@ class _Sink:
 
     def __call__(self, element):
         return self.folder, self.name, element
+
+
+def _random_key(element) -> tuple:
+    return random.getrandbits(31), element
+
+
+def _values(kv) -> list:
+    return list(kv[1])
+
+
+def spread():
+    """A PTransform redistributing its input over the workers: Beam's `Reshuffle` as a random-key
+    GroupByKey (the DaskRunner runs `Reshuffle` as a no-op, which leaves everything one task produced,
+    all the shards of a plan say, to one worker)."""
+    beam = require_beam()
+
+    class Spread(beam.PTransform):
+        def expand(self, pcoll):
+            return (
+                pcoll
+                | "Key" >> beam.Map(_random_key)
+                | "Group" >> beam.GroupByKey()
+                | "Values" >> beam.FlatMap(_values)
+            )
+
+    return Spread()
 
 
 def _cause(e: BaseException) -> str:

@@ -82,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     lo.add_argument("--threads", type=int, default=2)
     _out(lo)
+    add_runner_options(lo)
     lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
 
     lk = asub.add_parser(
@@ -245,7 +246,7 @@ def _loader(args: argparse.Namespace) -> int:
         span_tokens=args.span_tokens,
         max_repeated_span_frac=args.max_repeated_span_frac,
     )
-    return _finish(audit_loader(cfg), args.out)
+    return _finish(audit_loader(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from olmax.beam import (
     pipeline_options,
     raise_first_failure,
     require_beam,
+    spread,
 )
 from olmax.errors import OlmaxError
 
@@ -125,7 +126,7 @@ def map_reduce_beam(
             mapped = (
                 pipeline
                 | "Elements" >> beam.Create(list(enumerate(elements)))
-                | "Spread" >> beam.Reshuffle()
+                | "Spread" >> spread()
                 | "Map" >> beam.ParDo(MapElement(map_fn, bits)).with_output_types(typing.Any)
             )
             collect(mapped | "Summaries" >> beam.FlatMap(_summaries), folder, "summaries")

@@ -1,7 +1,7 @@
 """`olmax audit leaks --runner beam`: the Beam plan of the leak audit's per-file phases.
 
 The functions mapped are leaks.py's (`probe_path`, then `verify_file`), passed in by `audit_leaks`; this
-module only maps them over files: `Create(tasks) | Reshuffle | Map(guarded(fn))`, results back to the
+module only maps them over files: `Create(tasks) | spread | Map(guarded(fn))`, results back to the
 driver through `olmax.beam.collect`. What every task shares (the eval index and the word tables: the
 index grows with the eval sets, the tables are ~8 MB, neither belongs in the pipeline graph) is staged
 once by the driver into the work folder as arrays (`.npz`) and JSON (`olmax.wire.stage`, no pickle:
@@ -26,6 +26,7 @@ from olmax.beam import (
     pipeline_options,
     raise_first_failure,
     require_beam,
+    spread,
 )
 
 _STAGED: dict[str, tuple] = {}  # url -> the staged tuple, per worker process
@@ -84,7 +85,7 @@ class BeamRunner:
             results = (
                 p
                 | f"{name}: tasks" >> beam.Create(tasks)
-                | f"{name}: spread" >> beam.Reshuffle()
+                | f"{name}: spread" >> spread()
                 | f"{name}: map" >> beam.Map(call)
             )
             collect(results, out, name)

@@ -296,7 +296,7 @@ def prepare_beam(
         summaries = (
             p
             | "Files" >> bm.Create(tasks)
-            | "Spread files" >> bm.Reshuffle()
+            | "Spread files" >> beam.spread()
             | "Tokenize" >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp), lambda t: (t.source, t.file)))
         )
         beam.collect(summaries, collected_dir, "files")
@@ -304,7 +304,7 @@ def prepare_beam(
             summaries
             | "All files" >> bm.combiners.ToList()
             | "Plan shards" >> bm.FlatMap(_plan, cfg, tmp, n_files)
-            | "Spread shards" >> bm.Reshuffle()
+            | "Spread shards" >> beam.spread()
             | "Write shards"
             >> bm.Map(
                 beam.guarded(
