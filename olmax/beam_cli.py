@@ -29,15 +29,25 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
         metavar='"FLAGS"',
         help="Beam's own flags for --runner beam, one quoted string given with '=' "
         f'(default: "{DEFAULT_PIPELINE_OPTIONS}"); e.g. --pipeline-options="--runner=DataflowRunner '
-        '--project=P --region=us-central1 --temp_location=gs://B/tmp"; or put them after --',
+        '--project=P --region=us-central1 --temp_location=gs://B/tmp"; or give them as they come '
+        "after a lone -- at the end: -- --runner=DataflowRunner --project P ...",
     )
-    p.add_argument(
-        "beam_flags",
-        nargs="*",
-        metavar="-- BEAM_FLAG",
-        help="Beam's own flags for --runner beam after a lone --, as Beam takes them: "
-        "-- --runner=DataflowRunner --project=P --temp_location=gs://B/tmp",
-    )
+    # After a lone `--`, everything is Beam's (split off before argparse sees it: a command's own
+    # positionals, like prepare's LABEL=PATH sources, would take the words otherwise)
+    p.set_defaults(beam_flags=[])
+    parse = p.parse_known_args
+
+    def split_beam_flags(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        extra = []
+        if "--" in args:
+            at = args.index("--")
+            args, extra = args[:at], args[at + 1 :]
+        ns, rest = parse(args, namespace)
+        ns.beam_flags = extra
+        return ns, rest
+
+    p.parse_known_args = split_beam_flags  # type: ignore[method-assign]
     error = p.error
 
     def explained(message: str):
@@ -61,10 +71,7 @@ def beam_options(args: argparse.Namespace) -> str | None:
 
     extra = list(getattr(args, "beam_flags", None) or [])
     if extra and not extra[0].startswith("-"):
-        raise OlmaxError(
-            f"unexpected argument {extra[0]!r}: this command takes no positional arguments (Beam's own "
-            "flags go after a lone --, each starting with --)"
-        )
+        raise OlmaxError(f"after --: {extra[0]!r} is not a flag; Beam's flags go there, e.g. -- --runner=X")
     if args.runner != "beam":
         if args.pipeline_options or extra:
             given = (
