@@ -1,5 +1,6 @@
-"""A dask.distributed cluster on 127.0.0.1 for the DaskRunner tests: `dask scheduler` and `dask worker`
-processes started as a user would, each worker single-threaded, all stopped (killed if they hang) on exit."""
+"""A dask.distributed cluster on 127.0.0.1 for the DaskRunner (bench/beam_parity.py and the tests):
+`dask scheduler` and `dask worker` processes started as a user would (docs/cluster.md), each worker
+single-threaded, all stopped (killed if they hang) however the block ends."""
 
 from __future__ import annotations
 
@@ -60,7 +61,14 @@ def dask_cluster(workers: int = 2, timeout: float = 90.0) -> Iterator[str]:
 
     try:
         start(
-            "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", sched_file
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--scheduler-file",
+            sched_file,
         )
         deadline = time.monotonic() + timeout
         while not os.path.exists(sched_file):
@@ -95,4 +103,10 @@ def dask_cluster(workers: int = 2, timeout: float = 90.0) -> Iterator[str]:
 
 def dask_options(address: str, *extra: str) -> str:
     """--pipeline-options text for the DaskRunner on the cluster at `address`."""
-    return " ".join(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", f"--dask_client_address={address}", *extra])
+    return " ".join(
+        [
+            "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+            f"--dask_client_address={address}",
+            *extra,
+        ]
+    )
