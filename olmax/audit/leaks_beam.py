@@ -32,23 +32,24 @@ from olmax.beam import (
 _STAGED: dict[str, tuple] = {}  # url -> the staged tuple, per worker process
 
 
-def load_staged(url: str) -> tuple:
-    """The tuple the driver staged at `url` (`olmax.wire.stage`), read once per process."""
+def load_staged(url: str, classes: frozenset[str]) -> tuple:
+    """The tuple the driver staged at `url` (`olmax.wire.stage`; `classes`: the classes it holds, as the
+    driver saw them), read once per process."""
     if url not in _STAGED:
         if len(_STAGED) >= 4:
             _STAGED.clear()
-        _STAGED[url] = wire.load_staged(url)
+        _STAGED[url] = wire.load_staged(url, classes)
     return _STAGED[url]
 
 
 class StagedCall:
     """Picklable `task -> fn(task, *staged, **kwargs)`, `staged` the tuple the driver staged at `url`."""
 
-    def __init__(self, fn: Callable, url: str, kwargs: dict):
-        self.fn, self.url, self.kwargs = fn, url, kwargs
+    def __init__(self, fn: Callable, url: str, classes: frozenset[str], kwargs: dict):
+        self.fn, self.url, self.classes, self.kwargs = fn, url, classes, kwargs
 
     def __call__(self, task):
-        return self.fn(task, *load_staged(self.url), **self.kwargs)
+        return self.fn(task, *load_staged(self.url, self.classes), **self.kwargs)
 
 
 class BeamRunner:
@@ -77,9 +78,11 @@ class BeamRunner:
             return []
         beam = require_beam()
         state = storage.join(self.space.files, f"{name}-shared")
-        wire.stage(tuple(shared), state)
+        classes = wire.stage(
+            tuple(shared), state
+        )  # the allowed classes travel in the pipeline, not the bucket
         out = storage.join(self.space.files, name)
-        call = guarded(StagedCall(fn, state, kwargs), order)
+        call = guarded(StagedCall(fn, state, classes, kwargs), order)
 
         def build(p):
             results = (

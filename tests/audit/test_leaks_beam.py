@@ -95,14 +95,16 @@ def test_beam_gives_the_local_report(leak_data, local_report):
     assert _without(beam, "timing") == _without(rep, "timing")
 
 
-
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(leak_data, local_report, dask_address, tmp_path):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback); the eval index
     and word tables reach the workers as .npz and JSON under --temp_location, never a pickle."""
     from dask_cluster import dask_options
 
     options = dask_options(dask_address, f"--temp_location={tmp_path}")
-    beam = audit_leaks(LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=options)
+    beam = audit_leaks(
+        LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=options
+    )
     assert beam["timing"]["runner"] == "apache_beam.runners.dask.dask_runner.DaskRunner"
     assert _without(beam, "timing") == _without(local_report, "timing")
     assert list(tmp_path.iterdir()) == []

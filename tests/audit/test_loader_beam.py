@@ -75,6 +75,7 @@ def test_beam_gives_the_local_report(repeats, local):
     assert json.dumps(_without_timing(rep)) == json.dumps(_without_timing(local))  # examples in order too
 
 
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(repeats, local, dask_address, tmp_path):
     from dask_cluster import dask_options
 
@@ -85,6 +86,7 @@ def test_the_dask_runner_gives_the_local_report(repeats, local, dask_address, tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # three Beam pipelines and two local audits through the CLI: ~80 s
 def test_cli_takes_beams_flags_after_a_double_dash_and_a_worker_error_is_one_line(
     corpus, repeats, tmp_path, capsys
 ):
