@@ -348,7 +348,7 @@ def run_all(root: Path, args, workers: list[int]) -> tuple[list, list[str], dict
         for command in COMMANDS:
             print(f"{command} ({variant}):", flush=True)
             times[command][variant], problem, result = run_command(
-                command, variant, flags, root, inputs, logs
+                command, variant, flags, root, inputs, logs, args.shard_size
             )
             problems.extend(problem)
             results.setdefault(command, {})[variant] = result

@@ -3,9 +3,10 @@
 Each command keeps one set of per-file and per-key functions; its Beam graph maps them over files and keys
 (the plan), the local runner calls the same functions in threads. What this module adds:
 
-- `pipeline_options(text)`: Beam's own flags from `--pipeline-options "..."`; without `--runner=` the
-  DirectRunner is pinned (Beam's PrismRunner downloads a binary at start, which fails offline), by
-  default with 2 worker processes (`DEFAULT_PIPELINE_OPTIONS`).
+- `pipeline_options(text)`: Beam's own flags (`--pipeline-options="..."` and those after `--`, see
+  beam_cli.py); without `--runner=` the DirectRunner is pinned (Beam's PrismRunner downloads a binary at
+  start, which fails offline), by default with 2 worker processes (`DEFAULT_PIPELINE_OPTIONS`); the
+  DaskRunner by its short name, one element per Dask task unless told otherwise.
 - `guarded(fn)`: bad input (an `OlmaxError` in a worker) travels back as a value (`Failed`), so the
   driver reports the first one in input order as the usual one-line error instead of a worker traceback.
 - `run(build, options, log_dir)`: builds and runs a pipeline; the workers' logs (Beam's harnesses log to

@@ -1,11 +1,15 @@
-"""`olmax audit dedup --runner beam`: partition.map_reduce as an Apache Beam pipeline (imported only then).
+"""partition.map_reduce as an Apache Beam pipeline (imported only then): `olmax audit dedup --runner beam`
+and the loader audit's content checks (loader_beam.py).
 
-The graph: the elements (physical files) are spread over the workers; each worker runs the map, splits
-each `(kind, records)` it yields by hash partition and emits `(partition, records)` to that kind's output;
-`CombinePerKey(ConcatRecords)` concatenates a partition's arrays before the shuffle (one array per
-partition per bundle crosses the network) and after it; the kind's reduce runs once per partition. The
-maps' summaries and the reduces' results come back to the driver through `olmax.beam.collect`, sorted
-into element and partition order, so the result is the local runner's.
+The graph: the elements (physical files) are spread over the workers (`olmax.beam.spread`); each worker
+runs the map, splits each `(kind, records)` it yields by hash partition and emits
+("records", (kind, partition), records), and its summary as ("summary", (index,), summary): one output,
+since a runner may not keep a ParDo's tagged outputs apart (the DaskRunner hands each consumer all of
+them). `CombinePerKey(ConcatRecords)` over (kind, partition) concatenates a partition's arrays before the
+shuffle (on runners that lift combines: one array per partition per bundle crosses the network) and
+after it; the kind's reduce runs once per partition. The maps' summaries and the reduces' results come
+back to the driver through `olmax.beam.collect`, sorted into element and (kind, partition) order, so the
+result is the local runner's.
 """
 
 from __future__ import annotations

@@ -50,7 +50,10 @@ from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 
 TMP_DIR = ".olmax-beam"
-DOCS_FILES = ("docs.npz", "docs.json")  # a tokenized file's per-document arrays and the rest (olmax.wire.stage)
+DOCS_FILES = (
+    "docs.npz",
+    "docs.json",
+)  # a tokenized file's per-document arrays and the rest (olmax.wire.stage)
 
 
 @dataclass(frozen=True)
