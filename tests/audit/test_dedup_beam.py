@@ -1,5 +1,6 @@
-"""`olmax audit dedup --runner beam` (DirectRunner, 2 worker processes) against the local runner; the mix's
-files given as fsspec URLs; bad shards as one-line errors in both runners."""
+"""`olmax audit dedup --runner beam` (DirectRunner, 2 worker processes; the DaskRunner on a loopback
+dask.distributed cluster) against the local runner; the mix's files given as fsspec URLs; bad shards as
+one-line errors in both runners."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes) against the local
+"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes, and the DaskRunner
+on a loopback dask.distributed cluster) against the local
 runner: the same report on real text (stdlib code and pydoc prose shards, tests/audit/conftest.py) with
 eval items taken from it (verbatim, one word in nine substituted, half copied, short) and items it does not
 hold; training files and eval sets as fsspec URLs (`file://`, `memory://`); bad input as a one-line error

@@ -1,5 +1,6 @@
 """`olmax data prepare --runner beam`: the local runner's bytes from an Apache Beam pipeline (DirectRunner,
-2 worker processes), fsspec URLs in and out, and bad input reported as one line."""
+2 worker processes; the DaskRunner on a loopback dask.distributed cluster), fsspec URLs in and out, and bad
+input reported as one line."""
 
 from __future__ import annotations
 
