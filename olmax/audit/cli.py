@@ -83,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     lo.add_argument("--threads", type=int, default=2)
     _out(lo)
+    add_runner_options(lo)
     lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
 
     lk = asub.add_parser(
@@ -278,7 +279,7 @@ def _loader(args: argparse.Namespace) -> int:
         near=near_params(args),
         max_near_dup_frac=args.max_near_dup_frac,
     )
-    return _finish(audit_loader(cfg), args.out)
+    return _finish(audit_loader(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ state before stream step K, round-trips it through its dict form and resumes wit
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -137,8 +138,10 @@ def replay(index, config: LoaderAuditConfig) -> dict:
     }
 
 
-def audit_loader(config: LoaderAuditConfig) -> dict:
+def audit_loader(config: LoaderAuditConfig, beam_options: str | None = None) -> dict:
     """Run every check; returns the report dict (`report["ok"]` False when a gated check fails).
+    `beam_options` (Beam's flags): the content checks' reads and hashing run as an Apache Beam pipeline
+    (loader_beam.py), the same report but its `timing`.
 
     Phases: replay the plan → plan checks (repeats, coverage, ranks, resume) → label checks → source
     shares → content checks (duplicates, unplanned repeats, exposure, spans) → report."""
@@ -172,7 +175,14 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
         "sources": shares,
     }
     if config.content:
-        report.update(_content_checks(index, run, config, checks))
+        t0 = time.monotonic()
+        report.update(_content_checks(index, run, config, checks, beam_options))
+        report["timing"] = {
+            "content_runner": f"local ({config.threads} threads)"
+            if beam_options is None
+            else _beam(beam_options),
+            "content_seconds": round(time.monotonic() - t0, 3),
+        }
     if config.near is not None:
         from olmax.audit.near import near_exposure
 
@@ -323,7 +333,9 @@ def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: lis
     return shares
 
 
-def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+def _content_checks(
+    index, run: dict, config: LoaderAuditConfig, checks: list[Check], beam_options: str | None = None
+) -> dict:
     """Identical instances/documents elsewhere, unplanned repeats, identical files, exposure and (with
     `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
     from olmax.audit.content import scan_content
@@ -333,14 +345,29 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
     files_index = config.stream.file_index() if packed else index
-    content = scan_content(
-        files_index,
-        min_doc_tokens=config.min_doc_tokens,
-        threads=config.threads,
-        work_dir=work_dir,
-        examples=ex,
-        instances=not packed,
-    )
+    spans = None
+    if beam_options is None:
+        content = scan_content(
+            files_index,
+            min_doc_tokens=config.min_doc_tokens,
+            threads=config.threads,
+            work_dir=work_dir,
+            examples=ex,
+            instances=not packed,
+        )
+    else:
+        from olmax.audit.loader_beam import content_on_beam
+
+        content, spans = content_on_beam(
+            beam_options,
+            files_index,
+            min_doc_tokens=config.min_doc_tokens,
+            examples=ex,
+            instances=not packed,
+            labels=_phys_labels(files_index),
+            span_tokens=config.span_tokens,
+            work_dir=work_dir,
+        )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
         dup_inst = int((canonical != np.arange(N)).sum())
@@ -438,7 +465,7 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
         "unplanned_repeat_rows": unplanned,
     }
     if config.span_tokens > 0:
-        section["repeated_spans"] = _span_checks(files_index, content, config, checks)
+        section["repeated_spans"] = _span_checks(files_index, content, config, checks, spans)
     return {"content": section, "exposure": exposure}
 
 
@@ -466,18 +493,38 @@ def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarra
     return canonical, collisions, found
 
 
-def _span_checks(index, content, config: LoaderAuditConfig, checks: list[Check]) -> dict:
-    """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix."""
+def _beam(options: str) -> str:
+    from olmax.beam import describe, pipeline_options
+
+    return describe(pipeline_options(options))
+
+
+def _phys_labels(index) -> list[str]:
+    """Each physical file's source label (its first mix path's)."""
+    from olmax.audit.spans import physical_ids
+
+    phys = physical_ids(index.paths)
+    return [
+        index.labels[int(np.flatnonzero(phys == p)[0])]
+        for p in range(int(phys.max()) + 1 if phys.size else 0)
+    ]
+
+
+def _span_checks(
+    index, content, config: LoaderAuditConfig, checks: list[Check], spans: dict | None = None
+) -> dict:
+    """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix (`spans`:
+    already found by the Beam pipeline)."""
     from olmax.audit.dedup import repeated_spans
 
-    labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])] for p in range(len(content.phys_paths))]
-    spans = repeated_spans(
-        content.phys_paths,
-        labels,
-        config.span_tokens,
-        work_dir=config.stream.work_dir,
-        examples=config.examples,
-    )
+    if spans is None:
+        spans = repeated_spans(
+            content.phys_paths,
+            _phys_labels(index),
+            config.span_tokens,
+            work_dir=config.stream.work_dir,
+            examples=config.examples,
+        )
     rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
     frac = rep_tokens / max(1, sum(spans["sizes"]))
     checks.append(

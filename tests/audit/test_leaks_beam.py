@@ -1,4 +1,5 @@
-"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes) against the local
+"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes, and the DaskRunner
+on a loopback dask.distributed cluster) against the local
 runner: the same report on real text (stdlib code and pydoc prose shards, tests/audit/conftest.py) with
 eval items taken from it (verbatim, one word in nine substituted, half copied, short) and items it does not
 hold; training files and eval sets as fsspec URLs (`file://`, `memory://`); bad input as a one-line error
@@ -93,6 +94,21 @@ def test_beam_gives_the_local_report(leak_data, local_report):
     )
     assert beam["timing"]["runner"].startswith("DirectRunner (2 workers")
     assert _without(beam, "timing") == _without(rep, "timing")
+
+
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+def test_the_dask_runner_gives_the_local_report(leak_data, local_report, dask_address, tmp_path):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback); the eval index
+    and word tables reach the workers as .npz and JSON under --temp_location, never a pickle."""
+    from dask_cluster import dask_options
+
+    options = dask_options(dask_address, f"--temp_location={tmp_path}")
+    beam = audit_leaks(
+        LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=options
+    )
+    assert beam["timing"]["runner"] == "apache_beam.runners.dask.dask_runner.DaskRunner"
+    assert _without(beam, "timing") == _without(local_report, "timing")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _normalized(report: dict, names: dict[str, str]) -> dict:
