@@ -245,7 +245,7 @@ def _loader(args: argparse.Namespace) -> int:
         span_tokens=args.span_tokens,
         max_repeated_span_frac=args.max_repeated_span_frac,
     )
-    return _finish(audit_loader(cfg), args.out)
+    return _finish(audit_loader(cfg, progress=True), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:

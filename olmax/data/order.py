@@ -55,6 +55,88 @@ def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarr
     return perm
 
 
+def build_order_file(path: str, num_instances: int, seed: int, epoch: int, *, progress: bool = False) -> None:
+    """Write OLMo-core's epoch order to `path` (atomically), built inside the file's mapping.
+
+    The file is filled with arange(N) block by block and shuffled in place through a shared mapping, so
+    the only memory is the file's page cache (file-backed, reclaimable): no N-sized array is ever
+    allocated. numpy's in-place Fisher-Yates touches the elements exactly as on an in-memory array, so
+    the bytes equal `olmo_core_permutation` bit for bit."""
+    from olmax.atomic import temp_path
+
+    if epoch < 1:
+        raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
+    if num_instances >= np.iinfo(np.uint32).max:
+        raise OlmaxError(
+            f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
+            f"order='feistel' or a longer --seq-len"
+        )
+    bar = _bar(progress, num_instances, f"order epoch {epoch}: fill")
+    with temp_path(path) as tmp:
+        if num_instances == 0:
+            return
+        mm = np.memmap(tmp, dtype=np.uint32, mode="w+", shape=(num_instances,))
+        for a in range(0, num_instances, _FILL_BLOCK):
+            b = min(num_instances, a + _FILL_BLOCK)
+            mm[a:b] = np.arange(a, b, dtype=np.uint32)
+            bar.update(b - a)
+        bar.close()
+        # A plain ndarray view of the mapping (no copy): Generator.shuffle swaps in place through it.
+        view = np.asarray(mm)
+        with _Ticker(progress, num_instances, f"order epoch {epoch}: shuffle"):
+            np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(view)
+        del view
+        mm.flush()
+        del mm
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+
+
+_FILL_BLOCK = 1 << 22
+SHUFFLE_NS_PER_INSTANCE = 130.0  # measured on the dev machine (docs/scale.md); only feeds the shuffle's ETA
+
+
+def _bar(enabled: bool, total: int, desc: str):
+    from tqdm import tqdm
+
+    # enabled: shown on a terminal only (tqdm's disable=None), so logs and tests stay clean
+    return tqdm(total=total, desc=desc, unit="inst", unit_scale=True, disable=None if enabled else True, leave=False)
+
+
+class _Ticker:
+    """A progress bar for one long C call (the shuffle cannot report progress): advanced by elapsed time
+    against the expected duration, so it shows elapsed time and an estimated remainder, capped below 100%."""
+
+    def __init__(self, enabled: bool, total: int, desc: str):
+        self.enabled, self.total, self.desc = enabled, total, desc
+
+    def __enter__(self) -> _Ticker:
+        if not self.enabled:
+            return self
+        import time
+
+        self._stop = threading.Event()
+        self._bar = _bar(True, self.total, self.desc + " (ETA estimated)")
+        expected = max(1e-3, self.total * SHUFFLE_NS_PER_INSTANCE * 1e-9)
+        t0 = time.perf_counter()
+
+        def tick() -> None:
+            while not self._stop.wait(0.5):
+                done = min(0.99, (time.perf_counter() - t0) / expected) * self.total
+                self._bar.update(int(done) - self._bar.n)
+
+        self._thread = threading.Thread(target=tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            self._bar.update(self.total - self._bar.n)
+            self._bar.close()
+
+
 def order_file_path(work_dir: str, num_instances: int, seed: int, epoch: int) -> str:
     return os.path.join(work_dir, f"order-olmo-core-n{num_instances}-seed{seed}-epoch{epoch}.u32")
 
@@ -62,8 +144,9 @@ def order_file_path(work_dir: str, num_instances: int, seed: int, epoch: int) ->
 class CachedOrder:
     """OLMo-core's permutation for one epoch, memmapped from the work dir (built there if missing)."""
 
-    def __init__(self, work_dir: str, num_instances: int, seed: int, epoch: int):
+    def __init__(self, work_dir: str, num_instances: int, seed: int, epoch: int, *, progress: bool = False):
         self.num_instances = num_instances
+        self.progress = progress
         self.path = order_file_path(work_dir, num_instances, seed, epoch)
         if not self._valid():
             self._build(work_dir, seed, epoch)
@@ -86,18 +169,7 @@ class CachedOrder:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._valid():
                 return
-            perm = olmo_core_permutation(self.num_instances, seed, epoch)
-            fd, tmp = tempfile.mkstemp(dir=work_dir, prefix=os.path.basename(self.path) + ".")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    perm.tofile(f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            build_order_file(self.path, self.num_instances, seed, epoch, progress=self.progress)
 
     def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
         return np.array(self._perm[start:stop:step])
@@ -164,13 +236,20 @@ class FeistelOrder:
 
 
 def epoch_order(
-    kind: str, num_instances: int, seed: int, epoch: int, work_dir: str | None = None
+    kind: str,
+    num_instances: int,
+    seed: int,
+    epoch: int,
+    work_dir: str | None = None,
+    *,
+    progress: bool = False,
 ) -> EpochOrder:
-    """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory)."""
+    """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory);
+    `progress` shows bars while an order file is built."""
     if kind == "olmo-core":
         if work_dir is None:
             return MemoryOrder(num_instances, seed, epoch)
-        return CachedOrder(work_dir, num_instances, seed, epoch)
+        return CachedOrder(work_dir, num_instances, seed, epoch, progress=progress)
     if kind == "feistel":
         return FeistelOrder(num_instances, seed, epoch)
     raise OlmaxError(f"unknown order {kind!r}; choose one of {', '.join(ORDER_KINDS)}")
