@@ -114,13 +114,17 @@ class PlanReplay:
 
 def _set_bits(bitmap: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Set the bits of sorted distinct ids `u` in `bitmap`; returns the mask of those already set."""
+    if not u.size:
+        return np.zeros(0, bool)
     byte = u >> 3
-    bit = np.left_shift(np.uint8(1), (u & 7).astype(np.uint8))
-    already = (bitmap[byte] & bit) != 0
-    if u.size:
-        # ids sharing a byte are adjacent (u is sorted): OR their bits together, then one write per byte
-        starts = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
-        bitmap[byte[starts]] |= np.bitwise_or.reduceat(bit, starts)
+    bit = np.uint8(1) << (u & 7).astype(np.uint8)
+    # ids sharing a byte are adjacent (u is sorted): one read and one write per distinct byte
+    first = np.r_[True, byte[1:] != byte[:-1]]
+    starts = np.flatnonzero(first)
+    where = byte[starts]
+    old = bitmap[where]
+    already = (old[np.cumsum(first) - 1] & bit) != 0
+    bitmap[where] = old | np.bitwise_or.reduceat(bit, starts)
     return already
 
 
@@ -160,7 +164,8 @@ class PlanTally:
         if self._packed:
             self.observed += np.asarray(list(self.index.tokens_by_label(ids).values()), np.int64)
         else:
-            self.observed += np.bincount(self.index.source_ids(ids), minlength=self.observed.size)
+            # sorted ids: the file lookup walks the offsets in order (cache-friendly), same counts
+            self.observed += np.bincount(self.index.source_ids(s), minlength=self.observed.size)
 
     def steps(self) -> int:
         return int(sum(int(v.sum()) for v in self.steps_seen.values()))
