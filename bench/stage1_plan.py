@@ -205,7 +205,9 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--step", type=int, default=1_000_000, help="the step `where`/`which` ask about")
     ap.add_argument("--exposure-items", type=int, default=1000)
-    ap.add_argument("--only", default=",".join(CHILDREN), help="comma-separated subset of " + ",".join(CHILDREN))
+    ap.add_argument(
+        "--only", default=",".join(CHILDREN), help="comma-separated subset of " + ",".join(CHILDREN)
+    )
     ap.add_argument("--keep-work", action="store_true", help="keep the order files at the end")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
@@ -228,12 +230,18 @@ def main() -> None:
     for name in args.only.split(","):
         r = run_child(name, mix, oc_work if name == "olmo-core" else work, args)
         results[name] = r
-        print(f"\n{name}: {r['seconds']:.1f} s in its phases ({r['process_seconds']:.1f} s with imports), "
-              f"peak anonymous {r['peak_anon_mib']} MiB, peak resident {r['peak_rss_mib']} MiB, "
-              f"VmHWM {r['process_vmhwm_mib']} MiB")
+        print(
+            f"\n{name}: {r['seconds']:.1f} s in its phases ({r['process_seconds']:.1f} s with imports), "
+            f"peak anonymous {r['peak_anon_mib']} MiB, peak resident {r['peak_rss_mib']} MiB, "
+            f"VmHWM {r['process_vmhwm_mib']} MiB"
+        )
         for p in r["phases"]:
-            print(f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB, rss {p['peak_rss_mib']} MiB")
-        extra = {k: v for k, v in r.items() if k not in ("phases", "seconds", "process_seconds") and "mib" not in k}
+            print(
+                f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB, rss {p['peak_rss_mib']} MiB"
+            )
+        extra = {
+            k: v for k, v in r.items() if k not in ("phases", "seconds", "process_seconds") and "mib" not in k
+        }
         print(f"  {json.dumps(extra)}")
     if "audit" in results and "olmo-core" in results:
         a, o = results["audit"], results["olmo-core"]

@@ -34,7 +34,6 @@ from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.order import default_work_dir
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
-from olmax.errors import OlmaxError
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,7 @@ def replay(index, config: LoaderAuditConfig) -> dict:
     plan = PlanReplay(index, config)
     run = materialize(list(plan.blocks()), plan.bpe)
     run.update(plan.stats)
-    run.update(
-        steps=int(np.unique(run["k"]).size), planned_steps=plan.total, batches_per_epoch=plan.bpe
-    )
+    run.update(steps=int(np.unique(run["k"]).size), planned_steps=plan.total, batches_per_epoch=plan.bpe)
     return run
 
 

@@ -56,12 +56,13 @@ def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarr
 
 
 def build_order_file(path: str, num_instances: int, seed: int, epoch: int, *, progress: bool = False) -> None:
-    """Write OLMo-core's epoch order to `path` (atomically), built inside the file's mapping.
+    """Write OLMo-core's epoch order to `path` (atomically): arange(N, uint32) shuffled in place by
+    PCG64(seed + epoch), then written out sequentially in blocks.
 
-    The file is filled with arange(N) block by block and shuffled in place through a shared mapping, so
-    the only memory is the file's page cache (file-backed, reclaimable): no N-sized array is ever
-    allocated. numpy's in-place Fisher-Yates touches the elements exactly as on an in-memory array, so
-    the bytes equal `olmo_core_permutation` bit for bit."""
+    Memory: the one N-element uint32 array (4N bytes: 2.9 GB at stage 1), no other N-sized temporary, freed
+    before returning. Shuffling inside the file's shared mapping instead would hold no anonymous memory,
+    but measured at stage 1 the kernel's writeback of the randomly re-dirtied pages wrote 800 GB in 16
+    minutes without finishing (docs/scale.md): the exact Fisher-Yates needs the array in RAM."""
     from olmax.atomic import temp_path
 
     if epoch < 1:
@@ -71,25 +72,19 @@ def build_order_file(path: str, num_instances: int, seed: int, epoch: int, *, pr
             f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
             f"order='feistel' or a longer --seq-len"
         )
-    bar = _bar(progress, num_instances, f"order epoch {epoch}: fill")
-    with temp_path(path) as tmp:
-        if num_instances == 0:
-            return
-        mm = np.memmap(tmp, dtype=np.uint32, mode="w+", shape=(num_instances,))
+    perm = np.arange(num_instances, dtype=np.uint32)
+    with _Ticker(progress, num_instances, f"order epoch {epoch}: shuffle"):
+        np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(perm)
+    bar = _bar(progress, num_instances, f"order epoch {epoch}: write")
+    with temp_path(path) as tmp, open(tmp, "wb") as f:
         for a in range(0, num_instances, _FILL_BLOCK):
             b = min(num_instances, a + _FILL_BLOCK)
-            mm[a:b] = np.arange(a, b, dtype=np.uint32)
+            f.write(memoryview(perm[a:b]))  # a view: no copy
             bar.update(b - a)
-        bar.close()
-        # A plain ndarray view of the mapping (no copy): Generator.shuffle swaps in place through it.
-        view = np.asarray(mm)
-        with _Ticker(progress, num_instances, f"order epoch {epoch}: shuffle"):
-            np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(view)
-        del view
-        mm.flush()
-        del mm
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
+    bar.close()
+    del perm
 
 
 _FILL_BLOCK = 1 << 22
@@ -100,7 +95,9 @@ def _bar(enabled: bool, total: int, desc: str):
     from tqdm import tqdm
 
     # enabled: shown on a terminal only (tqdm's disable=None), so logs and tests stay clean
-    return tqdm(total=total, desc=desc, unit="inst", unit_scale=True, disable=None if enabled else True, leave=False)
+    return tqdm(
+        total=total, desc=desc, unit="inst", unit_scale=True, disable=None if enabled else True, leave=False
+    )
 
 
 class _Ticker:

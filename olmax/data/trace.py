@@ -96,27 +96,30 @@ class InverseOrder:
 
 
 def build_inverse_file(order_path: str, path: str, n: int, *, progress: bool = False) -> None:
-    """Write the inverse of the order file `order_path` (N uint32) to `path`, atomically, scattered straight
-    into the new file's shared mapping block by block: the only memory is page cache (file-backed), never
-    an N-sized array."""
+    """Write the inverse of the order file `order_path` (N uint32) to `path`, atomically.
+
+    The inverse is scattered into one in-memory uint32 array (4N bytes: 2.9 GB at stage 1; the order file
+    is read through its mapping, page cache) and written out sequentially: scattered writes into a file's
+    mapping re-dirty pages the kernel keeps writing back, far slower at stage 1 (docs/scale.md)."""
     from tqdm import tqdm
 
     from olmax.atomic import temp_path
 
     perm = np.memmap(order_path, dtype=np.uint32, mode="r", shape=(n,))
     step = 1 << 22
-    bar = tqdm(total=n, desc="inverse order", unit="inst", unit_scale=True, disable=None if progress else True)
-    with temp_path(path) as tmp:
-        inv = np.memmap(tmp, dtype=np.uint32, mode="w+", shape=(n,))
-        view = np.asarray(inv)  # a plain ndarray over the mapping: fancy assignment writes through it
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            view[perm[a:b]] = np.arange(a, b, dtype=np.uint32)
-            bar.update(b - a)
-        del view
-        inv.flush()
-        del inv
+    bar = tqdm(
+        total=n, desc="inverse order", unit="inst", unit_scale=True, disable=None if progress else True
+    )
+    inv = np.empty(n, dtype=np.uint32)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        inv[perm[a:b]] = np.arange(a, b, dtype=np.uint32)
+        bar.update(b - a)
     bar.close()
+    with temp_path(path) as tmp, open(tmp, "wb") as f:
+        for a in range(0, n, step):
+            f.write(memoryview(inv[a : a + step]))
+    del inv
 
 
 @dataclass(frozen=True)
