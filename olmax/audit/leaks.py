@@ -311,9 +311,10 @@ class EvalSide:
 
 def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     from olmax.audit.evalsets import load_eval
+    from olmax.data.evalspec import parse_eval_specs
     from olmax.data.tokenize import load_tokenizer
 
-    sets = [load_eval(spec) for spec in cfg.evals]
+    sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
     if not sets:
         raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
     tok = load_tokenizer(tok_path)

@@ -34,6 +34,7 @@ from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.order import default_work_dir
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
+from olmax.dedup.minhash import MinHashParams
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class LoaderAuditConfig:
     exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
     span_tokens: int = 0  # > 0: also find repeated spans of this many tokens (dedup.py), gated below
     max_repeated_span_frac: float = 0.05
+    near: MinHashParams | None = None  # near-duplicate exposure (near.py), gated by max_near_dup_frac
+    max_near_dup_frac: float = 0.05
 
 
 def replay(index, config: LoaderAuditConfig) -> dict:
@@ -120,17 +123,28 @@ def audit_loader(config: LoaderAuditConfig, *, progress: bool = False) -> dict:
         if config.content:
             with phases.phase("content checks"):
                 report.update(_content_checks(index, run, config, checks))
+        if config.near is not None:
+            from olmax.audit.near import near_exposure
+
+            with phases.phase("near duplicates"):
+                report["near_duplicates"] = near_exposure(
+                    index,
+                    config.near,
+                    min_doc_tokens=config.min_doc_tokens,
+                    max_frac=config.max_near_dup_frac,
+                    threads=config.threads,
+                    checks=checks,
+                )
         if config.exposure_out:
             with phases.phase("exposure file"):
                 last_step = int(run["k"].max()) + 1
                 write_exposure(config.exposure_out, index, run["ids"], stream, last_step=last_step)
             report["exposure_file"] = config.exposure_out
     report["performance"] = phases.summary()
-    if config.content:
-        report["hashing"] = (
-            "instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
-            "re-compared byte for byte before it is counted"
-        )
+    report["hashing"] = (
+        "instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
+        "re-compared byte for byte before it is counted"
+    )
     report["checks"] = checks_json(checks)
     report["ok"] = not failed(checks)
     report["summary"] = summary_lines(
