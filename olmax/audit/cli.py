@@ -279,7 +279,7 @@ def _loader(args: argparse.Namespace) -> int:
         near=near_params(args),
         max_near_dup_frac=args.max_near_dup_frac,
     )
-    return _finish(audit_loader(cfg, beam_options=beam_options(args)), args.out)
+    return _finish(audit_loader(cfg, progress=True, beam_options=beam_options(args)), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:
