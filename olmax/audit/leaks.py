@@ -55,8 +55,10 @@ from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.loader import file_index
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
@@ -223,7 +225,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     from olmax.assets import tokenizer_path
 
     t0 = time.perf_counter()
-    index = cfg.stream.file_index()
+    index = file_index(cfg.stream)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
     tables = word_tables(tok_path)
     ev = index_evals(cfg, tok_path, tables)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.loader import file_index, open_loader, stream_index
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
@@ -71,7 +72,7 @@ def _loaders(index, config: LoaderAuditConfig, process_count: int):
     """One loader per rank over the audited stream, reading synchronously (ids only, no token reads)."""
     spec = config.stream.replace(num_threads=0)
     return [
-        spec.open_loader(index, process_index=p, process_count=process_count) for p in range(process_count)
+        open_loader(spec, index, process_index=p, process_count=process_count) for p in range(process_count)
     ]
 
 
@@ -148,7 +149,7 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
     Phases: replay the plan → plan checks (repeats, coverage, ranks, resume) → label checks → source
     shares → content checks (duplicates, unplanned repeats, exposure, spans) → report."""
     stream = config.stream
-    index = stream.open_index()
+    index = stream_index(stream)
     run = replay(index, config)
     checks: list[Check] = []
     plan = _plan_checks(index, run, config, checks)
@@ -326,7 +327,7 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
     work_dir = config.stream.work_dir
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
-    files_index = config.stream.file_index() if packed else index
+    files_index = file_index(config.stream) if packed else index
     content = scan_content(
         files_index,
         min_doc_tokens=config.min_doc_tokens,

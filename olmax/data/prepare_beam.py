@@ -47,6 +47,7 @@ from olmax.data.prepare import (
     tokenizer_id,
 )
 from olmax.data.shards import ShardInfo, ShardWriter, sidecar_path
+from olmax.data.tokenfile import read_tokens, write_tokens
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 
@@ -105,7 +106,7 @@ def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) 
     scratch = local_dest or tempfile.mkdtemp(prefix="olmax-beam-")
     try:
         os.makedirs(scratch, exist_ok=True)
-        tokens.astype("<u4").tofile(os.path.join(scratch, "tokens.bin"))
+        write_tokens(os.path.join(scratch, "tokens.bin"), tokens)
         with open(os.path.join(scratch, "docs.pkl"), "wb") as f:
             pickle.dump(meta, f, protocol=5)
         if local_dest is None:
@@ -158,11 +159,7 @@ def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarr
             Path(local, name).write_bytes(storage.read_bytes(storage.join(d, name)))
     with open(os.path.join(local, "docs.pkl"), "rb") as f:
         meta = pickle.load(f)
-    size = os.path.getsize(os.path.join(local, "tokens.bin"))
-    tokens = (
-        np.memmap(os.path.join(local, "tokens.bin"), dtype="<u4", mode="r") if size else np.zeros(0, "<u4")
-    )
-    return tokens, meta
+    return read_tokens(os.path.join(local, "tokens.bin")), meta
 
 
 def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str) -> tuple:

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmax.data.loader import resolve_mix
 from olmax.errors import OlmaxError
 
 
@@ -105,7 +106,7 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
     if tokenizer is not None:
         return tokenizer_path(tokenizer)
     try:
-        manifest = Path(cfg.data.resolve_mix()).parent / "manifest.json"
+        manifest = Path(resolve_mix(cfg.data)).parent / "manifest.json"
     except OlmaxError:
         manifest = None
     if manifest is not None and manifest.is_file():
