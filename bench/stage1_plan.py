@@ -63,6 +63,7 @@ def _stream(mix: str, work: str):
 def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
     """Run one command in this process; returns its phases and a few of its answers."""
     from olmax.audit.phases import Phases
+    from olmax.data.loader import open_loader, stream_index
 
     stream = _stream(mix, work)
     if name == "audit":
@@ -84,11 +85,11 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
             from olmax.data.loader_cli import plan
 
             with phases.phase("index + plan"):
-                result = plan(stream.open_index(), G)
+                result = plan(stream_index(stream), G)
             out = {"instances": result["instances"], "steps_per_epoch": result["steps_per_epoch"]}
         elif name in ("where", "exposure", "which", "loader"):
             with phases.phase("index + loader"):
-                loader = stream.open_loader(process_index=0, process_count=1)
+                loader = open_loader(stream, process_index=0, process_count=1)
                 index = loader.index
             if name == "where":
                 from olmax.data.trace import Span, where

@@ -305,6 +305,7 @@ def _leaks(args: argparse.Namespace) -> int:
 
 def _exposure(args: argparse.Namespace) -> int:
     from olmax.audit.exposure import audit_exposure
+    from olmax.data.loader import open_loader, resolve_mix
     from olmax.jsonio import read_json, write_json
 
     until = args.until_step
@@ -316,8 +317,8 @@ def _exposure(args: argparse.Namespace) -> int:
         steps = train_records(args.run)
         until = max(steps) if steps else 0
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
-    stream = stream.replace(mix=stream.resolve_mix())
-    loader = stream.open_loader(process_index=0, process_count=1)
+    stream = stream.replace(mix=resolve_mix(stream))
+    loader = open_loader(stream, process_index=0, process_count=1)
     report = audit_exposure(
         read_json(args.leaks, "an `olmax audit leaks` report"), loader, epochs=args.epochs, until_step=until
     )

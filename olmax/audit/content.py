@@ -22,12 +22,12 @@ from functools import partial
 import numpy as np
 import xxhash
 
-from olmax import storage
 from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.shards import local_shard
+from olmax.data.tokenfile import read_slice, read_tokens
 from olmax.errors import OlmaxError
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
@@ -163,15 +163,10 @@ def reduce_instances(
 
 def token_slice(path: str, start: int, n: int) -> np.ndarray:
     """Tokens [start, start + n) of token file `path` (a path or an fsspec URL: a ranged read)."""
-    local = storage.local_path(path)
     try:
-        if local is not None:
-            return np.asarray(read_tokens(local)[start : start + n])
-        fs, p = storage.url_filesystem(path)
-        data = fs.cat_file(p, start=start * 4, end=(start + n) * 4)
-    except FileNotFoundError as e:
-        raise OlmaxError(f"{path}: token file not found while comparing duplicates ({e})") from None
-    return np.frombuffer(data[: len(data) - len(data) % 4], dtype=np.uint32)
+        return read_slice(path, start, n)
+    except OlmaxError as e:
+        raise OlmaxError(f"{e}, while comparing duplicates") from None
 
 
 def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:

@@ -30,8 +30,10 @@ from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.loader import file_index
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.dedup.minhash import MinHashParams
 from olmax.errors import OlmaxError
 
@@ -260,7 +262,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     from olmax.audit.content import DOC_REC, merge_documents, reduce_documents
     from olmax.audit.spans import physical_ids
 
-    index = cfg.stream.file_index()
+    index = file_index(cfg.stream)
     phys = physical_ids(index.paths)
     first: dict[int, int] = {}
     for f, p in enumerate(phys.tolist()):

@@ -66,8 +66,10 @@ from olmax.audit.evalside import PARTS as PARTS_ORDER
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.loader import file_index
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 
 MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
@@ -234,7 +236,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     from olmax.assets import tokenizer_path
 
     t0 = time.perf_counter()
-    index = cfg.stream.file_index()
+    index = file_index(cfg.stream)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
     tables = word_tables(tok_path)
     ev = index_evals(cfg, tok_path, tables)

@@ -4,23 +4,8 @@ Contract. The replay asks olmax's own `Loader` (same index, order and fingerprin
 the instance ids of every rank's rows of every global batch in the audited window: `--steps N`
 stream steps from epoch 1 step 0, or `--epochs E` whole epochs. `--resume-at K` saves the loader
 state before stream step K, round-trips it through its dict form and resumes with a fresh loader
-(optionally at another process count), exactly as a restart would. Checks (gated unless marked):
-- instances_over_planned: an instance emitted more than once within one epoch (the plan is a
-  permutation: at most once per epoch);
-- instances_missing: in a fully audited epoch, fewer distinct instances than batches x G;
-- rank_overlap / rank_union: an instance on two ranks in one step, or the ranks' rows not being
-  exactly the global batch (double sharding);
-- path_under_several_labels: one physical file listed under two labels (planned repetition lists the
-  same path under the same label: olmax prepare writes it so);
-- source_share:<label>: observed token share vs the mix's, within --share-tolerance plus 4 sigma;
-- identical_files: two different physical files with the same bytes (a copied shard);
-- duplicate_instances / duplicate_documents: identical content at different physical files or
-  positions (part of a shard copied, a document in two shards), as a fraction of the mix (limits
-  above 0 by default: real corpora repeat some documents, e.g. license headers, by nature);
-- unplanned_repeat_rows: emitted rows whose content was already emitted from another position;
-- repeated_spans (with --span-tokens S): tokens inside a later copy of an S-token span found
-  elsewhere in the mix (a shard copied at an offset, pasted documents), as a fraction;
-- exposure (info): per source, distinct content tokens seen 1x, 2x, ... in the audited window.
+(optionally at another process count), exactly as a restart would. The checks, gated unless marked, are
+`CHECK_MEANINGS` below, one line each (the demo's report and the docs print them from there).
 """
 
 from __future__ import annotations
@@ -32,10 +17,34 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.loader import file_index, stream_index
 from olmax.data.order import default_work_dir
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
 from olmax.dedup.minhash import MinHashParams
+
+# Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
+CHECK_MEANINGS = {
+    "instances_over_planned": "an instance emitted twice within one epoch (the plan is a permutation: once per epoch)",
+    "instances_missing": "in a fully audited epoch, fewer distinct instances than batches x global batch size",
+    "rank_overlap": "an instance served to two ranks in the same step (double sharding)",
+    "rank_union": "the ranks' rows of a step are not exactly that step's global batch",
+    "resume_position": "a loader saved before step K and restored resumes at step K (also at another rank count)",
+    "path_under_several_labels": "one physical file listed under two source labels (planned repeats keep one label)",
+    "source_share": "a source's observed token share vs the mix's, within --share-tolerance plus 4 sigma",
+    "identical_files": "two different files with the same bytes (a copied shard)",
+    "duplicate_instances": "identical training windows at different files/positions, as a fraction of the mix",
+    "duplicate_documents": "identical documents at different files/positions (a document in two shards)",
+    "unplanned_repeat_rows": "emitted rows whose content was already emitted from another position",
+    "repeated_spans": "tokens inside a later copy of a span found elsewhere (with --span-tokens; a shard copied at an offset)",
+    "hash_collisions": "(info) equal content hashes whose bytes differ; the byte comparison decided",
+    "exposure": "(info) per source, distinct content tokens seen 1x, 2x, ... in the audited window",
+}
+
+
+def check_meaning(name: str) -> str:
+    """What check `name` catches, in one line ('' for a name the loader audit does not report)."""
+    return CHECK_MEANINGS.get(name.split(":", 1)[0], "")
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,7 @@ def audit_loader(
     with Phases() as phases:
         with phases.phase("index"):
             stream = config.stream
-            index = stream.open_index(progress=progress)
+            index = stream_index(stream, progress=progress)
         run, tally = _replay_plan(index, config, phases, progress, keep=config.content or config.exposure_out)
         checks: list[Check] = []
         with phases.phase("plan checks"):
@@ -356,7 +365,7 @@ def _content_checks(
     work_dir = config.stream.work_dir
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
-    files_index = config.stream.file_index() if packed else index
+    files_index = file_index(config.stream) if packed else index
     spans = None
     if beam_options is None:
         content = scan_content(

@@ -23,7 +23,8 @@ from olmax.audit.content import (
 )
 from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
 from olmax.audit.partition import partition_bits
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.shards import local_shard
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 

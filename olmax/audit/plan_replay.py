@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmax.data.loader import open_loader
 from olmax.data.packing import PackedIndex
 from olmax.errors import OlmaxError
 
@@ -51,7 +52,7 @@ class PlanReplay:
         """One loader per rank, reading synchronously (ids only, no token reads)."""
         spec = self.config.stream.replace(num_threads=0)
         return [
-            spec.open_loader(self.index, process_index=p, process_count=process_count)
+            open_loader(spec, self.index, process_index=p, process_count=process_count)
             for p in range(process_count)
         ]
 

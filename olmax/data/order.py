@@ -15,6 +15,7 @@ import fcntl
 import os
 import tempfile
 import threading
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -39,6 +40,11 @@ class EpochOrder(Protocol):
 def default_work_dir() -> str:
     """$OLMAX_WORK_DIR, else a folder in the system temp dir (as OLMo-core defaults to the temp dir)."""
     return os.environ.get("OLMAX_WORK_DIR") or os.path.join(tempfile.gettempdir(), "olmax-work")
+
+
+def work_dir_path(work_dir: str | None) -> Path:
+    """Where order files and the demo mix live: `work_dir`, else $OLMAX_WORK_DIR, else the temp dir."""
+    return Path(work_dir or default_work_dir())
 
 
 def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarray:

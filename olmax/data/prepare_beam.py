@@ -46,6 +46,7 @@ from olmax.data.prepare import (
     tokenizer_id,
 )
 from olmax.data.shards import ShardInfo, ShardWriter, sidecar_path
+from olmax.data.tokenfile import read_tokens, write_tokens
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 
@@ -108,7 +109,7 @@ def tokenize_file(cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str) 
     scratch = local_dest or tempfile.mkdtemp(prefix="olmax-beam-")
     try:
         os.makedirs(scratch, exist_ok=True)
-        tokens.astype("<u4").tofile(os.path.join(scratch, "tokens.bin"))
+        write_tokens(os.path.join(scratch, "tokens.bin"), tokens)
         wire.stage(meta, os.path.join(scratch, "docs"))
         if local_dest is None:
             for name in ("tokens.bin", *DOCS_FILES):
@@ -159,11 +160,7 @@ def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarr
         for name in ("tokens.bin", *DOCS_FILES):
             Path(local, name).write_bytes(storage.read_bytes(storage.join(d, name)))
     meta = wire.load_staged(os.path.join(local, "docs"))
-    size = os.path.getsize(os.path.join(local, "tokens.bin"))
-    tokens = (
-        np.memmap(os.path.join(local, "tokens.bin"), dtype="<u4", mode="r") if size else np.zeros(0, "<u4")
-    )
-    return tokens, meta
+    return read_tokens(os.path.join(local, "tokens.bin")), meta
 
 
 def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str) -> tuple:

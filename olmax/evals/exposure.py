@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from olmax.data.loader import stream_index
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -126,7 +127,7 @@ def attach_mix(
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
-    index = stream.open_index(seq_len=exp.seq_len)
+    index = stream_index(stream, seq_len=exp.seq_len)
     ids, count = exp.instance_id, exp.count
     if unseen_per_source:
         rng = np.random.default_rng(seed)

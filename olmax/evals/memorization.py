@@ -39,6 +39,7 @@ from olmax.evals.model_checks import (
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 __all__ = [
+    "CHECK_MEANINGS",
     "Thresholds",
     "check_contaminated",
     "check_exposure",
@@ -51,6 +52,17 @@ __all__ = [
     "run_memorization",
     "summary",
 ]
+
+
+# The six checks in one line each (the demo's report prints them beside the verdicts).
+CHECK_MEANINGS = {
+    "gap": "over the eval steps, the train-loss drop that held-out loss does not share",
+    "reference": "the train-loss gain over a reference run that held-out loss does not share",
+    "exposure": "loss on training instances served repeatedly vs never-served instances of the same source",
+    "extract": "greedy continuation of 32-token prefixes: exact matches on repeated vs unrepeated instances",
+    "train_vs_unseen": "the logged train loss vs the checkpoint's loss on mix text it never saw",
+    "contaminated": "leaked eval items' CE gain vs the set's clean items', beyond a 95% bootstrap interval",
+}
 
 
 def check_gap(run: Curves, th: Thresholds) -> dict:

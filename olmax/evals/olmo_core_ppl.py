@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from olmax.data.tokenfile import decode
 from olmax.errors import OlmaxError
 from olmax.evals.instances import Instances
 
@@ -45,7 +46,7 @@ def token_documents(path: str, eos_id: int, limit: int | None = None) -> tuple[l
     with open(path, "rb") as f:
         data = f.read()
     digest = hashlib.sha256(data).hexdigest()
-    tokens = np.frombuffer(data, DTYPE)
+    tokens = decode(data, DTYPE)
     ends = np.flatnonzero(tokens == eos_id) + 1
     if ends.size == 0:
         raise OlmaxError(

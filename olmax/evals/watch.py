@@ -216,35 +216,6 @@ def reached_target(job: Job) -> bool:
     return bool(seen) and max(seen) >= job.target
 
 
-def restore_model(job: Job, step: int):
-    """The model of checkpoint `step` (params only, read-only: `checkpoint.read_params`), or None when the
-    step is gone (retention). OlmaxError when it holds another model than the run config's."""
-    from flax import nnx
-
-    from olmax.train.checkpoint import complete_steps, error_line, read_params
-    from olmax.train.step import model_graphdef
-
-    step_dir = job.run / "checkpoints" / str(step)
-    graphdef, abstract = model_graphdef(job.model_cfg)
-    try:
-        params = read_params(step_dir, abstract)
-    except OlmaxError as e:
-        if step not in complete_steps(job.run / "checkpoints"):
-            return None  # gone while its metadata was read
-        raise OlmaxError(
-            f"{e}: a checkpoint of another model than the run's config "
-            f"({job.run / 'config.yaml'}); evaluate it with its own run folder"
-        ) from e
-    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report a missing file in many ways
-        if step not in complete_steps(job.run / "checkpoints"):
-            return None
-        raise OlmaxError(
-            f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}); it is committed, so it is "
-            "damaged: move it aside and rerun"
-        ) from e
-    return nnx.merge(graphdef, params)
-
-
 def evaluate_step(job: Job, model, step: int) -> list[dict]:
     """Every wanted record of `step` for `model`."""
     from olmax.evals.heldout import run_heldout
@@ -406,11 +377,12 @@ def stderr_log(message: str) -> None:
 def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
     """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
     from olmax.evals.heldout import record_name
+    from olmax.train.export import read_step_model
 
     steps = pending_steps(job)
     for step in steps:
         t0 = time.perf_counter()
-        model = restore_model(job, step)
+        model = read_step_model(job.run, step, job.model_cfg, gone_ok=True)
         if model is None:
             reason = "removed (checkpoint retention) before it was evaluated"
             commit(job, [{"kind": "skipped", "step": step, "reason": reason}])

@@ -100,6 +100,7 @@ def _eval_hook(cfg):
 
 
 def run(args: argparse.Namespace) -> int:
+    from olmax.data.loader import resolve_mix
     from olmax.errors import OlmaxError
     from olmax.train.config import load_config
 
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     # run share the directory, and process 0 holds the lock for them all)
     lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        cfg.data.resolve_mix()  # a missing mix is reported before the eval sets are read
+        resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
         summary = train(cfg, args.run_dir, eval_hook=_eval_hook(cfg))
     if jax.process_index() == 0:
         print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)

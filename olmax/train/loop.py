@@ -22,6 +22,7 @@ from typing import Any
 import jax
 
 from olmax.atomic import write_text
+from olmax.data.loader import open_loader, stream_index
 from olmax.errors import OlmaxError
 from olmax.train.config import ExperimentConfig, dump_yaml
 from olmax.train.metrics import MetricsLog
@@ -78,7 +79,8 @@ def train(
     stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
     m = cfg.model
     # a packed stream finds documents by the model's EOS and pads with its PAD (fixed windows need neither)
-    index = stream.open_index(
+    index = stream_index(
+        stream,
         **(
             dict(
                 eos_token_id=m.eos_token_id,
@@ -89,9 +91,9 @@ def train(
             )
             if stream.packed
             else {}
-        )
+        ),
     )
-    loader = stream.open_loader(index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
+    loader = open_loader(stream, index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)

@@ -18,8 +18,9 @@ from prepare_testdata import pydoc_texts
 
 from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.cli import main
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 pytest.importorskip("apache_beam")

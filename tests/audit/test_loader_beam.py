@@ -14,8 +14,8 @@ from audit_testdata import write_mix, write_shard
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
-from olmax.data.shards import read_tokens
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 
 pytest.importorskip("apache_beam")
 

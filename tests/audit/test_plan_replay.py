@@ -8,6 +8,7 @@ import pytest
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader, replay
 from olmax.audit.plan_replay import PlanReplay, PlanTally, _set_bits, emitted_at
+from olmax.data.loader import stream_index
 from olmax.data.stream import StreamSpec
 
 L, G, SEED = 16, 8, 3
@@ -58,7 +59,7 @@ def brute(index, run):
 @pytest.mark.parametrize("block_steps", [1, 4, 1024])
 def test_streamed_tally_equals_whole_window(mix, tmp_path, kw, block_steps):
     cfg = config(mix, tmp_path, **kw)
-    index = cfg.stream.open_index()
+    index = stream_index(cfg.stream)
     run = replay(index, cfg)
     want = brute(index, run)
     plan = PlanReplay(index, cfg, block_steps=block_steps)
@@ -83,7 +84,7 @@ def test_replayed_step_is_over_planned_with_every_emission(mix, tmp_path):
     """A resume that lands one step early (a state saved before step 9, read back before step 8) repeats
     step 8's G instances; the report lists the smallest keys, each with both emissions."""
     cfg = config(mix, tmp_path, steps=20, resume_at=(9,), examples=3)
-    index = cfg.stream.open_index()
+    index = stream_index(cfg.stream)
     plan = PlanReplay(index, cfg, block_steps=2)
     real = plan._loaders
     state = {}
