@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from olmax.atomic import file_mode
 from olmax.errors import OlmaxError
 
 ORDER_KINDS = ("olmo-core", "feistel")
@@ -89,6 +90,7 @@ class CachedOrder:
             perm = olmo_core_permutation(self.num_instances, seed, epoch)
             fd, tmp = tempfile.mkstemp(dir=work_dir, prefix=os.path.basename(self.path) + ".")
             try:
+                os.fchmod(fd, file_mode())  # mkstemp's 0600 would survive the rename
                 with os.fdopen(fd, "wb") as f:
                     perm.tofile(f)
                     f.flush()
