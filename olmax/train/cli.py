@@ -99,11 +99,42 @@ def _eval_hook(cfg):
     return train_hook(cfg)
 
 
+def _resume_config(cfg, args: argparse.Namespace):
+    """On resume the run's saved config is the default: the command line's overrides apply to it, and the
+    --config file's own differing settings are ignored (said on stderr). A fresh run uses `cfg`."""
+    from pathlib import Path
+
+    from olmax.train import runrecord
+    from olmax.train.config import load_config, load_run_config
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / runrecord.CONFIG).is_file() or not runrecord.has_checkpoint(run_dir):
+        return cfg
+    saved = str(run_dir / runrecord.CONFIG)
+    # the saved paths are read against the run folder, the command line's against the current one
+    resumed = runrecord.absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
+    ignored = runrecord.changes(resumed, runrecord.absolute_paths(cfg))
+    args.resume_note = (
+        f"olmax train: resuming {run_dir}: its {runrecord.CONFIG} is the default, so --config "
+        f"{args.config}'s differing setting(s) are not used: {_some(list(ignored))} (pass an override "
+        "to change one)"
+        if ignored
+        else ""
+    )
+    return resumed
+
+
+def _some(names: list[str], n: int = 8) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def run(args: argparse.Namespace) -> int:
     from olmax.errors import OlmaxError
     from olmax.train.config import load_config
 
     cfg = load_config(args.config, _overrides(args))
+    if args.run_dir and not args.dry_run:
+        cfg = _resume_config(cfg, args)
     if args.dry_run:
         from olmax.train.loop import dry_run
 
@@ -123,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
     # run share the directory, and process 0 holds the lock for them all)
     lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        summary = train(cfg, args.run_dir, eval_hook=_eval_hook(cfg))
+        summary = train(
+            cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")
+        )
     if jax.process_index() == 0:
         print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
     return 0

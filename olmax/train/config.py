@@ -159,7 +159,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 
 
 def _closest(key: str, names: set[str]) -> str:
-    """" (did you mean X?)" for the valid name closest to a mistyped `key`, or "": an abbreviation by
+    """ " (did you mean X?)" for the valid name closest to a mistyped `key`, or "": an abbreviation by
     initials (learning_rate for lr), else difflib's closest spelling, else a name the key contains."""
     import difflib
 
@@ -284,21 +284,34 @@ def run_config_path(run_dir: str | Path) -> str:
 
 
 def load_run_config(run_dir: str | Path) -> ExperimentConfig:
-    """The resolved config of a run folder of `olmax train` (`run_config_path`)."""
-    return load_config(run_config_path(run_dir))
+    """The resolved config of a run folder of `olmax train` (`run_config_path`), its paths absolute (a
+    relative one, from a hand-edited config, is read relative to the run folder when it exists there)."""
+    from olmax.train.runrecord import absolute_paths
+
+    return absolute_paths(load_config(run_config_path(run_dir)), run_dir, existing_only=True)
 
 
-def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
+def load_config(
+    name_or_path: str, overrides: list[str] | tuple[str, ...] = (), *, base: ExperimentConfig | None = None
+) -> ExperimentConfig:
+    """Read a preset or YAML file, apply `area.key=value` overrides, validate. With `base` (a config
+    already loaded from `name_or_path`, e.g. a run's saved config) the overrides apply to it instead."""
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    path = find_config(name_or_path)
-    try:
-        base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
-    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
-        raise OlmaxError(f"{path}: cannot read config: {e}") from e
+    if base is not None:
+        raw_base = to_dict(base)
+        keys = {o.split("=", 1)[0].strip() for o in overrides}
+        if "model.n_layers" in keys and "model.layer_types" not in keys:
+            raw_base["model"].pop("layer_types")  # as over a preset: a new depth gets the preset's pattern
+        path, base = Path(name_or_path), OmegaConf.create(raw_base)
+    else:
+        path = find_config(name_or_path)
+        try:
+            base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
+        except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
+            raise OlmaxError(f"{path}: cannot read config: {e}") from e
     bad = [
         o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"
     ]

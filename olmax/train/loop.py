@@ -12,6 +12,7 @@ step (written before a crash) are dropped first so every step appears once.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -21,7 +22,6 @@ from typing import Any
 
 import jax
 
-from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.train.config import ExperimentConfig, dump_yaml
 from olmax.train.metrics import MetricsLog
@@ -63,19 +63,29 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
 
 
 def train(
-    cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None, eval_hook: EvalHook | None = None
+    cfg: ExperimentConfig,
+    run_dir: str | Path,
+    *,
+    mix: str | None = None,
+    eval_hook: EvalHook | None = None,
+    resume_note: str = "",
 ) -> dict:
     """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
+    `resume_note` (the CLI's word on how it built `cfg`) goes to stderr once the resume checks pass.
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
+    from olmax.train import runrecord
     from olmax.train.checkpoint import Checkpointer
     from olmax.train.mesh import describe, make_mesh, microbatches
     from olmax.train.step import abstract_state
 
+    if mix is not None:
+        cfg = cfg.replace(data=cfg.data.replace(mix=mix))
+    cfg = runrecord.absolute_paths(cfg)  # the record's paths work from any folder
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
-    stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
+    stream = cfg.data
     m = cfg.model
     # a packed stream finds documents by the model's EOS and pads with its PAD (fixed windows need neither)
     index = stream.open_index(
@@ -93,17 +103,21 @@ def train(
     )
     loader = stream.open_loader(index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
+    # the resume rule (olmax.train.runrecord): a refused change stops here, before the run dir is touched
+    saved = runrecord.saved_config(run_dir) if runrecord.has_checkpoint(run_dir) else None
+    diff = runrecord.check_resume(saved, cfg, run_dir) if saved is not None else {}
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
     abstract, _ = abstract_state(cfg.model, cfg.optim, mesh)
     start, state, loader_state, saved_meta, note = _restore_or_init(cfg, ckpt, abstract, mesh)
-    if jax.process_index() == 0:
-        write_text(run_dir / "config.yaml", dump_yaml(cfg))
-        print(
-            f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
-            f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
-            flush=True,
-        )
+    if loader_state is not None:
+        try:
+            loader.resume_position(loader_state)  # the data check, before anything is written
+        except BaseException:
+            ckpt.close()
+            raise
+    if not start:
+        diff = {}  # nothing restored: a fresh start, whatever an earlier attempt left in config.yaml
     summary: dict[str, Any] = {
         "start_step": start,
         "steps": cfg.train.steps,
@@ -114,8 +128,32 @@ def train(
     }
     with ExitStack() as closing:  # checkpointer, loader threads and logs are closed also on an error
         closing.callback(ckpt.close)
-        if start >= cfg.train.steps:
+        if start >= cfg.train.steps:  # nothing to train: the record stays as it is
+            if jax.process_index() == 0:
+                print(
+                    f"olmax train: {run_dir} is at step {start}, train.steps is {cfg.train.steps}: "
+                    "nothing to train (raise --steps to extend it)",
+                    flush=True,
+                )
             return {**summary, "last": None}
+        if jax.process_index() == 0:
+            if resume_note:
+                print(resume_note, file=sys.stderr, flush=True)
+            if diff:
+                print(
+                    f"olmax train: resuming with changed settings (recorded in {run_dir / runrecord.HISTORY}): "
+                    f"{runrecord.describe(diff)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            runrecord.record_start(
+                cfg, run_dir, start=start, note=note, diff=diff, devices=jax.device_count()
+            )
+            print(
+                f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
+                f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
+                flush=True,
+            )
         # the MFU denominator, measured before the loader's threads start (every process, same point)
         peak = peak_flops(cfg)
         summary.update(peak_flops=peak, mfu_peak=getattr(peak, "what", None))
