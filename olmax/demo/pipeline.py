@@ -43,6 +43,12 @@ PLANTED_SET, PLANTED_ITEMS = "sciq", 12
 class _Demo(Report):
     """The report plus the way every step runs: `olmax ARGV` as its own process, as a user would type it."""
 
+    def verdict(self, check: str, result: str, ok: bool) -> None:
+        """One line of the summary the demo ends with (`verdict_summary`)."""
+        if not hasattr(self, "verdicts"):
+            self.verdicts: list[tuple[str, str, bool]] = []
+        self.verdicts.append((check, result, ok))
+
     @staticmethod
     def start(argv: list[str]) -> subprocess.Popen:
         """`olmax ARGV` as its own process (the same Python and environment as the demo)."""
@@ -236,6 +242,19 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
         expect=(1,),
     )
     bad_loader = _read(bad / "loader.json")
+    d.verdict("loader gate, clean mix", "passed" if loader["ok"] else "FAILED", loader["ok"])
+    d.verdict("held-out leakage, clean mix", "none found" if leaks["ok"] else "FOUND", leaks["ok"])
+    caught = len(bad_leaks["contaminated"])
+    d.verdict(
+        "leak audit, contaminated mix",
+        f"caught {caught} item(s) ({PLANTED_ITEMS} planted)",
+        caught >= PLANTED_ITEMS and not bad_leaks["ok"],
+    )
+    d.verdict(
+        "loader gate, copied shard",
+        "failed it, as it must" if not bad_loader["ok"] else "MISSED it",
+        not bad_loader["ok"],
+    )
 
     def checks(rep: dict) -> str:
         return "\n".join(
@@ -432,6 +451,11 @@ max |loss difference| from the uninterrupted run {pre_delta:.3g}.
             for s in common[:: max(1, len(common) // 8)]
         ),
     )
+    d.verdict(
+        "kill and resume",
+        f"identical losses at all {len(common)} steps" if worst == 0 else f"losses differ by {worst:.3g}",
+        worst == 0,
+    )
     if worst != 0:
         raise OlmaxError(f"the resumed run's loss differs from the uninterrupted run's by {worst}")
     return a, b
@@ -449,6 +473,11 @@ def _step_watch(d: _Demo, run: Path, watcher: subprocess.Popen) -> None:
         raise OlmaxError(f"demo step failed: `{watch_line}` exited {rc}", code=rc or 1)
     records = [json.loads(line) for line in (run / "evals" / "evals.jsonl").read_text().splitlines()]
     rows, worst = watch_rows(records, _metrics(run))
+    d.verdict(
+        "eval watch vs in-loop eval",
+        "identical CE" if worst == 0 else f"CE differs by {worst:.3g}",
+        worst == 0,
+    )
     d.add(
         "5. Held-out evals beside the trainer",
         f"""
@@ -532,6 +561,9 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
     from olmax.evals.gains import gap_table
 
     gains = _read(ev / "gains.json")
+    # the run trained on the clean mix: both checks are expected quiet, a flag is a false alarm
+    d.verdict("memorization check", "FLAGGED" if mem["flagged"] else "not flagged", not mem["flagged"])
+    d.verdict("contamination gains (null run)", "FLAGGED" if grc else "not flagged", not grc)
     rows = [
         "| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |",
         "|---|---|---:|---:|---:|---:|",
@@ -599,4 +631,18 @@ def run_demo(
     _step_watch(d, a, watcher)
     _step_evals(d, a, out / "audit")
     d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
-    return d.write()
+    report = d.write()
+    print(verdict_summary(d, report.with_suffix(".html")), flush=True)
+    return report
+
+
+def verdict_summary(d: _Demo, html: Path) -> str:
+    """The demo's last lines: one verdict per check, the time, and where the report is."""
+    rows = getattr(d, "verdicts", [])
+    width = max((len(c) for c, _, _ in rows), default=0)
+    lines = [
+        f"olmax demo: {sum(ok for *_, ok in rows)} of {len(rows)} checks as expected, {time.monotonic() - d.t0:.0f} s"
+    ]
+    lines += [f"  {'ok  ' if ok else 'FAIL'}  {c:<{width}}  {r}" for c, r, ok in rows]
+    lines.append(f"report: {html}")
+    return "\n".join(lines)

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
+        "--json", action="store_true", help="end with the run's summary as one JSON line, not the table"
+    )
+    p.add_argument(
         "--coordinator",
         default=os.environ.get("OLMAX_COORDINATOR"),
         help="multi-process: coordinator host:port for jax.distributed (or $OLMAX_COORDINATOR)",
@@ -158,5 +161,10 @@ def run(args: argparse.Namespace) -> int:
             cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")
         )
     if jax.process_index() == 0:
-        print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
+        if args.json:
+            print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
+        elif summary.get("last"):
+            from olmax.train.loop import summary_table
+
+            print(summary_table(summary), flush=True)
     return 0

@@ -178,6 +178,9 @@ def train(
         )
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
+    summary["eval"] = steps.last_eval
+    summary["checkpoint"] = str(ckpt.directory / str(steps.saved)) if steps.saved is not None else None
+    summary["run_dir"] = str(run_dir)
     return summary
 
 
@@ -279,6 +282,8 @@ class _Steps:
             "seq_len": cfg.data.seq_len,
         }
         self.bar, self.logged_peak = None, False
+        self.last_eval: dict | None = None  # {"step": N, "ce": {set: value}} of the newest in-loop eval
+        self.saved: int | None = None  # the newest step checkpointed
         # With several processes the monitor's all-gather is a collective of its own: it must not be
         # issued while a train step's collectives may still be in flight, so the steps do not overlap.
         self.overlap = jax.process_count() == 1 or monitor is None
@@ -316,6 +321,7 @@ class _Steps:
                     self.ckpt.save(
                         step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra}
                     )
+                    self.saved = step
                     self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
         except BaseException:
             if pending is not None:  # a step the device finished is logged even when the next one fails
@@ -373,13 +379,61 @@ class _Steps:
 
             model = nnx.merge(self.graphdef, state["params"])
             ctx = EvalContext(step, model, self.mesh, self.run_dir, self.cfg)
-            rec.update({f"eval/{k}": v for k, v in self.eval_hook(ctx).items()})
+            found = self.eval_hook(ctx)
+            rec.update({f"eval/{k}": v for k, v in found.items()})
+            self._say_eval(step, found)
             self.t_prev = time.perf_counter()  # the eval is not the next step's time
         self.log.write(rec, self.cfg.train.log_every)
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
             self.bar.update(1)
         return rec
+
+    def _say_eval(self, step: int, found: dict[str, float]) -> None:
+        """One line per in-loop eval (its cross-entropy per set), above the progress bar."""
+        ce = {k[: -len("/ce")]: v for k, v in found.items() if k.endswith("/ce")}
+        self.last_eval = {"step": step, "ce": ce}
+        if jax.process_index() != 0 or not ce:
+            return
+        line = f"olmax train: step {step} held-out CE: {format_ce(ce)}"
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+
+def format_ce(ce: dict[str, float]) -> str:
+    """{"sciq": 2.31, "sciq/clean": 2.30} as "sciq 2.310, sciq/clean 2.300"."""
+    return ", ".join(f"{k} {v:.3f}" for k, v in ce.items())
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
+
+
+def summary_table(summary: dict) -> str:
+    """The few lines `olmax train` ends with: steps, tokens, final loss, held-out CE, checkpoint, time."""
+    last = summary.get("last")
+    if not last:
+        return ""
+    trained = last["step"] - summary["start_step"]
+    seconds = summary.get("seconds") or 0.0
+    tokens_run = trained * (last["tokens"] // last["step"]) if last["step"] else 0
+    ev = summary.get("eval")
+    rows = [
+        ("steps", f"{summary['start_step']} -> {last['step']} ({trained} trained)"),
+        ("tokens", f"{last['tokens']:,} seen in total"),
+        ("final loss", f"{last['loss']:.4f} (step {last['step']})"),
+        ("held-out CE", f"{format_ce(ev['ce'])} (step {ev['step']})" if ev else "not evaluated in-loop"),
+        ("checkpoint", summary.get("checkpoint") or "none"),
+        ("time", f"{_duration(seconds)} ({tokens_run / seconds:,.0f} tokens/s)" if seconds else "-"),
+    ]
+    if summary.get("run_dir"):
+        rows.append(("metrics", str(Path(summary["run_dir"]) / "metrics.jsonl")))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(["olmax train: done"] + [f"  {k:<{width}}  {v}" for k, v in rows])
 
 
 def dry_run(cfg: ExperimentConfig) -> str:
