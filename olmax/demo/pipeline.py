@@ -632,17 +632,17 @@ def run_demo(
     _step_evals(d, a, out / "audit")
     d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
     report = d.write()
-    print(verdict_summary(d, report.with_suffix(".html")), flush=True)
+    seconds = time.monotonic() - d.t0
+    print(verdict_summary(getattr(d, "verdicts", []), seconds, report.with_suffix(".html")), flush=True)
     return report
 
 
-def verdict_summary(d: _Demo, html: Path) -> str:
-    """The demo's last lines: one verdict per check, the time, and where the report is."""
-    rows = getattr(d, "verdicts", [])
-    width = max((len(c) for c, _, _ in rows), default=0)
+def verdict_summary(verdicts: list[tuple[str, str, bool]], seconds: float, html: Path) -> str:
+    """The demo's last lines: one (check, result, as expected) verdict a line, the time, the report's path."""
+    width = max((len(c) for c, _, _ in verdicts), default=0)
     lines = [
-        f"olmax demo: {sum(ok for *_, ok in rows)} of {len(rows)} checks as expected, {time.monotonic() - d.t0:.0f} s"
+        f"olmax demo: {sum(ok for *_, ok in verdicts)} of {len(verdicts)} checks as expected, {seconds:.0f} s"
     ]
-    lines += [f"  {'ok  ' if ok else 'FAIL'}  {c:<{width}}  {r}" for c, r, ok in rows]
+    lines += [f"  {'ok  ' if ok else 'FAIL'}  {c:<{width}}  {r}" for c, r, ok in verdicts]
     lines.append(f"report: {html}")
     return "\n".join(lines)

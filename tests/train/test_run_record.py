@@ -176,3 +176,78 @@ def test_run_commands_work_from_another_folder(base, tmp_path):
     )
     assert p.returncode == 0, p.stderr[-3000:]
     assert os.path.isfile(tmp_path / "x.json")
+
+
+def test_eval_commands_show_progress_and_name_the_checkpoint_step(base, tmp_path):
+    """`eval heldout`, `eval gains` and `eval memorization` on the run: a tqdm bar on stderr (a pipe
+    here, as in a batch job) and a line naming the checkpoint step they scored."""
+    root, _, env, _ = base
+    run, tok, held = root / "run", env["OLMAX_EVAL_TOKENIZER"], f"held={root / 'held.jsonl'}"
+    leaks = tmp_path / "leaks.json"
+    leaks.write_text(json.dumps({"contaminated": [{"eval": "held", "id": 0}]}))
+    common = dict(cwd=tmp_path, env=env)
+    p = olmax(
+        "eval",
+        "heldout",
+        "--checkpoint",
+        str(run),
+        "--eval",
+        held,
+        "--tokenizer",
+        tok,
+        "--out",
+        "h.json",
+        **common,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"scored {run}: checkpoint step 2" in p.stdout and "row" in p.stderr and "%|" in p.stderr
+    assert json.loads((tmp_path / "h.json").read_text())["checkpoint_step"] == 2
+    p = olmax(
+        "eval",
+        "heldout",
+        "--checkpoint",
+        str(run),
+        "--eval",
+        held,
+        "--tokenizer",
+        tok,
+        "--out",
+        "h.json",
+        "--no-progress",
+        **common,
+    )
+    assert p.returncode == 0 and "%|" not in p.stderr
+    p = olmax(
+        "eval",
+        "gains",
+        "--run",
+        str(run),
+        "--leaks",
+        str(leaks),
+        "--eval",
+        held,
+        "--tokenizer",
+        tok,
+        "--resamples",
+        "50",
+        "--out",
+        "g.json",
+        **common,
+    )
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    assert f"scored {run} at checkpoint step(s) 2" in p.stdout and "eval gains" in p.stderr
+    p = olmax(
+        "eval",
+        "memorization",
+        "--run",
+        str(run),
+        "--per-stratum",
+        "4",
+        "--probe-len",
+        "16",
+        "--out",
+        "m.json",
+        **common,
+    )
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    assert f"scored {run / 'checkpoints'} step 2" in p.stdout and "memorization checks" in p.stderr
