@@ -108,15 +108,15 @@ def _resume_config(cfg, args: argparse.Namespace):
     from pathlib import Path
 
     from olmax.train import runrecord
-    from olmax.train.config import load_config, load_run_config
+    from olmax.train.config import absolute_paths, load_config, load_run_config
 
     run_dir = Path(args.run_dir)
     if not (run_dir / runrecord.CONFIG).is_file() or not runrecord.has_checkpoint(run_dir):
         return cfg
     saved = str(run_dir / runrecord.CONFIG)
     # the saved paths are read against the run folder, the command line's against the current one
-    resumed = runrecord.absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
-    ignored = runrecord.changes(resumed, runrecord.absolute_paths(cfg))
+    resumed = absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
+    ignored = runrecord.changes(resumed, absolute_paths(cfg))
     args.resume_note = (
         f"olmax train: resuming {run_dir}: its {runrecord.CONFIG} is the default, so --config "
         f"{args.config}'s differing setting(s) are not used: {_some(list(ignored))} (pass an override "

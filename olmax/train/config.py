@@ -10,6 +10,7 @@ default. `dump_yaml` writes the fully resolved config, which `load_config` reads
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -286,8 +287,6 @@ def run_config_path(run_dir: str | Path) -> str:
 def load_run_config(run_dir: str | Path) -> ExperimentConfig:
     """The resolved config of a run folder of `olmax train` (`run_config_path`), its paths absolute (a
     relative one, from a hand-edited config, is read relative to the run folder when it exists there)."""
-    from olmax.train.runrecord import absolute_paths
-
     return absolute_paths(load_config(run_config_path(run_dir)), run_dir, existing_only=True)
 
 
@@ -341,3 +340,44 @@ def dump_yaml(cfg: ExperimentConfig) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))
+
+
+def _absolute(path: str | None, base: Path, existing_only: bool) -> str | None:
+    if not path or "://" in path or os.path.isabs(path):
+        return path
+    full = os.path.abspath(base / os.path.expanduser(path))
+    return full if not existing_only or os.path.exists(full) else os.path.abspath(path)
+
+
+def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, existing_only: bool = False):
+    """`cfg` with its file paths (data.mix, data.base_dir, data.work_dir, NAME=PATH eval sets,
+    train.init_from) made absolute against `base` (default the current folder). Names that are not paths
+    (the demo mix, `olmo-core:NAME`, URLs, bundled eval sets) stay. `existing_only`: a relative path is
+    taken under `base` only when it exists there, else under the current folder (a run folder's
+    hand-written relative paths, or an old run's paths as typed)."""
+    from olmax.data.mixfile import OLMO_CORE_PREFIX
+    from olmax.data.stream import DEMO_MIX, UNSET_MIX
+
+    base = Path(base) if base is not None else Path.cwd()
+    d, t = cfg.data, cfg.train
+    mix = d.mix
+    if mix not in (DEMO_MIX, *UNSET_MIX) and not str(mix).startswith(OLMO_CORE_PREFIX):
+        mix = _absolute(mix, base, existing_only)
+    sets = []
+    for spec in t.eval_sets:
+        name, sep, path = spec.partition("=")
+        if sep and path:
+            sets.append(f"{name}={_absolute(path, base, existing_only)}")
+        else:  # a bare path names the set by its file stem, which an absolute path keeps
+            sets.append(_absolute(spec, base, existing_only) if "/" in spec else spec)
+    return cfg.replace(
+        data=dataclasses.replace(
+            d,
+            mix=mix,
+            base_dir=_absolute(d.base_dir, base, existing_only),
+            work_dir=_absolute(d.work_dir, base, existing_only),
+        ),
+        train=dataclasses.replace(
+            t, eval_sets=tuple(sets), init_from=_absolute(t.init_from, base, existing_only)
+        ),
+    )

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from olmax.errors import OlmaxError
-from olmax.train.config import ExperimentConfig, dump_yaml
+from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 
@@ -82,7 +82,7 @@ def train(
 
     if mix is not None:
         cfg = cfg.replace(data=cfg.data.replace(mix=mix))
-    cfg = runrecord.absolute_paths(cfg)  # the record's paths work from any folder
+    cfg = absolute_paths(cfg)  # the record's paths work from any folder
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
     stream = cfg.data

@@ -12,8 +12,6 @@ folder; a path a hand-edited config gives relative is read relative to the run d
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -119,44 +117,3 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     from olmax.train.checkpoint import complete_steps
 
     return bool(complete_steps(Path(run_dir) / "checkpoints"))
-
-
-def _absolute(path: str | None, base: Path, existing_only: bool) -> str | None:
-    if not path or "://" in path or os.path.isabs(path):
-        return path
-    full = os.path.abspath(base / os.path.expanduser(path))
-    return full if not existing_only or os.path.exists(full) else os.path.abspath(path)
-
-
-def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, existing_only: bool = False):
-    """`cfg` with its file paths (data.mix, data.base_dir, data.work_dir, NAME=PATH eval sets,
-    train.init_from) made absolute against `base` (default the current folder). Names that are not paths
-    (the demo mix, `olmo-core:NAME`, URLs, bundled eval sets) stay. `existing_only`: a relative path is
-    taken under `base` only when it exists there, else under the current folder (a run folder's
-    hand-written relative paths, or an old run's paths as typed)."""
-    from olmax.data.mixfile import OLMO_CORE_PREFIX
-    from olmax.data.stream import DEMO_MIX, UNSET_MIX
-
-    base = Path(base) if base is not None else Path.cwd()
-    d, t = cfg.data, cfg.train
-    mix = d.mix
-    if mix not in (DEMO_MIX, *UNSET_MIX) and not str(mix).startswith(OLMO_CORE_PREFIX):
-        mix = _absolute(mix, base, existing_only)
-    sets = []
-    for spec in t.eval_sets:
-        name, sep, path = spec.partition("=")
-        if sep and path:
-            sets.append(f"{name}={_absolute(path, base, existing_only)}")
-        else:  # a bare path names the set by its file stem, which an absolute path keeps
-            sets.append(_absolute(spec, base, existing_only) if "/" in spec else spec)
-    return cfg.replace(
-        data=dataclasses.replace(
-            d,
-            mix=mix,
-            base_dir=_absolute(d.base_dir, base, existing_only),
-            work_dir=_absolute(d.work_dir, base, existing_only),
-        ),
-        train=dataclasses.replace(
-            t, eval_sets=tuple(sets), init_from=_absolute(t.init_from, base, existing_only)
-        ),
-    )
