@@ -30,7 +30,7 @@ def test_leaks_lists_each_contaminated_item(tokenizer, corpus, tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "FAIL contaminated:quiz" in printed
     assert "contaminated items (1):" in printed
-    assert "quiz q-1: Which gas do plants absorb from the air to build sugars during ..." in printed
+    assert "quiz q-1: Which gas do plants absorb from the air to build ..." in printed
     assert "in 1 document(s); first: web a.npy doc study-guide-1 tokens " in printed
     assert "q-2" not in printed
     report = json.loads(out.read_text())
