@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from olmax.atomic import locked_out
@@ -275,8 +276,14 @@ def _leaks(args: argparse.Namespace) -> int:
     return rc
 
 
-# fields the leak report may carry that say which part of an item leaked and how (printed when present)
-LEAK_PART_FIELDS = ("leaked", "leaked_part", "part", "leak_kind")
+# the fields of a contaminated item printed on its own lines; any other field (which part of the item
+# leaked and how, when the report says it) is printed as it is
+ITEM_FIELDS = {"eval", "id", "kind", "item_words", "score", "n_documents", "documents", "same_as"}
+
+
+def short_value(v: object, most: int = 160) -> str:
+    text = v if isinstance(v, str) else json.dumps(v, default=str)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str]:
@@ -311,9 +318,9 @@ def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str
             f"    {c.get('kind', '?')} match, score {c.get('score', 0):.2f}, in {c.get('n_documents', 0)} "
             f"document(s); first: {where}"
         )
-        for key in LEAK_PART_FIELDS:
-            if c.get(key) not in (None, "", [], {}):
-                out.append(f"    {key.replace('_', ' ')}: {c[key]}")
+        for key in sorted(set(c) - ITEM_FIELDS):
+            if c[key] not in (None, "", [], {}):
+                out.append(f"    {key.replace('_', ' ')}: {short_value(c[key])}")
     if len(items) > most:
         out.append(f"  ... and {len(items) - most} more in the report")
     return out

@@ -35,3 +35,22 @@ def test_leaks_lists_each_contaminated_item(tokenizer, corpus, tmp_path, capsys)
     assert "q-2" not in printed
     report = json.loads(out.read_text())
     assert [c["id"] for c in report["contaminated"]] == ["q-1"]
+
+
+def test_a_field_saying_which_part_leaked_is_printed_when_the_report_has_one(tmp_path):
+    from olmax.audit.cli import leak_lines
+
+    (tmp_path / "quiz.jsonl").write_text(json.dumps({"id": "q-1", "text": PLANT}) + "\n")
+    item = {
+        "eval": "quiz",
+        "id": "q-1",
+        "kind": "aligned",
+        "score": 0.93,
+        "n_documents": 2,
+        "documents": [{"source": "web", "file": "/x/a.npy", "doc": "d7", "token_start": 3, "token_end": 40}],
+        "leaked_part": {"part": "question+answer", "kind": "paraphrase"},
+    }
+    lines = leak_lines({"contaminated": [item]}, (f"quiz={tmp_path / 'quiz.jsonl'}",))
+    assert lines[0] == "contaminated items (1):"
+    assert "in 2 document(s); first: web a.npy doc d7 tokens 3-40" in lines[2]
+    assert lines[3] == '    leaked part: {"part": "question+answer", "kind": "paraphrase"}'
