@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train to the absolute step --steps, resuming from the newest complete checkpoint in "
         "--run-dir when there is one (the same command finishes a killed run or extends a finished one). "
         "Writes RUN_DIR/metrics.jsonl (one JSON object per step), RUN_DIR/tb (TensorBoard), "
-        "RUN_DIR/config.yaml and RUN_DIR/checkpoints. The device count comes from JAX; the global batch "
+        "RUN_DIR/config.yaml, RUN_DIR/history.jsonl and RUN_DIR/checkpoints. On resume the run's own "
+        "config.yaml is the default and the flags and overrides apply to it: a change of the data stream "
+        "or the model is refused, any other change is listed and recorded in history.jsonl "
+        "(docs/runs.md). The device count comes from JAX; the global batch "
         "and data order never depend on it. Overrides are area.key=value (model, data, optim, mesh, "
         "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2.",
     )

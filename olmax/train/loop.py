@@ -7,7 +7,9 @@ and the loader state, saved every `checkpoint.every` steps and always at the las
 same device layout, a resumed run's per-step metrics equal the uninterrupted run's bit for bit; a
 different device count keeps the global batch and data order (losses equal up to float reduction
 order). `run_dir/metrics.jsonl` holds one JSON object per step; on resume, lines past the restored
-step (written before a crash) are dropped first so every step appears once.
+step (written before a crash) are dropped first so every step appears once. `run_dir/config.yaml` and
+`run_dir/history.jsonl` are written only once the resume checks pass and there is something to train
+(olmax.train.runrecord).
 """
 
 from __future__ import annotations
