@@ -70,6 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "positions; 0 (default) skips this slower pass",
     )
     lo.add_argument("--max-repeated-span-frac", type=float, default=0.05)
+    add_near_options(lo)
     lo.add_argument(
         "--exposure-out",
         help="also write per-instance serve counts (.npz or .json, the "
@@ -191,6 +192,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dd.add_argument("--max-dup-doc-frac", type=float, default=0.01)
     dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
     dd.add_argument("--threads", type=int, default=2)
+    add_near_options(dd)
     add_runner_options(dd)
     _out(dd)
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
@@ -210,6 +212,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--threads", type=int, default=2)
     _out(st)
     st.set_defaults(func=locked_out(_stream, "olmax audit stream"))
+
+
+def add_near_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("near-duplicates (MinHash over token-id n-grams; see docs/dedup.md)")
+    g.add_argument("--near", action="store_true", help="also find near-duplicate documents")
+    g.add_argument("--minhash-ngram", type=int, default=5, help="token n-gram shingle size (default 5)")
+    g.add_argument("--minhash-bands", type=int, default=26, help="LSH bands (default 26)")
+    g.add_argument("--minhash-rows", type=int, default=11, help="hashes per band (default 11)")
+    g.add_argument(
+        "--minhash-threshold", type=float, default=0.8, help="verified Jaccard of a near-duplicate (0.8)"
+    )
+    g.add_argument(
+        "--max-near-dup-frac",
+        type=float,
+        default=0.05,
+        help="gate: fraction of document tokens in removable near-duplicates (default 0.05)",
+    )
+
+
+def near_params(args: argparse.Namespace):
+    """--near's MinHashParams (checked), or None without --near."""
+    from olmax.dedup.minhash import MinHashParams
+
+    if not args.near:
+        return None
+    params = MinHashParams(args.minhash_ngram, args.minhash_bands, args.minhash_rows, args.minhash_threshold)
+    params.check()
+    return params
 
 
 def _finish(report: dict, out: str) -> int:
@@ -246,6 +276,8 @@ def _loader(args: argparse.Namespace) -> int:
         exposure_out=args.exposure_out,
         span_tokens=args.span_tokens,
         max_repeated_span_frac=args.max_repeated_span_frac,
+        near=near_params(args),
+        max_near_dup_frac=args.max_near_dup_frac,
     )
     return _finish(audit_loader(cfg), args.out)
 
@@ -364,6 +396,8 @@ def _dedup(args: argparse.Namespace) -> int:
         max_dup_doc_frac=args.max_dup_doc_frac,
         max_repeated_span_frac=args.max_repeated_span_frac,
         threads=args.threads,
+        near=near_params(args),
+        max_near_dup_frac=args.max_near_dup_frac,
     )
     return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 

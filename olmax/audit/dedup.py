@@ -32,6 +32,7 @@ from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.shards import local_shard, read_tokens
 from olmax.data.stream import StreamSpec
+from olmax.dedup.minhash import MinHashParams
 from olmax.errors import OlmaxError
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
@@ -51,6 +52,8 @@ class DedupConfig:
     chunk_tokens: int = 1 << 20
     threads: int = 2
     examples: int = 10
+    near: MinHashParams | None = None  # --near: MinHash near-duplicate documents too (near.py)
+    max_near_dup_frac: float = 0.05
 
 
 def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1 << 20):
@@ -320,6 +323,24 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
             detail=f"{rep_tokens} tokens inside a later copy of a >= {cfg.span}-token span",
         ),
     ]
+    near = None
+    if cfg.near is not None:
+        from olmax.audit.near import near_duplicates
+
+        near = near_duplicates(
+            paths, label_of_phys, cfg.near, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads
+        )
+        del near["removable_tokens_per_file"]
+        checks.append(
+            Check(
+                "near_duplicates",
+                near["removable_token_frac"] <= cfg.max_near_dup_frac,
+                near["removable_token_frac"],
+                cfg.max_near_dup_frac,
+                detail=f"{near['removable_documents']} documents, {near['removable_tokens']} tokens in "
+                f"{near['clusters_total']} clusters beyond the first document of each",
+            )
+        )
     report = {
         "command": "audit dedup",
         "settings": asdict(cfg),
@@ -343,6 +364,8 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
         "checks": checks_json(checks),
         "ok": not failed(checks),
     }
+    if near is not None:
+        report["near_duplicates"] = near
     report["summary"] = summary_lines(
         f"olmax audit dedup: {cfg.stream.mix} ({sum(sizes):,} tokens, {len(paths)} files)", checks
     )

@@ -33,6 +33,7 @@ import numpy as np
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
+from olmax.dedup.minhash import MinHashParams
 from olmax.errors import OlmaxError
 
 
@@ -57,6 +58,8 @@ class LoaderAuditConfig:
     exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
     span_tokens: int = 0  # > 0: also find repeated spans of this many tokens (dedup.py), gated below
     max_repeated_span_frac: float = 0.05
+    near: MinHashParams | None = None  # near-duplicate exposure (near.py), gated by max_near_dup_frac
+    max_near_dup_frac: float = 0.05
 
 
 def _loaders(index, config: LoaderAuditConfig, process_count: int):
@@ -170,6 +173,17 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
     }
     if config.content:
         report.update(_content_checks(index, run, config, checks))
+    if config.near is not None:
+        from olmax.audit.near import near_exposure
+
+        report["near_duplicates"] = near_exposure(
+            index,
+            config.near,
+            min_doc_tokens=config.min_doc_tokens,
+            max_frac=config.max_near_dup_frac,
+            threads=config.threads,
+            checks=checks,
+        )
     if config.exposure_out:
         write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
         report["exposure_file"] = config.exposure_out

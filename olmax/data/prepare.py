@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xxhash
@@ -36,6 +37,9 @@ from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
+
+if TYPE_CHECKING:
+    from olmax.data.prepare_dedup import DedupSettings
 
 STATE_FILE = ".olmax-prepare.json"
 FORMAT = "olmax-prepare/1"
@@ -62,6 +66,7 @@ class PrepareConfig:
     dolma_compat: bool = (
         False  # tokenize text.strip() and skip EOS after a trailing EOS, as `dolma tokens` does
     )
+    dedup: DedupSettings | None = None  # --dedup stages (prepare_dedup.py); None: none
 
 
 @dataclass
@@ -105,7 +110,7 @@ def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]])
     def stat(f: str) -> list:
         return [f if storage.is_url(f) else os.path.abspath(f), *storage.size_and_version(f)]
 
-    return {
+    settings = {
         "format": FORMAT,
         "tokenizer_sha256": tok.sha256,
         "shard_bytes": cfg.shard_bytes,
@@ -118,6 +123,9 @@ def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]])
             for s in cfg.sources
         ],
     }
+    if cfg.dedup is not None:  # only then: a plain run's journal is today's
+        settings["dedup"] = json.loads(json.dumps(asdict(cfg.dedup)))
+    return settings
 
 
 class Journal:
@@ -391,7 +399,9 @@ def _prepare_source(
     out: Path,
     journal: Journal,
     pool: ThreadPoolExecutor,
+    edits: dict | None = None,
 ) -> SourceResult:
+    """`edits`: the dedup decisions of this source ((file, line) → spans to cut, or None: dropped)."""
     entry = journal.labels.setdefault(spec.label, {"shards": [], "done": False})
     result = SourceResult(spec.label, files)
     result.shards = [ShardInfo(**rec["info"]) for rec in entry["shards"]]
@@ -417,10 +427,13 @@ def _prepare_source(
         progress.update(int(encoded.tokens.size), len(encoded.kept))
         sink.write(encoded)
 
+    batches = read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats)
+    if edits is not None:
+        from olmax.data.prepare_dedup import apply_edits
+
+        batches = apply_edits(batches, edits)
     try:
-        for batch in _prefetch(
-            read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats), depth=4
-        ):
+        for batch in _prefetch(batches, depth=4):
             pending.append(pool.submit(encode_docs, tok, batch, cfg.dolma_compat))
             if len(pending) >= depth:
                 drain_one()
@@ -501,7 +514,10 @@ def discard_unstarted(out: Path, journal: Journal, created: bool) -> None:
     folders go (a folder this run created goes too); finished shards stay, so a rerun resumes them."""
     if any(entry["shards"] for entry in journal.labels.values()):
         return
+    from olmax.data.prepare_dedup import DECISIONS_FILE
+
     journal.path.unlink(missing_ok=True)
+    (out / DECISIONS_FILE).unlink(missing_ok=True)
     for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
@@ -520,16 +536,22 @@ def prepare_into(
         f.unlink(missing_ok=True)  # rewritten at the end of this run; removed first so an error leaves none
     t0 = time.monotonic()
     results = []
+    decisions = None
     try:
+        if cfg.dedup is not None:
+            from olmax.data.prepare_dedup import edits_of, load_or_plan
+
+            decisions = load_or_plan(cfg, out, files, read_batches)
         with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
-            for spec in cfg.sources:
-                results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool))
+            for si, spec in enumerate(cfg.sources):
+                edits = edits_of(decisions, si) if decisions is not None else None
+                results.append(_prepare_source(cfg, spec, files[spec.label], tok, out, journal, pool, edits))
     except OlmaxError:
         discard_unstarted(out, journal, created)
         raise
     for r in results:
         r.duplicate_ids = duplicate_ids(_sidecar_ids(out, r))
-    return finish_prepare(cfg, out, tok, tok_path, results, journal, t0)
+    return finish_prepare(cfg, out, tok, tok_path, results, journal, t0, decisions)
 
 
 def finish_prepare(
@@ -540,6 +562,7 @@ def finish_prepare(
     results: list[SourceResult],
     journal: Journal,
     t0: float,
+    decisions: dict | None = None,
 ) -> dict:
     """After every source's shards are written (by either runner): warn about duplicate ids, plan the mix,
     write mix.txt and manifest.json (last: they mark the output complete)."""
@@ -561,6 +584,11 @@ def finish_prepare(
     tid = tokenizer_id(tok)
     mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid) :]}\n" for label, path in mix_lines)
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
+    if decisions is not None:
+        from olmax.data.prepare_dedup import manifest_entry, write_removed
+
+        manifest["dedup"] = manifest_entry(decisions)
+        write_removed(out, decisions)
     print(
         f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
         f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}",
@@ -617,9 +645,13 @@ def _manifest(
         "mix": {"file": "mix.txt", "lines": len(mix_lines), "plan": plan},
         "fingerprint": fingerprint,
         "settings_sha256": hashlib.sha256(
-            json.dumps(
-                asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None},
-                sort_keys=True,
-            ).encode()
+            json.dumps(_hashed_settings(cfg), sort_keys=True).encode()
         ).hexdigest(),
     }
+
+
+def _hashed_settings(cfg: PrepareConfig) -> dict:
+    d = asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None}
+    if d["dedup"] is None:
+        del d["dedup"]  # a run without --dedup hashes as it did before the option existed
+    return d

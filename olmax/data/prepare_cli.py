@@ -101,6 +101,35 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         help="skip malformed JSON lines (counted in the manifest) instead of failing",
     )
     p.add_argument("--overwrite", action="store_true", help="replace the output folder's contents")
+    d = p.add_argument_group("deduplication (Dolma 3's stages; see docs/dedup.md)")
+    d.add_argument(
+        "--dedup",
+        metavar="STAGES",
+        help="comma list of exact, minhash, substring (applied in that order); removed documents are "
+        "listed in OUT/removed.jsonl (default: no dedup)",
+    )
+    d.add_argument("--minhash-ngram", type=int, default=5, help="word n-gram shingle size (default 5)")
+    d.add_argument("--minhash-bands", type=int, default=26, help="LSH bands (default 26)")
+    d.add_argument("--minhash-rows", type=int, default=11, help="hashes per band (default 11)")
+    d.add_argument(
+        "--minhash-threshold",
+        type=float,
+        default=0.8,
+        help="true Jaccard a candidate pair must reach to be a near-duplicate (default 0.8)",
+    )
+    d.add_argument(
+        "--substring-min-bytes",
+        type=int,
+        default=500,
+        help="shortest repeated byte span the substring stage removes (default 500)",
+    )
+    d.add_argument(
+        "--substring-partition-bytes",
+        type=parse_size,
+        default=parse_size("128MiB"),
+        help="the substring stage finds repeats within partitions of consecutive documents of this much "
+        "text (memory ~33 bytes per byte; default 128MiB)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
     p.set_defaults(func=_prepare)
@@ -156,6 +185,7 @@ def _prepare(args: argparse.Namespace) -> int:
         engine=args.engine,
         progress=not args.no_progress,
         dolma_compat=args.dolma_compat,
+        dedup=_dedup_settings(args),
     )
     manifest = prepare(cfg, beam_options=beam_options(args))
     for label, s in manifest["sources"].items():
@@ -165,8 +195,27 @@ def _prepare(args: argparse.Namespace) -> int:
             f"planned {plan['planned_tokens']:,} tokens ({plan['repetition']}×, share {plan['share']:.3f}); "
             f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines"
         )
+    if "dedup" in manifest:
+        removed = ", ".join(f"{n:,} {stage}" for stage, n in manifest["dedup"]["removed"].items())
+        print(f"dedup: {removed} (documents; see {args.out}/removed.jsonl)")
     print(f"{args.out}/mix.txt")
     return 0
+
+
+def _dedup_settings(args: argparse.Namespace):
+    from olmax.data.prepare_dedup import DedupSettings, parse_stages
+    from olmax.dedup.minhash import MinHashParams
+
+    if args.dedup is None:
+        return None
+    return DedupSettings(
+        stages=parse_stages(args.dedup),
+        minhash=MinHashParams(
+            args.minhash_ngram, args.minhash_bands, args.minhash_rows, args.minhash_threshold
+        ),
+        substring_min_bytes=args.substring_min_bytes,
+        substring_partition_bytes=args.substring_partition_bytes,
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -31,6 +31,10 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
         check_label(label)
     if len(set(labels)) != len(labels):
         raise OlmaxError(f"source labels must be unique; got {labels}")
+    if cfg.dedup is not None:
+        cfg.dedup.check()
+        if beam_options is not None:
+            raise OlmaxError("--dedup with --runner beam is not implemented yet; run it with --runner local")
     if cfg.shard_bytes < 4:
         raise OlmaxError(f"--shard-size must be at least 4 bytes; got {cfg.shard_bytes}")
     # a file:// input is a local path: the same settings (and manifest) as the path itself

@@ -1,0 +1,140 @@
+"""Near-duplicate documents in existing shards (`olmax audit dedup --near`, and the loader audit's
+near-duplicate exposure): MinHash LSH over token-id n-grams, verified clusters (olmax.dedup.minhash).
+
+Shingles are n-grams of token ids (EOS excluded), not of detokenized words: no tokenizer is needed,
+so AI2's own shards or anyone's can be audited as they are, and one token pass per file suffices.
+A tokenizer maps a text to one token sequence, so copies and light edits of a text give the same
+token n-grams almost everywhere; the Jaccard is then over token n-grams (a 5-token gram is shorter
+than prepare's 5-word gram, so the same threshold is slightly stricter here). Documents are the
+sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order of first listing
+(then position): the first document of a cluster is the one kept, the others are removable.
+Memory: every document's shingle set (8 bytes per token) and signature (4 bytes per hash).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+import numpy as np
+
+from olmax.data.documents import documents
+from olmax.data.index import DOLMA2_EOS
+from olmax.data.shards import local_shard, read_tokens
+from olmax.dedup.minhash import MinHashParams, cluster, signatures
+from olmax.dedup.shingles import token_shingles
+from olmax.errors import OlmaxError
+
+SHINGLES = "token-id n-grams (EOS excluded), sorted unique per document"
+
+
+def _file_shingles(path: str, params: MinHashParams, min_doc_tokens: int, eos: int):
+    with local_shard(path) as local:
+        try:
+            tokens = read_tokens(local)
+        except FileNotFoundError:
+            raise OlmaxError(
+                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
+            ) from None
+        docs = documents(local, tokens, eos)
+        ends = docs.ends.copy()
+        if ends.size:
+            tail = np.asarray(tokens)[np.maximum(ends - 1, 0)] == eos
+            ends[tail & (ends > docs.starts)] -= 1
+        keep = np.flatnonzero(ends - docs.starts >= min_doc_tokens)
+        sh, off = token_shingles(tokens, docs.starts[keep], ends[keep], params.ngram)
+        ids = [docs.id_of(int(i)) for i in keep]
+        ntok = (docs.ends - docs.starts)[keep]
+    return sh, off, signatures(sh, off, params), ids, ntok
+
+
+def near_duplicates(
+    paths: list[str],
+    labels: list[str],
+    params: MinHashParams,
+    *,
+    min_doc_tokens: int = 32,
+    max_clusters: int = 1000,
+    threads: int = 2,
+    eos: int = DOLMA2_EOS,
+) -> dict:
+    """The near-duplicate section of a report over distinct token files `paths` (in order; `labels`
+    their sources): clusters (up to `max_clusters`, largest first), removable documents and tokens.
+    Also returns, under "removable_tokens_per_file", each file's removable tokens (for exposure)."""
+    params.check()
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="olmax-near") as pool:
+        parts = list(pool.map(lambda p: _file_shingles(p, params, min_doc_tokens, eos), paths))
+    counts = [p[1].size - 1 for p in parts]
+    sh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    off = np.zeros(sum(counts) + 1, np.int64)
+    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]) if parts else [], out=off[1:])
+    sig = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, params.hashes), np.uint32)
+    ntok = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, np.int64)
+    file_of = np.repeat(np.arange(len(parts)), counts)
+    ids = [i for p in parts for i in p[3]]
+    cl = cluster(sh, off, sig, params)
+    gone = cl.removed
+    per_file = np.bincount(file_of[gone], weights=ntok[gone], minlength=len(parts)).astype(np.int64)
+    groups: dict[int, list[int]] = {}
+    for m in gone.tolist():
+        groups.setdefault(int(cl.keep[m]), []).append(m)
+    clusters = [
+        {
+            "doc_ids": [ids[k]] + [ids[m] for m in members],
+            "sources": [labels[file_of[k]]] + [labels[file_of[m]] for m in members],
+            "keep": ids[k],
+            "jaccard_min": round(float(min(cl.jaccard[m] for m in members)), 6),
+        }
+        for k, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    removable = int(ntok[gone].sum())
+    return {
+        "clusters": clusters[:max_clusters],
+        "clusters_total": len(clusters),
+        "documents": int(ntok.size),
+        "document_tokens": int(ntok.sum()),
+        "removable_documents": int(gone.size),
+        "removable_tokens": removable,
+        "removable_token_frac": round(removable / max(1, int(ntok.sum())), 6),
+        "candidate_pairs": cl.candidates,
+        "minhash": asdict(params),
+        "min_doc_tokens": min_doc_tokens,
+        "shingles": SHINGLES,
+        "removable_tokens_per_file": per_file.tolist(),
+    }
+
+
+def near_exposure(
+    index, params: MinHashParams, *, min_doc_tokens: int, max_frac: float, threads: int, checks
+) -> dict:
+    """The loader audit's near-duplicate section: the near-duplicates of the mix's distinct files, and
+    the removable tokens the mix plans to serve (a file listed k times serves its removable tokens k
+    times, as it does its exact repeats); appends the `near_duplicate_exposure` gate to `checks`."""
+    from olmax.audit.report import Check
+    from olmax.audit.spans import physical_ids
+
+    phys = physical_ids(index.paths)
+    first: dict[int, int] = {}
+    for f, p in enumerate(phys.tolist()):
+        first.setdefault(p, f)
+    paths = [index.paths[first[p]] for p in range(len(first))]
+    labels = [index.labels[first[p]] for p in range(len(first))]
+    near = near_duplicates(paths, labels, params, min_doc_tokens=min_doc_tokens, threads=threads)
+    per_file = np.asarray(near.pop("removable_tokens_per_file"), np.int64)
+    planned = int(per_file[phys].sum()) if per_file.size else 0
+    frac = round(planned / max(1, int(index.num_tokens)), 6)
+    near["clusters"] = near["clusters"][:10]
+    near.update(
+        planned_removable_tokens=planned, planned_tokens=int(index.num_tokens), planned_removable_frac=frac
+    )
+    checks.append(
+        Check(
+            "near_duplicate_exposure",
+            frac <= max_frac,
+            frac,
+            max_frac,
+            detail=f"{planned} planned tokens in removable near-duplicate documents "
+            f"({near['removable_documents']} documents)",
+        )
+    )
+    return near
