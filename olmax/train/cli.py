@@ -107,7 +107,9 @@ def _eval_hook(cfg):
 
 def _resume_config(cfg, args: argparse.Namespace):
     """On resume the run's saved config is the default: the command line's overrides apply to it, and the
-    --config file's own differing settings are ignored (said on stderr). A fresh run uses `cfg`."""
+    --config file's own differing settings are ignored (said on stderr), all but train.steps, the
+    command's target. A fresh run uses `cfg`."""
+    import dataclasses
     from pathlib import Path
 
     from olmax.train import runrecord
@@ -119,6 +121,9 @@ def _resume_config(cfg, args: argparse.Namespace):
     saved = str(run_dir / runrecord.CONFIG)
     # the saved paths are read against the run folder, the command line's against the current one
     resumed = absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
+    # the step to train to is the command's (--steps, else the --config file's), not a setting of the
+    # run: rerunning the original command after a shorter --steps run finishes it
+    resumed = resumed.replace(train=dataclasses.replace(resumed.train, steps=cfg.train.steps))
     ignored = runrecord.changes(resumed, absolute_paths(cfg))
     args.resume_note = (
         f"olmax train: resuming {run_dir}: its {runrecord.CONFIG} is the default, so --config "
