@@ -104,7 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=PATH",
         help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
-        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); repeat",
+        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); a bare "
+        "PATH names the set by its file name up to the first dot, as every --eval does; repeat",
     )
     lk.add_argument(
         "--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with"

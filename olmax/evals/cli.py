@@ -33,8 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         metavar="NAME=PATH",
-        help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
-        "name (sciq, arc_easy, ...); repeatable",
+        help="held-out set: NAME=PATH, a bare PATH (named by its file name up to the first dot, as "
+        "`olmax audit leaks` names it) or a bundled name (sciq, arc_easy, ...). PATH: jsonl[.gz|.zst], "
+        ".arrow, .parquet, a datasets folder, or an OLMo-core raw token file (.npy: documents ended by "
+        "EOS, scored as OLMo-core's LM evaluator); olmo-core:v3-small-ppl-validation: OLMo-core's 11 "
+        "perplexity sets under --base-dir; repeatable",
+    )
+    h.add_argument(
+        "--base-dir",
+        default=None,
+        help="folder holding OLMo-core's eval-data/perplexity/ (for --eval olmo-core:...)",
     )
     h.add_argument(
         "--tokenizer",
@@ -45,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seq-len",
         type=int,
         default=None,
-        help="instance length L (default min(2048, the model's max_position_embeddings))",
+        help="instance length L (default: a training run's data.seq_len, else min(2048, the model's "
+        "max_position_embeddings))",
     )
     h.add_argument("--batch-size", type=int, default=8)
     h.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
@@ -222,6 +231,11 @@ mounted path.""",
         help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets",
     )
     w.add_argument(
+        "--base-dir",
+        default=None,
+        help="folder holding OLMo-core's eval-data/perplexity/ (default: the run's train.eval_base_dir)",
+    )
+    w.add_argument(
         "--limit",
         type=int,
         default=None,
@@ -314,6 +328,17 @@ def _resolve_tokenizer(arg: str | None, checkpoint: str):
     return load_tokenizer(str(tokenizer_path(arg)))
 
 
+def _default_seq_len(checkpoint: str, model) -> int:
+    """A training run's data.seq_len (the in-loop eval's, OLMo-core's eval length), else min(2048, context)."""
+    from olmax.train.config import load_run_config
+    from olmax.train.export import run_checkpoint
+
+    found = run_checkpoint(checkpoint)
+    if found is not None:
+        return load_run_config(found[0]).data.seq_len
+    return min(2048, model.cfg.max_position_embeddings)
+
+
 def _heldout(args: argparse.Namespace) -> int:
     from olmax.evals.heldout import prepare_eval_sets, run_heldout, summary
     from olmax.evals.scoring import load_model
@@ -322,7 +347,7 @@ def _heldout(args: argparse.Namespace) -> int:
 
     model = load_model(args.checkpoint, args.dtype)
     tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
-    seq_len = args.seq_len or min(2048, model.cfg.max_position_embeddings)
+    seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
     leaks = contaminated_ids(read_json(args.leaks, "an `olmax audit leaks` report")) if args.leaks else None
     sets = prepare_eval_sets(
         args.eval,
@@ -333,6 +358,7 @@ def _heldout(args: argparse.Namespace) -> int:
         contaminated=leaks,
         prefix_eos=not args.olmo_core_instances,
         vocab_size=model.cfg.vocab_size,
+        base_dir=args.base_dir,
     )
     records = run_heldout(
         model, sets, step=args.step, batch_size=args.batch_size, progress=not args.no_progress
@@ -456,6 +482,7 @@ def _watch(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             dtype=args.dtype,
             text_field=args.text_field,
+            base_dir=args.base_dir,
             leaks=args.leaks,
             lm_eval=tuple(args.lm_eval),
             lm_eval_limit=args.lm_eval_limit,

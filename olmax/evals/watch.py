@@ -55,6 +55,7 @@ class WatchSettings:
     batch_size: int | None = None  # None: the in-loop hook's
     dtype: str | None = None  # compute dtype; None: the run's model.dtype
     text_field: str = "text"
+    base_dir: str | None = None  # OLMo-core's eval-data folder; None: train.eval_base_dir
     leaks: str | None = None  # `olmax audit leaks` report: clean-subset records too
     lm_eval: tuple[str, ...] = ()  # lm-eval task names, scored through the olmax adapter
     lm_eval_limit: float | None = None
@@ -126,6 +127,7 @@ def prepare(settings: WatchSettings) -> Job:
         limit=limit or None,
         contaminated=leaks,
         vocab_size=cfg.model.vocab_size,
+        base_dir=settings.base_dir or getattr(cfg.train, "eval_base_dir", None),
     )
     # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
     # batch shape keeps the numbers bitwise those of the trainer's records)
@@ -384,14 +386,13 @@ def open_tensorboard(job: Job):
 
 
 def tensorboard_scalars(tb, records: list[dict]) -> None:
-    from olmax.evals.heldout import record_name
+    from olmax.evals.heldout import metric_values
 
     for r in records:
         if r.get("kind") == "heldout":
-            name = record_name(r)
-            for metric in ("ce", "ppl", "bpb"):
-                if r.get(metric) is not None:
-                    tb.add_scalar(f"eval/{name}/{metric}", r[metric], r["step"])
+            for key, value in metric_values(r).items():
+                if not key.endswith("/tokens"):
+                    tb.add_scalar(f"eval/{key}", value, r["step"])
         elif r.get("kind") == "lm_eval":
             for metric, value in r["metrics"].items():
                 tb.add_scalar(f"lm_eval/{r['task']}/{metric.split(',')[0]}", value, r["step"])

@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     # run share the directory, and process 0 holds the lock for them all)
     lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
+        cfg.data.resolve_mix()  # a missing mix is reported before the eval sets are read
         summary = train(
             cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")
         )

@@ -70,7 +70,8 @@ class TrainConfig:
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
     eval_sets: tuple[
         str, ...
-    ] = ()  # bundled names or NAME=PATH; (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    ] = ()  # as --eval (olmax.data.evalspec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    eval_base_dir: str | None = None  # folder holding OLMo-core's eval-data/ (for olmo-core:... sets)
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
