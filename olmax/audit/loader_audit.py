@@ -39,6 +39,8 @@ CHECK_MEANINGS = {
     "repeated_spans": "tokens inside a later copy of a span found elsewhere (with --span-tokens; a shard copied at an offset)",
     "hash_collisions": "(info) equal content hashes whose bytes differ; the byte comparison decided",
     "exposure": "(info) per source, distinct content tokens seen 1x, 2x, ... in the audited window",
+    "near_duplicates": "tokens in removable MinHash near-duplicate documents (with --near), as a fraction",
+    "near_duplicate_exposure": "planned tokens the model would read from removable near-duplicates (with --near)",
 }
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
@@ -78,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="METRICS.jsonl",
         help="also append the records to this metrics.jsonl (as the trainer does)",
     )
+    h.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
     h.add_argument("--out", required=True, help="report JSON (written atomically)")
     h.set_defaults(func=locked_out(_heldout, "olmax eval heldout"))
 
@@ -151,6 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check 6: eval set scored at every committed checkpoint of the run; repeatable",
     )
     m.add_argument("--eval-limit", type=int, default=None, help="check 6: first N documents of each set")
+    m.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
     m.add_argument(
         "--eval-tokenizer",
         default=None,
@@ -360,10 +361,12 @@ def _heldout(args: argparse.Namespace) -> int:
         base_dir=args.base_dir,
     )
     records = run_heldout(
-        model, sets, step=args.step, batch_size=args.batch_size, progress=sys.stderr.isatty()
+        model, sets, step=args.step, batch_size=args.batch_size, progress=not args.no_progress
     )
+    step = checkpoint_step(args.checkpoint)
     report = {
         "checkpoint": str(args.checkpoint),
+        "checkpoint_step": step,
         "tokenizer": tok.path,
         "seq_len": seq_len,
         "dtype": args.dtype,
@@ -373,9 +376,35 @@ def _heldout(args: argparse.Namespace) -> int:
     write_json(args.out, report)
     if args.append_metrics:
         append_jsonl(args.append_metrics, records)
+    print(f"scored {args.checkpoint}: {_step_words(step)}")
     print(summary(records))
     print(f"wrote {args.out}")
     return 0
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The training step a checkpoint holds: a run folder's newest committed step, a `checkpoints/<step>`
+    folder's, an exported model's provenance (olmax_export.json); None when unknown (an outside model)."""
+    import json
+    from pathlib import Path
+
+    from olmax.train.checkpoint import complete_steps
+    from olmax.train.export import run_checkpoint
+
+    found = run_checkpoint(path)
+    if found is not None:
+        run, step = found
+        have = complete_steps(Path(run) / "checkpoints")
+        return step if step is not None else (max(have) if have else None)
+    prov = Path(path) / "olmax_export.json"
+    try:
+        return int(json.loads(prov.read_text())["step"]) if prov.is_file() else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _step_words(step: int | None) -> str:
+    return f"checkpoint step {step}" if step is not None else "step unknown (not an olmax run or export)"
 
 
 def _memorization(args: argparse.Namespace) -> int:
@@ -403,9 +432,11 @@ def _memorization(args: argparse.Namespace) -> int:
             evals=tuple(args.eval),
             eval_limit=args.eval_limit,
             tokenizer=args.eval_tokenizer,
+            progress=not args.no_progress,
         )
     )
     write_json(args.out, report)
+    print(f"scored {report['checkpoint'] or 'no checkpoint (checks 1, 4 and 5 skipped)'}")
     print(summary(report))
     print(f"wrote {args.out}")
     return 1 if report["flagged"] else 0

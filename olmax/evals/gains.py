@@ -330,9 +330,9 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
         exp = exposure_counts(exposure, es, name) if exposure is not None else None
         sets.append((es, ps, choices, contaminated, exp))
     per_step = []
-    for step in steps:
-        if inp.progress:
-            print(f"eval gains: scoring step {step}", flush=True)
+    from tqdm import tqdm
+
+    for step in tqdm(steps, desc="eval gains", unit="checkpoint", disable=not inp.progress):
         model, _ = load_run_model(inp.run, step, inp.dtype)
         per_step.append([score_items(model, ps, ch, inp.batch_size) for _, ps, ch, _, _ in sets])
     out = []

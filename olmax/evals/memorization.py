@@ -205,8 +205,10 @@ def memorization_report(
     batch_size: int = 8,
     pad_id: int = 0,
     gains: dict | None = None,
+    progress: bool = False,
 ) -> dict:
-    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6)."""
+    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6).
+    `progress`: a tqdm bar over the three checks that score the model (the long part)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
@@ -225,17 +227,25 @@ def memorization_report(
             "no model (--checkpoint)"
         )
     else:
-        checks["exposure"] = check_exposure(
-            model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
-        )
-        checks["extract"] = check_extraction(
-            model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
-        )
-        checks["train_vs_unseen"] = (
-            check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
-            if run is not None
-            else skipped_check("no run metrics")
-        )
+        from tqdm import tqdm
+
+        with tqdm(total=3, desc="memorization checks", unit="check", disable=not progress) as bar:
+            checks["exposure"] = check_exposure(
+                model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
+            )
+            bar.update(1)
+            checks["extract"] = check_extraction(
+                model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
+            )
+            bar.update(1)
+            checks["train_vs_unseen"] = (
+                check_train_vs_unseen(
+                    model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size
+                )
+                if run is not None
+                else skipped_check("no run metrics")
+            )
+            bar.update(1)
     checks["contaminated"] = (
         check_contaminated(gains, th)
         if gains is not None
@@ -279,6 +289,7 @@ class MemorizationInputs:
     gains: str | None = None
     leaks: str | None = None  # `olmax audit leaks` report
     evals: tuple[str, ...] = ()  # NAME or NAME=PATH, as `olmax eval heldout --eval`
+    progress: bool = False  # tqdm bars on the scoring
     eval_limit: int | None = None  # first N documents of each set
     tokenizer: str | None = None  # for the eval sets; None: $OLMAX_EVAL_TOKENIZER, else dolma2
 
@@ -332,6 +343,7 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         batch_size=inp.batch_size,
         pad_id=pad_id,
         gains=gains,
+        progress=inp.progress,
     )
     report = {
         "run": str(run_dir),
@@ -371,6 +383,7 @@ def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
             batch_size=inp.batch_size,
             tokenizer=inp.tokenizer,
             dtype=inp.dtype,
+            progress=inp.progress,
         )
     )
     return gains_report(scores)

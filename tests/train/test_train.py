@@ -138,7 +138,7 @@ def test_config_presets_and_overrides(tmp_path):
     # list-valued fields: a YAML/CLI list, or one ';'-separated string (never split into characters)
     assert load_config("tiny", ["train.eval_sets=[sciq,arc_easy]"]).train.eval_sets == ("sciq", "arc_easy")
     assert load_config("tiny", ["train.eval_sets=sciq"]).train.eval_sets == ("sciq",)
-    with pytest.raises(OlmaxError, match="unknown key.*lrr"):
+    with pytest.raises(OlmaxError, match="no key .lrr."):
         load_config("tiny", ["optim.lrr=1"])
     with pytest.raises(OlmaxError, match="not a valid int"):
         load_config("tiny", ["train.steps=ten"])
