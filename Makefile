@@ -1,21 +1,31 @@
-# olmax: every target runs `setup` first; `setup` is idempotent (re-installs only when pyproject.toml changes).
+# olmax: every target runs its setup first; setup is idempotent (re-installs only when pyproject.toml changes).
+# Two levels: `setup-base` installs the package alone (what `olmax demo` runs: JAX, grain, datasets, the
+# tokenizers, matplotlib), `setup` adds the test extra on top (torch, transformers, OLMo-core, lm-eval, Beam,
+# pytest, ruff: the references the tests compare against, a 2.9 GB environment the demo never imports).
 PY      := .venv/bin/python
+BASE    := .venv/.olmax-base-installed
 STAMP   := .venv/.olmax-installed
 OUT     ?= demo-out
 
-.PHONY: setup demo test test-slow test-all bench lint
+.PHONY: setup setup-base demo test test-slow test-all bench lint
+
+setup-base: $(BASE)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(BASE)
+
+$(STAMP): $(BASE)
 	# torch is pinned: the CPU build of 2.13.0 is what this machine serves; an unpinned torch pulls CUDA.
 	$(PY) -m pip install -q 'torch==2.13.0'
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: setup
+demo: setup-base
 	.venv/bin/olmax demo --out $(OUT)
 
 # `test` leaves out the slow tests (pyproject's addopts: -m 'not slow'); `test-slow` runs only those and

@@ -1,6 +1,6 @@
 """Beam parity, end to end: `--runner beam` must give the local runner's results on real text, through the CLI.
 
-    .venv/bin/python bench/beam_parity.py [--keep DIR] [--code-files 400] [--shard-size 200KB]
+    .venv/bin/python bench/beam_parity.py [--keep DIR] [--code-files 400] [--shard-size 200KB] [--dask-workers 1,2]
 
 What it does, in a temporary folder (or `--keep DIR`, left in place):
   1. corpus  the first --code-files *.py files of the standard library (sorted; source `code`) and the pydoc
@@ -12,22 +12,27 @@ What it does, in a temporary folder (or `--keep DIR`, left in place):
              substitute, drop and markup, each in one document. For dedup: exact copies of a few
              documents (within and across sources, under new ids) and two repeated spans of 60+ tokens (a
              notice paragraph pasted into several documents, a block of one stdlib file pasted into others).
-  2. prepare `olmax data prepare --tokenizer dolma2 --shard-size 200KB` with `--runner local`, and with
-             `--runner beam` (the DirectRunner, 2 worker processes) on the same inputs given as `file://`
-             URLs; every file of the two output folders, hidden ones included (the journal
-             `.olmax-prepare.json`), compared byte for byte.
-  3. leaks   `olmax audit leaks` over the local output's mix.txt with the four eval sets, local vs beam (the
-             mix given as a `file://` URL); the reports compared without "timing". Exit code 1 (items
+  2. runners every command below with `--runner local` first, then with `--runner beam` on Beam's
+             DirectRunner (2 worker processes) and on the DaskRunner over a dask.distributed cluster on
+             127.0.0.1 (a `dask scheduler` and --dask-workers single-threaded `dask worker` processes:
+             1, then 2, each cluster started fresh, bench/dask_cluster.py); Beam's flags after `--`.
+  3. prepare `olmax data prepare --tokenizer dolma2 --shard-size 200KB`, the Beam runs on the same inputs
+             given as `file://` URLs; every file of each output folder, hidden ones included (the journal
+             `.olmax-prepare.json`), compared byte for byte with the local one.
+  4. leaks   `olmax audit leaks` over the local output's mix.txt with the four eval sets (the Beam runs
+             name the mix by its `file://` URL); reports compared without "timing". Exit code 1 (items
              contaminated) is expected.
-  4. dedup   `olmax audit dedup` over the same mix, local vs beam; the reports compared (without "timing").
+  5. dedup   `olmax audit dedup` over the same mix; reports compared without "timing".
+  6. loader  `olmax audit loader --seq-len 512 --global-batch-size 8 --span-tokens 50` over the same mix:
+             the content checks' hashing on the Beam workers; reports compared without "timing".
 
 The Beam runs name the mix by its `file://` URL, so the reports echo that spelling (settings, summary,
 file names); before comparing, the Beam report's strings have `file://` removed in front of the work
 folder, and the fields where that happened are printed. Any other difference is a mismatch.
 
-Prints a table (command, local and beam wall seconds, identical, counts) and as its last line
-`beam parity: prepare identical, leaks identical (N contaminated), dedup identical`, or what differs;
-exits 1 on any difference or failed command.
+Prints a table (command, wall seconds per runner, identical, counts) and as its last line
+`beam parity (direct, dask1, dask2 vs local): prepare identical, leaks identical (N contaminated), ...`,
+or what differs; exits 1 on any difference or failed command.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import time
 from pathlib import Path
 
 import leak_plants as lp
+from dask_cluster import dask_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 20260301
@@ -261,8 +267,9 @@ def compare_reports(local: Path, beam: Path, root: Path) -> tuple[dict, dict, li
     beam, differing paths, fields where the spelling was undone)."""
     a = json.loads(local.read_text())
     b = json.loads(beam.read_text())
-    a.pop("timing", None)
-    b.pop("timing", None)
+    for k in ("timing", "performance"):
+        a.pop(k, None)
+        b.pop(k, None)
     rewritten: set[str] = set()
     b = unspell(b, f"file://{root}", str(root), "", rewritten)
     return a, b, json_diff(a, b), rewritten
@@ -276,7 +283,13 @@ def main() -> None:
     ap.add_argument(
         "--shard-size", default="200KB", help="prepare's --shard-size (several shards per source)"
     )
+    ap.add_argument(
+        "--dask-workers",
+        default="1,2",
+        help="worker counts of the loopback Dask clusters the DaskRunner runs on ('' for none)",
+    )
     args = ap.parse_args()
+    workers = [int(w) for w in args.dask_workers.split(",") if w.strip()]
 
     t_start = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -287,27 +300,29 @@ def main() -> None:
             root.mkdir(parents=True, exist_ok=True)
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="beam-parity-"))).resolve()
-        rows, problems, counts = run_all(root, args)
+        rows, problems, counts, runners = run_all(root, args, workers)
     print()
-    print(f"{'command':<14} {'local s':>8} {'beam s':>8}  {'identical':<9}  counts")
-    for name, tl, tb, same, what in rows:
-        print(f"{name:<14} {tl:>8.1f} {tb:>8.1f}  {'yes' if same else 'NO':<9}  {what}")
+    print("runners: " + "; ".join(f"{name}: {what}" for name, what in runners.items()))
+    names = list(runners)
+    print(f"{'command':<14} " + " ".join(f"{n + ' s':>9}" for n in names) + f"  {'identical':<9}  counts")
+    for name, times, same, what in rows:
+        cells = " ".join(f"{times[n]:>9.1f}" for n in names)
+        print(f"{name:<14} {cells}  {'yes' if same else 'NO':<9}  {what}")
     print(f"total {time.perf_counter() - t_start:.0f}s")
     if problems:
         print("differences:")
         for p in problems:
             print(f"  {p}")
-    prep = [p.split(": ", 1)[1].split(" (")[0] for p in problems if p.startswith("prepare: ")]
     verdicts = [
-        f"prepare {'identical' if rows[0][3] else 'DIFFERS (' + ', '.join(prep) + ')'}",
-        f"leaks {'identical' if rows[1][3] else 'DIFFERS'} ({counts['contaminated']} contaminated)",
-        f"dedup {'identical' if rows[2][3] else 'DIFFERS'}",
+        f"{name.split()[-1]} {'identical' if same else 'DIFFERS'}"
+        + (f" ({counts['contaminated']} contaminated)" if name == "audit leaks" else "")
+        for name, _, same, _ in rows
     ]
-    print("beam parity: " + ", ".join(verdicts))
+    print(f"beam parity ({', '.join(n for n in names if n != 'local')} vs local): " + ", ".join(verdicts))
     sys.exit(1 if problems else 0)
 
 
-def run_all(root: Path, args) -> tuple[list, list[str], dict]:
+def run_all(root: Path, args, workers: list[int]) -> tuple[list, list[str], dict, dict]:
     rng = random.Random(SEED)
     docs = real_documents(args.code_files)
     planted, copies, span_hosts = plant(docs, rng)
@@ -322,132 +337,107 @@ def run_all(root: Path, args) -> tuple[list, list[str], dict]:
     )
     logs = root / "logs"
     logs.mkdir()
-    rows, problems = [], []
+    runners = {"local": "threads on this machine", "direct": f"Beam {PIPELINE}"}
+    for n in workers:
+        runners[f"dask{n}"] = f"Beam DaskRunner on a loopback dask.distributed cluster of {n} worker(s)"
+    times: dict[str, dict[str, float]] = {c: {} for c in COMMANDS}
+    problems: list[str] = []
+    results: dict[str, dict] = {}
 
-    # prepare
-    print("prepare:", flush=True)
-    common = [
-        "data",
-        "prepare",
-        "--tokenizer",
-        "dolma2",
-        "--shard-size",
-        args.shard_size,
-        "--no-progress",
-        "--workers",
-        "2",
-    ]
-    out_l, out_b = root / "prepared-local", root / "prepared-beam"
-    tl = olmax(
-        [*common, "--out", str(out_l), *(f"{s}={inputs / s}" for s in FILES)], logs / "prepare-local.log"
-    )
-    tb = olmax(
-        [
-            *common,
-            "--out",
-            str(out_b),
-            *(f"{s}=file://{inputs / s}" for s in FILES),
-            "--runner",
-            "beam",
-            f"--pipeline-options={PIPELINE}",
-        ],
-        logs / "prepare-beam.log",
-    )
-    n_files, diff = tree_diff(out_l, out_b)
-    problems += [f"prepare: {d}" for d in diff]
-    manifest = json.loads((out_l / "manifest.json").read_text())
-    shards = {k: len(v["shards"]) for k, v in manifest["sources"].items()}
-    tokens = sum(v["tokens"] for v in manifest["sources"].values())
-    rows.append(("data prepare", tl, tb, not diff, f"{n_files} files, shards {shards}, {tokens:,} tokens"))
+    def each(variant: str, flags: list[str] | None) -> None:
+        for command in COMMANDS:
+            print(f"{command} ({variant}):", flush=True)
+            times[command][variant], problem, result = run_command(
+                command, variant, flags, root, inputs, logs, args.shard_size
+            )
+            problems.extend(problem)
+            results.setdefault(command, {})[variant] = result
 
-    # leaks
-    print("audit leaks:", flush=True)
-    mix = out_l / "mix.txt"
-    evals = [a for s in SETS for a in ("--eval", s)]
-    rep_l, rep_b = root / "leaks-local.json", root / "leaks-beam.json"
-    tl = olmax(
-        ["audit", "leaks", "--mix", str(mix), *evals, "--out", str(rep_l)],
-        logs / "leaks-local.log",
-        ok=(0, 1),
-    )
-    tb = olmax(
-        [
-            "audit",
-            "leaks",
-            "--mix",
-            f"file://{mix}",
-            *evals,
-            "--out",
-            str(rep_b),
-            "--runner",
-            "beam",
-            f"--pipeline-options={PIPELINE}",
-        ],
-        logs / "leaks-beam.log",
-        ok=(0, 1),
-    )
-    a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
-    problems += [f"leaks: {d}" for d in diff]
-    flagged = {(e["eval"], str(e["id"])) for e in a.get("contaminated", [])}
+    each("local", None)
+    each("direct", ["--", *PIPELINE.split()])
+    for n in workers:
+        with dask_cluster(workers=n) as address:
+            each(
+                f"dask{n}",
+                [
+                    "--",
+                    "--runner=DaskRunner",
+                    f"--dask_client_address={address}",
+                    f"--temp_location={root / 'dask-temp'}",
+                ],
+            )
+    rows = []
+    for command in COMMANDS:
+        same = not any(p.startswith(f"{command}:") for p in problems)
+        rows.append((command, times[command], same, results[command]["local"]["what"]))
+    flagged = {
+        (e["eval"], str(e["id"])) for e in results["audit leaks"]["local"]["report"].get("contaminated", [])
+    }
     found = sum((p["eval"], p["id"]) in flagged for p in planted)
-    same_lists = a.get("contaminated") == b.get("contaminated")
-    print(
-        f"  contaminated: local {len(a.get('contaminated', []))}, beam {len(b.get('contaminated', []))}; "
-        f"`contaminated` lists equal: {'yes' if same_lists else 'NO'}; planted items flagged {found}/"
-        f"{len(planted)}; file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}"
-    )
-    rows.append(
-        (
-            "audit leaks",
-            tl,
-            tb,
-            not diff,
-            f"{len(flagged)} contaminated ({found}/{len(planted)} planted), lists equal "
-            f"{'yes' if same_lists else 'NO'}, {a['candidates'].get('pairs')} candidate pairs",
-        )
-    )
-    counts = {"contaminated": len(flagged)}
+    print(f"planted items flagged by the local leak audit: {found}/{len(planted)}")
+    return rows, problems, {"contaminated": len(flagged)}, runners
 
-    # dedup
-    print("audit dedup:", flush=True)
-    rep_l, rep_b = root / "dedup-local.json", root / "dedup-beam.json"
-    work = ["--work-dir", str(root / "dedup-work")]
-    tl = olmax(
-        ["audit", "dedup", "--mix", str(mix), *work, "--out", str(rep_l)], logs / "dedup-local.log", ok=(0, 1)
-    )
-    tb = olmax(
-        [
-            "audit",
-            "dedup",
-            "--mix",
-            f"file://{mix}",
-            *work,
-            "--out",
-            str(rep_b),
-            "--runner",
-            "beam",
-            f"--pipeline-options={PIPELINE}",
-        ],
-        logs / "dedup-beam.log",
-        ok=(0, 1),
-    )
-    a, b, diff, rewritten = compare_reports(rep_l, rep_b, root)
-    problems += [f"dedup: {d}" for d in diff]
-    print(
-        f"  duplicate documents {a['duplicate_documents']}, repeated-span tokens {a['repeated_span_tokens']:,}; "
-        f"file:// spelling undone in: {', '.join(sorted(rewritten)) or 'nothing'}"
-    )
-    rows.append(
-        (
-            "audit dedup",
-            tl,
-            tb,
-            not diff,
-            f"{a['duplicate_documents']} duplicate docs, {a['repeated_span_tokens']:,} repeated-span tokens "
-            f"({a['repeated_span_windows']:,} windows)",
+
+COMMANDS = ("data prepare", "audit leaks", "audit dedup", "audit loader")
+
+
+def run_command(
+    command: str, variant: str, flags: list[str] | None, root: Path, inputs: Path, logs: Path, shard_size: str
+) -> tuple[float, list[str], dict]:
+    """Run one command on one runner (`flags`: --runner beam's flags, None: the local runner) and compare
+    its output with the local runner's (run first): (wall seconds, differences, {report, what})."""
+    beam = [] if flags is None else ["--runner", "beam", *flags]
+    # the Beam runs name their inputs by file:// URL (the local ones by path): the same result either way
+    url = "" if flags is None else "file://"
+    mix = root / "prepared-local" / "mix.txt"
+    log = logs / f"{command.split()[-1]}-{variant}.log"
+    if command == "data prepare":
+        out = root / f"prepared-{variant}"
+        common = ["data", "prepare", "--tokenizer", "dolma2", "--shard-size", shard_size, "--no-progress"]
+        wall = olmax(
+            [*common, "--workers", "2", "--out", str(out), *(f"{s}={url}{inputs / s}" for s in FILES), *beam],
+            log,
         )
-    )
-    return rows, problems, counts
+        manifest = json.loads((out / "manifest.json").read_text())
+        shards = {k: len(v["shards"]) for k, v in manifest["sources"].items()}
+        tokens = sum(v["tokens"] for v in manifest["sources"].values())
+        if flags is None:
+            return wall, [], {"report": manifest, "what": f"shards {shards}, {tokens:,} tokens"}
+        n_files, diff = tree_diff(root / "prepared-local", out)
+        return (
+            wall,
+            [f"{command}: {variant}: {d}" for d in diff],
+            {"report": manifest, "what": f"{n_files} files"},
+        )
+    rep = root / f"{command.split()[-1]}-{variant}.json"
+    if command == "audit leaks":
+        args = ["audit", "leaks", "--mix", f"{url}{mix}", *(a for s in SETS for a in ("--eval", s))]
+    elif command == "audit dedup":
+        args = ["audit", "dedup", "--mix", f"{url}{mix}", "--work-dir", str(root / "work")]
+    else:  # the loader audit's content pass reads the mix's files by path on every runner
+        args = ["audit", "loader", "--mix", str(mix), "--seq-len", "512", "--global-batch-size", "8"]
+        args += ["--span-tokens", "50", "--work-dir", str(root / "work")]
+    wall = olmax([*args, "--out", str(rep), *beam], log, ok=(0, 1))
+    report = json.loads(rep.read_text())
+    what = {
+        "audit leaks": lambda r: (
+            f"{len(r.get('contaminated', []))} contaminated, {r['candidates'].get('pairs')} candidate pairs"
+        ),
+        "audit dedup": lambda r: (
+            f"{r['duplicate_documents']} duplicate docs, {r['repeated_span_tokens']:,} repeated-span tokens"
+        ),
+        "audit loader": lambda r: (
+            f"{r['content']['duplicate_instances']} duplicate instances, "
+            f"{r['content']['duplicate_documents']} duplicate docs, "
+            f"{r['content']['repeated_spans']['repeated_tokens']:,} repeated-span tokens"
+        ),
+    }[command](report)
+    if flags is None:
+        return wall, [], {"report": report, "what": what}
+    a, b, diff, rewritten = compare_reports(root / f"{command.split()[-1]}-local.json", rep, root)
+    if rewritten:
+        print(f"  file:// spelling undone in: {', '.join(sorted(rewritten))}")
+    return wall, [f"{command}: {variant}: {d}" for d in diff], {"report": report, "what": what}
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from olmax.data.loader import open_loader
+
 L, G = 8192, 64
 FILES, TOKENS_PER_FILE = 4, 26_214_400  # 4 x 100 MiB
 BATCHES_PER_EPOCH = FILES * TOKENS_PER_FILE // L // G
@@ -170,7 +172,7 @@ def olmax_opener(mix: str, work_dir: str, threads: int):
         num_threads=threads,
         prefetch_buffer_size=4,
     )
-    return spec.open_loader(process_index=0, process_count=1).iterate
+    return open_loader(spec, process_index=0, process_count=1).iterate
 
 
 def make_stage1_index(folder: str) -> str:
@@ -199,8 +201,8 @@ from olmax.data.stream import StreamSpec
 t1 = time.perf_counter()
 mix, work, step, G = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 spec = StreamSpec(mix=mix, seq_len=8192, global_batch_size=G, seed=34521, work_dir=work)
-index = spec.open_index()
-loader = spec.open_loader(index, process_index=0, process_count=1)
+index = stream_index(spec)
+loader = open_loader(spec, index, process_index=0, process_count=1)
 it = loader.iterate(loader.state_at(1, step))
 batch = next(it)
 t2 = time.perf_counter()

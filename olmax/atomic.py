@@ -16,6 +16,27 @@ from pathlib import Path
 from olmax.errors import OlmaxError
 
 
+def _umask_now() -> int:
+    """The process umask, read without changing it (Linux /proc), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode `open()` gives a new file under the current umask (0o644 under 022). `mkstemp` makes its
+    files 0600 whatever the umask, and a rename keeps the mode, so every temporary-then-rename writer
+    chmods its temporary to this before the rename: outputs stay readable by the group and others."""
+    return 0o666 & ~_umask_now()
+
+
 @contextmanager
 def temp_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary name beside `path` for a writer that needs a file name (savefig, np.savez, a memmap):
@@ -23,7 +44,10 @@ def temp_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, file_mode())
+    finally:
+        os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, path)

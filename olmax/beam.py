@@ -3,26 +3,28 @@
 Each command keeps one set of per-file and per-key functions; its Beam graph maps them over files and keys
 (the plan), the local runner calls the same functions in threads. What this module adds:
 
-- `pipeline_options(text)`: Beam's own flags from `--pipeline-options "..."`; without `--runner=` the
-  DirectRunner is pinned (Beam's PrismRunner downloads a binary at start, which fails offline), by
-  default with 2 worker processes (`DEFAULT_PIPELINE_OPTIONS`).
+- `pipeline_options(text)`: Beam's own flags (`--pipeline-options="..."` and those after `--`, see
+  beam_cli.py); without `--runner=` the DirectRunner is pinned (Beam's PrismRunner downloads a binary at
+  start, which fails offline), by default with 2 worker processes (`DEFAULT_PIPELINE_OPTIONS`); the
+  DaskRunner by its short name, one element per Dask task unless told otherwise.
 - `guarded(fn)`: bad input (an `OlmaxError` in a worker) travels back as a value (`Failed`), so the
   driver reports the first one in input order as the usual one-line error instead of a worker traceback.
 - `run(build, options, log_dir)`: builds and runs a pipeline; the workers' logs (Beam's harnesses log to
   standard error) go to `log_dir/beam.log` and are named in the error when the run fails.
+- `spread()`: a redistribution every runner performs (the DaskRunner skips `Reshuffle`).
 - `Workspace`: where a job's intermediate files (`--temp_location` on a cluster, else a local folder) and
   worker logs go, removed when it ends (the logs kept when it failed).
-- `collect(pcoll, folder)` / `collected(folder)`: small per-task results (summaries, hit arrays) written
-  by the workers as pickled records in text files under `folder` (a path or a URL the workers can
-  write: the output's temporary folder, or `--temp_location` on a cluster) and read back by the driver.
+- `collect(pcoll, folder, name)` / `collected(folder, name)`: small per-task results (summaries, hit
+  arrays) written by the workers as `olmax.wire` lines (JSON, no pickle) in text files under `folder` (a
+  path or a URL the workers can write: the output's temporary folder, or `--temp_location` on a
+  cluster) and read back by the driver; all of a pipeline's collections end in one sink.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
-import pickle
+import random
 import shlex
 import shutil
 import sys
@@ -32,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from olmax import storage
+from olmax import storage, wire
 from olmax.errors import OlmaxError
 
 RUNNERS = ("local", "beam")
@@ -85,8 +87,16 @@ def raise_first_failure(results: Iterable) -> None:
         raise OlmaxError(failures[0].message + more)
 
 
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
 def pipeline_options(text: str | None):
-    """Beam PipelineOptions from a flag string; the DirectRunner unless `--runner=` says otherwise."""
+    """Beam PipelineOptions from a flag string; the DirectRunner unless `--runner=` says otherwise.
+
+    Defaults olmax adds where the flags leave them out: the DirectRunner's 2 worker processes, and for
+    the DaskRunner (`--runner=DaskRunner` names it too) one element per Dask partition
+    (`--dask_partition_size=1`): its own default puts up to 128 elements (files) into one task, which one
+    worker runs alone."""
     require_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -94,20 +104,26 @@ def pipeline_options(text: str | None):
         args = shlex.split(text if text is not None else DEFAULT_PIPELINE_OPTIONS)
     except ValueError as e:
         raise OlmaxError(f"--pipeline-options {text!r}: {e}") from None
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
-        args = ["--runner=DirectRunner", *args]
-    runner = next(
-        (
-            a.split("=", 1)[1] if "=" in a else args[i + 1]
-            for i, a in enumerate(args)
-            if a == "--runner" or a.startswith("--runner=")
-        ),
-        "",
-    )
+    args = [
+        f"--runner={args[i + 1]}" if a == "--runner" and i + 1 < len(args) else a
+        for i, a in enumerate(args)
+        if not (i and args[i - 1] == "--runner")
+    ]
+    at = max((i for i, a in enumerate(args) if a.startswith("--runner=")), default=None)  # the last wins
+    if at is None:
+        args, at = ["--runner=DirectRunner", *args], 0
+    runner = args[at].split("=", 1)[1]
+    if runner == "DaskRunner":
+        runner = DASK_RUNNER
+        args[at] = f"--runner={runner}"
     if runner.lower() in ("directrunner", "direct") and not any(
         a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in args
     ):
         args += ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    if runner.endswith("DaskRunner") and not any(
+        a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in args
+    ):
+        args += ["--dask_partition_size=1"]
     return PipelineOptions(args + ["--default_sdk_harness_log_level=ERROR"])
 
 
@@ -154,8 +170,21 @@ def run(build: Callable, options, log_dir: str, what: str) -> float:
             q.setLevel(logging.ERROR)
         with _stderr_to(log):
             pipeline = beam.Pipeline(options=options)
-            build(pipeline)
-            state = pipeline.run().wait_until_finish()
+            try:
+                build(pipeline)
+                sinks = _SINKS.pop(id(pipeline), [])
+            finally:
+                _SINKS.pop(id(pipeline), None)
+            if sinks:
+                sinks | "Results" >> beam.Flatten() | "Save results" >> beam.ParDo(_SaveBundles())
+            result = pipeline.run()
+            try:
+                state = result.wait_until_finish()
+            finally:
+                # the DaskRunner's result holds a distributed Client it never closes
+                client = getattr(result, "client", None)
+                if client is not None and hasattr(client, "close"):
+                    client.close()
     except OlmaxError:
         raise
     except Exception as e:  # noqa: BLE001 - a failed pipeline: one line and where the full story is
@@ -187,7 +216,7 @@ class Workspace:
         if not temp and not any(r in runner for r in ("direct", "prism")):
             raise OlmaxError(
                 f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
-                "--temp_location=URL (e.g. gs://BUCKET/tmp) to --pipeline-options"
+                "--temp_location=URL (e.g. gs://BUCKET/tmp, or a folder every worker mounts) to Beam's flags"
             )
         slug = f"olmax-{what.removeprefix('olmax ').replace(' ', '-')}"
         if local_dir:
@@ -220,27 +249,65 @@ class Workspace:
 
 
 class _SaveBundles:
-    """A DoFn writing each bundle's elements (pickled, base64, one per line) into one file `folder/name-*.txt`
-    through olmax.storage, so any fsspec store the workers can reach will do."""
+    """A DoFn writing each bundle's (folder, name, element) records into one file `folder/name-*.txt` per
+    (folder, name) through olmax.storage (so any fsspec store the workers can reach will do), one
+    `olmax.wire` line per element: the driver reads data back, never a pickle."""
 
-    def __new__(cls, folder: str, name: str):
+    def __new__(cls):
         beam = require_beam()
 
         class Save(beam.DoFn):
             def start_bundle(self):
-                self.lines = []
+                self.lines = {}
 
-            def process(self, element):
-                self.lines.append(base64.b64encode(pickle.dumps(element, protocol=5)))
+            def process(self, record):
+                folder, name, element = record
+                self.lines.setdefault((folder, name), []).append(wire.dumps(element))
 
             def finish_bundle(self):
-                if self.lines:
+                for (folder, name), lines in self.lines.items():
                     storage.write_bytes(
-                        storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"), b"\n".join(self.lines) + b"\n"
+                        storage.join(folder, f"{name}-{uuid.uuid4().hex}.txt"), b"\n".join(lines) + b"\n"
                     )
-                    self.lines = []
+                self.lines = {}
 
         return Save()
+
+
+class _Sink:
+    """`element -> (folder, name, element)`, picklable."""
+
+    def __init__(self, folder: str, name: str):
+        self.folder, self.name = folder, name
+
+    def __call__(self, element):
+        return self.folder, self.name, element
+
+
+def _random_key(element) -> tuple:
+    return random.getrandbits(31), element
+
+
+def _values(kv) -> list:
+    return list(kv[1])
+
+
+def spread():
+    """A PTransform redistributing its input over the workers: Beam's `Reshuffle` as a random-key
+    GroupByKey (the DaskRunner runs `Reshuffle` as a no-op, which leaves everything one task produced,
+    all the shards of a plan say, to one worker)."""
+    beam = require_beam()
+
+    class Spread(beam.PTransform):
+        def expand(self, pcoll):
+            return (
+                pcoll
+                | "Key" >> beam.Map(_random_key)
+                | "Group" >> beam.GroupByKey()
+                | "Values" >> beam.FlatMap(_values)
+            )
+
+    return Spread()
 
 
 def _cause(e: BaseException) -> str:
@@ -258,10 +325,16 @@ def _cause(e: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
-def collect(pcoll, folder: str, name: str):
-    """Write every element of `pcoll` (pickled) into files `folder/name-*.txt`, for `collected`."""
+def collect(pcoll, folder: str, name: str) -> None:
+    """Have every element of `pcoll` written into files `folder/name-*.txt` (for `collected`) when the
+    pipeline runs through `run`, which joins all of a pipeline's collections into one sink: a pipeline
+    with one end (the DaskRunner computes only the last transform's lineage; other runners don't mind)."""
     beam = require_beam()
-    return pcoll | f"Save {name} results" >> beam.ParDo(_SaveBundles(folder, name))
+    tagged = pcoll | f"Tag {name} results" >> beam.Map(_Sink(folder, name))
+    _SINKS.setdefault(id(pcoll.pipeline), []).append(tagged)
+
+
+_SINKS: dict[int, list] = {}  # id(pipeline) -> its collections for `collect`, while `run` builds it
 
 
 def collected(folder: str, name: str) -> list:
@@ -271,5 +344,5 @@ def collected(folder: str, name: str) -> list:
         if os.path.basename(rel).startswith(name + "-") and rel.endswith(".txt"):
             for line in storage.read_bytes(storage.join(folder, rel)).splitlines():
                 if line.strip():
-                    out.append(pickle.loads(base64.b64decode(line)))
+                    out.append(wire.loads(line))
     return out

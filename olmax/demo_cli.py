@@ -31,5 +31,6 @@ def run(args: argparse.Namespace) -> int:
 
     from olmax.demo.pipeline import run_demo
 
-    print(run_demo(Path(args.out), steps=args.steps, kill_at=args.kill_at, code_files=args.code_files))
+    # run_demo ends with its verdict summary, whose last line is the path of report.html
+    run_demo(Path(args.out), steps=args.steps, kill_at=args.kill_at, code_files=args.code_files)
     return 0

@@ -115,3 +115,56 @@ def test_no_private_name_crosses_a_module():
         if name and name.startswith("_") and not name.startswith("__") and target != m
     ]
     assert not crossing, "\n".join(crossing)
+
+
+# Token files are opened and written in one module (olmax.data.tokenfile: dtype, size check, memory map,
+# ranged reads). Other modules may map or dump raw arrays of their own files, each named here with what it
+# holds; a new reader of token files has to go through tokenfile instead of being added to this list.
+RAW_ARRAY_FILES = {
+    "olmax.data.tokenfile": "token files",
+    "olmax.data.order": "the order file: a uint32 permutation of instance ids",
+    "olmax.data.trace": "the trace's inverse permutation (instance id -> position)",
+    "olmax.audit.partition": "the content audits' spilled hash records",
+    "olmax.audit.monitor": "arrays saved in the loader monitor's state",
+    "olmax.model.safetensors_io": "safetensors files, mapped as bytes",
+    "olmax.model.parity": "the bytes of a parity prompt's text",
+    "olmax.dedup.shingles": "documents' UTF-8 text as bytes (word hashing)",
+    "olmax.dedup.substring": "documents' UTF-8 text as bytes (byte windows)",
+}
+RAW_ARRAY_CALLS = {"memmap", "fromfile", "frombuffer", "tofile"}
+
+
+def _raw_array_calls(path: Path) -> list[tuple[str, int]]:
+    """(call, line) of every np.memmap / np.fromfile / np.frombuffer / ARRAY.tofile in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in RAW_ARRAY_CALLS
+        ):
+            found.append((node.func.attr, node.lineno))
+    return found
+
+
+def test_token_files_are_opened_in_one_module():
+    bad = [
+        f"{MODULES[m]}:{line}: {call}"
+        for m in MODULES
+        if m not in RAW_ARRAY_FILES
+        for call, line in _raw_array_calls(MODULES[m])
+    ]
+    assert not bad, "token files are read and written through olmax.data.tokenfile:\n" + "\n".join(bad)
+
+
+def test_the_raw_array_list_is_current():
+    """Every module allowed to map raw arrays still does (a stale entry would let a new reader slip in)."""
+    assert all(_raw_array_calls(MODULES[m]) for m in RAW_ARRAY_FILES), [
+        m for m in RAW_ARRAY_FILES if not _raw_array_calls(MODULES[m])
+    ]
+
+
+def test_raw_array_finder_finds_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import numpy as np\nx = np.memmap('f', dtype=np.uint32)\nx.tofile('g')\n")
+    assert _raw_array_calls(probe) == [("memmap", 2), ("tofile", 3)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from olmax.atomic import locked_out
 from olmax.beam_cli import add_runner_options, beam_options
@@ -83,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     lo.add_argument("--threads", type=int, default=2)
     _out(lo)
+    add_runner_options(lo)
     lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
 
     lk = asub.add_parser(
@@ -102,7 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=PATH",
         help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
-        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); repeat",
+        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); a bare "
+        "PATH names the set by its file name up to the first dot, as every --eval does; repeat",
     )
     lk.add_argument(
         "--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with"
@@ -277,7 +281,7 @@ def _loader(args: argparse.Namespace) -> int:
         near=near_params(args),
         max_near_dup_frac=args.max_near_dup_frac,
     )
-    return _finish(audit_loader(cfg), args.out)
+    return _finish(audit_loader(cfg, progress=True, beam_options=beam_options(args)), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:
@@ -298,11 +302,67 @@ def _leaks(args: argparse.Namespace) -> int:
         clean_dir=args.clean_dir,
         threads=args.threads,
     )
-    return _finish(audit_leaks(cfg, beam_options=beam_options(args)), args.out)
+    report = audit_leaks(cfg, beam_options=beam_options(args))
+    rc = _finish(report, args.out)
+    lines = leak_lines(report, tuple(args.eval))
+    if lines:
+        print("\n".join(lines))
+    return rc
+
+
+# the fields of a contaminated item printed on its own lines; any other field (which part of the item
+# leaked and how, when the report says it) is printed as it is
+ITEM_FIELDS = {"eval", "id", "kind", "item_words", "score", "n_documents", "documents", "same_as"}
+
+
+def short_value(v: object, most: int = 160) -> str:
+    text = v if isinstance(v, str) else json.dumps(v, default=str)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str]:
+    """The contaminated items of a leak report for a person: set, id, first words of the item (read again
+    from its set), kind, documents and where the first one holds it, and the leaked part when the report
+    says it; the first `most` items, the rest in the JSON."""
+    from olmax.audit.evalsets import load_eval
+
+    items = report.get("contaminated") or []
+    if not items:
+        return []
+    words: dict[tuple[str, str], str] = {}
+    wanted = {c["eval"] for c in items[:most]}
+    for spec in specs:
+        name = spec.partition("=")[0]
+        if name in wanted:
+            for it in load_eval(spec)[1]:
+                words[(name, str(it.report_id))] = " ".join(it.text.split()[:10])
+    out = [f"contaminated items ({len(items)}):"]
+    for c in items[:most]:
+        first = (c.get("documents") or [{}])[0]
+        where = (
+            f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')} "
+            f"tokens {first.get('token_start', '?')}-{first.get('token_end', '?')}"
+        )
+        text = words.get((c["eval"], str(c["id"])))
+        out.append(
+            f"  {c['eval']} {c['id']}: {text + ' ...' if text else '(text not found)'}"
+            + (f"  [same as {c['same_as']['eval']} {c['same_as']['id']}]" if c.get("same_as") else "")
+        )
+        out.append(
+            f"    {c.get('kind', '?')} match, score {c.get('score', 0):.2f}, in {c.get('n_documents', 0)} "
+            f"document(s); first: {where}"
+        )
+        for key in sorted(set(c) - ITEM_FIELDS):
+            if c[key] not in (None, "", [], {}):
+                out.append(f"    {key.replace('_', ' ')}: {short_value(c[key])}")
+    if len(items) > most:
+        out.append(f"  ... and {len(items) - most} more in the report")
+    return out
 
 
 def _exposure(args: argparse.Namespace) -> int:
     from olmax.audit.exposure import audit_exposure
+    from olmax.data.loader import open_loader, resolve_mix
     from olmax.jsonio import read_json, write_json
 
     until = args.until_step
@@ -314,8 +374,8 @@ def _exposure(args: argparse.Namespace) -> int:
         steps = train_records(args.run)
         until = max(steps) if steps else 0
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
-    stream = stream.replace(mix=stream.resolve_mix())
-    loader = stream.open_loader(process_index=0, process_count=1)
+    stream = stream.replace(mix=resolve_mix(stream))
+    loader = open_loader(stream, process_index=0, process_count=1)
     report = audit_exposure(
         read_json(args.leaks, "an `olmax audit leaks` report"), loader, epochs=args.epochs, until_step=until
     )

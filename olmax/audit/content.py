@@ -16,18 +16,18 @@ refuses URLs).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import xxhash
 
-from olmax import storage
 from olmax.audit.hashing import spans_hashes, window_spans_hashes
-from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import read_tokens
+from olmax.data.shards import local_shard
+from olmax.data.tokenfile import read_slice, read_tokens
 from olmax.errors import OlmaxError
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
@@ -84,29 +84,89 @@ def document_records(
     return d, int(lengths.sum()), int(lengths.size)
 
 
-def _map_file(
-    path: str, phys: int, seq_len: int | None, min_doc_tokens: int
-) -> tuple[np.ndarray, np.ndarray, int, int, int]:
-    tokens = read_tokens(path)
+@dataclass
+class FileContent:
+    """One physical file's map summary: tokens and documents in it, and its whole-content digest."""
+
+    doc_tokens: int
+    docs: int
+    digest: int  # xxh3-128 of its token bytes (0 when empty): identical files are compared by it first
+
+
+def content_records(path: str, tokens: np.ndarray, phys: int, seq_len: int | None, min_doc_tokens: int):
+    """The content map over one physical file (`path` local, `tokens` its tokens): yields
+    ("instances", INSTANCE_REC of every L-token window, unless seq_len is None) and ("docs", DOC_REC);
+    returns its FileContent."""
     whole = xxhash.xxh3_128_intdigest(np.ascontiguousarray(tokens)) if len(tokens) else 0
-    h = window_spans_hashes(tokens, seq_len) if seq_len else np.zeros(0, np.uint64)
-    inst = np.empty(h.size, dtype=INSTANCE_REC)
-    inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
+    if seq_len:
+        h = window_spans_hashes(tokens, seq_len)
+        inst = np.empty(h.size, dtype=INSTANCE_REC)
+        inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
+        yield "instances", inst
     d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens)
-    return inst, d, ntok, ndocs, whole
+    yield "docs", d
+    return FileContent(ntok, ndocs, whole)
+
+
+def file_content(item: tuple[int, str], *, seq_len: int | None, min_doc_tokens: int):
+    """`content_records` of (physical id, path or fsspec URL): a URL other than `file://` is read from a
+    scratch copy (with its sidecar)."""
+    phys, path = item
+    with local_shard(path) as local:
+        try:
+            tokens = read_tokens(local)
+        except FileNotFoundError:
+            raise OlmaxError(
+                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
+            ) from None
+        return (yield from content_records(local, tokens, phys, seq_len, min_doc_tokens))
+
+
+@dataclass
+class InstanceDuplicates:
+    """The duplicate instance windows of one hash partition: `pairs` (n, 4) int64 rows of (physical
+    file, window, and the earlier physical file and window it repeats) in hash order, collisions
+    (equal hashes, different bytes) and the first examples."""
+
+    pairs: np.ndarray
+    collisions: int = 0
+    examples: list[dict] = field(default_factory=list)
+
+
+def reduce_instances(
+    part: np.ndarray, paths: list[str], seq_len: int, examples: int = 10
+) -> InstanceDuplicates:
+    """Duplicate windows among the INSTANCE_REC records of one hash partition (any order): in each group
+    of equal hashes the first window by (physical file, window) is the original, every later one with
+    the same tokens (compared byte for byte) a duplicate of it."""
+    part = part[np.argsort(part["hash"], kind="stable")]
+    pairs, out = [], InstanceDuplicates(np.zeros((0, 4), np.int64))
+    starts, ends = equal_runs(part["hash"])
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        group = part[a:b]
+        group = group[np.lexsort((group["window"], group["phys"]))]
+        hp, hw = int(group[0]["phys"]), int(group[0]["window"])
+        for rec in group[1:]:
+            rp, rw = int(rec["phys"]), int(rec["window"])
+            if not _same(paths, hp, hw * seq_len, rp, rw * seq_len, seq_len):
+                out.collisions += 1
+                continue
+            pairs.append((rp, rw, hp, hw))
+            if len(out.examples) < examples:
+                out.examples.append(
+                    {"file": paths[rp], "window": rw, "same_as_file": paths[hp], "same_as_window": hw}
+                )
+    if pairs:
+        out.pairs = np.asarray(pairs, dtype=np.int64)
+    return out
 
 
 def token_slice(path: str, start: int, n: int) -> np.ndarray:
     """Tokens [start, start + n) of token file `path` (a path or an fsspec URL: a ranged read)."""
-    local = storage.local_path(path)
     try:
-        if local is not None:
-            return np.asarray(read_tokens(local)[start : start + n])
-        fs, p = storage.url_filesystem(path)
-        data = fs.cat_file(p, start=start * 4, end=(start + n) * 4)
-    except FileNotFoundError as e:
-        raise OlmaxError(f"{path}: token file not found while comparing duplicates ({e})") from None
-    return np.frombuffer(data[: len(data) - len(data) % 4], dtype=np.uint32)
+        return read_slice(path, start, n)
+    except OlmaxError as e:
+        raise OlmaxError(f"{e}, while comparing duplicates") from None
 
 
 def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
@@ -163,6 +223,62 @@ def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDu
     return out
 
 
+def content_layout(index: TokenIndex) -> ContentReport:
+    """An empty ContentReport of the mix: its physical files (the first path of each) and windows."""
+    phys = physical_ids(index.paths)
+    first: dict[int, int] = {}
+    for f, p in enumerate(phys.tolist()):
+        first.setdefault(p, f)
+    phys_paths = [index.paths[first[p]] for p in range(len(first))]
+    counts = np.asarray([index.counts[first[p]] for p in range(len(first))], dtype=np.int64)
+    phys_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
+    return ContentReport(phys, phys_paths, phys_offsets, canonical)
+
+
+def content_reduces(rep: ContentReport, seq_len: int, examples: int) -> dict:
+    """The content map-reduce's reduces for `partition.map_reduce`: {kind: (record dtype, reduce)}."""
+    return {
+        "instances": (
+            INSTANCE_REC,
+            partial(reduce_instances, paths=rep.phys_paths, seq_len=seq_len, examples=examples),
+        ),
+        "docs": (DOC_REC, partial(reduce_documents, paths=rep.phys_paths, examples=examples)),
+    }
+
+
+def assemble_content(
+    rep: ContentReport,
+    totals: list[FileContent],
+    instances: list[InstanceDuplicates],
+    docs: list,
+    examples: int,
+) -> ContentReport:
+    """Fill `rep` (content_layout) from the map's summaries (in file order) and the reduces' results (in
+    partition order), whichever runner produced them; identical files are found here, in file order (the
+    first occurrence in mix order is the original)."""
+    whole: dict[tuple[int, int], int] = {}
+    for p, t in enumerate(totals):
+        first_p = whole.setdefault((t.digest, t.doc_tokens), p)
+        if first_p != p and _same(rep.phys_paths, first_p, 0, p, 0, t.doc_tokens):
+            rep.identical_files.append({"file": rep.phys_paths[p], "same_as_file": rep.phys_paths[first_p]})
+        rep.doc_tokens += t.doc_tokens
+        rep.docs += t.docs
+    for r in instances:
+        if r.pairs.size:
+            rep.canonical[rep.phys_offsets[r.pairs[:, 0]] + r.pairs[:, 1]] = (
+                rep.phys_offsets[r.pairs[:, 2]] + r.pairs[:, 3]
+            )
+        rep.duplicate_windows += len(r.pairs)
+        rep.collisions += r.collisions
+        rep.window_examples.extend(r.examples[: max(0, examples - len(rep.window_examples))])
+    merged = merge_documents(docs, examples)
+    rep.duplicate_docs, rep.duplicate_doc_tokens = merged.duplicates, merged.tokens
+    rep.collisions += merged.collisions
+    rep.doc_examples = merged.examples
+    return rep
+
+
 def scan_content(
     index: TokenIndex,
     *,
@@ -174,74 +290,17 @@ def scan_content(
     instances: bool = True,
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
-    files and find duplicates."""
+    files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam)."""
     require_local(
         index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
     )
-    phys = physical_ids(index.paths)
-    first = {}
-    for f, p in enumerate(phys.tolist()):
-        first.setdefault(p, f)
-    phys_paths = [index.paths[first[p]] for p in range(len(first))]
-    counts = np.asarray([index.counts[first[p]] for p in range(len(first))], dtype=np.int64)
-    phys_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
-    rep = ContentReport(phys, phys_paths, phys_offsets, canonical)
-    L = index.seq_len
-    with (
-        PartitionSpill(INSTANCE_REC, bits=bits, work_dir=work_dir) as inst_spill,
-        PartitionSpill(DOC_REC, bits=bits, work_dir=work_dir) as doc_spill,
-        ThreadPoolExecutor(max_workers=max(1, threads)) as pool,
-    ):
-        jobs = [
-            pool.submit(_map_file, path, p, L if instances else None, min_doc_tokens)
-            for p, path in enumerate(phys_paths)
-        ]
-        whole: dict[tuple[int, int], int] = {}
-        for p, job in enumerate(jobs):  # in file order: the first occurrence in mix order is canonical
-            inst, docs, ntok, ndocs, digest = job.result()
-            first_p = whole.setdefault((digest, ntok), p)
-            if first_p != p and _same(phys_paths, first_p, 0, p, 0, ntok):
-                rep.identical_files.append({"file": phys_paths[p], "same_as_file": phys_paths[first_p]})
-            inst_spill.add(inst)
-            doc_spill.add(docs)
-            rep.doc_tokens += ntok
-            rep.docs += ndocs
-        for part in inst_spill.partitions():
-            starts, ends = equal_runs(part["hash"])
-            for a, b in zip(starts.tolist(), ends.tolist()):
-                group = part[a:b]
-                group = group[np.lexsort((group["window"], group["phys"]))]
-                head = group[0]
-                for rec in group[1:]:
-                    if not _same(
-                        phys_paths,
-                        int(head["phys"]),
-                        int(head["window"]) * L,
-                        int(rec["phys"]),
-                        int(rec["window"]) * L,
-                        L,
-                    ):
-                        rep.collisions += 1
-                        continue
-                    rep.duplicate_windows += 1
-                    canonical[phys_offsets[rec["phys"]] + rec["window"]] = (
-                        phys_offsets[head["phys"]] + head["window"]
-                    )
-                    if len(rep.window_examples) < examples:
-                        rep.window_examples.append(
-                            {
-                                "file": phys_paths[rec["phys"]],
-                                "window": int(rec["window"]),
-                                "same_as_file": phys_paths[head["phys"]],
-                                "same_as_window": int(head["window"]),
-                            }
-                        )
-        docs = merge_documents(
-            (reduce_documents(part, phys_paths, examples) for part in doc_spill.partitions(sort=False)),
-            examples,
-        )
-        rep.duplicate_docs, rep.duplicate_doc_tokens = docs.duplicates, docs.tokens
-        rep.collisions += docs.collisions
-        rep.doc_examples = docs.examples
-    return rep
+    rep = content_layout(index)
+    totals, reduced = map_reduce(
+        list(enumerate(rep.phys_paths)),
+        partial(file_content, seq_len=index.seq_len if instances else None, min_doc_tokens=min_doc_tokens),
+        content_reduces(rep, index.seq_len, examples),
+        bits=bits,
+        threads=threads,
+        work_dir=work_dir,
+    )
+    return assemble_content(rep, totals, reduced["instances"], reduced["docs"], examples)

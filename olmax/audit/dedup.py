@@ -30,8 +30,10 @@ from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.loader import file_index
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.dedup.minhash import MinHashParams
 from olmax.errors import OlmaxError
 
@@ -187,23 +189,27 @@ def repeated_spans(
     Returns per-file boolean masks of tokens inside a later occurrence, counts of later occurrences
     within and across sources, and examples. The reduce is vectorized per partition."""
     sizes = [len(read_tokens(p)) for p in paths]
-    label_id = {name: i for i, name in enumerate(dict.fromkeys(labels))}
-    lab = np.asarray([label_id[x] for x in labels], dtype=np.int64)
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
     _, reduced = map_reduce(
         list(enumerate(paths)),
         partial(_span_file, span=span, chunk_tokens=chunk_tokens),
-        {
-            "spans": (
-                SPAN_REC,
-                partial(reduce_spans, labels=lab, span=span, paths=list(paths), examples=examples),
-            )
-        },
+        {"spans": (SPAN_REC, span_reduce(paths, labels, span, examples))},
         bits=bits,
         threads=1,
         work_dir=work_dir,
     )
-    spans = merge_spans(reduced["spans"], examples)
+    return span_report(merge_spans(reduced["spans"], examples), sizes)
+
+
+def span_reduce(paths: list[str], labels: list[str], span: int, examples: int):
+    """`reduce_spans` for the distinct files `paths` (labels: each file's source), one partition a call."""
+    label_id = {name: i for i, name in enumerate(dict.fromkeys(labels))}
+    lab = np.asarray([label_id[x] for x in labels], dtype=np.int64)
+    return partial(reduce_spans, labels=lab, span=span, paths=list(paths), examples=examples)
+
+
+def span_report(spans: SpanRepeats, sizes: list[int]) -> dict:
+    """`repeated_spans`' result from the merged reduces (`sizes`: each file's tokens), on either runner."""
     diff = [np.zeros(n + 1, dtype=np.int32) for n in sizes]
     for q, a, b in zip(
         spans.intervals["phys"].tolist(), spans.intervals["start"].tolist(), spans.intervals["end"].tolist()
@@ -256,7 +262,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     from olmax.audit.content import DOC_REC, merge_documents, reduce_documents
     from olmax.audit.spans import physical_ids
 
-    index = cfg.stream.file_index()
+    index = file_index(cfg.stream)
     phys = physical_ids(index.paths)
     first: dict[int, int] = {}
     for f, p in enumerate(phys.tolist()):

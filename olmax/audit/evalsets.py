@@ -20,18 +20,24 @@ from olmax.data.evalsets import (
     read_eval_rows,
     resolve_source,
 )
+from olmax.data.evalspec import EvalSpec, parse_eval_spec
 from olmax.errors import OlmaxError
 
 __all__ = ["EvalItem", "item_answer", "item_id", "item_text", "load_eval"]
 
 
-def load_eval(spec: str) -> tuple[str, list[EvalItem]]:
-    """`NAME=PATH`, or a bundled set's NAME (a bare path names itself) -> (NAME, items). PATH: a jsonl,
-    .arrow or .parquet file, a glob, a `datasets` folder or a folder of these; or an fsspec URL of one
-    (`file://` read in place, globs too; any other URL, a file or a folder, copied to scratch while read,
-    errors naming the URL)."""
-    name, sep, path = spec.partition("=")
-    source = path if sep else name
+def load_eval(spec: str | EvalSpec) -> tuple[str, list[EvalItem]]:
+    """`NAME=PATH`, a bundled set's NAME or a bare path (named as olmax.data.evalspec names it, the same
+    name `olmax eval heldout --leaks` joins on) -> (NAME, items). PATH: a jsonl, .arrow or .parquet file, a
+    glob, a `datasets` folder or a folder of these; or an fsspec URL of one (`file://` read in place,
+    globs too; any other URL, a file or a folder, copied to scratch while read, errors naming the URL)."""
+    parsed = spec if isinstance(spec, EvalSpec) else parse_eval_spec(spec)
+    name, source = parsed.name, parsed.source
+    if parsed.tokens:
+        raise OlmaxError(
+            f"--eval {parsed.spec}: a token file (.npy) has no text for the leak audit; audit the text "
+            "the set was tokenized from"
+        )
     if not storage.is_url(source):
         return name, audit_items(read_eval_rows(resolve_source(source)))
     with _local_source(source) as local:

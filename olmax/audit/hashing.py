@@ -208,11 +208,6 @@ def window_hashes(tokens: np.ndarray, k: int, stride: int = 1) -> np.ndarray:
     return PrefixHasher(tokens).windows(k, stride)
 
 
-def span_hash(tokens: np.ndarray) -> int:
-    """xxh3-64 of a span's little-endian uint32 bytes (documents, instances)."""
-    return xxhash.xxh3_64_intdigest(np.ascontiguousarray(tokens, dtype="<u4").tobytes())
-
-
 def spans_hashes(tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """uint64: xxh3-64 of tokens[starts[i]:ends[i]] for each i (one xxh3 call per span, no copies)."""
     buf = memoryview(np.ascontiguousarray(tokens, dtype="<u4")).cast("B")

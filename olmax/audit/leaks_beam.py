@@ -1,10 +1,12 @@
 """`olmax audit leaks --runner beam`: the Beam plan of the leak audit's per-file phases.
 
 The functions mapped are leaks.py's (`probe_path`, then `verify_file`), passed in by `audit_leaks`; this
-module only maps them over files: `Create(tasks) | Reshuffle | Map(guarded(fn))`, results back to the
+module only maps them over files: `Create(tasks) | spread | Map(guarded(fn))`, results back to the
 driver through `olmax.beam.collect`. What every task shares (the eval index and the word tables: the
-index grows with the eval sets, the tables are ~8 MB, neither belongs in the pipeline graph) is pickled
-once by the driver into the work folder and loaded once per worker process (`StagedCall`).
+index grows with the eval sets, the tables are ~8 MB, neither belongs in the pipeline graph) is staged
+once by the driver into the work folder as arrays (`.npz`) and JSON (`olmax.wire.stage`, no pickle:
+whoever can write `--temp_location` cannot run code on a worker) and loaded once per worker process
+(`StagedCall`).
 
 A worker's OlmaxError (a missing or corrupt training file) comes back as a value (`olmax.beam.guarded`)
 and the driver raises the first one in task order. Files and logs: `olmax.beam.Workspace`.
@@ -12,10 +14,9 @@ and the driver raises the first one in task order. Files and logs: `olmax.beam.W
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 
-from olmax import storage
+from olmax import storage, wire
 from olmax.beam import (
     Workspace,
     collect,
@@ -25,28 +26,30 @@ from olmax.beam import (
     pipeline_options,
     raise_first_failure,
     require_beam,
+    spread,
 )
 
-_STAGED: dict[str, tuple] = {}  # url -> the unpickled tuple, per worker process
+_STAGED: dict[str, tuple] = {}  # url -> the staged tuple, per worker process
 
 
-def load_staged(url: str) -> tuple:
-    """The tuple the driver pickled at `url`, read once per process."""
+def load_staged(url: str, classes: frozenset[str]) -> tuple:
+    """The tuple the driver staged at `url` (`olmax.wire.stage`; `classes`: the classes it holds, as the
+    driver saw them), read once per process."""
     if url not in _STAGED:
         if len(_STAGED) >= 4:
             _STAGED.clear()
-        _STAGED[url] = pickle.loads(storage.read_bytes(url))
+        _STAGED[url] = wire.load_staged(url, classes)
     return _STAGED[url]
 
 
 class StagedCall:
-    """Picklable `task -> fn(task, *staged, **kwargs)`, `staged` the tuple the driver wrote at `url`."""
+    """Picklable `task -> fn(task, *staged, **kwargs)`, `staged` the tuple the driver staged at `url`."""
 
-    def __init__(self, fn: Callable, url: str, kwargs: dict):
-        self.fn, self.url, self.kwargs = fn, url, kwargs
+    def __init__(self, fn: Callable, url: str, classes: frozenset[str], kwargs: dict):
+        self.fn, self.url, self.classes, self.kwargs = fn, url, classes, kwargs
 
     def __call__(self, task):
-        return self.fn(task, *load_staged(self.url), **self.kwargs)
+        return self.fn(task, *load_staged(self.url, self.classes), **self.kwargs)
 
 
 class BeamRunner:
@@ -74,16 +77,18 @@ class BeamRunner:
         if not tasks:
             return []
         beam = require_beam()
-        state = storage.join(self.space.files, f"{name}-shared.pkl")
-        storage.write_bytes(state, pickle.dumps(shared, protocol=5))
+        state = storage.join(self.space.files, f"{name}-shared")
+        classes = wire.stage(
+            tuple(shared), state
+        )  # the allowed classes travel in the pipeline, not the bucket
         out = storage.join(self.space.files, name)
-        call = guarded(StagedCall(fn, state, kwargs), order)
+        call = guarded(StagedCall(fn, state, classes, kwargs), order)
 
         def build(p):
             results = (
                 p
                 | f"{name}: tasks" >> beam.Create(tasks)
-                | f"{name}: spread" >> beam.Reshuffle()
+                | f"{name}: spread" >> spread()
                 | f"{name}: map" >> beam.Map(call)
             )
             collect(results, out, name)

@@ -4,37 +4,49 @@ Contract. The replay asks olmax's own `Loader` (same index, order and fingerprin
 the instance ids of every rank's rows of every global batch in the audited window: `--steps N`
 stream steps from epoch 1 step 0, or `--epochs E` whole epochs. `--resume-at K` saves the loader
 state before stream step K, round-trips it through its dict form and resumes with a fresh loader
-(optionally at another process count), exactly as a restart would. Checks (gated unless marked):
-- instances_over_planned: an instance emitted more than once within one epoch (the plan is a
-  permutation: at most once per epoch);
-- instances_missing: in a fully audited epoch, fewer distinct instances than batches x G;
-- rank_overlap / rank_union: an instance on two ranks in one step, or the ranks' rows not being
-  exactly the global batch (double sharding);
-- path_under_several_labels: one physical file listed under two labels (planned repetition lists the
-  same path under the same label: olmax prepare writes it so);
-- source_share:<label>: observed token share vs the mix's, within --share-tolerance plus 4 sigma;
-- identical_files: two different physical files with the same bytes (a copied shard);
-- duplicate_instances / duplicate_documents: identical content at different physical files or
-  positions (part of a shard copied, a document in two shards), as a fraction of the mix (limits
-  above 0 by default: real corpora repeat some documents, e.g. license headers, by nature);
-- unplanned_repeat_rows: emitted rows whose content was already emitted from another position;
-- repeated_spans (with --span-tokens S): tokens inside a later copy of an S-token span found
-  elsewhere in the mix (a shard copied at an offset, pasted documents), as a fraction;
-- exposure (info): per source, distinct content tokens seen 1x, 2x, ... in the audited window.
+(optionally at another process count), exactly as a restart would. The checks, gated unless marked, are
+`CHECK_MEANINGS` below, one line each (the demo's report and the docs print them from there).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.loader import file_index, stream_index
+from olmax.data.order import default_work_dir
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
 from olmax.dedup.minhash import MinHashParams
-from olmax.errors import OlmaxError
+
+# Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
+CHECK_MEANINGS = {
+    "instances_over_planned": "an instance emitted twice within one epoch (the plan is a permutation: once per epoch)",
+    "instances_missing": "in a fully audited epoch, fewer distinct instances than batches x global batch size",
+    "rank_overlap": "an instance served to two ranks in the same step (double sharding)",
+    "rank_union": "the ranks' rows of a step are not exactly that step's global batch",
+    "resume_position": "a loader saved before step K and restored resumes at step K (also at another rank count)",
+    "path_under_several_labels": "one physical file listed under two source labels (planned repeats keep one label)",
+    "source_share": "a source's observed token share vs the mix's, within --share-tolerance plus 4 sigma",
+    "identical_files": "two different files with the same bytes (a copied shard)",
+    "duplicate_instances": "identical training windows at different files/positions, as a fraction of the mix",
+    "duplicate_documents": "identical documents at different files/positions (a document in two shards)",
+    "unplanned_repeat_rows": "emitted rows whose content was already emitted from another position",
+    "repeated_spans": "tokens inside a later copy of a span found elsewhere (with --span-tokens; a shard copied at an offset)",
+    "hash_collisions": "(info) equal content hashes whose bytes differ; the byte comparison decided",
+    "exposure": "(info) per source, distinct content tokens seen 1x, 2x, ... in the audited window",
+    "near_duplicates": "tokens in removable MinHash near-duplicate documents (with --near), as a fraction",
+    "near_duplicate_exposure": "planned tokens the model would read from removable near-duplicates (with --near)",
+}
+
+
+def check_meaning(name: str) -> str:
+    """What check `name` catches, in one line ('' for a name the loader audit does not report)."""
+    return CHECK_MEANINGS.get(name.split(":", 1)[0], "")
 
 
 @dataclass(frozen=True)
@@ -62,131 +74,98 @@ class LoaderAuditConfig:
     max_near_dup_frac: float = 0.05
 
 
-def _loaders(index, config: LoaderAuditConfig, process_count: int):
-    """One loader per rank over the audited stream, reading synchronously (ids only, no token reads)."""
-    spec = config.stream.replace(num_threads=0)
-    return [
-        spec.open_loader(index, process_index=p, process_count=process_count) for p in range(process_count)
-    ]
-
-
 def replay(index, config: LoaderAuditConfig) -> dict:
-    """Every emitted row of the audited window: arrays stream step, epoch, rank, instance id.
+    """Every emitted row of the audited window as arrays (stream step k, epoch, rank, instance id) and the
+    rank/resume counts: the whole window in memory (26 bytes per row), for small mixes and callers that
+    need every row; `audit_loader` streams the window instead (olmax/audit/plan_replay.py)."""
+    from olmax.audit.plan_replay import PlanReplay, materialize
 
-    Every rank's loader is asked for its rows on `rank_check_steps` steps (all of them in short
-    audits; else evenly spaced ones plus the first step after each resume) and those rows are
-    checked against the global batch; on the other steps the global batch stands for the ranks'
-    union (rank = position mod P, the loader's contract). Memory: 10 bytes per row.
-    """
-    from olmax.data.state import LoaderState
-
-    loaders = _loaders(index, config, config.process_count)
-    reference = _loaders(index, config, 1)[0]
-    bpe = loaders[0].batches_per_epoch
-    total = config.steps if config.steps is not None else (config.epochs or 1) * bpe
-    if total <= 0:
-        raise OlmaxError(f"nothing to audit: --steps/--epochs give {total} steps")
-    n_check = max(1, config.rank_check_steps)
-    checked_steps = set(np.linspace(0, total - 1, min(total, n_check)).round().astype(int).tolist())
-    id_dtype = np.uint32 if index.num_instances < 2**32 else np.int64
-    pending = sorted(set(config.resume_at))
-    ks, ranks, ids, resumes = [], [], [], []
-    overlap_rows = union_bad_steps = checked = 0
-    k = 0
-    while k < total:
-        check = k in checked_steps
-        if pending and pending[0] == k:
-            pending.pop(0)
-            epoch, step = 1 + k // bpe, k % bpe
-            state = LoaderState.from_dict(loaders[0].state_at(epoch, step).to_dict())
-            loaders = _loaders(index, config, config.resume_process_count or config.process_count)
-            e2, s2 = loaders[0].resume_position(state)
-            k2 = (e2 - 1) * bpe + s2
-            resumes.append({"saved_before_step": k, "resumed_at_step": k2, "process_count": len(loaders)})
-            k, check = k2, True
-        epoch, step = 1 + k // bpe, k % bpe
-        global_ids = reference.instance_ids(epoch, step)
-        if check:
-            checked += 1
-            rows = [ld.instance_ids(epoch, step) for ld in loaders]
-            allrows = np.concatenate(rows)
-            overlap_rows += int(allrows.size - np.unique(allrows).size)
-            if not np.array_equal(np.sort(allrows), np.sort(global_ids)):
-                union_bad_steps += 1
-            rank = np.concatenate([np.full(r.size, i, dtype=np.int16) for i, r in enumerate(rows)])
-        else:
-            allrows = global_ids
-            rank = (np.arange(allrows.size) % len(loaders)).astype(np.int16)
-        ks.append(np.full(allrows.size, k, dtype=np.int32))
-        ranks.append(rank)
-        ids.append(allrows.astype(id_dtype))
-        k += 1
-    ks_a = np.concatenate(ks)
-    return {
-        "k": ks_a,
-        "epoch": 1 + ks_a // bpe,
-        "rank": np.concatenate(ranks),
-        "ids": np.concatenate(ids).astype(np.int64),
-        "steps": int(np.unique(ks_a).size),
-        "planned_steps": total,
-        "batches_per_epoch": bpe,
-        "overlap_rows": overlap_rows,
-        "union_bad_steps": union_bad_steps,
-        "rank_checked_steps": checked,
-        "resumes": resumes,
-    }
+    plan = PlanReplay(index, config)
+    run = materialize(list(plan.blocks()), plan.bpe)
+    run.update(plan.stats)
+    run.update(steps=int(np.unique(run["k"]).size), planned_steps=plan.total, batches_per_epoch=plan.bpe)
+    return run
 
 
-def audit_loader(config: LoaderAuditConfig) -> dict:
+def audit_loader(
+    config: LoaderAuditConfig, *, progress: bool = False, beam_options: str | None = None
+) -> dict:
     """Run every check; returns the report dict (`report["ok"]` False when a gated check fails).
+    `beam_options` (Beam's flags): the content checks' reads and hashing run as an Apache Beam pipeline
+    (loader_beam.py), the same report but its `timing`.
 
-    Phases: replay the plan → plan checks (repeats, coverage, ranks, resume) → label checks → source
-    shares → content checks (duplicates, unplanned repeats, exposure, spans) → report."""
-    stream = config.stream
-    index = stream.open_index()
-    run = replay(index, config)
-    checks: list[Check] = []
-    plan = _plan_checks(index, run, config, checks)
-    several, phys = _label_checks(index, checks)
-    shares = _share_checks(index, run["ids"], config, checks)
-    report: dict = {
-        "command": "audit loader",
-        "settings": asdict(config),
-        "fingerprint": index.fingerprint,
-        "index": {
-            "files": len(index.paths),
-            "physical_files": int(np.unique(phys).size),
-            "instances": index.num_instances,
-            "tokens": index.num_tokens,
-            "batches_per_epoch": run["batches_per_epoch"],
-        },
-        "replay": {
-            "steps": run["steps"],
-            "rows": int(run["ids"].size),
-            "resumes": run["resumes"],
-            "full_epochs": plan["full_epochs"],
-            "rank_checked_steps": run["rank_checked_steps"],
-        },
-        "instances_over_planned_examples": plan["over_examples"],
-        "paths_under_several_labels": several,
-        "sources": shares,
-    }
-    if config.content:
-        report.update(_content_checks(index, run, config, checks))
-    if config.near is not None:
-        from olmax.audit.near import near_exposure
+    Phases: index → per epoch, build (or open) its order file, then replay its steps through the plan
+    tally (bounded memory: olmax/audit/plan_replay.py) → plan checks (repeats, coverage, ranks, resume)
+    → label checks → source shares → content checks (duplicates, unplanned repeats, exposure, spans),
+    which alone need every row at once → report, with each phase's time and memory high-water mark."""
+    from olmax.audit.phases import Phases
 
-        report["near_duplicates"] = near_exposure(
-            index,
-            config.near,
-            min_doc_tokens=config.min_doc_tokens,
-            max_frac=config.max_near_dup_frac,
-            threads=config.threads,
-            checks=checks,
-        )
-    if config.exposure_out:
-        write_exposure(config.exposure_out, index, run["ids"], stream, last_step=int(run["k"].max()) + 1)
-        report["exposure_file"] = config.exposure_out
+    with Phases() as phases:
+        with phases.phase("index"):
+            stream = config.stream
+            index = stream_index(stream, progress=progress)
+        run, tally = _replay_plan(index, config, phases, progress, keep=config.content or config.exposure_out)
+        checks: list[Check] = []
+        with phases.phase("plan checks"):
+            plan = _plan_checks(index, run, tally, config, checks)
+            several, phys = _label_checks(index, checks)
+            shares = _share_checks(index, tally.observed, tally.rows, config, checks)
+        report: dict = {
+            "command": "audit loader",
+            "settings": asdict(config),
+            "fingerprint": index.fingerprint,
+            "index": {
+                "files": len(index.paths),
+                "physical_files": int(np.unique(phys).size),
+                "instances": index.num_instances,
+                "tokens": index.num_tokens,
+                "batches_per_epoch": run["batches_per_epoch"],
+            },
+            "replay": {
+                "steps": run["steps"],
+                "rows": tally.rows,
+                "resumes": run["resumes"],
+                "full_epochs": plan["full_epochs"],
+                "rank_checked_steps": run["rank_checked_steps"],
+            },
+            "instances_over_planned_examples": plan["over_examples"],
+            "paths_under_several_labels": several,
+            "sources": shares,
+            "checks_ran": {
+                "plan_replay": "local (streamed in blocks of steps: bounded memory)",
+                "content": ("local" if beam_options is None else f"beam ({_beam(beam_options)})")
+                if config.content
+                else "skipped (--no-content)",
+            },
+        }
+        if config.content:
+            t0 = time.monotonic()
+            with phases.phase("content checks"):
+                report.update(_content_checks(index, run, config, checks, beam_options))
+            report["timing"] = {
+                "content_runner": f"local ({config.threads} threads)"
+                if beam_options is None
+                else _beam(beam_options),
+                "content_seconds": round(time.monotonic() - t0, 3),
+            }
+        if config.near is not None:
+            from olmax.audit.near import near_exposure
+
+            with phases.phase("near duplicates"):
+                report["near_duplicates"] = near_exposure(
+                    index,
+                    config.near,
+                    min_doc_tokens=config.min_doc_tokens,
+                    max_frac=config.max_near_dup_frac,
+                    threads=config.threads,
+                    checks=checks,
+                )
+        if config.exposure_out:
+            with phases.phase("exposure file"):
+                last_step = int(run["k"].max()) + 1
+                write_exposure(config.exposure_out, index, run["ids"], stream, last_step=last_step)
+            report["exposure_file"] = config.exposure_out
+    report["performance"] = phases.summary()
     report["hashing"] = (
         "instances and documents: xxh3-64 of their uint32 bytes, every equal-hash pair "
         "re-compared byte for byte before it is counted"
@@ -196,23 +175,75 @@ def audit_loader(config: LoaderAuditConfig) -> dict:
     report["summary"] = summary_lines(
         f"olmax audit loader: {stream.mix} (L={stream.seq_len}, "
         f"G={stream.global_batch_size}, seed={stream.seed}, {run['steps']} steps x "
-        f"{config.process_count} ranks, {run['ids'].size} rows)",
+        f"{config.process_count} ranks, {tally.rows} rows)",
         checks,
-    )
+    ) + _performance_lines(report)
     return report
 
 
-def _plan_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+def _performance_lines(report: dict) -> list[str]:
+    """Which checks ran where, then each phase's time and memory high-water mark."""
+    perf = report["performance"]
+    lines = ["checks ran: " + "; ".join(f"{k}: {v}" for k, v in report["checks_ran"].items())]
+    for r in perf["phases"]:
+        lines.append(
+            f"  {r['phase']}: {r['seconds']:.1f} s, peak anonymous {r['peak_anon_mib']} MiB, "
+            f"peak resident {r['peak_rss_mib']} MiB"
+        )
+    lines.append(
+        f"  total {perf['seconds']:.1f} s; high-water: anonymous {perf['peak_anon_mib']} MiB, resident "
+        f"{perf['peak_rss_mib']} MiB (process VmHWM {perf['process_vmhwm_mib']} MiB)"
+    )
+    return lines
+
+
+def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, keep: bool):
+    """Stream the audited window through a `PlanTally`, one phase per epoch's order build and one per its
+    replay; `keep` also keeps every row (`run["ids"]`, ...) for the content checks. Returns (run, tally)."""
+    from tqdm import tqdm
+
+    from olmax.audit.plan_replay import PlanReplay, PlanTally, materialize
+    from olmax.data.order import epoch_order
+
+    spec = config.stream
+    work_dir = spec.work_dir or default_work_dir()
+    with phases.phase("replay setup"):
+        plan = PlanReplay(index, config)
+        tally = PlanTally(index, plan.bpe, config.examples)
+    bar = tqdm(total=plan.total, desc="replay", unit="step", disable=None if progress else True, leave=False)
+
+    def on_epoch(epoch: int) -> None:
+        # The epoch's order file is built (or found) before its first step: timed as its own phase.
+        phases.begin(f"order epoch {epoch}")
+        epoch_order(spec.order, index.num_instances, spec.seed, epoch, work_dir, progress=progress)
+        phases.begin(f"replay epoch {epoch}")
+
+    kept = []
+    try:
+        for block in plan.blocks(on_epoch):
+            tally.add(block)
+            if keep:
+                kept.append(block)
+            bar.update(int(block.k[-1] - block.k[0]) + 1 if block.k.size else 0)
+        phases.end()
+    finally:
+        bar.close()
+    run = materialize(kept, plan.bpe) if keep else {}
+    run.update(plan.stats)
+    run.update(steps=tally.steps(), planned_steps=plan.total, batches_per_epoch=plan.bpe, plan=plan)
+    return run, tally
+
+
+def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: list[Check]) -> dict:
     """Each instance at most once per epoch, full epochs covered, ranks disjoint and complete, resumes
     where saved; returns the over-planned examples and the fully audited epochs."""
-    ids, epochs, k, rank = run["ids"], run["epoch"], run["k"], run["rank"]
+    from olmax.audit.plan_replay import emitted_at
+
     G, L, N = config.stream.global_batch_size, config.stream.seq_len, index.num_instances
-    key = (epochs - 1) * N + ids
-    uniq, counts = np.unique(key, return_counts=True)
-    over = counts > 1
+    keys = tally.over_keys
+    where = emitted_at(run["plan"], keys, N) if keys.size else {}
     over_examples = []
-    for u in uniq[over][: config.examples].tolist():
-        where = np.flatnonzero(key == u)
+    for u in keys.tolist():
         f, a, _ = index.instance_documents(int(u % N))[0]
         over_examples.append(
             {
@@ -220,10 +251,10 @@ def _plan_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check
                 "epoch": int(u // N) + 1,
                 "file": index.paths[f],
                 "window": a // L,
-                "emitted_at": [{"step": int(k[i]), "rank": int(rank[i])} for i in where],
+                "emitted_at": where[u],
             }
         )
-    n_over = int((counts[over] - 1).sum())
+    n_over = tally.over_rows
     checks.append(
         Check(
             "instances_over_planned",
@@ -234,8 +265,8 @@ def _plan_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check
         )
     )
     bpe = run["batches_per_epoch"]
-    full_epochs = [e for e in np.unique(epochs).tolist() if np.unique(k[epochs == e]).size == bpe]
-    missing = sum(bpe * G - int(np.unique(ids[epochs == e]).size) for e in full_epochs)
+    full_epochs = tally.full_epochs()
+    missing = sum(bpe * G - tally.distinct[e] for e in full_epochs)
     checks.append(
         Check(
             "instances_missing",
@@ -295,22 +326,24 @@ def _label_checks(index, checks: list[Check]) -> tuple[list[dict], np.ndarray]:
     return several, phys
 
 
-def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: list[Check]) -> dict:
-    """Observed token share of each source vs the mix's plan; returns the per-source shares."""
+def _share_checks(
+    index, observed: np.ndarray, rows: int, config: LoaderAuditConfig, checks: list[Check]
+) -> dict:
+    """Observed token share of each source vs the mix's plan (`observed`: per source, emitted rows of a
+    window index, tokens of a packed one; `rows` emitted in all); returns the per-source shares."""
     L = config.stream.seq_len
     planned = index.tokens_by_label()
     total_planned = sum(planned.values())
     if isinstance(index, PackedIndex):  # a packed row holds documents of several files: count each's tokens
-        observed = np.asarray(list(index.tokens_by_label(ids).values()), dtype=np.int64)
         served = max(1, int(observed.sum()))
     else:
-        observed = np.bincount(index.source_ids(ids), minlength=len(index.label_names)) * L
-        served = max(1, ids.size * L)
+        observed = observed * L
+        served = max(1, rows * L)
     shares = {}
     for i, name in enumerate(index.label_names):
         p = planned[name] / total_planned
         o = float(observed[i]) / served
-        slack = config.share_tolerance + 4 * math.sqrt(p * (1 - p) / max(1, ids.size))
+        slack = config.share_tolerance + 4 * math.sqrt(p * (1 - p) / max(1, rows))
         shares[name] = {
             "planned_tokens": planned[name],
             "planned_share": round(p, 6),
@@ -323,7 +356,9 @@ def _share_checks(index, ids: np.ndarray, config: LoaderAuditConfig, checks: lis
     return shares
 
 
-def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+def _content_checks(
+    index, run: dict, config: LoaderAuditConfig, checks: list[Check], beam_options: str | None = None
+) -> dict:
     """Identical instances/documents elsewhere, unplanned repeats, identical files, exposure and (with
     `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
     from olmax.audit.content import scan_content
@@ -332,15 +367,30 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
     work_dir = config.stream.work_dir
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
-    files_index = config.stream.file_index() if packed else index
-    content = scan_content(
-        files_index,
-        min_doc_tokens=config.min_doc_tokens,
-        threads=config.threads,
-        work_dir=work_dir,
-        examples=ex,
-        instances=not packed,
-    )
+    files_index = file_index(config.stream) if packed else index
+    spans = None
+    if beam_options is None:
+        content = scan_content(
+            files_index,
+            min_doc_tokens=config.min_doc_tokens,
+            threads=config.threads,
+            work_dir=work_dir,
+            examples=ex,
+            instances=not packed,
+        )
+    else:
+        from olmax.audit.loader_beam import content_on_beam
+
+        content, spans = content_on_beam(
+            beam_options,
+            files_index,
+            min_doc_tokens=config.min_doc_tokens,
+            examples=ex,
+            instances=not packed,
+            labels=_phys_labels(files_index),
+            span_tokens=config.span_tokens,
+            work_dir=work_dir,
+        )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
         dup_inst = int((canonical != np.arange(N)).sum())
@@ -438,7 +488,7 @@ def _content_checks(index, run: dict, config: LoaderAuditConfig, checks: list[Ch
         "unplanned_repeat_rows": unplanned,
     }
     if config.span_tokens > 0:
-        section["repeated_spans"] = _span_checks(files_index, content, config, checks)
+        section["repeated_spans"] = _span_checks(files_index, content, config, checks, spans)
     return {"content": section, "exposure": exposure}
 
 
@@ -466,18 +516,38 @@ def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarra
     return canonical, collisions, found
 
 
-def _span_checks(index, content, config: LoaderAuditConfig, checks: list[Check]) -> dict:
-    """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix."""
+def _beam(options: str) -> str:
+    from olmax.beam import describe, pipeline_options
+
+    return describe(pipeline_options(options))
+
+
+def _phys_labels(index) -> list[str]:
+    """Each physical file's source label (its first mix path's)."""
+    from olmax.audit.spans import physical_ids
+
+    phys = physical_ids(index.paths)
+    return [
+        index.labels[int(np.flatnonzero(phys == p)[0])]
+        for p in range(int(phys.max()) + 1 if phys.size else 0)
+    ]
+
+
+def _span_checks(
+    index, content, config: LoaderAuditConfig, checks: list[Check], spans: dict | None = None
+) -> dict:
+    """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix (`spans`:
+    already found by the Beam pipeline)."""
     from olmax.audit.dedup import repeated_spans
 
-    labels = [index.labels[int(np.flatnonzero(content.phys == p)[0])] for p in range(len(content.phys_paths))]
-    spans = repeated_spans(
-        content.phys_paths,
-        labels,
-        config.span_tokens,
-        work_dir=config.stream.work_dir,
-        examples=config.examples,
-    )
+    if spans is None:
+        spans = repeated_spans(
+            content.phys_paths,
+            _phys_labels(index),
+            config.span_tokens,
+            work_dir=config.stream.work_dir,
+            examples=config.examples,
+        )
     rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
     frac = rep_tokens / max(1, sum(spans["sizes"]))
     checks.append(

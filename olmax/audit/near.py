@@ -20,7 +20,8 @@ import numpy as np
 
 from olmax.data.documents import documents
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.shards import local_shard
+from olmax.data.tokenfile import read_tokens
 from olmax.dedup.minhash import MinHashParams, cluster, signatures
 from olmax.dedup.shingles import token_shingles
 from olmax.errors import OlmaxError

@@ -37,6 +37,7 @@ import numpy as np
 from olmax.audit.hashing import packed_row_hashes, row_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
@@ -95,7 +96,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
     hash group → checks → report."""
     from olmax.audit.spans import require_local
 
-    index = cfg.stream.open_index()
+    index = stream_index(cfg.stream)
     require_local(index.paths, "the stream audit")
     L, N = cfg.stream.seq_len, index.num_instances
     hosts = [_open_batches(p, L) for p in cfg.batches]
@@ -115,7 +116,7 @@ def audit_stream(cfg: StreamConfig) -> dict:
 def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     """One REC per instance of the mix (kind 0) and per emitted row (kind 1), keyed by content hash."""
     from olmax.audit.spans import physical_ids
-    from olmax.data.shards import read_tokens
+    from olmax.data.tokenfile import read_tokens
 
     if isinstance(
         index, PackedIndex
@@ -179,7 +180,7 @@ class _Tally:
         return np.asarray(self.hosts[int(r["a"])][int(r["b"]), int(r["c"])]).view(np.uint32)
 
     def _instance_tokens(self, i: int) -> np.ndarray:
-        from olmax.data.shards import read_tokens
+        from olmax.data.tokenfile import read_tokens
 
         if isinstance(self.index, PackedIndex):
             return self.index.read(np.asarray([i], np.int64))["input_ids"][0].view(np.uint32)
@@ -365,7 +366,7 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
     mix: another file, or a damaged start). A start that occurs at several offsets (repeated text)
     is resolved to an offset where the whole row matches when there is one."""
     from olmax.audit.hashing import window_hashes
-    from olmax.data.shards import read_tokens
+    from olmax.data.tokenfile import read_tokens
 
     L = index.seq_len
     k = min(probe, L)

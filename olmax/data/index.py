@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from olmax.data.mixfile import Mix, read_mix
+from olmax.data.tokenfile import token_count
 from olmax.errors import OlmaxError
 from olmax.storage import is_url, url_filesystem
 
@@ -192,13 +193,7 @@ def index_from_sizes(
         raise OlmaxError(f"--seq-len must be positive, got {seq_len}")
     itemsize = np.dtype(dtype).itemsize
     for path, size in zip(paths, sizes, strict=True):
-        if size % itemsize:
-            raise OlmaxError(
-                f"{path}: size {size} bytes is not a multiple of {itemsize} "
-                f"({np.dtype(dtype).name} tokens); the file ends mid-token at byte "
-                f"{size - size % itemsize}: it is truncated or not a raw token file"
-            )
-        if size // itemsize < seq_len and not allow_short_files:
+        if token_count(path, size, dtype) < seq_len and not allow_short_files:
             raise OlmaxError(
                 f"{path}: holds {size // itemsize} tokens, fewer than --seq-len {seq_len}, "
                 f"so it would give no instance; drop it from the mix or lower --seq-len"

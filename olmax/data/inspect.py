@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+from olmax.data.shards import read_sidecar, sidecar_path
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 

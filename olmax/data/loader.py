@@ -14,20 +14,25 @@ consumed tokens), continues the stream exactly; epochs roll over to a fresh perm
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from olmax.data.grain_source import BatchSource
-from olmax.data.index import DOLMA2_EOS, TokenIndex
-from olmax.data.order import default_work_dir
+from olmax.data.index import DOLMA2_EOS, DOLMA2_PAD, DOLMA2_VOCAB_SIZE, TokenIndex, build_index
+from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, read_mix
+from olmax.data.order import default_work_dir, work_dir_path
+from olmax.data.packing import PackedIndex, build_packed_index
 from olmax.data.state import LoaderState, advance, resume_step
+from olmax.data.stream import DEMO_MIX, UNSET_MIX, StreamSpec
+from olmax.data.tokenfile import DEFAULT_DTYPE
 from olmax.errors import OlmaxError
+from olmax.storage import is_url
 
 if TYPE_CHECKING:
     from olmax.data.order import EpochOrder
-    from olmax.data.stream import StreamSpec
 
 
 class BatchIterator(Iterator[dict[str, np.ndarray]]):
@@ -202,3 +207,83 @@ class Loader:
             state.order,
         )
         return BatchIterator(self, current, self.source.stream_index(epoch, step))
+
+
+# --------------------------------------------------------------------------------------------- factories
+# The only ways the rest of the package turns a StreamSpec (plain data) into a mix, an index or a loader.
+def resolve_mix(spec: StreamSpec) -> str:
+    """The mix file to read: `spec.mix` as given, or the embedded demo mix's path (built on first use)."""
+    if spec.mix in UNSET_MIX or spec.mix is None:
+        raise OlmaxError(
+            "data.mix is not set: this recipe names the OLMo-core mix it trains on in "
+            "its comment; prepare or download it and pass --mix PATH (or data.mix=PATH)"
+        )
+    if spec.mix != DEMO_MIX:
+        if not (spec.mix.startswith(OLMO_CORE_PREFIX) or is_url(spec.mix) or os.path.exists(spec.mix)):
+            raise OlmaxError(f"mix {spec.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
+        return spec.mix
+    from olmax.data.demo_mix import ensure_demo_mix  # builds the mix with the tokenizer: only when asked
+
+    return str(ensure_demo_mix(work_dir_path(spec.work_dir) / "demo-mix"))
+
+
+def stream_mix(spec: StreamSpec) -> Mix:
+    """The parsed mix of the stream: its files' paths and labels, `{TOKENIZER}` and the base dir resolved."""
+    return read_mix(resolve_mix(spec), base_dir=spec.base_dir, tokenizer=spec.tokenizer_id)
+
+
+def stream_index(spec: StreamSpec, *, seq_len: int | None = None, **kwargs) -> TokenIndex | PackedIndex:
+    """The index of the stream's mix at `seq_len` (default the spec's), in the spec's dtype: fixed windows
+    (`build_index`, which takes the kwargs) or, for a packed stream, the packed instances
+    (`build_packed_index`; kwargs `dtype`, `vocab_size`, `eos_token_id`, `pad_token_id`, `bos_token_id`,
+    default dolma2's; `progress` shows a bar while packing)."""
+    mix = stream_mix(spec)
+    seq_len = spec.seq_len if seq_len is None else seq_len
+    progress = kwargs.pop("progress", False)
+    if not spec.packed:
+        return build_index(mix, seq_len, **{"dtype": spec.dtype, **kwargs})
+    return build_packed_index(
+        mix.paths,
+        mix.labels,
+        seq_len,
+        eos_token_id=kwargs.get("eos_token_id", DOLMA2_EOS),
+        pad_token_id=kwargs.get("pad_token_id", DOLMA2_PAD),
+        vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
+        bos_token_id=kwargs.get("bos_token_id"),
+        dtype=kwargs.get("dtype", spec.dtype),
+        source_group_size=spec.source_group_size,
+        source_permutation_seed=spec.source_permutation_seed,
+        work_dir=str(work_dir_path(spec.work_dir)),
+        progress=progress,
+    )
+
+
+def file_index(spec: StreamSpec) -> TokenIndex:
+    """Every file of the stream's mix with its size (a window index at L = 1, short files kept), whatever
+    the stream's instances: what the content audits (leaks, dedup) read, in uint32 only so far."""
+    if spec.dtype != DEFAULT_DTYPE:
+        raise OlmaxError(
+            f"data.dtype {spec.dtype}: the content audits (leaks, dedup) read {DEFAULT_DTYPE} token files "
+            "only; retokenize with `olmax data prepare` (uint32)"
+        )
+    return build_index(stream_mix(spec), 1, allow_short_files=True)
+
+
+def open_loader(
+    spec: StreamSpec,
+    index: TokenIndex | None = None,
+    *,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    **kwargs,
+) -> Loader:
+    """This process's Loader of `spec` (default: JAX's process index and count) over `index` or a fresh one.
+
+    kwargs: `num_epochs`, `eos_token_id`, `bos_token_id` (see `Loader`)."""
+    return Loader(
+        stream_index(spec) if index is None else index,
+        spec,
+        process_index=process_index,
+        process_count=process_count,
+        **kwargs,
+    )

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from olmax.data.tokenfile import DTYPES
+
 if TYPE_CHECKING:
     from olmax.data.index import TokenIndex
     from olmax.data.stream import StreamSpec
@@ -22,7 +24,7 @@ def _add_mix_args(p: argparse.ArgumentParser, *, order: bool) -> None:
     from olmax.data.stream_cli import add_stream_options
 
     add_stream_options(p, order=order, work_dir=order)
-    p.add_argument("--dtype", default="uint32", help="token dtype of the files (default uint32)")
+    p.add_argument("--dtype", choices=DTYPES, help="token dtype of the files (default: the stream's, uint32)")
     p.add_argument(
         "--allow-short-files",
         action="store_true",
@@ -90,8 +92,11 @@ def _stream(args: argparse.Namespace) -> StreamSpec:
 
 
 def _index(args: argparse.Namespace, stream: StreamSpec) -> TokenIndex:
-    index = stream.open_index(
-        dtype=args.dtype,
+    from olmax.data.loader import stream_index
+
+    index = stream_index(
+        stream,
+        dtype=args.dtype or stream.dtype,
         allow_short_files=args.allow_short_files,
         vocab_size=args.vocab_size,
         eos_token_id=args.eos_token_id,
@@ -108,12 +113,14 @@ def _index(args: argparse.Namespace, stream: StreamSpec) -> TokenIndex:
 def run_batches(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from olmax.data.loader import open_loader
     from olmax.errors import OlmaxError
 
     if args.steps < 1:
         raise OlmaxError(f"--steps must be >= 1, got {args.steps}")
     stream = _stream(args)
-    loader = stream.open_loader(
+    loader = open_loader(
+        stream,
         _index(args, stream),
         process_index=args.process_index,
         process_count=args.process_count,

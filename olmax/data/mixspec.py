@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olmax.data.shards import ShardWriter, read_sidecar, read_tokens, sidecar_path
+from olmax.data.shards import ShardWriter, read_sidecar, sidecar_path
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 

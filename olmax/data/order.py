@@ -15,6 +15,7 @@ import fcntl
 import os
 import tempfile
 import threading
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -41,6 +42,11 @@ def default_work_dir() -> str:
     return os.environ.get("OLMAX_WORK_DIR") or os.path.join(tempfile.gettempdir(), "olmax-work")
 
 
+def work_dir_path(work_dir: str | None) -> Path:
+    """Where order files and the demo mix live: `work_dir`, else $OLMAX_WORK_DIR, else the temp dir."""
+    return Path(work_dir or default_work_dir())
+
+
 def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarray:
     """OLMo-core's epoch order, in memory: arange(N, uint32) shuffled by PCG64(seed + epoch)."""
     if epoch < 1:
@@ -55,6 +61,85 @@ def olmo_core_permutation(num_instances: int, seed: int, epoch: int) -> np.ndarr
     return perm
 
 
+def build_order_file(path: str, num_instances: int, seed: int, epoch: int, *, progress: bool = False) -> None:
+    """Write OLMo-core's epoch order to `path` (atomically): arange(N, uint32) shuffled in place by
+    PCG64(seed + epoch), then written out sequentially in blocks.
+
+    Memory: the one N-element uint32 array (4N bytes: 2.9 GB at stage 1), no other N-sized temporary, freed
+    before returning. Shuffling inside the file's shared mapping instead would hold no anonymous memory,
+    but measured at stage 1 the kernel's writeback of the randomly re-dirtied pages wrote 800 GB in 16
+    minutes without finishing (docs/scale.md): the exact Fisher-Yates needs the array in RAM."""
+    from olmax.atomic import temp_path
+
+    if epoch < 1:
+        raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
+    if num_instances >= np.iinfo(np.uint32).max:
+        raise OlmaxError(
+            f"{num_instances} instances do not fit OLMo-core's uint32 order; use "
+            f"order='feistel' or a longer --seq-len"
+        )
+    perm = np.arange(num_instances, dtype=np.uint32)
+    with _Ticker(progress, num_instances, f"order epoch {epoch}: shuffle"):
+        np.random.Generator(np.random.PCG64(seed + epoch)).shuffle(perm)
+    bar = _bar(progress, num_instances, f"order epoch {epoch}: write")
+    with temp_path(path) as tmp, open(tmp, "wb") as f:
+        for a in range(0, num_instances, _FILL_BLOCK):
+            b = min(num_instances, a + _FILL_BLOCK)
+            f.write(memoryview(perm[a:b]))  # a view: no copy
+            bar.update(b - a)
+        f.flush()
+        os.fsync(f.fileno())
+    bar.close()
+    del perm
+
+
+_FILL_BLOCK = 1 << 22
+SHUFFLE_NS_PER_INSTANCE = 130.0  # measured on the dev machine (docs/scale.md); only feeds the shuffle's ETA
+
+
+def _bar(enabled: bool, total: int, desc: str):
+    from tqdm import tqdm
+
+    # enabled: shown on a terminal only (tqdm's disable=None), so logs and tests stay clean
+    return tqdm(
+        total=total, desc=desc, unit="inst", unit_scale=True, disable=None if enabled else True, leave=False
+    )
+
+
+class _Ticker:
+    """A progress bar for one long C call (the shuffle cannot report progress): advanced by elapsed time
+    against the expected duration, so it shows elapsed time and an estimated remainder, capped below 100%."""
+
+    def __init__(self, enabled: bool, total: int, desc: str):
+        self.enabled, self.total, self.desc = enabled, total, desc
+
+    def __enter__(self) -> _Ticker:
+        if not self.enabled:
+            return self
+        import time
+
+        self._stop = threading.Event()
+        self._bar = _bar(True, self.total, self.desc + " (ETA estimated)")
+        expected = max(1e-3, self.total * SHUFFLE_NS_PER_INSTANCE * 1e-9)
+        t0 = time.perf_counter()
+
+        def tick() -> None:
+            while not self._stop.wait(0.5):
+                done = min(0.99, (time.perf_counter() - t0) / expected) * self.total
+                self._bar.update(int(done) - self._bar.n)
+
+        self._thread = threading.Thread(target=tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            self._bar.update(self.total - self._bar.n)
+            self._bar.close()
+
+
 def order_file_path(work_dir: str, num_instances: int, seed: int, epoch: int) -> str:
     return os.path.join(work_dir, f"order-olmo-core-n{num_instances}-seed{seed}-epoch{epoch}.u32")
 
@@ -62,8 +147,9 @@ def order_file_path(work_dir: str, num_instances: int, seed: int, epoch: int) ->
 class CachedOrder:
     """OLMo-core's permutation for one epoch, memmapped from the work dir (built there if missing)."""
 
-    def __init__(self, work_dir: str, num_instances: int, seed: int, epoch: int):
+    def __init__(self, work_dir: str, num_instances: int, seed: int, epoch: int, *, progress: bool = False):
         self.num_instances = num_instances
+        self.progress = progress
         self.path = order_file_path(work_dir, num_instances, seed, epoch)
         if not self._valid():
             self._build(work_dir, seed, epoch)
@@ -86,18 +172,7 @@ class CachedOrder:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self._valid():
                 return
-            perm = olmo_core_permutation(self.num_instances, seed, epoch)
-            fd, tmp = tempfile.mkstemp(dir=work_dir, prefix=os.path.basename(self.path) + ".")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    perm.tofile(f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            build_order_file(self.path, self.num_instances, seed, epoch, progress=self.progress)
 
     def take(self, start: int, stop: int, step: int = 1) -> np.ndarray:
         return np.array(self._perm[start:stop:step])
@@ -164,13 +239,20 @@ class FeistelOrder:
 
 
 def epoch_order(
-    kind: str, num_instances: int, seed: int, epoch: int, work_dir: str | None = None
+    kind: str,
+    num_instances: int,
+    seed: int,
+    epoch: int,
+    work_dir: str | None = None,
+    *,
+    progress: bool = False,
 ) -> EpochOrder:
-    """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory)."""
+    """The order of `epoch` (1-based). `olmo-core` memmaps from `work_dir` (None: held in memory);
+    `progress` shows bars while an order file is built."""
     if kind == "olmo-core":
         if work_dir is None:
             return MemoryOrder(num_instances, seed, epoch)
-        return CachedOrder(work_dir, num_instances, seed, epoch)
+        return CachedOrder(work_dir, num_instances, seed, epoch, progress=progress)
     if kind == "feistel":
         return FeistelOrder(num_instances, seed, epoch)
     raise OlmaxError(f"unknown order {kind!r}; choose one of {', '.join(ORDER_KINDS)}")

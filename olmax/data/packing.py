@@ -31,6 +31,7 @@ import numpy as np
 from olmax.atomic import temp_path
 from olmax.data.index import LabelledFiles
 from olmax.data.reader import LocalFiles
+from olmax.data.tokenfile import read_tokens, token_count
 from olmax.errors import OlmaxError
 from olmax.storage import is_url
 
@@ -211,10 +212,10 @@ def file_document_spans(
     vocab_size: int,
 ) -> np.ndarray:
     """`document_spans` of one raw token file, scanned in chunks; a token >= vocab_size is an error."""
-    n = size // np.dtype(dtype).itemsize
+    tokens = read_tokens(path, dtype)[: token_count(path, size, dtype)]
+    n = tokens.size
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    tokens = np.memmap(path, dtype=dtype, mode="r", shape=(n,))
     found = []
     for begin in range(0, n, _SCAN_CHUNK):
         end = min(n, begin + _SCAN_CHUNK)
@@ -451,12 +452,7 @@ def _stat_files(paths: Sequence[str], itemsize: int, dtype: str) -> tuple[list[i
                 f"{path}: token file not found; fix the path in the mix (or --base-dir) or run "
                 f"`olmax data prepare` first"
             ) from e
-        if st.st_size % itemsize:
-            raise OlmaxError(
-                f"{path}: size {st.st_size} bytes is not a multiple of {itemsize} ({dtype} "
-                f"tokens); the file ends mid-token at byte {st.st_size - st.st_size % itemsize}: "
-                f"it is truncated or not a raw token file"
-            )
+        token_count(path, st.st_size, dtype)
         sizes.append(int(st.st_size))
         mtimes.append(int(st.st_mtime_ns))
     return sizes, mtimes

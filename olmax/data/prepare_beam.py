@@ -3,8 +3,8 @@ byte for byte, from an Apache Beam pipeline (DirectRunner here, Dataflow/Flink/S
 
 The plan (one pipeline):
 1. tokenize: one task per input file (in parallel, any order): its documents tokenized with the local
-   runner's `encode_docs` into a temporary `tokens.bin` (each document + EOS) and `docs.pkl` (per-document
-   token counts, UTF-8 bytes, ids, lines) under `OUT/.olmax-beam/files/`; a summary comes back.
+   runner's `encode_docs` into a temporary `tokens.bin` (each document + EOS) and `docs.npz` + `docs.json`
+   (per-document token counts, UTF-8 bytes, ids, lines: olmax.wire, never a pickle) under `OUT/.olmax-beam/files/`; a summary comes back.
 2. plan: once every file is tokenized, `plan_shards` cuts each source's documents, in input order, into
    shards with the local runner's rule (a shard closes at the first document boundary at or past the target
    size): shard k is a list of (file, first doc, end doc) segments. It depends only on the documents'
@@ -19,7 +19,6 @@ reports it (one line naming the file and line); no shard is written when any fil
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olmax import storage
+from olmax import storage, wire
 from olmax.data import readers
 from olmax.data.mixspec import planned_tokens
 from olmax.data.prepare import (
@@ -47,10 +46,15 @@ from olmax.data.prepare import (
     tokenizer_id,
 )
 from olmax.data.shards import ShardInfo, ShardWriter, sidecar_path
+from olmax.data.tokenfile import read_tokens, write_tokens
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 
 TMP_DIR = ".olmax-beam"
+DOCS_FILES = (
+    "docs.npz",
+    "docs.json",
+)  # a tokenized file's per-document arrays and the rest (olmax.wire.stage)
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,9 @@ def _file_dir(tmp: str, task_source: int, task_file: int) -> str:
 def tokenize_file(
     cfg: PrepareConfig, task: FileTask, tok: Tokenizer, tmp: str, edits: dict | None = None
 ) -> dict:
-    """Map: one input file → its temporaries (tokens.bin, docs.pkl) and a summary. `edits`: the dedup
-    decisions of its source ((file, line) → spans to cut, or None: dropped), as the local runner applies
-    them."""
+    """Map: one input file → its temporaries (tokens.bin, docs.npz, docs.json) and a summary. `edits`: the
+    dedup decisions of its source ((file, line) → spans to cut, or None: dropped), as the local runner
+    applies them."""
     stats = readers.ReadStats()
     parts, lengths, nbytes, ids, locs, empty_before, bad_before = [], [], [], [], [], [], []
     empties = 0
@@ -114,11 +118,10 @@ def tokenize_file(
     scratch = local_dest or tempfile.mkdtemp(prefix="olmax-beam-")
     try:
         os.makedirs(scratch, exist_ok=True)
-        tokens.astype("<u4").tofile(os.path.join(scratch, "tokens.bin"))
-        with open(os.path.join(scratch, "docs.pkl"), "wb") as f:
-            pickle.dump(meta, f, protocol=5)
+        write_tokens(os.path.join(scratch, "tokens.bin"), tokens)
+        wire.stage(meta, os.path.join(scratch, "docs"))
         if local_dest is None:
-            for name in ("tokens.bin", "docs.pkl"):
+            for name in ("tokens.bin", *DOCS_FILES):
                 storage.upload(os.path.join(scratch, name), storage.join(dest, name))
     finally:
         if local_dest is None:
@@ -163,15 +166,10 @@ def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarr
     if local is None:
         local = os.path.join(scratch, f"{source}-{file}")
         os.makedirs(local, exist_ok=True)
-        for name in ("tokens.bin", "docs.pkl"):
+        for name in ("tokens.bin", *DOCS_FILES):
             Path(local, name).write_bytes(storage.read_bytes(storage.join(d, name)))
-    with open(os.path.join(local, "docs.pkl"), "rb") as f:
-        meta = pickle.load(f)
-    size = os.path.getsize(os.path.join(local, "tokens.bin"))
-    tokens = (
-        np.memmap(os.path.join(local, "tokens.bin"), dtype="<u4", mode="r") if size else np.zeros(0, "<u4")
-    )
-    return tokens, meta
+    meta = wire.load_staged(os.path.join(local, "docs"))
+    return read_tokens(os.path.join(local, "tokens.bin")), meta
 
 
 def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str) -> tuple:
@@ -308,7 +306,7 @@ def prepare_beam(
         summaries = (
             p
             | "Files" >> bm.Create(tasks)
-            | "Spread files" >> bm.Reshuffle()
+            | "Spread files" >> beam.spread()
             | "Tokenize"
             >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp, edits), lambda t: (t.source, t.file)))
         )
@@ -317,7 +315,7 @@ def prepare_beam(
             summaries
             | "All files" >> bm.combiners.ToList()
             | "Plan shards" >> bm.FlatMap(_plan, cfg, tmp, n_files)
-            | "Spread shards" >> bm.Reshuffle()
+            | "Spread shards" >> beam.spread()
             | "Write shards"
             >> bm.Map(
                 beam.guarded(

@@ -225,7 +225,7 @@ def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> 
     read = (
         p
         | "Dedup files" >> bm.Create(tasks)
-        | "Spread dedup files" >> bm.Reshuffle()
+        | "Spread dedup files" >> beam.spread()
         | "Read and shingle"
         >> bm.Map(beam.guarded(lambda t: file_documents(cfg, t, read_batches), lambda t: (t.source, t.file)))
     )
@@ -369,7 +369,7 @@ def plan_beam(cfg, files: dict[str, list[str]], read_batches, options, tmp: str,
             results = (
                 p
                 | "Partitions" >> bm.Create(parts)
-                | "Spread partitions" >> bm.Reshuffle()
+                | "Spread partitions" >> beam.spread()
                 | "Repeated spans"
                 >> bm.Map(
                     beam.guarded(

@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from olmax.data.index import TokenIndex
+from olmax.data.tokenfile import decode
 from olmax.errors import OlmaxError
 from olmax.storage import is_url, url_filesystem
 
@@ -119,7 +120,7 @@ class TokenReader:
                         f"{path}: ranged read of bytes [{begin}, {begin + row_bytes}) "
                         f"failed ({why}); check the URL and its credentials"
                     )
-                out[r] = np.frombuffer(chunk, dtype=out.dtype)
+                out[r] = decode(chunk, out.dtype)
 
 
 def check_token_ids(index: TokenIndex, vocab_size: int, *, samples: int = 64, seed: int = 0) -> int:

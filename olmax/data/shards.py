@@ -1,4 +1,5 @@
-"""OLMo-format token shards: raw little-endian uint32 `.npy` (no header) plus a `.csv.gz` sidecar.
+"""OLMo-format token shards: raw little-endian uint32 `.npy` (no header, olmax.data.tokenfile) plus a
+`.csv.gz` sidecar.
 
 A document on disk is its tokens followed by EOS. The sidecar has one row per document,
 `start,end,id,src,loc` (token offsets into the shard, end exclusive, EOS included; the document id; its
@@ -22,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from olmax.data.tokenfile import encode, token_dtype
 from olmax.errors import OlmaxError
-
-TOKEN_DTYPE = np.dtype("<u4")
 
 
 @dataclass
@@ -95,7 +95,7 @@ class ShardWriter:
 
     def add_batch(self, tokens: np.ndarray, lengths: list[int], docs: list, utf8_bytes: int) -> None:
         """Append a batch: `tokens` is the concatenation of the docs' tokens (each with EOS)."""
-        buf = np.ascontiguousarray(tokens, dtype=TOKEN_DTYPE).tobytes()
+        buf = encode(tokens)
         try:
             self._f.write(buf)
         except OSError as e:
@@ -112,7 +112,7 @@ class ShardWriter:
         """A failed write (disk full, a file-size limit): the temporaries go, the error names the shard."""
         self.abort()
         return OlmaxError(
-            f"{self.tmp}: cannot write tokens at byte offset {self.tokens * TOKEN_DTYPE.itemsize} "
+            f"{self.tmp}: cannot write tokens at byte offset {self.tokens * token_dtype().itemsize} "
             f"({e.strerror or e}); free disk space and rerun the same command (finished shards "
             "are kept and resumed)"
         )
@@ -150,21 +150,6 @@ class ShardWriter:
         except OSError:
             pass  # the flush of a failed write fails again; the temporary goes either way
         self.tmp.unlink(missing_ok=True)
-
-
-def read_tokens(path: str | Path, mmap: bool = True) -> np.ndarray:
-    """A shard's tokens as a uint32 array; refuses a file whose size is not a multiple of 4 bytes."""
-    size = os.path.getsize(path)
-    if size % TOKEN_DTYPE.itemsize:
-        raise OlmaxError(
-            f"{path}: {size} bytes is not a multiple of 4; the shard is truncated or not uint32 "
-            f"(last whole token ends at byte {size - size % 4})"
-        )
-    if size == 0:
-        return np.zeros(0, dtype=TOKEN_DTYPE)
-    if mmap:
-        return np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
-    return np.fromfile(path, dtype=TOKEN_DTYPE)
 
 
 @dataclass(frozen=True)

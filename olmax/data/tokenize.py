@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -171,7 +170,3 @@ def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
 
     hf = HFTokenizer.from_file(path)
     return Tokenizer(path, sha, "tokenizers", vocab_size, eos, pad, hf, hf)
-
-
-def default_threads() -> int:
-    return max(1, min(8, os.cpu_count() or 1))

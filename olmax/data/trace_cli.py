@@ -54,10 +54,11 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
 
 
 def _loader(args: argparse.Namespace):
+    from olmax.data.loader import open_loader
     from olmax.data.stream_cli import stream_from_args
 
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
-    return stream, stream.open_loader(process_index=0, process_count=1)
+    return stream, open_loader(stream, process_index=0, process_count=1)
 
 
 def _emit(result: dict, out: str | None) -> None:

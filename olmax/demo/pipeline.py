@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from olmax.audit.loader_audit import check_meaning
 from olmax.data.demo_mix import (
     CODE_FILES,
     prepare_argv,
@@ -29,7 +30,7 @@ from olmax.data.demo_mix import (
     write_raw,
 )
 from olmax.data.stream import DATA_SEED
-from olmax.demo.report import Report, plot_resume, short, watch_rows
+from olmax.demo.report import Report, Verdict, cell, plot_resume, short, watch_rows
 from olmax.errors import OlmaxError
 
 # The demo trains `configs/tiny.yaml` with fewer tokens per step: with the real 100k vocabulary the LM
@@ -55,6 +56,16 @@ class _Demo(Report):
         if rc not in expect:
             raise OlmaxError(f"demo step failed: `{line}` exited {rc} (expected {expect})", code=rc or 1)
         return rc
+
+
+def _item_texts(contaminated: list[dict]) -> dict[tuple[str, str], str]:
+    """(eval set, id) -> the item's text, for the leak audit's flagged items (the report shows what leaked)."""
+    from olmax.audit.evalsets import load_eval
+
+    out = {}
+    for name in sorted({c["eval"] for c in contaminated}):
+        out |= {(name, str(item.report_id)): item.text for item in load_eval(name)[1]}
+    return out
 
 
 def _contaminated_docs(n: int) -> list[dict]:
@@ -240,21 +251,46 @@ def _step_audit(d: _Demo, mix: Path, code_files: int) -> None:
     def checks(rep: dict) -> str:
         return "\n".join(
             f"| {k} | {'pass' if v['ok'] else 'FAIL'}{'' if v['gated'] else ' (not gated)'} | "
-            f"{short(v['value'])} |"
+            f"{cell(short(v['value']))} | {cell(check_meaning(k))} |"
             for k, v in rep["checks"].items()
         )
+
+    def failing(rep: dict) -> str:
+        return ", ".join(k for k, v in rep["checks"].items() if v["gated"] and not v["ok"]) or "none"
 
     leak_rows = ["| eval set | items | contaminated |", "|---|---:|---:|"]
     leak_rows += [f"| {k} | {v['items']:,} | {v['contaminated']} |" for k, v in leaks["sets"].items()]
     bad_rows = [
-        "| eval set | id | aligned words | documents | first document | tokens |",
-        "|---|---|---:|---:|---|---|",
+        "| eval set | id | item text | aligned words | documents | first document | tokens |",
+        "|---|---|---|---:|---:|---|---|",
     ]
+    texts = _item_texts(bad_leaks["contaminated"])
     bad_rows += [
-        f"| {c['eval']} | {c['id']} | {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
+        f"| {c['eval']} | {c['id']} | {cell(texts.get((c['eval'], str(c['id'])), '?'))} "
+        f"| {c['score']:.0%} of {c['item_words']} | {c['n_documents']} "
         f"| {c['documents'][0]['doc']} | {c['documents'][0]['token_start']}–{c['documents'][0]['token_end']} |"
         for c in bad_leaks["contaminated"][:20]
     ]
+    found = {(c["eval"], str(c["id"])) for c in bad_leaks["contaminated"]}
+    d.verdict("loader gate, clean mix", loader["ok"], f"gated checks failing: {failing(loader)}")
+    d.verdict(
+        "leak audit, clean mix",
+        leaks["ok"],
+        f"{sum(v['contaminated'] for v in leaks['sets'].values())} contaminated items in {len(leaks['sets'])} sets",
+    )
+    d.verdict(
+        "leak audit, contaminated mix",
+        bad_leaks["ok"],
+        f"{len(found)} items flagged, {sum(1 for e, _ in found if e == PLANTED_SET)} of them {PLANTED_SET} "
+        f"({PLANTED_ITEMS} planted)",
+        expected=False,
+    )
+    d.verdict(
+        "loader gate, copied shard",
+        bad_loader["ok"],
+        f"gated checks failing: {failing(bad_loader)}",
+        expected=False,
+    )
     exposure_rows = [
         "| eval set | id | documents | steps that serve it | servings |",
         "|---|---|---:|---|---:|",
@@ -271,8 +307,8 @@ Loader gate on the clean mix (2 ranks, one epoch): **{"passed" if loader["ok"] e
 ```
 {d.commands[-6]}
 ```
-| check | result | value |
-|---|---|---|
+| check | result | value | what it catches |
+|---|---|---|---|
 {checks(loader)}
 
 Leakage of the bundled held-out sets into the clean mix: **{"none found" if leaks["ok"] else "FOUND"}**.
@@ -303,8 +339,8 @@ better than it is): the loader gate fails (exit 1).
 ```
 {d.commands[-1]}
 ```
-| check | result | value |
-|---|---|---|
+| check | result | value | what it catches |
+|---|---|---|---|
 {checks(bad_loader)}
 """,
     )
@@ -432,6 +468,11 @@ max |loss difference| from the uninterrupted run {pre_delta:.3g}.
             for s in common[:: max(1, len(common) // 8)]
         ),
     )
+    d.verdict(
+        "exact resume after SIGKILL",
+        worst == 0,
+        f"max |loss difference| {worst:.3g} over {len(common)} steps (killed after step {killed_after})",
+    )
     if worst != 0:
         raise OlmaxError(f"the resumed run's loss differs from the uninterrupted run's by {worst}")
     return a, b
@@ -449,6 +490,7 @@ def _step_watch(d: _Demo, run: Path, watcher: subprocess.Popen) -> None:
         raise OlmaxError(f"demo step failed: `{watch_line}` exited {rc}", code=rc or 1)
     records = [json.loads(line) for line in (run / "evals" / "evals.jsonl").read_text().splitlines()]
     rows, worst = watch_rows(records, _metrics(run))
+    d.verdict("eval watch = in-loop evals", worst == 0, f"max |watcher CE - in-loop CE| {worst:.3g}")
     d.add(
         "5. Held-out evals beside the trainer",
         f"""
@@ -530,8 +572,10 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
         expect=(0, 1),
     )
     from olmax.evals.gains import gap_table
+    from olmax.evals.memorization import CHECK_MEANINGS
 
     gains = _read(ev / "gains.json")
+    # the run trained on the clean mix: both checks are expected quiet, a flag is a false alarm
     rows = [
         "| set | subset | CE (nats/token) | perplexity | bits/byte | tokens |",
         "|---|---|---:|---:|---:|---:|",
@@ -540,11 +584,22 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
         f"| {r['eval']} | {r['subset']} | {r['ce']:.4f} | {r['ppl']:.1f} | {r['bpb']:.4f} | {r['tokens']:,} |"
         for r in held
     ]
-    mrows = ["| check | verdict | message |", "|---|---|---|"]
+    mrows = ["| check | verdict | message | what it checks |", "|---|---|---|---|"]
     mrows += [
-        f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {short(v.get('message', ''), 140)} |"
+        f"| {k} | {v.get('status', 'flagged' if v.get('flagged') else 'ok')} | {cell(v.get('message', ''))} "
+        f"| {cell(CHECK_MEANINGS.get(k, ''))} |"
         for k, v in mem["checks"].items()
     ]
+    gain_plots = "\n\n".join(
+        f"![{p.stem}: planted vs clean items per checkpoint](evals/{p.name})"
+        for p in sorted(ev.glob("gains-*.png"))
+    )
+    d.verdict("memorization check", not mem["flagged"], f"exit {rc}; flagged: {mem['flagged']}")
+    d.verdict(
+        "contamination gains (null: clean run)",
+        not grc,
+        f"exit {grc}; planted {PLANTED_SET} items vs the rest, never trained on",
+    )
     d.add(
         "6. Held-out evals and the memorization check",
         f"""
@@ -571,6 +626,8 @@ large a dose the check needs at this scale).
 {d.commands[-1]}
 ```
 {gap_table(gains)}
+
+{gain_plots}
 
 Verdict: **{"FLAGGED" if grc else "not flagged"}** (exit {grc}).
 """,
@@ -599,4 +656,20 @@ def run_demo(
     _step_watch(d, a, watcher)
     _step_evals(d, a, out / "audit")
     d.add("Time", f"The whole demo took {time.monotonic() - d.t0:.0f} s.")
-    return d.write()
+    report = d.write()
+    seconds = time.monotonic() - d.t0
+    print(verdict_summary(d.verdicts, seconds, report.with_suffix(".html")), flush=True)
+    return report
+
+
+def verdict_summary(verdicts: list[Verdict], seconds: float, html: Path) -> str:
+    """The demo's last lines: one verdict a line (ok when the check said what it must), the time, the report."""
+    width = max((len(v.check) for v in verdicts), default=0)
+    good = sum(v.as_expected for v in verdicts)
+    lines = [f"olmax demo: {good} of {len(verdicts)} checks as expected, {seconds:.0f} s"]
+    lines += [
+        f"  {'ok  ' if v.as_expected else 'FAIL'}  {v.check:<{width}}  {v.cell()}: {v.detail}"
+        for v in verdicts
+    ]
+    lines.append(f"report: {html}")
+    return "\n".join(lines)

@@ -1,25 +1,61 @@
-"""The demo's report: the commands it ran and a section per step, rendered as Markdown and HTML, and its plot."""
+"""The demo's report: a verdict table, the commands it ran and a section per step, written as Markdown and as
+HTML rendered from that Markdown, and its plots."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 
 from olmax.atomic import write_text
 
+STYLE = (
+    "body{font-family:sans-serif;max-width:64em;margin:2em auto;padding:0 1em;line-height:1.45}"
+    "pre{background:#f4f4f4;padding:.6em;overflow:auto}code{background:#f4f4f4;padding:0 .2em}"
+    "pre code{padding:0}table{border-collapse:collapse;margin:.6em 0}"
+    "td,th{border:1px solid #ccc;padding:.2em .5em;vertical-align:top}th{background:#fafafa}"
+    "td.pass{background:#dff3df;font-weight:bold}td.fail{background:#f9d6d5;color:#8a1212;font-weight:bold}"
+    "img{max-width:100%}"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One line of the report's opening table: a check the demo makes, what it must say, and what it said."""
+
+    check: str
+    passed: bool  # what the check itself said (True: pass)
+    expected: bool  # what it must say for the demo to be right (False: the demo planted a fault to catch)
+    detail: str
+
+    @property
+    def as_expected(self) -> bool:
+        return self.passed == self.expected
+
+    def cell(self) -> str:
+        said = "pass" if self.passed else "FAIL"
+        if self.expected:
+            return said
+        return f"{said} (as planted)" if self.as_expected else f"{said} (a planted fault MISSED)"
+
 
 class Report:
-    """The demo's record: every command it ran, in order, and one section per step; written as Markdown and
-    a self-contained HTML page."""
+    """The demo's record: every command it ran, in order, a verdict per check and one section per step;
+    written as Markdown (report.md) and a self-contained HTML page (report.html, plots inlined)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.commands: list[str] = []
         self.sections: list[tuple[str, str]] = []
+        self.verdicts: list[Verdict] = []
         self.t0 = time.monotonic()
 
     def command(self, argv: list[str], note: str = "") -> str:
@@ -35,60 +71,71 @@ class Report:
     def add(self, title: str, body: str) -> None:
         self.sections.append((title, body.strip() + "\n"))
 
-    def write(self) -> Path:
-        md = "# olmax demo report\n\n" + "\n".join(f"## {t}\n\n{b}" for t, b in self.sections)
-        md += "\n## Every command, in order\n\n```\n" + "\n".join(self.commands) + "\n```\n"
-        page = [
-            "<!doctype html><meta charset=utf-8><title>olmax demo report</title><style>body{font-family:"
-            "sans-serif;max-width:62em;margin:2em auto;line-height:1.4}pre{background:#f4f4f4;padding:.6em;"
-            "overflow:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em}"
-            "</style><h1>olmax demo report</h1>"
-        ]
-        for title, body in self.sections:
-            page.append(f"<h2>{html.escape(title)}</h2>{md_to_html(body)}")
-        page.append(
-            "<h2>Every command, in order</h2><pre>" + html.escape("\n".join(self.commands)) + "</pre>"
+    def verdict(self, check: str, passed: bool, detail: str, expected: bool = True) -> None:
+        """Record one check for the opening table; `expected=False` for a fault the demo planted."""
+        self.verdicts.append(Verdict(check, bool(passed), expected, detail))
+
+    def markdown(self) -> str:
+        bad = [v.check for v in self.verdicts if not v.as_expected]
+        head = (
+            f"**All {len(self.verdicts)} checks came out as they must.**"
+            if not bad
+            else f"**{len(bad)} of {len(self.verdicts)} checks came out wrong: {', '.join(bad)}.**"
         )
-        write_text(self.out / "report.html", "\n".join(page))
+        rows = ["| check | verdict | what it shows |", "|---|---|---|"]
+        rows += [f"| {cell(v.check)} | {v.cell()} | {cell(v.detail)} |" for v in self.verdicts]
+        md = "# olmax demo report\n\n" + head + "\n\n" + "\n".join(rows) + "\n\n"
+        md += (
+            "A verdict marked *as planted* is a check that must fail: the demo planted that fault "
+            "(contaminated text, a copied shard) for the audit to catch.\n\n"
+        )
+        md += "\n".join(f"## {t}\n\n{b}" for t, b in self.sections)
+        md += "\n## Every command, in order\n\n```\n" + "\n".join(self.commands) + "\n```\n"
+        return md
+
+    def write(self) -> Path:
+        """report.md and report.html (the same text: the HTML is rendered from the Markdown)."""
+        md = self.markdown()
+        marks = {v.cell(): "pass" if v.as_expected else "fail" for v in self.verdicts}
+        page = render_html(md, self.out, marks)
+        write_text(self.out / "report.html", page)
         return write_text(self.out / "report.md", md)
 
 
-def md_to_html(body: str) -> str:
-    """The small Markdown subset the report uses: code fences, pipe tables, images, paragraphs, bullets."""
-    out, lines, i = [], body.splitlines(), 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
-                j += 1
-            out.append("<pre>" + html.escape("\n".join(lines[i + 1 : j])) + "</pre>")
-            i = j + 1
-        elif line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip() for c in lines[i].strip("|").split("|")]
-                if not all(set(c) <= set("-: ") for c in cells):
-                    rows.append("".join(f"<td>{html.escape(c)}</td>" for c in cells))
-                i += 1
-            out.append("<table>" + "".join(f"<tr>{r}</tr>" for r in rows) + "</table>")
-        elif line.startswith("!["):
-            alt, src = line[2:].split("](", 1)
-            out.append(
-                f'<p><img alt="{html.escape(alt)}" src="{html.escape(src.rstrip(")"))}" width=640></p>'
-            )
-            i += 1
-        elif line.startswith("- "):
-            items = []
-            while i < len(lines) and lines[i].startswith("- "):
-                items.append(f"<li>{html.escape(lines[i][2:])}</li>")
-                i += 1
-            out.append("<ul>" + "".join(items) + "</ul>")
-        else:
-            if line.strip():
-                out.append(f"<p>{html.escape(line)}</p>")
-            i += 1
-    return "\n".join(out)
+def cell(text: object) -> str:
+    """`text` as one Markdown table cell: on one line, its pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render_html(md: str, base: Path, marks: dict[str, str] | None = None) -> str:
+    """A standalone HTML page from the report's Markdown (CommonMark + pipe tables, raw HTML escaped): a table
+    cell whose text is a key of `marks` gets that class, else `pass` is highlighted green and a cell starting
+    `FAIL` red; every image under `base` is inlined as a data URI so the page can be moved or mailed alone."""
+    marks = {"pass": "pass", **(marks or {})}
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def decorate(state: StateCore) -> None:
+        tokens = state.tokens
+        for i, tok in enumerate(tokens):
+            if tok.type == "td_open" and i + 1 < len(tokens) and tokens[i + 1].type == "inline":
+                text = tokens[i + 1].content.strip()
+                mark = marks.get(text) or ("fail" if text.startswith("FAIL") else None)
+                if mark:
+                    tok.attrJoin("class", mark)
+            for child in tok.children or ():
+                if child.type == "image":
+                    src = str(child.attrGet("src") or "")
+                    path = base / src
+                    if src and not src.startswith(("data:", "http:", "https:")) and path.is_file():
+                        data = base64.b64encode(path.read_bytes()).decode()
+                        child.attrSet("src", f"data:image/png;base64,{data}")
+
+    parser.core.ruler.push("olmax_report", decorate)
+    title = md.splitlines()[0].lstrip("# ").strip() if md else "report"
+    return (
+        f"<!doctype html>\n<html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head>\n<body>\n{parser.render(md)}</body></html>\n"
+    )
 
 
 def short(v: object, n: int = 90) -> str:

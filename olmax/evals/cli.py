@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
@@ -34,8 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         metavar="NAME=PATH",
-        help="held-out set: jsonl[.gz|.zst], .arrow, .parquet, a datasets folder, or a bundled "
-        "name (sciq, arc_easy, ...); repeatable",
+        help="held-out set: NAME=PATH, a bare PATH (named by its file name up to the first dot, as "
+        "`olmax audit leaks` names it) or a bundled name (sciq, arc_easy, ...). PATH: jsonl[.gz|.zst], "
+        ".arrow, .parquet, a datasets folder, or an OLMo-core raw token file (.npy: documents ended by "
+        "EOS, scored as OLMo-core's LM evaluator); olmo-core:v3-small-ppl-validation: OLMo-core's 11 "
+        "perplexity sets under --base-dir; repeatable",
+    )
+    h.add_argument(
+        "--base-dir",
+        default=None,
+        help="folder holding OLMo-core's eval-data/perplexity/ (for --eval olmo-core:...)",
     )
     h.add_argument(
         "--tokenizer",
@@ -46,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seq-len",
         type=int,
         default=None,
-        help="instance length L (default min(2048, the model's max_position_embeddings))",
+        help="instance length L (default: a training run's data.seq_len, else min(2048, the model's "
+        "max_position_embeddings))",
     )
     h.add_argument("--batch-size", type=int, default=8)
     h.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
@@ -69,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="METRICS.jsonl",
         help="also append the records to this metrics.jsonl (as the trainer does)",
     )
+    h.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
     h.add_argument("--out", required=True, help="report JSON (written atomically)")
     h.set_defaults(func=locked_out(_heldout, "olmax eval heldout"))
 
@@ -142,6 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check 6: eval set scored at every committed checkpoint of the run; repeatable",
     )
     m.add_argument("--eval-limit", type=int, default=None, help="check 6: first N documents of each set")
+    m.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
     m.add_argument(
         "--eval-tokenizer",
         default=None,
@@ -219,6 +229,11 @@ mounted path.""",
         default=[],
         metavar="NAME[=PATH]",
         help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets",
+    )
+    w.add_argument(
+        "--base-dir",
+        default=None,
+        help="folder holding OLMo-core's eval-data/perplexity/ (default: the run's train.eval_base_dir)",
     )
     w.add_argument(
         "--limit",
@@ -313,6 +328,17 @@ def _resolve_tokenizer(arg: str | None, checkpoint: str):
     return load_tokenizer(str(tokenizer_path(arg)))
 
 
+def _default_seq_len(checkpoint: str, model) -> int:
+    """A training run's data.seq_len (the in-loop eval's, OLMo-core's eval length), else min(2048, context)."""
+    from olmax.train.config import load_run_config
+    from olmax.train.export import run_checkpoint
+
+    found = run_checkpoint(checkpoint)
+    if found is not None:
+        return load_run_config(found[0]).data.seq_len
+    return min(2048, model.cfg.max_position_embeddings)
+
+
 def _heldout(args: argparse.Namespace) -> int:
     from olmax.evals.heldout import prepare_eval_sets, run_heldout, summary
     from olmax.evals.scoring import load_model
@@ -321,7 +347,7 @@ def _heldout(args: argparse.Namespace) -> int:
 
     model = load_model(args.checkpoint, args.dtype)
     tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
-    seq_len = args.seq_len or min(2048, model.cfg.max_position_embeddings)
+    seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
     leaks = contaminated_ids(read_json(args.leaks, "an `olmax audit leaks` report")) if args.leaks else None
     sets = prepare_eval_sets(
         args.eval,
@@ -332,12 +358,15 @@ def _heldout(args: argparse.Namespace) -> int:
         contaminated=leaks,
         prefix_eos=not args.olmo_core_instances,
         vocab_size=model.cfg.vocab_size,
+        base_dir=args.base_dir,
     )
     records = run_heldout(
-        model, sets, step=args.step, batch_size=args.batch_size, progress=sys.stderr.isatty()
+        model, sets, step=args.step, batch_size=args.batch_size, progress=not args.no_progress
     )
+    step = checkpoint_step(args.checkpoint)
     report = {
         "checkpoint": str(args.checkpoint),
+        "checkpoint_step": step,
         "tokenizer": tok.path,
         "seq_len": seq_len,
         "dtype": args.dtype,
@@ -347,9 +376,35 @@ def _heldout(args: argparse.Namespace) -> int:
     write_json(args.out, report)
     if args.append_metrics:
         append_jsonl(args.append_metrics, records)
+    print(f"scored {args.checkpoint}: {_step_words(step)}")
     print(summary(records))
     print(f"wrote {args.out}")
     return 0
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The training step a checkpoint holds: a run folder's newest committed step, a `checkpoints/<step>`
+    folder's, an exported model's provenance (olmax_export.json); None when unknown (an outside model)."""
+    import json
+    from pathlib import Path
+
+    from olmax.train.checkpoint import complete_steps
+    from olmax.train.export import run_checkpoint
+
+    found = run_checkpoint(path)
+    if found is not None:
+        run, step = found
+        have = complete_steps(Path(run) / "checkpoints")
+        return step if step is not None else (max(have) if have else None)
+    prov = Path(path) / "olmax_export.json"
+    try:
+        return int(json.loads(prov.read_text())["step"]) if prov.is_file() else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _step_words(step: int | None) -> str:
+    return f"checkpoint step {step}" if step is not None else "step unknown (not an olmax run or export)"
 
 
 def _memorization(args: argparse.Namespace) -> int:
@@ -377,9 +432,11 @@ def _memorization(args: argparse.Namespace) -> int:
             evals=tuple(args.eval),
             eval_limit=args.eval_limit,
             tokenizer=args.eval_tokenizer,
+            progress=not args.no_progress,
         )
     )
     write_json(args.out, report)
+    print(f"scored {report['checkpoint'] or 'no checkpoint (checks 1, 4 and 5 skipped)'}")
     print(summary(report))
     print(f"wrote {args.out}")
     return 1 if report["flagged"] else 0
@@ -425,6 +482,7 @@ def _watch(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             dtype=args.dtype,
             text_field=args.text_field,
+            base_dir=args.base_dir,
             leaks=args.leaks,
             lm_eval=tuple(args.lm_eval),
             lm_eval_limit=args.lm_eval_limit,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from olmax.data.loader import stream_index
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -126,22 +127,60 @@ def attach_mix(
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
-    index = stream.open_index(seq_len=exp.seq_len)
+    index = stream_index(stream, seq_len=exp.seq_len)
     ids, count = exp.instance_id, exp.count
     if unseen_per_source:
         rng = np.random.default_rng(seed)
-        listed = set(ids.tolist())
+        listed = np.unique(ids)
         extra = []
-        src_all = index.source_ids(np.arange(index.num_instances))
         for s in np.unique(index.source_ids(ids)) if ids.size else []:
-            pool = np.setdiff1d(np.flatnonzero(src_all == s), np.fromiter(listed, np.int64))
-            extra.append(rng.choice(pool, size=min(unseen_per_source, pool.size), replace=False))
+            pool = UnseenPool(index, int(s), listed)
+            # choice(n) draws the same positions as choice(pool_array) would, without the array
+            picks = rng.choice(pool.size, size=min(unseen_per_source, pool.size), replace=False)
+            extra.append(pool.at(np.asarray(picks, np.int64)))
         if extra:
             new = np.concatenate(extra).astype(np.int64)
             ids, count = np.concatenate([ids, new]), np.concatenate([count, np.zeros(new.size, np.int64)])
     source = np.asarray(index.label_names)[index.source_ids(ids)]
     tokens = read_instance_tokens(index, ids)
     return Exposure(ids, count, source, tokens, exp.seq_len, stream.mix, exp.step, exp.path)
+
+
+class UnseenPool:
+    """The sorted instance ids of source `source` that are not in `listed` (sorted, distinct), by rank,
+    without materializing them: a source's instances are its files' contiguous id ranges, so the k-th is
+    found by two binary searches (memory: the source's file table and `listed`, never N)."""
+
+    def __init__(self, index, source: int, listed: np.ndarray):
+        from olmax.data.packing import PackedIndex
+
+        if isinstance(index, PackedIndex):  # packed instances mix files: list this source's rows directly
+            ids = np.arange(index.num_instances)
+            self._ids = np.setdiff1d(ids[index.source_ids(ids) == source], listed)
+            self.size = int(self._ids.size)
+            return
+        self._ids = None
+        files = np.flatnonzero(index.file_label_ids == source)
+        counts = index.counts[files]
+        self._first = index.offsets[files]  # first id of each of the source's files (increasing)
+        self._ends = np.cumsum(counts)  # rank just past each file's instances, within the source
+        mine = listed[index.source_ids(listed) == source] if listed.size else listed
+        pos = self._rank_in_source(mine)  # ranks of the listed ids within the source (sorted)
+        self._skip = pos - np.arange(pos.size)  # unseen ranks before each listed one
+        self.size = int(self._ends[-1] if self._ends.size else 0) - int(mine.size)
+
+    def _rank_in_source(self, ids: np.ndarray) -> np.ndarray:
+        f = np.searchsorted(self._first, ids, side="right") - 1
+        return np.r_[0, self._ends][f] + (ids - self._first[f])
+
+    def at(self, ranks: np.ndarray) -> np.ndarray:
+        """int64 ids of the pool's elements at `ranks` (0-based positions in the sorted pool)."""
+        if self._ids is not None:
+            return self._ids[ranks].astype(np.int64)
+        q = ranks + np.searchsorted(self._skip, ranks, side="right")  # rank within the whole source
+        f = np.searchsorted(self._ends, q, side="right")
+        start = np.r_[0, self._ends][f]
+        return (self._first[f] + (q - start)).astype(np.int64)
 
 
 def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:

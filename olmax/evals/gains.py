@@ -297,10 +297,11 @@ def run_steps(run_dir: str | Path, chosen: Sequence[int] = ()) -> list[int]:
 
 def score_run(inp: GainsInputs) -> list[SetScores]:
     """Load the sets, then score every item at every chosen checkpoint of the run."""
+    from olmax.data.evalspec import parse_eval_specs
     from olmax.evals.heldout import prepare_eval_set
     from olmax.evals.hook import eval_tokenizer
     from olmax.evals.run_dir import load_run_model
-    from olmax.evals.sets import contaminated_ids, load_eval_set, parse_eval_spec
+    from olmax.evals.sets import contaminated_ids, join_leaks, load_eval_set
     from olmax.jsonio import read_json
     from olmax.train.config import load_run_config
 
@@ -310,8 +311,15 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     tok = eval_tokenizer(inp.tokenizer)
     leaks = contaminated_ids(read_json(inp.leaks, "an `olmax audit leaks` report"))
     exposure = read_json(inp.exposure, "an `olmax audit exposure` report") if inp.exposure else None
+    specs = parse_eval_specs(inp.evals)
+    for spec in specs:
+        if spec.tokens:
+            raise OlmaxError(
+                f"--eval {spec.spec}: a token file has no items to compare; give a set of records"
+            )
+    join_leaks(leaks, [s.name for s in specs])
     sets = []
-    for name, path in (parse_eval_spec(s) for s in inp.evals):
+    for name, path in ((s.name, s.source) for s in specs):
         es = load_eval_set(name, path, text_field=inp.text_field, limit=inp.limit)
         ps = prepare_eval_set(
             es, tok, seq_len, drop_ids=leaks.get(name, set()), vocab_size=cfg.model.vocab_size
@@ -322,9 +330,9 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
         exp = exposure_counts(exposure, es, name) if exposure is not None else None
         sets.append((es, ps, choices, contaminated, exp))
     per_step = []
-    for step in steps:
-        if inp.progress:
-            print(f"eval gains: scoring step {step}", flush=True)
+    from tqdm import tqdm
+
+    for step in tqdm(steps, desc="eval gains", unit="checkpoint", disable=not inp.progress):
         model, _ = load_run_model(inp.run, step, inp.dtype)
         per_step.append([score_items(model, ps, ch, inp.batch_size) for _, ps, ch, _, _ in sets])
     out = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from olmax.atomic import locked_out
 
@@ -28,6 +27,7 @@ def register_gains(ev_sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
     )
     g.add_argument("--run", required=True, help="training run folder (config.yaml + checkpoints/)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (on stderr)")
     g.add_argument("--leaks", required=True, help="`olmax audit leaks` report naming the contaminated items")
     g.add_argument(
         "--eval",
@@ -106,10 +106,12 @@ def _gains(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         dtype=args.dtype,
         plot_dir=args.plot_dir,
-        progress=sys.stderr.isatty(),
+        progress=not args.no_progress,
     )
     report = run_gains(inp, thresholds=Thresholds.parse(list(args.threshold)))
     write_json(args.out, report)
+    steps = sorted({s for block in report.get("sets", {}).values() for s in block.get("steps", [])})
+    print(f"scored {args.run} at checkpoint step(s) {', '.join(map(str, steps)) or 'none'}")
     print(summary(report))
     print(f"wrote {args.out}")
     return 1 if report["verdict"]["flagged"] else 0

@@ -2,10 +2,12 @@
 
 `olmax train` calls `hook(EvalContext(step, model, mesh, run_dir, config))` every `train.eval_every`
 steps and merges the returned floats into that step's metrics.jsonl record as `eval/<set>/<metric>`
-(metrics: ce, ppl, bpb, tokens; `<set>/clean/...` for clean subsets). Sets are tokenized once, when the
+(metrics: ce, ppl, bpb, tokens; `<set>/clean/...` for clean subsets; an OLMo-core token set also under
+OLMo-core's names, `lm/<label>/CE loss` and `lm/<label>/PPL`: olmax.evals.heldout.metric_values). Sets are tokenized once, when the
 hook is built; each call only scores (`run_heldout`), reusing one compiled function across steps.
 
-Which sets: the config's `train.eval_sets` (bundled names or NAME=PATH), else `$OLMAX_EVAL_SETS`
+Which sets: the config's `train.eval_sets` (as `--eval`: olmax.data.evalspec; OLMo-core suites under
+`train.eval_base_dir`), else `$OLMAX_EVAL_SETS`
 (`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and `arc_easy` sets; `train.eval_limit`,
 else `$OLMAX_EVAL_LIMIT`, documents of each (default 64, 0: all); tokenizer `$OLMAX_EVAL_TOKENIZER`, else
 dolma2; instance length = data.seq_len.
@@ -22,13 +24,11 @@ DEFAULT_SETS = ("sciq", "arc_easy")
 
 def flatten(records: list[dict]) -> dict[str, float]:
     """`run_heldout` records -> the flat floats a metrics.jsonl train record carries."""
-    from olmax.evals.heldout import record_name
+    from olmax.evals.heldout import metric_values
 
     out: dict[str, float] = {}
     for r in records:
-        key = record_name(r)
-        for metric in ("ce", "ppl", "bpb", "tokens"):
-            out[f"{key}/{metric}"] = r[metric]
+        out.update(metric_values(r))
     return out
 
 
@@ -81,7 +81,12 @@ def train_hook(
     if batch_size is None:
         batch_size = eval_batch_size(cfg.data.seq_len, cfg.model.vocab_size)
     prepared = prepare_eval_sets(
-        specs, tok, cfg.data.seq_len, limit=limit or None, vocab_size=cfg.model.vocab_size
+        specs,
+        tok,
+        cfg.data.seq_len,
+        limit=limit or None,
+        vocab_size=cfg.model.vocab_size,
+        base_dir=getattr(getattr(cfg, "train", None), "eval_base_dir", None),
     )
 
     def hook(ctx: Any) -> dict[str, float]:

@@ -31,10 +31,17 @@ class Instances:
     mask: np.ndarray  # float32 (N, L): 1 where the target is a real token, 0 on padding and the last column
     n_bytes: np.ndarray  # int64 (N,): UTF-8 bytes of the text the scored targets spell
     truncated: np.ndarray  # bool (N,): the document did not fit in L
+    weights: np.ndarray | None = None  # int64 (N,): what a row's CE is divided by; None: its scored targets
 
     @property
     def n_tokens(self) -> np.ndarray:
+        """Scored targets per row."""
         return self.mask.sum(axis=1).astype(np.int64)
+
+    @property
+    def denominators(self) -> np.ndarray:
+        """Per row, what its summed CE counts for in the token-weighted mean (olmax.evals.olmo_core_ppl)."""
+        return self.n_tokens if self.weights is None else self.weights
 
 
 def build_instances(

@@ -39,6 +39,7 @@ from olmax.evals.model_checks import (
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 __all__ = [
+    "CHECK_MEANINGS",
     "Thresholds",
     "check_contaminated",
     "check_exposure",
@@ -51,6 +52,17 @@ __all__ = [
     "run_memorization",
     "summary",
 ]
+
+
+# The six checks in one line each (the demo's report prints them beside the verdicts).
+CHECK_MEANINGS = {
+    "gap": "over the eval steps, the train-loss drop that held-out loss does not share",
+    "reference": "the train-loss gain over a reference run that held-out loss does not share",
+    "exposure": "loss on training instances served repeatedly vs never-served instances of the same source",
+    "extract": "greedy continuation of 32-token prefixes: exact matches on repeated vs unrepeated instances",
+    "train_vs_unseen": "the logged train loss vs the checkpoint's loss on mix text it never saw",
+    "contaminated": "leaked eval items' CE gain vs the set's clean items', beyond a 95% bootstrap interval",
+}
 
 
 def check_gap(run: Curves, th: Thresholds) -> dict:
@@ -193,8 +205,10 @@ def memorization_report(
     batch_size: int = 8,
     pad_id: int = 0,
     gains: dict | None = None,
+    progress: bool = False,
 ) -> dict:
-    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6)."""
+    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6).
+    `progress`: a tqdm bar over the three checks that score the model (the long part)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
@@ -213,17 +227,25 @@ def memorization_report(
             "no model (--checkpoint)"
         )
     else:
-        checks["exposure"] = check_exposure(
-            model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
-        )
-        checks["extract"] = check_extraction(
-            model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
-        )
-        checks["train_vs_unseen"] = (
-            check_train_vs_unseen(model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size)
-            if run is not None
-            else skipped_check("no run metrics")
-        )
+        from tqdm import tqdm
+
+        with tqdm(total=3, desc="memorization checks", unit="check", disable=not progress) as bar:
+            checks["exposure"] = check_exposure(
+                model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
+            )
+            bar.update(1)
+            checks["extract"] = check_extraction(
+                model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
+            )
+            bar.update(1)
+            checks["train_vs_unseen"] = (
+                check_train_vs_unseen(
+                    model, run, exposure, th, per_stratum=per_stratum, batch_size=batch_size
+                )
+                if run is not None
+                else skipped_check("no run metrics")
+            )
+            bar.update(1)
     checks["contaminated"] = (
         check_contaminated(gains, th)
         if gains is not None
@@ -267,6 +289,7 @@ class MemorizationInputs:
     gains: str | None = None
     leaks: str | None = None  # `olmax audit leaks` report
     evals: tuple[str, ...] = ()  # NAME or NAME=PATH, as `olmax eval heldout --eval`
+    progress: bool = False  # tqdm bars on the scoring
     eval_limit: int | None = None  # first N documents of each set
     tokenizer: str | None = None  # for the eval sets; None: $OLMAX_EVAL_TOKENIZER, else dolma2
 
@@ -320,6 +343,7 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         batch_size=inp.batch_size,
         pad_id=pad_id,
         gains=gains,
+        progress=inp.progress,
     )
     report = {
         "run": str(run_dir),
@@ -359,6 +383,7 @@ def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
             batch_size=inp.batch_size,
             tokenizer=inp.tokenizer,
             dtype=inp.dtype,
+            progress=inp.progress,
         )
     )
     return gains_report(scores)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from olmax.data.loader import open_loader, resolve_mix
 from olmax.errors import OlmaxError
 from olmax.evals.exposure import Exposure, read_instance_tokens
 
@@ -59,9 +60,9 @@ def replay_exposure(
     from olmax.train.config import load_run_config
 
     d = load_run_config(run_dir).data
-    d = d.replace(mix=d.resolve_mix())  # resolved once: "demo" becomes the prepared mix file's path
+    d = d.replace(mix=resolve_mix(d))  # resolved once: "demo" becomes the prepared mix file's path
     mix = d.mix
-    loader = d.open_loader(process_index=0, process_count=1)
+    loader = open_loader(d, process_index=0, process_count=1)
     index = loader.index
     if step * d.global_batch_size > max_instances:
         raise OlmaxError(

@@ -11,9 +11,8 @@ contaminated document by either id.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from olmax.errors import OlmaxError
@@ -45,16 +44,6 @@ class EvalSet:
         return len(self.ids)
 
 
-def parse_eval_spec(spec: str) -> tuple[str, str]:
-    """`NAME=PATH` → (NAME, PATH); a bare bundled name or path names itself (file stem for paths)."""
-    if "=" in spec:
-        name, path = spec.split("=", 1)
-        if not name or not path:
-            raise OlmaxError(f"--eval {spec!r}: expected NAME=PATH (or a bundled set name)")
-        return name, path
-    return Path(spec.rstrip("/")).name.split(".")[0] if "/" in spec else spec, spec
-
-
 def load_eval_set(name: str, path: str, text_field: str = "text", limit: int | None = None) -> EvalSet:
     """Read set `name` from `path` (jsonl[.gz|.zst], .arrow, .parquet, a glob, a `datasets` folder, a folder
     of these, or a bundled set's short name). `limit` keeps the first documents only."""
@@ -75,16 +64,28 @@ def load_eval_set(name: str, path: str, text_field: str = "text", limit: int | N
 
 
 def contaminated_ids(leaks_report: Mapping[str, Any]) -> dict[str, set[str]]:
-    """{eval name: ids} from an audit leaks report (`"contaminated": [{"eval": NAME, "id": ID, ...}]`)."""
+    """{eval name: contaminated ids} for every set an `olmax audit leaks` report audited (its "sets", a
+    set with no contaminated item mapping to an empty set), from its `"contaminated": [{"eval", "id"}]`."""
     rows = leaks_report.get("contaminated")
     if not isinstance(rows, list):
         raise OlmaxError(
             'leaks report has no "contaminated" list; pass the JSON of `olmax audit leaks --out`'
         )
-    out: dict[str, set[str]] = {}
+    audited = leaks_report.get("sets")
+    out: dict[str, set[str]] = {str(k): set() for k in audited} if isinstance(audited, Mapping) else {}
     for r in rows:
         out.setdefault(str(r["eval"]), set()).add(str(r["id"]))
     return out
+
+
+def join_leaks(contaminated: Mapping[str, set[str]], names: Sequence[str]) -> None:
+    """Refuse a leak list that names none of the eval sets given: its clean subsets would be the whole sets."""
+    if names and not set(contaminated) & set(names):
+        raise OlmaxError(
+            f"--leaks: the report's sets ({', '.join(sorted(contaminated)) or 'none'}) match none of the "
+            f"eval sets given ({', '.join(names)}); give each set the name the audit gave it "
+            "(NAME=PATH, or the same bare path / bundled name as `olmax audit leaks --eval`)"
+        )
 
 
 def clean_rows(eval_set: EvalSet, drop_ids: set[str]) -> list[int]:

@@ -55,6 +55,7 @@ class WatchSettings:
     batch_size: int | None = None  # None: the in-loop hook's
     dtype: str | None = None  # compute dtype; None: the run's model.dtype
     text_field: str = "text"
+    base_dir: str | None = None  # OLMo-core's eval-data folder; None: train.eval_base_dir
     leaks: str | None = None  # `olmax audit leaks` report: clean-subset records too
     lm_eval: tuple[str, ...] = ()  # lm-eval task names, scored through the olmax adapter
     lm_eval_limit: float | None = None
@@ -126,6 +127,7 @@ def prepare(settings: WatchSettings) -> Job:
         limit=limit or None,
         contaminated=leaks,
         vocab_size=cfg.model.vocab_size,
+        base_dir=settings.base_dir or getattr(cfg.train, "eval_base_dir", None),
     )
     # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
     # batch shape keeps the numbers bitwise those of the trainer's records)
@@ -212,35 +214,6 @@ def reached_target(job: Job) -> bool:
 
     seen = [r["step"] for r in job.records] + complete_steps(job.run / "checkpoints")
     return bool(seen) and max(seen) >= job.target
-
-
-def restore_model(job: Job, step: int):
-    """The model of checkpoint `step` (params only, read-only: `checkpoint.read_params`), or None when the
-    step is gone (retention). OlmaxError when it holds another model than the run config's."""
-    from flax import nnx
-
-    from olmax.train.checkpoint import complete_steps, error_line, read_params
-    from olmax.train.step import model_graphdef
-
-    step_dir = job.run / "checkpoints" / str(step)
-    graphdef, abstract = model_graphdef(job.model_cfg)
-    try:
-        params = read_params(step_dir, abstract)
-    except OlmaxError as e:
-        if step not in complete_steps(job.run / "checkpoints"):
-            return None  # gone while its metadata was read
-        raise OlmaxError(
-            f"{e}: a checkpoint of another model than the run's config "
-            f"({job.run / 'config.yaml'}); evaluate it with its own run folder"
-        ) from e
-    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report a missing file in many ways
-        if step not in complete_steps(job.run / "checkpoints"):
-            return None
-        raise OlmaxError(
-            f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}); it is committed, so it is "
-            "damaged: move it aside and rerun"
-        ) from e
-    return nnx.merge(graphdef, params)
 
 
 def evaluate_step(job: Job, model, step: int) -> list[dict]:
@@ -384,14 +357,13 @@ def open_tensorboard(job: Job):
 
 
 def tensorboard_scalars(tb, records: list[dict]) -> None:
-    from olmax.evals.heldout import record_name
+    from olmax.evals.heldout import metric_values
 
     for r in records:
         if r.get("kind") == "heldout":
-            name = record_name(r)
-            for metric in ("ce", "ppl", "bpb"):
-                if r.get(metric) is not None:
-                    tb.add_scalar(f"eval/{name}/{metric}", r[metric], r["step"])
+            for key, value in metric_values(r).items():
+                if not key.endswith("/tokens"):
+                    tb.add_scalar(f"eval/{key}", value, r["step"])
         elif r.get("kind") == "lm_eval":
             for metric, value in r["metrics"].items():
                 tb.add_scalar(f"lm_eval/{r['task']}/{metric.split(',')[0]}", value, r["step"])
@@ -405,11 +377,12 @@ def stderr_log(message: str) -> None:
 def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
     """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
     from olmax.evals.heldout import record_name
+    from olmax.train.export import read_step_model
 
     steps = pending_steps(job)
     for step in steps:
         t0 = time.perf_counter()
-        model = restore_model(job, step)
+        model = read_step_model(job.run, step, job.model_cfg, gone_ok=True)
         if model is None:
             reason = "removed (checkpoint retention) before it was evaluated"
             commit(job, [{"kind": "skipped", "step": step, "reason": reason}])

@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train to the absolute step --steps, resuming from the newest complete checkpoint in "
         "--run-dir when there is one (the same command finishes a killed run or extends a finished one). "
         "Writes RUN_DIR/metrics.jsonl (one JSON object per step), RUN_DIR/tb (TensorBoard), "
-        "RUN_DIR/config.yaml and RUN_DIR/checkpoints. The device count comes from JAX; the global batch "
+        "RUN_DIR/config.yaml, RUN_DIR/history.jsonl and RUN_DIR/checkpoints. On resume the run's own "
+        "config.yaml is the default and the flags and overrides apply to it: a change of the data stream "
+        "or the model is refused, any other change is listed and recorded in history.jsonl "
+        "(docs/runs.md). The device count comes from JAX; the global batch "
         "and data order never depend on it. Overrides are area.key=value (model, data, optim, mesh, "
         "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2.",
     )
@@ -31,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print the resolved config, params, FLOPs/token, steps and tokens, then exit",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--json", action="store_true", help="end with the run's summary as one JSON line, not the table"
+    )
     p.add_argument(
         "--coordinator",
         default=os.environ.get("OLMAX_COORDINATOR"),
@@ -99,11 +105,48 @@ def _eval_hook(cfg):
     return train_hook(cfg)
 
 
+def _resume_config(cfg, args: argparse.Namespace):
+    """On resume the run's saved config is the default: the command line's overrides apply to it, and the
+    --config file's own differing settings are ignored (said on stderr), all but train.steps, the
+    command's target. A fresh run uses `cfg`."""
+    import dataclasses
+    from pathlib import Path
+
+    from olmax.train import runrecord
+    from olmax.train.config import absolute_paths, load_config, load_run_config
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / runrecord.CONFIG).is_file() or not runrecord.has_checkpoint(run_dir):
+        return cfg
+    saved = str(run_dir / runrecord.CONFIG)
+    # the saved paths are read against the run folder, the command line's against the current one
+    resumed = absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
+    # the step to train to is the command's (--steps, else the --config file's), not a setting of the
+    # run: rerunning the original command after a shorter --steps run finishes it
+    resumed = resumed.replace(train=dataclasses.replace(resumed.train, steps=cfg.train.steps))
+    ignored = runrecord.changes(resumed, absolute_paths(cfg))
+    args.resume_note = (
+        f"olmax train: resuming {run_dir}: its {runrecord.CONFIG} is the default, so --config "
+        f"{args.config}'s differing setting(s) are not used: {_some(list(ignored))} (pass an override "
+        "to change one)"
+        if ignored
+        else ""
+    )
+    return resumed
+
+
+def _some(names: list[str], n: int = 8) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def run(args: argparse.Namespace) -> int:
+    from olmax.data.loader import resolve_mix
     from olmax.errors import OlmaxError
     from olmax.train.config import load_config
 
     cfg = load_config(args.config, _overrides(args))
+    if args.run_dir and not args.dry_run:
+        cfg = _resume_config(cfg, args)
     if args.dry_run:
         from olmax.train.loop import dry_run
 
@@ -123,7 +166,15 @@ def run(args: argparse.Namespace) -> int:
     # run share the directory, and process 0 holds the lock for them all)
     lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
-        summary = train(cfg, args.run_dir, eval_hook=_eval_hook(cfg))
+        resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
+        summary = train(
+            cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")
+        )
     if jax.process_index() == 0:
-        print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
+        if args.json:
+            print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
+        elif summary.get("last"):
+            from olmax.train.loop import summary_table
+
+            print(summary_table(summary), flush=True)
     return 0

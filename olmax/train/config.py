@@ -10,6 +10,7 @@ default. `dump_yaml` writes the fully resolved config, which `load_config` reads
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -69,7 +70,8 @@ class TrainConfig:
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
     eval_sets: tuple[
         str, ...
-    ] = ()  # bundled names or NAME=PATH; (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    ] = ()  # as --eval (olmax.data.evalspec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    eval_base_dir: str | None = None  # folder holding OLMo-core's eval-data/ (for olmo-core:... sets)
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
@@ -158,39 +160,77 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: type, values: dict, where: str) -> Any:
+def _closest(key: str, names: set[str]) -> str:
+    """ " (did you mean X?)" for the valid name closest to a mistyped `key`, or "": an abbreviation by
+    initials (learning_rate for lr), else difflib's closest spelling, else a name the key contains."""
+    import difflib
+
+    initials = "".join(part[:1] for part in key.split("_"))
+    near = [n for n in sorted(names) if len(key.split("_")) > 1 and n == initials]
+    near = near or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+    near = near or sorted(n for n in names if len(n) > 2 and (n in key or key in n))
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
+def _unknown(
+    where: str, area: str, unknown: list[str], names: set[str], origins: dict[str, str]
+) -> OlmaxError:
+    """The error for keys `area` does not have: named by the override that set one, else by the file."""
+    for k in unknown:
+        if f"{area}.{k}" in origins:
+            return OlmaxError(
+                f"override {origins[f'{area}.{k}']}: {area} has no key {k!r}{_closest(k, names)}; "
+                f"valid: {', '.join(sorted(names))}"
+            )
+    hint = _closest(unknown[0], names) if len(unknown) == 1 else ""
+    return OlmaxError(
+        f"{where}: unknown key(s) {', '.join(unknown)}{hint}; valid: {', '.join(sorted(names))}"
+    )
+
+
+def _at(where: str, area: str, key: str, origins: dict[str, str]) -> str:
+    """Where a field's value came from, for its error: the override that set it, else the file's key."""
+    return f"override {origins[f'{area}.{key}']}" if f"{area}.{key}" in origins else f"{where}.{key}"
+
+
+def _build(cls: type, values: dict, where: str, area: str = "", origins: dict[str, str] | None = None) -> Any:
+    origins = origins or {}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise OlmaxError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+        raise _unknown(where, area, unknown, names, origins)
+    kwargs = {k: _coerce(v, hints[k], _at(where, area, k, origins)) for k, v in values.items()}
     try:
         return cls(**kwargs)
     except OlmaxError as e:
         raise OlmaxError(f"{where}: {e}") from None
 
 
-def _build_model(values: dict, where: str) -> tuple[ModelConfig, str]:
+def _build_model(values: dict, where: str, origins: dict[str, str] | None = None) -> tuple[ModelConfig, str]:
+    origins = origins or {}
     values = dict(values)
     preset = values.pop("preset", "olmo3_7b")
     if preset not in PRESETS:
-        raise OlmaxError(f"{where}.preset: unknown model preset {preset!r}; choose from {', '.join(PRESETS)}")
+        at = _at(where, "model", "preset", origins)
+        raise OlmaxError(f"{at}: unknown model preset {preset!r}; choose from {', '.join(PRESETS)}")
     hints = typing.get_type_hints(ModelConfig)
     names = {f.name for f in dataclasses.fields(ModelConfig)} - {"extra_hf"}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise OlmaxError(
-            f"{where}: unknown model key(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}"
-        )
+        raise _unknown(where, "model", unknown, names | {"preset"}, origins)
     overrides: dict[str, Any] = {}
     for k, v in values.items():
         if k == "rope_scaling":
-            overrides[k] = None if v is None else _build(YarnConfig, dict(v), f"{where}.rope_scaling")
+            overrides[k] = (
+                None
+                if v is None
+                else _build(YarnConfig, dict(v), f"{where}.rope_scaling", "model.rope_scaling", origins)
+            )
         elif k == "layer_types":
             overrides[k] = tuple(v or ())
         else:
-            overrides[k] = _coerce(v, hints[k], f"{where}.{k}")
+            overrides[k] = _coerce(v, hints[k], _at(where, "model", k, origins))
     if "n_layers" in overrides and "layer_types" not in overrides:
         overrides["layer_types"] = ()
     try:
@@ -199,16 +239,21 @@ def _build_model(values: dict, where: str) -> tuple[ModelConfig, str]:
         raise OlmaxError(f"{where}: {e}") from e
 
 
-def from_dict(raw: dict, where: str = "config") -> ExperimentConfig:
-    """Build and validate an ExperimentConfig from nested plain dicts."""
+def from_dict(raw: dict, where: str = "config", origins: dict[str, str] | None = None) -> ExperimentConfig:
+    """Build and validate an ExperimentConfig from nested plain dicts. `origins` maps a dotted key
+    (`optim.lr`) to the command-line override that set it, so its errors name the override, not the file."""
     raw = dict(raw)
-    unknown = sorted(set(raw) - {"name", "model", *_AREAS})
+    origins = origins or {}
+    sections = {"name", "model", *_AREAS}
+    unknown = sorted(set(raw) - sections)
     if unknown:
+        by = [o for k, o in origins.items() if k.split(".", 1)[0] in unknown]
         raise OlmaxError(
-            f"{where}: unknown section(s) {', '.join(unknown)}; valid: name, model, {', '.join(_AREAS)}"
+            f"{f'override {by[0]}' if by else where}: unknown section(s) {', '.join(unknown)}"
+            f"{_closest(unknown[0], sections)}; valid: name, model, {', '.join(_AREAS)}"
         )
-    model, preset = _build_model(raw.get("model") or {}, f"{where}: model")
-    areas = {k: _build(cls, dict(raw.get(k) or {}), f"{where}: {k}") for k, cls in _AREAS.items()}
+    model, preset = _build_model(raw.get("model") or {}, f"{where}: model", origins)
+    areas = {k: _build(cls, dict(raw.get(k) or {}), f"{where}: {k}", k, origins) for k, cls in _AREAS.items()}
     cfg = ExperimentConfig(name=str(raw.get("name", "run")), model=model, model_preset=preset, **areas)
     validate(cfg, where)
     return cfg
@@ -241,21 +286,32 @@ def run_config_path(run_dir: str | Path) -> str:
 
 
 def load_run_config(run_dir: str | Path) -> ExperimentConfig:
-    """The resolved config of a run folder of `olmax train` (`run_config_path`)."""
-    return load_config(run_config_path(run_dir))
+    """The resolved config of a run folder of `olmax train` (`run_config_path`), its paths absolute (a
+    relative one, from a hand-edited config, is read relative to the run folder when it exists there)."""
+    return absolute_paths(load_config(run_config_path(run_dir)), run_dir, existing_only=True)
 
 
-def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Read a preset or YAML file, apply `area.key=value` overrides, validate."""
+def load_config(
+    name_or_path: str, overrides: list[str] | tuple[str, ...] = (), *, base: ExperimentConfig | None = None
+) -> ExperimentConfig:
+    """Read a preset or YAML file, apply `area.key=value` overrides, validate. With `base` (a config
+    already loaded from `name_or_path`, e.g. a run's saved config) the overrides apply to it instead."""
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    path = find_config(name_or_path)
-    try:
-        base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
-    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
-        raise OlmaxError(f"{path}: cannot read config: {e}") from e
+    if base is not None:
+        raw_base = to_dict(base)
+        keys = {o.split("=", 1)[0].strip() for o in overrides}
+        if "model.n_layers" in keys and "model.layer_types" not in keys:
+            raw_base["model"].pop("layer_types")  # as over a preset: a new depth gets the preset's pattern
+        path, base = Path(name_or_path), OmegaConf.create(raw_base)
+    else:
+        path = find_config(name_or_path)
+        try:
+            base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
+        except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
+            raise OlmaxError(f"{path}: cannot read config: {e}") from e
     bad = [
         o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"
     ]
@@ -266,7 +322,8 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
         raw = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as e:
         raise OlmaxError(f"{path}: {e}") from e
-    return from_dict(raw or {}, where=str(path))
+    origins = {o.split("=", 1)[0].strip(): o for o in overrides}
+    return from_dict(raw or {}, where=str(path), origins=origins)
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:
@@ -284,3 +341,44 @@ def dump_yaml(cfg: ExperimentConfig) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))
+
+
+def _absolute(path: str | None, base: Path, existing_only: bool) -> str | None:
+    if not path or "://" in path or os.path.isabs(path):
+        return path
+    full = os.path.abspath(base / os.path.expanduser(path))
+    return full if not existing_only or os.path.exists(full) else os.path.abspath(path)
+
+
+def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, existing_only: bool = False):
+    """`cfg` with its file paths (data.mix, data.base_dir, data.work_dir, NAME=PATH eval sets,
+    train.init_from) made absolute against `base` (default the current folder). Names that are not paths
+    (the demo mix, `olmo-core:NAME`, URLs, bundled eval sets) stay. `existing_only`: a relative path is
+    taken under `base` only when it exists there, else under the current folder (a run folder's
+    hand-written relative paths, or an old run's paths as typed)."""
+    from olmax.data.mixfile import OLMO_CORE_PREFIX
+    from olmax.data.stream import DEMO_MIX, UNSET_MIX
+
+    base = Path(base) if base is not None else Path.cwd()
+    d, t = cfg.data, cfg.train
+    mix = d.mix
+    if mix not in (DEMO_MIX, *UNSET_MIX) and not str(mix).startswith(OLMO_CORE_PREFIX):
+        mix = _absolute(mix, base, existing_only)
+    sets = []
+    for spec in t.eval_sets:
+        name, sep, path = spec.partition("=")
+        if sep and path:
+            sets.append(f"{name}={_absolute(path, base, existing_only)}")
+        else:  # a bare path names the set by its file stem, which an absolute path keeps
+            sets.append(_absolute(spec, base, existing_only) if "/" in spec else spec)
+    return cfg.replace(
+        data=dataclasses.replace(
+            d,
+            mix=mix,
+            base_dir=_absolute(d.base_dir, base, existing_only),
+            work_dir=_absolute(d.work_dir, base, existing_only),
+        ),
+        train=dataclasses.replace(
+            t, eval_sets=tuple(sets), init_from=_absolute(t.init_from, base, existing_only)
+        ),
+    )

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmax.data.loader import resolve_mix
 from olmax.errors import OlmaxError
 
 
@@ -43,14 +44,41 @@ class RunModel:
     meta: dict
 
 
-def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32") -> RunModel:
-    """The params of checkpoint `step` (default: the newest complete one) of a training run, on one device,
-    read-only (`checkpoint.read_params`: safe beside a trainer still saving into the run)."""
+def read_step_model(run_dir: str | Path, step: int, model_cfg, *, gone_ok: bool = False):
+    """The model of run `run_dir` at checkpoint `step`, built as `model_cfg` (the run's model at the dtype
+    wanted): params only, on one device, read-only (`checkpoint.read_params`: safe beside a trainer still
+    saving into the run). The one place that loads "the model of run R at step S". With `gone_ok`, None when
+    the step was removed while being read (checkpoint retention); otherwise an OlmaxError naming the step
+    folder: a checkpoint of another model than the run's config, or a committed checkpoint that is damaged."""
     from flax import nnx
 
-    from olmax.train.checkpoint import complete_steps, error_line, read_params, read_step_info
-    from olmax.train.config import load_run_config
+    from olmax.train.checkpoint import complete_steps, error_line, read_params
     from olmax.train.step import model_graphdef
+
+    run_dir = Path(run_dir)
+    step_dir = run_dir / "checkpoints" / str(step)
+    graphdef, abstract = model_graphdef(model_cfg)
+    try:
+        params = read_params(step_dir, abstract)
+    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report unreadable files in many ways
+        committed = step in complete_steps(run_dir / "checkpoints")
+        if gone_ok and not committed:
+            return None  # retention removed it while its metadata was read
+        if isinstance(e, OlmaxError):  # read_params names the first array whose shape differs
+            raise OlmaxError(
+                f"{e}: a checkpoint of another model than the run's config ({run_dir / 'config.yaml'}); "
+                "evaluate it with its own run folder"
+            ) from e
+        damaged = "; it is committed, so it is damaged: move it aside and rerun" if committed else ""
+        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]}){damaged}") from e
+    return nnx.merge(graphdef, params)
+
+
+def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32") -> RunModel:
+    """Checkpoint `step` (default: the newest complete one) of a training run: its model
+    (`read_step_model`), the run's config, and the loader state and metadata saved with it."""
+    from olmax.train.checkpoint import complete_steps, read_step_info
+    from olmax.train.config import load_run_config
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -64,17 +92,9 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
         step = steps[0]
     elif not (run_dir / "checkpoints" / str(step)).is_dir():
         raise OlmaxError(f"{run_dir / 'checkpoints' / str(step)}: no such checkpoint")
-    step_dir = run_dir / "checkpoints" / str(step)
-    model_cfg = cfg.model.replace(dtype=dtype)
-    graphdef, abstract = model_graphdef(model_cfg)
-    try:
-        params = read_params(step_dir, abstract)
-    except OlmaxError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report unreadable files in many ways
-        raise OlmaxError(f"{step_dir}: cannot read the checkpoint ({error_line(e)[:200]})") from e
-    loader_state, meta = read_step_info(step_dir)
-    return RunModel(nnx.merge(graphdef, params), run_dir, step, cfg, loader_state, meta)
+    model = read_step_model(run_dir, step, cfg.model.replace(dtype=dtype))
+    loader_state, meta = read_step_info(run_dir / "checkpoints" / str(step))
+    return RunModel(model, run_dir, step, cfg, loader_state, meta)
 
 
 def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
@@ -86,7 +106,7 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
     if tokenizer is not None:
         return tokenizer_path(tokenizer)
     try:
-        manifest = Path(cfg.data.resolve_mix()).parent / "manifest.json"
+        manifest = Path(resolve_mix(cfg.data)).parent / "manifest.json"
     except OlmaxError:
         manifest = None
     if manifest is not None and manifest.is_file():

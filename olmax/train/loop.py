@@ -7,11 +7,14 @@ and the loader state, saved every `checkpoint.every` steps and always at the las
 same device layout, a resumed run's per-step metrics equal the uninterrupted run's bit for bit; a
 different device count keeps the global batch and data order (losses equal up to float reduction
 order). `run_dir/metrics.jsonl` holds one JSON object per step; on resume, lines past the restored
-step (written before a crash) are dropped first so every step appears once.
+step (written before a crash) are dropped first so every step appears once. `run_dir/config.yaml` and
+`run_dir/history.jsonl` are written only once the resume checks pass and there is something to train
+(olmax.train.runrecord).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -21,9 +24,9 @@ from typing import Any
 
 import jax
 
-from olmax.atomic import write_text
+from olmax.data.loader import open_loader, stream_index
 from olmax.errors import OlmaxError
-from olmax.train.config import ExperimentConfig, dump_yaml
+from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 
@@ -63,22 +66,33 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
 
 
 def train(
-    cfg: ExperimentConfig, run_dir: str | Path, *, mix: str | None = None, eval_hook: EvalHook | None = None
+    cfg: ExperimentConfig,
+    run_dir: str | Path,
+    *,
+    mix: str | None = None,
+    eval_hook: EvalHook | None = None,
+    resume_note: str = "",
 ) -> dict:
     """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
+    `resume_note` (the CLI's word on how it built `cfg`) goes to stderr once the resume checks pass.
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
+    from olmax.train import runrecord
     from olmax.train.checkpoint import Checkpointer
     from olmax.train.mesh import describe, make_mesh, microbatches
     from olmax.train.step import abstract_state
 
+    if mix is not None:
+        cfg = cfg.replace(data=cfg.data.replace(mix=mix))
+    cfg = absolute_paths(cfg)  # the record's paths work from any folder
     mesh = make_mesh(cfg.mesh)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
-    stream = cfg.data if mix is None else cfg.data.replace(mix=mix)
+    stream = cfg.data
     m = cfg.model
     # a packed stream finds documents by the model's EOS and pads with its PAD (fixed windows need neither)
-    index = stream.open_index(
+    index = stream_index(
+        stream,
         **(
             dict(
                 eos_token_id=m.eos_token_id,
@@ -89,21 +103,25 @@ def train(
             )
             if stream.packed
             else {}
-        )
+        ),
     )
-    loader = stream.open_loader(index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
+    loader = open_loader(stream, index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
+    # the resume rule (olmax.train.runrecord): a refused change stops here, before the run dir is touched
+    saved = runrecord.saved_config(run_dir) if runrecord.has_checkpoint(run_dir) else None
+    diff = runrecord.check_resume(saved, cfg, run_dir) if saved is not None else {}
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
     abstract, _ = abstract_state(cfg.model, cfg.optim, mesh)
     start, state, loader_state, saved_meta, note = _restore_or_init(cfg, ckpt, abstract, mesh)
-    if jax.process_index() == 0:
-        write_text(run_dir / "config.yaml", dump_yaml(cfg))
-        print(
-            f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
-            f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
-            flush=True,
-        )
+    if loader_state is not None:
+        try:
+            loader.resume_position(loader_state)  # the data check, before anything is written
+        except BaseException:
+            ckpt.close()
+            raise
+    if not start:
+        diff = {}  # nothing restored: a fresh start, whatever an earlier attempt left in config.yaml
     summary: dict[str, Any] = {
         "start_step": start,
         "steps": cfg.train.steps,
@@ -114,8 +132,32 @@ def train(
     }
     with ExitStack() as closing:  # checkpointer, loader threads and logs are closed also on an error
         closing.callback(ckpt.close)
-        if start >= cfg.train.steps:
+        if start >= cfg.train.steps:  # nothing to train: the record stays as it is
+            if jax.process_index() == 0:
+                print(
+                    f"olmax train: {run_dir} is at step {start}, train.steps is {cfg.train.steps}: "
+                    "nothing to train (raise --steps to extend it)",
+                    flush=True,
+                )
             return {**summary, "last": None}
+        if jax.process_index() == 0:
+            if resume_note:
+                print(resume_note, file=sys.stderr, flush=True)
+            if diff:
+                print(
+                    f"olmax train: resuming with changed settings (recorded in {run_dir / runrecord.HISTORY}): "
+                    f"{runrecord.describe(diff)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            runrecord.record_start(
+                cfg, run_dir, start=start, note=note, diff=diff, devices=jax.device_count()
+            )
+            print(
+                f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
+                f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
+                flush=True,
+            )
         # the MFU denominator, measured before the loader's threads start (every process, same point)
         peak = peak_flops(cfg)
         summary.update(peak_flops=peak, mfu_peak=getattr(peak, "what", None))
@@ -140,6 +182,9 @@ def train(
         )
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
+    summary["eval"] = steps.last_eval
+    summary["checkpoint"] = str(ckpt.directory / str(steps.saved)) if steps.saved is not None else None
+    summary["run_dir"] = str(run_dir)
     return summary
 
 
@@ -241,6 +286,8 @@ class _Steps:
             "seq_len": cfg.data.seq_len,
         }
         self.bar, self.logged_peak = None, False
+        self.last_eval: dict | None = None  # {"step": N, "ce": {set: value}} of the newest in-loop eval
+        self.saved: int | None = None  # the newest step checkpointed
         # With several processes the monitor's all-gather is a collective of its own: it must not be
         # issued while a train step's collectives may still be in flight, so the steps do not overlap.
         self.overlap = jax.process_count() == 1 or monitor is None
@@ -278,6 +325,7 @@ class _Steps:
                     self.ckpt.save(
                         step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra}
                     )
+                    self.saved = step
                     self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
         except BaseException:
             if pending is not None:  # a step the device finished is logged even when the next one fails
@@ -335,13 +383,61 @@ class _Steps:
 
             model = nnx.merge(self.graphdef, state["params"])
             ctx = EvalContext(step, model, self.mesh, self.run_dir, self.cfg)
-            rec.update({f"eval/{k}": v for k, v in self.eval_hook(ctx).items()})
+            found = self.eval_hook(ctx)
+            rec.update({f"eval/{k}": v for k, v in found.items()})
+            self._say_eval(step, found)
             self.t_prev = time.perf_counter()  # the eval is not the next step's time
         self.log.write(rec, self.cfg.train.log_every)
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{tps:,.0f}", refresh=False)
             self.bar.update(1)
         return rec
+
+    def _say_eval(self, step: int, found: dict[str, float]) -> None:
+        """One line per in-loop eval (its cross-entropy per set), above the progress bar."""
+        ce = {k[: -len("/ce")]: v for k, v in found.items() if k.endswith("/ce")}
+        self.last_eval = {"step": step, "ce": ce}
+        if jax.process_index() != 0 or not ce:
+            return
+        line = f"olmax train: step {step} held-out CE: {format_ce(ce)}"
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, flush=True)
+
+
+def format_ce(ce: dict[str, float]) -> str:
+    """{"sciq": 2.31, "sciq/clean": 2.30} as "sciq 2.310, sciq/clean 2.300"."""
+    return ", ".join(f"{k} {v:.3f}" for k, v in ce.items())
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{seconds:.1f}s"
+
+
+def summary_table(summary: dict) -> str:
+    """The few lines `olmax train` ends with: steps, tokens, final loss, held-out CE, checkpoint, time."""
+    last = summary.get("last")
+    if not last:
+        return ""
+    trained = last["step"] - summary["start_step"]
+    seconds = summary.get("seconds") or 0.0
+    tokens_run = trained * (last["tokens"] // last["step"]) if last["step"] else 0
+    ev = summary.get("eval")
+    rows = [
+        ("steps", f"{summary['start_step']} -> {last['step']} ({trained} trained)"),
+        ("tokens", f"{last['tokens']:,} seen in total"),
+        ("final loss", f"{last['loss']:.4f} (step {last['step']})"),
+        ("held-out CE", f"{format_ce(ev['ce'])} (step {ev['step']})" if ev else "not evaluated in-loop"),
+        ("checkpoint", summary.get("checkpoint") or "none"),
+        ("time", f"{_duration(seconds)} ({tokens_run / seconds:,.0f} tokens/s)" if seconds else "-"),
+    ]
+    if summary.get("run_dir"):
+        rows.append(("metrics", str(Path(summary["run_dir"]) / "metrics.jsonl")))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(["olmax train: done"] + [f"  {k:<{width}}  {v}" for k, v in rows])
 
 
 def dry_run(cfg: ExperimentConfig) -> str:

@@ -94,3 +94,87 @@ def test_chains_are_valid_and_longest():
             qs, cs = q[sel], c[sel]
             assert (np.diff(qs) > 0).all() and (np.diff(cs) > 0).all()
             assert (np.diff(cs) <= 3 * np.diff(qs) + 24).all()
+
+
+P = 1 << 62  # normalize.PROTECTED: a number or an operator
+
+
+def edits_reference(item: list[int], region: list[int]) -> int:
+    """The fewest edits turning `item` into some run region[a:b], by trying every run (plain DP each)."""
+    from olmax.audit.align import PROTECTED_EDIT
+
+    def cost(w):
+        return PROTECTED_EDIT if w & P else 1
+
+    best = None
+    for a in range(len(region) + 1):
+        for b in range(a, len(region) + 1):
+            run = region[a:b]
+            d = [[0] * (len(run) + 1) for _ in range(len(item) + 1)]
+            for i in range(1, len(item) + 1):
+                d[i][0] = d[i - 1][0] + cost(item[i - 1])
+            for j in range(1, len(run) + 1):
+                d[0][j] = d[0][j - 1] + cost(run[j - 1])
+            for i in range(1, len(item) + 1):
+                for j in range(1, len(run) + 1):
+                    x, y = item[i - 1], run[j - 1]
+                    sub = 0 if x == y else max(cost(x), cost(y))
+                    d[i][j] = min(d[i - 1][j - 1] + sub, d[i - 1][j] + cost(x), d[i][j - 1] + cost(y))
+            best = d[-1][-1] if best is None else min(best, d[-1][-1])
+    return best
+
+
+def test_edit_distance_matches_every_run_tried():
+    from olmax.audit.align import edit_distance
+
+    rng = np.random.default_rng(3)
+    for trial in range(150):
+        k, m = int(rng.integers(1, 9)), int(rng.integers(0, 12))
+        vocab = rng.integers(1, 6, 8) | np.where(rng.random(8) < 0.3, P, 0)
+        a = rng.choice(vocab, k).astype(np.uint64)
+        b = rng.choice(vocab, m).astype(np.uint64)
+        assert edit_distance(a, b) == edits_reference(a.tolist(), b.tolist()), trial
+
+
+def test_edits_to_wording_are_few_edits_to_numbers_and_operators_are_not():
+    from olmax.audit.align import PROTECTED_EDIT, edit_distance, lcs_conflicts
+
+    solve, three, x, minus, plus, seven, eq, eleven, twelve = (
+        1,
+        3 | P,
+        5,
+        6 | P,
+        7 | P,
+        8 | P,
+        9 | P,
+        10 | P,
+        11 | P,
+    )
+    item = np.asarray([solve, three, x, minus, seven, eq, eleven, 20, 21], dtype=np.uint64)
+    host = [100, 101]
+    assert edit_distance(item, np.asarray(host + list(item) + host, dtype=np.uint64)) == 0
+    reworded = [2, three, x, minus, seven, eq, eleven, 20, 22, 21]  # "Compute" for "Solve", one added
+    assert edit_distance(item, np.asarray(host + reworded + host, dtype=np.uint64)) == 2
+    flipped = [solve, three, x, plus, seven, eq, eleven, 20, 21]
+    assert edit_distance(item, np.asarray(host + flipped + host, dtype=np.uint64)) >= PROTECTED_EDIT
+    other = [solve, three, x, minus, seven, eq, twelve, 20, 21]
+    assert edit_distance(item, np.asarray(host + other + host, dtype=np.uint64)) >= PROTECTED_EDIT
+    # in a long item's alignment: a replaced number inside is a conflict, one past the copy's end is not
+    long = np.asarray(list(range(30, 60)) + [minus, seven, eq, eleven] + list(range(60, 70)), dtype=np.uint64)
+    same = np.asarray([1, 2] + long.tolist() + [eleven, 3 | P], dtype=np.uint64)
+    assert lcs_conflicts(long, same) == 0
+    flip = long.copy()
+    flip[30] = plus
+    assert lcs_conflicts(long, flip) == 1
+    cut = np.asarray(long[:-3].tolist() + [twelve, 4 | P], dtype=np.uint64)
+    assert lcs_conflicts(long, cut) == 0
+    # a flip next to the same sign ("I- + H+" as "I- - H+": either reading aligns one sign) and a run of
+    # values all changed are conflicts too
+    base = list(range(30, 45))
+    item = np.asarray(base + [5, minus, plus, 6] + base[:5], dtype=np.uint64)
+    doc = np.asarray(base + [5, minus, minus, 6] + base[:5], dtype=np.uint64)
+    assert lcs_conflicts(item, doc) == 1
+    values = [20 | P, 40 | P, 60 | P, 80 | P]
+    item = np.asarray(base + values + base[:6], dtype=np.uint64)
+    doc = np.asarray(base + [27 | P, 43 | P, 61 | P, 88 | P] + base[:6], dtype=np.uint64)
+    assert lcs_conflicts(item, doc) == 4

@@ -10,8 +10,8 @@ from audit_testdata import write_mix, write_shard
 from olmax.audit.dedup import DedupConfig, audit_dedup
 from olmax.cli import main
 from olmax.data.index import DOLMA2_EOS
-from olmax.data.shards import read_tokens
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 
 
 def brute_repeated_tokens(paths, span):

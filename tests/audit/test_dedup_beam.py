@@ -1,5 +1,6 @@
-"""`olmax audit dedup --runner beam` (DirectRunner, 2 worker processes) against the local runner; the mix's
-files given as fsspec URLs; bad shards as one-line errors in both runners."""
+"""`olmax audit dedup --runner beam` (DirectRunner, 2 worker processes; the DaskRunner on a loopback
+dask.distributed cluster) against the local runner; the mix's files given as fsspec URLs; bad shards as
+one-line errors in both runners."""
 
 from __future__ import annotations
 
@@ -146,3 +147,15 @@ def test_span_intervals_merge_like_a_mask():
     assert (merged["end"] > merged["start"]).all()
     same_file = merged["phys"][1:] == merged["phys"][:-1]
     assert (merged["start"][1:][same_file] > merged["end"][:-1][same_file]).all()  # disjoint, sorted
+
+
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+def test_the_dask_runner_gives_the_local_report(planted, dask_address, tmp_path):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback): the map's
+    records reach the combine keyed by (kind, partition), whatever the runner does with tagged outputs."""
+    from dask_cluster import dask_options
+
+    root, _, _, local = planted
+    options = dask_options(dask_address, f"--temp_location={tmp_path}")
+    assert audit_dedup(config(str(root / "mix.txt"), root / "work"), beam_options=options) == local
+    assert list(tmp_path.iterdir()) == []  # the job's files are gone

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from olmax.data.loader import open_loader
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
 from train_testdata import GBS, SEQ, run_train, write_config, write_mix  # noqa: E402
@@ -56,7 +58,7 @@ def test_exposure_of_a_finished_run(tmp_path):
         {
             h["step"]
             for h in where(
-                stream.open_loader(process_index=0, process_count=1), [Span(part, 0, 700)], until_step=5
+                open_loader(stream, process_index=0, process_count=1), [Span(part, 0, 700)], until_step=5
             )
         }
     )

@@ -1,4 +1,5 @@
-"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes) against the local
+"""`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes, and the DaskRunner
+on a loopback dask.distributed cluster) against the local
 runner: the same report on real text (stdlib code and pydoc prose shards, tests/audit/conftest.py) with
 eval items taken from it (verbatim, one word in nine substituted, half copied, short) and items it does not
 hold; training files and eval sets as fsspec URLs (`file://`, `memory://`); bad input as a one-line error
@@ -17,8 +18,9 @@ from prepare_testdata import pydoc_texts
 
 from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.cli import main
-from olmax.data.shards import local_shard, read_tokens
+from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 pytest.importorskip("apache_beam")
@@ -87,12 +89,27 @@ def test_beam_gives_the_local_report(leak_data, local_report):
     assert not any(i.startswith(("clean-", "half-")) for _, i in found)
     assert {c["id"] for c in rep["near_misses"]} >= {f"half-{j}" for j in range(3)}
     assert rep["eval_duplicates"] and rep["training"]["files"] == 4 and not rep["ok"]
-    assert {c["kind"] for c in rep["contaminated"]} == {"aligned", "short"}
+    assert {d["match"] for c in rep["contaminated"] for d in c["documents"]} >= {"aligned", "exact"}
     beam = audit_leaks(
         LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=BEAM
     )
     assert beam["timing"]["runner"].startswith("DirectRunner (2 workers")
     assert _without(beam, "timing") == _without(rep, "timing")
+
+
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+def test_the_dask_runner_gives_the_local_report(leak_data, local_report, dask_address, tmp_path):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback); the eval index
+    and word tables reach the workers as .npz and JSON under --temp_location, never a pickle."""
+    from dask_cluster import dask_options
+
+    options = dask_options(dask_address, f"--temp_location={tmp_path}")
+    beam = audit_leaks(
+        LeakConfig(StreamSpec(mix=leak_data["mix"]), evals=leak_data["evals"]), beam_options=options
+    )
+    assert beam["timing"]["runner"] == "apache_beam.runners.dask.dask_runner.DaskRunner"
+    assert _without(beam, "timing") == _without(local_report, "timing")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _normalized(report: dict, names: dict[str, str]) -> dict:

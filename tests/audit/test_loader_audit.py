@@ -12,8 +12,9 @@ from audit_testdata import write_mix
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
-from olmax.data.shards import read_sidecar, read_tokens, sidecar_path
+from olmax.data.shards import read_sidecar, sidecar_path
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 
 L, G, SEED = 64, 8, 7
 

@@ -15,8 +15,8 @@ from olmax.audit.stream import StreamConfig, audit_stream
 from olmax.cli import main
 from olmax.data.index import open_index
 from olmax.data.loader import Loader
-from olmax.data.shards import read_tokens
 from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 
 L, G, SEED, P = 64, 8, 3, 2
 

@@ -21,6 +21,7 @@ from test_packing import (
 )
 
 from olmax.cli import main
+from olmax.data.loader import open_loader
 
 STEPS = 6
 
@@ -159,7 +160,7 @@ def test_which_where_and_loader_audit_read_packed_rows(mix, tmp_path, monkeypatc
         source_permutation_seed=PERM_SEED,
         work_dir=str(tmp_path / "w"),
     )
-    loader = spec.open_loader(process_index=0, process_count=1)
+    loader = open_loader(spec, process_index=0, process_count=1)
     batch = loader.batch(1, 2)  # global step 3
     assert main(["data", "which", *flags, "--step", "3", "--out", str(tmp_path / "which.json")]) == 0
     rows = json.loads((tmp_path / "which.json").read_text())["rows"]

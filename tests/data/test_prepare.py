@@ -17,7 +17,8 @@ from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
-from olmax.data.shards import read_sidecar, read_tokens
+from olmax.data.shards import read_sidecar
+from olmax.data.tokenfile import read_tokens
 
 EOS = 100257
 

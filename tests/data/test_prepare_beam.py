@@ -1,5 +1,6 @@
 """`olmax data prepare --runner beam`: the local runner's bytes from an Apache Beam pipeline (DirectRunner,
-2 worker processes), fsspec URLs in and out, and bad input reported as one line."""
+2 worker processes; the DaskRunner on a loopback dask.distributed cluster), fsspec URLs in and out, and bad
+input reported as one line."""
 
 from __future__ import annotations
 
@@ -99,6 +100,20 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
         "bad_line_examples": [f"{raw}/code/b.jsonl:16: malformed JSON line (column 1: Expecting value)"],
     }
     assert not (tmp_path / "beam" / ".olmax-beam").exists()
+
+
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+def test_the_dask_runner_writes_the_local_runners_bytes(tmp_path, raw, dolma2, dask_address):
+    """On a dask.distributed cluster (a scheduler and two worker processes on loopback), byte for byte."""
+    from dask_cluster import dask_options
+
+    local = prepare(config(raw, dolma2, str(tmp_path / "local"), arrayrecord=True))
+    options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")
+    beamed = prepare(config(raw, dolma2, str(tmp_path / "dask"), arrayrecord=True), beam_options=options)
+    assert beamed["mix"] == local["mix"] and beamed["fingerprint"] == local["fingerprint"]
+    a, b = folder_bytes(tmp_path / "local"), folder_bytes(tmp_path / "dask")
+    assert a.keys() == b.keys() and sum(k.endswith(".npy") for k in a) >= 6
+    assert [k for k in a if a[k] != b[k]] == []
 
 
 def test_object_store_in_and_out(tmp_path, raw, dolma2):

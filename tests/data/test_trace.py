@@ -12,6 +12,7 @@ from loader_testdata import SIZES, file_starts, olmo_core_epoch, olmo_core_loade
 
 from olmax.cli import main
 from olmax.data.documents import DocumentCache
+from olmax.data.loader import open_loader
 from olmax.data.mixfile import read_mix
 from olmax.data.stream import StreamSpec
 from olmax.data.trace import Span, where, which
@@ -39,7 +40,7 @@ def data(tmp_path_factory):
         "paths": mix.paths,
         "batches": batches,
         "stream": stream,
-        "loader": stream.open_loader(process_index=0, process_count=1),
+        "loader": open_loader(stream, process_index=0, process_count=1),
     }
 
 

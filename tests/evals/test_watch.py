@@ -272,7 +272,9 @@ def test_bad_eval_set_and_checkpoint_of_another_model_exit_2_in_one_line(run, to
 
 def test_leaks_give_clean_records_equal_to_eval_heldout(run, tiny, tokenizer_file, tmp_path):
     leaks = tmp_path / "leaks.json"
-    leaks.write_text(json.dumps({"contaminated": [{"eval": "held", "id": "h-1"}]}))
+    # as `olmax audit leaks` writes it: every audited set under "sets", the contaminated items listed
+    report = {"sets": {"held": {"contaminated": 1}, "other": {"contaminated": 0}}}
+    leaks.write_text(json.dumps({**report, "contaminated": [{"eval": "held", "id": "h-1"}]}))
     assert watch(run, tokenizer_file, "--until-step", "2", "--leaks", str(leaks)) == 0
     got = read(run)
     assert [(r["eval"], r["subset"], r["documents"]) for r in got] == [
@@ -438,3 +440,28 @@ def test_lm_eval_and_memorization_records(run, tokenizer_file, tmp_path, monkeyp
     )
     table = (run / "evals" / "summary.md").read_text()
     assert "olmax_arc_easy acc" in table and "memorization" in table
+
+
+def test_olmo_core_token_set_in_watch_equals_eval_heldout_with_its_names(
+    run, tokenizer, tokenizer_file, tmp_path
+):
+    import numpy as np
+
+    docs = tokenizer.encode_batch(HELD + OTHER)
+    tokens = tmp_path / "val.npy"
+    np.asarray([t for d in docs for t in [*d, tokenizer.eos_token_id]], np.uint32).tofile(tokens)
+    assert watch(run, tokenizer_file, "--eval", f"ppl={tokens}", "--until-step", "2", "--tensorboard") == 0
+    [rec] = heldout(read(run))
+    assert (
+        rec["documents"] == len(docs) and rec["tokens"] - rec["targets"] == len(docs) and rec["bpb"] is None
+    )
+    out = tmp_path / "h.json"
+    argv = ["eval", "heldout", "--checkpoint", str(run / "checkpoints" / "2"), "--eval", f"ppl={tokens}"]
+    assert main([*argv, "--tokenizer", str(tokenizer_file), "--seq-len", "32", "--out", str(out)]) == 0
+    [want] = json.loads(out.read_text())["results"]
+    assert (rec["ce"], rec["tokens"], rec["fingerprint"]) == (want["ce"], want["tokens"], want["fingerprint"])
+    [events] = (run / "evals" / "tb").glob("events.out.tfevents.*")
+    tags = {tag: value for tag, _, value in tensorboard_scalars(events)}
+    # OLMo-core's `CE loss`; TensorBoard tags hold no spaces, so tensorboardX writes `CE_loss`
+    assert tags["eval/lm/ppl/CE_loss"] == pytest.approx(rec["ce"], rel=1e-6)
+    assert tags["eval/lm/ppl/PPL"] == pytest.approx(rec["ppl"], rel=1e-6) and "eval/ppl/bpb" not in tags

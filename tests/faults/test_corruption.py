@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from olmax.data.loader import open_loader
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
 
@@ -1083,7 +1085,7 @@ def test_batch_id_check_names_the_file_and_token_offset_of_a_bad_id(tmp_path: Pa
     spec = StreamSpec(
         mix=str(mix), seq_len=SEQ, global_batch_size=GBS, work_dir=str(tmp_path / "work"), num_threads=0
     )
-    loader = spec.open_loader(process_index=0, process_count=1)
+    loader = open_loader(spec, process_index=0, process_count=1)
     found = []
     it = loader.iterate()
     for _ in range(

@@ -139,6 +139,13 @@ def test_checkpoint_of_another_model_shape_names_the_parameter(base, tmp_path):
     run0, config = base
     run = copy_run(run0, tmp_path)
     before = files(run)
+    # the run's record refuses a model change before the checkpoint is read (docs/runs.md)
+    line = one_error_line(olmax_train(config, run, "--steps", "6", "model.d_model=32"))
+    assert "config.yaml: model.d_model is 64 in this run, the command asks 32" in line
+    assert files(run) == before
+    # a run folder without its config.yaml (copied without it): the restore names the parameter
+    (run / "config.yaml").unlink()
+    before = files(run)
     line = one_error_line(olmax_train(config, run, "--steps", "6", "model.d_model=32"))
     assert "checkpoints/4" in line and "config.yaml" in line
     assert re.search(r"\['params'\]\S*: checkpoint \([\d, ]+\), config \([\d, ]+\)", line), line

@@ -13,6 +13,7 @@ import pytest
 from train_testdata import write_config, write_mix
 
 from olmax.cli import main
+from olmax.data.loader import open_loader
 from olmax.errors import OlmaxError
 from olmax.train.config import load_config
 from olmax.train.loop import train
@@ -81,7 +82,7 @@ def test_export_records_where_it_came_from(run, exported):
     assert info["step"] == STEPS and info["source_run"] == str(run.resolve()) and info["dtype"] == "float32"
     assert info["data_seed"] == 7 and info["tokens_seen"] == STEPS * 8 * 32
     assert (
-        info["data_fingerprint"] == cfg.data.open_loader(process_index=0, process_count=1).index.fingerprint
+        info["data_fingerprint"] == open_loader(cfg.data, process_index=0, process_count=1).index.fingerprint
     )
     meta = safetensors_metadata(exported / "model.safetensors")
     assert meta["olmax_step"] == str(STEPS) and meta["olmax_data_fingerprint"] == info["data_fingerprint"]

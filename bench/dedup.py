@@ -1,0 +1,398 @@
+"""Benchmark `olmax data prepare --dedup minhash` against datatrove, rensa and datasketch, side by side.
+
+One input for every tool: the planted corpus of bench/dedup_corpus.py (real text with web-style
+near-duplicates and hard negatives), optionally with --filler-mb of bench/prepare.py's real-text corpus
+after it for a bigger speed run. Every tool reads the same Dolma jsonl.gz files and writes removal records
+({"id", "kept"} a line); each is scored on the planted documents (recall at true Jaccard >= 0.87, false
+removals, hard negatives removed, largest cluster) with the same code as bench/dedup_calibration.py.
+
+olmax runs through its CLI only: plain prepare, prepare --dedup minhash and prepare --dedup substring
+on the same input, so each stage's own cost is its run minus the plain one (prepare also tokenizes
+and writes shards, which the peers do not). The peers run in their own venv (bench/setup_dedup_peers.sh)
+through bench/dedup_peer.py. For every run: wall and CPU seconds of the whole process tree, its peak
+resident memory (summed over the tree, sampled), documents/s and MB/s per core.
+
+"Per core" is given two ways: MB / (wall s x cores the tool was given) and MB per CPU-second; on a
+shared machine the second is the steadier one. The last line: `dedup minhash MB per CPU-s olmax/rensa = N.Nx`.
+
+  python bench/dedup.py [--workers 2] [--per-kind 100] [--singles 1000] [--filler-mb 0] [--peers datatrove,rensa,datasketch]
+
+Measured figures and the commands that printed them: docs/dedup-benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dedup_calibration as cal  # noqa: E402
+import dedup_corpus as dc  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+PEERS_VENV = REPO / ".venv-dedup-peers"
+PEERS = ("datatrove", "rensa", "datasketch")
+# Lee et al., "Deduplicating Training Data Makes Language Models Better" (ACL 2022, arXiv 2107.06499) and
+# its code (google-research/deduplicate-text-datasets): published figures, not measured here.
+EXACTSUBSTR = (
+    "Google's ExactSubstr, published figures (Lee et al. 2022, not rerun here): the suffix array of C4 "
+    "(~350 GB of text) built in under 12 h on one 96-core machine with 768 GB of RAM = at least "
+    f"{350e9 / (12 * 3600 * 96) / 1e6:.3f} MB/s per core for construction alone; the array itself is 2.7 TB "
+    "on disk (~7.7 bytes per input byte, 64-bit offsets), streamed from disk, RAM at most ~2.2 bytes per input byte"
+)
+
+
+@dataclass
+class Run:
+    """One tool's run: what it was given and what it took."""
+
+    name: str
+    setting: str
+    cores: int
+    wall_s: float
+    cpu_s: float
+    peak_rss: int  # bytes, summed over the process tree
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
+    score: dc.Score | None = None
+    decision: tuple[float, float] | None = None  # olmax's own line: its dedup decision pass, wall and CPU s
+
+
+DECISION_LINE = re.compile(r"olmax: dedup decisions for .* in ([\d.]+)s \(([\d.]+)s CPU\)")
+
+
+def stage_cost(run: Run, plain: Run) -> tuple[float, float, str]:
+    """(wall s, CPU s, how known) of an olmax dedup stage alone: the decision pass as olmax reports it,
+    else its run minus plain prepare."""
+    if run.decision:
+        return max(run.decision[0], 1e-9), max(run.decision[1], 1e-9), "olmax's own decision-pass line"
+    return max(run.wall_s - plain.wall_s, 1e-9), max(run.cpu_s - plain.cpu_s, 1e-9), "run minus plain prepare"
+
+
+class TreeUsage:
+    """Peak resident memory (summed) and CPU seconds of a process and all its descendants, sampled from
+    /proc while they run: datatrove's pool workers are not children the runner waits for, so the
+    kernel's rusage misses them (a process living under one period is missed here instead)."""
+
+    def __init__(self, root: int, period_s: float = 0.05):
+        self.root, self.period_s, self.peak = root, period_s, 0
+        self.ticks: dict[int, int] = {}
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        children: dict[int, list[int]] = {}
+        rss, ticks = {}, {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()  # state, ppid, ..., utime (11), stime (12)
+                with open(f"/proc/{entry.name}/statm", "rb") as f:
+                    pages = int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # it ended while we looked
+            pid = int(entry.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            rss[pid], ticks[pid] = pages, int(fields[11]) + int(fields[12])
+        tree, frontier = {self.root}, [self.root]
+        while frontier:
+            for child in children.get(frontier.pop(), []):
+                if child not in tree:
+                    tree.add(child)
+                    frontier.append(child)
+        self.peak = max(self.peak, sum(rss.get(p, 0) for p in tree) * self._page)
+        for p in tree & ticks.keys():
+            self.ticks[p] = max(self.ticks.get(p, 0), ticks[p])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def stop(self) -> tuple[int, float]:
+        """(peak resident bytes, CPU seconds seen)."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak, sum(self.ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(name: str, cmd: list[str], env: dict | None, log: Path) -> tuple[float, float, int]:
+    """Run `cmd` (output to `log`): wall seconds, CPU seconds of its process tree (the kernel's count
+    of it and the children it waited for, or the sampled count when larger), peak resident bytes of the
+    tree. Exits when it fails."""
+    print(f"running {name}: {' '.join(cmd)}", flush=True)
+    t0 = time.perf_counter()
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        tree = TreeUsage(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    peak, sampled_cpu = tree.stop()
+    if proc.returncode != 0:
+        sys.exit(
+            f"{name} failed ({proc.returncode}); last lines of {log}:\n{log.read_text(errors='replace')[-3000:]}"
+        )
+    return wall, max(usage.ru_utime + usage.ru_stime, sampled_cpu), peak
+
+
+def input_folder(files: list[Path], filler_mb: float, work: Path) -> list[Path]:
+    """The files every tool reads: the planted corpus, then (as links in one folder) the filler."""
+    if not filler_mb:
+        return files
+    import prepare as prep_bench  # bench/prepare.py: its real-text corpus (stdlib, site-packages)
+
+    filler = prep_bench.build_corpus(filler_mb)
+    folder = work / f"dedup-speed-input-{files[0].parent.name}-filler{filler_mb:g}mb"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    out = []
+    for prefix, group in (("a", files), ("b", sorted(filler.root.glob("*.jsonl.gz")))):
+        for p in group:
+            link = folder / f"{prefix}-{p.name}"
+            link.symlink_to(p.resolve())
+            out.append(link)
+    return out
+
+
+def run_olmax(files: list[Path], work: Path, workers: int, stages: str | None, corpus: dc.Corpus) -> Run:
+    out = work / f"olmax-{stages or 'plain'}"
+    cmd = cal.olmax_cmd(out, files, stages, ["--workers", str(workers)])
+    shutil.rmtree(out, ignore_errors=True)
+    wall, cpu, peak = timed(
+        f"olmax {stages or 'plain'}", cmd, cal.olmax_env(), work / f"olmax-{stages or 'plain'}.log"
+    )
+    setting = f"olmax data prepare --workers {workers}" + (f" --dedup {stages}" if stages else " (no dedup)")
+    if stages == "minhash":
+        manifest = json.loads((out / "manifest.json").read_text()).get("dedup", {})
+        mh = manifest.get("settings", {}).get("minhash", {})
+        setting += f" (ngram {mh.get('ngram')}, {mh.get('bands')} bands x {mh.get('rows')} rows, verified at {mh.get('threshold')})"
+    run = Run(f"olmax {stages or 'plain'}", setting, workers, wall, cpu, peak)
+    found = DECISION_LINE.search((work / f"olmax-{stages or 'plain'}.log").read_text(errors="replace"))
+    if found:
+        run.decision = (float(found.group(1)), float(found.group(2)))
+    if stages:
+        run.score = dc.score(corpus, cal.read_removed(out / "removed.jsonl"))
+    shutil.rmtree(out, ignore_errors=True)
+    return run
+
+
+def run_peer(
+    tool: str, files: list[Path], work: Path, workers: int, corpus: dc.Corpus, no_check: bool = False
+) -> Run:
+    out = work / f"peer-{tool}{'-nocheck' if no_check else ''}"
+    shutil.rmtree(out, ignore_errors=True)
+    cores = workers if tool == "datatrove" else 1
+    cmd = [str(PEERS_VENV / "bin" / "python"), str(REPO / "bench" / "dedup_peer.py"), tool, *map(str, files)]
+    cmd += ["--out", str(out), "--workers", str(cores)] + (["--no-check"] if no_check else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    wall, cpu, peak = timed(tool + (" (no check)" if no_check else ""), cmd, env, work / f"{out.name}.log")
+    stats = json.loads((out / "stats.json").read_text())
+    run = Run(
+        tool + (" no check" if no_check else ""), stats["setting"], cores, wall, cpu, peak, stats["stages"]
+    )
+    run.score = dc.score(corpus, cal.read_removed(out / "removed.jsonl"))
+    shutil.rmtree(out, ignore_errors=True)
+    return run
+
+
+def speed_table(runs: list[Run], mb: float, docs: int) -> list[str]:
+    lines = [
+        f"{'tool':<22}{'cores':>6}{'wall s':>8}{'CPU s':>8}{'MB/s/core':>10}{'MB/CPU-s':>9}{'docs/CPU-s':>11}"
+        f"{'peak MB':>9}{'KB/doc':>8}"
+    ]
+    for r in runs:
+        lines.append(
+            f"{r.name:<22}{r.cores:>6}{r.wall_s:>8.1f}{r.cpu_s:>8.1f}{mb / (r.wall_s * r.cores):>10.2f}"
+            f"{mb / r.cpu_s:>9.2f}{docs / r.cpu_s:>11.0f}{r.peak_rss / 1e6:>9.0f}{r.peak_rss / docs / 1e3:>8.1f}"
+        )
+    return lines
+
+
+def quality_table(runs: list[Run]) -> list[str]:
+    lines = [
+        f"{'tool':<22}{'recall>=0.87':>13}{'0.80-0.87':>10}{'removed':>8}{'false':>7}{'hard neg':>9}{'largest':>8}"
+    ]
+    for r in runs:
+        if r.score is None:
+            continue
+        s = r.score
+        (c, n), (c2, n2) = s.recall_at(), s.recall_at("0.80-0.87")
+        lines.append(
+            f"{r.name:<22}{c / max(n, 1):>13.3f}{c2 / max(n2, 1):>10.3f}{s.removals:>8}{s.false_removals:>7}"
+            f"{s.hard_negatives_removed:>9}{max(s.cluster_sizes, default=0):>8}"
+        )
+    return lines
+
+
+# Dolma 3's pool through its three stages (allenai/dolma3 pool README; OLMo 3 report): 38.7 B documents
+# in, 12.8 B after exact dedup (67% removed), 23% of those removed by MinHash, then the substring step.
+POOL_DOCS = (("exact", 38.7e9), ("minhash", 12.8e9), ("substring", 12.8e9 * 0.77))
+
+
+def pool_estimate(text_bytes: int, docs: int, plain: Run, stage_runs: dict[str, Run | None]) -> list[str]:
+    """vCPU-hours for the Dolma 3 pool from this run's CPU-seconds per input byte of each olmax stage
+    alone (its run minus plain prepare), at this input's mean document size and at 4 KB a document."""
+    lines = [
+        "\nDolma 3 pool estimate (vCPU-hours = documents x bytes/doc x CPU-s per byte measured here, each stage "
+        "alone; Beam's shuffle and I/O not included):"
+    ]
+    for size in (text_bytes / docs, 4000.0):
+        cells, total = [], 0.0
+        for stage, n in POOL_DOCS:
+            run = stage_runs.get(stage)
+            if run is None:
+                continue
+            hours = n * size * stage_cost(run, plain)[1] / text_bytes / 3600
+            total += hours
+            cells.append(f"{stage} ({n / 1e9:.1f} B docs) {hours:,.0f}")
+        kept = POOL_DOCS[-1][1]
+        tok = kept * size * plain.cpu_s / text_bytes / 3600
+        lines.append(
+            f"  at {size / 1e3:.2f} KB/doc: " + ", ".join(cells) + f"; dedup total {total:,.0f} vCPU-h; "
+            f"reading, tokenizing and writing the {kept / 1e9:.2f} B documents kept {tok:,.0f} vCPU-h more"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="cores for olmax and datatrove")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-kind", type=int, default=100)
+    ap.add_argument("--singles", type=int, default=1000)
+    ap.add_argument(
+        "--filler-mb", type=float, default=0, help="real text (bench/prepare.py's corpus) added for speed"
+    )
+    ap.add_argument(
+        "--peers", default=",".join(PEERS), help="comma list of datatrove,rensa,datasketch ('' for none)"
+    )
+    ap.add_argument("--no-substring", action="store_true", help="skip the --dedup substring run")
+    ap.add_argument("--work", type=Path, default=OUT, help="corpus cache and scratch folder (bench/out)")
+    ap.add_argument("--setup-peers", action="store_true", help="build the peers' venv when it is missing")
+    args = ap.parse_args(argv)
+
+    corpus, planted = dc.cached(args.work, args.seed, args.per_kind, args.singles)
+    files = input_folder(planted, args.filler_mb, args.work)
+    text_bytes = docs = 0
+    for p in files:
+        for line in gzip.open(p, "rt", encoding="utf-8"):
+            text_bytes += len(json.loads(line)["text"].encode())
+            docs += 1
+    mb = text_bytes / 1e6
+    print(
+        f"input: {docs:,} documents, {mb:.2f} MB of text in {len(files)} files ({len(corpus.docs):,} planted "
+        f"documents, {corpus.text_bytes / 1e6:.2f} MB); {args.workers} cores for olmax and datatrove; load "
+        f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work here stretches wall time)"
+    )
+    for p in files:  # warm the page cache so no tool pays for the first read
+        p.read_bytes()
+    work = args.work / "dedup-bench"
+    work.mkdir(parents=True, exist_ok=True)
+
+    peers = [p for p in args.peers.split(",") if p]
+    if peers and not (PEERS_VENV / "bin" / "python").exists():
+        if args.setup_peers:
+            subprocess.run(
+                ["bash", str(REPO / "bench" / "setup_dedup_peers.sh"), str(PEERS_VENV)], check=True
+            )
+        else:
+            print(
+                f"peers skipped: no venv at {PEERS_VENV} (run bench/setup_dedup_peers.sh, or pass --setup-peers)"
+            )
+            peers = []
+
+    # numba compiles olmax's kernels on first use and caches them: a first, untimed run on one file
+    warm = work / "olmax-warmup"
+    subprocess.run(
+        cal.olmax_cmd(warm, files, "exact,minhash,substring", whole=False),
+        env=cal.olmax_env(),
+        capture_output=True,
+    )
+    shutil.rmtree(warm, ignore_errors=True)
+    plain = run_olmax(files, work, args.workers, None, corpus)
+    minhash = run_olmax(files, work, args.workers, "minhash", corpus)
+    runs = [minhash]
+    for tool in peers:
+        runs.append(run_peer(tool, files, work, args.workers, corpus))
+    if "rensa" in peers:
+        runs.append(run_peer("rensa", files, work, args.workers, corpus, no_check=True))
+    substring = None if args.no_substring else run_olmax(files, work, args.workers, "substring", corpus)
+    exact = run_olmax(files, work, args.workers, "exact", corpus)
+
+    # olmax's minhash stage alone (text in -> removals decided), without prepare's tokenizing and writing
+    wall, cpu, how = stage_cost(minhash, plain)
+    alone = Run(
+        "olmax minhash alone",
+        f"the minhash decision pass ({how}); memory: the run's peak minus plain prepare's",
+        args.workers,
+        wall,
+        cpu,
+        max(minhash.peak_rss - plain.peak_rss, 0),
+    )
+    print("\nsettings:")
+    for r in [plain, exact, *runs] + ([substring] if substring else []):
+        print(f"  {r.name}: {r.setting}")
+    print(
+        f"\nspeed, end to end (text in -> removals out; olmax prepare also tokenizes and writes shards), {mb:.2f} MB:"
+    )
+    print("\n".join(speed_table([plain, minhash, alone, *runs[1:]], mb, docs)))
+    print(
+        "\nper stage (peers' own stage timers; datatrove's as the seconds its tasks ran, summed; olmax's "
+        f"dedup stages from {stage_cost(minhash, plain)[2]}):"
+    )
+    ex = stage_cost(exact, plain)[1]
+    print(
+        f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s ({mb / plain.cpu_s:.2f} MB/CPU-s); exact +{ex:.1f} "
+        f"CPU-s ({mb / ex:.2f} MB/CPU-s); minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
+    )
+    for r in runs[1:]:
+        cells = ", ".join(
+            f"{k} {v['wall_s']:.1f} s wall / {v['task_s']:.1f} task-s ({mb / max(v['task_s'], 1e-9):.2f} MB/task-s)"
+            if "task_s" in v
+            else f"{k} {v['wall_s']:.1f} s wall / {v['cpu_s']:.1f} CPU-s ({mb / max(v['cpu_s'], 1e-9):.2f} MB/CPU-s)"
+            for k, v in r.stages.items()
+        )
+        print(f"  {r.name}: {cells}")
+    print("\nquality on the planted documents (bench/dedup_corpus.py; recall = pairs caught / pairs):")
+    print("\n".join(quality_table(runs)))
+    for r in runs:
+        if r.score and r.score.cluster_sizes:
+            print(f"  {r.name}: {dc.cluster_line(r.score)}")
+    if substring:
+        extra = stage_cost(substring, plain)[1]
+        print(
+            f"\nsubstring (--dedup substring, min 500 bytes): {substring.wall_s:.1f} s wall, {substring.cpu_s:.1f} CPU-s "
+            f"whole prepare; the stage alone +{extra:.1f} CPU-s = {mb / max(extra, 1e-9):.2f} MB/CPU-s "
+            f"({extra / text_bytes * 1e9:.0f} CPU-ns per input byte); peak {substring.peak_rss / 1e6:.0f} MB = "
+            f"{substring.peak_rss / text_bytes:.1f} bytes per input byte whole prepare, "
+            f"{max(substring.peak_rss - plain.peak_rss, 0) / text_bytes:.1f} above plain prepare"
+        )
+        print(f"  {EXACTSUBSTR}")
+    print("\nratios, MB per CPU-second (olmax minhash alone / peer; whole prepare / peer in brackets):")
+    for r in runs[1:]:
+        print(f"  olmax/{r.name} = {r.cpu_s / alone.cpu_s:.1f}x ({r.cpu_s / minhash.cpu_s:.1f}x)")
+    stage_runs = {"exact": exact, "minhash": minhash, "substring": substring}
+    print("\n".join(pool_estimate(text_bytes, docs, plain, stage_runs)))
+    rensa = next((r for r in runs if r.name == "rensa"), None)
+    ratio = f"{rensa.cpu_s / alone.cpu_s:.1f}x" if rensa else "n/a (rensa not run)"
+    print(f"dedup minhash MB per CPU-s olmax/rensa = {ratio}")
+    failed = bool(cal.goals(minhash.score)) if minhash.score else True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

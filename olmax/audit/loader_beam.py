@@ -1,0 +1,99 @@
+"""`olmax audit loader --runner beam`: the content checks' reads and hashing as one Apache Beam pipeline.
+
+The plan replay, the plan, label and share checks stay on the driver (they read no tokens). What reads
+every token runs on the workers, one physical file per task, in one pass over each file: the content
+map (content.py `content_records`: xxh3 of every L-token instance window and of every document, and the
+file's digest) and, with --span-tokens, the span map (dedup.py `span_records`). The records meet by hash
+partition in the reduces (content.py `reduce_instances` and `reduce_documents`, dedup.py's span reduce)
+on the workers, which re-read every equal-hash pair byte for byte; the driver assembles the partitions'
+results in partition order (content.py `assemble_content`, dedup.py `span_report`), the same report as
+the local runner (scan_content, repeated_spans) but its timing. The map-reduce on Beam is
+dedup_beam.map_reduce_beam's.
+"""
+
+from __future__ import annotations
+
+from olmax.audit.content import (
+    ContentReport,
+    FileContent,
+    assemble_content,
+    content_layout,
+    content_records,
+    content_reduces,
+)
+from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
+from olmax.audit.partition import partition_bits
+from olmax.data.shards import local_shard
+from olmax.data.tokenfile import read_tokens
+from olmax.errors import OlmaxError
+
+
+class LoaderFileMap:
+    """The map over one (physical id, path or URL): the content records, then (span > 0) the span
+    records of the same tokens; returns the file's FileContent and its token count. Picklable."""
+
+    def __init__(self, seq_len: int | None, min_doc_tokens: int, span: int, chunk_tokens: int = 1 << 20):
+        self.seq_len, self.min_doc_tokens, self.span, self.chunk_tokens = (
+            seq_len,
+            min_doc_tokens,
+            span,
+            chunk_tokens,
+        )
+
+    def __call__(self, item: tuple[int, str]):
+        phys, path = item
+        with local_shard(path) as local:
+            try:
+                tokens = read_tokens(local)
+            except FileNotFoundError:
+                raise OlmaxError(
+                    f"{path}: token file not found; fix the path in the mix (or --base-dir)"
+                ) from None
+            totals: FileContent = yield from content_records(
+                local, tokens, phys, self.seq_len, self.min_doc_tokens
+            )
+            if self.span > 0:
+                for rec in span_records(tokens, phys, self.span, self.chunk_tokens):
+                    yield "spans", rec
+            return totals, int(len(tokens))
+
+
+def content_on_beam(
+    options: str,
+    index,
+    *,
+    min_doc_tokens: int,
+    examples: int,
+    instances: bool,
+    labels: list[str] | None,
+    span_tokens: int,
+    work_dir: str | None,
+) -> tuple[ContentReport, dict | None]:
+    """(scan_content's ContentReport, repeated_spans' result or None without span_tokens) of the mix
+    `index` from one Beam pipeline (`options`: Beam's flags). `labels`: each physical file's source
+    (for the spans)."""
+    from olmax.audit.dedup_beam import map_reduce_beam
+
+    rep = content_layout(index)
+    reduces = {kind: fn for kind, (_, fn) in content_reduces(rep, index.seq_len, examples).items()}
+    if span_tokens > 0:
+        reduces["spans"] = span_reduce(rep.phys_paths, labels or [], span_tokens, examples)
+    # the partitioning never changes a result (partitions in order are hashes in order): sized for
+    # the largest kind, the spans (one record per token) when asked for, else the instance windows
+    per_token = SPAN_REC.itemsize if span_tokens > 0 else 24
+    bits = partition_bits(int(index.num_tokens), per_token)
+    summaries, reduced = map_reduce_beam(
+        options,
+        list(enumerate(rep.phys_paths)),
+        LoaderFileMap(index.seq_len if instances else None, min_doc_tokens, span_tokens),
+        reduces,
+        bits=bits,
+        work_dir=work_dir,
+        what="olmax audit loader",
+    )
+    totals = [t for t, _ in summaries]
+    content = assemble_content(rep, totals, reduced.get("instances", []), reduced.get("docs", []), examples)
+    spans = None
+    if span_tokens > 0:
+        spans = span_report(merge_spans(reduced.get("spans", []), examples), [n for _, n in summaries])
+    return content, spans

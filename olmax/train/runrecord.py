@@ -1,0 +1,119 @@
+"""The run directory as a record: its saved config, the resume rule, and the append-only history.
+
+Rule (docs/runs.md). `RUN/config.yaml` is written only by a run that trains, after the resume checks
+pass; a refused or empty rerun changes nothing. On resume the saved config is the default (the CLI
+applies the command line's overrides to it, not to the preset). A setting that decides the data stream,
+the model or the shape of the saved state is refused (`REFUSED`, one OlmaxError naming the key, the
+saved and the asked value); every other differing setting (optimizer, schedule, checkpointing, mesh,
+evals, logging) is allowed, printed on stderr and recorded in `RUN/history.jsonl`, one JSON line per
+start of training. Paths in the saved config are absolute, so commands that take `--run` work from any
+folder; a path a hand-edited config gives relative is read relative to the run directory.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from olmax.errors import OlmaxError
+from olmax.train.config import ExperimentConfig, dump_yaml, to_dict
+
+HISTORY = "history.jsonl"
+CONFIG = "config.yaml"
+
+# data.* except these read knobs (they never change what is seen, olmax.data.stream) decides the stream
+DATA_FREE = ("data.num_threads", "data.prefetch_buffer_size", "data.num_workers", "data.work_dir")
+# outside model.* and data.*: settings whose change would be ignored or break the saved state
+REFUSED = {
+    "optim.skip_window": "the skip-step history saved in the optimizer state has this length",
+    "train.seed": "the RNG is restored from the checkpoint, so a new seed would be recorded but not used",
+    "train.init_from": "it only decides how a fresh run starts",
+    "train.monitor_bloom_bits": "the replay monitor's saved state has this size",
+}
+
+
+def flat(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The resolved config as {dotted key: value} (`optim.lr`, `model.rope_scaling.factor`)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, d: dict) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                walk(f"{prefix}{k}.", v)
+            else:
+                out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+
+    walk("", to_dict(cfg))
+    return out
+
+
+def changes(old: ExperimentConfig, new: ExperimentConfig) -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (old value, new value)} for every setting that differs."""
+    a, b = flat(old), flat(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+def refusal(key: str) -> str | None:
+    """Why `key` may not change on resume, or None when it may."""
+    if key.startswith("model."):
+        return "the checkpoint holds this model"
+    if key.startswith("data.") and key not in DATA_FREE:
+        return "the data stream (its order, batches and fingerprint) continues the saved one"
+    return REFUSED.get(key)
+
+
+def check_resume(saved: ExperimentConfig, cfg: ExperimentConfig, run_dir: Path) -> dict[str, tuple]:
+    """The allowed changes of `cfg` from the run's saved config; an OlmaxError for a refused one."""
+    diff = changes(saved, cfg)
+    # the keys a person sets (model.n_layers) before the ones derived from them (model.layer_types)
+    refused = sorted(
+        ((k, refusal(k)) for k in diff if refusal(k)), key=lambda kw: isinstance(diff[kw[0]][0], list)
+    )
+    if refused:
+        key, why = refused[0]
+        old, new = diff[key]
+        more = f" (and {', '.join(k for k, _ in refused[1:])})" if len(refused) > 1 else ""
+        raise OlmaxError(
+            f"{run_dir / CONFIG}: {key} is {old!r} in this run, the command asks {new!r}{more}; {why}: "
+            f"resume with the run's own value (drop the flag or override), or train a new --run-dir"
+        )
+    return diff
+
+
+def describe(diff: dict[str, tuple]) -> str:
+    return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in diff.items())
+
+
+def record_start(
+    cfg: ExperimentConfig, run_dir: Path, *, start: int, note: str, diff: dict[str, tuple], devices: int
+) -> None:
+    """Write `RUN/config.yaml` and append this start of training to `RUN/history.jsonl` (process 0)."""
+    from olmax.atomic import write_text
+    from olmax.jsonio import append_jsonl
+
+    write_text(run_dir / CONFIG, dump_yaml(cfg))
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "event": "resume" if start else "start",
+        "from_step": start,
+        "to_step": cfg.train.steps,
+        "note": note,
+        "devices": devices,
+        "changed": {k: {"from": old, "to": new} for k, (old, new) in diff.items()},
+    }
+    append_jsonl(run_dir / HISTORY, [entry])
+
+
+def saved_config(run_dir: Path) -> ExperimentConfig | None:
+    """The config a run directory holds, or None when it has none (a fresh folder, or an old run)."""
+    from olmax.train.config import load_run_config
+
+    return load_run_config(run_dir) if (run_dir / CONFIG).is_file() else None
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """True when `RUN/checkpoints` holds a complete step, i.e. training there resumes."""
+    from olmax.train.checkpoint import complete_steps
+
+    return bool(complete_steps(Path(run_dir) / "checkpoints"))

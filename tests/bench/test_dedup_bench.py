@@ -1,0 +1,159 @@
+"""bench/dedup_corpus.py scores removals right; bench/dedup_calibration.py and bench/dedup.py run end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+PEERS_VENV = REPO / ".venv-dedup-peers"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+dc = load("dedup_corpus")
+
+
+def small_corpus():
+    """Six documents: a planted pair (J 0.9), a planted trio, two hard-negative siblings, one single."""
+    docs = [
+        dc.Doc("o1", "", "g1", "light_edits", "original"),
+        dc.Doc("c1", "", "g1", "light_edits", "copy"),
+        dc.Doc("o2", "", "g2", "syndicated", "original"),
+        dc.Doc("c2", "", "g2", "syndicated", "copy"),
+        dc.Doc("d2", "", "g2", "syndicated", "copy"),
+        dc.Doc("n1", "", "g3", "templated", "negative"),
+        dc.Doc("n2", "", "g4", "templated", "negative"),
+        dc.Doc("s1", "", "g5", "single", "single"),
+    ]
+    pairs = [
+        dc.Pair("o1", "c1", "light_edits", 0.9, True),
+        dc.Pair("o2", "c2", "syndicated", 0.95, True),
+        dc.Pair("o2", "d2", "syndicated", 0.82, True),
+        dc.Pair("c2", "d2", "syndicated", 0.7, True),
+        dc.Pair("n1", "n2", "templated", 0.6, False),
+    ]
+    return dc.Corpus(0, docs, pairs)
+
+
+def test_score_counts_recall_by_band_false_removals_and_clusters():
+    corpus = small_corpus()
+    removed = [
+        {"id": "c1", "kept": "o1"},
+        {"id": "c2", "kept": "o2"},
+        {"id": "n2", "kept": "n1"},  # a hard negative removed: false
+        {"id": "filler-7", "kept": "s1"},  # outside the planted corpus: ignored
+    ]
+    s = dc.score(corpus, removed)
+    assert s.recall["light_edits"][">=0.87"] == (1, 1)
+    assert s.recall["syndicated"][">=0.87"] == (1, 1)
+    assert s.recall["syndicated"]["0.80-0.87"] == (0, 1)  # d2 was left in its own cluster
+    assert s.recall_at() == (2, 2)
+    assert (s.removals, s.false_removals, s.hard_negatives_removed) == (3, 1, 1)
+    assert s.removed["templated"] == (1, 1)
+    assert s.cluster_sizes == {2: 3} and s.largest_planted == 3
+    assert abs(s.false_frac - 1 / 3) < 1e-9
+
+
+def test_score_follows_chains_and_flags_a_cluster_larger_than_any_planted_group():
+    corpus = small_corpus()
+    # d2 -> c2 -> o2 is one cluster of three; s1 and the negatives joined to it make it a giant one
+    removed = [{"id": x, "kept": "o2"} for x in ("c2", "n1", "n2", "s1")] + [{"id": "d2", "kept": "c2"}]
+    s = dc.score(corpus, removed)
+    assert s.recall_at("0.80-0.87") == (1, 1) and s.recall_at("<0.80") == (1, 1)
+    assert s.cluster_sizes == {6: 1} and s.false_removals == 3
+    assert "A GIANT CLUSTER" in dc.cluster_line(s)
+    assert dc.score(corpus, [{"id": "c1", "kept": None}]).problems
+
+
+def test_true_jaccard_reads_words_its_own_way():
+    assert dc.true_jaccard("One two three four five six", "one, TWO three four five six!") == 1.0
+    assert dc.true_jaccard("a b c d e f", "a b c d e g") == 1 / 3
+    assert dc.true_jaccard("short", "short") == 1.0
+
+
+def test_edits_keep_what_they_promise():
+    rng = random.Random(3)
+    text = "\n\n".join(
+        f"Paragraph {i} says that the {i}th item costs {10 * i} dollars in 2024." for i in range(6)
+    )
+    assert dc.true_jaccard(text, dc.rewrap(text, rng)) == 1.0 and dc.rewrap(text, rng) != text
+    other = dc.other_numbers(text, rng)
+    assert re.sub(r"\d", "", other) == re.sub(r"\d", "", text)
+    assert all(a != b for a, b in zip(re.findall(r"\d+", text), re.findall(r"\d+", other)))
+    assert len(dc.dropped_paragraph(text, rng).split("\n\n")) == 5
+    cut = dc.truncated(text, rng)
+    assert text.startswith(cut.split("\n\n")[0][:40])
+    edited = dc.light_edits(text, rng)
+    assert edited != text and dc.true_jaccard(text, edited) > 0.5
+
+
+@pytest.mark.slow
+def test_corpus_is_the_same_for_the_same_seed_and_plants_every_kind():
+    a = dc.build(5, per_kind=6, singles=10, site_pages=10)
+    b = dc.build(5, per_kind=6, singles=10, site_pages=10)
+    assert [(d.id, d.text, d.group) for d in a.docs] == [(d.id, d.text, d.group) for d in b.docs]
+    kinds = {d.kind for d in a.docs}
+    assert set(dc.POSITIVE_KINDS) | set(dc.NEGATIVE_KINDS) | {"single"} <= kinds
+    assert all(p.jaccard < dc.NEGATIVE_MAX_JACCARD for p in a.pairs if not p.positive)
+    by_id = a.by_id()
+    for p in a.pairs[:50]:  # the stored truth is the module's own Jaccard of the texts
+        assert p.jaccard == dc.true_jaccard(by_id[p.a].text, by_id[p.b].text)
+
+
+def run(script: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args, "--work", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+def test_calibration_tiny_runs_olmax_and_meets_the_goals(tmp_path):
+    proc = run(
+        "dedup_calibration.py", "--per-kind", "5", "--singles", "20", "--sweep", "0.9", tmp_path=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "recall per kind and true-Jaccard band" in out and "threshold sweep" in out
+    assert re.search(r"goals at 0\.8: .*: MET$", out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_dedup_bench_tiny_olmax_side(tmp_path):
+    proc = run("dedup.py", "--per-kind", "5", "--singles", "20", "--peers", "", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "olmax minhash alone" in proc.stdout and "substring (--dedup substring" in proc.stdout
+    assert proc.stdout.strip().endswith("olmax/rensa = n/a (rensa not run)")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (PEERS_VENV / "bin" / "python").exists(), reason="no peers' venv: bench/setup_dedup_peers.sh"
+)
+def test_dedup_bench_tiny_with_peers(tmp_path):
+    proc = run("dedup.py", "--per-kind", "5", "--singles", "20", "--no-substring", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for tool in ("datatrove", "rensa", "datasketch", "rensa no check"):
+        assert re.search(rf"^{tool} +\d", proc.stdout, re.M), tool
+    assert re.fullmatch(
+        r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx", proc.stdout.strip().splitlines()[-1]
+    )
