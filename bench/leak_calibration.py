@@ -46,7 +46,7 @@ from pathlib import Path
 
 import leak_plants as lp
 
-COPY_KINDS = (
+POSITIVE = (
     "verbatim_one",
     "verbatim_many",
     "prefix_one",
@@ -59,18 +59,9 @@ COPY_KINDS = (
     "unicode_variants",
     "rewrap",
 )
-# short items, maths, completion tasks (issue 29): positives and the hard negatives of the same tasks
-SHORT_POSITIVE = ("short_edit", "written_out", "renamed_variable", "answer_alone", "answer_join")
-HARD_NEGATIVE = ("sign_flip", "another_number", "other_values", "wrong_completion", "wrong_answer_alone")
-POSITIVE = COPY_KINDS + SHORT_POSITIVE
-BASE_NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
-NEGATIVE = BASE_NEGATIVE + HARD_NEGATIVE
-MANY = tuple(k for k in COPY_KINDS if k.endswith("_many"))
-ANSWER_SIDE = ("answer_alone", "answer_join", "wrong_completion", "wrong_answer_alone")
+NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
+MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
 SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
-SHORT_WORDS = (10, 20)
-MATH_WORDS = 40  # maths items (MMLU) of at most this many words
-COMPLETION_WORDS = (20, 12)  # completion contexts of >= 20 words; endings alone of >= 12 words
 MIN_WORDS, MIN_EDITED_WORDS = 10, 25
 DOC_CHARS = 6000
 SWEEP = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))  # 0.50 .. 0.95
@@ -155,62 +146,6 @@ def eval_pools(rng: random.Random) -> tuple[list[tuple[str, object]], list[tuple
     return long, short
 
 
-def math_pool(rng: random.Random) -> list[tuple[str, object]]:
-    """MMLU items of <= MATH_WORDS words holding a number, independent of each other, shuffled."""
-    from olmax.audit.evalsets import load_eval
-
-    pool = [
-        ("mmlu", it)
-        for it in load_eval("mmlu")[1]
-        if len(it.text.split()) <= MATH_WORDS and (lp.numbers(it.text) or lp.variables(it.text))
-    ]
-    rng.shuffle(pool)
-    return [pool[i] for i in lp.independent([it.text for _, it in pool])]
-
-
-Completion = namedtuple("Completion", "set id context gold wrong")
-
-
-def completion_pool(rng: random.Random) -> list[Completion]:
-    """HellaSwag and PIQA records as (set, id, context, gold ending, a wrong ending), read from the bundled
-    records (not the audit's rendering), independent of each other, shuffled."""
-    import ast
-
-    from olmax.data.evalsets import read_eval_rows, resolve_source
-
-    out = []
-    for r in read_eval_rows(resolve_source("hellaswag")):
-        rec = r.record
-        ends = rec["endings"] if isinstance(rec["endings"], list) else ast.literal_eval(rec["endings"])
-        gold = int(rec["label"])
-        wrong = (gold + 1 + rng.randrange(len(ends) - 1)) % len(ends)
-        out.append(Completion("hellaswag", str(rec["ind"]), rec["ctx"], ends[gold], ends[wrong]))
-    for r in read_eval_rows(resolve_source("piqa")):
-        rec = r.record
-        sols = (rec["sol1"], rec["sol2"])
-        gold = int(rec["label"])
-        out.append(Completion("piqa", str(r.index), rec["goal"], sols[gold], sols[1 - gold]))
-    rng.shuffle(out)
-    keep = lp.independent([f"{c.context} {c.gold} {c.wrong}" for c in out])
-    return [out[i] for i in keep]
-
-
-def _dealt_pairs(dealt: dict[str, list]) -> set[int]:
-    """The ids (Python object ids) of the (set, item) pairs already dealt to a kind."""
-    return {id(p[1]) for pairs in dealt.values() for p in pairs}
-
-
-def _take(pool: list, want, count: int, kind: str) -> list:
-    """The first `count` entries of `pool` that `want` accepts, removed from it."""
-    got = [i for i, p in enumerate(pool) if want(p)][:count]
-    if len(got) < count:
-        raise SystemExit(f"{count} eval items wanted for {kind}, {len(got)} available; lower --per-kind")
-    taken = [pool[i] for i in got]
-    for i in reversed(got):
-        del pool[i]
-    return taken
-
-
 def _distinct_lines(lines: list[str], k: int) -> list[str]:
     """The first `k` lines of distinct shapes (quoted strings as `q`, runs of words as one `w`): the codec
     tables' `'A'  #  0x41 -> LATIN CAPITAL LETTER A` rows count once, `from x import y` lines once."""
@@ -256,37 +191,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
     rng.shuffle(rest)
     rest = lp.round_robin(rest, SETS)
-    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + BASE_NEGATIVE, per_kind, rng))
-    # the kinds of issue 29 draw from their own stream: the kinds above plant the same as before
-    rng2 = random.Random(f"short-maths-completions-{seed}")
-    lo, hi = SHORT_WORDS
-    short_left = [
-        p for p in short if lo <= len(p[1].text.split()) <= hi and id(p[1]) not in _dealt_pairs(dealt)
-    ]
-    dealt["short_edit"] = _take(
-        short_left, lambda p: len(lp._alpha_spans(p[1].text)) >= 4, per_kind, "short_edit"
-    )
-    maths = math_pool(rng2)
-    spaced = lambda p: lp.has_spaced_operator(p[1].text)  # noqa: E731
-    dealt["written_out"] = _take(maths, spaced, per_kind, "written_out")
-    dealt["sign_flip"] = _take(maths, lambda p: re.search(r" [-+] ", p[1].text), per_kind, "sign_flip")
-    dealt["renamed_variable"] = _take(maths, lambda p: lp.variables(p[1].text), per_kind, "renamed_variable")
-    dealt["another_number"] = _take(maths, lambda p: lp.numbers(p[1].text), per_kind, "another_number")
-    dealt["other_values"] = _take(maths, lambda p: lp.numbers(p[1].text), per_kind, "other_values")
-    comps = completion_pool(rng2)
-    ctx_words, end_words = COMPLETION_WORDS
-    long_ctx = lambda c: len(c.context.split()) >= ctx_words and c.gold != c.wrong  # noqa: E731
-    completions = {
-        "answer_alone": _take(comps, lambda c: len(c.gold.split()) >= end_words, per_kind, "answer_alone"),
-        "wrong_answer_alone": _take(
-            comps,
-            lambda c: len(c.wrong.split()) >= end_words and c.gold != c.wrong,
-            per_kind,
-            "wrong_answer_alone",
-        ),
-        "answer_join": _take(comps, long_ctx, per_kind, "answer_join"),
-        "wrong_completion": _take(comps, long_ctx, per_kind, "wrong_completion"),
-    }
+    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + NEGATIVE, per_kind, rng))
 
     docs = training_docs()
     ids = [f"{src}-{n}" for n, (src, _, _) in enumerate(docs)]
@@ -297,20 +202,11 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     records: list[dict] = []
     per_set: dict[str, list[dict]] = {}
 
-    def record(kind: str, name: str, item, text: str, hosts: list[int], continuation: str = "") -> None:
+    def record(kind: str, name: str, item, text: str, hosts: list[int]) -> None:
         records.append({"kind": kind, "eval": name, "id": str(item.id), "hosts": [ids[h] for h in hosts]})
-        row = {"id": str(item.id), "text": text}
-        if continuation:
-            row["continuation"] = continuation
-        per_set.setdefault(name, []).append(row)
+        per_set.setdefault(name, []).append({"id": str(item.id), "text": text})
 
-    def plant_one(plant: str) -> list[int]:
-        pasted = lp.paste(plant, texts, False, rng2, used)
-        for h, t in pasted.items():
-            texts[h] = t
-        return sorted(pasted)
-
-    for kind in COPY_KINDS:
+    for kind in POSITIVE:
         base = kind.removesuffix("_one").removesuffix("_many")
         for name, item in dealt[kind]:
             plant = lp.TRANSFORMS[base](item.text, rng)
@@ -329,29 +225,6 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
         record("training_boilerplate", name, item, lp.with_boilerplate_line(item.text, line), [])
     for name, item in dealt["unplanted"]:
         record("unplanted", name, item, item.text, [])
-    edits = {  # the planted text of each issue-29 kind (negatives: a different item planted)
-        "short_edit": lambda t: lp.word_edits(t, rng2, 1 if len(t.split()) < 14 else rng2.randint(1, 2)),
-        "written_out": lp.written_out,
-        "renamed_variable": lambda t: lp.rename_variable(t, rng2),
-        "sign_flip": lambda t: lp.flip_sign(t, rng2),
-        "another_number": lambda t: lp.another_number(t, rng2),
-        "other_values": lambda t: lp.other_values(t, rng2),
-    }
-    for kind, edit in edits.items():
-        for name, item in dealt[kind]:
-            hosts = plant_one(edit(item.text))
-            record(kind, name, item, item.text, hosts if kind in POSITIVE else [])
-    for kind, comps_k in completions.items():
-        for c in comps_k:
-            plant = {
-                "answer_alone": c.gold,
-                "wrong_answer_alone": c.wrong,
-                "answer_join": lp.context_tail(c.context) + " " + c.gold,
-                "wrong_completion": lp.context_tail(c.context) + " " + c.wrong,
-            }[kind]
-            hosts = plant_one(plant)
-            item = namedtuple("Item", "id text")(c.id, c.context)
-            record(kind, c.set, item, c.context, hosts if kind in POSITIVE else [], continuation=c.gold)
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
@@ -377,19 +250,11 @@ def scores(report: dict) -> dict[tuple[str, str], dict]:
         for e in entries:
             key = (e["eval"], str(e["id"]))
             s = float(e.get("score", 1.0 if flagged else 0.0))
-            prev = out.setdefault(
-                key,
-                {
-                    "score": s,
-                    "flagged": flagged,
-                    "n_documents": e.get("n_documents"),
-                    "parts": e.get("parts", []),
-                },
-            )
+            prev = out.setdefault(key, {"score": s, "flagged": flagged, "n_documents": e.get("n_documents")})
             if prev["score"] < s:
                 prev["score"] = s
             if flagged and not prev["flagged"]:
-                prev.update(flagged=True, n_documents=e.get("n_documents"), parts=e.get("parts", []))
+                prev.update(flagged=True, n_documents=e.get("n_documents"))
     return out
 
 
@@ -412,12 +277,7 @@ def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
     found = scores(report)
     for r in records:
         f = found.get((r["eval"], r["id"]), {})
-        r.update(
-            score=f.get("score", 0.0),
-            flagged=f.get("flagged", False),
-            n_documents=f.get("n_documents"),
-            parts=f.get("parts", []),
-        )
+        r.update(score=f.get("score", 0.0), flagged=f.get("flagged", False), n_documents=f.get("n_documents"))
     return {
         "records": records,
         "threshold": report.get("settings", {}).get("threshold"),
@@ -450,13 +310,6 @@ def summarize(records: list[dict]) -> dict:
         k: {"items": n, "flagged": h, "rate": h / max(1, n), "positive": k in POSITIVE}
         for k, (n, h) in per.items()
     }
-    for k in kinds:  # which parts of the flagged items leaked (context / answer / join)
-        parts: dict[str, int] = {}
-        for r in records:
-            if r["kind"] == k and r["flagged"]:
-                for part in r.get("parts") or ["context"]:
-                    parts[part] = parts.get(part, 0) + 1
-        kinds[k]["parts"] = parts
     for k in MANY:
         kinds[k]["full_count"] = sum(r["kind"] == k and r["n_documents"] == len(r["hosts"]) for r in records)
     sweep = [(t, *_counts(records, lambda r, t=t: r["score"] >= t - 1e-9)[1:]) for t in SWEEP]
@@ -505,17 +358,12 @@ def pr_curve(records: list[dict], png: Path, marks: list[tuple[float, float, str
         tmp.unlink(missing_ok=True)
 
 
-def print_summary(s: dict, threshold, rule) -> None:
-    lines = rule if isinstance(rule, list) else [rule] if rule else ["(not reported)"]
-    print("rule:")
-    for line in lines:
-        print(f"  {line}")
+def print_summary(s: dict, threshold, rule: str) -> None:
+    print(f"rule: {rule}" if rule else "rule: (not reported)")
     print(f"{'kind':<22} {'items':>6} {'flagged':>8}  metric")
     for k, r in s["kinds"].items():
         metric = "recall" if r["positive"] else "false-positive rate"
-        parts = ", ".join(f"{p} {n}" for p, n in r["parts"].items())
-        note = f"  (parts leaked: {parts})" if k in ANSWER_SIDE and parts else ""
-        print(f"{k:<22} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}{note}")
+        print(f"{k:<22} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}")
     print(
         f"overall recall {s['recall']:.3f}, precision {s['precision']:.3f}; flag threshold "
         f"{threshold if threshold is not None else 'n/a'}"

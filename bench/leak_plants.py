@@ -15,13 +15,6 @@ Transformations of an item (each a function `(text, rng) -> text`):
   unicode_variants  curly quotes, dashes, no-break spaces, ligatures, fullwidth letters, combining
                     accents and NFD forms: the same text to a human reader, different bytes
   rewrap            hard line breaks every 40-80 characters, sometimes indented or "> " quoted
-  word_edits        one or two words (letters only) replaced, added after or dropped: short items
-  written_out       spaced operators written out ("20 - 5 = 15" as "20 minus 5 equals 15")
-  rename_variable   a standalone one-letter variable renamed consistently (x -> u)
-  flip_sign, another_number, other_values
-                    hard negatives: one sign flipped, one integer changed, every integer changed
-  context_tail      the end of a completion task's context, for the answer-side plants (the gold or a
-                    wrong ending after it, or an ending alone)
 
 Placements: `on_one` pastes a plant into one host document at a line break; `on_many` pastes it into
 3-6 distinct host documents. Negatives: `with_generic_sentence` (a sentence that many training
@@ -516,109 +509,6 @@ def rewrap(text: str, rng: random.Random) -> str:
     if cur != lead or not lines:
         lines.append(cur)
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------ short items, maths, completions
-_NUMBER_WORDS = set(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand".split()
-)
-
-
-def _alpha_spans(text: str) -> list[re.Match]:
-    """The whitespace words of `text` that are letters only (apart from leading/trailing punctuation) and
-    not a number written out."""
-    return [
-        m
-        for m in _TOKEN.finditer(text)
-        if (core := _CORE.match(m.group()).group(2)).isalpha() and core.lower() not in _NUMBER_WORDS
-    ]
-
-
-def word_edits(text: str, rng: random.Random, count: int) -> str:
-    """`count` edits to the wording, each at a different word that is letters only: the word replaced by a
-    common English word, a common word added after it, or the word dropped (one of the three at
-    random). Numbers, symbols and words with digits are never touched."""
-    spans = _alpha_spans(text)
-    picked = sorted(rng.sample(range(len(spans)), min(count, len(spans))))
-    out, prev = [], 0
-    for j in picked:
-        m = spans[j]
-        lead, core, trail = _CORE.match(m.group()).groups()
-        how = rng.choice(("substitute", "insert", "drop"))
-        out.append(text[prev : m.start()])
-        if how == "substitute":
-            out.append(lead + _replacement(core, rng) + trail)
-        elif how == "insert":
-            out.append(m.group() + " " + rng.choice(COMMON_WORDS))
-        else:
-            out[-1] = out[-1].rstrip(" ") if out[-1].endswith(" ") else out[-1]
-        prev = m.end()
-    return "".join(out) + text[prev:]
-
-
-_SPACED_OPS = {" - ": " minus ", " + ": " plus ", " = ": " equals ", " * ": " times ", " \u00d7 ": " times "}
-_SPACED_OP = re.compile(r" (?:-|\+|=|\*|\u00d7) ")
-
-
-def has_spaced_operator(text: str) -> bool:
-    return _SPACED_OP.search(text) is not None
-
-
-def written_out(text: str, rng: random.Random | None = None) -> str:
-    """Every spaced operator written out: ' - ' as ' minus ', ' + ' ' plus ', ' = ' ' equals ', ' * ' and
-    ' \u00d7 ' ' times ' (the same maths in words)."""
-    return _SPACED_OP.sub(lambda m: _SPACED_OPS[m.group()], text)
-
-
-_VAR = r"(?<![A-Za-z]){}(?![A-Za-z])"
-
-
-def variables(text: str) -> list[str]:
-    """The lowercase letters (other than 'a' and 'i', English words) that stand alone in `text`, as a
-    maths variable does ('3x', 'f(x)', 'x^2')."""
-    return [c for c in "bcdefghjklmnopqrstuvwxyz" if re.search(_VAR.format(c), text)]
-
-
-def rename_variable(text: str, rng: random.Random) -> str:
-    """One standalone variable renamed, consistently, to a letter that does not stand alone in `text`."""
-    old = rng.choice(variables(text))
-    free = [c for c in "uvwpqrst" if c not in variables(text) and c != old]
-    return re.sub(_VAR.format(old), rng.choice(free), text)
-
-
-def flip_sign(text: str, rng: random.Random) -> str:
-    """One spaced ' + ' turned into ' - ' or the reverse: a different question."""
-    spots = [m for m in re.finditer(r" [-+] ", text)]
-    m = rng.choice(spots)
-    return text[: m.start()] + (" - " if m.group() == " + " else " + ") + text[m.end() :]
-
-
-_NUMBER = re.compile(r"(?<![\d.])\d+(?![\d.])")
-
-
-def numbers(text: str) -> list[re.Match]:
-    return list(_NUMBER.finditer(text))
-
-
-def _other(value: str, rng: random.Random) -> str:
-    return str(int(value) + rng.randint(1, 9))
-
-
-def another_number(text: str, rng: random.Random) -> str:
-    """One integer of the item replaced by another value."""
-    m = rng.choice(numbers(text))
-    return text[: m.start()] + _other(m.group(), rng) + text[m.end() :]
-
-
-def other_values(text: str, rng: random.Random) -> str:
-    """The same template with other values: every integer of the item replaced by another."""
-    return _NUMBER.sub(lambda m: _other(m.group(), rng), text)
-
-
-def context_tail(context: str, count: int = 10) -> str:
-    """The last `count` whitespace words of a completion task's context."""
-    return " ".join(context.split()[-count:])
 
 
 TRANSFORMS = {

@@ -1,9 +1,7 @@
 """The leak audit's verification, compiled (numba): where an item's hits place it in a document
-(`chains`), how much of it the words there hold (`lcs_length`), whether a number or an operator of it
-was replaced there (`lcs_conflicts`), the exact contiguous match very short items need
-(`contains_run`), the few word edits short ones may have (`edit_distance`), and all of them over a
-file's candidates in one call (`verify_candidates`). Items and regions are arrays of packed word
-values in the verification's reading (normalize.py: numbers and operators flagged PROTECTED).
+(`chains`), how much of it the words there hold (`lcs_length`), the exact contiguous match short items
+need (`contains_run`), and all three over a file's candidates in one call (`verify_candidates`). Items
+and regions are arrays of packed word values (normalize.py).
 """
 
 from __future__ import annotations
@@ -11,20 +9,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from olmax.audit.normalize import PROTECTED, as_token_ids, words_of
+from olmax.audit.normalize import as_token_ids, words_of
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
 _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
-
-
-ALIGNED, EXACT, EDITS = 0, 1, 2  # a candidate's rule: aligned fraction, exact run, few word edits
-PROTECTED_EDIT = 1 << 20  # an edit that changes a protected word: never one of the few allowed
-# Conflicts are looked for within stretches of the alignment whose gaps hold at most this many words on
-# either side (a longer gap is the alignment reaching into the text around a partial copy).
-MAX_GAP = 6
-EDGE = 2  # unit words past the aligned stretch that are still compared with the document's
 
 
 def verify_candidates(
@@ -39,25 +29,21 @@ def verify_candidates(
     item_ptr: np.ndarray,
     item_of: np.ndarray,
     n: np.ndarray,
-    mode: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(score, token start, token end, conflicts, edits) of each candidate of one file: candidate g's
-    hits are q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its
-    document is tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]]
-    for i = item_of[g] (the verification's reading: numbers and operators carry
-    normalize.PROTECTED), `n` its window and `mode` its rule. `tables` is that reading's
+    short: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(score, token start, token end) of each candidate of one file: candidate g's hits are
+    q[hit_ptr[g]:hit_ptr[g + 1]] (item word positions) and pos[...] (token offsets), its document is
+    tokens[doc_start[g]:doc_end[g]], its item's words items[item_ptr[i]:item_ptr[i + 1]] for
+    i = item_of[g], `n` its window and `short` whether it needs a whole-item match. `tables` is
     `WordTables.kernel_tables`.
 
     Each candidate: the document's words around the hits (the item's words not covered by them on
     either side, plus slack, at 4 tokens a word; doubled while a placement runs past the tokens read,
     up to 16 times), the chains of hits (`chains`) and around each its region (room for the item's
-    words outside the chain, half again for inserted words, and slack). Per region, by mode:
-    ALIGNED: the aligned fraction of the item's words (longest common subsequence) and, when the item
-    has protected words, the conflicts of one longest alignment (`lcs_conflicts`); EXACT: 1.0 for an
-    exact contiguous match, else at most 0.999; EDITS: the fewest word edits that turn the item into
-    a run of the region (`edit_distance`, an edit of a protected word counting PROTECTED_EDIT) and
-    the aligned fraction. The best region (fewest conflicts and edits, then score) is reported; the
-    span runs from the chain's first word to the word after its last window."""
+    words outside the chain, half again for inserted words, and slack); the score is the best
+    region's aligned fraction of the item's words (a short item scores 1.0 only for an exact
+    contiguous match, else at most 0.999), the span runs from the chain's first word to the word after
+    its last window."""
     # a whole file: shard dtypes as they are (no copy), anything else through as_token_ids
     tokens = np.asarray(tokens)
     tokens = (
@@ -77,26 +63,21 @@ def verify_candidates(
         item_ptr.astype(np.int64),
         item_of.astype(np.int64),
         n.astype(np.int64),
-        mode.astype(np.int64),
+        short.astype(np.bool_),
     )
 
 
 @njit(cache=True, nogil=True)
-def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, item_ptr, item_of, n, mode):
+def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, item_ptr, item_of, n, short):
     m = doc_start.size
     scores = np.zeros(m, np.float64)
     t0s = np.zeros(m, np.int64)
     t1s = np.zeros(m, np.int64)
-    conflicts = np.zeros(m, np.int64)
-    edits = np.zeros(m, np.int64)
     for g in range(m):
         q = q_all[hit_ptr[g] : hit_ptr[g + 1]]
         pos = pos_all[hit_ptr[g] : hit_ptr[g + 1]]
         item = items[item_ptr[item_of[g]] : item_ptr[item_of[g] + 1]]
         k = item.size
-        has_protected = False
-        for w in item:
-            has_protected |= (w & _PROT) != np.uint64(0)
         ds, de = doc_start[g], doc_end[g]
         slack = 3 + k // 10
         before = 4 * (q.min() + slack) + 16
@@ -115,162 +96,26 @@ def _verify(tokens, tables, doc_start, doc_end, hit_ptr, q_all, pos_all, items, 
             for j in range(found.shape[0]):
                 s0, s1 = found[j, 0], found[j, found.shape[1] - 1]
                 qa, qb = q[s0], q[s1]
-                # room for words inserted (markup: its operators are words in this reading)
-                r0s[j] = c[s0] - 2 * qa - slack
-                r1s[j] = c[s1] + 2 * (k - qb) + slack
+                r0s[j] = c[s0] - qa - qa // 2 - slack  # room for words inserted before the first hit
+                r1s[j] = c[s1] + (k - qb) + (k - qb) // 2 + slack
                 past |= (r0s[j] < 0 and a > ds) or (r1s[j] > vals.size and b < de)
             if grow >= 16 or not past:
                 break
             grow *= 2
-        best, bconf, bedit, bs0, bs1 = -1.0, 1 << 40, 1 << 40, 0, 0
+        best, bs0, bs1 = -1.0, 0, 0
         for j in range(found.shape[0]):
             region = vals[max(0, r0s[j]) : min(vals.size, r1s[j])]
-            conf, ed = 0, 0
-            if mode[g] == EXACT:
+            if short[g]:
                 score = 1.0 if _contains(region, item) else min(0.999, _lcs(item, region) / k)
-            elif mode[g] == EDITS:
-                ed = _edits(item, region)
-                score = min(0.999, _lcs(item, region) / k) if ed else 1.0
             else:
                 score = _lcs(item, region) / k
-                if has_protected:
-                    conf = _lcs_conflicts(item, region)
-            better = conf < bconf or (conf == bconf and (ed < bedit or (ed == bedit and score > best)))
-            if better:
-                best, bconf, bedit, bs0, bs1 = score, conf, ed, found[j, 0], found[j, found.shape[1] - 1]
+            if score > best:
+                best, bs0, bs1 = score, found[j, 0], found[j, found.shape[1] - 1]
         last = c[bs1] + n[g]  # the word after the last matched window
         scores[g] = best
-        conflicts[g] = bconf
-        edits[g] = bedit
         t0s[g] = a + first_tok[c[bs0]] if first_tok.size else a
         t1s[g] = a + first_tok[last] if last < first_tok.size else b
-    return scores, t0s, t1s, conflicts, edits
-
-
-_PROT = PROTECTED
-
-
-def edit_distance(item: np.ndarray, region: np.ndarray) -> int:
-    """The fewest word edits (a substitution, a dropped or an inserted word: 1 each) that turn `item`
-    into a contiguous run of `region`; an edit that drops, replaces or inserts a protected word (a
-    number or an operator: normalize.PROTECTED) counts PROTECTED_EDIT."""
-    return int(
-        _edits(np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64))
-    )
-
-
-def lcs_conflicts(item: np.ndarray, region: np.ndarray) -> int:
-    """Numbers and operators replaced by others (a sign flipped, another value): in the main stretch of
-    one longest common subsequence of the two (the most aligned words with no gap over MAX_GAP words
-    on either side), the protected words of the item and of the region aligned on their own, those
-    left over on both sides counting (min of the two leftovers); and when at most EDGE item words lie
-    past the stretch at an end, each of them that is protected against the region's word at the same
-    offset, also protected and different."""
-    return int(
-        _lcs_conflicts(
-            np.ascontiguousarray(item, dtype=np.uint64), np.ascontiguousarray(region, dtype=np.uint64)
-        )
-    )
-
-
-@njit(cache=True, nogil=True)
-def _edits(item, region):
-    """Semi-global edit distance (the region's words before and after the run are free), one column of
-    the table at a time."""
-    k, r = item.size, region.size
-    big = PROTECTED_EDIT
-    prev = np.empty(k + 1, np.int64)
-    cur = np.empty(k + 1, np.int64)
-    prev[0] = 0
-    for i in range(1, k + 1):
-        prev[i] = prev[i - 1] + (big if item[i - 1] & _PROT else 1)
-    best = prev[k]
-    for j in range(1, r + 1):
-        w = region[j - 1]
-        wp = (w & _PROT) != np.uint64(0)
-        ins = big if wp else 1
-        cur[0] = 0
-        for i in range(1, k + 1):
-            x = item[i - 1]
-            xp = (x & _PROT) != np.uint64(0)
-            if x == w:
-                d = prev[i - 1]
-            else:
-                d = prev[i - 1] + (big if xp or wp else 1)
-            d = min(d, cur[i - 1] + (big if xp else 1), prev[i] + ins)
-            cur[i] = d
-        best = min(best, cur[k])
-        prev, cur = cur, prev
-    return best
-
-
-@njit(cache=True, nogil=True)
-def _lcs_conflicts(item, region):
-    k, r = item.size, region.size
-    dp = np.zeros((k + 1, r + 1), np.int32)
-    for i in range(1, k + 1):
-        x = item[i - 1]
-        for j in range(1, r + 1):
-            if x == region[j - 1]:
-                dp[i, j] = dp[i - 1, j - 1] + 1
-            else:
-                dp[i, j] = max(dp[i - 1, j], dp[i, j - 1])
-    # one longest alignment, as (item, region) index pairs in order
-    pi = np.empty(dp[k, r], np.int64)
-    pj = np.empty(dp[k, r], np.int64)
-    i, j, at = k, r, dp[k, r]
-    while i > 0 and j > 0:
-        if item[i - 1] == region[j - 1] and dp[i, j] == dp[i - 1, j - 1] + 1:
-            at -= 1
-            pi[at], pj[at] = i - 1, j - 1
-            i -= 1
-            j -= 1
-        elif dp[i - 1, j] >= dp[i, j - 1]:
-            i -= 1
-        else:
-            j -= 1
-    # the alignment's main stretch: the most aligned pairs with no gap over MAX_GAP words on either side
-    if pi.size == 0:
-        return 0
-    b0, b1, s0 = 0, 0, 0
-    for e in range(pi.size):
-        if e + 1 < pi.size and pi[e + 1] - pi[e] - 1 <= MAX_GAP and pj[e + 1] - pj[e] - 1 <= MAX_GAP:
-            continue
-        if e - s0 > b1 - b0:
-            b0, b1 = s0, e
-        s0 = e + 1
-    # inside it, the protected words of both sides that an alignment of the protected words alone
-    # leaves over; at the unit's ends, when at most EDGE words of it lie outside the stretch, those
-    # words against the document's next (previous) ones, offset by offset
-    conflicts = _protected_left(item[pi[b0] : pi[b1] + 1], region[pj[b0] : pj[b1] + 1])
-    left = k - 1 - pi[b1]
-    if 0 < left <= EDGE:
-        for t in range(1, min(left, r - 1 - pj[b1]) + 1):
-            x, y = item[pi[b1] + t], region[pj[b1] + t]
-            conflicts += x != y and (x & _PROT) != np.uint64(0) and (y & _PROT) != np.uint64(0)
-    left = pi[b0]
-    if 0 < left <= EDGE:
-        for t in range(1, min(left, pj[b0]) + 1):
-            x, y = item[pi[b0] - t], region[pj[b0] - t]
-            conflicts += x != y and (x & _PROT) != np.uint64(0) and (y & _PROT) != np.uint64(0)
-    return conflicts
-
-
-@njit(cache=True, nogil=True)
-def _protected_left(a, b):
-    """min(protected words of a, of b) minus their longest common subsequence: the replaced ones."""
-    pa = a[(a & _PROT) != np.uint64(0)]
-    pb = b[(b & _PROT) != np.uint64(0)]
-    if pa.size == 0 or pb.size == 0:
-        return 0
-    row = np.zeros(pb.size + 1, np.int64)
-    for x in pa:
-        diag = 0
-        for j in range(1, pb.size + 1):
-            keep = row[j]
-            row[j] = diag + 1 if x == pb[j - 1] else max(row[j], row[j - 1])
-            diag = keep
-    return min(pa.size, pb.size) - row[pb.size]
+    return scores, t0s, t1s
 
 
 def lcs_length(item: np.ndarray, region: np.ndarray) -> int:

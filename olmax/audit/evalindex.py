@@ -1,19 +1,15 @@
 """The eval side of the leak probe: an exact index of eval word windows, and the probe of a word stream.
 
-Index. Every n-word window (default n = 8) of every eval item longer than `edit_words` words; for
-items of n to edit_words words (short ones, allowed a word edit or two) every window of `anchor` words
-(min_item_words: an edit or two still leaves one whole, see leaks.py); and for items shorter than n
-words (but at least min_item_words) the whole item: rolling hashes (hashing.py) xor'ed with a salt
-per length, in one sorted array of unique keys; each key points to its (item, window position)
-records.
+Index. Every n-word window (default n = 13) of every eval item, and for items shorter than n words
+(but at least min_item_words) the whole item, as rolling hashes (hashing.py) xor'ed with a salt per
+length, in one sorted array of unique keys; each key points to its (item, n-gram position) records.
 
 Probe. A chunk of training words is probed at every position: each window length slides over its
 packed word values through the prefilter (prefilter.py: the windows' bag sums, no false negatives),
 which keeps about 0.4% of positions, and only those are hashed exactly and looked up (SortedKeys: a
 directory on the keys' top bits, then a few halving steps). Items shorter than n words are found through an anchor,
-their first `anchor` words: anchor windows pass their own prefilter (which also holds the short
-items' windows, looked up directly) and exact anchor lookup, and only then are hashed at the lengths
-of the items their anchor begins (all lengths in one pass).
+their first `anchor` words: anchor windows pass their own prefilter and exact anchor lookup, and
+only then are hashed at the lengths of the items their anchor begins (all lengths in one pass).
 The probe's answer is exactly the set of windows whose rolling hash is an index key: the prefilter
 only saves work.
 """
@@ -73,28 +69,16 @@ class EvalIndex:
 
     `items` holds each item's packed word values (normalize.WordTables.packed_words)."""
 
-    def __init__(
-        self,
-        items: list[np.ndarray],
-        n: int,
-        min_item_words: int,
-        max_items_per_key: int = 0,
-        edit_words: int = 0,
-    ):
+    def __init__(self, items: list[np.ndarray], n: int, min_item_words: int, max_items_per_key: int = 0):
         """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
-        side ("which of the following is the"), kept out of the index (`template_keys` counts them).
-        Items of n to `edit_words` words are indexed by their windows of `anchor` words."""
+        side ("which of the following is the"), kept out of the index (`template_keys` counts them)."""
         self.n = n
-        self.anchor = a = max(1, min(min_item_words, n))
         self.lengths_of = np.asarray([w.size for w in items], dtype=np.int64)
-        # Every item long enough, its words concatenated: an item of k > edit_words words gives its
-        # k - n + 1 n-word windows, one of n..edit_words its k - a + 1 anchor windows, a shorter one its
-        # whole self; records in item order, then window order.
+        # Every item long enough, its words concatenated: an item of k >= n words gives its k - n + 1
+        # n-word windows, a shorter one its whole self; records in item order, then window order.
         use = np.flatnonzero(self.lengths_of >= min_item_words)
         k_use = self.lengths_of[use]
-        w_use = np.where((k_use >= n) & (k_use <= edit_words), a, np.minimum(k_use, n))  # window per item
-        self.window_of = np.zeros(len(items), dtype=np.int64)
-        self.window_of[use] = w_use
+        w_use = np.minimum(k_use, n)  # window length per item
         per = k_use - w_use + 1  # windows per item
         words = (
             np.concatenate([np.asarray(items[i], dtype=np.uint64) for i in use])
@@ -125,20 +109,19 @@ class EvalIndex:
         self.ukeys, first = np.unique(key, return_index=True)
         self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
-        self.lengths = sorted({int(w) for w in w_use.tolist()})
-        # items shorter than n: whole-item keys of these lengths (`a` itself is looked up directly)
-        self.short_lengths = sorted({int(k) for k in k_use.tolist() if k < n})
-        self.salts = {k: length_salt(k) for k in {n, a, *self.lengths}}
-        ext = [k for k in self.short_lengths if k > a]
-        self.short_arr = np.asarray(ext, dtype=np.int64)
-        self.short_salts = np.asarray([self.salts[k] for k in ext], dtype=np.uint64)
+        self.lengths = sorted(
+            {n if k >= n else int(k) for k in self.lengths_of.tolist() if k >= min_item_words}
+        )
+        self.short_lengths = [k for k in self.lengths if k < n]
+        self.salts = {k: length_salt(k) for k in {n, *self.lengths}}
+        self.short_arr = np.asarray(self.short_lengths, dtype=np.int64)
+        self.short_salts = np.asarray([self.salts[k] for k in self.short_lengths], dtype=np.uint64)
         # Short items are found through an anchor: their first `anchor` words, probed at every
-        # position; only anchor hits are hashed at the items' full lengths (exact lookup after). The
-        # anchor-length keys (items of `a` words, the windows of edit items) are looked up directly.
-        self.has_anchor_keys = bool((w_use == a).any())
-        short = (k_use < n) & (k_use > a)
-        anchors = packed_windows(words, offset[short], a) if short.any() else np.zeros(0, np.uint64)
-        bit = np.left_shift(1, k_use[short] - a).astype(np.int64)
+        # position; only anchor hits are hashed at the items' full lengths (exact lookup after).
+        self.anchor = min(self.short_lengths, default=0)
+        short = (k_use < n) if self.anchor else np.zeros(use.size, dtype=bool)
+        anchors = packed_windows(words, offset[short], self.anchor) if short.any() else np.zeros(0, np.uint64)
+        bit = np.left_shift(1, k_use[short] - self.anchor).astype(np.int64)
         self.anchors, inv = np.unique(anchors, return_inverse=True)
         self.anchor_lookup = SortedKeys(self.anchors)
         # which item lengths each anchor starts (bit j: length anchor + j), so a hit is only
@@ -147,13 +130,9 @@ class EvalIndex:
         np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
         self.has_ngrams = bool(bag_n.size)
         self.filter = WindowFilter(bag_n)
-        anchor_sums = window_sums(words, a)
         self.anchor_filter = WindowFilter(
-            np.concatenate([anchor_sums[offset[short]], anchor_sums[at[wlen == a]]])
-            if anchor_sums.size
-            else np.zeros(0, np.uint64)
+            window_sums(words, self.anchor)[offset[short]] if short.any() else np.zeros(0, np.uint64)
         )
-        self.probes_anchor = bool(short.any()) or self.has_anchor_keys
 
     @property
     def num_keys(self) -> int:
@@ -172,14 +151,9 @@ class EvalIndex:
             keys.append(k_)
             starts.append(at)
         a = self.anchor
-        lo = max(0, first_new - max(self.short_lengths, default=a) + 1)
-        if self.probes_anchor and m - a + 1 > lo:
+        lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
+        if a and m - a + 1 > lo:
             cand = self.anchor_filter.window_candidates(packed, a, lo)
-            if self.has_anchor_keys:  # anchor-length keys, in the new part only
-                new = cand[cand + a > first_new]
-                k_, at_k = self.lookup.find(packed_windows(packed, new, a) ^ self.salts[a], new)
-                keys.append(k_)
-                starts.append(at_k)
             idx, at = self.anchor_lookup.find(packed_windows(packed, cand, a), cand)
             # windows of a length some item with this anchor has (bit k - a), that fit and end in
             # the new part (older ones were probed with the last chunk): all lengths in one pass

@@ -2,37 +2,28 @@
 
 Retrieve, then verify. Eval items are tokenized with the mix's tokenizer and both sides are turned into
 the same normalized *words* (normalize.py: case, spacing, line wraps, punctuation, curly quotes and
-dashes, Unicode compatibility forms and accents, BPE splits do not matter; written-out operators and
-numerals read as their symbols and digits). Each item is one or more *units* (evalside.py: its
-context, and for a completion task its gold answer and the context-end -> answer join). Units with
-the same words are deduplicated first (reported). The eval side is indexed exactly (evalindex.py):
-every n-word window (default n = 8: a substitution or a drop every 10 words still leaves whole
-windows) of every unit longer than --short-words, every --min-item-words window of a short unit (so
-one or two word edits still leave one whole), and for units shorter than n words the whole unit; a
-window that --template-items distinct units share is a template of the eval side ("which of the
-following ...") and is not indexed. The training side is probed at every word position (per file,
-files in parallel threads, 1M-token chunks, a prefilter with no false negatives in front of the exact
-lookup); a hit keeps (key, file, document, word index, token offset). Retrieval reads no operators
-(they are dropped), so it finds a superset of what verification accepts.
+dashes, Unicode compatibility forms and accents, BPE splits do not matter). Eval items with the same
+words are deduplicated first (reported). The eval side is indexed exactly (evalindex.py): every n-word
+window (default n = 8: a substitution or a drop every 10 words still leaves whole windows) of every
+item, and for items shorter than n words (but at least --min-item-words) the whole item; a window that
+--template-items distinct items share is a template of the eval side ("which of the following ...")
+and is not indexed. The training side is probed at every word position (per file, files in parallel
+threads, 1M-token chunks, a prefilter with no false negatives in front of the exact lookup); a hit
+keeps (key, file, document, word index, token offset).
 
-Candidates. The hits of one (unit, document) pair are a candidate when their windows cover at least
-max(n, --min-cover x k) of the unit's k words (half of them for a short unit). Being common in the
-training text does not disqualify an n-gram: an item copied onto many pages is found on every one
-(each key keeps the hits of its first --max-docs-per-key documents; a key that reaches that cap is
-reported as saturated).
+Candidates. The hits of one (item, document) pair are a candidate when their windows cover at least
+max(n, --min-cover x k) of the item's k words. Being common in the training text does not disqualify
+an n-gram: an item copied onto many pages is found on every one (each key keeps the hits of its first
+--max-docs-per-key documents; a key that reaches that cap is reported as saturated).
 
-Verify (align.py), in the verification's reading, where numbers and operators are words that must
-match. Each candidate's unit words are aligned against the document's words around the hits (the
-longest chain of hits in the unit's order, extended by the unit's words outside it, plus slack). A
-unit of more than --short-words words is a copy when the longest common subsequence of the two
-(inserted, dropped and substituted words tolerated) covers >= --threshold (default 0.75) of its words
-and no number or operator inside the aligned span is replaced by another; one of n..--short-words
-words when at most one word edit (two from 12 words) turns it into a run of the document with every
-number and operator kept; a shorter one on an exact match; units under --min-item-words words are not
-decided. An item is contaminated when one of its units is a copy in some document; every such
-document is reported: source, file, document id, token span, the part (context, answer, join), the
-match (aligned, edits, exact) and score. The `rule` and `normalization` blocks of the report state
-each rule as a line.
+Verify. Each candidate's item words are aligned against the document's words around the hits (the
+longest chain of hits in the item's order, extended by the item's words outside it, plus slack): the
+longest common subsequence of the two, computed bit-parallel, tolerates inserted words (markup, a
+sentence added), dropped and substituted words. The score is the aligned fraction of the item's words;
+an item is contaminated when one document scores >= --threshold (default 0.75). Items of at most
+--short-words words need an exact whole-item match (alignment is too permissive for them); items under
+--min-item-words words are not decided. Every document that passes is reported: source, file, document
+id, token span and score.
 
 Bounded memory. Hits are kept only for each key's first max_docs_per_key documents (in file, document
 order), merged as they arrive (HitSet): memory grows with the eval index and how often its keys recur,
@@ -59,10 +50,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.align import ALIGNED, EDITS, EXACT, PROTECTED_EDIT, verify_candidates
+from olmax.audit.align import verify_candidates
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.evalside import JOIN_ANSWER_WORDS, JOIN_CONTEXT_WORDS, EvalSide, index_evals
-from olmax.audit.evalside import PARTS as PARTS_ORDER
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
@@ -70,6 +59,7 @@ from olmax.data.loader import file_index
 from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
+from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
@@ -88,7 +78,6 @@ class LeakConfig:
     threshold: float = 0.75
     short_words: int = 20
     min_cover: float = 0.25
-    min_answer_words: int = 10
     template_items: int = 10
     max_docs_per_key: int = 1000
     gate: tuple[str, ...] | None = None  # None: every set gates
@@ -260,14 +249,23 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     report = {
         "command": "audit leaks",
         "settings": asdict(cfg),
-        "normalization": list(NORMALIZATION),
+        "normalization": NORMALIZATION,
         "hashing": (
             f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
             f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
             f"bytes: {((cfg.ngram - 1 + 64) / (2**31 - 1)) ** 2:.1e} at l = 64; short items as "
             f"whole-item windows"
         ),
-        "rule": rule_lines(cfg),
+        "rule": (
+            f"retrieve: exact {cfg.ngram}-word windows of the items (windows shared by >= "
+            f"{cfg.template_items} items are templates, not used); candidate: an (item, document) "
+            f"pair whose matched windows cover >= max({cfg.ngram}, {cfg.min_cover} x item words); "
+            f"verify: longest common subsequence of the item's words and the document's words around "
+            f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
+            f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
+            f"{cfg.short_words} words need an exact whole-item match; items under "
+            f"{cfg.min_item_words} words are not decided"
+        ),
         "training": {"files": len(paths), "tokens": train_tokens},
         "eval_index": {
             "items": len(ev.items),
@@ -300,36 +298,73 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     return report
 
 
-def rule_lines(cfg: LeakConfig) -> list[str]:
-    """The detection rule, one line per rule, as the report states it."""
-    n, a = cfg.ngram, max(1, min(cfg.min_item_words, cfg.ngram))
-    return [
-        f"units: an item's context; for a completion task (a gold continuation: HellaSwag, PIQA, COPA, "
-        f"story cloze) also its answer alone when it has >= {cfg.min_answer_words} words, and the join "
-        f"(the context's last {JOIN_CONTEXT_WORDS} words and the answer's first {JOIN_ANSWER_WORDS}); "
-        f"each unit is matched on its own and the report names the parts that leaked",
-        f"retrieve: exact {n}-word windows of units of > {cfg.short_words} words, every {a}-word window "
-        f"of units of {n}..{cfg.short_words} words, the whole unit below {n} words (retrieval reading: "
-        f"no operators); windows shared by >= {cfg.template_items} units are templates, not used",
-        f"candidate: a (unit, document) pair whose matched windows cover >= max({n}, {cfg.min_cover} x "
-        f"unit words), for units of {n}..{cfg.short_words} words >= half of them (and {a}), any whole-unit "
-        f"match",
-        "verify (verification reading: numbers and operators are protected words): longest common "
-        "subsequence of the unit's words and the document's words around the matches (inserted, "
-        "dropped and substituted words tolerated), score = aligned words / unit words",
-        f"copy, units of > {cfg.short_words} words: a document scores >= {cfg.threshold} and no number "
-        f"or operator inside the aligned span is replaced by another (a sign flipped, another value: within "
-        f"the alignment's main stretch (no gap over 6 words), protected words of the unit and of the "
-        f"document that do not align with each other, and at the unit's ends up to 2 protected words "
-        f"past the stretch against the document's at the same offset)",
-        f"copy, units of {n}..{cfg.short_words} words: at most 1 word edit (2 from 12 words) turns the "
-        f"unit into a run of the document, every number and operator kept as it is (none replaced, "
-        f"dropped or inserted); a consistently renamed one-letter variable is no edit",
-        f"copy, context units under {n} words, and every answer and join unit: an exact contiguous "
-        f"match (a completion task's choices differ from each other by a few words); items under "
-        f"{cfg.min_item_words} words are not decided",
-        "kind: every contaminated item here is a copy (its words found in training text by the rules above)",
-    ]
+@dataclass
+class EvalSide:
+    """The eval items of every set, in one list: their set, their words, duplicates and the n-gram index."""
+
+    sets: list[tuple[str, list]]  # (set name, its items)
+    set_of: np.ndarray  # int64 (items,): which set each item is from
+    items: list  # EvalItem, all sets concatenated
+    words: list[np.ndarray]  # packed word values of each item
+    rep_of: np.ndarray  # int64 (items,): the first item with the same words (itself when unique)
+    duplicates: list[dict]
+    index: EvalIndex
+
+
+def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
+    from olmax.audit.evalsets import load_eval
+    from olmax.data.evalspec import parse_eval_specs
+    from olmax.data.tokenize import load_tokenizer
+
+    sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
+    if not sets:
+        raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
+    tok = load_tokenizer(tok_path)
+    set_of, indexed, words, all_items, rep_of, dups = [], [], [], [], [], []
+    first: dict[bytes, int] = {}
+    for s, (name, items) in enumerate(sets):
+        ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
+        for it, packed in zip(items, item_words(ids, tables)):
+            i = len(all_items)
+            r = first.setdefault(packed.tobytes(), i) if packed.size else i
+            if r != i:  # the same words as an earlier item: indexed once, decided as that one
+                a = all_items[r]
+                dups.append(
+                    {
+                        "eval": name,
+                        "id": it.report_id,
+                        "same_as": {"eval": sets[set_of[r]][0], "id": a.report_id},
+                    }
+                )
+            indexed.append(packed if r == i else packed[:0])
+            words.append(packed)
+            set_of.append(s)
+            all_items.append(it)
+            rep_of.append(r)
+    return EvalSide(
+        sets,
+        np.asarray(set_of, dtype=np.int64),
+        all_items,
+        words,
+        np.asarray(rep_of, np.int64),
+        dups,
+        EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items),
+    )
+
+
+def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
+    """Each item's packed words (`tables.packed_words` of its tokens), in one pass over all of them: the
+    items joined with an id past the vocabulary between them (a boundary: no word joins across it, and
+    its own boundary word starts at the separator, so it belongs to no item)."""
+    lengths = np.asarray([len(t) for t in ids], dtype=np.int64)
+    ends = np.cumsum(lengths + 1) - 1  # each item's separator
+    stream = np.full(int(ends[-1]) + 1 if ids else 0, tables.size - 1, dtype=np.uint32)
+    for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
+        stream[e - k : e] = t
+    packed, first_tok, _ = tables.packed_words(stream, final=True)
+    cut = np.searchsorted(first_tok, ends - lengths)  # each item's first word
+    last = np.searchsorted(first_tok, ends)  # its separator's word
+    return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]
 
 
 def probe_path(
@@ -351,17 +386,11 @@ def merge_probes(results: Iterable[tuple[np.ndarray, int]], cap_docs: int) -> tu
     return kept.result(), train_tokens
 
 
-def max_edits(k: int) -> int:
-    """The word edits a short item of k words (ngram..short_words) may have and still be a copy: one
-    below 12 words, two from 12 (either leaves a whole anchor window: see `candidates`)."""
-    return 1 if k < 12 else 2
-
-
 @dataclass(frozen=True)
 class Candidate:
-    """A (unit, document) pair to verify: the unit's word positions `q` (verification reading) and the
-    token offset `pos` of each hit, the alignment window `n`, the rule `mode` (align.ALIGNED, EXACT or
-    EDITS) and whether one of its keys reached --max-docs-per-key (`saturated`). `item` is the unit."""
+    """An (item, document) pair to verify: the item's position `q` and the token offset `pos` of each
+    hit, the alignment window `n` (min(ngram, item words)), `short` (an exact whole-item match needed)
+    and whether one of its keys reached --max-docs-per-key (`saturated`)."""
 
     item: int
     file: int
@@ -369,38 +398,29 @@ class Candidate:
     q: np.ndarray
     pos: np.ndarray
     n: int
-    mode: int
+    short: bool
     saturated: bool
 
 
 @dataclass(frozen=True)
 class FileCandidates:
     """One training file's candidates (`ids`: their indices in the list `candidates` returned) and the
-    words of their units (verification reading): what `verify_file` needs, on any machine."""
+    words of their items: what `verify_file` needs, on any machine."""
 
     file: int
     path: str
     ids: tuple[int, ...]
     candidates: tuple[Candidate, ...]
-    words: dict  # unit -> its packed word values
-
-
-def rule_mode(k: int, part: str, cfg: LeakConfig) -> int:
-    """A context unit of k words (retrieval reading) is decided by: EXACT below --ngram words, EDITS up
-    to --short-words, ALIGNED above; an answer or join unit always EXACT (the choices of one item are
-    near copies of each other by design: only the gold text itself tells gold from a wrong choice)."""
-    if part != "context":
-        return EXACT
-    return EXACT if k < cfg.ngram else EDITS if k <= cfg.short_words else ALIGNED
+    words: dict  # item -> its packed word values
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
-    """The (unit, document) pairs to verify, in (unit, file, document) order, from the merged hits, and
+    """The (item, document) pairs to verify, in (item, file, document) order, from the merged hits, and
     the candidate counts of the report."""
     eidx, n = ev.index, cfg.ngram
     df = doc_freq(hits, eidx.num_keys)
     saturated = df >= cfg.max_docs_per_key
-    # Expand hits to (unit, window position) through the index's records.
+    # Expand hits to (item, n-gram position) through the index's records.
     per = eidx.rec_ptr[hits["key"] + 1] - eidx.rec_ptr[hits["key"]]
     hit_of = np.repeat(np.arange(hits.size), per)
     rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (
@@ -414,47 +434,40 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
     starts = np.flatnonzero(brk)
-    # words of the unit its windows cover, per pair: the union of [q, q + w) over its distinct positions
-    # (sorted within the pair; w the unit's window), each adding min(w, the gap to the next distinct one)
+    # words of the item its windows cover, per pair: the union of [q, q + n) over its distinct positions
+    # (sorted within the pair), each adding min(n, the gap to the next distinct one)
     distinct = brk.copy()
     distinct[1:] |= h_q[1:] != h_q[:-1]
     at = np.flatnonzero(distinct)
-    w_at = eidx.window_of[h_item[at]]
-    gap = w_at.copy()
+    gap = np.full(at.size, n, dtype=np.int64)
     inner = ~brk[at[1:]]  # the next distinct position is in the same pair
-    gap[:-1][inner] = np.minimum(w_at[:-1][inner], h_q[at[1:]][inner] - h_q[at[:-1]][inner])
+    gap[:-1][inner] = np.minimum(n, h_q[at[1:]][inner] - h_q[at[:-1]][inner])
     covered = np.add.reduceat(gap, np.searchsorted(at, starts)) if at.size else np.zeros(0, np.int64)
     k = eidx.lengths_of[h_item[starts]]
-    whole = k < n  # a whole-unit key: an exact match of the whole unit
-    short = ~whole & (k <= cfg.short_words)
-    # short units: windows covering half their words (an edit or two leaves that in most
-    # placements, and one anchor window always); longer ones: max(n, min_cover x k)
-    need = np.where(short, np.maximum(eidx.anchor, (k + 1) // 2), np.maximum(n, cfg.min_cover * k))
-    keep = whole | (covered >= need)
+    ngram_pair = k >= n  # n-gram keys; a whole-item key (k < n) is an exact match of the whole item
+    keep = ~ngram_pair | (covered >= np.maximum(n, cfg.min_cover * k))
     stats = {
         "pairs": int(starts.size),
-        "verified": int((keep & ~whole).sum()),
+        "verified": int((keep & ngram_pair).sum()),
         "saturated_keys": int(saturated.sum()),
     }
     bounds = np.append(starts, h_item.size)
     sat = np.logical_or.reduceat(h_sat, starts) if starts.size else np.zeros(0, bool)
-    out = []
-    for lo, hi, kk, st in zip(
-        bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
-    ):
-        u = int(h_item[lo])
-        out.append(
-            Candidate(
-                u,
-                int(h_file[lo]),
-                int(h_doc[lo]),
-                ev.unit_qmap[u][h_q[lo:hi]],
-                h_pos[lo:hi],
-                int(eidx.window_of[u]),
-                rule_mode(kk, ev.unit_part[u], cfg),
-                bool(st),
-            )
+    out = [
+        Candidate(
+            int(h_item[lo]),
+            int(h_file[lo]),
+            int(h_doc[lo]),
+            h_q[lo:hi],
+            h_pos[lo:hi],
+            min(n, kk),
+            kk < n or kk <= cfg.short_words,
+            bool(st),
         )
+        for lo, hi, kk, st in zip(
+            bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
+        )
+    ]
     return out, stats
 
 
@@ -469,20 +482,18 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
             paths[f],
             tuple(ids),
             tuple(cands[g] for g in ids),
-            {cands[g].item: ev.unit_vwords[cands[g].item] for g in ids},
+            {cands[g].item: ev.words[cands[g].item] for g in ids},
         )
         for f, ids in sorted(by_file.items())
     ]
 
 
-def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple]:
-    """Map over files: (candidate id, score, token start, token end, document id, conflicts, edits) of
-    each candidate of one training file (opened once), aligned as in the module docstring
-    (align.verify_candidates, in the verification's reading)."""
+def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
+    """Map over files: (candidate id, score, token start, token end, document id) of each candidate of
+    one training file (opened once), aligned as in the module docstring (align.verify_candidates)."""
     cands = task.candidates
     if not cands:
         return []
-    vt = tables.verification or tables
     with local_shard(task.path) as local:
         tokens = read_tokens(local)
         docs = documents(local, tokens)
@@ -490,9 +501,9 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple]:
         items = list(dict.fromkeys(c.item for c in cands))
         slot = {it: i for i, it in enumerate(items)}
         words = [task.words[it] for it in items]
-        scores, t0, t1, conf, ed = verify_candidates(
+        scores, t0, t1 = verify_candidates(
             tokens,
-            vt.kernel_tables,
+            tables.kernel_tables,
             docs.starts[d],
             docs.ends[d],
             np.concatenate([[0], np.cumsum([c.q.size for c in cands])]),
@@ -502,73 +513,52 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple]:
             np.concatenate([[0], np.cumsum([w.size for w in words])]),
             np.asarray([slot[c.item] for c in cands]),
             np.asarray([c.n for c in cands]),
-            np.asarray([c.mode for c in cands]),
+            np.asarray([c.short for c in cands]),
         )
         return [
-            (g, float(s), int(a), int(b), docs.id_of(int(doc)), int(cf), int(e))
-            for g, s, a, b, doc, cf, e in zip(
-                task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist(), conf.tolist(), ed.tolist()
-            )
+            (g, float(s), int(a), int(b), docs.id_of(int(doc)))
+            for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
         ]
-
-
-def passes(c: Candidate, k: int, score: float, conflicts: int, edits: int, cfg: LeakConfig) -> bool:
-    """Whether one verified (unit, document) pair is a copy (the `rule` lines of the report)."""
-    if c.mode == EXACT:
-        return score >= 1.0
-    if c.mode == EDITS:
-        return edits <= max_edits(k)
-    return score >= cfg.threshold and conflicts == 0
-
-
-MATCH = {ALIGNED: "aligned", EXACT: "exact", EDITS: "edits"}
 
 
 def assemble(
     cands: list[Candidate],
-    verified: Iterable[tuple],
+    verified: Iterable[tuple[int, float, int, int, str]],
     ev: EvalSide,
     paths: list[str],
     sources: list,
     cfg: LeakConfig,
 ) -> tuple[list[dict], list[dict], np.ndarray]:
     """(contaminated items, near misses, flagged mask over all items) from every candidate's verification
-    (in any order): each item's documents in candidate order (of all its units: context, answer,
-    join), the rule applied, duplicates decided as their first copy."""
+    (in any order): each item's documents in candidate order, the threshold applied, duplicates decided as
+    their first copy."""
     eidx, n_items = ev.index, len(ev.items)
     result = {g: rest for g, *rest in verified}
     found: dict[int, list[dict]] = {}  # item -> verified documents
     for g, c in enumerate(cands):
-        score, t0, t1, doc_id, conflicts, edits = result[g]
-        k = int(eidx.lengths_of[c.item])
-        doc = {
-            "source": sources[c.file],
-            "file": paths[c.file],
-            "doc": doc_id,
-            "token_start": t0,
-            "token_end": t1,
-            "part": ev.unit_part[c.item],
-            "match": MATCH[c.mode],
-            "score": round(score, 4),
-            "saturated_keys": c.saturated,
-        }
-        if c.mode == ALIGNED and conflicts:
-            doc["conflicts"] = conflicts  # numbers or operators replaced inside the aligned span
-        if c.mode == EDITS:
-            doc["edits"] = edits if edits < PROTECTED_EDIT else "a number or an operator changed"
-        doc["passed"] = passes(c, k, score, conflicts, edits, cfg)
-        found.setdefault(int(ev.unit_item[c.item]), []).append(doc)
+        score, t0, t1, doc_id = result[g]
+        found.setdefault(c.item, []).append(
+            {
+                "source": sources[c.file],
+                "file": paths[c.file],
+                "doc": doc_id,
+                "token_start": t0,
+                "token_end": t1,
+                "score": round(score, 4),
+                "saturated_keys": c.saturated,
+            }
+        )
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
-        passed = [x for x in docs_found if x.pop("passed")]
-        best = max(passed or docs_found, key=lambda x: x["score"])
+        k = int(eidx.lengths_of[item])
+        passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
+        best = max(docs_found, key=lambda x: x["score"])
         entry = {
             "eval": ev.sets[int(ev.set_of[item])][0],
             "id": ev.items[item].report_id,
-            "kind": "copy",
-            "parts": sorted({x["part"] for x in passed}, key=PARTS_ORDER.index) if passed else [],
-            "item_words": int(ev.words[item].size),
+            "kind": "short" if k <= cfg.short_words else "aligned",
+            "item_words": k,
             "score": best["score"],
             "n_documents": len(passed),
             "documents": passed or [best],
@@ -679,7 +669,7 @@ def _runner(beam_options: str | None):
 def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
     """Each set's counts (and clean subset, with `clean_dir`) and its gate check."""
     eidx = ev.index
-    ngrams_of = np.bincount(ev.unit_item[eidx.rec_item], minlength=len(ev.items))
+    ngrams_of = np.bincount(eidx.rec_item, minlength=len(ev.items))
     n_words = np.asarray([w.size for w in ev.words], dtype=np.int64)
     too_short = n_words < cfg.min_item_words
     gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in ev.sets}

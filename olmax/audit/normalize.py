@@ -31,47 +31,13 @@ from olmax.audit.scratch import Scratch
 
 NORMALIZATION = (
     "word-level, per token where a token holds whole characters: Unicode compatibility forms "
-    "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased",
-    "words are maximal runs of letters (ASCII and non-ASCII) or of digits, joined across BPE token "
-    "boundaries; a letter run and a digit run are two words (3x reads 3 x, h2o reads h 2 o)",
-    "punctuation, curly quotes and whitespace (ASCII and Unicode, line wraps included) dropped, so "
-    "markup tags leave only their names as extra words, which the alignment skips; special tokens "
-    "(EOS) are document boundaries",
-    "operators: + - * / = < > ^ % are words of their own in the verification's reading (every dash "
-    "and hyphen, U+2212 minus and the word 'minus' read '-'; 'plus' '+'; 'times', U+00D7 '*'; "
-    "U+00F7 '/'; 'equals' '='; U+2264 '<=', U+2265 '>='), and are dropped in the retrieval's "
-    "reading (written-out operators too), so '20 minus 5 equals 15' and '20 - 5 = 15' read the same",
-    "numerals: the words zero..twenty, thirty..ninety read as their digits ('six' = '6')",
-    "variables: a word of one ASCII letter reads as one shared word, so a consistently renamed "
-    "variable (x -> y) reads the same",
+    "folded (NFKC: ligatures, fullwidth letters), combining accents dropped, lowercased; words "
+    "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
+    "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
+    "line wraps included) dropped, so markup tags leave only their names as extra words, "
+    "which the alignment skips; special tokens (EOS) are document boundaries"
 )
-_WORD = re.compile(rb"[a-z\x80-\xff]+|[0-9]+")  # the retrieval's runs: letters, digits
-_WORD_SYM = re.compile(rb"[a-z\x80-\xff]+|[0-9]+|[-+*/=<>^%]")  # the verification's: operators too
-SYMBOL_BYTES = b"-+*/=<>^%"
-# Written-out operators (one token, an optional leading space): the symbol they stand for.
-OPERATOR_WORDS = {b"minus": b"-", b"plus": b"+", b"times": b"*", b"equals": b"="}
-_NUMERAL_NAMES = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty"
-).split()
-NUMERALS = {w.encode(): str(i).encode() for i, w in enumerate(_NUMERAL_NAMES)} | {
-    w.encode(): str(10 * i).encode()
-    for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)
-}
-PROTECTED = np.uint64(1 << 62)  # the verification's flag on a number's or an operator's value
-VARIABLE = b"_var"  # the bytes whose hash every one-letter word takes (no real word has them)
-# Unicode operators and dashes, as the ASCII operators they are read as (before punctuation is dropped).
-_UNICODE_OPERATORS = str.maketrans(
-    {
-        "\u2212": "-",
-        "\u00d7": "*",
-        "\u00f7": "/",
-        "\u2264": "<=",
-        "\u2265": ">=",
-        **{chr(c): "-" for c in range(0x2010, 0x2016)},
-        "\ufe63": "-",
-    }
-)
+_WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
 WORD_BASES = (1_234_567_891, 1_987_654_321)
@@ -84,74 +50,26 @@ def _fold_bytes(raw: bytes) -> bytes:
     """Lowercase a token's bytes; when they are whole UTF-8, also fold compatibility forms (NFKC:
     ligatures such as "ﬁ", fullwidth letters), drop combining accents ("é" and "e" + U+0301 both give
     "e"), lowercase non-ASCII letters and turn Unicode punctuation and spaces (curly quotes, dashes,
-    NBSP, ...) into ASCII spaces, but Unicode minus signs, dashes, hyphens and the signs for times,
-    divided by, <= and >= into their ASCII operators first. A token holding part of a character keeps
-    its bytes (ASCII-lowercased): they stay word bytes."""
+    NBSP, ...) into ASCII spaces. A token holding part of a character keeps its bytes
+    (ASCII-lowercased): they stay word bytes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.lower()
     # compatibility forms (ligatures, fullwidth letters, superscripts) to their plain letters, accents off
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
-    text = text.translate(_UNICODE_OPERATORS)
     return "".join(
         " " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
         for ch in unicodedata.normalize("NFKC", text).lower()
     ).encode("utf-8")
 
 
-def byte_class(b: int) -> int:
-    """A byte's joining class: 1 letter (ASCII or any byte >= 0x80), 2 digit, 0 anything else (an
-    operator or a separator: it joins nothing)."""
-    if 0x61 <= b <= 0x7A or b >= 0x80:
-        return 1
-    return 2 if 0x30 <= b <= 0x39 else 0
-
-
-def token_runs(folded: bytes, symbols: bool) -> list[bytes]:
-    """The runs of one token's folded bytes: letter and digit runs, and with `symbols` each operator
-    byte a run of its own; a written-out operator token (' minus') has none in the retrieval's reading
-    and its operator in the verification's."""
-    op = OPERATOR_WORDS.get(folded[1:] if folded[:1] == b" " else folded)
-    if op is not None:
-        return [op] if symbols else []
-    return [m.group() for m in (_WORD_SYM if symbols else _WORD).finditer(folded)]
-
-
-def word_value_bytes(piece: bytes) -> bytes:
-    """The bytes a one-piece word is hashed as: a numeral's digits, VARIABLE for one ASCII letter."""
-    if len(piece) == 1 and 0x61 <= piece[0] <= 0x7A:
-        return VARIABLE
-    return NUMERALS.get(piece, piece)
-
-
-_POW = [[pow(base, j, MERSENNE31) for j in range(256)] for base in WORD_BASES]
-
-
-def protected(value_bytes: bytes) -> bool:
-    """Whether a word (its value bytes) is a number or an operator: the verification's must-match words."""
-    return value_bytes[:1].isdigit() or (len(value_bytes) == 1 and value_bytes in SYMBOL_BYTES)
-
-
-def _hash2(run: bytes) -> tuple[int, int]:
-    """A run's polynomial hash under both word-byte bases (mod p), uncut."""
-    if len(run) > 256:
-        return tuple(
-            sum(b * pow(base, j, MERSENNE31) for j, b in enumerate(run)) % MERSENNE31 for base in WORD_BASES
-        )
-    return tuple(sum(b * p for b, p in zip(run, pw)) % MERSENNE31 for pw in _POW)
-
-
 class WordTables:
-    """Per-token run tables: (V + 1) tokens, the last one standing for every id past the vocabulary.
+    """Per-token run tables: (V + 1) tokens, the last one standing for every id past the vocabulary."""
 
-    `symbols=False` is the retrieval's reading (no operators), `symbols=True` the verification's
-    (operators are words); `word_tables` gives the first with the second as `.verification`."""
-
-    def __init__(self, tokenizer_json: str, symbols: bool = False):
+    def __init__(self, tokenizer_json: str):
         from olmax.data.tokenize import byte_decoder
 
-        self.symbols = symbols
         with open(tokenizer_json, "rb") as f:
             spec = json.load(f)
         vocab: dict[str, int] = spec["model"]["vocab"]
@@ -168,81 +86,51 @@ class WordTables:
                 raw = token.encode("utf-8")
             token_bytes[i] = _fold_bytes(raw)
         n_runs = np.zeros(size, dtype=np.int64)
-        start_cls = np.zeros(size, dtype=np.uint8)
-        end_cls = np.zeros(size, dtype=np.uint8)
-        h1, h2, lens, p1, p2 = [], [], [], [], []
+        starts_word = np.zeros(size, dtype=bool)
+        ends_word = np.zeros(size, dtype=bool)
+        h1, h2, lens = [], [], []
         for i, raw in enumerate(token_bytes):
             if raw is None:
                 n_runs[i] = 1
-                for out in (h1, h2, p1, p2):
-                    out.append(BOUNDARY_VALUE)
+                h1.append(BOUNDARY_VALUE)
+                h2.append(BOUNDARY_VALUE)
                 lens.append(1)
                 continue
-            runs = token_runs(raw, symbols)
+            runs = [m.group() for m in _WORD.finditer(raw)]
             n_runs[i] = len(runs)
-            if runs and raw:
-                # a token joins the word before when its first byte and that word's last byte are of
-                # one class (letters or digits); a written-out operator joins nothing
-                op = runs[0] in SYMBOL_BYTES and len(runs[0]) == 1 and not raw.startswith(runs[0])
-                start_cls[i] = 0 if op else byte_class(raw[0])
-                end_cls[i] = 0 if op else byte_class(raw[-1])
+            if runs:
+                starts_word[i] = _WORD.match(raw) is not None
+                ends_word[i] = raw[-1:] != b"" and _WORD.fullmatch(raw[-1:]) is not None
             for r in runs:
-                a1, a2 = _hash2(r)
-                vb = word_value_bytes(r)
-                v1, v2 = (a1, a2) if vb is r else _hash2(vb)
-                h1.append(a1)
-                h2.append(a2)
-                # the verification marks numbers and operators: words that must match as they are
-                p1.append(
-                    (v1 & int(WORD_MASK)) | (int(PROTECTED >> _S32) if symbols and protected(vb) else 0)
-                )
-                p2.append(v2 & int(WORD_MASK))
+                for out, base in ((h1, WORD_BASES[0]), (h2, WORD_BASES[1])):
+                    out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r)) % MERSENNE31)
                 lens.append(len(r))
         boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
         self.size = size
-        # Per run: its hash under both bases in one uint64, (base 1 << 32) | base 2, its value as a
-        # word of its own (cut to 20 bits a base; numerals and one-letter words remapped) and its
-        # length; a token's runs are run_ptr[token]:run_ptr[token + 1].
+        # Per run: its hash under both bases in one uint64, (base 1 << 32) | base 2, and its length;
+        # a token's runs are run_ptr[token]:run_ptr[token + 1].
         self.run_ptr = np.concatenate([[0], np.cumsum(n_runs)]).astype(np.int64)
         self.run_hh = (np.asarray(h1, dtype=np.uint64) << _S32) | np.asarray(h2, dtype=np.uint64)
-        self.run_pack = (np.asarray(p1, dtype=np.uint64) << _S32) | np.asarray(p2, dtype=np.uint64)
         self.run_len = np.asarray(lens, dtype=np.int64)
-        # Per token: its first run's hash, value and length (0 for a token with no run), and the powers
-        # of the word-byte bases, both bases in one uint64 (one gather for both).
+        # Per token: its first run's hash and length (0 for a token with no run), and the powers of the
+        # word-byte bases, both bases in one uint64 (one gather for both).
         first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
         has = n_runs > 0
         self.tok_hh = np.where(has, self.run_hh[first], 0).astype(np.uint64)
-        self.tok_pack = np.where(has, self.run_pack[first], 0).astype(np.uint64)  # a one-token word's value
+        # the same cut to the 20 bits a base of a word value: a one-token word's value
+        self.tok_pack = (((self.tok_hh >> _S32) & WORD_MASK) << _S32) | (self.tok_hh & WORD_MASK)
         self.tok_len = np.where(has, self.run_len[first], 0).astype(np.int64)
         self.qq = (powers_mod(WORD_BASES[0], MAX_WORD_BYTES) << _S32) | powers_mod(
             WORD_BASES[1], MAX_WORD_BYTES
         )
-        # One byte per token: bit 0 has a run, bits 1-2 the class of its first byte, bits 3-4 that of
-        # its last byte (byte_class), bit 5 holds two or more runs (a boundary is one run of class 0
-        # at both ends: never joined).
+        # One byte per token: bit 0 has a run, 1 starts with a word byte, 2 ends with one, 3 holds two
+        # or more runs (a boundary is one run that neither starts nor ends a word: never joined).
         self.flags = (
             has.astype(np.uint8)
-            | (np.where(boundary, 0, start_cls).astype(np.uint8) << 1)
-            | (np.where(boundary, 0, end_cls).astype(np.uint8) << 3)
-            | ((n_runs > 1).astype(np.uint8) << 5)
+            | ((starts_word & ~boundary).astype(np.uint8) << 1)
+            | ((ends_word & ~boundary).astype(np.uint8) << 2)
+            | ((n_runs > 1).astype(np.uint8) << 3)
         )
-        # Numerals a word spells across tokens (" tw" + "o\u0308"): the value _join computes for the
-        # spelled word (sorted), and the value it reads as
-        spelled = []
-        for word, digits in NUMERALS.items():
-            a1, a2 = _hash2(word)
-            d1, d2 = _hash2(digits)
-            flag = int(PROTECTED) if symbols else 0
-            spelled.append(
-                (
-                    ((a1 & int(WORD_MASK)) << 32) | (a2 & int(WORD_MASK)),
-                    ((d1 & int(WORD_MASK)) << 32) | (d2 & int(WORD_MASK)) | flag,
-                )
-            )
-        spelled.sort()
-        self.spelled_from = np.asarray([f for f, _ in spelled], dtype=np.uint64)
-        self.spelled_to = np.asarray([t for _, t in spelled], dtype=np.uint64)
-        self.verification: WordTables | None = None
 
     def words(
         self, tokens: np.ndarray, *, joins_first: bool = False, final: bool = True
@@ -287,11 +175,8 @@ class WordTables:
             self.tok_len,
             self.run_ptr,
             self.run_hh,
-            self.run_pack,
             self.run_len,
             self.qq,
-            self.spelled_from,
-            self.spelled_to,
         )
 
 
@@ -334,35 +219,14 @@ def _words_kernel(t, tables, joins_first, final, vals, first, joined, jword):
     ended with one: recorded with that word's index); each further run of a token starts a word of
     its own. Second pass, over the joined tokens only (`_join`): a word's hash gains each joined
     token's run hash times base^(bytes before it in the word)."""
-    flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_pack, run_len, qq, spelled_from, spelled_to = (
-        tables
-    )
-    # joins_first: the first token continues a word of its own first byte's class
-    prev_end = (
-        np.int64((flags[_token(t, 0, np.uint64(flags.size - 1))] >> 1) & 3) if joins_first and t.size else 0
-    )
+    flags, tok_pack, tok_hh, tok_len, run_ptr, run_hh, run_len, qq = tables
+    prev_end = 1 if joins_first else 0
     nw, nj = _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword)
     if nw < 0:  # a token with two or more runs: the pass that handles them
-        nw, nj = _starts_any(t, flags, tok_pack, run_ptr, run_pack, prev_end, vals, first, joined, jword)
+        nw, nj = _starts_any(t, flags, tok_pack, run_ptr, run_hh, prev_end, vals, first, joined, jword)
         if nw < 0:
             return nw, 0
-    _join(
-        t,
-        flags,
-        tok_hh,
-        tok_len,
-        run_ptr,
-        run_hh,
-        run_len,
-        qq,
-        spelled_from,
-        spelled_to,
-        vals,
-        first,
-        joined,
-        jword,
-        nj,
-    )
+    _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj)
     consumed = t.size
     if not final and nw > 0:  # hold the last word back: it may continue in the next input
         nw -= 1
@@ -386,29 +250,31 @@ def _starts(t, flags, tok_pack, prev_end, vals, first, joined, jword):
     for i in range(t.size):
         tok = _token(t, i, last)
         f = np.int64(flags[tok])
-        if f & 32:
+        if f & 8:
             return -1, 0
-        j = _joins(f, prev_end)
-        prev_end = (f >> 3) & 3
+        j = (f >> 1) & prev_end  # starts with a word byte, and the token before ended with one
+        prev_end = (f >> 2) & 1
         nw, nj = _one_run(i, f, j, tok_pack[tok], vals, first, joined, jword, nw, nj)
     return nw, nj
 
 
 @njit(cache=True, nogil=True)
-def _starts_any(t, flags, tok_pack, run_ptr, run_pack, prev_end, vals, first, joined, jword):
-    """`_starts` for any tokens: each further run of a token starts a word of its own (its value
-    `run_pack`). (-need, 0) when the scratch holds fewer than `need` words."""
+def _starts_any(t, flags, tok_pack, run_ptr, run_hh, prev_end, vals, first, joined, jword):
+    """`_starts` for any tokens: each further run of a token starts a word of its own (its value cut
+    to 20 bits a base). (-need, 0) when the scratch holds fewer than `need` words."""
     n = t.size
     last = np.uint64(flags.size - 1)
+    s32 = np.uint64(32)
+    mask = np.uint64(WORD_MASK)
     cap = vals.size
     nw = 0
     nj = 0
     for i in range(n):
         tok = _token(t, i, last)
         f = np.int64(flags[tok])
-        j = _joins(f, prev_end)
-        prev_end = (f >> 3) & 3
-        if f & 32:
+        j = (f >> 1) & prev_end
+        prev_end = (f >> 2) & 1
+        if f & 8:
             r0, r1 = run_ptr[tok], run_ptr[tok + 1]
             need = nw + (r1 - r0) + (n - i) + 1  # this token's words, at most one per token after it
             if need > cap:
@@ -422,20 +288,13 @@ def _starts_any(t, flags, tok_pack, run_ptr, run_pack, prev_end, vals, first, jo
                 first[nw] = i
                 nw += 1
             for r in range(r0 + 1, r1):
-                vals[nw] = run_pack[r]
+                h = run_hh[r]
+                vals[nw] = (((h >> s32) & mask) << s32) | (h & mask)
                 first[nw] = i
                 nw += 1
             continue
         nw, nj = _one_run(i, f, j, tok_pack[tok], vals, first, joined, jword, nw, nj)
     return nw, nj
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _joins(f, prev_end):
-    """1 when a token (flags f) continues the word before: its first byte's class is a word class
-    (letter or digit) and the class of the last byte before it (prev_end)."""
-    c = (f >> 1) & 3
-    return np.int64(c == prev_end) & np.int64(c != 0)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -453,23 +312,7 @@ def _one_run(i, f, j, value, vals, first, joined, jword, nw, nj):
 
 
 @njit(cache=True, nogil=True)
-def _join(
-    t,
-    flags,
-    tok_hh,
-    tok_len,
-    run_ptr,
-    run_hh,
-    run_len,
-    qq,
-    spelled_from,
-    spelled_to,
-    vals,
-    first,
-    joined,
-    jword,
-    nj,
-):
+def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, joined, jword, nj):
     """Second pass: each word that joined tokens continue gets its whole hash, from its head (the last
     run of its first token) and each joined token's first run, shifted by the bytes before it."""
     last = np.uint64(flags.size - 1)
@@ -483,7 +326,7 @@ def _join(
             k += 1
             continue
         head = _token(t, first[w], last)
-        if flags[head] & 32:
+        if flags[head] & 8:
             r = run_ptr[head + 1] - 1
             hh, nbytes = run_hh[r], run_len[r]
         else:
@@ -498,19 +341,7 @@ def _join(
             h2 = _mod_p(h2 + (c & low) * (q & low))
             nbytes += tok_len[tok]
             k += 1
-        # a joined word of digits keeps its head's PROTECTED flag (a joined letter word has none); a
-        # numeral spelled across tokens reads as its digits
-        v = ((h1 & mask) << s32) | (h2 & mask)
-        at = np.searchsorted(spelled_from, v)
-        if at < spelled_from.size and spelled_from[at] == v:
-            vals[w] = spelled_to[at]
-        elif (flags[head] >> 3) & 3 == 2:
-            vals[w] = v | (vals[w] & _PROTECTED)
-        else:
-            vals[w] = v
-
-
-_PROTECTED = PROTECTED
+        vals[w] = ((h1 & mask) << s32) | (h2 & mask)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -525,8 +356,5 @@ def _mod_p(x):
 
 @lru_cache(maxsize=2)
 def word_tables(tokenizer_json: str) -> WordTables:
-    """The (cached) word tables of a tokenizer.json: the retrieval's reading, with the verification's
-    (operators as words) as `.verification`."""
-    tables = WordTables(tokenizer_json)
-    tables.verification = WordTables(tokenizer_json, symbols=True)
-    return tables
+    """The (cached) word tables of a tokenizer.json."""
+    return WordTables(tokenizer_json)

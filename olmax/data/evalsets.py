@@ -11,9 +11,7 @@ fields); the renderings:
   (the same for the known HF schemas: ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social
   IQa, CommonsenseQA, COPA, MMLU, ...). The answer is left out on purpose: a document holding the
   question with its answer, or the question alone, both contain it, so leaving it out can only add
-  recall (the answer alone is used for records with nothing else). Completion tasks (HellaSwag, PIQA,
-  COPA, story cloze) also carry their gold continuation (`item_continuation`), which the audit matches
-  alone and joined to the context's end. The id is the record's own (`id`,
+  recall (the answer alone is used for records with nothing else). The id is the record's own (`id`,
   `ind`, `idx`, `question_id`, `doc_id`), else its 0-based index in its part, after `PART/` when the
   source has several parts; a repeated id gets "#1", "#2", ...
 - `documents` (held-out loss, olmax.evals.sets): (id, text). The text is the `text_field` field and the
@@ -127,7 +125,6 @@ class EvalItem:
     id: str  # unique within its set (a repeated id gets "#1", "#2", ...)
     text: str
     raw_id: object = None  # the id as the source wrote it (int or str), reported as "id"
-    continuation: str = ""  # the gold continuation of a completion task (item_continuation), else ""
 
     @property
     def report_id(self) -> object:
@@ -169,30 +166,10 @@ def item_answer(row: Mapping[str, Any]) -> str:
     return ""
 
 
-def item_continuation(row: Mapping[str, Any]) -> str:
-    """The gold continuation of a completion task's record, the text that follows its context (''
-    for other tasks): HellaSwag endings, PIQA solutions, COPA choices, story-cloze endings, or a
-    `continuation` field."""
-    if isinstance(row.get("continuation"), str):
-        return row["continuation"]
-    if "AnswerRightEnding" in row:  # story cloze (1-based)
-        return str(row.get(f"RandomFifthSentenceQuiz{row['AnswerRightEnding']}", ""))
-    if "endings" in row and isinstance(row["endings"], str) and "label" in row:  # a list saved as text
-        try:
-            return item_answer({**row, "endings": ast.literal_eval(row["endings"])})
-        except (ValueError, SyntaxError):
-            return ""
-    if ("endings" in row or "sol1" in row or "choice1" in row) and "label" in row:
-        return item_answer(row)
-    return ""
-
-
 def item_text(row: Mapping[str, Any]) -> str:
     """The audit's text of one record (see the module docstring)."""
     if isinstance(row.get("text"), str):
         return row["text"]
-    if "InputSentence1" in row:  # story cloze: the four sentences before the ending
-        return " ".join(str(row.get(f"InputSentence{i}", "")) for i in range(1, 5)).strip()
     parts = [str(row[f]) for f in CONTEXT_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
     parts += [str(row[f]) for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
     if not parts:  # nothing but an answer: match on it
@@ -222,10 +199,8 @@ def audit_items(rows: Iterable[EvalRow]) -> list[EvalItem]:
         key = str(raw)
         n = seen.get(key, 0)
         seen[key] = n + 1
-        text, cont = item_text(r.record), item_continuation(r.record)
-        out.append(
-            EvalItem(key, text, raw, cont) if n == 0 else EvalItem(f"{key}#{n}", text, f"{key}#{n}", cont)
-        )
+        text = item_text(r.record)
+        out.append(EvalItem(key, text, raw) if n == 0 else EvalItem(f"{key}#{n}", text, f"{key}#{n}"))
     return out
 
 

@@ -107,6 +107,4 @@ def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
     shard = write_shard(tmp_path / "t.npy", tokenize_docs(tokenizer, [("d", "print(1)\n" + planted)]))
     mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
     rep = audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"qa={tmp_path / 'qa'}",)))
-    assert [(c["eval"], c["id"], c["documents"][0]["match"]) for c in rep["contaminated"]] == [
-        ("qa", 1, "edits")
-    ]  # 14 words
+    assert [(c["eval"], c["id"], c["kind"]) for c in rep["contaminated"]] == [("qa", 1, "short")]  # 14 words

@@ -110,10 +110,8 @@ def test_planted_items_are_found_exactly(planted, tmp_path):
     assert found == planted["truth"]
     assert rep["sets"]["sciq"]["contaminated"] == 40 and rep["sets"]["arc"]["contaminated"] == 10
     assert rep["sets"]["arc"]["items"] == 40 and not rep["ok"]
-    matches = {(c["eval"], c["documents"][0]["match"]) for c in rep["contaminated"]}
-    assert ("arc", "exact") in matches and ("sciq", "aligned") in matches
-    assert {c["kind"] for c in rep["contaminated"]} == {"copy"}
-    assert {p for c in rep["contaminated"] for p in c["parts"]} == {"context"}
+    kinds = {(c["eval"], c["kind"]) for c in rep["contaminated"]}
+    assert ("arc", "short") in kinds and ("sciq", "aligned") in kinds
     # where: a verbatim plant is its own document, matched from its first token
     rows = {r.id: r for r in read_sidecar(planted["root"] / "a.npy")}
     by_id = {c["id"]: c for c in rep["contaminated"] if c["eval"] == "sciq"}
@@ -138,8 +136,7 @@ def test_planted_items_are_found_exactly(planted, tmp_path):
         if c["eval"] == "arc":
             d = c["documents"][0]
             assert (
-                d["match"] in ("exact", "edits")
-                and 0 < d["token_end"] - d["token_start"] <= 3 * c["item_words"] + 4
+                c["kind"] == "short" and 0 < d["token_end"] - d["token_start"] <= 3 * c["item_words"] + 4
             ), c
     for j in range(35, 40):  # one word in ten substituted: about 0.9 of the words align
         assert 0.85 <= by_id[planted["sciq"][j].id]["score"] < 1.0
@@ -221,7 +218,7 @@ def test_chunking_does_not_change_hits(planted):
 
 def test_item_words_in_one_pass_equal_each_item_alone(tokenizer):
     from olmax.assets import tokenizer_path
-    from olmax.audit.evalside import item_words
+    from olmax.audit.leaks import item_words
     from olmax.audit.normalize import word_tables
 
     tables = word_tables(str(tokenizer_path("dolma2", quiet=True)))
