@@ -129,6 +129,23 @@ def test_all_three_stages_on_beam_give_the_local_bytes(tmp_path, corpus, dolma2)
     assert dedup["substring_partitions"] > 1
 
 
+@pytest.mark.slow  # a dask.distributed cluster (started once a session) and the dedup pipelines on it
+def test_the_dask_runner_gives_the_local_bytes_for_all_three_stages(tmp_path, corpus, dolma2, dask_address):
+    """The dedup pipelines (exact, minhash with its propagation rounds, substring partitions) on Beam's
+    DaskRunner over a scheduler and two worker processes on loopback: the local runner's bytes."""
+    from dask_cluster import dask_options
+
+    raw, _ = corpus
+    extra = ("--dedup", "exact,minhash,substring", *SMALL_BANDS, "--substring-partition-bytes", "3000")
+    local = prepare(tmp_path / "local", raw, dolma2, *extra)
+    options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")
+    dask = prepare(
+        tmp_path / "dask", raw, dolma2, *extra, "--runner", "beam", f"--pipeline-options={options}"
+    )
+    assert sorted(dask) == sorted(local) and "removed.jsonl" in local
+    assert [k for k in local if dask[k] != local[k]] == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["exact", "minhash", "substring"])
 def test_each_stage_on_beam_gives_the_local_bytes(tmp_path, corpus, dolma2, stage):
