@@ -26,8 +26,8 @@ from olmax.audit.hashing import spans_hashes, window_spans_hashes
 from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import local_shard
-from olmax.data.tokenfile import read_slice, read_tokens
+from olmax.data.shards import local_tokens
+from olmax.data.tokenfile import read_slice
 from olmax.errors import OlmaxError
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
@@ -112,13 +112,7 @@ def file_content(item: tuple[int, str], *, seq_len: int | None, min_doc_tokens: 
     """`content_records` of (physical id, path or fsspec URL): a URL other than `file://` is read from a
     scratch copy (with its sidecar)."""
     phys, path = item
-    with local_shard(path) as local:
-        try:
-            tokens = read_tokens(local)
-        except FileNotFoundError:
-            raise OlmaxError(
-                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
-            ) from None
+    with local_tokens(path) as (local, tokens):
         return (yield from content_records(local, tokens, phys, seq_len, min_doc_tokens))
 
 

@@ -31,11 +31,10 @@ from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.loader import file_index
-from olmax.data.shards import local_shard
+from olmax.data.shards import local_tokens
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
 from olmax.dedup.minhash import MinHashParams
-from olmax.errors import OlmaxError
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])
@@ -242,13 +241,7 @@ def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk
     from olmax.audit.content import document_records
 
     phys, path = item
-    with local_shard(path) as local:
-        try:
-            tokens = read_tokens(local)
-        except FileNotFoundError:
-            raise OlmaxError(
-                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
-            ) from None
+    with local_tokens(path) as (local, tokens):
         docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens)
         yield "docs", docs
         for rec in span_records(tokens, phys, span, chunk_tokens):

@@ -23,9 +23,7 @@ from olmax.audit.content import (
 )
 from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
 from olmax.audit.partition import partition_bits
-from olmax.data.shards import local_shard
-from olmax.data.tokenfile import read_tokens
-from olmax.errors import OlmaxError
+from olmax.data.shards import local_tokens
 
 
 class LoaderFileMap:
@@ -42,13 +40,7 @@ class LoaderFileMap:
 
     def __call__(self, item: tuple[int, str]):
         phys, path = item
-        with local_shard(path) as local:
-            try:
-                tokens = read_tokens(local)
-            except FileNotFoundError:
-                raise OlmaxError(
-                    f"{path}: token file not found; fix the path in the mix (or --base-dir)"
-                ) from None
+        with local_tokens(path) as (local, tokens):
             totals: FileContent = yield from content_records(
                 local, tokens, phys, self.seq_len, self.min_doc_tokens
             )

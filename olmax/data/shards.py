@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from olmax.data.tokenfile import encode, token_dtype
+from olmax.data.tokenfile import encode, read_tokens, token_dtype
 from olmax.errors import OlmaxError
 
 
@@ -78,6 +78,20 @@ def local_shard(path: str) -> Iterator[str]:
             # the copy's (or a file:// URL's) folder, shard and sidecar, is named as the mix names it
             folder = os.path.dirname(here)
             raise OlmaxError(str(e).replace(folder + os.sep, path[: path.rfind("/")] + "/")) from None
+
+
+@contextmanager
+def local_tokens(path: str) -> Iterator[tuple[str, np.ndarray]]:
+    """(local path, its tokens) of mix token file `path` for the block, through `local_shard`; a missing file
+    is one error naming `path` and the fix."""
+    with local_shard(path) as local:
+        try:
+            tokens = read_tokens(local)
+        except FileNotFoundError:
+            raise OlmaxError(
+                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
+            ) from None
+        yield local, tokens
 
 
 class ShardWriter:
