@@ -2,11 +2,15 @@
 them back from metrics.jsonl as `eval/<set>/ce` keys."""
 
 import json
+import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from olmax.data.tokenize import load_tokenizer
 from olmax.evals.curves import read_run
+from olmax.evals.heldout import prepare_eval_sets, run_heldout
 from olmax.evals.hook import train_hook
 from olmax.jsonio import append_jsonl
 
@@ -20,6 +24,23 @@ def test_hook_scores_and_metrics_round_trip(model, tokenizer_file, tmp_path):
     assert set(first) == {"held/ce", "held/ppl", "held/bpb", "held/tokens"}
     assert first["held/ce"] > 0 and first["held/tokens"] > 0
     assert hook(SimpleNamespace(step=20, model=model)) == first  # same params: same numbers
+    # the hook's numbers are run_heldout's on the same set, and both are the CE computed here from the logits
+    (prepared,) = prepare_eval_sets(
+        [f"held={data}"], load_tokenizer(str(tokenizer_file)), 32, vocab_size=1000
+    )
+    (rec,) = run_heldout(model, [prepared], step=10)
+    assert {m: first[f"held/{m}"] for m in ("ce", "ppl", "bpb", "tokens")} == {
+        m: rec[m] for m in ("ce", "ppl", "bpb", "tokens")
+    }
+    inst = prepared.instances
+    logits = np.asarray(model(inst.inputs), dtype=np.float64)
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    logp -= logits.max(-1, keepdims=True)
+    nll = -np.take_along_axis(logp, inst.targets[..., None].astype(np.int64), axis=-1)[..., 0]
+    tokens = int(inst.mask.sum())
+    assert first["held/tokens"] == tokens > 0
+    assert first["held/ce"] == pytest.approx(float((nll * inst.mask).sum()) / tokens, rel=1e-5)
+    assert first["held/ppl"] == pytest.approx(math.exp(first["held/ce"]), rel=1e-6)
     append_jsonl(
         tmp_path / "metrics.jsonl",
         [
