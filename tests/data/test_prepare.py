@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
+from prepare_testdata import kill_after_shards, pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
@@ -227,22 +225,7 @@ def test_sigkill_then_rerun_gives_same_bytes(tmp_path, inputs, dolma2):
         f"code={inputs}/code/*",
         f"prose={inputs}/prose.jsonl",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    journal = out / ".olmax-prepare.json"
-    deadline = time.monotonic() + 120
-    killed = False
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            labels = json.loads(journal.read_text())["labels"]
-        except (OSError, ValueError, KeyError):
-            labels = {}
-        if len(labels.get("code", {}).get("shards", [])) >= 3:
-            proc.send_signal(signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.005)
-    proc.wait()
-    assert killed, "the run finished before it could be killed; make the input larger"
+    kill_after_shards(cmd, out)
     assert not (out / "mix.txt").exists()
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     assert read_folder_bytes(out) == ref

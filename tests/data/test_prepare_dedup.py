@@ -4,39 +4,28 @@ spans, --workers invariance, exact resume, bad input."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
+from prepare_testdata import (
+    jaccard,
+    kill_after_shards,
+    pydoc_texts,
+    read_folder_bytes,
+    stdlib_texts,
+    words,
+    write_jsonl,
+)
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
 from olmax.data.shards import read_sidecar
 from olmax.data.tokenfile import read_tokens
 from olmax.data.tokenize import load_tokenizer
-
-
-def words(n: int, seed: int) -> list[str]:
-    rng = np.random.default_rng(seed)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    return ["".join(rng.choice(letters, size=int(rng.integers(3, 9)))) for _ in range(n)]
-
-
-def grams(t: str, n: int = 5) -> set:
-    w = re.findall(r"[a-z0-9]+", t.lower())
-    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
-
-
-def jaccard(a: str, b: str) -> float:
-    ga, gb = grams(a), grams(b)
-    return len(ga & gb) / len(ga | gb)
 
 
 @pytest.fixture(scope="module")
@@ -200,21 +189,7 @@ def test_sigkill_then_rerun_gives_same_bytes(tmp_path, big, dolma2):
     cmd = [sys.executable, "-m", "olmax.cli", "data", "prepare", "--no-progress", "--tokenizer", dolma2]
     cmd += ["--out", str(out), "--shard-size", "16KB", "--dedup", "exact,minhash,substring"]
     cmd += [f"code={big}/code", f"prose={big}/prose.jsonl"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    journal = out / ".olmax-prepare.json"
-    deadline, killed = time.monotonic() + 300, False
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            labels = json.loads(journal.read_text())["labels"]
-        except (OSError, ValueError, KeyError):
-            labels = {}
-        if len(labels.get("code", {}).get("shards", [])) >= 3:
-            proc.send_signal(signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.005)
-    proc.wait()
-    assert killed, "the run finished before it could be killed; make the input larger"
+    kill_after_shards(cmd, out, timeout=300)
     assert not (out / "removed.jsonl").exists() and (out / ".olmax-dedup.json").exists()
     assert subprocess.run(cmd, capture_output=True).returncode == 0
     assert read_folder_bytes(out) == ref

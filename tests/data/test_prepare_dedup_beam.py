@@ -5,12 +5,11 @@ removed.jsonl, manifest.json, mix.txt, journal) for each stage and all three, on
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
+from prepare_testdata import jaccard, pydoc_texts, read_folder_bytes, stdlib_texts, words, write_jsonl
 
 from olmax.cli import main
 from olmax.dedup.components import min_labels
@@ -19,22 +18,6 @@ pytest.importorskip("apache_beam")
 MULTI = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
 # few rows per band: a pair at Jaccard ~0.7 shares a bucket almost surely, then fails verification
 SMALL_BANDS = ("--minhash-bands", "20", "--minhash-rows", "3")
-
-
-def words(n: int, seed: int) -> list[str]:
-    rng = np.random.default_rng(seed)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    return ["".join(rng.choice(letters, size=int(rng.integers(3, 9)))) for _ in range(n)]
-
-
-def grams(t: str, n: int = 5) -> set:
-    w = re.findall(r"[a-z0-9]+", t.lower())
-    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
-
-
-def jaccard(a: str, b: str) -> float:
-    ga, gb = grams(a), grams(b)
-    return len(ga & gb) / len(ga | gb)
 
 
 def edit(text: str, at: tuple[int, ...], word: str) -> str:
