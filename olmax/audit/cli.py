@@ -340,7 +340,7 @@ def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str
     for c in items[:most]:
         first = (c.get("documents") or [{}])[0]
         where = (
-            f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')} "
+            f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')}, file "
             f"tokens {first.get('token_start', '?')}-{first.get('token_end', '?')}"
         )
         text = words.get((c["eval"], str(c["id"])))

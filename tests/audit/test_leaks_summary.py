@@ -31,7 +31,7 @@ def test_leaks_lists_each_contaminated_item(tokenizer, corpus, tmp_path, capsys)
     assert "FAIL contaminated:quiz" in printed
     assert "contaminated items (1):" in printed
     assert "quiz q-1: Which gas do plants absorb from the air to build ..." in printed
-    assert "in 1 document(s); first: web a.npy doc study-guide-1 tokens " in printed
+    assert "in 1 document(s); first: web a.npy doc study-guide-1, file tokens " in printed
     assert "q-2" not in printed
     report = json.loads(out.read_text())
     assert [c["id"] for c in report["contaminated"]] == ["q-1"]
@@ -52,5 +52,5 @@ def test_a_field_saying_which_part_leaked_is_printed_when_the_report_has_one(tmp
     }
     lines = leak_lines({"contaminated": [item]}, (f"quiz={tmp_path / 'quiz.jsonl'}",))
     assert lines[0] == "contaminated items (1):"
-    assert "in 2 document(s); first: web a.npy doc d7 tokens 3-40" in lines[2]
+    assert "in 2 document(s); first: web a.npy doc d7, file tokens 3-40" in lines[2]
     assert lines[3] == '    leaked part: {"part": "question+answer", "kind": "paraphrase"}'
