@@ -1,30 +1,37 @@
-"""Calibrated memorization checks: how often each check flags a tiny model trained with one source replayed
-at 1x ... 32x (detection rate per dose), and how often it flags clean runs (false-positive rate).
+"""Calibrated memorization checks: how often each check flags a tiny model trained with a small source
+replayed 2x ... 16x, or with a whole shard listed twice (detection rate per dose, and the AUROC of each
+check's statistic between dosed and clean runs), and how often it flags clean runs (false-positive rate).
 
 Setting (all in-process; one compiled train step serves every run, so only the first run compiles):
-  text        real text, byte-level: the standard library's *.py files cut into 64-byte windows (token =
+  text        real text, byte-level: the standard library's *.py files cut into 256-byte windows (token =
               byte, < 256, within tiny's vocabulary of 1,000); exact duplicate windows dropped; each seed
               shuffles the pool and draws its own disjoint splits from it
-  replayed    `--replayed` windows (default 32): in a dosed run each is served `dose` times, at random
-              steps; they are the "contaminated items" of check 6
-  stream      `--steps` x `--batch` rows (default 640 x 4 = 2,560 windows of 64 tokens); every row not
-              taken by the replayed source is a fresh window served once, so dose 32 is 1,024 / 2,560 =
-              40% of the stream and dose 1 is 1.25%
-  clean       the control: dose 0, the replayed source left out (its rows are fresh windows). The checks get
-              the same labels as a dosed run (the replayed windows as "served 32x", as check 6's
-              contaminated items), so a flag there is a false positive
-  model       olmax `tiny` (4 layers, d 64), AdamW peak lr 3e-3, 10 warmup steps, cosine decay to 10%;
-              checkpoints at 1/4, 2/4, 3/4 and 4/4 of the steps (check 6 compares the first and the last)
-Checks (olmax/evals/model_checks.py, default Thresholds): 1 exposure (repeated vs once-served windows),
-4 extract (32-byte greedy continuation of a 32-byte prefix, exact match), 5 train_vs_unseen (train loss of
-the last 20 steps vs never-served windows), 6 contaminated (replayed windows vs `--clean-items` never-served
-windows: CE gain since the first checkpoint, bootstrap 95% interval above 0). Checks 1 and 4 need items
-served >= 2 times, so at dose 1 they are skipped (counted as not flagged).
+  stream      the tiny recipe's shape: `--steps` x `--batch` rows (default 200 x 8 = 1,600 windows of 256
+              tokens); every row not taken by the replayed text is a fresh window served once
+  source      kind 1: a small source of `--replayed` windows (default 64: 16k tokens, 4% of the stream at
+              1x), each served `dose` times at random steps (dose 16 is 1,024 / 1,600 = 64% of the stream,
+              dose 2 is 8%); they are also the "contaminated items" of check 6
+  shard       kind 2: a shard listed twice: `--shard` windows (default 100, 6% of the fresh text) each
+              served twice (12.5% of the stream)
+  clean       the control: dose 0, nothing replayed (every row a fresh window). The checks get the labels
+              of a dosed run (the source's and the shard's windows as served 16x and 2x, as check 6's
+              contaminated items), so a flag there is a false positive; `--clean-seeds` (>= 10) of them
+  reference   per seed, a clean run from another initialisation (seed + 1000): check 9's reference model,
+              a healthy run of the same recipe as a user would compare against (`--reference RUN`)
+  model       olmax `tiny` (4 layers, d 64), AdamW peak lr 3e-3, 10 warmup steps, cosine decay to 10%,
+              gradient clipping at 1.0 (the tiny recipe's optimiser); checkpoints at 1/4 ... 4/4 of the steps
+Checks (olmax/evals/model_checks.py and membership.py, default Thresholds): 1 exposure, 4 extract (32-byte
+greedy continuation of a 32-byte prefix), 5 train_vs_unseen, 6 contaminated (replayed windows vs
+`--clean-items` never-served windows: CE gain since the first checkpoint, bootstrap 95% interval above 0),
+7 min_k_pp, 8 zlib, 9 reference_ratio (repeated vs never-served windows: Mann-Whitney z of the AUROC).
 
-    .venv/bin/python bench/memorization_power.py [--seeds 0-2] [--doses 1,2,4,8,16,32] [--out POWER.json]
+    .venv/bin/python bench/memorization_power.py [--seeds 0-2] [--clean-seeds 0-9] [--doses 2,4,8,16]
+                                                 [--out POWER.json]
 
-Printed: per check, the flag rate of the clean runs and of each dose, and the smallest dose from which the
-check flags in >= 80% of the seeds at that dose and every larger one. Deterministic for fixed arguments.
+Printed: per check and kind, the runs flagged per dose and among the clean runs, the smallest dose from
+which the check flags in >= 80% of the seeds at that dose and every larger one, the AUROC of the check's
+statistic (dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly) and the seconds each
+check took. Deterministic for fixed arguments.
 """
 
 from __future__ import annotations
@@ -40,25 +47,37 @@ from pathlib import Path
 
 import numpy as np
 
-CHECKS = ("exposure", "extract", "train_vs_unseen", "contaminated")
+from olmax.evals.membership import auroc
+
+CHECKS = (
+    "exposure",
+    "extract",
+    "train_vs_unseen",
+    "contaminated",
+    "min_k_pp",
+    "zlib",
+    "reference_ratio",
+)
 DETECT_RATE = 0.8  # "detects at dose d": flags in >= 80% of the seeds at d and at every larger dose
+KINDS = ("source", "shard")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One benchmark configuration (the defaults are the README's table)."""
+    """One benchmark configuration (the defaults are the docs' table: the tiny recipe's shape)."""
 
-    seq_len: int = 64  # bytes per window = tokens per training row (check 4 needs 32 + 32)
-    batch: int = 4  # small: each served window weighs 1/4 of an update (memorizes more per serving)
-    steps: int = 640  # 640 x 4 = 2,560 rows of 64 tokens = 164k tokens per run
+    seq_len: int = 256  # bytes per window = tokens per training row (check 4 needs 32 + 32)
+    batch: int = 8
+    steps: int = 200  # 200 x 8 = 1,600 rows of 256 tokens = 410k tokens per run
     lr: float = 3e-3
     warmup: int = 10
-    replayed: int = 32  # windows of the replayed source
+    replayed: int = 64  # windows of the replayed small source (16k tokens, 4% of the stream at 1x)
+    shard: int = 100  # windows of the shard listed twice
     clean_items: int = 64  # never-served windows: check 6's clean items
-    per_stratum: int = 48  # windows per exposure stratum for checks 1, 4 and 5
+    per_stratum: int = 128  # windows per exposure stratum for checks 1, 4, 5 and 7-9
     checkpoints: int = 4  # evenly spaced; the last at `steps`
     resamples: int = 1000  # bootstrap draws of check 6
-    control_label: int = 32  # the servings the clean runs' labels claim for the (unserved) replayed windows
+    control_label: int = 16  # the servings the clean runs' labels claim for the source's (unserved) windows
 
     def checkpoint_steps(self) -> list[int]:
         return [self.steps * (k + 1) // self.checkpoints for k in range(self.checkpoints)]
@@ -83,27 +102,37 @@ def text_windows(seq_len: int, limit: int) -> np.ndarray:
     return np.stack(out[:limit]).astype(np.int32)
 
 
+def pool_size(st: Setting) -> int:
+    return max(st.replayed, st.shard) + st.clean_items + st.per_stratum + st.steps * st.batch
+
+
 @dataclass(frozen=True)
 class Split:
     """One seed's disjoint draws from the pool."""
 
-    replayed: np.ndarray  # (R, L)
+    replayable: (
+        np.ndarray
+    )  # (max(replayed, shard), L): the source is its first `replayed`, the shard its first `shard`
     clean: np.ndarray  # (C, L) never served: check 6's clean items
-    unseen: np.ndarray  # (P, L) never served: the count-0 stratum of checks 1, 4 and 5
+    unseen: np.ndarray  # (P, L) never served: the count-0 stratum of checks 1, 4, 5 and 7-9
     fresh: np.ndarray  # (steps x batch, L) served once each, in order
 
 
 def split(pool: np.ndarray, st: Setting, seed: int) -> Split:
     rows = np.random.default_rng(seed).permutation(pool.shape[0])
-    cuts = np.cumsum([st.replayed, st.clean_items, st.per_stratum])
+    cuts = np.cumsum([max(st.replayed, st.shard), st.clean_items, st.per_stratum])
     r, c, u, f = np.split(rows, cuts)
     return Split(pool[r], pool[c], pool[u], pool[f[: st.steps * st.batch]])
 
 
-def stream(sp: Split, st: Setting, dose: int, seed: int) -> np.ndarray:
-    """(steps x batch, L): the replayed windows `dose` times each, the rest fresh windows, shuffled."""
+def replayed_of(sp: Split, st: Setting, kind: str) -> np.ndarray:
+    return sp.replayable[: st.replayed if kind == "source" else st.shard]
+
+
+def stream(sp: Split, st: Setting, kind: str, dose: int, seed: int) -> np.ndarray:
+    """(steps x batch, L): the kind's windows `dose` times each, the rest fresh windows, shuffled."""
     n = st.steps * st.batch
-    replays = np.repeat(sp.replayed, dose, axis=0)
+    replays = np.repeat(replayed_of(sp, st, kind), dose, axis=0)
     rows = np.concatenate([replays, sp.fresh[: n - replays.shape[0]]])
     return rows[np.random.default_rng(10_000 + seed).permutation(n)]
 
@@ -122,7 +151,7 @@ class Trainer:
         self.st, self.cfg = st, tiny(max_position_embeddings=st.seq_len)
         self.graphdef, _ = nnx.split(init_model(self.cfg, seed=0))
         sched = optax.warmup_cosine_decay_schedule(0.0, st.lr, st.warmup, st.steps, st.lr * 0.1)
-        self.opt = optax.adamw(sched, weight_decay=0.1)
+        self.opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.1))
 
         def loss(params, ids_BxL):
             logits_BxLxV = nnx.merge(self.graphdef, params)(ids_BxL[:, :-1])
@@ -135,8 +164,9 @@ class Trainer:
 
         self.step = jax.jit(step, donate_argnums=(0, 1))
 
-    def run(self, rows: np.ndarray, seed: int, on_checkpoint) -> np.ndarray:
-        """Train on `rows` from a seed's init; `on_checkpoint(step, model)` at each checkpoint; train losses."""
+    def run(self, rows: np.ndarray, seed: int, on_checkpoint=None) -> tuple[np.ndarray, object]:
+        """Train on `rows` from a seed's init; `on_checkpoint(step, model)` at each checkpoint; (train losses,
+        the final model)."""
         import jax.numpy as jnp
         from flax import nnx
 
@@ -149,9 +179,9 @@ class Trainer:
             batch = jnp.asarray(rows[(s - 1) * self.st.batch : s * self.st.batch])
             params, opt_state, val = self.step(params, opt_state, batch)
             losses.append(val)
-            if s in marks:
+            if on_checkpoint is not None and s in marks:
                 on_checkpoint(s, nnx.merge(self.graphdef, params))
-        return np.asarray([float(v) for v in losses])
+        return np.asarray([float(v) for v in losses]), nnx.merge(self.graphdef, params)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -167,28 +197,46 @@ def window_ce(model, tokens: np.ndarray) -> np.ndarray:
     return nll / count
 
 
+def statistic(check: str, verdict: dict) -> float | None:
+    """The number a check thresholds (larger = more evidence of replay), for the AUROC across runs."""
+    if verdict.get("status") == "skipped":
+        return None
+    if check == "exposure":
+        return verdict.get("sources", {}).get("text", {}).get("excess_nats")
+    if check == "extract":
+        return verdict.get("rate_difference")
+    if check == "train_vs_unseen":
+        return verdict.get("gap_nats")
+    if check == "contaminated":
+        return verdict.get("sets", {}).get("replayed", {}).get("gain_lo")
+    return verdict.get("sources", {}).get("text", {}).get("z")
+
+
 def run_checks(
     model,
+    reference,
     sp: Split,
     st: Setting,
+    kind: str,
     dose: int,
     losses: np.ndarray,
     item_ce: list[np.ndarray],
-    fresh_served: np.ndarray,
-) -> dict[str, dict]:
-    """Checks 1, 4, 5 on the final model and check 6 on the per-checkpoint item scores."""
+) -> tuple[dict[str, dict], dict[str, float]]:
+    """Every check on the final model (check 6 on the per-checkpoint item scores); (verdicts, seconds each)."""
     from olmax.evals.curves import Curves
     from olmax.evals.exposure import Exposure
     from olmax.evals.gains import SetScores, gains_report
+    from olmax.evals.membership import check_membership
     from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
     from olmax.evals.verdicts import Thresholds
 
     th = Thresholds()
-    label = dose if dose else st.control_label
-    tokens = np.concatenate([sp.replayed, fresh_served, sp.unseen])
-    counts = np.concatenate(
-        [np.full(len(sp.replayed), label), np.ones(len(fresh_served)), np.zeros(len(sp.unseen))]
-    )
+    replayed = replayed_of(sp, st, kind)
+    label = dose if dose else (st.control_label if kind == "source" else 2)
+    n_rep = len(replayed)
+    fresh_served = sp.fresh[: st.steps * st.batch - dose * n_rep][: st.per_stratum]
+    tokens = np.concatenate([replayed, fresh_served, sp.unseen])
+    counts = np.concatenate([np.full(n_rep, label), np.ones(len(fresh_served)), np.zeros(len(sp.unseen))])
     exp = Exposure(
         np.arange(len(tokens)),
         counts.astype(np.int64),
@@ -200,55 +248,78 @@ def run_checks(
         "bench",
     )
     curves = Curves("bench", np.arange(1, st.steps + 1), losses)
-    n = len(sp.replayed) + len(sp.clean)
-    contaminated = np.arange(n) < len(sp.replayed)
+    n = n_rep + len(sp.clean)
+    rows = np.concatenate([np.arange(n_rep), len(sp.replayable) + np.arange(len(sp.clean))])
     scores = SetScores(
         "replayed",
         tuple(map(str, range(n))),
-        contaminated,
+        np.arange(n) < n_rep,
         np.asarray(st.checkpoint_steps()),
-        {"ce": np.stack(item_ce)},
+        {"ce": np.stack(item_ce)[:, rows]},
     )
-    return {
-        "exposure": check_exposure(
-            model, exp, th, per_stratum=st.per_stratum, probe_len=st.seq_len, batch_size=16
-        ),
-        "extract": check_extraction(model, exp, th, per_stratum=st.per_stratum, batch_size=16),
-        "train_vs_unseen": check_train_vs_unseen(
-            model, curves, exp, th, per_stratum=st.per_stratum, batch_size=16
-        ),
-        "contaminated": gains_report([scores], resamples=st.resamples, thresholds=th)["verdict"],
-    }
+    out, seconds = {}, {}
+
+    def timed(name, fn):
+        t = time.perf_counter()
+        out[name] = fn()
+        seconds[name] = time.perf_counter() - t
+
+    kw = {"per_stratum": st.per_stratum, "batch_size": 16}
+    timed("exposure", lambda: check_exposure(model, exp, th, probe_len=st.seq_len, **kw))
+    timed("extract", lambda: check_extraction(model, exp, th, **kw))
+    timed("train_vs_unseen", lambda: check_train_vs_unseen(model, curves, exp, th, **kw))
+    timed(
+        "contaminated",
+        lambda: gains_report([scores], resamples=st.resamples, thresholds=th)["verdict"],
+    )
+    t = time.perf_counter()
+    membership = check_membership(
+        model, exp, th, reference=reference, reference_name="clean run", probe_len=st.seq_len, **kw
+    )
+    spent = (time.perf_counter() - t) / len(membership)
+    for name, verdict in membership.items():
+        out[name], seconds[name] = verdict, spent
+    return out, seconds
 
 
-def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int) -> dict:
-    """Train one run and return each check's verdict (flagged, status, message)."""
+def one_run(
+    trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int, kinds, reference
+) -> list[dict]:
+    """Train one run and return, per kind it is scored as, each check's verdict; a clean run (dose 0) is
+    scored with every kind's labels, a dosed run with its own kind's (`kinds` holds one)."""
     sp = split(pool, st, seed)
-    rows = stream(sp, st, dose, seed)
-    items = np.concatenate([sp.replayed, sp.clean])
-    item_ce, last = [], {}
-
-    def on_checkpoint(step, model):
-        item_ce.append(window_ce(model, items))
-        last["model"] = model
-
-    losses = trainer.run(rows, seed, on_checkpoint)
-    served_once = sp.fresh[: st.steps * st.batch - dose * len(sp.replayed)][: st.per_stratum]
-    checks = run_checks(last["model"], sp, st, dose, losses, item_ce, served_once)
-    return {
-        "seed": seed,
-        "dose": dose,
-        "final_loss": float(losses[-20:].mean()),
-        "checks": {
-            k: {"flagged": bool(v["flagged"]), "status": v["status"], "message": v["message"]}
-            for k, v in checks.items()
-        },
-    }
+    rows = stream(sp, st, kinds[0], dose, seed)
+    items = np.concatenate([sp.replayable, sp.clean])
+    item_ce = []
+    losses, model = trainer.run(rows, seed, lambda step, m: item_ce.append(window_ce(m, items)))
+    out = []
+    for kind in kinds:
+        checks, seconds = run_checks(model, reference, sp, st, kind, dose, losses, item_ce)
+        out.append(
+            {
+                "seed": seed,
+                "kind": kind,
+                "dose": dose,
+                "final_loss": float(losses[-20:].mean()),
+                "seconds": seconds,
+                "checks": {
+                    k: {
+                        "flagged": bool(v["flagged"]),
+                        "status": v["status"],
+                        "statistic": statistic(k, v),
+                        "message": v["message"],
+                    }
+                    for k, v in checks.items()
+                },
+            }
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------ table
 def power_table(runs: list[dict], doses: list[int]) -> dict:
-    """Per check: flag rate of the clean runs (dose 0), per dose, and the smallest dose it detects."""
+    """Per check: flag rate of the clean runs (dose 0), per dose, the smallest dose it detects, and the AUROC of
+    its statistic between the runs at each dose and the clean runs."""
     out = {}
     for check in CHECKS:
         row = {}
@@ -259,54 +330,97 @@ def power_table(runs: list[dict], doses: list[int]) -> dict:
                 "runs": len(at),
                 "skipped": sum(c["status"] == "skipped" for c in at),
             }
+        clean = [r["checks"][check].get("statistic") for r in runs if r["dose"] == 0]
+        clean = np.asarray([v for v in clean if v is not None], np.float64)
+        for d in doses:
+            dosed = [r["checks"][check].get("statistic") for r in runs if r["dose"] == d]
+            dosed = np.asarray([v for v in dosed if v is not None], np.float64)
+            row[str(d)]["auroc"] = float(auroc(dosed, clean)[0]) if dosed.size and clean.size else None
         rate = {d: row[str(d)]["flagged"] / max(row[str(d)]["runs"], 1) for d in doses}
         smallest = next(
             (d for i, d in enumerate(doses) if all(rate[e] >= DETECT_RATE for e in doses[i:])), None
         )
+        seconds = [r["seconds"][check] for r in runs if check in r.get("seconds", {})]
         out[check] = {
             "by_dose": row,
             "false_positive_rate": row["0"]["flagged"] / max(row["0"]["runs"], 1),
             "smallest_detected_dose": smallest,
+            "seconds_per_run": float(np.mean(seconds)) if seconds else None,
         }
     return out
 
 
 def format_table(table: dict, doses: list[int]) -> str:
     def cell(c: dict) -> str:
-        return "skip" if c["runs"] and c["skipped"] == c["runs"] else f"{c['flagged']}/{c['runs']}"
+        if c["runs"] and c["skipped"] == c["runs"]:
+            return "skip"
+        auc = f" ({c['auroc']:.2f})" if c.get("auroc") is not None else ""
+        return f"{c['flagged']}/{c['runs']}{auc}"
 
-    head = ["check", "clean (FP)", *[f"{d}x" for d in doses], "detects from"]
+    head = ["check", "clean (FP)", *[f"{d}x (AUROC)" for d in doses], "detects from", "s/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for check, t in table.items():
         smallest = t["smallest_detected_dose"]
+        sec = t.get("seconds_per_run")
         lines.append(
             f"| {check} | {cell(t['by_dose']['0'])} | "
             + " | ".join(cell(t["by_dose"][str(d)]) for d in doses)
-            + f" | {f'{smallest}x' if smallest else f'not at {doses[-1]}x'} |"
+            + f" | {f'{smallest}x' if smallest else f'no power by {doses[-1]}x'} | "
+            + (f"{sec:.2f}" if sec is not None else "-")
+            + " |"
         )
     return "\n".join(lines)
 
 
-def run_power(st: Setting, seeds: list[int], doses: list[int], log=print) -> dict:
-    """Every (seed, dose) run plus the clean runs; returns {"setting", "runs", "table"}."""
+def run_power(
+    st: Setting,
+    seeds: list[int],
+    doses: list[int],
+    clean_seeds: list[int] | None = None,
+    shard: bool = True,
+    log=print,
+) -> dict:
+    """The clean runs (each seed of `clean_seeds` and `seeds`), every (seed, dose) run of a replayed source,
+    and per seed a shard listed twice; returns {"setting", "runs", "tables": {kind: table}}."""
     t0 = time.monotonic()
-    pool = text_windows(st.seq_len, st.replayed + st.clean_items + st.per_stratum + st.steps * st.batch)
+    pool = text_windows(st.seq_len, pool_size(st))
     trainer = Trainer(st)
+    kinds = KINDS if shard else KINDS[:1]
     runs = []
-    for seed in seeds:
-        for dose in [0, *doses]:
-            runs.append(one_run(trainer, pool, st, seed, dose))
-            flags = ", ".join(k for k, v in runs[-1]["checks"].items() if v["flagged"]) or "none"
+    clean_seeds = sorted(set(clean_seeds or []) | set(seeds))
+
+    def say(rs):
+        for r in rs:
+            flags = ", ".join(k for k, v in r["checks"].items() if v["flagged"]) or "none"
             log(
-                f"[{time.monotonic() - t0:6.0f}s] seed {seed} dose {dose:>2}x: final loss "
-                f"{runs[-1]['final_loss']:.3f}, flagged: {flags}"
+                f"[{time.monotonic() - t0:6.0f}s] seed {r['seed']} {r['kind']} dose {r['dose']:>2}x: final "
+                f"loss {r['final_loss']:.3f}, flagged: {flags}"
             )
+
+    for seed in clean_seeds:
+        sp = split(pool, st, seed)
+        _, reference = trainer.run(stream(sp, st, "source", 0, seed), 1000 + seed)
+        runs += one_run(trainer, pool, st, seed, 0, kinds, reference)
+        say(runs[-len(kinds) :])
+        if seed not in seeds:
+            continue
+        for dose in doses:
+            runs += one_run(trainer, pool, st, seed, dose, ("source",), reference)
+            say(runs[-1:])
+        if shard:
+            runs += one_run(trainer, pool, st, seed, 2, ("shard",), reference)
+            say(runs[-1:])
+    tables = {"source": power_table([r for r in runs if r["kind"] == "source"], doses)}
+    if shard:
+        tables["shard"] = power_table([r for r in runs if r["kind"] == "shard"], [2])
     return {
         "setting": dataclasses.asdict(st),
         "seeds": seeds,
+        "clean_seeds": clean_seeds,
         "doses": doses,
         "runs": runs,
-        "table": power_table(runs, doses),
+        "tables": tables,
+        "table": tables["source"],
         "seconds": time.monotonic() - t0,
     }
 
@@ -321,25 +435,33 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2 or 0,5 (>= 3 for the README table)")
-    p.add_argument("--doses", default="1,2,4,8,16,32", help="servings of each replayed window")
+    p.add_argument("--seeds", default="0-2", help="seeds of the dosed runs, e.g. 0-2 or 0,5")
+    p.add_argument("--clean-seeds", default="0-9", help="seeds of the clean runs (>= 10 for the docs' table)")
+    p.add_argument("--doses", default="2,4,8,16", help="servings of each window of the replayed source")
+    p.add_argument("--no-shard", action="store_true", help="leave out the shard-listed-twice runs")
     for f in dataclasses.fields(Setting):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    p.add_argument("--out", default=None, help="also write the runs and the table as JSON")
+    p.add_argument("--out", default=None, help="also write the runs and the tables as JSON")
     args = p.parse_args(argv)
     st = Setting(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)})
     doses = sorted(int(d) for d in args.doses.split(","))
-    if doses[-1] * st.replayed > st.steps * st.batch:
-        p.error(
-            f"dose {doses[-1]} x {st.replayed} replayed windows exceeds the {st.steps * st.batch}-row stream"
-        )
-    result = run_power(st, parse_seeds(args.seeds), doses)
-    print(f"\nsetting: {json.dumps(result['setting'])}; seeds {result['seeds']}; {result['seconds']:.0f} s")
+    if doses[-1] * st.replayed > st.steps * st.batch or 2 * st.shard > st.steps * st.batch:
+        p.error(f"the replayed rows exceed the {st.steps * st.batch}-row stream")
+    result = run_power(st, parse_seeds(args.seeds), doses, parse_seeds(args.clean_seeds), not args.no_shard)
     print(
-        f"detection rate (runs flagged / runs) per replay dose; 'clean' = dose 0, the false-positive rate; "
-        f"'detects from' = smallest dose flagged in >= {DETECT_RATE:.0%} of seeds there and above"
+        f"\nsetting: {json.dumps(result['setting'])}; dosed seeds {result['seeds']}; clean seeds "
+        f"{result['clean_seeds']}; {result['seconds']:.0f} s"
     )
-    print(format_table(result["table"], doses))
+    print(
+        f"runs flagged / runs per dose (AUROC of the check's statistic, dosed vs clean runs); 'clean' = the "
+        f"false-positive rate; 'detects from' = smallest dose flagged in >= {DETECT_RATE:.0%} of seeds there "
+        f"and above; s/run = seconds the check took per run"
+    )
+    print(f"\nkind: a small source of {st.replayed} windows replayed")
+    print(format_table(result["tables"]["source"], doses))
+    if "shard" in result["tables"]:
+        print(f"\nkind: a shard of {st.shard} windows listed twice")
+        print(format_table(result["tables"]["shard"], [2]))
     if args.out:
         from olmax.jsonio import write_json
 

@@ -88,14 +88,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "never-served mix text, from exposure counts (an --exposure file, else replayed from the run's "
         "config.yaml) and a model (--checkpoint, else the run's newest checkpoint); (2) train/held-out gap "
         "over steps from DIR/metrics.jsonl; (3) gain over a reference run or CSV curve that held-out loss "
-        'does not share. Every check reports its numbers and thresholds; the report\'s "flagged" is true '
-        "when any check flags, and the command then exits 1.",
+        "does not share; (7) Min-K%++, (8) the zlib-normalised loss and (9) the reference model's loss over "
+        "the run's, each as the AUROC of repeated vs never-served windows (9 uses --reference RUN's newest "
+        "checkpoint, else the run's earliest). Every check reports its numbers and thresholds; the report's "
+        '"flagged" is true when any check flags, and the command then exits 1.',
     )
     m.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     m.add_argument(
         "--reference",
         default=None,
-        help="another run dir (its metrics.jsonl) or a CSV with columns step,loss[,<heldout set>...]",
+        help="another run dir (its metrics.jsonl for check 3, its newest checkpoint as check 9's reference "
+        "model) or a CSV with columns step,loss[,<heldout set>...]",
     )
     m.add_argument(
         "--exposure",

@@ -1,6 +1,6 @@
 """Memorization flags: is a training-loss gain shared by held-out loss, or is the model memorizing?
 
-Six checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
+Nine checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
 when any check flags. A check lacking its inputs is "skipped" (never flagged) and says what it needs.
   1 exposure  loss on training instances served >= repeat_min times vs never-served instances of the
               same source (needs an exposure file and a checkpoint)
@@ -16,6 +16,11 @@ when any check flags. A check lacking its inputs is "skipped" (never flagged) an
               run's checkpoints: flags when the contaminated items' CE improved beyond the clean items' by
               more than the 95% bootstrap interval (olmax/evals/gains.py; needs --leaks and --eval, or a
               --gains report)
+  7 min_k_pp  Min-K%++ of repeated vs never-served windows of the same source (AUROC, Mann-Whitney z)
+  8 zlib      the zlib-normalised loss, the same comparison
+  9 reference_ratio  the reference model's CE over the run's on each window, the same comparison; the
+              reference is --reference RUN's model, else the run's earliest checkpoint
+              (checks 7-9: olmax/evals/membership.py; they need an exposure file and a checkpoint)
 Deterministic: strata are sampled with a fixed seed.
 """
 
@@ -30,6 +35,8 @@ from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves
 from olmax.evals.exposure import Exposure
+from olmax.evals.membership import SCORES as MEMBERSHIP
+from olmax.evals.membership import check_membership
 from olmax.evals.model_checks import (
     check_contaminated,
     check_exposure,
@@ -54,7 +61,7 @@ __all__ = [
 ]
 
 
-# The six checks in one line each (the demo's report prints them beside the verdicts).
+# The nine checks in one line each (the demo's report prints them beside the verdicts).
 CHECK_MEANINGS = {
     "gap": "over the eval steps, the train-loss drop that held-out loss does not share",
     "reference": "the train-loss gain over a reference run that held-out loss does not share",
@@ -62,6 +69,9 @@ CHECK_MEANINGS = {
     "extract": "greedy continuation of 32-token prefixes: exact matches on repeated vs unrepeated instances",
     "train_vs_unseen": "the logged train loss vs the checkpoint's loss on mix text it never saw",
     "contaminated": "leaked eval items' CE gain vs the set's clean items', beyond a 95% bootstrap interval",
+    "min_k_pp": "Min-K%++ (standardised token log-probabilities) of repeated vs never-served windows: AUROC",
+    "zlib": "loss over zlib-compressed size of repeated vs never-served windows: AUROC",
+    "reference_ratio": "a reference model's loss over the run's, repeated vs never-served windows: AUROC",
 }
 
 
@@ -206,9 +216,12 @@ def memorization_report(
     pad_id: int = 0,
     gains: dict | None = None,
     progress: bool = False,
+    reference_model=None,
+    reference_name: str | None = None,
 ) -> dict:
-    """All six checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6).
-    `progress`: a tqdm bar over the three checks that score the model (the long part)."""
+    """All nine checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6).
+    `reference_model`: check 9's reference (another run's model, or an earlier checkpoint of this one).
+    `progress`: a tqdm bar over the checks that score the model (the long part)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
@@ -218,18 +231,16 @@ def memorization_report(
             else skipped_check("no --reference given")
         ),
     }
-    if exposure is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check(
-            "no exposure file (--exposure)"
+    model_checks = ("exposure", "extract", "train_vs_unseen")
+    if exposure is None or model is None:
+        why = skipped_check(
+            "no exposure file (--exposure)" if exposure is None else "no model (--checkpoint)"
         )
-    elif model is None:
-        checks["exposure"] = checks["extract"] = checks["train_vs_unseen"] = skipped_check(
-            "no model (--checkpoint)"
-        )
+        checks.update(dict.fromkeys(model_checks, why))
     else:
         from tqdm import tqdm
 
-        with tqdm(total=3, desc="memorization checks", unit="check", disable=not progress) as bar:
+        with tqdm(total=4, desc="memorization checks", unit="check", disable=not progress) as bar:
             checks["exposure"] = check_exposure(
                 model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
             )
@@ -246,11 +257,26 @@ def memorization_report(
                 else skipped_check("no run metrics")
             )
             bar.update(1)
+            membership = check_membership(
+                model,
+                exposure,
+                th,
+                reference=reference_model,
+                reference_name=reference_name,
+                per_stratum=per_stratum,
+                probe_len=probe_len,
+                batch_size=batch_size,
+            )
+            bar.update(1)
     checks["contaminated"] = (
         check_contaminated(gains, th)
         if gains is not None
         else skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report")
     )
+    if exposure is None or model is None:
+        checks.update(dict.fromkeys(MEMBERSHIP, checks["exposure"]))
+    else:
+        checks.update(membership)
     return {
         "flagged": any(c["flagged"] for c in checks.values()),
         "checks": checks,
@@ -323,6 +349,7 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         model, step = load_run_model(run_dir, inp.step, inp.dtype)
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
+    ref_model, ref_name = _reference_model(inp, run_dir, step) if model is not None else (None, None)
     if exp_path:
         exposure = attach_mix(
             read_exposure(exp_path), inp.stream, unseen_per_source=inp.per_stratum if inp.stream else 0
@@ -344,6 +371,8 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         pad_id=pad_id,
         gains=gains,
         progress=inp.progress,
+        reference_model=ref_model,
+        reference_name=ref_name,
     )
     report = {
         "run": str(run_dir),
@@ -358,6 +387,27 @@ def run_memorization(inp: MemorizationInputs) -> dict:
 
         report["plot"] = str(plot_run(run_dir, inp.plot, reference=inp.reference))
     return report
+
+
+def _reference_model(inp: MemorizationInputs, run_dir, step: int | None):
+    """Check 9's reference model and its name: `--reference RUN`'s newest checkpoint when RUN has checkpoints,
+    else this run's earliest checkpoint when the scored one is later; (None, None) when there is neither."""
+    from pathlib import Path
+
+    from olmax.evals.run_dir import load_run_model
+    from olmax.train.checkpoint import complete_steps
+
+    if inp.reference and (Path(inp.reference) / "checkpoints").is_dir():
+        if complete_steps(Path(inp.reference) / "checkpoints"):
+            model, ref_step = load_run_model(inp.reference, None, inp.dtype)
+            return model, f"{inp.reference} step {ref_step}"
+    if step is None:
+        return None, None
+    earlier = [s for s in complete_steps(run_dir / "checkpoints") if s < step]
+    if not earlier:
+        return None, None
+    model, ref_step = load_run_model(run_dir, min(earlier), inp.dtype)
+    return model, f"this run's earliest checkpoint (step {ref_step})"
 
 
 def _gains(inp: MemorizationInputs, run_dir) -> dict | None:

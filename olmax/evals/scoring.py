@@ -55,6 +55,17 @@ def _row_scores(model, inputs_BxL: jax.Array, targets_BxL: jax.Array, mask_BxL: 
     return nll_B, jnp.sum(mask_BxL, axis=-1), greedy_B
 
 
+def _token_stats(model, inputs_BxL: jax.Array, targets_BxL: jax.Array):
+    """Per position: the target's log-probability, and the mean and standard deviation of the log-probability
+    under the model's own next-token distribution (what Min-K%++ standardises the target's by)."""
+    logp_BxLxV = jax.nn.log_softmax(model(inputs_BxL).astype(jnp.float32), axis=-1)
+    target_BxL = jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
+    p_BxLxV = jnp.exp(logp_BxLxV)
+    mean_BxL = jnp.sum(p_BxLxV * logp_BxLxV, axis=-1)
+    var_BxL = jnp.sum(p_BxLxV * jnp.square(logp_BxLxV), axis=-1) - jnp.square(mean_BxL)
+    return target_BxL, mean_BxL, jnp.sqrt(jnp.maximum(var_BxL, 0.0))
+
+
 def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
     rows_B = jnp.arange(buf_BxT.shape[0])
 
@@ -70,7 +81,7 @@ def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
 
 @functools.lru_cache(maxsize=16)
 def _jitted(kind: str, graphdef) -> Callable:
-    core = {"score": _row_scores, "greedy": _greedy}[kind]
+    core = {"score": _row_scores, "greedy": _greedy, "token_stats": _token_stats}[kind]
     static = (3,) if kind == "greedy" else ()
     return jax.jit(lambda state, *a: core(nnx.merge(graphdef, state), *a), static_argnums=static)
 
@@ -81,7 +92,7 @@ def _bind(model, kind: str) -> Callable:
         graphdef, state = nnx.split(model)
         fn = _jitted(kind, graphdef)
         return lambda *a: fn(state, *a)
-    core = {"score": _row_scores, "greedy": _greedy}[kind]
+    core = {"score": _row_scores, "greedy": _greedy, "token_stats": _token_stats}[kind]
     return jax.jit(functools.partial(core, model), static_argnums=(2,) if kind == "greedy" else ())
 
 
@@ -125,6 +136,29 @@ def score(
             greedy[start:stop] = greedy_b[: stop - start]
             bar.update(stop - start)
     return nll, count, greedy
+
+
+def token_stats(
+    model, inputs: np.ndarray, targets: np.ndarray, batch_size: int = 8
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(log p(target), mean log p, std log p) per position, float32 (N, L) each, `batch_size` rows at a time;
+    the mean and std are over the model's next-token distribution at that position."""
+    n = inputs.shape[0]
+    fn = _bind(model, "token_stats")
+    out = [np.zeros(inputs.shape, np.float32) for _ in range(3)]
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        batch = [
+            np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
+            if pad
+            else a[start:stop]
+            for a in (inputs, targets)
+        ]
+        res = fn(jnp.asarray(batch[0], jnp.int32), jnp.asarray(batch[1], jnp.int32))
+        for o, r in zip(out, res):
+            o[start:stop] = np.asarray(r)[: stop - start]
+    return out[0], out[1], out[2]
 
 
 def greedy_generate(

@@ -36,6 +36,11 @@ class Thresholds:
     # (how much more its contaminated items improved than its clean ones since the first scored step) is
     # above this; 0: any gain beyond the interval (bench/memorization_power.py measures its power)
     contam_gain_nats: float = 0.0
+    # checks 7-9 (olmax/evals/membership.py): a source flags when the AUROC of its windows served >= repeat_min
+    # times against never-served windows has a Mann-Whitney z above membership_z and exceeds membership_auroc
+    membership_z: float = 3.0
+    membership_auroc: float = 0.6
+    min_k_fraction: float = 0.2  # Min-K%++: the share of a window's lowest-scoring positions averaged
 
     @classmethod
     def parse(cls, overrides: list[str]) -> Thresholds:

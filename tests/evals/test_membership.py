@@ -1,0 +1,101 @@
+"""Checks 7-9 (olmax/evals/membership.py): the AUROC and its z equal scikit-learn's and SciPy's, the three
+window scores equal their definitions computed here from the logits, and the checks flag a stub that memorized
+its repeated windows while staying quiet where repeated and never-served windows are alike."""
+
+import math
+import zlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu, norm
+from sklearn.metrics import roc_auc_score
+from test_memorization import V, stub_model, synthetic_exposure
+
+from olmax.evals.membership import SCORES, auroc, check_membership, window_scores
+from olmax.evals.memorization import memorization_report
+from olmax.evals.verdicts import Thresholds
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auroc_and_z_equal_sklearn_and_scipy(seed):
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(0.4, 1, 37), 1)  # rounded: ties across and within the groups
+    b = np.round(rng.normal(0.0, 1, 53), 1)
+    area, z = auroc(a, b)
+    labels = np.r_[np.ones(a.size), np.zeros(b.size)]
+    assert area == pytest.approx(roc_auc_score(labels, np.r_[a, b]), abs=1e-12)
+    p = mannwhitneyu(a, b, alternative="greater", method="asymptotic", use_continuity=False).pvalue
+    assert z == pytest.approx(norm.isf(p), abs=1e-6)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_window_scores_are_their_definitions():
+    rng = np.random.default_rng(0)
+    table = jnp.asarray(rng.normal(0, 2, (V, V)).astype(np.float32))
+    ref_table = jnp.asarray(rng.normal(0, 2, (V, V)).astype(np.float32))
+    toks = rng.integers(0, V, (5, 41))
+    got = window_scores(
+        lambda ids: table[ids], toks, reference=lambda ids: ref_table[ids], min_k_fraction=0.25, batch_size=2
+    )
+    for i, row in enumerate(toks):
+        logp = log_softmax(np.asarray(table, np.float64)[row[:-1]])
+        lp = logp[np.arange(40), row[1:]]
+        mu = (np.exp(logp) * logp).sum(-1)
+        sd = np.sqrt((np.exp(logp) * logp**2).sum(-1) - mu**2)
+        z = np.sort((lp - mu) / sd)
+        assert got["min_k_pp"][i] == pytest.approx(z[:10].mean(), rel=1e-4)  # ceil(0.25 x 40) = 10
+        ce = -lp.mean()
+        assert got["ce"][i] == pytest.approx(ce, rel=1e-5)
+        packed = len(zlib.compress(row.astype(np.uint8).tobytes(), 9))
+        assert got["zlib"][i] == pytest.approx(-ce * 40 / packed, rel=1e-5)
+        ref = log_softmax(np.asarray(ref_table, np.float64)[row[:-1]])
+        ref_ce = -ref[np.arange(40), row[1:]].mean()
+        assert got["reference_ratio"][i] == pytest.approx(ref_ce / ce, rel=1e-5)
+
+
+def uniform(ids):
+    return jnp.zeros((*ids.shape, V), jnp.float32)
+
+
+def test_checks_flag_memorized_repeats_and_not_alike_windows():
+    th = Thresholds(min_samples=4)
+    m = stub_model()
+    bad = check_membership(m, synthetic_exposure(True, n=16), th, reference=uniform, probe_len=64)
+    for name in SCORES:
+        assert bad[name]["flagged"], bad[name]["message"]
+        web = bad[name]["sources"]["web"]
+        assert web["auroc"] == 1.0 and web["z"] > 4 and web["repeated"] == 16 and web["unseen"] == 16
+        assert web["unseen_from"] == "the same source" and web["mean_servings"] == 5.0
+    ok = check_membership(m, synthetic_exposure(False, n=16), th, reference=uniform, probe_len=64)
+    for name in SCORES:
+        assert ok[name]["status"] == "ok" and abs(ok[name]["sources"]["web"]["z"]) < 1.0, ok[name]["message"]
+    alone = check_membership(m, synthetic_exposure(True, n=16), th, probe_len=64)
+    assert (
+        alone["reference_ratio"]["status"] == "skipped" and "reference" in alone["reference_ratio"]["message"]
+    )
+    assert alone["min_k_pp"]["flagged"]
+
+
+def test_report_holds_the_nine_checks_and_ors_them():
+    m = stub_model()
+    rep = memorization_report(None, exposure=synthetic_exposure(True, n=16), model=m, probe_len=64)
+    assert list(rep["checks"]) == [
+        "gap",
+        "reference",
+        "exposure",
+        "extract",
+        "train_vs_unseen",
+        "contaminated",
+        "min_k_pp",
+        "zlib",
+        "reference_ratio",
+    ]
+    assert rep["flagged"] and rep["checks"]["min_k_pp"]["flagged"]
+    assert rep["thresholds"]["membership_z"] == 3.0 and not math.isnan(rep["thresholds"]["membership_auroc"])
+    none = memorization_report(None)
+    assert {none["checks"][k]["status"] for k in SCORES} == {"skipped"} and not none["flagged"]
