@@ -303,6 +303,20 @@ mounted path.""",
         "olmax adapter (offline bundled: olmax_arc_easy, olmax_sciq, ...); repeatable; slow",
     )
     w.add_argument("--lm-eval-limit", type=float, default=None, help="lm-eval documents per task")
+    w.add_argument(
+        "--downstream",
+        action="append",
+        default=[],
+        metavar="T1,T2",
+        help="OLMo-core downstream tasks (as `olmax eval downstream --tasks`); repeatable; default: the "
+        "run's train.eval_downstream",
+    )
+    w.add_argument(
+        "--downstream-limit",
+        type=int,
+        default=None,
+        help="first N documents of each downstream task (0: all); default: the run's train.eval_downstream_limit",
+    )
     w.add_argument("--lm-eval-include-path", default=None, help="folder of extra lm-eval task YAMLs")
     w.add_argument(
         "--memorization",
@@ -600,6 +614,8 @@ def _watch(args: argparse.Namespace) -> int:
             leaks=args.leaks,
             lm_eval=tuple(args.lm_eval),
             lm_eval_limit=args.lm_eval_limit,
+            downstream=tuple(args.downstream),
+            downstream_limit=args.downstream_limit,
             lm_eval_include=args.lm_eval_include_path,
             memorization=args.memorization,
             every=args.every,

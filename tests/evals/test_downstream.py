@@ -84,7 +84,12 @@ def _their_metric(olmo_eval, task_ds, samples, model):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    ["arc_easy_test_rc_5shot", "arc_challenge_test_bpb_5shot", "arc_challenge_test_mc_5shot", "mmlu_other_val_rc_5shot"],
+    [
+        "arc_easy_test_rc_5shot",
+        "arc_challenge_test_bpb_5shot",
+        "arc_challenge_test_mc_5shot",
+        "mmlu_other_val_rc_5shot",
+    ],
 )
 def test_requests_and_metrics_equal_olmo_eval(olmo_eval, name, model, tokenizer, tokenizer_file):
     hf_tok = olmo_eval.HFTokenizer(
@@ -97,7 +102,12 @@ def test_requests_and_metrics_equal_olmo_eval(olmo_eval, name, model, tokenizer,
     assert ours.documents == 6 and len(ours.requests) == len(samples)
     assert any(len(s["ctx"]) > len(s["query"]) for s in theirs.samples), "no left-truncated context seen"
     for r, s in zip(ours.requests, samples):
-        assert (r.doc_id, r.cont_id, r.label_id, r.ctx_len) == (s["doc_id"], s["cont_id"], s["label_id"], s["ctx_len"])
+        assert (r.doc_id, r.cont_id, r.label_id, r.ctx_len) == (
+            s["doc_id"],
+            s["cont_id"],
+            s["label_id"],
+            s["ctx_len"],
+        )
         assert list(r.query) == s["query"] and list(r.continuation) == s["continuation"]
         assert (r.cont_str_len, r.cont_byte_len) == (s["cont_str_len"], s["cont_byte_len"])
         assert r.cont_byte_len_no_leading_space == s["cont_byte_len_no_leading_space"]
@@ -146,7 +156,9 @@ def test_fast_mc_metric_equals_icl_metric(olmo_eval, name):
         s = by_doc[r.doc_id]
         assert list(r.query) == s["query"] and r.continuation == (s["choices"][r.cont_id],)
         assert r.cont_str_len == s["cont_str_len"] and r.label_id == s["label_id"]
-    got = ds.icl_metrics(ours.metric_type, ours.requests, np.array([logprob[(r.doc_id, r.cont_id)] for r in ours.requests]))
+    got = ds.icl_metrics(
+        ours.metric_type, ours.requests, np.array([logprob[(r.doc_id, r.cont_id)] for r in ours.requests])
+    )
     assert got.keys() == expected.keys()
     for k, v in expected.items():
         assert got[k] == pytest.approx(v, abs=1e-5), k
@@ -162,18 +174,35 @@ def test_task_names_are_olmo_eval_list(olmo_eval):
 
 def test_cli_limit_report_and_metrics(hf_checkpoint, tmp_path, capsys):
     out, metrics = tmp_path / "r.json", tmp_path / "metrics.jsonl"
-    argv = ["eval", "downstream", "--checkpoint", str(hf_checkpoint), "--seq-len", str(SEQ_LEN), "--no-progress"]
+    argv = [
+        "eval",
+        "downstream",
+        "--checkpoint",
+        str(hf_checkpoint),
+        "--seq-len",
+        str(SEQ_LEN),
+        "--no-progress",
+    ]
     tasks = "arc_easy_test_rc_5shot,arc_challenge_test_bpb_5shot"
-    assert main([*argv, "--tasks", tasks, "--limit", "3", "--out", str(out), "--append-metrics", str(metrics)]) == 0
+    assert (
+        main([*argv, "--tasks", tasks, "--limit", "3", "--out", str(out), "--append-metrics", str(metrics)])
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["seq_len"] == SEQ_LEN and report["limit"] == 3
     rc, bpb = sorted(report["results"], key=lambda r: r["task"])[::-1]
     assert rc["task"] == "arc_easy_test_rc_5shot" and rc["documents"] == 3 and rc["requests"] == 12
     assert bpb["documents"] == 3 and bpb["requests"] == 3 and bpb["task_documents"] == 1172
-    assert set(bpb["metrics"]) == {"arc_challenge_test_bpb_5shot (BPB)", "arc_challenge_test_bpb_5shot (BPB v2)"}
+    assert set(bpb["metrics"]) == {
+        "arc_challenge_test_bpb_5shot (BPB)",
+        "arc_challenge_test_bpb_5shot (BPB v2)",
+    }
     assert 0.0 <= rc["metrics"]["arc_easy_test_rc_5shot (length-normalized accuracy v2)"] <= 1.0
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
-    assert line["eval/downstream/arc_challenge_test_bpb_5shot (BPB v2)"] == bpb["metrics"]["arc_challenge_test_bpb_5shot (BPB v2)"]
+    assert (
+        line["eval/downstream/arc_challenge_test_bpb_5shot (BPB v2)"]
+        == bpb["metrics"]["arc_challenge_test_bpb_5shot (BPB v2)"]
+    )
     shown = capsys.readouterr().out
     assert "length-normalized accuracy v2" in shown and "arc_challenge_test_bpb_5shot" in shown
 
@@ -182,3 +211,45 @@ def test_cli_limit_report_and_metrics(hf_checkpoint, tmp_path, capsys):
     assert "no_such_task" in capsys.readouterr().err and not bad.exists()
     assert main([*argv, "--tasks", "piqa", "--out", str(bad)]) == 2
     assert "PIQA" in capsys.readouterr().err and not bad.exists()
+
+
+@pytest.mark.slow
+def test_in_loop_and_watch_log_olmo_core_names(tmp_path, tokenizer_file, monkeypatch):
+    """train.eval_downstream puts eval/downstream/TASK (...) in the step record; `eval watch` on the same
+    checkpoint records the same values."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+    from train_testdata import run_train, write_config, write_mix
+
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({"id": "h0", "text": "The quick brown fox jumps over the lazy dog."}) + "\n")
+    task = "basic_skills_arithmetic_rc_5shot"
+    config = write_config(
+        tmp_path / "tiny.yaml",
+        write_mix(tmp_path / "data"),
+        steps=2,
+        every=2,
+        checkpoint={"every": 2, "keep": 5},
+        train={
+            "eval_every": 2,
+            "eval_sets": [f"held={held}"],
+            "eval_limit": 0,
+            "eval_downstream": [task],
+            "eval_downstream_limit": 2,
+        },
+    )
+    monkeypatch.setenv("OLMAX_EVAL_TOKENIZER", str(tokenizer_file))
+    run_train(config, tmp_path / "run")
+    steps = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = {
+        k: v for r in steps if r.get("step") == 2 for k, v in r.items() if k.startswith("eval/downstream/")
+    }
+    assert f"eval/downstream/{task} (accuracy v2)" in logged and f"eval/downstream/{task} (BPB v2)" in logged
+    assert main(["eval", "watch", "--run", str(tmp_path / "run"), "--once", "--downstream", task]) == 0
+    records = [json.loads(x) for x in (tmp_path / "run" / "evals" / "evals.jsonl").read_text().splitlines()]
+    (rec,) = [r for r in records if r["kind"] == "downstream"]
+    assert rec["step"] == 2 and rec["documents"] == 2
+    for k, v in ds.metric_values(rec).items():
+        assert logged[f"eval/{k}"] == pytest.approx(v, abs=1e-6), k
+    assert f"{task} (accuracy v2)" in (tmp_path / "run" / "evals" / "summary.md").read_text()
