@@ -171,6 +171,7 @@ class Task:
     requests: tuple[Request, ...]
     documents: int
     total_documents: int
+    fast: bool = False  # olmo_eval's fast MC: a document's choices are single tokens read at one position
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,15 @@ def build_task(name: str, tokenizer, seq_len: int, limit: int | None = None) -> 
                 len(s[1:].encode("utf-8")),
             )
         )
-    return Task(name, metric_type, seq_len, tuple(requests), len(set(r.doc_id for r in raw)), len(order))
+    return Task(
+        name,
+        metric_type,
+        seq_len,
+        tuple(requests),
+        len(set(r.doc_id for r in raw)),
+        len(order),
+        bool(spec.kwargs.get("fast_mc")),
+    )
 
 
 # --------------------------------------------------------------------------------------------- score
@@ -351,10 +360,53 @@ def _width(n: int, cap: int) -> int:
     return min(cap, max(16, 1 << (n - 1).bit_length()))
 
 
+def _rows_per_batch(batch_size: int, seq_len: int, width: int) -> int:
+    """`batch_size` rows of `seq_len` tokens hold as many logits as this many rows of `width`."""
+    return max(batch_size, min(256, batch_size * seq_len // width))
+
+
+def _score_fast(model, task: Task, pad_id: int, batch_size: int, progress: bool) -> np.ndarray:
+    """A fast MC task: one forward per document, every choice's token read at the last context position."""
+    from olmax.evals.scoring import choice_logprobs
+
+    docs: dict[int, list[int]] = {}
+    for i, r in enumerate(task.requests):
+        docs.setdefault(r.doc_id, []).append(i)
+    groups: dict[int, list[list[int]]] = {}
+    for members in docs.values():
+        groups.setdefault(_width(len(task.requests[members[0]].query), task.seq_len), []).append(members)
+    n_choices = max(len(m) for m in docs.values())
+    out = np.zeros(len(task.requests))
+    for width, group in sorted(groups.items()):
+        inputs = np.full((len(group), width), pad_id, np.int32)
+        pos = np.zeros(len(group), np.int32)
+        cand = np.zeros((len(group), n_choices), np.int32)
+        for row, members in enumerate(group):
+            first = task.requests[members[0]]
+            inputs[row, : len(first.query)] = first.query
+            pos[row] = first.ctx_len - 1
+            cand[row, : len(members)] = [task.requests[i].continuation[0] for i in members]
+        lp = choice_logprobs(
+            model,
+            inputs,
+            pos,
+            cand,
+            _rows_per_batch(batch_size, task.seq_len, width),
+            progress,
+            f"{task.name} L={width}",
+        )
+        for row, members in enumerate(group):
+            out[members] = lp[row, : len(members)]
+    return out
+
+
 def score_task(model, task: Task, pad_id: int, batch_size: int = 8, progress: bool = False) -> np.ndarray:
-    """Summed log-probability (nats) of each request's continuation under `model`."""
+    """Summed log-probability (nats) of each request's continuation under `model`; rows are grouped by
+    padded length, `batch_size` rows of the full context (or as many logits) at a time."""
     from olmax.evals.scoring import score
 
+    if task.fast:
+        return _score_fast(model, task, pad_id, batch_size, progress)
     out = np.zeros(len(task.requests))
     groups: dict[int, list[int]] = {}
     for i, r in enumerate(task.requests):
@@ -369,7 +421,8 @@ def score_task(model, task: Task, pad_id: int, batch_size: int = 8, progress: bo
             inputs[row, : len(r.query)] = r.query
             targets[row, : len(r.query)] = full[1:]
             mask[row, r.ctx_len - 1 : r.ctx_len - 1 + len(r.continuation)] = 1.0
-        nll, _, _ = score(model, inputs, targets, mask, batch_size, progress, desc=f"{task.name} L={width}")
+        rows = _rows_per_batch(batch_size, task.seq_len, width)
+        nll, _, _ = score(model, inputs, targets, mask, rows, progress, desc=f"{task.name} L={width}")
         out[members] = -nll
     return out
 

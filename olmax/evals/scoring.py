@@ -55,6 +55,12 @@ def _row_scores(model, inputs_BxL: jax.Array, targets_BxL: jax.Array, mask_BxL: 
     return nll_B, jnp.sum(mask_BxL, axis=-1), greedy_B
 
 
+def _choice_logprobs(model, inputs_BxL: jax.Array, pos_B: jax.Array, cand_BxC: jax.Array):
+    logits_BxLxV = model(inputs_BxL).astype(jnp.float32)
+    at_BxV = logits_BxLxV[jnp.arange(inputs_BxL.shape[0]), pos_B]
+    return jnp.take_along_axis(jax.nn.log_softmax(at_BxV, axis=-1), cand_BxC, axis=-1)
+
+
 def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
     rows_B = jnp.arange(buf_BxT.shape[0])
 
@@ -70,7 +76,7 @@ def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
 
 @functools.lru_cache(maxsize=16)
 def _jitted(kind: str, graphdef) -> Callable:
-    core = {"score": _row_scores, "greedy": _greedy}[kind]
+    core = {"score": _row_scores, "greedy": _greedy, "choices": _choice_logprobs}[kind]
     static = (3,) if kind == "greedy" else ()
     return jax.jit(lambda state, *a: core(nnx.merge(graphdef, state), *a), static_argnums=static)
 
@@ -81,7 +87,7 @@ def _bind(model, kind: str) -> Callable:
         graphdef, state = nnx.split(model)
         fn = _jitted(kind, graphdef)
         return lambda *a: fn(state, *a)
-    core = {"score": _row_scores, "greedy": _greedy}[kind]
+    core = {"score": _row_scores, "greedy": _greedy, "choices": _choice_logprobs}[kind]
     return jax.jit(functools.partial(core, model), static_argnums=(2,) if kind == "greedy" else ())
 
 
@@ -125,6 +131,35 @@ def score(
             greedy[start:stop] = greedy_b[: stop - start]
             bar.update(stop - start)
     return nll, count, greedy
+
+
+def choice_logprobs(
+    model,
+    inputs: np.ndarray,
+    positions: np.ndarray,
+    candidates: np.ndarray,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "choices",
+) -> np.ndarray:
+    """(N, C) float32: log p(candidates[i, c] | inputs[i, : positions[i] + 1]), one forward per row."""
+    n = inputs.shape[0]
+    fn = _bind(model, "choices")
+    out = np.zeros(candidates.shape, np.float32)
+    with _progress(n, desc, progress) as bar:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            pad = batch_size - (stop - start)
+            batch = [
+                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
+                if pad
+                else a[start:stop]
+                for a in (inputs, positions, candidates)
+            ]
+            res = fn(*(jnp.asarray(b, jnp.int32) for b in batch))
+            out[start:stop] = np.asarray(res)[: stop - start]
+            bar.update(stop - start)
+    return out
 
 
 def greedy_generate(

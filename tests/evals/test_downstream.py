@@ -253,3 +253,22 @@ def test_in_loop_and_watch_log_olmo_core_names(tmp_path, tokenizer_file, monkeyp
     for k, v in ds.metric_values(rec).items():
         assert logged[f"eval/{k}"] == pytest.approx(v, abs=1e-6), k
     assert f"{task} (accuracy v2)" in (tmp_path / "run" / "evals" / "summary.md").read_text()
+
+
+def test_fast_scoring_equals_one_row_per_choice(model):
+    """A fast MC task's one forward per document gives each choice the log-probability a row of its own
+    (context + choice, olmo_eval's request) gets."""
+    import dataclasses
+
+    rng = np.random.default_rng(1)
+    requests = []
+    for doc in range(5):
+        ctx = tuple(int(t) for t in rng.integers(2, 1000, int(rng.integers(3, 40))))
+        choices = [int(t) for t in rng.choice(np.arange(2, 1000), int(rng.integers(2, 5)), replace=False)]
+        for i, c in enumerate(choices):
+            requests.append(ds.Request(doc, i, 1, ctx, (c,), len(ctx), 2, 2, 1, 1))
+    fast = ds.Task("synthetic", "acc", 64, tuple(requests), 5, 5, fast=True)
+    got = ds.score_task(model, fast, pad_id=1, batch_size=2)
+    want = ds.score_task(model, dataclasses.replace(fast, fast=False), pad_id=1, batch_size=3)
+    assert np.all(got < 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
