@@ -539,11 +539,12 @@ def build_tasks(names: Sequence[str], tokenizer, seq_len: int, limit: int | None
 
 def run_tasks(cfg: Any, tok, seq_len: int, names: Sequence[str] = (), limit: int | None = None) -> list:
     """The downstream tasks to score (`names`, else the run's train.eval_downstream), built once."""
-    names = list(names) or list(getattr(cfg.train, "eval_downstream", ()) or ())
+    train = getattr(cfg, "train", None)
+    names = list(names) or list(getattr(train, "eval_downstream", ()) or ())
     if not names:
         return []
     if limit is None:
-        limit = getattr(cfg.train, "eval_downstream_limit", 0)
+        limit = getattr(train, "eval_downstream_limit", 0)
     return build_tasks(parse_tasks(names), tok, seq_len, limit or None)
 
 

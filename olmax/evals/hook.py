@@ -94,7 +94,8 @@ def train_hook(
     from olmax.evals.downstream import run_tasks
 
     tasks = run_tasks(cfg, tok, cfg.data.seq_len)
-    pad = cfg.model.pad_token_id if cfg.model.pad_token_id is not None else tok.eos_token_id
+    pad = getattr(cfg.model, "pad_token_id", None)
+    pad = pad if pad is not None else tok.eos_token_id
 
     def hook(ctx: Any) -> dict[str, float]:
         out = flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))
