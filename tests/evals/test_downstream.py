@@ -59,8 +59,9 @@ def olmo_eval(tmp_path_factory):
         yield olmo_eval
     finally:
         sys.path.remove(str(root))
-        for k in set(sys.modules) - set(saved):
-            del sys.modules[k]
+        for k in set(sys.modules) - set(saved):  # olmo_eval and the stub only: torch cannot be re-imported
+            if k.split(".")[0] in ("olmo_eval", "torchmetrics"):
+                del sys.modules[k]
 
 
 def _first_docs(samples, n):
@@ -253,6 +254,14 @@ def test_in_loop_and_watch_log_olmo_core_names(tmp_path, tokenizer_file, monkeyp
     for k, v in ds.metric_values(rec).items():
         assert logged[f"eval/{k}"] == pytest.approx(v, abs=1e-6), k
     assert f"{task} (accuracy v2)" in (tmp_path / "run" / "evals" / "summary.md").read_text()
+    out = tmp_path / "cli.json"
+    argv = ["eval", "downstream", "--checkpoint", str(tmp_path / "run"), "--step", "2", "--tasks", task]
+    assert (
+        main([*argv, "--limit", "2", "--tokenizer", str(tokenizer_file), "--no-progress", "--out", str(out)])
+        == 0
+    )
+    (cli,) = json.loads(out.read_text())["results"]
+    assert cli["step"] == 2 and cli["metrics"] == rec["metrics"]
 
 
 def test_fast_scoring_equals_one_row_per_choice(model):
