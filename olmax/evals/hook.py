@@ -10,7 +10,9 @@ Which sets: the config's `train.eval_sets` (as `--eval`: olmax.data.evalspec; OL
 `train.eval_base_dir`), else `$OLMAX_EVAL_SETS`
 (`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and `arc_easy` sets; `train.eval_limit`,
 else `$OLMAX_EVAL_LIMIT`, documents of each (default 64, 0: all); tokenizer `$OLMAX_EVAL_TOKENIZER`, else
-dolma2; instance length = data.seq_len.
+dolma2; instance length = data.seq_len. OLMo-core's downstream tasks in `train.eval_downstream`
+(`train.eval_downstream_limit` documents each, 0: all) are scored too, under `downstream/TASK (...)`, so
+the step record holds OLMo-core's `eval/downstream/...` names (olmax.evals.downstream).
 """
 
 from __future__ import annotations
@@ -89,7 +91,19 @@ def train_hook(
         base_dir=getattr(getattr(cfg, "train", None), "eval_base_dir", None),
     )
 
+    from olmax.evals.downstream import run_tasks
+
+    tasks = run_tasks(cfg, tok, cfg.data.seq_len)
+    pad = getattr(cfg.model, "pad_token_id", None)
+    pad = pad if pad is not None else tok.eos_token_id
+
     def hook(ctx: Any) -> dict[str, float]:
-        return flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))
+        out = flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))
+        if tasks:
+            from olmax.evals.downstream import metric_values, run_downstream
+
+            for r in run_downstream(ctx.model, tasks, pad, step=ctx.step, batch_size=batch_size):
+                out.update(metric_values(r))
+        return out
 
     return hook

@@ -66,6 +66,12 @@ def _token_stats(model, inputs_BxL: jax.Array, targets_BxL: jax.Array):
     return target_BxL, mean_BxL, jnp.sqrt(jnp.maximum(var_BxL, 0.0))
 
 
+def _choice_logprobs(model, inputs_BxL: jax.Array, pos_B: jax.Array, cand_BxC: jax.Array):
+    logits_BxLxV = model(inputs_BxL).astype(jnp.float32)
+    at_BxV = logits_BxLxV[jnp.arange(inputs_BxL.shape[0]), pos_B]
+    return jnp.take_along_axis(jax.nn.log_softmax(at_BxV, axis=-1), cand_BxC, axis=-1)
+
+
 def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
     rows_B = jnp.arange(buf_BxT.shape[0])
 
@@ -81,7 +87,12 @@ def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
 
 @functools.lru_cache(maxsize=16)
 def _jitted(kind: str, graphdef) -> Callable:
-    core = {"score": _row_scores, "greedy": _greedy, "token_stats": _token_stats}[kind]
+    core = {
+        "score": _row_scores,
+        "greedy": _greedy,
+        "token_stats": _token_stats,
+        "choices": _choice_logprobs,
+    }[kind]
     static = (3,) if kind == "greedy" else ()
     return jax.jit(lambda state, *a: core(nnx.merge(graphdef, state), *a), static_argnums=static)
 
@@ -92,7 +103,12 @@ def _bind(model, kind: str) -> Callable:
         graphdef, state = nnx.split(model)
         fn = _jitted(kind, graphdef)
         return lambda *a: fn(state, *a)
-    core = {"score": _row_scores, "greedy": _greedy, "token_stats": _token_stats}[kind]
+    core = {
+        "score": _row_scores,
+        "greedy": _greedy,
+        "token_stats": _token_stats,
+        "choices": _choice_logprobs,
+    }[kind]
     return jax.jit(functools.partial(core, model), static_argnums=(2,) if kind == "greedy" else ())
 
 
@@ -159,6 +175,35 @@ def token_stats(
         for o, r in zip(out, res):
             o[start:stop] = np.asarray(r)[: stop - start]
     return out[0], out[1], out[2]
+
+
+def choice_logprobs(
+    model,
+    inputs: np.ndarray,
+    positions: np.ndarray,
+    candidates: np.ndarray,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "choices",
+) -> np.ndarray:
+    """(N, C) float32: log p(candidates[i, c] | inputs[i, : positions[i] + 1]), one forward per row."""
+    n = inputs.shape[0]
+    fn = _bind(model, "choices")
+    out = np.zeros(candidates.shape, np.float32)
+    with _progress(n, desc, progress) as bar:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            pad = batch_size - (stop - start)
+            batch = [
+                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
+                if pad
+                else a[start:stop]
+                for a in (inputs, positions, candidates)
+            ]
+            res = fn(*(jnp.asarray(b, jnp.int32) for b in batch))
+            out[start:stop] = np.asarray(res)[: stop - start]
+            bar.update(stop - start)
+    return out
 
 
 def greedy_generate(

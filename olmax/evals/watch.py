@@ -58,6 +58,10 @@ class WatchSettings:
     base_dir: str | None = None  # OLMo-core's eval-data folder; None: train.eval_base_dir
     leaks: str | None = None  # `olmax audit leaks` report: clean-subset records too
     lm_eval: tuple[str, ...] = ()  # lm-eval task names, scored through the olmax adapter
+    downstream: tuple[
+        str, ...
+    ] = ()  # OLMo-core downstream tasks (olmax.evals.downstream); (): train.eval_downstream
+    downstream_limit: int | None = None  # documents per task; None: train.eval_downstream_limit; 0: all
     lm_eval_limit: float | None = None
     lm_eval_include: str | None = None
     memorization: bool = False  # run the memorization checks at each evaluated step
@@ -97,6 +101,7 @@ class Job:
     settings: WatchSettings
     records: list[dict] = field(default_factory=list)
     tb: Any = None
+    downstream: list = field(default_factory=list)  # olmax.evals.downstream.Task, built once
 
 
 def prepare(settings: WatchSettings) -> Job:
@@ -144,6 +149,9 @@ def prepare(settings: WatchSettings) -> Job:
         min(settings.until_step or cfg.train.steps, cfg.train.steps),
         settings,
     )
+    from olmax.evals.downstream import run_tasks
+
+    job.downstream = run_tasks(cfg, tok, seq_len, settings.downstream, settings.downstream_limit)
     job.records = read_records(out)
     check_compatible(job)
     return job
@@ -177,6 +185,7 @@ def wanted_keys(job: Job) -> set[tuple]:
     keys = {("heldout", ps.name, "all") for ps in job.sets}
     keys |= {("heldout", ps.name, "clean") for ps in job.sets if ps.clean_rows is not None}
     keys |= {("lm_eval", t) for t in job.settings.lm_eval}
+    keys |= {("downstream", t.name) for t in job.downstream}
     return keys | ({("memorization",)} if job.settings.memorization else set())
 
 
@@ -184,7 +193,7 @@ def record_key(r: dict) -> tuple:
     kind = r.get("kind")
     if kind == "heldout":
         return ("heldout", r.get("eval"), r.get("subset"))
-    return ("lm_eval", r.get("task")) if kind == "lm_eval" else (kind,)
+    return (kind, r.get("task")) if kind in ("lm_eval", "downstream") else (kind,)
 
 
 def done_steps(job: Job) -> set[int]:
@@ -223,6 +232,15 @@ def evaluate_step(job: Job, model, step: int) -> list[dict]:
     records = run_heldout(model, job.sets, step=step, batch_size=job.batch_size)
     for task in job.settings.lm_eval:
         records.append(lm_eval_record(job, model, step, task))
+    if job.downstream:
+        from olmax.evals.downstream import run_downstream
+
+        pad = (
+            job.model_cfg.pad_token_id
+            if job.model_cfg.pad_token_id is not None
+            else job.tokenizer.eos_token_id
+        )
+        records.extend(run_downstream(model, job.downstream, pad, step=step, batch_size=job.batch_size))
     if job.settings.memorization:
         records.append(memorization_record(job, model, step))
     return records
@@ -320,6 +338,12 @@ def summary_markdown(records: list[dict], run: Path) -> str:
             )
             col = f"{r['task']} {name.split(',')[0]}" if name else r["task"]
             cells[col] = f"{value:.4f}" if value is not None else "-"
+        elif kind == "downstream":
+            from olmax.evals.downstream import headline
+
+            label, value = headline(r)
+            col = f"{r['task']} ({label})"
+            cells[col] = f"{value:.4f}"
         elif kind == "memorization":
             col = "memorization"
             cells[col] = "FLAGGED" if r["flagged"] else "ok"
@@ -364,6 +388,11 @@ def tensorboard_scalars(tb, records: list[dict]) -> None:
             for key, value in metric_values(r).items():
                 if not key.endswith("/tokens"):
                     tb.add_scalar(f"eval/{key}", value, r["step"])
+        elif r.get("kind") == "downstream":
+            from olmax.evals.downstream import metric_values as downstream_values
+
+            for key, value in downstream_values(r).items():
+                tb.add_scalar(f"eval/{key}", value, r["step"])
         elif r.get("kind") == "lm_eval":
             for metric, value in r["metrics"].items():
                 tb.add_scalar(f"lm_eval/{r['task']}/{metric.split(',')[0]}", value, r["step"])

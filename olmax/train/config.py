@@ -73,6 +73,8 @@ class TrainConfig:
     ] = ()  # as --eval (olmax.data.evalspec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
     eval_base_dir: str | None = None  # folder holding OLMo-core's eval-data/ (for olmo-core:... sets)
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
+    eval_downstream: tuple[str, ...] = ()  # OLMo-core downstream task names (olmax.evals.downstream)
+    eval_downstream_limit: int = 0  # documents per downstream task; 0: all, as OLMo-core
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
     peak_flops: float | None = None  # machine peak FLOP/s for MFU; None: device-kind table, CPU: measured
     progress: bool = True
