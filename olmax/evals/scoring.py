@@ -85,14 +85,19 @@ def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
     return buf
 
 
-@functools.lru_cache(maxsize=16)
-def _jitted(kind: str, graphdef) -> Callable:
-    core = {
+def _kernel(kind: str) -> Callable:
+    """The per-batch function behind each public entry point."""
+    return {
         "score": _row_scores,
         "greedy": _greedy,
         "token_stats": _token_stats,
         "choices": _choice_logprobs,
     }[kind]
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted(kind: str, graphdef) -> Callable:
+    core = _kernel(kind)
     static = (3,) if kind == "greedy" else ()
     return jax.jit(lambda state, *a: core(nnx.merge(graphdef, state), *a), static_argnums=static)
 
@@ -103,12 +108,7 @@ def _bind(model, kind: str) -> Callable:
         graphdef, state = nnx.split(model)
         fn = _jitted(kind, graphdef)
         return lambda *a: fn(state, *a)
-    core = {
-        "score": _row_scores,
-        "greedy": _greedy,
-        "token_stats": _token_stats,
-        "choices": _choice_logprobs,
-    }[kind]
+    core = _kernel(kind)
     return jax.jit(functools.partial(core, model), static_argnums=(2,) if kind == "greedy" else ())
 
 
