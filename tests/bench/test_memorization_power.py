@@ -1,5 +1,6 @@
-"""bench/memorization_power.py: the power table's arithmetic, the dosed stream, and (slow) a tiny run where
-a moderate dose (8x) is detected by the contaminated-vs-clean check while the clean control is not flagged."""
+"""bench/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs), the
+dosed streams of both kinds, and (slow) tiny runs where a 16x replay is flagged by the membership checks
+while the clean control is not flagged by any check."""
 
 from __future__ import annotations
 
@@ -21,13 +22,16 @@ def load():
     return module
 
 
-def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset()) -> dict:
+def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset(), stat: float = 0.0) -> dict:
     return {
         "dose": dose,
+        "kind": "source",
+        "seconds": dict.fromkeys(mp.CHECKS, 0.5),
         "checks": {
             c: {
                 "flagged": c in flagged,
                 "status": "skipped" if c in skipped else ("flagged" if c in flagged else "ok"),
+                "statistic": None if c in skipped else stat + (1.0 if c in flagged else 0.0),
                 "message": "",
             }
             for c in mp.CHECKS
@@ -35,10 +39,10 @@ def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset())
     }
 
 
-def test_table_rates_and_smallest_dose():
+def test_table_rates_smallest_dose_and_auroc():
     mp = load()
     doses = [1, 2, 4, 8]
-    runs = [fake_run(mp, 0, {"exposure"} if seed == 0 else set()) for seed in range(5)]
+    runs = [fake_run(mp, 0, {"exposure"} if seed == 0 else set(), stat=0.1 * seed) for seed in range(5)]
     for seed in range(5):
         runs += [
             fake_run(mp, 1, set(), skipped=frozenset({"exposure", "extract"})),
@@ -48,36 +52,44 @@ def test_table_rates_and_smallest_dose():
         ]
     table = mp.power_table(runs, doses)
     assert table["exposure"]["false_positive_rate"] == pytest.approx(0.2)
-    assert table["contaminated"]["by_dose"]["2"] == {"flagged": 2, "runs": 5, "skipped": 0}
+    assert table["contaminated"]["by_dose"]["2"] == {"flagged": 2, "runs": 5, "skipped": 0, "auroc": 0.46}
     assert table["contaminated"]["smallest_detected_dose"] == 4  # 2/5 at 2x is below 80%
     assert table["exposure"]["smallest_detected_dose"] == 4  # 4/5 = 80% at 4x and 8x
     assert table["extract"]["smallest_detected_dose"] is None
+    # clean statistics 0, .1, .2, .3, .4 (+1 for the flagged seed 0): the 4x contaminated runs (all 1.0)
+    # beat all five -> 1.0; the 2x ones (1, 1, 0, 0, 0): 2 x 5 wins, 3 x (1 tie + 4 losses) = 11.5 / 25
+    assert table["contaminated"]["by_dose"]["4"]["auroc"] == 1.0
+    assert table["exposure"]["by_dose"]["1"]["auroc"] is None and table["exposure"]["seconds_per_run"] == 0.5
     text = mp.format_table(table, doses)
-    assert "| exposure | 1/5 | skip | 0/5 | 4/5 | 4/5 | 4x |" in text
-    assert "| extract | 0/5 | skip | 0/5 | 0/5 | 0/5 | not at 8x |" in text
+    assert "| exposure | 1/5 | skip | 0/5 (0.00) | 4/5 (0.72) | 4/5 (0.72) | 4x | 0.50 |" in text
+    assert "| extract | 0/5 | skip | 0/5 (0.10) | 0/5 (0.10) | 0/5 (0.10) | no power by 8x | 0.50 |" in text
 
 
-def test_stream_serves_each_replayed_window_dose_times():
+def test_streams_serve_each_replayed_window_dose_times():
     mp = load()
-    st = mp.Setting(seq_len=16, batch=4, steps=20, replayed=5, clean_items=6, per_stratum=7)
-    pool = mp.text_windows(16, st.replayed + st.clean_items + st.per_stratum + st.steps * st.batch)
+    st = mp.Setting(seq_len=16, batch=4, steps=20, replayed=5, shard=8, clean_items=6, per_stratum=7)
+    pool = mp.text_windows(16, mp.pool_size(st))
     assert len({w.tobytes() for w in pool}) == len(pool) and pool.max() < 256
     sp = mp.split(pool, st, seed=1)
-    for dose in (0, 3):
-        rows = mp.stream(sp, st, dose, seed=1)
+    never = {w.tobytes() for w in np.concatenate([sp.clean, sp.unseen])}
+    for kind, size, dose in (("source", 5, 0), ("source", 5, 3), ("shard", 8, 2)):
+        rows = mp.stream(sp, st, kind, dose, seed=1)
         assert rows.shape == (80, 16)
         seen = [w.tobytes() for w in rows]
-        assert all(seen.count(w.tobytes()) == dose for w in sp.replayed)
-        assert not {w.tobytes() for w in np.concatenate([sp.clean, sp.unseen])} & set(seen)
-        assert len(set(seen)) == 80 - (dose - 1) * 5 if dose else len(set(seen)) == 80
+        replayed = mp.replayed_of(sp, st, kind)
+        assert len(replayed) == size and all(seen.count(w.tobytes()) == dose for w in replayed)
+        assert not never & set(seen)
+        assert len(set(seen)) == 80 - (dose - 1) * size if dose else len(set(seen)) == 80
 
 
 @pytest.mark.slow
-def test_moderate_dose_is_detected_and_clean_is_not():
+def test_a_16x_replay_is_flagged_and_clean_is_not():
     mp = load()
-    st = mp.Setting(batch=4, steps=320, replayed=24, clean_items=48, per_stratum=24, resamples=500)
-    result = mp.run_power(st, seeds=[0], doses=[8], log=lambda *_: None)
+    result = mp.run_power(
+        mp.Setting(), seeds=[0], doses=[16], clean_seeds=[0], shard=False, log=lambda *_: None
+    )
     by = {r["dose"]: r["checks"] for r in result["runs"]}
-    assert by[8]["contaminated"]["flagged"], by[8]["contaminated"]["message"]
+    for check in ("min_k_pp", "reference_ratio", "contaminated"):
+        assert by[16][check]["flagged"], by[16][check]["message"]
     assert not any(c["flagged"] for c in by[0].values()), {k: c["message"] for k, c in by[0].items()}
-    assert result["table"]["contaminated"]["smallest_detected_dose"] == 8
+    assert result["table"]["reference_ratio"]["by_dose"]["16"]["auroc"] == 1.0  # one run each: 16x > clean
