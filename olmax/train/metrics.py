@@ -29,6 +29,13 @@ Held-out record (`kind: "heldout"`), from olmax.evals.heldout.run_heldout, appen
 subset ("all" | "clean"), ce, ppl, bpb, tokens, bytes, documents, truncated, seq_len, fingerprint,
 tokenizer_sha256.
 
+TensorBoard (RUN/tb) takes the train record under OLMo-core's names where OLMo-core logs the same quantity
+(`olmo_core_scalars`: `train/CE loss`, `train/PPL`, `train/Z loss`, `optim/total grad norm`, `optim/LR (group
+0)`, `optim/step skipped`, `throughput/total tokens`, `throughput/device/TPS`, `throughput/device/MFU` in
+percent), the `eval/...` keys as they are (`eval/lm/<label>/CE loss` and `eval/downstream/...` are OLMo-core's
+evaluator names already), and every other field as `train/<field>`; tensorboardX writes a space or a
+parenthesis in a tag as `_`.
+
 Contract: only process 0 writes; each line is flushed once its step's metrics are read back (after the
 next step is dispatched; at once at a checkpoint, an eval or the last step, so a checkpoint never exists
 without its step's line); on resume the lines of steps
@@ -38,6 +45,7 @@ file. Readers take the last record of a step and skip a torn last line (a kill m
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -73,6 +81,38 @@ HELDOUT_FIELDS = (
     "fingerprint",
     "tokenizer_sha256",
 )
+
+
+# train-record field -> (OLMo-core's metric name, factor): its train module's, optimizer's and speed monitor's
+OLMO_CORE_NAMES = {
+    "loss": ("train/CE loss", 1.0),
+    "z_loss": ("train/Z loss", 1.0),
+    "grad_norm": ("optim/total grad norm", 1.0),
+    "lr": ("optim/LR (group 0)", 1.0),
+    "skipped": ("optim/step skipped", 1.0),
+    "tokens": ("throughput/total tokens", 1.0),
+    "mfu": ("throughput/device/MFU", 100.0),  # OLMo-core logs MFU in percent
+}
+
+
+def olmo_core_scalars(rec: dict, devices: int = 1) -> dict[str, float]:
+    """A train record's numbers under the names a TensorBoard or W&B view of an OLMo-core run uses."""
+    out: dict[str, float] = {}
+    for key, value in rec.items():
+        if key == "step" or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if key in OLMO_CORE_NAMES:
+            name, factor = OLMO_CORE_NAMES[key]
+            out[name] = value * factor
+        elif key == "tokens_per_s":
+            out["throughput/device/TPS"] = value / max(devices, 1)  # OLMo-core's is per device
+        elif "/" in key:
+            out[key] = value
+        else:
+            out[f"train/{key}"] = value
+    if isinstance(rec.get("loss"), int | float) and rec["loss"] < 700:
+        out["train/PPL"] = math.exp(rec["loss"])
+    return out
 
 
 def metrics_path(run: str | os.PathLike) -> Path:
@@ -111,6 +151,7 @@ class MetricsLog:
         self.path = Path(run_dir) / FILE
         self.primary = jax.process_index() == 0
         self.tb = None
+        self.devices = jax.device_count()
         if not self.primary:
             return
         if self.path.exists():  # drop records a killed run logged after its last checkpoint
@@ -132,9 +173,8 @@ class MetricsLog:
         self.file.write(dumps(rec) + "\n")
         self.file.flush()
         if self.tb is not None and rec["step"] % tb_every == 0:
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, int | float):
-                    self.tb.add_scalar(f"train/{k}" if "/" not in k else k, v, rec["step"])
+            for k, v in olmo_core_scalars(rec, self.devices).items():
+                self.tb.add_scalar(k, v, rec["step"])
 
     def close(self) -> None:
         if self.primary:

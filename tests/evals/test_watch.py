@@ -20,6 +20,7 @@ from olmax.evals.watch import WatchSettings, follow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
+from tb_events import tensorboard_scalars  # noqa: E402
 from train_testdata import run_train, write_config, write_mix  # noqa: E402
 
 STEPS = (2, 4, 6)
@@ -316,22 +317,6 @@ def test_other_sets_under_a_reused_name_are_refused(run, tokenizer_file, tmp_pat
     capsys.readouterr()
     assert watch(run, tokenizer_file, "--once", "--eval", f"held={other}") == 2
     assert "other content or settings" in capsys.readouterr().err
-
-
-def tensorboard_scalars(path: Path) -> list[tuple[str, int, float]]:
-    """(tag, step, value) of every scalar in a TensorBoard event file (TFRecord framing: length, its CRC,
-    the Event proto, its CRC)."""
-    import struct
-
-    from tensorboardX.proto.event_pb2 import Event
-
-    data, pos, out = path.read_bytes(), 0, []
-    while pos < len(data):
-        (n,) = struct.unpack("<Q", data[pos : pos + 8])
-        event = Event.FromString(data[pos + 12 : pos + 12 + n])
-        pos += 12 + n + 4
-        out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
-    return out
 
 
 def test_tensorboard_mirrors_the_records(run, tokenizer_file):

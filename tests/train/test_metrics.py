@@ -4,8 +4,10 @@ last train record of each step and skip a torn tail."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+from tb_events import tensorboard_scalars
 
 from olmax.errors import OlmaxError
 from olmax.train.metrics import TRAIN_FIELDS, MetricsLog, read_records, train_records
@@ -66,4 +68,48 @@ def test_importing_the_schema_module_does_not_import_jax():
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         ).stdout.strip()
         == "False"
+    )
+
+
+def test_tensorboard_takes_olmo_core_names(tmp_path):
+    rec = {
+        "step": 4,
+        "loss": 2.5,
+        "z_loss": 0.01,
+        "grad_norm": 0.7,
+        "lr": 3e-4,
+        "tokens": 4096,
+        "tokens_per_s": 1000.0,
+        "mfu": 0.25,
+        "skipped": 0,
+        "epoch": 1,
+        "eval/lm/c4_en/CE loss": 3.0,
+        "eval/downstream/arc_easy (accuracy)": 0.5,
+        "eval/sciq/ce": 2.0,
+    }
+    log = MetricsLog(tmp_path, resume_step=0, tensorboard=True)
+    log.write(rec, tb_every=2)
+    log.write({**rec, "step": 5}, tb_every=2)  # not a multiple of tb_every: metrics.jsonl only
+    log.close()
+    [events] = (tmp_path / "tb").glob("events.out.tfevents.*")
+    got = {(tag, step): value for tag, step, value in tensorboard_scalars(events)}
+    assert {step for _, step in got} == {4}
+    tags = {tag: value for (tag, _), value in got.items()}
+    assert tags == pytest.approx(
+        {
+            "train/CE_loss": 2.5,
+            "train/PPL": math.exp(2.5),
+            "train/Z_loss": 0.01,
+            "optim/total_grad_norm": 0.7,
+            "optim/LR__group_0_": 3e-4,
+            "optim/step_skipped": 0.0,
+            "throughput/total_tokens": 4096.0,
+            "throughput/device/TPS": 1000.0,  # one CPU device in this process
+            "throughput/device/MFU": 25.0,
+            "train/epoch": 1.0,
+            "eval/lm/c4_en/CE_loss": 3.0,
+            "eval/downstream/arc_easy__accuracy_": 0.5,
+            "eval/sciq/ce": 2.0,
+        },
+        rel=1e-6,
     )
