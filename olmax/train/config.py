@@ -89,6 +89,28 @@ class TrainConfig:
     monitor_bloom_bits: int = 0  # 0: exact per-epoch row set; else a Bloom filter of this many bits
 
 
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases logging, off unless `project` is set (olmax.train.wandb_log): the train record under
+    OLMo-core's metric names at every TensorBoard step, as OLMo-core's W&B callback logs them."""
+
+    project: str | None = None
+    entity: str | None = None
+    group: str | None = None
+    name: str | None = None  # None: the run folder's name
+    tags: tuple[str, ...] = ()
+    mode: str = (
+        "online"  # online (needs WANDB_API_KEY), offline (sync later: wandb sync RUN/wandb/...), disabled
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise OlmaxError(f"wandb.mode={self.mode!r}: one of {', '.join(WANDB_MODES)}")
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     name: str = "run"
@@ -99,6 +121,7 @@ class ExperimentConfig:
     mesh: MeshConfig = field(default_factory=MeshConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def replace(self, **areas: Any) -> ExperimentConfig:
         return dataclasses.replace(self, **areas)
@@ -110,6 +133,7 @@ _AREAS = {
     "mesh": MeshConfig,
     "checkpoint": CheckpointConfig,
     "train": TrainConfig,
+    "wandb": WandbConfig,
 }
 
 

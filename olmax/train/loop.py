@@ -26,7 +26,8 @@ import jax
 
 from olmax.data.loader import open_loader, stream_index
 from olmax.errors import OlmaxError
-from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml
+from olmax.train import wandb_log
+from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_dict
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 
@@ -106,6 +107,7 @@ def train(
         ),
     )
     loader = open_loader(stream, index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
+    wandb_log.preflight(cfg.wandb)
     run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
     # the resume rule (olmax.train.runrecord): a refused change stops here, before the run dir is touched
     saved = runrecord.saved_config(run_dir) if runrecord.has_checkpoint(run_dir) else None
@@ -163,7 +165,10 @@ def train(
         summary.update(peak_flops=peak, mfu_peak=getattr(peak, "what", None))
         it = loader.iterate(loader_state)
         closing.callback(it.close)
-        log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard)
+        wb = None
+        if cfg.wandb.project is not None and cfg.wandb.mode != "disabled" and jax.process_index() == 0:
+            wb = wandb_log.WandbLog(cfg.wandb, run_dir, to_dict(cfg))
+        log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard, wandb=wb)
         closing.callback(log.close)
         t_run = time.perf_counter()
         steps = _Steps(

@@ -33,7 +33,8 @@ TensorBoard (RUN/tb) takes the train record under OLMo-core's names where OLMo-c
 (`olmo_core_scalars`: `train/CE loss`, `train/PPL`, `train/Z loss`, `optim/total grad norm`, `optim/LR (group
 0)`, `optim/step skipped`, `throughput/total tokens`, `throughput/device/TPS`, `throughput/device/MFU` in
 percent), the `eval/...` keys as they are (`eval/lm/<label>/CE loss` and `eval/downstream/...` are OLMo-core's
-evaluator names already), and every other field as `train/<field>`; tensorboardX writes a space or a
+evaluator names already), and every other field as `train/<field>`; the W&B logger (wandb.project) gets the
+same scalars at the same steps; tensorboardX writes a space or a
 parenthesis in a tag as `_`.
 
 Contract: only process 0 writes; each line is flushed once its step's metrics are read back (after the
@@ -145,12 +146,14 @@ def train_records(run: str | os.PathLike) -> dict[int, dict]:
 class MetricsLog:
     """metrics.jsonl (append, one line per step) + TensorBoard events, written by process 0 only."""
 
-    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = True):
+    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = True, wandb=None):
+        """`wandb`: an open olmax.train.wandb_log.WandbLog (process 0's), fed the TensorBoard scalars."""
         import jax
 
         self.path = Path(run_dir) / FILE
         self.primary = jax.process_index() == 0
         self.tb = None
+        self.wandb = wandb
         self.devices = jax.device_count()
         if not self.primary:
             return
@@ -172,12 +175,18 @@ class MetricsLog:
             return
         self.file.write(dumps(rec) + "\n")
         self.file.flush()
-        if self.tb is not None and rec["step"] % tb_every == 0:
-            for k, v in olmo_core_scalars(rec, self.devices).items():
-                self.tb.add_scalar(k, v, rec["step"])
+        if rec["step"] % tb_every == 0 and (self.tb is not None or self.wandb is not None):
+            scalars = olmo_core_scalars(rec, self.devices)
+            if self.tb is not None:
+                for k, v in scalars.items():
+                    self.tb.add_scalar(k, v, rec["step"])
+            if self.wandb is not None:
+                self.wandb.log(rec["step"], scalars)
 
     def close(self) -> None:
         if self.primary:
             self.file.close()
             if self.tb is not None:
                 self.tb.close()
+            if self.wandb is not None:
+                self.wandb.close()
