@@ -366,6 +366,7 @@ def _train_argv(run_dir: Path, mix: Path, steps: int, every: int) -> list[str]:
         f"train.eval_every={every}",
         "train.eval_sets=[sciq,arc_easy]",
         "train.eval_limit=32",
+        "train.eval_downstream=[]",  # the demo's evals are the held-out sets; downstream runs in `olmax train`
     ]
 
 

@@ -402,9 +402,17 @@ class _Steps:
         """One line per in-loop eval (its cross-entropy per set), above the progress bar."""
         ce = {k[: -len("/ce")]: v for k, v in found.items() if k.endswith("/ce")}
         self.last_eval = {"step": step, "ce": ce}
-        if jax.process_index() != 0 or not ce:
+        # downstream tasks: the main metric OLMo-core plots for them, length-normalized accuracy v2
+        acc = {
+            k[len("downstream/") : -len(" (length-normalized accuracy v2)")]: v
+            for k, v in found.items()
+            if k.startswith("downstream/") and k.endswith(" (length-normalized accuracy v2)")
+        }
+        if jax.process_index() != 0 or not (ce or acc):
             return
-        line = f"olmax train: step {step} held-out CE: {format_ce(ce)}"
+        line = f"olmax train: step {step} held-out CE: {format_ce(ce) or '-'}"
+        if acc:
+            line += "; downstream acc (len-norm v2): " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items())
         if self.bar is not None:
             self.bar.write(line)
         else:

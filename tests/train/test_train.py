@@ -91,7 +91,11 @@ def test_golden_one_step_metrics(reference):
     recs = metrics(reference)
     for rec, golden in ((recs[0], GOLDEN_STEP1), (recs[1], GOLDEN_STEP2)):
         for key, want in golden.items():
-            assert rec[key] == pytest.approx(want, rel=1e-6), (
+            # the global grad norm sums squares over every parameter in fp32, in the reduction order XLA's CPU
+            # code picks for the machine: two machines here gave step 2's norm 1.5e-6 apart (relative). The
+            # loss and lr must match to 1e-6; bitwise equality is the resume tests' job, within one machine.
+            rel = 1e-5 if key == "grad_norm" else 1e-6
+            assert rec[key] == pytest.approx(want, rel=rel), (
                 f"step {rec['step']} {key} = {rec[key]!r}, golden {want!r}: the first training step changed. "
                 f"Legitimate only after an intended change to init, forward, loss, optimizer or data order"
             )
