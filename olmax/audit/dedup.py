@@ -26,35 +26,17 @@ from functools import partial
 
 import numpy as np
 
+from olmax.audit.config import DedupConfig
 from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.loader import file_index
 from olmax.data.shards import local_tokens
-from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
-from olmax.dedup.minhash import MinHashParams
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])
-
-
-@dataclass(frozen=True)
-class DedupConfig:
-    """The mix (`stream`: its mix, base dir, {TOKENIZER} value and work dir for spill files are read)
-    and the duplicate limits."""
-
-    stream: StreamSpec
-    span: int = 50
-    min_doc_tokens: int = 32
-    max_dup_doc_frac: float = 0.01
-    max_repeated_span_frac: float = 0.05
-    chunk_tokens: int = 1 << 20
-    threads: int = 2
-    examples: int = 10
-    near: MinHashParams | None = None  # --near: MinHash near-duplicate documents too (near.py)
-    max_near_dup_frac: float = 0.05
 
 
 def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1 << 20):

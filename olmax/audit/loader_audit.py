@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
+from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.loader import file_index, stream_index
 from olmax.data.order import default_work_dir
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
-from olmax.dedup.minhash import MinHashParams
 
 # Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
 CHECK_MEANINGS = {
@@ -47,31 +47,6 @@ CHECK_MEANINGS = {
 def check_meaning(name: str) -> str:
     """What check `name` catches, in one line ('' for a name the loader audit does not report)."""
     return CHECK_MEANINGS.get(name.split(":", 1)[0], "")
-
-
-@dataclass(frozen=True)
-class LoaderAuditConfig:
-    """The stream audited (`StreamSpec`: mix, L, G, seed, order, ...) and how to audit it."""
-
-    stream: StreamSpec
-    steps: int | None = None  # stream steps from the start; None: whole epochs
-    epochs: int | None = None  # None with steps None: 1 epoch
-    process_count: int = 1
-    resume_at: tuple[int, ...] = ()
-    resume_process_count: int | None = None
-    share_tolerance: float = 0.02
-    max_dup_instance_frac: float = 0.01
-    max_dup_doc_frac: float = 0.05
-    min_doc_tokens: int = 32
-    content: bool = True
-    threads: int = 2
-    examples: int = 10
-    rank_check_steps: int = 512  # steps on which every rank's loader is asked (see replay)
-    exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
-    span_tokens: int = 0  # > 0: also find repeated spans of this many tokens (dedup.py), gated below
-    max_repeated_span_frac: float = 0.05
-    near: MinHashParams | None = None  # near-duplicate exposure (near.py), gated by max_near_dup_frac
-    max_near_dup_frac: float = 0.05
 
 
 def replay(index, config: LoaderAuditConfig) -> dict:

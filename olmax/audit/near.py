@@ -22,7 +22,8 @@ from olmax.data.documents import documents
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
-from olmax.dedup.minhash import MinHashParams, cluster, signatures
+from olmax.dedup.minhash import cluster, signatures
+from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import token_shingles
 from olmax.errors import OlmaxError
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmax.audit.config import LoaderAuditConfig
+from olmax.cli_fields import named
 from olmax.data.loader import open_loader
 from olmax.data.packing import PackedIndex
 from olmax.errors import OlmaxError
@@ -42,7 +44,10 @@ class PlanReplay:
         cfg = config
         self.total = cfg.steps if cfg.steps is not None else (cfg.epochs or 1) * self.bpe
         if self.total <= 0:
-            raise OlmaxError(f"nothing to audit: --steps/--epochs give {self.total} steps")
+            raise OlmaxError(
+                f"nothing to audit: {named(LoaderAuditConfig, 'steps')} / "
+                f"{named(LoaderAuditConfig, 'epochs')} give {self.total} steps"
+            )
         n_check = max(1, cfg.rank_check_steps)
         checked = np.linspace(0, self.total - 1, min(self.total, n_check)).round().astype(int)
         self.checked_steps = sorted(set(checked.tolist()))

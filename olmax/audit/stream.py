@@ -30,16 +30,16 @@ unplanned cross-host row.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
+from olmax.audit.config import StreamConfig
 from olmax.audit.hashing import packed_row_hashes, row_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
-from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 # What each count in the report means; written into every report as "definitions".
@@ -62,17 +62,6 @@ DEFINITIONS = {
 
 # kind 0: a mix instance (a = global instance id); kind 1: an emitted row (a = host, b = step, c = row)
 REC = np.dtype([("hash", "<u8"), ("kind", "<u1"), ("a", "<i8"), ("b", "<i8"), ("c", "<i8")])
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """The mix and L the rows were cut from (`stream`: its mix, base dir, {TOKENIZER}, seq_len and work
-    dir are read; G comes from the files) and one emitted-rows file per host."""
-
-    stream: StreamSpec
-    batches: tuple[str, ...]
-    threads: int = 2
-    examples: int = 10_000  # repeated contents / foreign rows / overlaps listed in full up to this
 
 
 def _open_batches(path: str, seq_len: int) -> np.ndarray:
