@@ -134,6 +134,7 @@ def audit_loader(
                     max_frac=config.max_near_dup_frac,
                     threads=config.threads,
                     checks=checks,
+                    eos=config.stream.eos_token_id,
                 )
         if config.exposure_out:
             with phases.phase("exposure file"):
@@ -352,6 +353,7 @@ def _content_checks(
             work_dir=work_dir,
             examples=ex,
             instances=not packed,
+            eos_token_id=config.stream.eos_token_id,
         )
     else:
         from olmax.audit.loader_beam import content_on_beam
@@ -365,6 +367,7 @@ def _content_checks(
             labels=_phys_labels(files_index),
             span_tokens=config.span_tokens,
             work_dir=work_dir,
+            eos_token_id=config.stream.eos_token_id,
         )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
@@ -522,6 +525,7 @@ def _span_checks(
             config.span_tokens,
             work_dir=config.stream.work_dir,
             examples=config.examples,
+            eos_token_id=config.stream.eos_token_id,
         )
     rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
     frac = rep_tokens / max(1, sum(spans["sizes"]))

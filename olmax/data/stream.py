@@ -21,6 +21,10 @@ DATA_SEED = 34521  # OLMo 3 stage-1 data seed: OLMo-core NumpyDataLoaderConfig(s
 DEMO_MIX = "demo"  # `mix` value: the embedded stdlib code+prose mix (olmax.data.demo_mix), built on first use
 UNSET_MIX = ("???", "")  # a recipe that names its mix only in a comment (configs/olmo3_7b_stage1.yaml)
 ORDERS = ("olmo-core", "feistel")
+# dolma2's special tokens, as OLMo-core's TokenizerConfig.dolma2() gives them (OLMo 3's tokenizer)
+DOLMA2_VOCAB_SIZE = 100278
+DOLMA2_EOS = 100257  # <|endoftext|>: ends every document
+DOLMA2_PAD = 100277  # <|pad|>: fills packed rows
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,11 @@ class StreamSpec:
     )
     # the token files' ids: uint32 (dolma2, olmax prepare) or uint16 (OLMo-core mixes)
     dtype: str = setting(DEFAULT_DTYPE, cli=False)
+    # the special tokens of the stream's tokenizer: documents end at EOS (and, with a BOS, start at it);
+    # packed rows are padded with PAD
+    eos_token_id: int = setting(DOLMA2_EOS, f"EOS id: ends documents (dolma2: {DOLMA2_EOS})")
+    pad_token_id: int = setting(DOLMA2_PAD, f"PAD id: fills packed rows (dolma2: {DOLMA2_PAD})")
+    bos_token_id: int | None = setting(None, cli=False)  # dolma2 has none
     seq_len: int = setting(8192, "tokens per instance L (8192 in OLMo 3 stages 1-2)")
     global_batch_size: int = setting(  # whatever the device count
         512, "sequences per global batch G (512 in OLMo 3 stage 1)"

@@ -21,7 +21,8 @@ _SEQ = ("seq_len", "packed", "source_group_size", "source_permutation_seed")
 _BATCH = ("global_batch_size",)
 _ORDER = ("seed", "order")
 _WORK = ("work_dir",)
-_FLAGS = _MIX + _SEQ + _BATCH + _ORDER + _WORK
+_IDS = ("eos_token_id", "pad_token_id")  # by the commands that take them: add_token_id_options
+_FLAGS = _MIX + _SEQ + _BATCH + _ORDER + _WORK + _IDS
 
 
 def add_stream_options(
@@ -44,6 +45,12 @@ def add_stream_options(
     )
     fields = _MIX + (_SEQ if seq_len else ()) + (_BATCH if batch else ()) + (_ORDER if order else ())
     add_fields(g, StreamSpec, only=fields + (_WORK if work_dir else ()), unset=True)
+
+
+def add_token_id_options(p: argparse.ArgumentParser) -> None:
+    """`--eos-token-id` and `--pad-token-id`: the stream's special tokens (default dolma2's, or the
+    recipe's with --config)."""
+    add_fields(p, StreamSpec, only=_IDS, unset=True)
 
 
 def stream_from_args(args: argparse.Namespace, *, required: tuple[str, ...] = ("mix",)) -> StreamSpec:
