@@ -27,9 +27,11 @@ from functools import partial
 import numpy as np
 
 from olmax.audit.config import DedupConfig
+from olmax.audit.content import DOC_REC, document_records, merge_documents, reduce_documents
 from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.audit.spans import physical_ids
 from olmax.data.loader import file_index
 from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
@@ -232,7 +234,6 @@ def file_records(
     """The map of `audit dedup` over one physical file `item` = (physical id, path or fsspec URL): yields
     ("docs", DOC_REC) and ("spans", SPAN_REC per chunk) records, returns its FileTotals. A URL other than
     `file://` is read from a scratch copy (with its sidecar)."""
-    from olmax.audit.content import document_records
 
     phys, path = item
     with local_tokens(path) as (local, tokens):
@@ -246,8 +247,6 @@ def file_records(
 def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     """The dedup report of the mix; `beam_options` (Beam's flags, see olmax.beam.pipeline_options) runs
     the map and the reduces as an Apache Beam pipeline instead of threads here, with the same report."""
-    from olmax.audit.content import DOC_REC, merge_documents, reduce_documents
-    from olmax.audit.spans import physical_ids
 
     index = file_index(cfg.stream)
     phys = physical_ids(index.paths)

@@ -22,6 +22,7 @@ from olmax.audit.content import (
     content_reduces,
 )
 from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
+from olmax.audit.dedup_beam import map_reduce_beam
 from olmax.audit.partition import partition_bits
 from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
@@ -74,7 +75,6 @@ def content_on_beam(
     """(scan_content's ContentReport, repeated_spans' result or None without span_tokens) of the mix
     `index` from one Beam pipeline (`options`: Beam's flags). `labels`: each physical file's source
     (for the spans)."""
-    from olmax.audit.dedup_beam import map_reduce_beam
 
     rep = content_layout(index)
     reduces = {kind: fn for kind, (_, fn) in content_reduces(rep, index.seq_len, examples).items()}

@@ -18,6 +18,8 @@ from dataclasses import asdict
 
 import numpy as np
 
+from olmax.audit.report import Check
+from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
 from olmax.data.shards import local_shard
 from olmax.data.stream import DOLMA2_EOS
@@ -119,8 +121,6 @@ def near_exposure(
     """The loader audit's near-duplicate section: the near-duplicates of the mix's distinct files, and
     the removable tokens the mix plans to serve (a file listed k times serves its removable tokens k
     times, as it does its exact repeats); appends the `near_duplicate_exposure` gate to `checks`."""
-    from olmax.audit.report import Check
-    from olmax.audit.spans import physical_ids
 
     phys = physical_ids(index.paths)
     first: dict[int, int] = {}

@@ -21,6 +21,7 @@ from olmax.audit.config import LoaderAuditConfig
 from olmax.cli_fields import named
 from olmax.data.loader import open_loader
 from olmax.data.packing import PackedIndex
+from olmax.data.state import LoaderState
 from olmax.errors import OlmaxError
 
 
@@ -68,7 +69,6 @@ class PlanReplay:
     def blocks(self, on_epoch: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The window's rows, block by block; `stats` holds the rank/resume counts once exhausted.
         `on_epoch(e)` is called before the first row of epoch e is asked for (before its order is opened)."""
-        from olmax.data.state import LoaderState
 
         cfg, bpe, G = self.config, self.bpe, self.config.stream.global_batch_size
         loaders = self._loaders(cfg.process_count)

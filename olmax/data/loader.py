@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from olmax.data.demo_mix import ensure_demo_mix
 from olmax.data.grain_source import BatchSource
 from olmax.data.index import TokenIndex, build_index
 from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, read_mix
@@ -226,7 +227,6 @@ def resolve_mix(spec: StreamSpec) -> str:
         if not (spec.mix.startswith(OLMO_CORE_PREFIX) or is_url(spec.mix) or os.path.exists(spec.mix)):
             raise OlmaxError(f"mix {spec.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
         return spec.mix
-    from olmax.data.demo_mix import ensure_demo_mix  # builds the mix with the tokenizer: only when asked
 
     return str(ensure_demo_mix(work_dir_path(spec.work_dir) / "demo-mix"))
 
