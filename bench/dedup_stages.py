@@ -28,7 +28,8 @@ from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl  # noqa: E40
 from olmax.data.mixspec import SourceSpec  # noqa: E402
 from olmax.data.prepare import PrepareConfig, read_batches  # noqa: E402
 from olmax.data.prepare_dedup import DedupSettings, plan  # noqa: E402
-from olmax.dedup.minhash import MinHashParams, cluster, signatures  # noqa: E402
+from olmax.dedup.minhash import cluster, signatures  # noqa: E402
+from olmax.dedup.params import MinHashParams  # noqa: E402
 from olmax.dedup.shingles import text_shingles  # noqa: E402
 from olmax.dedup.substring import repeated_spans  # noqa: E402
 

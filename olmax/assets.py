@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,6 @@ def _hub_tokenizer() -> Path | None:
     """The hub's dolma2 tokenizer.json when online (None when offline or unreachable)."""
     if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("OLMAX_NO_HUB") == "1":
         return None
-    import socket
 
     try:  # a quick reachability probe: hf_hub_download itself retries for ~25 s when offline
         socket.create_connection(("huggingface.co", 443), timeout=3).close()

@@ -7,6 +7,7 @@ names but follow the same rule. A failed write leaves the old file (or nothing) 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -75,7 +76,6 @@ def exclusive(target: str | os.PathLike, what: str) -> Iterator[Path]:
 
     The lock is a `.NAME.lock` file beside the target, flock'ed (the OS releases it when the holder
     dies, so a killed run never leaves a stale lock) and removed on exit."""
-    import fcntl
 
     target = Path(target).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)

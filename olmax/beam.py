@@ -23,8 +23,10 @@ Each command keeps one set of per-file and per-key functions; its Beam graph map
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
+import re
 import shlex
 import shutil
 import sys
@@ -44,8 +46,6 @@ DEFAULT_PIPELINE_OPTIONS = (
 
 
 def require_beam():
-    import logging
-
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # its import warns about optional GCP client libraries at the root logger
@@ -157,7 +157,6 @@ def _stderr_to(path: str):
 def run(build: Callable, options, log_dir: str, what: str) -> float:
     """Build the pipeline with `build(pipeline)` and run it to completion; returns seconds taken."""
     beam = require_beam()
-    import logging
 
     os.makedirs(log_dir, exist_ok=True)
     log = os.path.join(log_dir, "beam.log")
@@ -313,7 +312,6 @@ def spread():
 def _cause(e: BaseException) -> str:
     """The innermost `SomeError: message` line of a failed pipeline's error text (Beam wraps the worker's
     traceback into the message)."""
-    import re
 
     text = str(e)
     found = re.findall(

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from olmax import storage
+
 
 def _npy(a: np.ndarray) -> str:
     buf = io.BytesIO()
@@ -150,7 +152,6 @@ def stage(x: Any, url: str) -> frozenset[str]:
     """Write `x` for `load_staged`: its arrays to `url.npz`, the rest to `url.json` (through
     olmax.storage: a local path or any fsspec URL). Returns the names of the classes it holds, for
     `load_staged`'s `classes`."""
-    from olmax import storage
 
     arrays: list = []
     seen: dict = {}
@@ -164,7 +165,6 @@ def stage(x: Any, url: str) -> frozenset[str]:
 
 def load_staged(url: str, classes: frozenset[str] = frozenset()) -> Any:
     """The value `stage` wrote at `url`; `classes`: what `stage` returned (no other class is rebuilt)."""
-    from olmax import storage
 
     with np.load(io.BytesIO(storage.read_bytes(url + ".npz")), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}

@@ -15,18 +15,18 @@ from olmax.lazy import lazy_exports
 __getattr__, __all__ = lazy_exports(
     __name__,
     {
-        "DedupConfig": "olmax.audit.dedup",
+        "DedupConfig": "olmax.audit.config",
         "audit_dedup": "olmax.audit.dedup",
         "PrefixHasher": "olmax.audit.hashing",
         "spans_hashes": "olmax.audit.hashing",
         "window_hashes": "olmax.audit.hashing",
-        "LeakConfig": "olmax.audit.leaks",
+        "LeakConfig": "olmax.audit.config",
         "audit_leaks": "olmax.audit.leaks",
-        "LoaderAuditConfig": "olmax.audit.loader_audit",
+        "LoaderAuditConfig": "olmax.audit.config",
         "audit_loader": "olmax.audit.loader_audit",
         "ReplayError": "olmax.audit.monitor",
         "StreamMonitor": "olmax.audit.monitor",
-        "StreamConfig": "olmax.audit.stream",
+        "StreamConfig": "olmax.audit.config",
         "audit_stream": "olmax.audit.stream",
     },
 )

@@ -7,9 +7,13 @@ import json
 from pathlib import Path
 
 from olmax.atomic import locked_out
+from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.beam_cli import add_runner_options, beam_options
+from olmax.cli_fields import add_fields, values_from_args
+from olmax.data.evalspec_cli import add_eval_option
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
+from olmax.dedup.params import MinHashParams
 
 
 def _out(p: argparse.ArgumentParser) -> None:
@@ -29,61 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Exits 1 when a gated check fails.",
     )
     add_stream_options(lo)
-    g = lo.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, help="audit this many global steps from the start")
-    g.add_argument("--epochs", type=int, help="audit this many whole epochs (default 1)")
-    lo.add_argument("--process-count", type=int, default=1)
-    lo.add_argument(
-        "--resume-at",
-        type=int,
-        nargs="*",
-        default=[],
-        help="save and restore the loader state before these stream steps",
-    )
-    lo.add_argument("--resume-process-count", type=int, help="process count after a --resume-at")
-    lo.add_argument(
-        "--share-tolerance",
-        type=float,
-        default=0.02,
-        help="allowed |observed - planned| source share, on top of 4 sigma of sampling",
-    )
-    lo.add_argument(
-        "--max-dup-instance-frac",
-        type=float,
-        default=0.01,
-        help="allowed fraction of instances (and of emitted rows) whose content repeats "
-        "another file/position",
-    )
-    lo.add_argument(
-        "--max-dup-doc-frac",
-        type=float,
-        default=0.05,
-        help="allowed fraction of document tokens in exact duplicate documents",
-    )
-    lo.add_argument("--min-doc-tokens", type=int, default=32, help="shorter documents are not compared")
-    lo.add_argument("--no-content", action="store_true", help="skip the content (hash) pass")
-    lo.add_argument(
-        "--span-tokens",
-        type=int,
-        default=0,
-        help="also find repeated spans of this many tokens (50: ExactSubstr) across files and "
-        "positions; 0 (default) skips this slower pass",
-    )
-    lo.add_argument("--max-repeated-span-frac", type=float, default=0.05)
-    add_near_options(lo)
-    lo.add_argument(
-        "--exposure-out",
-        help="also write per-instance serve counts (.npz or .json, the "
-        "format `olmax eval memorization --exposure` reads)",
-    )
-    lo.add_argument(
-        "--rank-check-steps",
-        type=int,
-        default=512,
-        help="steps on which every rank's loader is asked and checked against the global "
-        "batch (all steps when the audit is shorter)",
-    )
-    lo.add_argument("--threads", type=int, default=2)
+    add_fields(lo, LoaderAuditConfig, groups={"near": add_near_options(lo)})
     _out(lo)
     add_runner_options(lo)
     lo.set_defaults(func=locked_out(_loader, "olmax audit loader"))
@@ -99,69 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "score). Exits 1 when any item of a gated set is contaminated.",
     )
     add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
-    lk.add_argument(
-        "--eval",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="an eval set: jsonl (id + text, or question/answer/passage), an HF datasets "
-        "folder (a path or an fsspec URL), or a bundled set name (NAME alone, e.g. arc_easy); a bare "
-        "PATH names the set by its file name up to the first dot, as every --eval does; repeat",
-    )
-    lk.add_argument(
-        "--tokenizer", default="dolma2", help="tokenizer file (or dolma2) the mix was tokenized with"
-    )
-    lk.add_argument(
-        "--ngram",
-        type=int,
-        default=8,
-        help="retrieval window in words (default 8: survives one edit in ten words)",
-    )
-    lk.add_argument(
-        "--min-item-words",
-        type=int,
-        default=4,
-        help="items with fewer words than this are too short to decide",
-    )
-    lk.add_argument(
-        "--threshold",
-        type=float,
-        default=0.75,
-        help="flag when one document aligns this fraction of an item's words (default 0.75)",
-    )
-    lk.add_argument(
-        "--short-words",
-        type=int,
-        default=20,
-        help="items of at most this many words need an exact whole-item match (default 20)",
-    )
-    lk.add_argument(
-        "--min-cover",
-        type=float,
-        default=0.25,
-        help="verify an (item, document) pair when its matched windows cover this fraction "
-        "of the item's words (at least one window)",
-    )
-    lk.add_argument(
-        "--template-items",
-        type=int,
-        default=10,
-        help="a window shared by this many eval items is a template and not used (default 10)",
-    )
-    lk.add_argument(
-        "--max-docs-per-key",
-        type=int,
-        default=1000,
-        help="hits kept per window: the first this many documents (bounds memory)",
-    )
-    lk.add_argument("--gate", nargs="*", help="sets whose contamination fails the command (default all)")
-    lk.add_argument("--clean-dir", help="write each set's uncontaminated items here as jsonl")
-    lk.add_argument(
-        "--threads",
-        type=int,
-        default=2,
-        help="training files probed at once (default 2; the compiled passes release the GIL)",
-    )
+    add_eval_option(lk, "an eval set")
+    add_fields(lk, LeakConfig)
     add_runner_options(lk)
     _out(lk)
     lk.set_defaults(func=locked_out(_leaks, "olmax audit leaks"))
@@ -189,12 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.",
     )
     add_stream_options(dd, seq_len=False, batch=False, order=False)
-    dd.add_argument("--span", type=int, default=50, help="repeated-span length in tokens (ExactSubstr: 50)")
-    dd.add_argument("--min-doc-tokens", type=int, default=32)
-    dd.add_argument("--max-dup-doc-frac", type=float, default=0.01)
-    dd.add_argument("--max-repeated-span-frac", type=float, default=0.05)
-    dd.add_argument("--threads", type=int, default=2)
-    add_near_options(dd)
+    add_fields(dd, DedupConfig, groups={"near": add_near_options(dd)})
     add_runner_options(dd)
     _out(dd)
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
@@ -208,38 +92,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "beyond the copies the mix plans.",
     )
     add_stream_options(st, batch=False, order=False)
-    st.add_argument(
-        "--batches", nargs="+", required=True, metavar="FILE", help="one .npy per host, in host order"
-    )
-    st.add_argument("--threads", type=int, default=2)
+    add_fields(st, StreamConfig)
     _out(st)
     st.set_defaults(func=locked_out(_stream, "olmax audit stream"))
 
 
-def add_near_options(p: argparse.ArgumentParser) -> None:
+def add_near_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """`--near` and the MinHash settings (`MinHashParams`); returns the group, where the command's own
+    near-duplicate gate goes too."""
     g = p.add_argument_group("near-duplicates (MinHash over token-id n-grams; see docs/dedup.md)")
     g.add_argument("--near", action="store_true", help="also find near-duplicate documents")
-    g.add_argument("--minhash-ngram", type=int, default=5, help="token n-gram shingle size (default 5)")
-    g.add_argument("--minhash-bands", type=int, default=26, help="LSH bands (default 26)")
-    g.add_argument("--minhash-rows", type=int, default=11, help="hashes per band (default 11)")
-    g.add_argument(
-        "--minhash-threshold", type=float, default=0.8, help="verified Jaccard of a near-duplicate (0.8)"
-    )
-    g.add_argument(
-        "--max-near-dup-frac",
-        type=float,
-        default=0.05,
-        help="gate: fraction of document tokens in removable near-duplicates (default 0.05)",
-    )
+    add_fields(g, MinHashParams, prefix="minhash_")
+    return g
 
 
-def near_params(args: argparse.Namespace):
+def near_params(args: argparse.Namespace) -> MinHashParams | None:
     """--near's MinHashParams (checked), or None without --near."""
-    from olmax.dedup.minhash import MinHashParams
-
     if not args.near:
         return None
-    params = MinHashParams(args.minhash_ngram, args.minhash_bands, args.minhash_rows, args.minhash_threshold)
+    params = MinHashParams(**values_from_args(args, MinHashParams, prefix="minhash_"))
     params.check()
     return params
 
@@ -258,49 +129,20 @@ def _finish(report: dict, out: str) -> int:
 
 
 def _loader(args: argparse.Namespace) -> int:
-    from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
+    from olmax.audit.loader_audit import audit_loader
 
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     cfg = LoaderAuditConfig(
-        stream=stream,
-        steps=args.steps,
-        epochs=args.epochs,
-        process_count=args.process_count,
-        resume_at=tuple(args.resume_at),
-        resume_process_count=args.resume_process_count,
-        share_tolerance=args.share_tolerance,
-        max_dup_instance_frac=args.max_dup_instance_frac,
-        max_dup_doc_frac=args.max_dup_doc_frac,
-        min_doc_tokens=args.min_doc_tokens,
-        content=not args.no_content,
-        threads=args.threads,
-        rank_check_steps=args.rank_check_steps,
-        exposure_out=args.exposure_out,
-        span_tokens=args.span_tokens,
-        max_repeated_span_frac=args.max_repeated_span_frac,
-        near=near_params(args),
-        max_near_dup_frac=args.max_near_dup_frac,
+        stream=stream, near=near_params(args), **values_from_args(args, LoaderAuditConfig)
     )
     return _finish(audit_loader(cfg, progress=True, beam_options=beam_options(args)), args.out)
 
 
 def _leaks(args: argparse.Namespace) -> int:
-    from olmax.audit.leaks import LeakConfig, audit_leaks
+    from olmax.audit.leaks import audit_leaks
 
     cfg = LeakConfig(
-        stream=stream_from_args(args),
-        evals=tuple(args.eval),
-        tokenizer=args.tokenizer,
-        ngram=args.ngram,
-        min_item_words=args.min_item_words,
-        threshold=args.threshold,
-        short_words=args.short_words,
-        min_cover=args.min_cover,
-        template_items=args.template_items,
-        max_docs_per_key=args.max_docs_per_key,
-        gate=tuple(args.gate) if args.gate is not None else None,
-        clean_dir=args.clean_dir,
-        threads=args.threads,
+        stream=stream_from_args(args), evals=tuple(args.eval), **values_from_args(args, LeakConfig)
     )
     report = audit_leaks(cfg, beam_options=beam_options(args))
     rc = _finish(report, args.out)
@@ -390,27 +232,18 @@ def _exposure(args: argparse.Namespace) -> int:
 
 
 def _dedup(args: argparse.Namespace) -> int:
-    from olmax.audit.dedup import DedupConfig, audit_dedup
+    from olmax.audit.dedup import audit_dedup
 
     cfg = DedupConfig(
-        stream=stream_from_args(args),
-        span=args.span,
-        min_doc_tokens=args.min_doc_tokens,
-        max_dup_doc_frac=args.max_dup_doc_frac,
-        max_repeated_span_frac=args.max_repeated_span_frac,
-        threads=args.threads,
-        near=near_params(args),
-        max_near_dup_frac=args.max_near_dup_frac,
+        stream=stream_from_args(args), near=near_params(args), **values_from_args(args, DedupConfig)
     )
     return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 
 
 def _stream(args: argparse.Namespace) -> int:
-    from olmax.audit.stream import StreamConfig, audit_stream
+    from olmax.audit.stream import audit_stream
 
-    cfg = StreamConfig(
-        stream=stream_from_args(args, required=("mix", "seq_len")),
-        batches=tuple(args.batches),
-        threads=args.threads,
+    stream = stream_from_args(args, required=("mix", "seq_len"))
+    return _finish(
+        audit_stream(StreamConfig(stream=stream, **values_from_args(args, StreamConfig))), args.out
     )
-    return _finish(audit_stream(cfg), args.out)

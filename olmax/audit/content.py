@@ -27,6 +27,7 @@ from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
 from olmax.data.shards import local_tokens
+from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_slice
 from olmax.errors import OlmaxError
 
@@ -71,11 +72,11 @@ class DocDuplicates:
 
 
 def document_records(
-    path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int
+    path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int, eos_token_id: int = DOLMA2_EOS
 ) -> tuple[np.ndarray, int, int]:
     """(DOC_REC of the documents of >= min_doc_tokens tokens, tokens in documents, documents) of token
     file `path` (a local path: its sidecar, when present, gives the boundaries)."""
-    docs = documents(path, tokens)
+    docs = documents(path, tokens, eos_token_id)
     lengths = docs.ends - docs.starts
     keep = np.flatnonzero(lengths >= min_doc_tokens)
     d = np.empty(keep.size, dtype=DOC_REC)
@@ -93,7 +94,14 @@ class FileContent:
     digest: int  # xxh3-128 of its token bytes (0 when empty): identical files are compared by it first
 
 
-def content_records(path: str, tokens: np.ndarray, phys: int, seq_len: int | None, min_doc_tokens: int):
+def content_records(
+    path: str,
+    tokens: np.ndarray,
+    phys: int,
+    seq_len: int | None,
+    min_doc_tokens: int,
+    eos_token_id: int = DOLMA2_EOS,
+):
     """The content map over one physical file (`path` local, `tokens` its tokens): yields
     ("instances", INSTANCE_REC of every L-token window, unless seq_len is None) and ("docs", DOC_REC);
     returns its FileContent."""
@@ -103,17 +111,19 @@ def content_records(path: str, tokens: np.ndarray, phys: int, seq_len: int | Non
         inst = np.empty(h.size, dtype=INSTANCE_REC)
         inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
         yield "instances", inst
-    d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens)
+    d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens, eos_token_id)
     yield "docs", d
     return FileContent(ntok, ndocs, whole)
 
 
-def file_content(item: tuple[int, str], *, seq_len: int | None, min_doc_tokens: int):
+def file_content(
+    item: tuple[int, str], *, seq_len: int | None, min_doc_tokens: int, eos_token_id: int = DOLMA2_EOS
+):
     """`content_records` of (physical id, path or fsspec URL): a URL other than `file://` is read from a
     scratch copy (with its sidecar)."""
     phys, path = item
     with local_tokens(path) as (local, tokens):
-        return (yield from content_records(local, tokens, phys, seq_len, min_doc_tokens))
+        return (yield from content_records(local, tokens, phys, seq_len, min_doc_tokens, eos_token_id))
 
 
 @dataclass
@@ -282,6 +292,7 @@ def scan_content(
     work_dir: str | None = None,
     examples: int = 10,
     instances: bool = True,
+    eos_token_id: int = DOLMA2_EOS,
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam)."""
@@ -291,7 +302,12 @@ def scan_content(
     rep = content_layout(index)
     totals, reduced = map_reduce(
         list(enumerate(rep.phys_paths)),
-        partial(file_content, seq_len=index.seq_len if instances else None, min_doc_tokens=min_doc_tokens),
+        partial(
+            file_content,
+            seq_len=index.seq_len if instances else None,
+            min_doc_tokens=min_doc_tokens,
+            eos_token_id=eos_token_id,
+        ),
         content_reduces(rep, index.seq_len, examples),
         bits=bits,
         threads=threads,

@@ -26,45 +26,31 @@ from functools import partial
 
 import numpy as np
 
+from olmax.audit.config import DedupConfig
+from olmax.audit.content import DOC_REC, document_records, merge_documents, reduce_documents
 from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.report import Check, checks_json, failed, summary_lines
-from olmax.data.index import DOLMA2_EOS
+from olmax.audit.spans import physical_ids
 from olmax.data.loader import file_index
 from olmax.data.shards import local_tokens
-from olmax.data.stream import StreamSpec
+from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_tokens
-from olmax.dedup.minhash import MinHashParams
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])
 
 
-@dataclass(frozen=True)
-class DedupConfig:
-    """The mix (`stream`: its mix, base dir, {TOKENIZER} value and work dir for spill files are read)
-    and the duplicate limits."""
-
-    stream: StreamSpec
-    span: int = 50
-    min_doc_tokens: int = 32
-    max_dup_doc_frac: float = 0.01
-    max_repeated_span_frac: float = 0.05
-    chunk_tokens: int = 1 << 20
-    threads: int = 2
-    examples: int = 10
-    near: MinHashParams | None = None  # --near: MinHash near-duplicate documents too (near.py)
-    max_near_dup_frac: float = 0.05
-
-
-def span_records(tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1 << 20):
+def span_records(
+    tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1 << 20, eos_token_id: int = DOLMA2_EOS
+):
     """Yield SPAN_REC arrays for every `span`-token window of `tokens` that holds no EOS."""
     n = len(tokens)
     for a in range(0, max(0, n - span + 1), chunk_tokens):
         b = min(n, a + chunk_tokens + span - 1)
         x = np.asarray(tokens[a:b])
         h = PrefixHasher(x).windows(span)
-        eos = np.concatenate([[0], np.cumsum(x == DOLMA2_EOS)])
+        eos = np.concatenate([[0], np.cumsum(x == eos_token_id)])
         inside = np.flatnonzero(eos[span : span + h.size] - eos[: h.size] == 0)
         rec = np.empty(inside.size, SPAN_REC)
         rec["hash"], rec["phys"], rec["pos"] = h[inside], phys, inside + a
@@ -169,9 +155,11 @@ def repeated_tokens(intervals: np.ndarray, files: int) -> np.ndarray:
     ).astype(np.int64)
 
 
-def _span_file(item: tuple[int, str], span: int, chunk_tokens: int):
+def _span_file(item: tuple[int, str], span: int, chunk_tokens: int, eos_token_id: int):
     p, path = item
-    yield from (("spans", rec) for rec in span_records(read_tokens(path), p, span, chunk_tokens))
+    yield from (
+        ("spans", rec) for rec in span_records(read_tokens(path), p, span, chunk_tokens, eos_token_id)
+    )
 
 
 def repeated_spans(
@@ -182,6 +170,7 @@ def repeated_spans(
     chunk_tokens: int = 1 << 20,
     work_dir: str | None = None,
     examples: int = 10,
+    eos_token_id: int = DOLMA2_EOS,
 ) -> dict:
     """Repeated `span`-token windows over distinct local files `paths` (labels: each file's source).
 
@@ -191,7 +180,7 @@ def repeated_spans(
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
     _, reduced = map_reduce(
         list(enumerate(paths)),
-        partial(_span_file, span=span, chunk_tokens=chunk_tokens),
+        partial(_span_file, span=span, chunk_tokens=chunk_tokens, eos_token_id=eos_token_id),
         {"spans": (SPAN_REC, span_reduce(paths, labels, span, examples))},
         bits=bits,
         threads=1,
@@ -234,17 +223,23 @@ class FileTotals:
     docs: int
 
 
-def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk_tokens: int = 1 << 20):
+def file_records(
+    item: tuple[int, str],
+    *,
+    span: int,
+    min_doc_tokens: int,
+    chunk_tokens: int = 1 << 20,
+    eos_token_id: int = DOLMA2_EOS,
+):
     """The map of `audit dedup` over one physical file `item` = (physical id, path or fsspec URL): yields
     ("docs", DOC_REC) and ("spans", SPAN_REC per chunk) records, returns its FileTotals. A URL other than
     `file://` is read from a scratch copy (with its sidecar)."""
-    from olmax.audit.content import document_records
 
     phys, path = item
     with local_tokens(path) as (local, tokens):
-        docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens)
+        docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens, eos_token_id)
         yield "docs", docs
-        for rec in span_records(tokens, phys, span, chunk_tokens):
+        for rec in span_records(tokens, phys, span, chunk_tokens, eos_token_id):
             yield "spans", rec
     return FileTotals(doc_tokens, ndocs)
 
@@ -252,8 +247,6 @@ def file_records(item: tuple[int, str], *, span: int, min_doc_tokens: int, chunk
 def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     """The dedup report of the mix; `beam_options` (Beam's flags, see olmax.beam.pipeline_options) runs
     the map and the reduces as an Apache Beam pipeline instead of threads here, with the same report."""
-    from olmax.audit.content import DOC_REC, merge_documents, reduce_documents
-    from olmax.audit.spans import physical_ids
 
     index = file_index(cfg.stream)
     phys = physical_ids(index.paths)
@@ -268,7 +261,11 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     sizes = [int(index.sizes[first[p]]) // index.itemsize for p in range(len(paths))]
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
     map_fn = partial(
-        file_records, span=cfg.span, min_doc_tokens=cfg.min_doc_tokens, chunk_tokens=cfg.chunk_tokens
+        file_records,
+        span=cfg.span,
+        min_doc_tokens=cfg.min_doc_tokens,
+        chunk_tokens=cfg.chunk_tokens,
+        eos_token_id=cfg.stream.eos_token_id,
     )
     reduces = {
         "docs": (DOC_REC, partial(reduce_documents, paths=paths, examples=cfg.examples)),
@@ -327,7 +324,12 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
         from olmax.audit.near import near_duplicates
 
         near = near_duplicates(
-            paths, label_of_phys, cfg.near, min_doc_tokens=cfg.min_doc_tokens, threads=cfg.threads
+            paths,
+            label_of_phys,
+            cfg.near,
+            min_doc_tokens=cfg.min_doc_tokens,
+            threads=cfg.threads,
+            eos=cfg.stream.eos_token_id,
         )
         del near["removable_tokens_per_file"]
         checks.append(

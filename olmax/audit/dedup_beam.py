@@ -31,6 +31,7 @@ from olmax.beam import (
     require_beam,
     spread,
 )
+from olmax.data.order import work_dir_path
 from olmax.errors import OlmaxError
 
 beam = require_beam()
@@ -119,7 +120,6 @@ def map_reduce_beam(
     """partition.map_reduce on Apache Beam (`options`: Beam's flags): `reduces[kind](records)` per
     partition. Returns (the summaries in element order, {kind: the reduce results in partition order});
     the first failure (in element order, then partition order) is raised as the usual OlmaxError."""
-    from olmax.data.order import work_dir_path
 
     opts = pipeline_options(options)
     kinds = sorted(reduces)

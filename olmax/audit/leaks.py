@@ -51,39 +51,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from olmax.audit.align import verify_candidates
+from olmax.audit.config import LeakConfig
 from olmax.audit.evalindex import EvalIndex
 from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
+from olmax.cli_fields import named
 from olmax.data.loader import file_index
 from olmax.data.shards import local_shard
-from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
-
-
-@dataclass(frozen=True)
-class LeakConfig:
-    """The training mix (`stream`: its mix, base dir and {TOKENIZER} value are read), the eval sets, the
-    tokenizer the mix was tokenized with, and the detection rule's settings."""
-
-    stream: StreamSpec
-    evals: tuple[str, ...]
-    tokenizer: str = "dolma2"
-    ngram: int = 8
-    min_item_words: int = 4
-    threshold: float = 0.75
-    short_words: int = 20
-    min_cover: float = 0.25
-    template_items: int = 10
-    max_docs_per_key: int = 1000
-    gate: tuple[str, ...] | None = None  # None: every set gates
-    clean_dir: str | None = None
-    threads: int = 2
-    chunk_tokens: int = 1 << 20
 
 
 def probe_file(
@@ -318,7 +298,9 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
 
     sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
     if not sets:
-        raise OlmaxError("no eval set given; pass --eval NAME=PATH (or a bundled NAME) at least once")
+        raise OlmaxError(
+            f"no eval set given; pass {named(LeakConfig, 'evals')} NAME=PATH (or a bundled NAME) at least once"
+        )
     tok = load_tokenizer(tok_path)
     set_of, indexed, words, all_items, rep_of, dups = [], [], [], [], [], []
     first: dict[bytes, int] = {}

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
+from olmax.atomic import temp_path
+from olmax.audit.config import LoaderAuditConfig
+from olmax.audit.content import scan_content
+from olmax.audit.dedup import repeated_spans
+from olmax.audit.hashing import packed_row_hashes
+from olmax.audit.phases import Phases
+from olmax.audit.plan_replay import PlanReplay, PlanTally, emitted_at, materialize
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.audit.spans import physical_ids
+from olmax.beam import describe, pipeline_options
 from olmax.data.loader import file_index, stream_index
-from olmax.data.order import default_work_dir
+from olmax.data.order import default_work_dir, epoch_order
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
-from olmax.dedup.minhash import MinHashParams
+from olmax.jsonio import write_json
 
 # Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
 CHECK_MEANINGS = {
@@ -49,36 +58,10 @@ def check_meaning(name: str) -> str:
     return CHECK_MEANINGS.get(name.split(":", 1)[0], "")
 
 
-@dataclass(frozen=True)
-class LoaderAuditConfig:
-    """The stream audited (`StreamSpec`: mix, L, G, seed, order, ...) and how to audit it."""
-
-    stream: StreamSpec
-    steps: int | None = None  # stream steps from the start; None: whole epochs
-    epochs: int | None = None  # None with steps None: 1 epoch
-    process_count: int = 1
-    resume_at: tuple[int, ...] = ()
-    resume_process_count: int | None = None
-    share_tolerance: float = 0.02
-    max_dup_instance_frac: float = 0.01
-    max_dup_doc_frac: float = 0.05
-    min_doc_tokens: int = 32
-    content: bool = True
-    threads: int = 2
-    examples: int = 10
-    rank_check_steps: int = 512  # steps on which every rank's loader is asked (see replay)
-    exposure_out: str | None = None  # write per-instance serve counts (olmax/evals/exposure.py format)
-    span_tokens: int = 0  # > 0: also find repeated spans of this many tokens (dedup.py), gated below
-    max_repeated_span_frac: float = 0.05
-    near: MinHashParams | None = None  # near-duplicate exposure (near.py), gated by max_near_dup_frac
-    max_near_dup_frac: float = 0.05
-
-
 def replay(index, config: LoaderAuditConfig) -> dict:
     """Every emitted row of the audited window as arrays (stream step k, epoch, rank, instance id) and the
     rank/resume counts: the whole window in memory (26 bytes per row), for small mixes and callers that
     need every row; `audit_loader` streams the window instead (olmax/audit/plan_replay.py)."""
-    from olmax.audit.plan_replay import PlanReplay, materialize
 
     plan = PlanReplay(index, config)
     run = materialize(list(plan.blocks()), plan.bpe)
@@ -98,7 +81,6 @@ def audit_loader(
     tally (bounded memory: olmax/audit/plan_replay.py) → plan checks (repeats, coverage, ranks, resume)
     → label checks → source shares → content checks (duplicates, unplanned repeats, exposure, spans),
     which alone need every row at once → report, with each phase's time and memory high-water mark."""
-    from olmax.audit.phases import Phases
 
     with Phases() as phases:
         with phases.phase("index"):
@@ -159,6 +141,7 @@ def audit_loader(
                     max_frac=config.max_near_dup_frac,
                     threads=config.threads,
                     checks=checks,
+                    eos=config.stream.eos_token_id,
                 )
         if config.exposure_out:
             with phases.phase("exposure file"):
@@ -202,9 +185,6 @@ def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, keep:
     replay; `keep` also keeps every row (`run["ids"]`, ...) for the content checks. Returns (run, tally)."""
     from tqdm import tqdm
 
-    from olmax.audit.plan_replay import PlanReplay, PlanTally, materialize
-    from olmax.data.order import epoch_order
-
     spec = config.stream
     work_dir = spec.work_dir or default_work_dir()
     with phases.phase("replay setup"):
@@ -237,7 +217,6 @@ def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, keep:
 def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: list[Check]) -> dict:
     """Each instance at most once per epoch, full epochs covered, ranks disjoint and complete, resumes
     where saved; returns the over-planned examples and the fully audited epochs."""
-    from olmax.audit.plan_replay import emitted_at
 
     G, L, N = config.stream.global_batch_size, config.stream.seq_len, index.num_instances
     keys = tally.over_keys
@@ -306,7 +285,6 @@ def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: lis
 
 def _label_checks(index, checks: list[Check]) -> tuple[list[dict], np.ndarray]:
     """One physical file under two labels; returns those files and every path's physical id."""
-    from olmax.audit.spans import physical_ids
 
     phys = physical_ids(index.paths)
     several = []
@@ -361,7 +339,6 @@ def _content_checks(
 ) -> dict:
     """Identical instances/documents elsewhere, unplanned repeats, identical files, exposure and (with
     `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
-    from olmax.audit.content import scan_content
 
     ids, ex, L, N = run["ids"], config.examples, config.stream.seq_len, index.num_instances
     work_dir = config.stream.work_dir
@@ -377,6 +354,7 @@ def _content_checks(
             work_dir=work_dir,
             examples=ex,
             instances=not packed,
+            eos_token_id=config.stream.eos_token_id,
         )
     else:
         from olmax.audit.loader_beam import content_on_beam
@@ -390,6 +368,7 @@ def _content_checks(
             labels=_phys_labels(files_index),
             span_tokens=config.span_tokens,
             work_dir=work_dir,
+            eos_token_id=config.stream.eos_token_id,
         )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
@@ -495,7 +474,6 @@ def _content_checks(
 def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarray, int, list[dict]]:
     """(canonical, collisions, examples) over the packed rows: canonical[i] is the first row (by instance id)
     with row i's tokens; rows are hashed as the loader emits them and equal hashes re-compared byte for byte."""
-    from olmax.audit.hashing import packed_row_hashes
 
     n = index.num_instances
     hashes = packed_row_hashes(index)
@@ -517,14 +495,11 @@ def packed_duplicates(index: PackedIndex, examples: int = 10) -> tuple[np.ndarra
 
 
 def _beam(options: str) -> str:
-    from olmax.beam import describe, pipeline_options
-
     return describe(pipeline_options(options))
 
 
 def _phys_labels(index) -> list[str]:
     """Each physical file's source label (its first mix path's)."""
-    from olmax.audit.spans import physical_ids
 
     phys = physical_ids(index.paths)
     return [
@@ -538,7 +513,6 @@ def _span_checks(
 ) -> dict:
     """Tokens inside a later copy of a `span_tokens`-token span found elsewhere in the mix (`spans`:
     already found by the Beam pipeline)."""
-    from olmax.audit.dedup import repeated_spans
 
     if spans is None:
         spans = repeated_spans(
@@ -547,6 +521,7 @@ def _span_checks(
             config.span_tokens,
             work_dir=config.stream.work_dir,
             examples=config.examples,
+            eos_token_id=config.stream.eos_token_id,
         )
     rep_tokens = int(sum(int(m.sum()) for m in spans["masks"]))
     frac = rep_tokens / max(1, sum(spans["sizes"]))
@@ -572,8 +547,6 @@ def _span_checks(
 def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_step: int) -> None:
     """Per-instance serve counts of the audited window as `olmax-exposure/1` .npz (or .json), atomically:
     instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure.py)."""
-    from olmax.atomic import temp_path
-    from olmax.jsonio import write_json
 
     uniq, counts = np.unique(ids, return_counts=True)
     source = np.asarray(index.label_names)[index.source_ids(uniq)]

@@ -22,30 +22,40 @@ from olmax.audit.content import (
     content_reduces,
 )
 from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
+from olmax.audit.dedup_beam import map_reduce_beam
 from olmax.audit.partition import partition_bits
 from olmax.data.shards import local_tokens
+from olmax.data.stream import DOLMA2_EOS
 
 
 class LoaderFileMap:
     """The map over one (physical id, path or URL): the content records, then (span > 0) the span
     records of the same tokens; returns the file's FileContent and its token count. Picklable."""
 
-    def __init__(self, seq_len: int | None, min_doc_tokens: int, span: int, chunk_tokens: int = 1 << 20):
+    def __init__(
+        self,
+        seq_len: int | None,
+        min_doc_tokens: int,
+        span: int,
+        chunk_tokens: int = 1 << 20,
+        eos_token_id: int = DOLMA2_EOS,
+    ):
         self.seq_len, self.min_doc_tokens, self.span, self.chunk_tokens = (
             seq_len,
             min_doc_tokens,
             span,
             chunk_tokens,
         )
+        self.eos_token_id = eos_token_id
 
     def __call__(self, item: tuple[int, str]):
         phys, path = item
         with local_tokens(path) as (local, tokens):
             totals: FileContent = yield from content_records(
-                local, tokens, phys, self.seq_len, self.min_doc_tokens
+                local, tokens, phys, self.seq_len, self.min_doc_tokens, self.eos_token_id
             )
             if self.span > 0:
-                for rec in span_records(tokens, phys, self.span, self.chunk_tokens):
+                for rec in span_records(tokens, phys, self.span, self.chunk_tokens, self.eos_token_id):
                     yield "spans", rec
             return totals, int(len(tokens))
 
@@ -60,11 +70,11 @@ def content_on_beam(
     labels: list[str] | None,
     span_tokens: int,
     work_dir: str | None,
+    eos_token_id: int = DOLMA2_EOS,
 ) -> tuple[ContentReport, dict | None]:
     """(scan_content's ContentReport, repeated_spans' result or None without span_tokens) of the mix
     `index` from one Beam pipeline (`options`: Beam's flags). `labels`: each physical file's source
     (for the spans)."""
-    from olmax.audit.dedup_beam import map_reduce_beam
 
     rep = content_layout(index)
     reduces = {kind: fn for kind, (_, fn) in content_reduces(rep, index.seq_len, examples).items()}
@@ -77,7 +87,9 @@ def content_on_beam(
     summaries, reduced = map_reduce_beam(
         options,
         list(enumerate(rep.phys_paths)),
-        LoaderFileMap(index.seq_len if instances else None, min_doc_tokens, span_tokens),
+        LoaderFileMap(
+            index.seq_len if instances else None, min_doc_tokens, span_tokens, eos_token_id=eos_token_id
+        ),
         reduces,
         bits=bits,
         work_dir=work_dir,

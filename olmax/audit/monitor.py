@@ -33,6 +33,7 @@ Wiring into a training loop (what `olmax train` does, olmax/train/loop.py):
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -306,7 +307,6 @@ class StreamMonitor:
 
     def state_json(self) -> dict:
         """`state_dict()` with arrays as base64 (dtype, shape, bytes): fits a checkpoint's JSON metadata."""
-        import base64
 
         def enc(v):
             if isinstance(v, np.ndarray):
@@ -321,7 +321,6 @@ class StreamMonitor:
 
     def load_state_json(self, state: dict) -> None:
         """Inverse of `state_json`."""
-        import base64
 
         def dec(v):
             if isinstance(v, dict) and "__array__" in v:

@@ -18,11 +18,14 @@ from dataclasses import asdict
 
 import numpy as np
 
+from olmax.audit.report import Check
+from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
-from olmax.data.index import DOLMA2_EOS
 from olmax.data.shards import local_shard
+from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_tokens
-from olmax.dedup.minhash import MinHashParams, cluster, signatures
+from olmax.dedup.minhash import cluster, signatures
+from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import token_shingles
 from olmax.errors import OlmaxError
 
@@ -106,13 +109,18 @@ def near_duplicates(
 
 
 def near_exposure(
-    index, params: MinHashParams, *, min_doc_tokens: int, max_frac: float, threads: int, checks
+    index,
+    params: MinHashParams,
+    *,
+    min_doc_tokens: int,
+    max_frac: float,
+    threads: int,
+    checks,
+    eos: int = DOLMA2_EOS,
 ) -> dict:
     """The loader audit's near-duplicate section: the near-duplicates of the mix's distinct files, and
     the removable tokens the mix plans to serve (a file listed k times serves its removable tokens k
     times, as it does its exact repeats); appends the `near_duplicate_exposure` gate to `checks`."""
-    from olmax.audit.report import Check
-    from olmax.audit.spans import physical_ids
 
     phys = physical_ids(index.paths)
     first: dict[int, int] = {}
@@ -120,7 +128,7 @@ def near_exposure(
         first.setdefault(p, f)
     paths = [index.paths[first[p]] for p in range(len(first))]
     labels = [index.labels[first[p]] for p in range(len(first))]
-    near = near_duplicates(paths, labels, params, min_doc_tokens=min_doc_tokens, threads=threads)
+    near = near_duplicates(paths, labels, params, min_doc_tokens=min_doc_tokens, threads=threads, eos=eos)
     per_file = np.asarray(near.pop("removable_tokens_per_file"), np.int64)
     planned = int(per_file[phys].sum()) if per_file.size else 0
     frac = round(planned / max(1, int(index.num_tokens)), 6)

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmax.audit.config import LoaderAuditConfig
+from olmax.cli_fields import named
 from olmax.data.loader import open_loader
 from olmax.data.packing import PackedIndex
+from olmax.data.state import LoaderState
 from olmax.errors import OlmaxError
 
 
@@ -42,7 +45,10 @@ class PlanReplay:
         cfg = config
         self.total = cfg.steps if cfg.steps is not None else (cfg.epochs or 1) * self.bpe
         if self.total <= 0:
-            raise OlmaxError(f"nothing to audit: --steps/--epochs give {self.total} steps")
+            raise OlmaxError(
+                f"nothing to audit: {named(LoaderAuditConfig, 'steps')} / "
+                f"{named(LoaderAuditConfig, 'epochs')} give {self.total} steps"
+            )
         n_check = max(1, cfg.rank_check_steps)
         checked = np.linspace(0, self.total - 1, min(self.total, n_check)).round().astype(int)
         self.checked_steps = sorted(set(checked.tolist()))
@@ -63,7 +69,6 @@ class PlanReplay:
     def blocks(self, on_epoch: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The window's rows, block by block; `stats` holds the rank/resume counts once exhausted.
         `on_epoch(e)` is called before the first row of epoch e is asked for (before its order is opened)."""
-        from olmax.data.state import LoaderState
 
         cfg, bpe, G = self.config, self.bpe, self.config.stream.global_batch_size
         loaders = self._loaders(cfg.process_count)

@@ -30,16 +30,18 @@ unplanned cross-host row.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
-from olmax.audit.hashing import packed_row_hashes, row_hashes, window_spans_hashes
+from olmax.audit.config import StreamConfig
+from olmax.audit.hashing import packed_row_hashes, row_hashes, window_hashes, window_spans_hashes
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.report import Check, checks_json, failed, summary_lines
+from olmax.audit.spans import physical_ids, require_local
 from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
-from olmax.data.stream import StreamSpec
+from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 # What each count in the report means; written into every report as "definitions".
@@ -64,17 +66,6 @@ DEFINITIONS = {
 REC = np.dtype([("hash", "<u8"), ("kind", "<u1"), ("a", "<i8"), ("b", "<i8"), ("c", "<i8")])
 
 
-@dataclass(frozen=True)
-class StreamConfig:
-    """The mix and L the rows were cut from (`stream`: its mix, base dir, {TOKENIZER}, seq_len and work
-    dir are read; G comes from the files) and one emitted-rows file per host."""
-
-    stream: StreamSpec
-    batches: tuple[str, ...]
-    threads: int = 2
-    examples: int = 10_000  # repeated contents / foreign rows / overlaps listed in full up to this
-
-
 def _open_batches(path: str, seq_len: int) -> np.ndarray:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -94,7 +85,6 @@ def audit_stream(cfg: StreamConfig) -> dict:
     """Match every emitted row to the mix's instances by content; returns the report (`ok` False when a
     gated check fails). Phases: open the rows → hash instances and rows into one spill → tally each
     hash group → checks → report."""
-    from olmax.audit.spans import require_local
 
     index = stream_index(cfg.stream)
     require_local(index.paths, "the stream audit")
@@ -115,8 +105,6 @@ def audit_stream(cfg: StreamConfig) -> dict:
 
 def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     """One REC per instance of the mix (kind 0) and per emitted row (kind 1), keyed by content hash."""
-    from olmax.audit.spans import physical_ids
-    from olmax.data.tokenfile import read_tokens
 
     if isinstance(
         index, PackedIndex
@@ -180,8 +168,6 @@ class _Tally:
         return np.asarray(self.hosts[int(r["a"])][int(r["b"]), int(r["c"])]).view(np.uint32)
 
     def _instance_tokens(self, i: int) -> np.ndarray:
-        from olmax.data.tokenfile import read_tokens
-
         if isinstance(self.index, PackedIndex):
             return self.index.read(np.asarray([i], np.int64))["input_ids"][0].view(np.uint32)
         f, start = self.index.locate(np.asarray([i]))
@@ -365,8 +351,6 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
     window or file position but differs later: a bad read), `unknown` (its start is nowhere in the
     mix: another file, or a damaged start). A start that occurs at several offsets (repeated text)
     is resolved to an offset where the whole row matches when there is one."""
-    from olmax.audit.hashing import window_hashes
-    from olmax.data.tokenfile import read_tokens
 
     L = index.seq_len
     k = min(probe, L)

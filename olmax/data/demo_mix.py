@@ -12,8 +12,12 @@ import gzip
 import json
 import sysconfig
 from pathlib import Path
+from pydoc_data.topics import topics
 
-from olmax.atomic import write_bytes
+from olmax.atomic import write_bytes, write_text
+from olmax.data.mixspec import load_mix_spec
+from olmax.data.prepare import PrepareConfig
+from olmax.data.prepare_runner import prepare
 from olmax.errors import OlmaxError
 
 CODE_FILES = 400  # standard-library modules in the code source
@@ -40,7 +44,6 @@ def write_jsonl(path: Path, docs: list[dict]) -> None:
 
 def write_raw(out: Path, code_files: int = CODE_FILES) -> dict[str, Path]:
     """The raw documents under `out/raw` (kept when present): label -> path."""
-    from pydoc_data.topics import topics
 
     paths = {"code": out / "raw" / "code.jsonl.gz", "prose": out / "raw" / "prose.jsonl"}
     if not paths["code"].exists():
@@ -55,7 +58,6 @@ def write_raw(out: Path, code_files: int = CODE_FILES) -> dict[str, Path]:
 
 def write_mix_spec(path: Path, sources: dict[str, tuple[Path, float, float]]) -> Path:
     """A YAML mix spec (olmax.data.mixspec): label -> (input, ratio, max_repetition)."""
-    from olmax.atomic import write_text
 
     lines = [
         "# olmax demo mix: real code and prose; prose upsampled as Dolma 3 upsamples quality buckets",
@@ -105,9 +107,6 @@ def prepare_argv(settings: dict) -> list[str]:
 
 def prepare_demo_mix(out: Path, code_files: int = CODE_FILES, progress: bool = False) -> Path:
     """The embedded demo mix under `out` (reused when already prepared): returns `out/shards/mix.txt`."""
-    from olmax.data.mixspec import load_mix_spec
-    from olmax.data.prepare import PrepareConfig
-    from olmax.data.prepare_runner import prepare
 
     mix = out / "shards" / "mix.txt"
     if mix.is_file():

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olmax.data.index import DOLMA2_EOS
 from olmax.data.shards import check_sidecar, read_sidecar, sidecar_path
+from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_tokens
 from olmax.storage import is_url
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmax.assets import EVAL_SETS, eval_set_path
 from olmax.data.readers import JSONL_SUFFIXES, TABLE_SUFFIXES, expand_inputs, read_rows
 from olmax.errors import OlmaxError
 
@@ -55,7 +56,6 @@ class EvalRow:
 # ------------------------------------------------------------------------------------------ parse
 def resolve_source(path: str) -> str:
     """`path` as given when it exists or is not a bundled set's name; else the bundled set's local folder."""
-    from olmax.assets import EVAL_SETS, eval_set_path
 
     if Path(path).expanduser().exists() or path not in EVAL_SETS:
         return path
@@ -248,7 +248,6 @@ TEMPLATES: dict[str, Callable[[Mapping[str, Any]], str]] = {
 
 def template_key(name: str, path: str) -> str | None:
     """The TEMPLATES key for set `name` read from `path`: the name itself, else the bundled set at `path`."""
-    from olmax.assets import EVAL_SETS
 
     if name in TEMPLATES:
         return name

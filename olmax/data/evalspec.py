@@ -23,6 +23,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from olmax.assets import EVAL_SETS
 from olmax.errors import OlmaxError
 
 OLMO_CORE_PREFIX = "olmo-core:"
@@ -69,8 +70,6 @@ def set_name(path: str) -> str:
 
 
 def _is_bundled(spec: str) -> bool:
-    from olmax.assets import EVAL_SETS
-
     return spec in EVAL_SETS and not os.path.exists(os.path.expanduser(spec))
 
 

@@ -14,10 +14,11 @@ import threading
 
 import numpy as np
 
-from olmax.data.index import DOLMA2_EOS, TokenIndex
+from olmax.data.index import TokenIndex
 from olmax.data.order import EpochOrder, epoch_order
 from olmax.data.packing import PackedIndex
 from olmax.data.reader import TokenReader
+from olmax.data.stream import DOLMA2_EOS
 from olmax.errors import OlmaxError
 
 # Length of an unbounded stream: far more epochs than any run makes, still a plain int for Grain.

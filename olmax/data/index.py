@@ -19,14 +19,10 @@ from functools import cached_property
 import numpy as np
 
 from olmax.data.mixfile import Mix, read_mix
+from olmax.data.stream import DOLMA2_EOS, DOLMA2_PAD, DOLMA2_VOCAB_SIZE
 from olmax.data.tokenfile import token_count
 from olmax.errors import OlmaxError
 from olmax.storage import is_url, url_filesystem
-
-# dolma2 / OLMo 3 special tokens (docs/olmo3.md): vocab 100,278, EOS 100257, PAD 100277, no BOS.
-DOLMA2_VOCAB_SIZE = 100278
-DOLMA2_EOS = 100257
-DOLMA2_PAD = 100277
 
 
 def _dtype_class(dtype: type | np.dtype | str) -> type:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import xxhash
+
+from olmax.data.mixfile import read_mix
 from olmax.data.shards import read_sidecar, sidecar_path
 from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
@@ -11,7 +15,6 @@ from olmax.errors import OlmaxError
 
 def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
     """(label, shard path) for each line of a mix file, resolved as the loader resolves them."""
-    from olmax.data.mixfile import read_mix
 
     m = read_mix(str(mix))
     return [(label, Path(p)) for label, p in zip(m.labels, m.paths)]
@@ -20,9 +23,6 @@ def _mix_paths(mix: Path) -> list[tuple[str, Path]]:
 def verify_manifest(folder: Path) -> int:
     """Check every shard of a prepare output against manifest.json (token count and xxh64); returns the
     number of shards checked, raising OlmaxError at the first that differs."""
-    import json
-
-    import xxhash
 
     manifest = folder / "manifest.json"
     try:

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from olmax.data.demo_mix import ensure_demo_mix
 from olmax.data.grain_source import BatchSource
-from olmax.data.index import DOLMA2_EOS, DOLMA2_PAD, DOLMA2_VOCAB_SIZE, TokenIndex, build_index
+from olmax.data.index import TokenIndex, build_index
 from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, read_mix
 from olmax.data.order import default_work_dir, work_dir_path
 from olmax.data.packing import PackedIndex, build_packed_index
 from olmax.data.state import LoaderState, advance, resume_step
-from olmax.data.stream import DEMO_MIX, UNSET_MIX, StreamSpec
+from olmax.data.stream import DEMO_MIX, DOLMA2_VOCAB_SIZE, UNSET_MIX, StreamSpec
 from olmax.data.tokenfile import DEFAULT_DTYPE
 from olmax.errors import OlmaxError
 from olmax.storage import is_url
@@ -89,11 +90,15 @@ class BatchIterator(Iterator[dict[str, np.ndarray]]):
         return batch
 
 
+FROM_STREAM = object()  # an id argument not given: the stream's (a BOS of None means "no BOS")
+
+
 class Loader:
     """Binds an index, a stream spec and this process's place; hands out batches and iterators.
 
     `num_epochs` (None: unbounded) stops the stream; `eos_token_id` / `bos_token_id` mark documents
-    for `document_masks` (OLMo 3: EOS 100257, no BOS)."""
+    for `document_masks` (default: the stream's, `spec.eos_token_id` / `spec.bos_token_id`; OLMo 3: EOS
+    100257, no BOS)."""
 
     def __init__(
         self,
@@ -103,8 +108,8 @@ class Loader:
         process_index: int | None = None,
         process_count: int | None = None,
         num_epochs: int | None = None,
-        eos_token_id: int = DOLMA2_EOS,
-        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        bos_token_id: int | None | object = FROM_STREAM,
     ):
         if process_index is None or process_count is None:
             import jax
@@ -128,8 +133,8 @@ class Loader:
             process_count=process_count,
             num_epochs=num_epochs,
             document_masks=spec.document_masks,
-            eos_token_id=eos_token_id,
-            bos_token_id=bos_token_id,
+            eos_token_id=spec.eos_token_id if eos_token_id is None else eos_token_id,
+            bos_token_id=spec.bos_token_id if bos_token_id is FROM_STREAM else bos_token_id,
         )
 
     @property
@@ -222,7 +227,6 @@ def resolve_mix(spec: StreamSpec) -> str:
         if not (spec.mix.startswith(OLMO_CORE_PREFIX) or is_url(spec.mix) or os.path.exists(spec.mix)):
             raise OlmaxError(f"mix {spec.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
         return spec.mix
-    from olmax.data.demo_mix import ensure_demo_mix  # builds the mix with the tokenizer: only when asked
 
     return str(ensure_demo_mix(work_dir_path(spec.work_dir) / "demo-mix"))
 
@@ -235,21 +239,26 @@ def stream_mix(spec: StreamSpec) -> Mix:
 def stream_index(spec: StreamSpec, *, seq_len: int | None = None, **kwargs) -> TokenIndex | PackedIndex:
     """The index of the stream's mix at `seq_len` (default the spec's), in the spec's dtype: fixed windows
     (`build_index`, which takes the kwargs) or, for a packed stream, the packed instances
-    (`build_packed_index`; kwargs `dtype`, `vocab_size`, `eos_token_id`, `pad_token_id`, `bos_token_id`,
-    default dolma2's; `progress` shows a bar while packing)."""
+    (`build_packed_index`; kwargs `dtype`, `eos_token_id`, `pad_token_id`, `bos_token_id`, default the
+    stream's, and `vocab_size`, default dolma2's; `progress` shows a bar while packing)."""
     mix = stream_mix(spec)
     seq_len = spec.seq_len if seq_len is None else seq_len
     progress = kwargs.pop("progress", False)
     if not spec.packed:
-        return build_index(mix, seq_len, **{"dtype": spec.dtype, **kwargs})
+        ids = {
+            "eos_token_id": spec.eos_token_id,
+            "pad_token_id": spec.pad_token_id,
+            "bos_token_id": spec.bos_token_id,
+        }
+        return build_index(mix, seq_len, **{"dtype": spec.dtype, **ids, **kwargs})
     return build_packed_index(
         mix.paths,
         mix.labels,
         seq_len,
-        eos_token_id=kwargs.get("eos_token_id", DOLMA2_EOS),
-        pad_token_id=kwargs.get("pad_token_id", DOLMA2_PAD),
+        eos_token_id=kwargs.get("eos_token_id", spec.eos_token_id),
+        pad_token_id=kwargs.get("pad_token_id", spec.pad_token_id),
         vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
-        bos_token_id=kwargs.get("bos_token_id"),
+        bos_token_id=kwargs.get("bos_token_id", spec.bos_token_id),
         dtype=kwargs.get("dtype", spec.dtype),
         source_group_size=spec.source_group_size,
         source_permutation_seed=spec.source_permutation_seed,

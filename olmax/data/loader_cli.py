@@ -21,7 +21,7 @@ _WHERE = (
 
 
 def _add_mix_args(p: argparse.ArgumentParser, *, order: bool) -> None:
-    from olmax.data.stream_cli import add_stream_options
+    from olmax.data.stream_cli import add_stream_options, add_token_id_options
 
     add_stream_options(p, order=order, work_dir=order)
     p.add_argument("--dtype", choices=DTYPES, help="token dtype of the files (default: the stream's, uint32)")
@@ -39,10 +39,7 @@ def _add_mix_args(p: argparse.ArgumentParser, *, order: bool) -> None:
         help="read N random instances first and fail if a token id is >= --vocab-size",
     )
     p.add_argument("--vocab-size", type=int, default=100278, help="vocabulary size (dolma2: 100278)")
-    p.add_argument("--eos-token-id", type=int, default=100257, help="EOS id: ends documents (dolma2: 100257)")
-    p.add_argument(
-        "--pad-token-id", type=int, default=100277, help="PAD id: fills packed rows (dolma2: 100277)"
-    )
+    add_token_id_options(p)
 
 
 def add_commands(data_sub: argparse._SubParsersAction) -> None:
@@ -99,8 +96,6 @@ def _index(args: argparse.Namespace, stream: StreamSpec) -> TokenIndex:
         dtype=args.dtype or stream.dtype,
         allow_short_files=args.allow_short_files,
         vocab_size=args.vocab_size,
-        eos_token_id=args.eos_token_id,
-        pad_token_id=args.pad_token_id,
         progress=True,
     )
     if args.check_vocab > 0 and not stream.packed:  # a packed index checks every token while packing
@@ -124,7 +119,6 @@ def run_batches(args: argparse.Namespace) -> int:
         _index(args, stream),
         process_index=args.process_index,
         process_count=args.process_count,
-        eos_token_id=args.eos_token_id,
     )
     it = loader.iterate(loader.state_at(args.epoch, args.start_step))
     lens: list[np.ndarray] = []
@@ -140,7 +134,7 @@ def run_batches(args: argparse.Namespace) -> int:
             if args.doc_lens_out:
                 from olmax.data.packing import batch_doc_lens
 
-                lens.append(batch_doc_lens(arr[n], args.eos_token_id))
+                lens.append(batch_doc_lens(arr[n], stream.eos_token_id))
         arr.flush()
         del arr
         if args.doc_lens_out:

@@ -10,6 +10,7 @@ mix file itself. Paths may be local or fsspec URLs (`s3://`, `gs://`, `https://`
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -177,7 +178,6 @@ def read_mix(mix: str, *, base_dir: str | None = None, tokenizer: str | None = N
 
 def _prepared_tokenizer_id(manifest: str) -> str | None:
     """The `{TOKENIZER}` folder a prepare output used (None when there is no readable manifest)."""
-    import json
 
     try:
         with open(manifest, encoding="utf-8") as f:

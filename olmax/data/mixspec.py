@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
+from olmax import storage
 from olmax.data.shards import ShardWriter, read_sidecar, sidecar_path
 from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
@@ -44,9 +46,6 @@ class SourceSpec:
 
 def load_mix_spec(path: str) -> tuple[list[SourceSpec], float | None]:
     """Parse a YAML mix spec → ([SourceSpec], total_tokens). Input paths resolve against the spec's folder."""
-    import yaml
-
-    from olmax import storage
 
     try:
         spec = yaml.safe_load(storage.read_bytes(path).decode("utf-8"))

@@ -15,11 +15,13 @@ import fcntl
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from olmax.atomic import temp_path
 from olmax.errors import OlmaxError
 
 ORDER_KINDS = ("olmo-core", "feistel")
@@ -69,7 +71,6 @@ def build_order_file(path: str, num_instances: int, seed: int, epoch: int, *, pr
     before returning. Shuffling inside the file's shared mapping instead would hold no anonymous memory,
     but measured at stage 1 the kernel's writeback of the randomly re-dirtied pages wrote 800 GB in 16
     minutes without finishing (docs/scale.md): the exact Fisher-Yates needs the array in RAM."""
-    from olmax.atomic import temp_path
 
     if epoch < 1:
         raise OlmaxError(f"--epoch must be >= 1 (epochs are 1-based, as in OLMo-core), got {epoch}")
@@ -116,7 +117,6 @@ class _Ticker:
     def __enter__(self) -> _Ticker:
         if not self.enabled:
             return self
-        import time
 
         self._stop = threading.Event()
         self._bar = _bar(True, self.total, self.desc + " (ETA estimated)")

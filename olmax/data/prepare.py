@@ -13,6 +13,7 @@ Contract:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -30,8 +31,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xxhash
 
+from olmax import storage
+from olmax.assets import DOLMA2_HUB_REPO, DOLMA2_SHA256
 from olmax.atomic import write_text
 from olmax.data import readers
+from olmax.data.index import data_fingerprint
 from olmax.data.mixspec import SourceSpec, plan_mix
 from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer
@@ -91,7 +95,6 @@ class SourceResult:
 def tokenizer_id(tok: Tokenizer) -> str:
     """The folder shards live under and what `{TOKENIZER}` stands for in mix.txt (OLMo-core's convention:
     its mix parser requires `{TOKENIZER}` in every path and substitutes `allenai/dolma2-tokenizer`)."""
-    from olmax.assets import DOLMA2_HUB_REPO, DOLMA2_SHA256
 
     return DOLMA2_HUB_REPO if tok.sha256 == DOLMA2_SHA256 else f"tokenizer-{tok.sha256[:12]}"
 
@@ -105,7 +108,6 @@ def check_label(label: str) -> None:
 
 def settings_of(cfg: PrepareConfig, tok: Tokenizer, files: dict[str, list[str]]) -> dict:
     """Everything that determines the output bytes (not workers, progress or skip policy)."""
-    from olmax import storage
 
     def stat(f: str) -> list:
         return [f if storage.is_url(f) else os.path.abspath(f), *storage.size_and_version(f)]
@@ -246,7 +248,6 @@ class Encoded:
 
     def empties_before(self, j: int) -> int:
         """Empty documents of this batch read before its j-th kept document."""
-        import bisect
 
         return bisect.bisect_left(self.empty_at, self.kept_at[j])
 
@@ -566,7 +567,6 @@ def finish_prepare(
 ) -> dict:
     """After every source's shards are written (by either runner): warn about duplicate ids, plan the mix,
     write mix.txt and manifest.json (last: they mark the output complete)."""
-    from olmax import storage
 
     for r in results:
         if r.duplicate_ids["count"]:
@@ -602,7 +602,6 @@ def finish_prepare(
 def _manifest(
     cfg, tok: Tokenizer, tok_path: Path, results: list[SourceResult], plan: dict, mix_lines, out: Path
 ) -> dict:
-    from olmax.data.index import data_fingerprint
 
     size_of = {s.path: s.tokens * 4 for r in results for s in r.shards}
     fingerprint = data_fingerprint(

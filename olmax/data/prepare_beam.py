@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olmax import storage, wire
+from olmax import beam, storage, wire
+from olmax.beam import Failed
 from olmax.data import readers
 from olmax.data.mixspec import planned_tokens
 from olmax.data.prepare import (
@@ -244,7 +245,6 @@ class _Tokenize:
 
 def _plan(summaries: list, cfg: PrepareConfig, tmp: str, n_files: list[int]):
     """Every shard job, once every file is tokenized (nothing when a file failed)."""
-    from olmax.beam import Failed
 
     if any(isinstance(s, Failed) for s in summaries) or len(summaries) != sum(n_files):
         return
@@ -271,7 +271,6 @@ def prepare_beam(
 ) -> dict:
     """Prepare with Apache Beam. `out` is the local folder the driver writes (the output itself, or the
     staging folder of a `remote` URL output that the workers write shards to directly)."""
-    from olmax import beam
 
     bm = beam.require_beam()
     options = beam.pipeline_options(options_text)

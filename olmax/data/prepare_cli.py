@@ -6,6 +6,8 @@ import argparse
 import re
 
 from olmax.beam_cli import add_runner_options, beam_options
+from olmax.cli_fields import add_fields, values_from_args
+from olmax.dedup.params import MinHashParams
 
 _UNITS = {
     "": 1,
@@ -108,15 +110,7 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         help="comma list of exact, minhash, substring (applied in that order); removed documents are "
         "listed in OUT/removed.jsonl (default: no dedup)",
     )
-    d.add_argument("--minhash-ngram", type=int, default=5, help="word n-gram shingle size (default 5)")
-    d.add_argument("--minhash-bands", type=int, default=26, help="LSH bands (default 26)")
-    d.add_argument("--minhash-rows", type=int, default=11, help="hashes per band (default 11)")
-    d.add_argument(
-        "--minhash-threshold",
-        type=float,
-        default=0.8,
-        help="true Jaccard a candidate pair must reach to be a near-duplicate (default 0.8)",
-    )
+    add_fields(d, MinHashParams, prefix="minhash_")
     d.add_argument(
         "--substring-min-bytes",
         type=int,
@@ -204,15 +198,12 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _dedup_settings(args: argparse.Namespace):
     from olmax.data.prepare_dedup import DedupSettings, parse_stages
-    from olmax.dedup.minhash import MinHashParams
 
     if args.dedup is None:
         return None
     return DedupSettings(
         stages=parse_stages(args.dedup),
-        minhash=MinHashParams(
-            args.minhash_ngram, args.minhash_bands, args.minhash_rows, args.minhash_threshold
-        ),
+        minhash=MinHashParams(**values_from_args(args, MinHashParams, prefix="minhash_")),
         substring_min_bytes=args.substring_min_bytes,
         substring_partition_bytes=args.substring_partition_bytes,
     )

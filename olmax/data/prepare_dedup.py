@@ -31,7 +31,8 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.dedup.minhash import MinHashParams, cluster, signatures
+from olmax.dedup.minhash import cluster, signatures
+from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
 from olmax.dedup.substring import cut, repeated_spans
 from olmax.errors import OlmaxError

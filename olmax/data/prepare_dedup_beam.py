@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from olmax import storage
+from olmax import beam, storage
+from olmax.beam import Failed
 from olmax.data.prepare_dedup import decisions_of, stage_batches, utf8
 from olmax.dedup.minhash import band_keys, bucket_pairs, jaccard, signatures
 from olmax.dedup.shingles import text_shingles
@@ -87,14 +88,10 @@ def file_documents(cfg, task: DedupFile, read_batches) -> dict:
 
 
 def _docs(result):
-    from olmax.beam import Failed
-
     return [] if isinstance(result, Failed) else result["docs"]
 
 
 def _summary(result):
-    from olmax.beam import Failed
-
     return result if isinstance(result, Failed) else {k: v for k, v in result.items() if k != "docs"}
 
 
@@ -219,8 +216,6 @@ def _minhash_record(row):
 
 
 def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> None:
-    from olmax import beam
-
     st = cfg.dedup
     read = (
         p
@@ -331,7 +326,6 @@ def partitions(cfg, files: dict[str, list[str]], summaries: list[dict], removed:
 
 def plan_beam(cfg, files: dict[str, list[str]], read_batches, options, tmp: str, log_dir: str) -> dict:
     """The decisions (prepare_dedup's format, byte for byte the local `plan`'s) from Beam pipelines."""
-    from olmax import beam
 
     bm = beam.require_beam()
     tasks = [

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from olmax import storage
+from olmax.assets import tokenizer_path
 from olmax.atomic import exclusive
 from olmax.data import readers
 from olmax.data.prepare import STATE_FILE, PrepareConfig, check_label, prepare_into
@@ -21,8 +23,6 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
 
     `cfg.out` may be an fsspec URL: the local runner prepares into a staging folder and uploads it at the
     end (mix.txt and manifest.json last); the Beam workers upload each shard as it closes."""
-    from olmax import storage
-    from olmax.assets import tokenizer_path
 
     if not cfg.sources:
         raise OlmaxError("no sources: give LABEL=PATH_OR_GLOB arguments or --mix-spec FILE.yaml")

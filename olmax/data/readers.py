@@ -14,10 +14,12 @@ import gzip
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from olmax import storage
 from olmax.errors import OlmaxError
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".json")
@@ -47,7 +49,6 @@ def _is_dataset_folder(names) -> bool:
 def expand_inputs(spec: str) -> list[str]:
     """A path, a glob or a folder → a sorted list of input files (a `datasets` folder stays one input).
     An fsspec URL (a file, a glob or a folder) gives URLs; a `file://` URL gives local paths."""
-    from olmax import storage
 
     local = storage.local_path(spec)
     if local is None:
@@ -138,7 +139,6 @@ def _open_binary(path: str) -> io.BufferedIOBase:
 
 def _decode_errors() -> tuple[type[BaseException], ...]:
     """What a corrupt or truncated .gz/.zst raises while it is read."""
-    import zlib
 
     import zstandard
 
@@ -320,7 +320,6 @@ def read_documents(
 ) -> Iterator[Doc]:
     """Dispatch on the input's kind; see `read_jsonl` and `read_table`. An fsspec URL is read from a local
     copy; its documents and errors name the URL."""
-    from olmax import storage
 
     if storage.local_path(path) is None:
         with storage.local_copy(path) as local:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from olmax import storage
 from olmax.data.tokenfile import encode, read_tokens, token_dtype
 from olmax.errors import OlmaxError
 
@@ -54,7 +55,6 @@ def local_shard(path: str) -> Iterator[str]:
     `file://` URLs in place, any other URL copied to scratch (olmax.storage.local_copy) with its `.csv.gz`
     sidecar beside it (the document boundaries and ids). An error inside names `path` (and the URL's folder
     for the sidecar), not the copy; an unreadable file is an OlmaxError (a full disk stays an OSError)."""
-    from olmax import storage
 
     local = storage.local_path(path)
     with storage.local_copy(path) as here:

@@ -23,6 +23,7 @@ from functools import cache
 
 import numpy as np
 
+from olmax.atomic import temp_path
 from olmax.data.documents import DocumentCache
 from olmax.data.loader import Loader
 from olmax.data.order import CachedOrder
@@ -102,8 +103,6 @@ def build_inverse_file(order_path: str, path: str, n: int, *, progress: bool = F
     is read through its mapping, page cache) and written out sequentially: scattered writes into a file's
     mapping re-dirty pages the kernel keeps writing back, far slower at stage 1 (docs/scale.md)."""
     from tqdm import tqdm
-
-    from olmax.atomic import temp_path
 
     perm = np.memmap(order_path, dtype=np.uint32, mode="r", shape=(n,))
     step = 1 << 22

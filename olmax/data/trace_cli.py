@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -62,8 +63,6 @@ def _loader(args: argparse.Namespace):
 
 
 def _emit(result: dict, out: str | None) -> None:
-    import json
-
     if out:
         from olmax.jsonio import write_json
 

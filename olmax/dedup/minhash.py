@@ -19,39 +19,11 @@ import numpy as np
 from numba import njit
 
 from olmax.dedup.components import min_labels
+from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import mix64
-from olmax.errors import OlmaxError
 
-MAX_HASHES = 1024  # bands x rows: 4 KB of signature per document at most
 ANCHORS = 32
 SEED = 0x5EED_D01A3
-
-
-@dataclass(frozen=True)
-class MinHashParams:
-    ngram: int = 5
-    bands: int = 26
-    rows: int = 11
-    threshold: float = 0.8
-
-    @property
-    def hashes(self) -> int:
-        return self.bands * self.rows
-
-    def check(self) -> None:
-        """Bad settings as one `olmax: error:` line naming the flag and what fits."""
-        if self.ngram < 1:
-            raise OlmaxError(f"--minhash-ngram must be at least 1; got {self.ngram}")
-        if self.bands < 1 or self.rows < 1 or self.hashes > MAX_HASHES:
-            raise OlmaxError(
-                f"--minhash-bands {self.bands} x --minhash-rows {self.rows} = {self.hashes} hashes does "
-                f"not fit: both must be at least 1 and bands x rows at most {MAX_HASHES} "
-                "(Dolma 3: 26 x 11 = 286)"
-            )
-        if not (0.0 < self.threshold <= 1.0):
-            raise OlmaxError(
-                f"--minhash-threshold must be in (0, 1] (a Jaccard similarity); got {self.threshold}"
-            )
 
 
 def coefficients(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

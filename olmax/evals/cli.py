@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
+from olmax.data.evalspec_cli import add_eval_option
 from olmax.data.stream_cli import add_stream_options
 from olmax.evals.gains_cli import register_gains
 
@@ -28,17 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "olmax dir (model_config.json + params/), a training run folder (newest checkpoint) or its "
         "checkpoints/<step> folder",
     )
-    h.add_argument(
-        "--eval",
-        action="append",
-        required=True,
-        metavar="NAME=PATH",
-        help="held-out set: NAME=PATH, a bare PATH (named by its file name up to the first dot, as "
-        "`olmax audit leaks` names it) or a bundled name (sciq, arc_easy, ...). PATH: jsonl[.gz|.zst], "
-        ".arrow, .parquet, a datasets folder, or an OLMo-core raw token file (.npy: documents ended by "
-        "EOS, scored as OLMo-core's LM evaluator); olmo-core:v3-small-ppl-validation: OLMo-core's 11 "
-        "perplexity sets under --base-dir; repeatable",
-    )
+    add_eval_option(h, "held-out set", required=True, olmo_core_suite=True)
     h.add_argument(
         "--base-dir",
         default=None,
@@ -198,12 +189,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--leaks", default=None, help="check 6: `olmax audit leaks` report naming contaminated eval items"
     )
-    m.add_argument(
-        "--eval",
-        action="append",
-        default=[],
+    add_eval_option(
+        m,
+        "check 6: eval set scored at every committed checkpoint of the run",
+        forms=False,
         metavar="NAME[=PATH]",
-        help="check 6: eval set scored at every committed checkpoint of the run; repeatable",
     )
     m.add_argument("--eval-limit", type=int, default=None, help="check 6: first N documents of each set")
     m.add_argument("--no-progress", action="store_true", help="no progress bars (on stderr)")
@@ -278,12 +268,11 @@ Run folders: local paths and file:// URLs only; for a bucket, mount it (gcsfuse,
 mounted path.""",
     )
     w.add_argument("--run", required=True, help="run folder of `olmax train` (a path or a file:// URL)")
-    w.add_argument(
-        "--eval",
-        action="append",
-        default=[],
+    add_eval_option(
+        w,
+        "held-out set (as `olmax eval heldout --eval`; default: the run's in-loop sets)",
+        forms=False,
         metavar="NAME[=PATH]",
-        help="held-out set (as `olmax eval heldout --eval`); repeatable; default: the run's in-loop sets",
     )
     w.add_argument(
         "--base-dir",

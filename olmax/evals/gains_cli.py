@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
+from olmax.data.evalspec_cli import add_eval_option
 
 DESCRIPTION = """\
 Scores every item of each --eval set alone at each committed checkpoint of --run (or --steps): CE
@@ -29,14 +30,7 @@ def register_gains(ev_sub: argparse._SubParsersAction) -> None:
     g.add_argument("--run", required=True, help="training run folder (config.yaml + checkpoints/)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (on stderr)")
     g.add_argument("--leaks", required=True, help="`olmax audit leaks` report naming the contaminated items")
-    g.add_argument(
-        "--eval",
-        action="append",
-        required=True,
-        metavar="NAME[=PATH]",
-        help="eval set: a bundled name (sciq, arc_easy, ...) or NAME=PATH (jsonl, arrow, parquet, "
-        "a datasets folder); repeatable",
-    )
+    add_eval_option(g, "eval set", required=True, metavar="NAME[=PATH]")
     g.add_argument(
         "--exposure",
         default=None,

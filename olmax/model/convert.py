@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
-from olmax.model.config import ModelConfig, from_hf_config, to_hf_config
+from olmax.model.config import ModelConfig, YarnConfig, from_hf_config, to_hf_config
 from olmax.model.safetensors_io import DTYPES, AtomicDirectory, SafetensorsReader, write_checkpoint
 from olmax.model.transformer import Transformer
 
@@ -153,7 +154,6 @@ def hf_tensors(model: Transformer, dtype: str | None = None):
 
 def hf_tokenizer_files(tokenizer_json: Path, out: Path, model_cfg) -> None:
     """tokenizer.json plus the two small files `AutoTokenizer` reads, in `out`."""
-    from olmax.data.tokenize import load_tokenizer
 
     tok = load_tokenizer(str(tokenizer_json))
     if tok.vocab_size > model_cfg.vocab_size:
@@ -246,8 +246,6 @@ def save_olmax(model: Transformer, path: str | os.PathLike) -> Path:
 def load_olmax(path: str | os.PathLike, **overrides) -> Transformer:
     """Read a checkpoint written by `save_olmax`; `overrides` replace ModelConfig fields."""
     import orbax.checkpoint as ocp
-
-    from olmax.model.config import YarnConfig
 
     config_path = Path(path) / "model_config.json"
     if not config_path.is_file():

@@ -10,13 +10,18 @@ which exercises the network just as well when no tokenizer ships with a random c
 
 from __future__ import annotations
 
+import argparse
+import inspect
+import json as json_module
 import os
 import sys
+import typing
 from pathlib import Path
 
 import numpy as np
 
 from olmax.errors import OlmaxError
+from olmax.jsonio import write_json
 
 # fp32: both sides do the same math in fp32, so only rounding separates a faithful conversion from HF.
 # Measured (random OLMo-3-shaped checkpoints, seq 3 x window, tests/model/test_parity*.py): mean KL
@@ -43,10 +48,6 @@ THRESHOLDS = {
 
 def default_text(min_chars: int) -> str:
     """Concatenated Python standard library sources, at least `min_chars` long."""
-    import argparse
-    import inspect
-    import json as json_module
-    import typing
 
     parts: list[str] = []
     for module in (argparse, typing, inspect, json_module.decoder):
@@ -197,7 +198,6 @@ def run_parity(
 
 def write_report(report: dict, out: str | os.PathLike) -> None:
     """Write `report` as strict JSON atomically (olmax.jsonio)."""
-    from olmax.jsonio import write_json
 
     write_json(out, report)
 

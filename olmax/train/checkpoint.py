@@ -17,7 +17,9 @@ step is used, and stderr says so. A run never silently starts over from step 0.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +29,7 @@ from typing import Any
 import orbax.checkpoint as ocp
 
 from olmax.atomic import write_text
-from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave
+from olmax.data.loader_checkpoint import LoaderRestore, LoaderSave, LoaderStateHandler
 from olmax.data.state import LoaderState
 from olmax.errors import OlmaxError
 from olmax.train.config import CheckpointConfig
@@ -298,7 +300,6 @@ def _drained_event_loops() -> Iterator[None]:
     the middle of olmax's messages. Here a loop's `close()` is deferred to the end of the block, which first
     runs the loop until its pending operations are done; their errors are collected, not logged. A loop
     closed after the block (a background save) is drained the same way at its close."""
-    import asyncio
 
     made: list[asyncio.AbstractEventLoop] = []
     active = [True]
@@ -338,7 +339,6 @@ def _drained_event_loops() -> Iterator[None]:
 @contextmanager
 def _quiet_absl() -> Iterator[None]:
     """Orbax warns on stderr, through absl, that the trainer's state item has no metadata file."""
-    import logging
 
     absl = logging.getLogger("absl")
     level = absl.level
@@ -401,7 +401,6 @@ def read_params(step_dir: str | Path, abstract_params: Any) -> Any:
 
 def read_step_info(step_dir: str | Path) -> tuple[LoaderState, dict]:
     """(loader state, metadata) saved with a step, read-only (see `read_params`)."""
-    from olmax.data.loader_checkpoint import LoaderStateHandler
 
     step_dir = Path(step_dir)
     loader_state = LoaderStateHandler().restore(step_dir / "data")
@@ -428,8 +427,6 @@ class _WorkerTracebacks:
 
 
 def _quiet_worker_tracebacks() -> None:
-    import logging
-
     absl = logging.getLogger("absl")
     if not any(isinstance(f, _WorkerTracebacks) for f in absl.filters):
         absl.addFilter(_WorkerTracebacks())

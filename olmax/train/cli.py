@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -89,8 +93,6 @@ def _distributed(args: argparse.Namespace) -> None:
 
 
 def _has_accelerator() -> bool:
-    import importlib.util
-
     return any(
         importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
     )
@@ -109,8 +111,6 @@ def _resume_config(cfg, args: argparse.Namespace):
     """On resume the run's saved config is the default: the command line's overrides apply to it, and the
     --config file's own differing settings are ignored (said on stderr), all but train.steps, the
     command's target. A fresh run uses `cfg`."""
-    import dataclasses
-    from pathlib import Path
 
     from olmax.train import runrecord
     from olmax.train.config import absolute_paths, load_config, load_run_config
@@ -155,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.run_dir:
         raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
     _distributed(args)
-    import contextlib
 
     import jax
 

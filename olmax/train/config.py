@@ -10,6 +10,7 @@ default. `dump_yaml` writes the fully resolved config, which `load_config` reads
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import types
 import typing
@@ -17,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from olmax.data.stream import StreamSpec
+import yaml
+
+from olmax.data.mixfile import OLMO_CORE_PREFIX
+from olmax.data.stream import DEMO_MIX, UNSET_MIX, StreamSpec
 from olmax.errors import OlmaxError
 from olmax.model.config import PRESETS, ModelConfig, YarnConfig
 
@@ -189,7 +193,6 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
 def _closest(key: str, names: set[str]) -> str:
     """ " (did you mean X?)" for the valid name closest to a mistyped `key`, or "": an abbreviation by
     initials (learning_rate for lr), else difflib's closest spelling, else a name the key contains."""
-    import difflib
 
     initials = "".join(part[:1] for part in key.split("_"))
     near = [n for n in sorted(names) if len(key.split("_")) > 1 and n == initials]
@@ -322,7 +325,6 @@ def load_config(
 ) -> ExperimentConfig:
     """Read a preset or YAML file, apply `area.key=value` overrides, validate. With `base` (a config
     already loaded from `name_or_path`, e.g. a run's saved config) the overrides apply to it instead."""
-    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -382,8 +384,6 @@ def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, exi
     (the demo mix, `olmo-core:NAME`, URLs, bundled eval sets) stay. `existing_only`: a relative path is
     taken under `base` only when it exists there, else under the current folder (a run folder's
     hand-written relative paths, or an old run's paths as typed)."""
-    from olmax.data.mixfile import OLMO_CORE_PREFIX
-    from olmax.data.stream import DEMO_MIX, UNSET_MIX
 
     base = Path(base) if base is not None else Path.cwd()
     d, t = cfg.data, cfg.train

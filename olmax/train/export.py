@@ -17,8 +17,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import olmax
+from olmax.assets import DOLMA2_SHA256, file_sha256, tokenizer_path
 from olmax.data.loader import resolve_mix
 from olmax.errors import OlmaxError
+from olmax.train.config import load_run_config
 
 
 def run_checkpoint(path: str | os.PathLike) -> tuple[Path, int | None] | None:
@@ -78,7 +81,6 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
     """Checkpoint `step` (default: the newest complete one) of a training run: its model
     (`read_step_model`), the run's config, and the loader state and metadata saved with it."""
     from olmax.train.checkpoint import complete_steps, read_step_info
-    from olmax.train.config import load_run_config
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -101,7 +103,6 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
     """The tokenizer.json a run was trained with: `tokenizer` when given (a path or `dolma2`), else the one
     named in the manifest.json beside the run's prepared mix (checked by sha256), else dolma2 when the
     model's vocabulary is dolma2's."""
-    from olmax.assets import DOLMA2_SHA256, file_sha256, tokenizer_path
 
     if tokenizer is not None:
         return tokenizer_path(tokenizer)
@@ -134,7 +135,6 @@ def run_tokenizer(cfg, tokenizer: str | None = None) -> Path:
 def checkpoint_tokenizer(checkpoint: str | os.PathLike) -> Path:
     """The tokenizer that goes with a checkpoint when none is named: the tokenizer.json in an HF or olmax
     folder, the run's own for a run folder or one of its steps (`run_tokenizer`), else dolma2."""
-    from olmax.assets import tokenizer_path
 
     local = Path(checkpoint) / "tokenizer.json"
     if local.is_file():
@@ -156,10 +156,7 @@ def export_hf(
 ) -> dict:
     """Write checkpoint `src` (a run folder or `RUN/checkpoints/STEP`) to `out` as an HF directory
     (see the module docstring); returns the provenance recorded in `out/olmax_export.json`."""
-    import olmax
-    from olmax.assets import file_sha256
     from olmax.model.convert import to_hf
-    from olmax.train.config import load_run_config
 
     found = run_checkpoint(src)
     if found is None:

@@ -24,10 +24,14 @@ from typing import Any
 
 import jax
 
+from olmax.audit.monitor import StreamMonitor
 from olmax.data.loader import open_loader, stream_index
+from olmax.data.reader import check_batch_ids
 from olmax.errors import OlmaxError
-from olmax.train import wandb_log
+from olmax.model.flops import flops_per_token
+from olmax.train import runrecord, wandb_log
 from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_dict
+from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 
@@ -54,7 +58,6 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
     process restores it, whatever the process count of the run that saved it."""
     if not cfg.train.monitor:
         return None
-    from olmax.audit.monitor import StreamMonitor
 
     monitor = StreamMonitor(
         steps_per_epoch=loader.batches_per_epoch,
@@ -79,9 +82,7 @@ def train(
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
-    from olmax.train import runrecord
     from olmax.train.checkpoint import Checkpointer
-    from olmax.train.mesh import describe, make_mesh, microbatches
     from olmax.train.step import abstract_state
 
     if mix is not None:
@@ -258,7 +259,6 @@ class _Steps:
         eval_hook: EvalHook | None,
         peak: float | None,
     ):
-        from olmax.model.flops import flops_per_token
         from olmax.train.step import make_train_step, model_graphdef
 
         self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = (
@@ -344,8 +344,6 @@ class _Steps:
     def _next_batch(self, step: int) -> tuple[int, dict, dict]:
         """(epoch, the global batch, the monitor's counters after it) of `step`; the monitor sees its rows
         before they are trained on, and an id outside the vocabulary stops the run before the step."""
-        from olmax.data.reader import check_batch_ids
-        from olmax.train.mesh import global_batch
 
         epoch, _ = self.it.position
         rows = next(self.it)
@@ -455,7 +453,6 @@ def summary_table(summary: dict) -> str:
 
 def dry_run(cfg: ExperimentConfig) -> str:
     """The resolved config plus sizes, FLOPs and token counts, without touching data or devices' memory."""
-    from olmax.model.flops import flops_per_token
     from olmax.model.transformer import count_params
 
     tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len

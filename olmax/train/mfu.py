@@ -27,11 +27,14 @@ utilisation nobody measured.
 
 from __future__ import annotations
 
+import socket
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Sequence
 
 import jax
+import numpy as np
 
 from olmax.train.config import ExperimentConfig
 
@@ -109,7 +112,6 @@ def measure_cpu_matmul_peak(
     its cores, and one device's matmul already spreads over all of them.
     """
     import jax.numpy as jnp
-    import numpy as np
 
     dev = jax.local_devices()[0]
     mm = jax.jit(jnp.matmul)
@@ -149,10 +151,7 @@ def _sum_over_hosts(measure: Callable[[], tuple[float, int]]) -> tuple[float, in
     count those cores several times (and each would measure while the others compete)."""
     if jax.process_count() == 1:
         return (*measure(), 1)
-    import socket
-    import zlib
 
-    import numpy as np
     from jax.experimental import multihost_utils
 
     host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF

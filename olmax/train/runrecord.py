@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmax.atomic import write_text
 from olmax.errors import OlmaxError
-from olmax.train.config import ExperimentConfig, dump_yaml, to_dict
+from olmax.jsonio import append_jsonl
+from olmax.train.config import ExperimentConfig, dump_yaml, load_run_config, to_dict
 
 HISTORY = "history.jsonl"
 CONFIG = "config.yaml"
@@ -89,8 +91,6 @@ def record_start(
     cfg: ExperimentConfig, run_dir: Path, *, start: int, note: str, diff: dict[str, tuple], devices: int
 ) -> None:
     """Write `RUN/config.yaml` and append this start of training to `RUN/history.jsonl` (process 0)."""
-    from olmax.atomic import write_text
-    from olmax.jsonio import append_jsonl
 
     write_text(run_dir / CONFIG, dump_yaml(cfg))
     entry = {
@@ -107,7 +107,6 @@ def record_start(
 
 def saved_config(run_dir: Path) -> ExperimentConfig | None:
     """The config a run directory holds, or None when it has none (a fresh folder, or an old run)."""
-    from olmax.train.config import load_run_config
 
     return load_run_config(run_dir) if (run_dir / CONFIG).is_file() else None
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from olmax.dedup.components import min_labels
-from olmax.dedup.minhash import MinHashParams, cluster, jaccard, signatures
+from olmax.dedup.minhash import cluster, jaccard, signatures
+from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import text_shingles, token_shingles
 from olmax.errors import OlmaxError
 
@@ -101,11 +102,11 @@ def test_min_labels_order_free():
 @pytest.mark.parametrize(
     "params, flag",
     [
-        (MinHashParams(bands=0), "--minhash-bands 0 x --minhash-rows 11"),
+        (MinHashParams(bands=0), "--minhash-bands (minhash.bands) = 0 x --minhash-rows (minhash.rows) = 11"),
         (MinHashParams(bands=100, rows=11), "at most 1024"),
         (MinHashParams(threshold=0.0), "(0, 1]"),
         (MinHashParams(threshold=1.5), "(0, 1]"),
-        (MinHashParams(ngram=0), "--minhash-ngram"),
+        (MinHashParams(ngram=0), "--minhash-ngram (minhash.ngram)"),
     ],
 )
 def test_bad_params_name_the_flag(params, flag):
