@@ -50,9 +50,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.align import verify_candidates
+from olmax.audit.align import text_check, verify_candidates
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
+from olmax.audit.normalize import (
+    NORMALIZATION,
+    SIGN_NORMALIZATION,
+    WORD,
+    WordTables,
+    text_tokens,
+    word_tables,
+)
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
 from olmax.data.loader import file_index
@@ -62,6 +69,7 @@ from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
+TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
 
@@ -77,6 +85,7 @@ class LeakConfig:
     min_item_words: int = 4
     threshold: float = 0.75
     short_words: int = 20
+    short_edits: int = 2  # a short item of k words may differ by min(short_edits, k // 6) tokens
     min_cover: float = 0.25
     template_items: int = 10
     max_docs_per_key: int = 1000
@@ -249,7 +258,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     report = {
         "command": "audit leaks",
         "settings": asdict(cfg),
-        "normalization": NORMALIZATION,
+        "normalization": {"words": NORMALIZATION, "text_check": SIGN_NORMALIZATION},
         "hashing": (
             f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
             f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
@@ -263,8 +272,13 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
             f"verify: longest common subsequence of the item's words and the document's words around "
             f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
             f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
-            f"{cfg.short_words} words need an exact whole-item match; items under "
-            f"{cfg.min_item_words} words are not decided"
+            f"{cfg.short_words} words: contaminated when their text tokens (normalization.text_check) "
+            f"differ from a run of the document's by at most min({cfg.short_edits}, words // 6) edits "
+            f"(none under 6 words); text check: an item holding a number or an operator (and every short "
+            f"item) is read once more as text, and a number or operator of the item that stands where "
+            f"the document has another one (a sign flip, another number) makes the document not a copy "
+            f"(score 0, `not_a_copy` says which); one only missing or replaced by a word is an edit; "
+            f"items under {cfg.min_item_words} words are not decided"
         ),
         "training": {"files": len(paths), "tokens": train_tokens},
         "eval_index": {
@@ -412,6 +426,7 @@ class FileCandidates:
     ids: tuple[int, ...]
     candidates: tuple[Candidate, ...]
     words: dict  # item -> its packed word values
+    texts: dict  # item -> its text tokens (normalize.text_tokens), for the items the text check reads
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
@@ -471,11 +486,22 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     return out, stats
 
 
+def needs_text(item_tokens: tuple[list[str], list[int]], short: bool) -> bool:
+    """Whether the text check reads an item's candidates: short items always (their edits are counted
+    there), longer ones when they hold a number or an operator (which must match)."""
+    return short or any(c != WORD for c in item_tokens[1])
+
+
 def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[FileCandidates]:
-    """The candidates grouped by training file, in file order."""
+    """The candidates grouped by training file, in file order, with the text tokens of the items the
+    text check reads."""
     by_file: dict[int, list[int]] = {}
+    texts: dict[int, tuple | None] = {}
     for g, c in enumerate(cands):
         by_file.setdefault(c.file, []).append(g)
+        if c.item not in texts:
+            toks = text_tokens(ev.items[c.item].text)
+            texts[c.item] = toks if needs_text(toks, c.short) else None
     return [
         FileCandidates(
             f,
@@ -483,14 +509,17 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
             tuple(ids),
             tuple(cands[g] for g in ids),
             {cands[g].item: ev.words[cands[g].item] for g in ids},
+            {cands[g].item: texts[cands[g].item] for g in ids if texts[cands[g].item] is not None},
         )
         for f, ids in sorted(by_file.items())
     ]
 
 
-def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
-    """Map over files: (candidate id, score, token start, token end, document id) of each candidate of
-    one training file (opened once), aligned as in the module docstring (align.verify_candidates)."""
+def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str, int, str]]:
+    """Map over files: (candidate id, score, token start, token end, document id, text edits, conflict) of
+    each candidate of one training file (opened once), aligned as in the module docstring
+    (align.verify_candidates); the text check (`text_edits`) of the items in `task.texts` scoring at
+    least TEXT_CHECK_FLOOR gives the edits and the conflict (-1 and '' where it did not run)."""
     cands = task.candidates
     if not cands:
         return []
@@ -515,10 +544,29 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
             np.asarray([c.n for c in cands]),
             np.asarray([c.short for c in cands]),
         )
-        return [
-            (g, float(s), int(a), int(b), docs.id_of(int(doc)))
-            for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
-        ]
+        out = []
+        for j, (g, s, a, b, doc) in enumerate(
+            zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
+        ):
+            item_toks = task.texts.get(cands[j].item)
+            edits, conflict = -1, ""
+            if item_toks is not None and s >= TEXT_CHECK_FLOOR:
+                edits, conflict = text_edits(
+                    tokens, tables, item_toks, a, b, int(docs.starts[doc]), int(docs.ends[doc])
+                )
+            out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict))
+        return out
+
+
+def text_edits(
+    tokens: np.ndarray, tables: WordTables, item_toks: tuple, t0: int, t1: int, ds: int, de: int
+) -> tuple[int, str]:
+    """The text check of one candidate: the item's text tokens placed in the document's text around its
+    span [t0, t1) (as many tokens again as the item has text tokens, plus 16, on each side, within the
+    document [ds, de)); (edits, conflict) of align.text_check."""
+    room = 2 * len(item_toks[0]) + 16
+    region = tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)])
+    return text_check(item_toks, text_tokens(region))
 
 
 def assemble(
@@ -536,23 +584,33 @@ def assemble(
     result = {g: rest for g, *rest in verified}
     found: dict[int, list[dict]] = {}  # item -> verified documents
     for g, c in enumerate(cands):
-        score, t0, t1, doc_id = result[g]
-        found.setdefault(c.item, []).append(
-            {
-                "source": sources[c.file],
-                "file": paths[c.file],
-                "doc": doc_id,
-                "token_start": t0,
-                "token_end": t1,
-                "score": round(score, 4),
-                "saturated_keys": c.saturated,
-            }
+        score, t0, t1, doc_id, edits, conflict = result[g]
+        doc = {
+            "source": sources[c.file],
+            "file": paths[c.file],
+            "doc": doc_id,
+            "token_start": t0,
+            "token_end": t1,
+            "score": round(score, 4),
+            "saturated_keys": c.saturated,
+        }
+        if edits >= 0:
+            doc["text_edits"] = edits
+        if conflict:  # another number or operator in the item's place: another item, not a copy
+            doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
+        doc["_pass"] = not conflict and (
+            0 <= edits <= short_allowed(int(eidx.lengths_of[c.item]), cfg)
+            if int(eidx.lengths_of[c.item]) <= cfg.short_words
+            else score >= cfg.threshold
         )
+        found.setdefault(c.item, []).append(doc)
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
         k = int(eidx.lengths_of[item])
-        passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
+        passed = [x for x in docs_found if x["_pass"]]
+        for x in docs_found:
+            del x["_pass"]
         best = max(docs_found, key=lambda x: x["score"])
         entry = {
             "eval": ev.sets[int(ev.set_of[item])][0],
@@ -585,6 +643,12 @@ def assemble(
             )
     near.sort(key=lambda e: -e["score"])
     return contaminated, near[:MAX_NEAR_MISSES], flagged
+
+
+def short_allowed(k: int, cfg: LeakConfig) -> int:
+    """How many text-token edits a short item of `k` words may differ by: one per 6 words, at most
+    --short-edits (none under 6 words)."""
+    return min(cfg.short_edits, k // 6)
 
 
 def decide_items(

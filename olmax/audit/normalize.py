@@ -77,6 +77,7 @@ class WordTables:
         size = max([*vocab.values(), *added]) + 2
         decoder = byte_decoder()
         token_bytes: list[bytes | None] = [None] * size  # None: boundary
+        raw_bytes = [b"\n"] * size  # what a token reads as in the text check (a boundary: a line end)
         for token, i in vocab.items():
             if i in added:
                 continue
@@ -84,7 +85,11 @@ class WordTables:
                 raw = bytes(decoder[ch] for ch in token)
             except KeyError:
                 raw = token.encode("utf-8")
+            raw_bytes[i] = raw
             token_bytes[i] = _fold_bytes(raw)
+        # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
+        self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
+        self.raw = np.frombuffer(b"".join(raw_bytes), dtype=np.uint8)
         n_runs = np.zeros(size, dtype=np.int64)
         starts_word = np.zeros(size, dtype=bool)
         ends_word = np.zeros(size, dtype=bool)
@@ -164,6 +169,16 @@ class WordTables:
             if nw >= 0:
                 return vals[:nw].copy(), first[:nw].copy(), consumed
             cap = 2 * cap - nw  # tokens with several runs made more words than the scratch holds
+
+    def text(self, tokens: np.ndarray) -> str:
+        """The text of `tokens` (UTF-8, a character cut by the ends replaced; special tokens and ids past
+        the vocabulary read as line ends)."""
+        t = np.minimum(as_token_ids(tokens).astype(np.int64), self.size - 1)
+        lo, hi = self.raw_ptr[t], self.raw_ptr[t + 1]
+        if t.size == 0:
+            return ""
+        idx = np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
+        return self.raw[idx].tobytes().decode("utf-8", errors="replace")
 
     @property
     def kernel_tables(self) -> tuple:
@@ -358,3 +373,82 @@ def _mod_p(x):
 def word_tables(tokenizer_json: str) -> WordTables:
     """The (cached) word tables of a tokenizer.json."""
     return WordTables(tokenizer_json)
+
+
+# --------------------------------------------------------------------------- the text-level check's tokens
+# Verification reads a candidate's text once more, with the symbols the word stream drops: numbers and
+# operators are tokens of their own that must match (a sign flip or another number is another item), and
+# written-out operators and numerals read as their symbols ("minus" as "-", "five" as "5").
+SIGN_NORMALIZATION = (
+    "text check (short items, and items with numbers or operators): the candidate's text decoded, HTML "
+    "tags and entities removed, NFKC with accents dropped, lowercased; tokens are letter runs, numbers "
+    "(digits with inner . or ,) and operators + - * / = < > ^ % (the Unicode minus and dashes, x-sign "
+    "and division sign folded; a hyphen between two letters is not one); written-out forms read as their "
+    "symbols: plus, minus, times, multiplied by, divided by, equals, is equal to, equal to, and "
+    "the numerals zero to ninety-nine (twenty-four, twenty four) as digits"
+)
+WORD, NUMBER, OPERATOR = 0, 1, 2
+_NUMERALS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_NUMERALS.update(
+    {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)}
+)
+_OP_WORDS = {"plus": "+", "minus": "-", "times": "*", "equals": "="}
+_OP_PHRASES = re.compile(r"\b(?:multiplied\s+by|divided\s+by|is\s+equal\s+to|equal\s+to)\b")
+_OP_PHRASE_OF = {"multiplied": "*", "divided": "/", "is": "=", "equal": "="}
+_TAG = re.compile(r"</?[a-z][\w:-]*(?:\s[^<>]*)?/?>", re.I)
+_DASHES = str.maketrans(
+    {c: "-" for c in "\u2010\u2011\u2012\u2013\u2212\ufe63\uff0d"} | {"\u00d7": "*", "\u00f7": "/"}
+)
+_TEXT_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[-+*/=<>^%]")
+
+
+def text_tokens(text: str) -> tuple[list[str], list[int]]:
+    """(tokens, classes) of `text` for the text check (SIGN_NORMALIZATION): each token a letter run
+    (WORD), a number (NUMBER) or an operator (OPERATOR)."""
+    import html
+
+    text = html.unescape(_TAG.sub(" ", text))
+    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES).lower()
+    text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
+    toks: list[str] = []
+    cls: list[int] = []
+    spelled = False  # the last token is a written-out numeral
+    for m in _TEXT_TOKEN.finditer(text):
+        t = m.group()
+        c = t[0]
+        if c.isdigit():
+            toks.append(t.replace(",", ""))
+            cls.append(NUMBER)
+        elif c.isalpha():
+            sym = _NUMERALS.get(t)
+            if sym is not None:
+                tens = toks[-1] if cls and cls[-1] == NUMBER and spelled else ""
+                if len(sym) == 1 and len(tens) == 2 and tens[1] == "0" and tens[0] != "1":
+                    toks[-1] = tens[0] + sym  # twenty-four, twenty four
+                    spelled = False
+                    continue
+                toks.append(sym)
+                cls.append(NUMBER)
+                spelled = True
+                continue
+            elif t in _OP_WORDS:
+                toks.append(_OP_WORDS[t])
+                cls.append(OPERATOR)
+            else:
+                toks.append(t)
+                cls.append(WORD)
+        else:
+            a, b = m.start(), m.end()
+            if c == "-" and 0 < a and b < len(text) and text[a - 1].isalpha() and text[b].isalpha():
+                continue  # a hyphen inside a word ("well-known", "x-ray", "twenty-four")
+            toks.append(t)
+            cls.append(OPERATOR)
+        spelled = False
+    return toks, cls
