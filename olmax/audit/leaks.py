@@ -69,6 +69,7 @@ from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
+SHORT_WORDS_PER_EDIT = 7
 TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
@@ -85,7 +86,8 @@ class LeakConfig:
     min_item_words: int = 4
     threshold: float = 0.75
     short_words: int = 20
-    short_edits: int = 2  # a short item of k words may differ by min(short_edits, k // 6) tokens
+    short_edits: int = 2  # a short item of k words may differ by min(short_edits, k // 7) tokens
+    short_ngram: int = 4  # short items' own windows (0: none, only exact whole-item or n-word keys)
     min_cover: float = 0.25
     template_items: int = 10
     max_docs_per_key: int = 1000
@@ -273,8 +275,8 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
             f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
             f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
             f"{cfg.short_words} words: contaminated when their text tokens (normalization.text_check) "
-            f"differ from a run of the document's by at most min({cfg.short_edits}, words // 6) edits "
-            f"(none under 6 words); text check: an item holding a number or an operator (and every short "
+            f"differ from a run of the document's by at most min({cfg.short_edits}, words // "
+            f"{SHORT_WORDS_PER_EDIT}) edits (found through their own {cfg.short_ngram}-word windows); text check: an item holding a number or an operator (and every short "
             f"item) is read once more as text, and a number or operator of the item that stands where "
             f"the document has another one (a sign flip, another number) makes the document not a copy "
             f"(score 0, `not_a_copy` says which); one only missing or replaced by a word is an edit; "
@@ -362,7 +364,14 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         words,
         np.asarray(rep_of, np.int64),
         dups,
-        EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items),
+        EvalIndex(
+            indexed,
+            cfg.ngram,
+            cfg.min_item_words,
+            max_items_per_key=cfg.template_items,
+            short_words=cfg.short_words,
+            short_ngram=cfg.short_ngram,
+        ),
     )
 
 
@@ -414,6 +423,7 @@ class Candidate:
     n: int
     short: bool
     saturated: bool
+    floor: float = TEXT_CHECK_FLOOR  # the alignment score from which the text check reads it
 
 
 @dataclass(frozen=True)
@@ -441,29 +451,42 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (
         np.arange(hit_of.size) - np.repeat(np.cumsum(per) - per, per)
     )
-    h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
+    h_item, h_q, h_w = eidx.rec_item[rec], eidx.rec_q[rec], eidx.rec_w[rec]
     h_file, h_doc, h_pos = hits["file"][hit_of], hits["doc"][hit_of], hits["pos"][hit_of]
     h_sat = saturated[hits["key"][hit_of]]
-    order = np.lexsort((h_q, h_doc, h_file, h_item))
-    h_item, h_q, h_file, h_doc, h_pos, h_sat = (x[order] for x in (h_item, h_q, h_file, h_doc, h_pos, h_sat))
+    order = np.lexsort((-h_w, h_q, h_doc, h_file, h_item))  # the widest window first at a position
+    h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat = (
+        x[order] for x in (h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat)
+    )
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
     starts = np.flatnonzero(brk)
-    # words of the item its windows cover, per pair: the union of [q, q + n) over its distinct positions
-    # (sorted within the pair), each adding min(n, the gap to the next distinct one)
+    # words of the item its windows cover, per pair: the union of [q, q + w) over its distinct positions
+    # (sorted within the pair; w the widest window there), each adding min(w, the gap to the next one)
     distinct = brk.copy()
     distinct[1:] |= h_q[1:] != h_q[:-1]
     at = np.flatnonzero(distinct)
-    gap = np.full(at.size, n, dtype=np.int64)
+    gap = h_w[at].copy()
     inner = ~brk[at[1:]]  # the next distinct position is in the same pair
-    gap[:-1][inner] = np.minimum(n, h_q[at[1:]][inner] - h_q[at[:-1]][inner])
+    gap[:-1][inner] = np.minimum(gap[:-1][inner], h_q[at[1:]][inner] - h_q[at[:-1]][inner])
     covered = np.add.reduceat(gap, np.searchsorted(at, starts)) if at.size else np.zeros(0, np.int64)
     k = eidx.lengths_of[h_item[starts]]
-    ngram_pair = k >= n  # n-gram keys; a whole-item key (k < n) is an exact match of the whole item
-    keep = ~ngram_pair | (covered >= np.maximum(n, cfg.min_cover * k))
+    # a whole-item key (k < n) is an exact match of the whole item
+    whole = (
+        np.logical_or.reduceat((h_w == eidx.lengths_of[h_item]) & (h_w < n), starts) if starts.size else k < 0
+    )
+    short = k <= cfg.short_words
+    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    # what the windows of a short item with its allowed edits cover at the least: an edit leaves
+    # whole the windows of a run of >= short_ngram words beside it, so it costs at most that many
+    s = max(1, cfg.short_ngram)
+    short_bar = np.maximum(s, k - allowed * s)
+    keep = np.where(
+        whole, True, np.where(short, covered >= short_bar, covered >= np.maximum(n, cfg.min_cover * k))
+    )
     stats = {
         "pairs": int(starts.size),
-        "verified": int((keep & ngram_pair).sum()),
+        "verified": int((keep & ~whole).sum()),
         "saturated_keys": int(saturated.sum()),
     }
     bounds = np.append(starts, h_item.size)
@@ -478,6 +501,7 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
             min(n, kk),
             kk < n or kk <= cfg.short_words,
             bool(st),
+            text_floor(kk, cfg),
         )
         for lo, hi, kk, st in zip(
             bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
@@ -550,7 +574,7 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
         ):
             item_toks = task.texts.get(cands[j].item)
             edits, conflict = -1, ""
-            if item_toks is not None and s >= TEXT_CHECK_FLOOR:
+            if item_toks is not None and s >= cands[j].floor:
                 edits, conflict = text_edits(
                     tokens, tables, item_toks, a, b, int(docs.starts[doc]), int(docs.ends[doc])
                 )
@@ -562,9 +586,9 @@ def text_edits(
     tokens: np.ndarray, tables: WordTables, item_toks: tuple, t0: int, t1: int, ds: int, de: int
 ) -> tuple[int, str]:
     """The text check of one candidate: the item's text tokens placed in the document's text around its
-    span [t0, t1) (as many tokens again as the item has text tokens, plus 16, on each side, within the
+    span [t0, t1) (as many tokens as the item has text tokens, plus 8, on each side, within the
     document [ds, de)); (edits, conflict) of align.text_check."""
-    room = 2 * len(item_toks[0]) + 16
+    room = len(item_toks[0]) + 8
     region = tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)])
     return text_check(item_toks, text_tokens(region))
 
@@ -645,10 +669,18 @@ def assemble(
     return contaminated, near[:MAX_NEAR_MISSES], flagged
 
 
+def text_floor(k: int, cfg: LeakConfig) -> float:
+    """The alignment score from which a candidate is read as text: TEXT_CHECK_FLOOR, and for a short
+    item that of its allowed edits and two written-out numerals more (each a word changed)."""
+    if k > cfg.short_words:
+        return TEXT_CHECK_FLOOR
+    return max(TEXT_CHECK_FLOOR, (k - short_allowed(k, cfg) - 2) / max(1, k) - 1e-9)
+
+
 def short_allowed(k: int, cfg: LeakConfig) -> int:
-    """How many text-token edits a short item of `k` words may differ by: one per 6 words, at most
-    --short-edits (none under 6 words)."""
-    return min(cfg.short_edits, k // 6)
+    """How many text-token edits a short item of `k` words may differ by: one per SHORT_WORDS_PER_EDIT
+    words, at most --short-edits (none under that many words)."""
+    return min(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
 
 
 def decide_items(

@@ -399,6 +399,7 @@ _NUMERALS.update(
     {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)}
 )
 _OP_WORDS = {"plus": "+", "minus": "-", "times": "*", "equals": "="}
+_SPECIAL = set(_NUMERALS) | set(_OP_WORDS)
 _OP_PHRASES = re.compile(r"\b(?:multiplied\s+by|divided\s+by|is\s+equal\s+to|equal\s+to)\b")
 _OP_PHRASE_OF = {"multiplied": "*", "divided": "/", "is": "=", "equal": "="}
 _TAG = re.compile(r"</?[a-z][\w:-]*(?:\s[^<>]*)?/?>", re.I)
@@ -406,6 +407,8 @@ _DASHES = str.maketrans(
     {c: "-" for c in "\u2010\u2011\u2012\u2013\u2212\ufe63\uff0d"} | {"\u00d7": "*", "\u00f7": "/"}
 )
 _TEXT_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[-+*/=<>^%]")
+_IN_WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
+_CLASS_OF = {c: NUMBER for c in "0123456789"} | {c: OPERATOR for c in "-+*/=<>^%"}
 
 
 def text_tokens(text: str) -> tuple[list[str], list[int]]:
@@ -414,41 +417,27 @@ def text_tokens(text: str) -> tuple[list[str], list[int]]:
     import html
 
     text = html.unescape(_TAG.sub(" ", text))
-    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
-    text = unicodedata.normalize("NFKC", text).translate(_DASHES).lower()
+    if not text.isascii():
+        text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+        text = unicodedata.normalize("NFKC", text).translate(_DASHES)
+    text = text.lower()
     text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
-    toks: list[str] = []
-    cls: list[int] = []
-    spelled = False  # the last token is a written-out numeral
-    for m in _TEXT_TOKEN.finditer(text):
-        t = m.group()
-        c = t[0]
-        if c.isdigit():
-            toks.append(t.replace(",", ""))
-            cls.append(NUMBER)
-        elif c.isalpha():
-            sym = _NUMERALS.get(t)
-            if sym is not None:
-                tens = toks[-1] if cls and cls[-1] == NUMBER and spelled else ""
-                if len(sym) == 1 and len(tens) == 2 and tens[1] == "0" and tens[0] != "1":
-                    toks[-1] = tens[0] + sym  # twenty-four, twenty four
-                    spelled = False
-                    continue
-                toks.append(sym)
-                cls.append(NUMBER)
-                spelled = True
-                continue
-            elif t in _OP_WORDS:
-                toks.append(_OP_WORDS[t])
-                cls.append(OPERATOR)
-            else:
-                toks.append(t)
-                cls.append(WORD)
-        else:
-            a, b = m.start(), m.end()
-            if c == "-" and 0 < a and b < len(text) and text[a - 1].isalpha() and text[b].isalpha():
-                continue  # a hyphen inside a word ("well-known", "x-ray", "twenty-four")
-            toks.append(t)
-            cls.append(OPERATOR)
-        spelled = False
+    text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
+    toks = _TEXT_TOKEN.findall(text)
+    if "," in text:  # only numbers hold one: 1,000 is 1000
+        toks = [t.replace(",", "") for t in toks]
+    cls = [_CLASS_OF.get(t[0], WORD) for t in toks]
+    spelled, merged = -2, []  # the last written-out numeral; tens merged into the units after them
+    for i in [i for i, t in enumerate(toks) if t in _SPECIAL]:
+        sym = _NUMERALS.get(toks[i])
+        if sym is None:
+            toks[i], cls[i] = _OP_WORDS[toks[i]], OPERATOR
+            continue
+        prev = toks[i - 1]
+        if spelled == i - 1 and len(sym) == 1 and len(prev) == 2 and prev[1] == "0" and prev != "10":
+            sym = prev[0] + sym  # twenty-four, twenty four
+            merged.append(i - 1)
+        toks[i], cls[i], spelled = sym, NUMBER, i
+    for i in reversed(merged):
+        del toks[i], cls[i]
     return toks, cls
