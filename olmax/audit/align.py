@@ -288,7 +288,8 @@ def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[
     fewest token edits (a substitution, an inserted or a dropped token each 1) that turn the item into
     some run of the region's tokens, and, on that placement, the first number or operator of the item
     that stands where the region has a different one of the same class ("'-' vs '+'"; '' when none:
-    a number or operator only missing, or replaced by a word, is an edit, not a conflict)."""
+    a number or operator only missing, or replaced by a word, is an edit, not a conflict), between
+    tokens that match or in an unmatched end of at most END_RUN tokens."""
     a_tok, a_cls = item
     b_tok, b_cls = region
     ids: dict[str, int] = {}
@@ -296,6 +297,9 @@ def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[
     b = np.asarray([ids.setdefault(t, len(ids)) for t in b_tok], dtype=np.int64)
     edits, i, j = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
     return int(edits), (f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else "")
+
+
+END_RUN = 2  # the longest unmatched item end whose changed number or operator is a conflict
 
 
 @njit(cache=True, nogil=True)
@@ -318,15 +322,34 @@ def _place(a, a_cls, b, b_cls):
         if d[k, j] <= best:  # the last of equal placements: a changed last token reads as changed
             best, bj = d[k, j], j
     i, j = k, bj
-    ci, cj = -1, -1
+    subs_i = np.empty(k, np.int64)  # the path's same-class number/operator substitutions
+    subs_j = np.empty(k, np.int64)
+    n_subs = 0
+    first_match, last_match = k, -1
     while i > 0:
         if j > 0 and d[i, j] == d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1):
-            if a[i - 1] != b[j - 1] and a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
-                ci, cj = i - 1, j - 1
+            if a[i - 1] == b[j - 1]:
+                first_match = i - 1
+                last_match = max(last_match, i - 1)
+            elif a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
+                subs_i[n_subs] = i - 1
+                subs_j[n_subs] = j - 1
+                n_subs += 1
             i -= 1
             j -= 1
         elif d[i, j] == d[i - 1, j] + 1:
             i -= 1
         else:
             j -= 1
+    # a substitution counts between matches, and in an unmatched end of at most END_RUN item tokens
+    # (a changed last number); a longer unmatched end is a cut item, aligned against whatever text
+    # lies beside it
+    ci, cj = -1, -1
+    for s in range(n_subs):
+        x = subs_i[s]
+        inside = first_match < x < last_match
+        head = x < first_match and first_match <= END_RUN
+        tail = x > last_match and k - 1 - last_match <= END_RUN
+        if inside or head or tail:
+            ci, cj = x, subs_j[s]
     return best, ci, cj

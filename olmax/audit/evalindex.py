@@ -137,6 +137,18 @@ class EvalIndex:
             self.template_keys = int((n_items >= max_items_per_key).sum())
             key, self.rec_item, self.rec_q = key[keep], self.rec_item[keep], self.rec_q[keep]
             self.rec_w = self.rec_w[keep]
+        # how many of each item's words its indexed windows cover (templates left out): what a copy's
+        # hits can cover at most
+        self.coverable = np.zeros(self.lengths_of.size, np.int64)
+        if self.rec_item.size:
+            item_at = np.zeros(self.lengths_of.size, np.int64)
+            item_at[use] = offset
+            start = item_at[self.rec_item] + self.rec_q
+            diff = np.zeros(words.size + 1, np.int64)
+            np.add.at(diff, start, 1)
+            np.add.at(diff, start + self.rec_w, -1)
+            covered = (np.cumsum(diff[:-1]) > 0).astype(np.int64)
+            self.coverable[use] = np.add.reduceat(covered, offset) if use.size else 0
         self.ukeys, first = np.unique(key, return_index=True)
         self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)

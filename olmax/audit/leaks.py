@@ -478,9 +478,10 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     short = k <= cfg.short_words
     allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
     # what the windows of a short item with its allowed edits cover at the least: an edit leaves
-    # whole the windows of a run of >= short_ngram words beside it, so it costs at most that many
+    # whole the windows of a run of >= short_ngram words beside it, so it costs at most that many of
+    # the words its indexed windows cover (templates are not indexed)
     s = max(1, cfg.short_ngram)
-    short_bar = np.maximum(s, k - allowed * s)
+    short_bar = np.maximum(s, np.minimum(k, eidx.coverable[h_item[starts]]) - allowed * s)
     keep = np.where(
         whole, True, np.where(short, covered >= short_bar, covered >= np.maximum(n, cfg.min_cover * k))
     )

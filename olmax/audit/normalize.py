@@ -35,9 +35,26 @@ NORMALIZATION = (
     "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
     "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
     "line wraps included) dropped, so markup tags leave only their names as extra words, "
-    "which the alignment skips; special tokens (EOS) are document boundaries"
+    "which the alignment skips; special tokens (EOS) are document boundaries; a whole token after a "
+    "space that is a written-out operator (plus, minus, times, equals) is dropped as its symbol is, "
+    "one that is a numeral (zero to twenty, thirty to ninety) reads as its digits"
 )
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
+# Written-out operators and numerals as whole tokens after a space: operators read as the symbols
+# they stand for (dropped, as symbols are), numerals up to twenty and the tens as their digits. The
+# same word elsewhere ("<b>five", a line's first word) stays a word: one word changed, which the
+# alignment tolerates and the text check reads as its digits.
+_SPOKEN = {w.encode(): b"" for w in ("plus", "minus", "times", "equals")} | {
+    w.encode(): str(i).encode()
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_SPOKEN |= {
+    w.encode(): str(10 * i).encode()
+    for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)
+}
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
 WORD_BASES = (1_234_567_891, 1_987_654_321)
@@ -86,7 +103,10 @@ class WordTables:
             except KeyError:
                 raw = token.encode("utf-8")
             raw_bytes[i] = raw
-            token_bytes[i] = _fold_bytes(raw)
+            folded = _fold_bytes(raw)
+            if folded[:1] == b" " and folded[1:] in _SPOKEN:  # " minus" dropped as "-" is, " five" as "5"
+                folded = b" " + _SPOKEN[folded[1:]]
+            token_bytes[i] = folded
         # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
         self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
         self.raw = np.frombuffer(b"".join(raw_bytes), dtype=np.uint8)
