@@ -68,11 +68,15 @@ def _fold_bytes(raw: bytes) -> bytes:
     ligatures such as "ﬁ", fullwidth letters), drop combining accents ("é" and "e" + U+0301 both give
     "e"), lowercase non-ASCII letters and turn Unicode punctuation and spaces (curly quotes, dashes,
     NBSP, ...) into ASCII spaces. A token holding part of a character keeps its bytes
-    (ASCII-lowercased): they stay word bytes."""
+    (ASCII-lowercased): they stay word bytes. A space and a written-out operator or numeral (_SPOKEN)
+    folds to a space and its symbol's word bytes (none for an operator, the digits for a numeral)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.lower()
+    spoken = _SPOKEN.get(text[1:].lower().encode()) if text[:1] == " " else None
+    if spoken is not None:  # " minus" dropped as "-" is, " five" read as "5"
+        return b" " + spoken
     # compatibility forms (ligatures, fullwidth letters, superscripts) to their plain letters, accents off
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
     return "".join(
@@ -103,13 +107,10 @@ class WordTables:
             except KeyError:
                 raw = token.encode("utf-8")
             raw_bytes[i] = raw
-            folded = _fold_bytes(raw)
-            if folded[:1] == b" " and folded[1:] in _SPOKEN:  # " minus" dropped as "-" is, " five" as "5"
-                folded = b" " + _SPOKEN[folded[1:]]
-            token_bytes[i] = folded
+            token_bytes[i] = _fold_bytes(raw)
         # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
         self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
-        self.raw = np.frombuffer(b"".join(raw_bytes), dtype=np.uint8)
+        self.raw = np.array(bytearray(b"".join(raw_bytes)), dtype=np.uint8)
         n_runs = np.zeros(size, dtype=np.int64)
         starts_word = np.zeros(size, dtype=bool)
         ends_word = np.zeros(size, dtype=bool)
