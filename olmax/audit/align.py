@@ -288,8 +288,8 @@ def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[
     fewest token edits (a substitution, an inserted or a dropped token each 1) that turn the item into
     some run of the region's tokens, and, on that placement, the first number or operator of the item
     that stands where the region has a different one of the same class ("'-' vs '+'"; '' when none:
-    a number or operator only missing, or replaced by a word, is an edit, not a conflict), between
-    tokens that match or in an unmatched end of at most END_RUN tokens."""
+    a number or operator only missing, or replaced by a word, is an edit, not a conflict), where the
+    FLANK item tokens on each side align too (or the item ends)."""
     a_tok, a_cls = item
     b_tok, b_cls = region
     ids: dict[str, int] = {}
@@ -299,7 +299,7 @@ def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[
     return int(edits), (f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else "")
 
 
-END_RUN = 2  # the longest unmatched item end whose changed number or operator is a conflict
+FLANK = 2  # the item tokens each side of a changed number or operator that must align for a conflict
 
 
 @njit(cache=True, nogil=True)
@@ -322,34 +322,32 @@ def _place(a, a_cls, b, b_cls):
         if d[k, j] <= best:  # the last of equal placements: a changed last token reads as changed
             best, bj = d[k, j], j
     i, j = k, bj
-    subs_i = np.empty(k, np.int64)  # the path's same-class number/operator substitutions
-    subs_j = np.empty(k, np.int64)
-    n_subs = 0
-    first_match, last_match = k, -1
+    state = np.zeros(k, np.int64)  # per item token: 0 dropped or changed, 1 matched, 2 conflicting
+    sub_j = np.full(k, -1, np.int64)
     while i > 0:
         if j > 0 and d[i, j] == d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1):
             if a[i - 1] == b[j - 1]:
-                first_match = i - 1
-                last_match = max(last_match, i - 1)
+                state[i - 1] = 1
             elif a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
-                subs_i[n_subs] = i - 1
-                subs_j[n_subs] = j - 1
-                n_subs += 1
+                state[i - 1] = 2
+                sub_j[i - 1] = j - 1
             i -= 1
             j -= 1
         elif d[i, j] == d[i - 1, j] + 1:
             i -= 1
         else:
             j -= 1
-    # a substitution counts between matches, and in an unmatched end of at most END_RUN item tokens
-    # (a changed last number); a longer unmatched end is a cut item, aligned against whatever text
-    # lies beside it
+    # a conflict counts where the item is held in place on both sides: its FLANK neighbours each way
+    # aligned (matched, or conflicting too), or the item's end before them; a cut item's end aligned
+    # against the text beside it, with a stray common word matched, is no conflict
     ci, cj = -1, -1
-    for s in range(n_subs):
-        x = subs_i[s]
-        inside = first_match < x < last_match
-        head = x < first_match and first_match <= END_RUN
-        tail = x > last_match and k - 1 - last_match <= END_RUN
-        if inside or head or tail:
-            ci, cj = x, subs_j[s]
+    for x in range(k - 1, -1, -1):
+        if state[x] != 2:
+            continue
+        ok = True
+        for y in range(x - FLANK, x + FLANK + 1):
+            if y != x and 0 <= y < k and state[y] == 0:
+                ok = False
+        if ok:
+            ci, cj = x, sub_j[x]
     return best, ci, cj

@@ -20,10 +20,19 @@ Verify. Each candidate's item words are aligned against the document's words aro
 longest chain of hits in the item's order, extended by the item's words outside it, plus slack): the
 longest common subsequence of the two, computed bit-parallel, tolerates inserted words (markup, a
 sentence added), dropped and substituted words. The score is the aligned fraction of the item's words;
-an item is contaminated when one document scores >= --threshold (default 0.75). Items of at most
---short-words words need an exact whole-item match (alignment is too permissive for them); items under
+an item is contaminated when one document scores >= --threshold (default 0.75). Items under
 --min-item-words words are not decided. Every document that passes is reported: source, file, document
 id, token span and score.
+
+Short items and symbols. Items of at most --short-words words also index their own `short_ngram`-word
+windows (4), so one with a word edited is still retrieved (a candidate when its windows cover what its
+allowed edits leave of its indexed words), and are decided by the text check: the item and the
+document's text around the span, decoded and read as tokens that keep numbers and operators
+(normalize.text_tokens: written-out operators and numerals read as their symbols), placed by a
+semi-global edit distance (align.text_check); contaminated at <= min(short_edits, words // 7) token
+edits. The text check also reads every candidate of an item holding a number or an operator: one of
+them standing where the document has a different one (a sign flip, another number) makes that
+document not a copy (score 0, `not_a_copy`), whatever its alignment score.
 
 Bounded memory. Hits are kept only for each key's first max_docs_per_key documents (in file, document
 order), merged as they arrive (HitSet): memory grows with the eval index and how often its keys recur,
