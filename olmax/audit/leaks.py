@@ -50,6 +50,7 @@ the report names files as the mix gives them.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -79,7 +80,10 @@ from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
 SHORT_WORDS_PER_EDIT = 7
-TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
+TEXT_CHECK_FLOOR = 0.5
+_SIGN_CHARS = re.compile(
+    r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]"
+)  # candidates scoring below this are not read as text (no threshold goes lower)
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
 
@@ -445,7 +449,7 @@ class FileCandidates:
     ids: tuple[int, ...]
     candidates: tuple[Candidate, ...]
     words: dict  # item -> its packed word values
-    texts: dict  # item -> its text tokens (normalize.text_tokens), for the items the text check reads
+    texts: dict  # item -> its text, which the text check reads (short items, and those with signs)
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
@@ -520,22 +524,12 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     return out, stats
 
 
-def needs_text(item_tokens: tuple[list[str], list[int]], short: bool) -> bool:
-    """Whether the text check reads an item's candidates: short items always (their edits are counted
-    there), longer ones when they hold a number or an operator (which must match)."""
-    return short or any(c != WORD for c in item_tokens[1])
-
-
 def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[FileCandidates]:
-    """The candidates grouped by training file, in file order, with the text tokens of the items the
-    text check reads."""
+    """The candidates grouped by training file, in file order, with their items' words and texts (read
+    by the text check on the worker, only for the candidates that reach it)."""
     by_file: dict[int, list[int]] = {}
-    texts: dict[int, tuple | None] = {}
     for g, c in enumerate(cands):
         by_file.setdefault(c.file, []).append(g)
-        if c.item not in texts:
-            toks = text_tokens(ev.items[c.item].text)
-            texts[c.item] = toks if needs_text(toks, c.short) else None
     return [
         FileCandidates(
             f,
@@ -543,7 +537,7 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
             tuple(ids),
             tuple(cands[g] for g in ids),
             {cands[g].item: ev.words[cands[g].item] for g in ids},
-            {cands[g].item: texts[cands[g].item] for g in ids if texts[cands[g].item] is not None},
+            {cands[g].item: ev.items[cands[g].item].text for g in ids},
         )
         for f, ids in sorted(by_file.items())
     ]
@@ -552,8 +546,9 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
 def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str, int, str]]:
     """Map over files: (candidate id, score, token start, token end, document id, text edits, conflict) of
     each candidate of one training file (opened once), aligned as in the module docstring
-    (align.verify_candidates); the text check (`text_edits`) of the items in `task.texts` scoring at
-    least TEXT_CHECK_FLOOR gives the edits and the conflict (-1 and '' where it did not run)."""
+    (align.verify_candidates); the text check (`text_edits`) of the candidates scoring at least their
+    `floor`, when their item is short or holds a number or an operator, gives the edits and the
+    conflict (-1 and '' where it did not run)."""
     cands = task.candidates
     if not cands:
         return []
@@ -579,15 +574,22 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
             np.asarray([c.short for c in cands]),
         )
         out = []
+        item_toks: dict[int, tuple | None] = {}  # the text check's tokens of an item, None: not read
         for j, (g, s, a, b, doc) in enumerate(
             zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
         ):
-            item_toks = task.texts.get(cands[j].item)
+            c = cands[j]
             edits, conflict = -1, ""
-            if item_toks is not None and s >= cands[j].floor:
-                edits, conflict = text_edits(
-                    tokens, tables, item_toks, a, b, int(docs.starts[doc]), int(docs.ends[doc])
-                )
+            if s == 1.0 and not _SIGN_CHARS.search(task.texts[c.item]):
+                edits = 0  # an exact word match of an item with no digit or operator: nothing to check
+            elif s >= c.floor:
+                if c.item not in item_toks:
+                    toks = text_tokens(task.texts[c.item])
+                    item_toks[c.item] = toks if c.short or any(k != WORD for k in toks[1]) else None
+                if item_toks[c.item] is not None:
+                    edits, conflict = text_edits(
+                        tokens, tables, item_toks[c.item], a, b, int(docs.starts[doc]), int(docs.ends[doc])
+                    )
             out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict))
         return out
 
