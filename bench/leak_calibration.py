@@ -58,8 +58,30 @@ POSITIVE = (
     "markup",
     "unicode_variants",
     "rewrap",
+    "short_edit",
+    "math_verbatim",
+    "math_edit",
+    "written_out",
+    "written_numbers",
 )
-NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
+NEGATIVE = (
+    "unplanted",
+    "generic_sentence",
+    "training_boilerplate",
+    "sign_flip",
+    "other_number",
+    "template_values",
+)
+# the kinds of short items, symbols and written-out forms (issue 29), planted after the others with a
+# generator of their own, so the earlier kinds draw the same items, plants and hosts as before
+SYMBOL_POSITIVE = ("short_edit", "math_verbatim", "math_edit", "written_out", "written_numbers")
+SYMBOL_NEGATIVE = ("sign_flip", "other_number", "template_values")
+MATH_SET = "math"
+# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to: a
+# reworded templated maths question (8-10 words, most of its 4-word windows shared by >= 10 items, so
+# not indexed) is missed when the edit falls inside the few windows left (0.833 over seeds 0-1).
+SHORT_OF_TARGET = {"math_edit": 0.8}
+SHORT_MAX_WORDS = 20
 MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
 SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
 MIN_WORDS, MIN_EDITED_WORDS = 10, 25
@@ -191,7 +213,8 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
     rng.shuffle(rest)
     rest = lp.round_robin(rest, SETS)
-    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + NEGATIVE, per_kind, rng))
+    base_negative = tuple(k for k in NEGATIVE if k not in SYMBOL_NEGATIVE)
+    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + base_negative, per_kind, rng))
 
     docs = training_docs()
     ids = [f"{src}-{n}" for n, (src, _, _) in enumerate(docs)]
@@ -206,7 +229,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
         records.append({"kind": kind, "eval": name, "id": str(item.id), "hosts": [ids[h] for h in hosts]})
         per_set.setdefault(name, []).append({"id": str(item.id), "text": text})
 
-    for kind in POSITIVE:
+    for kind in (k for k in POSITIVE if k not in SYMBOL_POSITIVE):
         base = kind.removesuffix("_one").removesuffix("_many")
         for name, item in dealt[kind]:
             plant = lp.TRANSFORMS[base](item.text, rng)
@@ -225,6 +248,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
         record("training_boilerplate", name, item, lp.with_boilerplate_line(item.text, line), [])
     for name, item in dealt["unplanted"]:
         record("unplanted", name, item, item.text, [])
+    plant_symbol_kinds(seed, per_kind, rest, texts, used, record)
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
@@ -240,6 +264,60 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
                 f.write(json.dumps(row) + "\n")
         specs.append(f"{name}={path}")
     return records, specs
+
+
+def plant_symbol_kinds(
+    seed: int, per_kind: int, rest: list, texts: list[str], used: set[int], record
+) -> None:
+    """The short-item and symbol kinds, each pasted into one host: `short_edit` (a real item of <=
+    SHORT_MAX_WORDS words left after the other kinds, reworded by one or two word edits), and on maths
+    questions of the `math` set (leak_plants.MATH_TEMPLATES): `math_verbatim`, `math_edit` (reworded,
+    numbers and operators untouched), `written_out` (operators in words), `written_numbers` (numbers up
+    to twenty in words); hard
+    negatives, the eval item never planted but a different question from it: `sign_flip`,
+    `other_number`, `template_values` (the same template, other values)."""
+    rng = random.Random(10_000 + seed)
+    short = [p for p in rest if len(p[1].text.split()) <= SHORT_MAX_WORDS]
+    for name, item in _deal(short, ("short_edit",), per_kind, rng)["short_edit"]:
+        pasted = lp.paste(lp.short_edit(item.text, rng), texts, False, rng, used)
+        for h, t in pasted.items():
+            texts[h] = t
+        record("short_edit", name, item, item.text, sorted(pasted))
+    transform = {
+        "math_verbatim": lambda text, t: text,
+        "math_edit": lambda text, t: lp.short_edit(text, rng),
+        "written_out": lambda text, t: lp.written_out(text),
+        "written_numbers": lambda text, t: lp.written_numbers(text),
+        "sign_flip": lambda text, t: lp.sign_flip(text, rng),
+        "other_number": lambda text, t: lp.other_number(text, rng),
+        "template_values": lambda text, t: lp.template_values(lp.MATH_TEMPLATES[t], text, rng),
+    }
+    signed = [t for t, tpl in enumerate(lp.MATH_TEMPLATES) if "{op}" in tpl or " - " in tpl]
+    spaced = [t for t, tpl in enumerate(lp.MATH_TEMPLATES) if re.search(r" (?:[-+*=]|\{op\}) ", tpl)]
+    made: set[str] = set()
+    for kind, fn in transform.items():
+        pool = {"sign_flip": signed, "written_out": spaced}.get(kind, range(len(lp.MATH_TEMPLATES)))
+        for j in range(per_kind):
+            t = pool[j % len(pool)]
+            while True:  # every eval question distinct, none another's plant, every plant a change
+                text = lp.math_item(lp.MATH_TEMPLATES[t], rng)
+                plant = fn(text, t)
+                if text not in made and plant not in made and (kind == "math_verbatim" or plant != text):
+                    break
+            made.update((text, plant))
+            pasted = lp.paste(plant, texts, False, rng, used)
+            for h, new in pasted.items():
+                texts[h] = new
+            record(
+                kind,
+                MATH_SET,
+                _MathItem(f"{kind}-{j}", text),
+                text,
+                [] if kind in SYMBOL_NEGATIVE else sorted(pasted),
+            )
+
+
+_MathItem = namedtuple("_MathItem", "id text")
 
 
 def scores(report: dict) -> dict[tuple[str, str], dict]:

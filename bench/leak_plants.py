@@ -625,3 +625,114 @@ def paste(plant: str, texts: list[str], many: bool, rng: random.Random, used: se
         return on_many(plant, texts, rng, used)
     h = pick_hosts(len(texts), 1, rng, used)[0]
     return {h: on_one(plant, texts[h], rng)}
+
+
+# ------------------------------------------------------------------- short items, symbols, written-out forms
+# Short maths questions (one line, numbers and operators) written here from templates: the eval items of
+# the symbol kinds. Each template's slots are filled with distinct integers; `{op}` is + or -.
+MATH_TEMPLATES = (
+    "Solve for x in the equation {a}x {op} {b} = {c}.",
+    "What is the value of {a} {op} {b} * {c}?",
+    "If y = {a}x {op} {b}, what is y when x = {c}?",
+    "Compute {a} * {b} {op} {c} and write down the result.",
+    "A box holds {a} red balls and {b} blue balls. If {c} balls are taken out, how many are left?",
+    "Simplify the expression {a}(x {op} {b}) - {c}x as far as you can.",
+    "Find the number n such that n {op} {a} = {b} * {c}.",
+    "The perimeter of a rectangle is {a} cm and one side is {b} cm. How long is the other side?",
+)
+_SMALL = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty"
+).split()
+_OPS_SPOKEN = {"+": "plus", "-": "minus", "*": "times", "=": "equals"}
+_NUMBER = re.compile(r"\d+")
+
+
+def math_item(template: str, rng: random.Random) -> str:
+    """`template` filled: {a}, {b}, {c} distinct integers in [2, 60], {op} + or -."""
+    a, b, c = rng.sample(range(2, 61), 3)
+    return template.format(a=a, b=b, c=c, op=rng.choice("+-"))
+
+
+def math_items(n: int, rng: random.Random) -> list[str]:
+    """`n` distinct maths questions, round-robin over MATH_TEMPLATES."""
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        text = math_item(MATH_TEMPLATES[len(out) % len(MATH_TEMPLATES)], rng)
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def written_out(text: str, rng: random.Random | None = None) -> str:
+    """The item with its spaced operators spoken: `3 + 4 = 7` as `3 plus 4 equals 7`, `*` as `times`."""
+    return re.sub(r"(?<= )[-+*=](?= )", lambda m: _OPS_SPOKEN[m.group()], text)
+
+
+def written_numbers(text: str, rng: random.Random | None = None) -> str:
+    """The item with its whole numbers up to twenty as words (`6 cm` as `six cm`; not one glued to a
+    variable, as in `20x`)."""
+    return re.sub(
+        r"(?<![\w.])\d+(?![\w.])",
+        lambda m: _SMALL[int(m.group())] if int(m.group()) <= 20 else m.group(),
+        text,
+    )
+
+
+def sign_flip(text: str, rng: random.Random) -> str:
+    """One spaced `+` or `-` of the item turned into the other (a different question); the text
+    unchanged when it has none."""
+    spots = [m.start() for m in re.finditer(r"(?<= )[-+](?= )", text)]
+    if not spots:
+        return text
+    i = rng.choice(spots)
+    return text[:i] + ("-" if text[i] == "+" else "+") + text[i + 1 :]
+
+
+def other_number(text: str, rng: random.Random) -> str:
+    """One number of the item replaced by another of as many digits (a different question)."""
+    spans = list(_NUMBER.finditer(text))
+    if not spans:
+        return text
+    m = rng.choice(spans)
+    old = m.group()
+    lo, hi = (0, 9) if len(old) == 1 else (10 ** (len(old) - 1), 10 ** len(old) - 1)
+    new = old
+    while new == old:
+        new = str(rng.randint(lo, hi))
+    return text[: m.start()] + new + text[m.end() :]
+
+
+def template_values(template: str, text: str, rng: random.Random) -> str:
+    """Another fill of the template `text` came from: the same words, other values."""
+    while True:
+        other = math_item(template, rng)
+        if other != text:
+            return other
+
+
+def _plain(word: str) -> bool:
+    """A word with no digit and no operator: edits to wording touch only these."""
+    return not re.search(r"[\d+\-*/=<>^%]", word)
+
+
+def short_edit(text: str, rng: random.Random) -> str:
+    """A short item reworded: one word edit per 7 words, at most two (one under 14 words), each a
+    substitution by a common word, an inserted common word or a dropped word, at distinct words that
+    hold no digit or operator (the numbers and symbols stay as they are)."""
+    toks = text.split()
+    n_edits = max(1, min(2, len(toks) // 7))
+    spots = [i for i, t in enumerate(toks) if _plain(t)]
+    picks = sorted(rng.sample(spots, min(n_edits, len(spots))), reverse=True)
+    for i in picks:
+        kind = rng.choice(("substitute", "insert", "drop"))
+        lead, core, trail = _CORE.match(toks[i]).groups()
+        if kind == "substitute":
+            toks[i] = lead + _replacement(core or toks[i], rng) + trail
+        elif kind == "insert":
+            toks.insert(i, rng.choice(COMMON_WORDS))
+        else:
+            del toks[i]
+    return " ".join(toks)

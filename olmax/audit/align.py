@@ -280,3 +280,74 @@ def _chains(q, c, max_chains):
                 at -= 1
             row += 1
     return out
+
+
+# ------------------------------------------------------------------------------------------ text check
+def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[int]]) -> tuple[int, str]:
+    """(edits, conflict) of an item's text tokens placed in a region's (normalize.text_tokens): the
+    fewest token edits (a substitution, an inserted or a dropped token each 1) that turn the item into
+    some run of the region's tokens, and, on that placement, the first number or operator of the item
+    that stands where the region has a different one of the same class ("'-' vs '+'"; '' when none:
+    a number or operator only missing, or replaced by a word, is an edit, not a conflict), where the
+    FLANK item tokens on each side align too (or the item ends)."""
+    a_tok, a_cls = item
+    b_tok, b_cls = region
+    ids: dict[str, int] = {}
+    a = np.asarray([ids.setdefault(t, len(ids)) for t in a_tok], dtype=np.int64)
+    b = np.asarray([ids.setdefault(t, len(ids)) for t in b_tok], dtype=np.int64)
+    edits, i, j = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
+    return int(edits), (f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else "")
+
+
+FLANK = 2  # the item tokens each side of a changed number or operator that must align for a conflict
+
+
+@njit(cache=True, nogil=True)
+def _place(a, a_cls, b, b_cls):
+    """Semi-global edit distance of `a` inside `b` (free ends in `b`), with the first same-class
+    number/operator substitution on the best path, item-first: (edits, i, j), (i, j) = (-1, -1) for
+    none. On ties the path prefers a substitution (a changed number reads as changed, not as one
+    dropped beside one inserted)."""
+    k, m = a.size, b.size
+    d = np.zeros((k + 1, m + 1), np.int64)
+    for i in range(1, k + 1):
+        d[i, 0] = i
+        for j in range(1, m + 1):
+            sub = d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1)
+            dele = d[i - 1, j] + 1
+            ins = d[i, j - 1] + 1
+            d[i, j] = min(sub, dele, ins)
+    best, bj = k, 0
+    for j in range(m + 1):
+        if d[k, j] <= best:  # the last of equal placements: a changed last token reads as changed
+            best, bj = d[k, j], j
+    i, j = k, bj
+    state = np.zeros(k, np.int64)  # per item token: 0 dropped or changed, 1 matched, 2 conflicting
+    sub_j = np.full(k, -1, np.int64)
+    while i > 0:
+        if j > 0 and d[i, j] == d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1):
+            if a[i - 1] == b[j - 1]:
+                state[i - 1] = 1
+            elif a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
+                state[i - 1] = 2
+                sub_j[i - 1] = j - 1
+            i -= 1
+            j -= 1
+        elif d[i, j] == d[i - 1, j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    # a conflict counts where the item is held in place on both sides: its FLANK neighbours each way
+    # aligned (matched, or conflicting too), or the item's end before them; a cut item's end aligned
+    # against the text beside it, with a stray common word matched, is no conflict
+    ci, cj = -1, -1
+    for x in range(k - 1, -1, -1):
+        if state[x] != 2:
+            continue
+        ok = True
+        for y in range(x - FLANK, x + FLANK + 1):
+            if y != x and 0 <= y < k and state[y] == 0:
+                ok = False
+        if ok:
+            ci, cj = x, sub_j[x]
+    return best, ci, cj

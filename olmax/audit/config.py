@@ -86,7 +86,13 @@ class LeakConfig:
         0.75, "flag when one document aligns this fraction of an item's words (default 0.75)"
     )
     short_words: int = setting(
-        20, "items of at most this many words need an exact whole-item match (default 20)"
+        20,
+        "items of at most this many words are short: found through their own windows and allowed "
+        "min(--short-edits, words // 7) token edits (default 20)",
+    )
+    short_edits: int = setting(2, "token edits a short item may differ by, at most (default 2)")
+    short_ngram: int = setting(
+        4, "window in words a short item is also indexed by (0: none, only exact whole-item keys; default 4)"
     )
     min_cover: float = setting(
         0.25,

@@ -28,6 +28,11 @@ def length_salt(k: int) -> np.uint64:
     return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-window-{k}".encode()))
 
 
+def short_salt(k: int) -> np.uint64:
+    """The salt of the short items' own k-word windows (apart from whole items of k words)."""
+    return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-short-window-{k}".encode()))
+
+
 class SortedKeys:
     """Exact lookup in a sorted array of unique uint64 hashes (uniform bits): a directory of where
     each value of the top `bits` bits begins narrows a query to about one key, and a few branch-free
@@ -69,10 +74,22 @@ class EvalIndex:
 
     `items` holds each item's packed word values (normalize.WordTables.packed_words)."""
 
-    def __init__(self, items: list[np.ndarray], n: int, min_item_words: int, max_items_per_key: int = 0):
+    def __init__(
+        self,
+        items: list[np.ndarray],
+        n: int,
+        min_item_words: int,
+        max_items_per_key: int = 0,
+        short_words: int = 0,
+        short_ngram: int = 0,
+    ):
         """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
-        side ("which of the following is the"), kept out of the index (`template_keys` counts them)."""
+        side ("which of the following is the"), kept out of the index (`template_keys` counts them).
+        `short_ngram` > 0: items of more than short_ngram and at most `short_words` words also give
+        their short_ngram-word windows (salted apart), so a short item with a word edited is found
+        through the windows the edit leaves whole."""
         self.n = n
+        self.short_ngram = short_ngram
         self.lengths_of = np.asarray([w.size for w in items], dtype=np.int64)
         # Every item long enough, its words concatenated: an item of k >= n words gives its k - n + 1
         # n-word windows, a shorter one its whole self; records in item order, then window order.
@@ -93,9 +110,22 @@ class EvalIndex:
         salts = np.asarray([length_salt(int(k)) for k in range(n + 1)], dtype=np.uint64)
         key = packed_windows(words, at, wlen) ^ salts[wlen] if at.size else np.zeros(0, np.uint64)
         bag_n = window_sums(words, n)[at[wlen == n]]
+        s = short_ngram
+        sel = (k_use > s) & (k_use <= short_words) if s > 0 else np.zeros(use.size, dtype=bool)
+        bag_s = np.zeros(0, np.uint64)
+        if sel.any():  # the short items' own s-word windows
+            per_s = k_use[sel] - s + 1
+            s_item = np.repeat(use[sel], per_s)
+            s_q = np.arange(s_item.size, dtype=np.int64) - np.repeat(np.cumsum(per_s) - per_s, per_s)
+            s_at = np.repeat(offset[sel], per_s) + s_q
+            key = np.concatenate([key, packed_windows(words, s_at, s) ^ short_salt(s)])
+            rec_item, rec_q = np.concatenate([rec_item, s_item]), np.concatenate([rec_q, s_q])
+            wlen = np.concatenate([wlen, np.full(s_item.size, s, np.int64)])
+            bag_s = window_sums(words, s)[s_at]
         order = np.argsort(key, kind="stable")
         key = key[order]
         self.rec_item, self.rec_q = rec_item[order], rec_q[order]
+        self.rec_w = wlen[order].astype(np.int64)  # each record's window length
         self.template_keys = 0
         if max_items_per_key > 0 and key.size:
             # distinct items per key (records are sorted by key, then by item within a key)
@@ -106,6 +136,19 @@ class EvalIndex:
             keep = n_items[inv.reshape(-1)] < max_items_per_key
             self.template_keys = int((n_items >= max_items_per_key).sum())
             key, self.rec_item, self.rec_q = key[keep], self.rec_item[keep], self.rec_q[keep]
+            self.rec_w = self.rec_w[keep]
+        # how many of each item's words its indexed windows cover (templates left out): what a copy's
+        # hits can cover at most
+        self.coverable = np.zeros(self.lengths_of.size, np.int64)
+        if self.rec_item.size:
+            item_at = np.zeros(self.lengths_of.size, np.int64)
+            item_at[use] = offset
+            start = item_at[self.rec_item] + self.rec_q
+            diff = np.zeros(words.size + 1, np.int64)
+            np.add.at(diff, start, 1)
+            np.add.at(diff, start + self.rec_w, -1)
+            covered = (np.cumsum(diff[:-1]) > 0).astype(np.int64)
+            self.coverable[use] = np.add.reduceat(covered, offset) if use.size else 0
         self.ukeys, first = np.unique(key, return_index=True)
         self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
@@ -130,6 +173,9 @@ class EvalIndex:
         np.bitwise_or.at(self.anchor_lengths, inv.reshape(-1), bit)
         self.has_ngrams = bool(bag_n.size)
         self.filter = WindowFilter(bag_n)
+        self.has_short_ngrams = bool(bag_s.size)
+        self.short_filter = WindowFilter(bag_s) if bag_s.size else None
+        self.short_ngram_salt = short_salt(s) if s > 0 else np.uint64(0)
         self.anchor_filter = WindowFilter(
             window_sums(words, self.anchor)[offset[short]] if short.any() else np.zeros(0, np.uint64)
         )
@@ -148,6 +194,13 @@ class EvalIndex:
         if self.has_ngrams and m - n + 1 > lo:
             cand = self.filter.window_candidates(packed, n, lo)
             k_, at = self.lookup.find(packed_windows(packed, cand, n) ^ self.salts[n], cand)
+            keys.append(k_)
+            starts.append(at)
+        s = self.short_ngram
+        lo = max(0, first_new - s + 1)
+        if self.has_short_ngrams and m - s + 1 > lo:
+            cand = self.short_filter.window_candidates(packed, s, lo)
+            k_, at = self.lookup.find(packed_windows(packed, cand, s) ^ self.short_ngram_salt, cand)
             keys.append(k_)
             starts.append(at)
         a = self.anchor

@@ -20,10 +20,19 @@ Verify. Each candidate's item words are aligned against the document's words aro
 longest chain of hits in the item's order, extended by the item's words outside it, plus slack): the
 longest common subsequence of the two, computed bit-parallel, tolerates inserted words (markup, a
 sentence added), dropped and substituted words. The score is the aligned fraction of the item's words;
-an item is contaminated when one document scores >= --threshold (default 0.75). Items of at most
---short-words words need an exact whole-item match (alignment is too permissive for them); items under
+an item is contaminated when one document scores >= --threshold (default 0.75). Items under
 --min-item-words words are not decided. Every document that passes is reported: source, file, document
 id, token span and score.
+
+Short items and symbols. Items of at most --short-words words also index their own `short_ngram`-word
+windows (4), so one with a word edited is still retrieved (a candidate when its windows cover what its
+allowed edits leave of its indexed words), and are decided by the text check: the item and the
+document's text around the span, decoded and read as tokens that keep numbers and operators
+(normalize.text_tokens: written-out operators and numerals read as their symbols), placed by a
+semi-global edit distance (align.text_check); contaminated at <= min(short_edits, words // 7) token
+edits. The text check also reads every candidate of an item holding a number or an operator: one of
+them standing where the document has a different one (a sign flip, another number) makes that
+document not a copy (score 0, `not_a_copy`), whatever its alignment score.
 
 Bounded memory. Hits are kept only for each key's first max_docs_per_key documents (in file, document
 order), merged as they arrive (HitSet): memory grows with the eval index and how often its keys recur,
@@ -41,6 +50,7 @@ the report names files as the mix gives them.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -50,10 +60,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.align import verify_candidates
+from olmax.audit.align import text_check, verify_candidates
 from olmax.audit.config import LeakConfig
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.normalize import NORMALIZATION, WordTables, word_tables
+from olmax.audit.normalize import (
+    NORMALIZATION,
+    SIGN_NORMALIZATION,
+    WORD,
+    WordTables,
+    text_tokens,
+    word_tables,
+)
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
 from olmax.cli_fields import named
@@ -63,6 +80,11 @@ from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 
 MAX_NEAR_MISSES = 1000
+SHORT_WORDS_PER_EDIT = 7
+TEXT_CHECK_FLOOR = 0.5
+_SIGN_CHARS = re.compile(
+    r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]"
+)  # candidates scoring below this are not read as text (no threshold goes lower)
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
 
@@ -229,7 +251,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     report = {
         "command": "audit leaks",
         "settings": asdict(cfg),
-        "normalization": NORMALIZATION,
+        "normalization": {"words": NORMALIZATION, "text_check": SIGN_NORMALIZATION},
         "hashing": (
             f"{cfg.ngram}-word rolling hashes (two Karp-Rabin bases mod p = 2^31-1 over two "
             f"polynomial word hashes), per-pair collision <= ((n-1+l)/p)^2 for words of <= l "
@@ -243,8 +265,13 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
             f"verify: longest common subsequence of the item's words and the document's words around "
             f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
             f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
-            f"{cfg.short_words} words need an exact whole-item match; items under "
-            f"{cfg.min_item_words} words are not decided"
+            f"{cfg.short_words} words: contaminated when their text tokens (normalization.text_check) "
+            f"differ from a run of the document's by at most min({cfg.short_edits}, words // "
+            f"{SHORT_WORDS_PER_EDIT}) edits (found through their own {cfg.short_ngram}-word windows); text check: an item holding a number or an operator (and every short "
+            f"item) is read once more as text, and a number or operator of the item that stands where "
+            f"the document has another one (a sign flip, another number) makes the document not a copy "
+            f"(score 0, `not_a_copy` says which); one only missing or replaced by a word is an edit; "
+            f"items under {cfg.min_item_words} words are not decided"
         ),
         "training": {"files": len(paths), "tokens": train_tokens},
         "eval_index": {
@@ -330,7 +357,14 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         words,
         np.asarray(rep_of, np.int64),
         dups,
-        EvalIndex(indexed, cfg.ngram, cfg.min_item_words, max_items_per_key=cfg.template_items),
+        EvalIndex(
+            indexed,
+            cfg.ngram,
+            cfg.min_item_words,
+            max_items_per_key=cfg.template_items,
+            short_words=cfg.short_words,
+            short_ngram=cfg.short_ngram,
+        ),
     )
 
 
@@ -382,6 +416,7 @@ class Candidate:
     n: int
     short: bool
     saturated: bool
+    floor: float = TEXT_CHECK_FLOOR  # the alignment score from which the text check reads it
 
 
 @dataclass(frozen=True)
@@ -394,6 +429,7 @@ class FileCandidates:
     ids: tuple[int, ...]
     candidates: tuple[Candidate, ...]
     words: dict  # item -> its packed word values
+    texts: dict  # item -> its text, which the text check reads (short items, and those with signs)
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
@@ -408,29 +444,43 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     rec = np.repeat(eidx.rec_ptr[hits["key"]], per) + (
         np.arange(hit_of.size) - np.repeat(np.cumsum(per) - per, per)
     )
-    h_item, h_q = eidx.rec_item[rec], eidx.rec_q[rec]
+    h_item, h_q, h_w = eidx.rec_item[rec], eidx.rec_q[rec], eidx.rec_w[rec]
     h_file, h_doc, h_pos = hits["file"][hit_of], hits["doc"][hit_of], hits["pos"][hit_of]
     h_sat = saturated[hits["key"][hit_of]]
-    order = np.lexsort((h_q, h_doc, h_file, h_item))
-    h_item, h_q, h_file, h_doc, h_pos, h_sat = (x[order] for x in (h_item, h_q, h_file, h_doc, h_pos, h_sat))
+    order = np.lexsort((-h_w, h_q, h_doc, h_file, h_item))  # the widest window first at a position
+    h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat = (
+        x[order] for x in (h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat)
+    )
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
     starts = np.flatnonzero(brk)
-    # words of the item its windows cover, per pair: the union of [q, q + n) over its distinct positions
-    # (sorted within the pair), each adding min(n, the gap to the next distinct one)
+    # words of the item its windows cover, per pair: the union of [q, q + w) over its distinct positions
+    # (sorted within the pair; w the widest window there), each adding min(w, the gap to the next one)
     distinct = brk.copy()
     distinct[1:] |= h_q[1:] != h_q[:-1]
     at = np.flatnonzero(distinct)
-    gap = np.full(at.size, n, dtype=np.int64)
+    gap = h_w[at].copy()
     inner = ~brk[at[1:]]  # the next distinct position is in the same pair
-    gap[:-1][inner] = np.minimum(n, h_q[at[1:]][inner] - h_q[at[:-1]][inner])
+    gap[:-1][inner] = np.minimum(gap[:-1][inner], h_q[at[1:]][inner] - h_q[at[:-1]][inner])
     covered = np.add.reduceat(gap, np.searchsorted(at, starts)) if at.size else np.zeros(0, np.int64)
     k = eidx.lengths_of[h_item[starts]]
-    ngram_pair = k >= n  # n-gram keys; a whole-item key (k < n) is an exact match of the whole item
-    keep = ~ngram_pair | (covered >= np.maximum(n, cfg.min_cover * k))
+    # a whole-item key (k < n) is an exact match of the whole item
+    whole = (
+        np.logical_or.reduceat((h_w == eidx.lengths_of[h_item]) & (h_w < n), starts) if starts.size else k < 0
+    )
+    short = k <= cfg.short_words
+    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    # what the windows of a short item with its allowed edits cover at the least: an edit leaves
+    # whole the windows of a run of >= short_ngram words beside it, so it costs at most that many of
+    # the words its indexed windows cover (templates are not indexed)
+    s = max(1, cfg.short_ngram)
+    short_bar = np.maximum(s, np.minimum(k, eidx.coverable[h_item[starts]]) - allowed * s)
+    keep = np.where(
+        whole, True, np.where(short, covered >= short_bar, covered >= np.maximum(n, cfg.min_cover * k))
+    )
     stats = {
         "pairs": int(starts.size),
-        "verified": int((keep & ngram_pair).sum()),
+        "verified": int((keep & ~whole).sum()),
         "saturated_keys": int(saturated.sum()),
     }
     bounds = np.append(starts, h_item.size)
@@ -445,6 +495,7 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
             min(n, kk),
             kk < n or kk <= cfg.short_words,
             bool(st),
+            text_floor(kk, cfg),
         )
         for lo, hi, kk, st in zip(
             bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
@@ -454,7 +505,8 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
 
 
 def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[FileCandidates]:
-    """The candidates grouped by training file, in file order."""
+    """The candidates grouped by training file, in file order, with their items' words and texts (read
+    by the text check on the worker, only for the candidates that reach it)."""
     by_file: dict[int, list[int]] = {}
     for g, c in enumerate(cands):
         by_file.setdefault(c.file, []).append(g)
@@ -465,14 +517,18 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
             tuple(ids),
             tuple(cands[g] for g in ids),
             {cands[g].item: ev.words[cands[g].item] for g in ids},
+            {cands[g].item: ev.items[cands[g].item].text for g in ids},
         )
         for f, ids in sorted(by_file.items())
     ]
 
 
-def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str]]:
-    """Map over files: (candidate id, score, token start, token end, document id) of each candidate of
-    one training file (opened once), aligned as in the module docstring (align.verify_candidates)."""
+def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str, int, str]]:
+    """Map over files: (candidate id, score, token start, token end, document id, text edits, conflict) of
+    each candidate of one training file (opened once), aligned as in the module docstring
+    (align.verify_candidates); the text check (`text_edits`) of the candidates scoring at least their
+    `floor`, when their item is short or holds a number or an operator, gives the edits and the
+    conflict (-1 and '' where it did not run)."""
     cands = task.candidates
     if not cands:
         return []
@@ -497,10 +553,36 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
             np.asarray([c.n for c in cands]),
             np.asarray([c.short for c in cands]),
         )
-        return [
-            (g, float(s), int(a), int(b), docs.id_of(int(doc)))
-            for g, s, a, b, doc in zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
-        ]
+        out = []
+        item_toks: dict[int, tuple | None] = {}  # the text check's tokens of an item, None: not read
+        for j, (g, s, a, b, doc) in enumerate(
+            zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
+        ):
+            c = cands[j]
+            edits, conflict = -1, ""
+            if s == 1.0 and not _SIGN_CHARS.search(task.texts[c.item]):
+                edits = 0  # an exact word match of an item with no digit or operator: nothing to check
+            elif s >= c.floor:
+                if c.item not in item_toks:
+                    toks = text_tokens(task.texts[c.item])
+                    item_toks[c.item] = toks if c.short or any(k != WORD for k in toks[1]) else None
+                if item_toks[c.item] is not None:
+                    edits, conflict = text_edits(
+                        tokens, tables, item_toks[c.item], a, b, int(docs.starts[doc]), int(docs.ends[doc])
+                    )
+            out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict))
+        return out
+
+
+def text_edits(
+    tokens: np.ndarray, tables: WordTables, item_toks: tuple, t0: int, t1: int, ds: int, de: int
+) -> tuple[int, str]:
+    """The text check of one candidate: the item's text tokens placed in the document's text around its
+    span [t0, t1) (as many tokens as the item has text tokens, plus 8, on each side, within the
+    document [ds, de)); (edits, conflict) of align.text_check."""
+    room = len(item_toks[0]) + 8
+    region = tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)])
+    return text_check(item_toks, text_tokens(region))
 
 
 def assemble(
@@ -518,23 +600,33 @@ def assemble(
     result = {g: rest for g, *rest in verified}
     found: dict[int, list[dict]] = {}  # item -> verified documents
     for g, c in enumerate(cands):
-        score, t0, t1, doc_id = result[g]
-        found.setdefault(c.item, []).append(
-            {
-                "source": sources[c.file],
-                "file": paths[c.file],
-                "doc": doc_id,
-                "token_start": t0,
-                "token_end": t1,
-                "score": round(score, 4),
-                "saturated_keys": c.saturated,
-            }
+        score, t0, t1, doc_id, edits, conflict = result[g]
+        doc = {
+            "source": sources[c.file],
+            "file": paths[c.file],
+            "doc": doc_id,
+            "token_start": t0,
+            "token_end": t1,
+            "score": round(score, 4),
+            "saturated_keys": c.saturated,
+        }
+        if edits >= 0:
+            doc["text_edits"] = edits
+        if conflict:  # another number or operator in the item's place: another item, not a copy
+            doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
+        doc["_pass"] = not conflict and (
+            0 <= edits <= short_allowed(int(eidx.lengths_of[c.item]), cfg)
+            if int(eidx.lengths_of[c.item]) <= cfg.short_words
+            else score >= cfg.threshold
         )
+        found.setdefault(c.item, []).append(doc)
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
         k = int(eidx.lengths_of[item])
-        passed = [x for x in docs_found if x["score"] >= (1.0 if k <= cfg.short_words else cfg.threshold)]
+        passed = [x for x in docs_found if x["_pass"]]
+        for x in docs_found:
+            del x["_pass"]
         best = max(docs_found, key=lambda x: x["score"])
         entry = {
             "eval": ev.sets[int(ev.set_of[item])][0],
@@ -567,6 +659,20 @@ def assemble(
             )
     near.sort(key=lambda e: -e["score"])
     return contaminated, near[:MAX_NEAR_MISSES], flagged
+
+
+def text_floor(k: int, cfg: LeakConfig) -> float:
+    """The alignment score from which a candidate is read as text: TEXT_CHECK_FLOOR, and for a short
+    item that of its allowed edits and two written-out numerals more (each a word changed)."""
+    if k > cfg.short_words:
+        return TEXT_CHECK_FLOOR
+    return max(TEXT_CHECK_FLOOR, (k - short_allowed(k, cfg) - 2) / max(1, k) - 1e-9)
+
+
+def short_allowed(k: int, cfg: LeakConfig) -> int:
+    """How many text-token edits a short item of `k` words may differ by: one per SHORT_WORDS_PER_EDIT
+    words, at most --short-edits (none under that many words)."""
+    return min(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
 
 
 def decide_items(

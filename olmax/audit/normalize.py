@@ -35,9 +35,26 @@ NORMALIZATION = (
     "are maximal runs of ASCII letters, digits and non-ASCII letters, joined across BPE token "
     "boundaries; punctuation, symbols, curly quotes, dashes and whitespace (ASCII and Unicode, "
     "line wraps included) dropped, so markup tags leave only their names as extra words, "
-    "which the alignment skips; special tokens (EOS) are document boundaries"
+    "which the alignment skips; special tokens (EOS) are document boundaries; a whole token after a "
+    "space that is a written-out operator (plus, minus, times, equals) is dropped as its symbol is, "
+    "one that is a numeral (zero to twenty, thirty to ninety) reads as its digits"
 )
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
+# Written-out operators and numerals as whole tokens after a space: operators read as the symbols
+# they stand for (dropped, as symbols are), numerals up to twenty and the tens as their digits. The
+# same word elsewhere ("<b>five", a line's first word) stays a word: one word changed, which the
+# alignment tolerates and the text check reads as its digits.
+_SPOKEN = {w.encode(): b"" for w in ("plus", "minus", "times", "equals")} | {
+    w.encode(): str(i).encode()
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_SPOKEN |= {
+    w.encode(): str(10 * i).encode()
+    for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)
+}
 MAX_WORD_BYTES = 1 << 12  # longer words hash as if cut here (offsets are clipped)
 # Word-byte hash bases (distinct from the n-gram bases, same modulus).
 WORD_BASES = (1_234_567_891, 1_987_654_321)
@@ -51,11 +68,15 @@ def _fold_bytes(raw: bytes) -> bytes:
     ligatures such as "ﬁ", fullwidth letters), drop combining accents ("é" and "e" + U+0301 both give
     "e"), lowercase non-ASCII letters and turn Unicode punctuation and spaces (curly quotes, dashes,
     NBSP, ...) into ASCII spaces. A token holding part of a character keeps its bytes
-    (ASCII-lowercased): they stay word bytes."""
+    (ASCII-lowercased): they stay word bytes. A space and a written-out operator or numeral (_SPOKEN)
+    folds to a space and its symbol's word bytes (none for an operator, the digits for a numeral)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.lower()
+    spoken = _SPOKEN.get(text[1:].lower().encode()) if text[:1] == " " else None
+    if spoken is not None:  # " minus" dropped as "-" is, " five" read as "5"
+        return b" " + spoken
     # compatibility forms (ligatures, fullwidth letters, superscripts) to their plain letters, accents off
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if unicodedata.category(ch) != "Mn")
     return "".join(
@@ -77,6 +98,7 @@ class WordTables:
         size = max([*vocab.values(), *added]) + 2
         decoder = byte_decoder()
         token_bytes: list[bytes | None] = [None] * size  # None: boundary
+        raw_bytes = [b"\n"] * size  # what a token reads as in the text check (a boundary: a line end)
         for token, i in vocab.items():
             if i in added:
                 continue
@@ -84,7 +106,11 @@ class WordTables:
                 raw = bytes(decoder[ch] for ch in token)
             except KeyError:
                 raw = token.encode("utf-8")
+            raw_bytes[i] = raw
             token_bytes[i] = _fold_bytes(raw)
+        # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
+        self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
+        self.raw = np.array(bytearray(b"".join(raw_bytes)), dtype=np.uint8)
         n_runs = np.zeros(size, dtype=np.int64)
         starts_word = np.zeros(size, dtype=bool)
         ends_word = np.zeros(size, dtype=bool)
@@ -164,6 +190,16 @@ class WordTables:
             if nw >= 0:
                 return vals[:nw].copy(), first[:nw].copy(), consumed
             cap = 2 * cap - nw  # tokens with several runs made more words than the scratch holds
+
+    def text(self, tokens: np.ndarray) -> str:
+        """The text of `tokens` (UTF-8, a character cut by the ends replaced; special tokens and ids past
+        the vocabulary read as line ends)."""
+        t = np.minimum(as_token_ids(tokens).astype(np.int64), self.size - 1)
+        lo, hi = self.raw_ptr[t], self.raw_ptr[t + 1]
+        if t.size == 0:
+            return ""
+        idx = np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
+        return self.raw[idx].tobytes().decode("utf-8", errors="replace")
 
     @property
     def kernel_tables(self) -> tuple:
@@ -358,3 +394,71 @@ def _mod_p(x):
 def word_tables(tokenizer_json: str) -> WordTables:
     """The (cached) word tables of a tokenizer.json."""
     return WordTables(tokenizer_json)
+
+
+# --------------------------------------------------------------------------- the text-level check's tokens
+# Verification reads a candidate's text once more, with the symbols the word stream drops: numbers and
+# operators are tokens of their own that must match (a sign flip or another number is another item), and
+# written-out operators and numerals read as their symbols ("minus" as "-", "five" as "5").
+SIGN_NORMALIZATION = (
+    "text check (short items, and items with numbers or operators): the candidate's text decoded, HTML "
+    "tags and entities removed, NFKC with accents dropped, lowercased; tokens are letter runs, numbers "
+    "(digits with inner . or ,) and operators + - * / = < > ^ % (the Unicode minus and dashes, x-sign "
+    "and division sign folded; a hyphen between two letters is not one); written-out forms read as their "
+    "symbols: plus, minus, times, multiplied by, divided by, equals, is equal to, equal to, and "
+    "the numerals zero to ninety-nine (twenty-four, twenty four) as digits"
+)
+WORD, NUMBER, OPERATOR = 0, 1, 2
+_NUMERALS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_NUMERALS.update(
+    {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), 3)}
+)
+_OP_WORDS = {"plus": "+", "minus": "-", "times": "*", "equals": "="}
+_SPECIAL = set(_NUMERALS) | set(_OP_WORDS)
+_OP_PHRASES = re.compile(r"\b(?:multiplied\s+by|divided\s+by|is\s+equal\s+to|equal\s+to)\b")
+_OP_PHRASE_OF = {"multiplied": "*", "divided": "/", "is": "=", "equal": "="}
+_TAG = re.compile(r"</?[a-z][\w:-]*(?:\s[^<>]*)?/?>", re.I)
+_DASHES = str.maketrans(
+    {c: "-" for c in "\u2010\u2011\u2012\u2013\u2212\ufe63\uff0d"} | {"\u00d7": "*", "\u00f7": "/"}
+)
+_TEXT_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[-+*/=<>^%]")
+_IN_WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
+_CLASS_OF = {c: NUMBER for c in "0123456789"} | {c: OPERATOR for c in "-+*/=<>^%"}
+
+
+def text_tokens(text: str) -> tuple[list[str], list[int]]:
+    """(tokens, classes) of `text` for the text check (SIGN_NORMALIZATION): each token a letter run
+    (WORD), a number (NUMBER) or an operator (OPERATOR)."""
+    import html
+
+    text = html.unescape(_TAG.sub(" ", text))
+    if not text.isascii():
+        text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+        text = unicodedata.normalize("NFKC", text).translate(_DASHES)
+    text = text.lower()
+    text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
+    text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
+    toks = _TEXT_TOKEN.findall(text)
+    if "," in text:  # only numbers hold one: 1,000 is 1000
+        toks = [t.replace(",", "") for t in toks]
+    cls = [_CLASS_OF.get(t[0], WORD) for t in toks]
+    spelled, merged = -2, []  # the last written-out numeral; tens merged into the units after them
+    for i in [i for i, t in enumerate(toks) if t in _SPECIAL]:
+        sym = _NUMERALS.get(toks[i])
+        if sym is None:
+            toks[i], cls[i] = _OP_WORDS[toks[i]], OPERATOR
+            continue
+        prev = toks[i - 1]
+        if spelled == i - 1 and len(sym) == 1 and len(prev) == 2 and prev[1] == "0" and prev != "10":
+            sym = prev[0] + sym  # twenty-four, twenty four
+            merged.append(i - 1)
+        toks[i], cls[i], spelled = sym, NUMBER, i
+    for i in reversed(merged):
+        del toks[i], cls[i]
+    return toks, cls
