@@ -118,6 +118,25 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="row", disable=not enabled, leave=False)
 
 
+def batches(batch_size: int, *arrays: np.ndarray):
+    """(start, stop, [each array's rows start:stop]) over the rows of `arrays`, the last batch padded to
+    `batch_size` with copies of its last row, so every batch has one shape and compiles once."""
+    n = arrays[0].shape[0]
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        yield (
+            start,
+            stop,
+            [
+                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
+                if pad
+                else a[start:stop]
+                for a in arrays
+            ],
+        )
+
+
 def score(
     model,
     inputs: np.ndarray,
@@ -132,15 +151,7 @@ def score(
     fn = _bind(model, "score")
     nll, count, greedy = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, bool)
     with _progress(n, desc, progress) as bar:
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            pad = batch_size - (stop - start)
-            batch = [
-                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
-                if pad
-                else a[start:stop]
-                for a in (inputs, targets, mask)
-            ]
+        for start, stop, batch in batches(batch_size, inputs, targets, mask):
             out = fn(
                 jnp.asarray(batch[0], jnp.int32),
                 jnp.asarray(batch[1], jnp.int32),
@@ -159,18 +170,9 @@ def token_stats(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(log p(target), mean log p, std log p) per position, float32 (N, L) each, `batch_size` rows at a time;
     the mean and std are over the model's next-token distribution at that position."""
-    n = inputs.shape[0]
     fn = _bind(model, "token_stats")
     out = [np.zeros(inputs.shape, np.float32) for _ in range(3)]
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        pad = batch_size - (stop - start)
-        batch = [
-            np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
-            if pad
-            else a[start:stop]
-            for a in (inputs, targets)
-        ]
+    for start, stop, batch in batches(batch_size, inputs, targets):
         res = fn(jnp.asarray(batch[0], jnp.int32), jnp.asarray(batch[1], jnp.int32))
         for o, r in zip(out, res):
             o[start:stop] = np.asarray(r)[: stop - start]
@@ -191,15 +193,7 @@ def choice_logprobs(
     fn = _bind(model, "choices")
     out = np.zeros(candidates.shape, np.float32)
     with _progress(n, desc, progress) as bar:
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            pad = batch_size - (stop - start)
-            batch = [
-                np.concatenate([a[start:stop], np.repeat(a[stop - 1 : stop], pad, axis=0)])
-                if pad
-                else a[start:stop]
-                for a in (inputs, positions, candidates)
-            ]
+        for start, stop, batch in batches(batch_size, inputs, positions, candidates):
             res = fn(*(jnp.asarray(b, jnp.int32) for b in batch))
             out[start:stop] = np.asarray(res)[: stop - start]
             bar.update(stop - start)
