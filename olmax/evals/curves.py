@@ -4,7 +4,8 @@ metrics.jsonl (schema: olmax.train.metrics) holds train records `{"step", "loss"
 results in either of two shapes: keys `eval/<set>/ce` inside a train record (what `olmax train`'s eval
 hook writes, see hook.py), or separate records from `run_heldout` (`{"kind": "heldout", "step", "eval",
 "subset", "ce", ...}`, what `eval heldout --append-metrics` writes). Only whole sets are read here, not
-their clean subsets. A CSV has a header with `step` and `loss` (train loss) and optionally one column per
+their clean subsets. OLMo-core's downstream tasks (`eval/downstream/TASK (length-normalized accuracy v2)`, the
+in-loop hook's) are read into `downstream`: the metric OLMo-core's plots of OLMo 3 runs show. A CSV has a header with `step` and `loss` (train loss) and optionally one column per
 held-out set, named as the set or `heldout/<set>`; empty cells are skipped.
 """
 
@@ -19,6 +20,9 @@ import numpy as np
 from olmax.errors import OlmaxError
 from olmax.train.metrics import metrics_path, read_records
 
+DOWNSTREAM_PREFIX = "eval/downstream/"
+DOWNSTREAM_METRIC = " (length-normalized accuracy v2)"
+
 
 @dataclass
 class Curves:
@@ -26,6 +30,7 @@ class Curves:
     train_steps: np.ndarray  # int64, ascending
     train_loss: np.ndarray  # float64
     heldout: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # set -> (steps, ce)
+    downstream: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # task -> (steps, acc)
     smooth: bool = True  # raw per-step train losses (a run) are smoothed; a published curve is not
 
     def train_at(self, step: float, window: int) -> float:
@@ -54,6 +59,7 @@ def read_run(run_dir: str | Path) -> Curves:
     path = metrics_path(run_dir)
     train_s, train_l = [], []
     held: dict[str, tuple[list, list]] = {}
+    down: dict[str, tuple[list, list]] = {}
     for r in read_records(path):
         step = r.get("step")
         if step is None:
@@ -73,8 +79,18 @@ def read_run(run_dir: str | Path) -> Curves:
                 s, v = held.setdefault(parts[1], ([], []))
                 s.append(step)
                 v.append(value)
+            elif key.startswith(DOWNSTREAM_PREFIX) and key.endswith(DOWNSTREAM_METRIC) and value is not None:
+                s, v = down.setdefault(key[len(DOWNSTREAM_PREFIX) : -len(DOWNSTREAM_METRIC)], ([], []))
+                s.append(step)
+                v.append(value)
     ts, tl = _sorted(train_s, train_l)
-    return Curves(str(path), ts, tl, {k: _sorted(*v) for k, v in held.items()})
+    return Curves(
+        str(path),
+        ts,
+        tl,
+        {k: _sorted(*v) for k, v in held.items()},
+        {k: _sorted(*v) for k, v in down.items()},
+    )
 
 
 def read_csv_curve(path: str | Path) -> Curves:

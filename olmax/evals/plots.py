@@ -26,7 +26,8 @@ def plot_run(
     reference: str | os.PathLike | None = None,
     title: str | None = None,
 ) -> Path:
-    """Write a PNG: train loss (smoothed) and held-out CE per set vs step; dashed: the reference's curves."""
+    """Write a PNG: train loss (smoothed) and held-out CE per set vs step; dashed: the reference's curves; a
+    second panel with each downstream task's length-normalised accuracy when the run logged any."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,7 +37,10 @@ def plot_run(
     if not curves.train_steps.size and not curves.heldout:
         raise OlmaxError(f"{curves.source}: no train or held-out records to plot")
     ref = read_reference(reference) if reference else None
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    if curves.downstream:  # a second panel: OLMo-core's downstream tasks, as its OLMo 3 plots show them
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), dpi=110)
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     if curves.train_steps.size:
         ax.plot(*_smoothed(curves), color=colors[0], label="train")
@@ -48,6 +52,14 @@ def plot_run(
         for i, (name, (s, v)) in enumerate(sorted(ref.heldout.items()), start=1):
             j = sorted(curves.heldout).index(name) + 1 if name in curves.heldout else i + len(curves.heldout)
             ax.plot(s, v, "--", color=colors[j % len(colors)], alpha=0.7, label=f"reference {name}")
+    if curves.downstream:
+        for name, (s, v) in sorted(curves.downstream.items()):
+            ax2.plot(s, v, "o-", markersize=3, label=name)
+        ax2.set_xlabel("step")
+        ax2.set_ylabel("length-normalized accuracy v2")
+        ax2.set_title("downstream (OLMo-core's tasks)")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title or Path(run).name)

@@ -6,6 +6,8 @@ import pytest
 from evals_synthetic import write_reference_csv, write_run
 
 from olmax.cli import main
+from olmax.evals.curves import read_run
+from olmax.evals.plots import plot_run
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -29,6 +31,26 @@ def test_plot_writes_a_png(tmp_path):
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert not list(out.parent.glob(".*"))  # no temporary left behind
+
+
+def test_downstream_curves_are_read_and_get_their_own_panel(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    acc = "eval/downstream/arc_easy_test_rc_5shot (length-normalized accuracy v2)"
+    records = [{"step": s, "loss": 5.0 - s / 100} for s in range(1, 101)]
+    for r in records:
+        if r["step"] % 50 == 0:  # in-loop evals: held-out CE and downstream metrics in the step's record
+            r.update({"eval/sciq/ce": 6.0, acc: r["step"] / 400, acc.replace(" v2)", ")"): 0.9})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    curves = read_run(run)
+    steps, values = curves.downstream["arc_easy_test_rc_5shot"]
+    assert steps.tolist() == [50, 100] and values.tolist() == [0.125, 0.25]
+    assert list(curves.downstream) == ["arc_easy_test_rc_5shot"] and list(curves.heldout) == ["sciq"]
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    plot_run(write_run(tmp_path / "plain", memorize=False), one)
+    plot_run(run, two)
+    width = lambda p: int.from_bytes(p.read_bytes()[16:20], "big")  # noqa: E731 - the PNG header's width
+    assert width(two) > 1.4 * width(one)  # the downstream panel beside the loss panel
 
 
 def test_plot_of_an_empty_run_is_an_error(tmp_path, capsys):
