@@ -62,7 +62,8 @@ def prepare_eval_set(
         if top >= vocab_size:
             raise OlmaxError(
                 f"tokenizer {tokenizer.path} produces id {top} but the model's vocabulary has "
-                f"{vocab_size} entries; evaluate with the tokenizer the model was trained with"
+                f"{vocab_size} entries; evaluate with the tokenizer the model was trained with (in-loop: "
+                "$OLMAX_EVAL_TOKENIZER, or train.eval_every=0 to turn the in-loop evals off)"
             )
     inst = build_instances(
         docs, eval_set.texts, seq_len, tokenizer.eos_token_id, pad, tokenizer.decode, prefix_eos=prefix_eos

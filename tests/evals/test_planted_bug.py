@@ -19,6 +19,7 @@ OVERRIDES = [
     f"data.global_batch_size={G}",
     "optim.warmup_steps=10",
     "optim.lr=1e-2",
+    "train.eval_every=0",  # the tiny recipe's in-loop evals read dolma2 text, beyond this 1,000-id vocabulary
 ]
 
 
