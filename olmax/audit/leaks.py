@@ -60,9 +60,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from olmax.assets import tokenizer_path
 from olmax.audit.align import text_check, verify_candidates
 from olmax.audit.config import LeakConfig
 from olmax.audit.evalindex import EvalIndex
+from olmax.audit.evalsets import load_eval
+from olmax.audit.leaks_beam import BeamRunner
 from olmax.audit.normalize import (
     NORMALIZATION,
     SIGN_NORMALIZATION,
@@ -74,10 +77,13 @@ from olmax.audit.normalize import (
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
 from olmax.cli_fields import named
+from olmax.data.evalspec import parse_eval_specs
 from olmax.data.loader import file_index
 from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
+from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
+from olmax.jsonio import write_jsonl
 
 MAX_NEAR_MISSES = 1000
 SHORT_WORDS_PER_EDIT = 7
@@ -224,8 +230,6 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
 
     `beam_options` (Beam's pipeline flags, `olmax.beam.pipeline_options`): the per-file phases run as Apache
     Beam pipelines (leaks_beam.py) instead of local threads; the same functions, the same report."""
-    from olmax.assets import tokenizer_path
-
     t0 = time.perf_counter()
     index = file_index(cfg.stream)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
@@ -319,10 +323,6 @@ class EvalSide:
 
 
 def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
-    from olmax.audit.evalsets import load_eval
-    from olmax.data.evalspec import parse_eval_specs
-    from olmax.data.tokenize import load_tokenizer
-
     sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
     if not sets:
         raise OlmaxError(
@@ -748,8 +748,6 @@ def _runner(beam_options: str | None):
     if beam_options is None:
         yield LocalRunner()
         return
-    from olmax.audit.leaks_beam import BeamRunner
-
     with BeamRunner(beam_options, "audit leaks") as beam:
         yield BeamPhases(beam)
 
@@ -775,8 +773,6 @@ def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, 
             "gated": name in gate,
         }
         if cfg.clean_dir:
-            from olmax.jsonio import write_jsonl
-
             clean = [ev.items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]
             out = os.path.join(cfg.clean_dir, f"{name}.jsonl")
             write_jsonl(out, ({"id": it.report_id, "text": it.text} for it in clean))

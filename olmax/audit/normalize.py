@@ -18,6 +18,7 @@ if they were token ids: base 1 over the first value, base 2 over the second.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import unicodedata
@@ -28,6 +29,7 @@ from numba import njit
 
 from olmax.audit.hashing import MERSENNE31, powers_mod
 from olmax.audit.scratch import Scratch
+from olmax.data.tokenize import byte_decoder
 
 NORMALIZATION = (
     "word-level, per token where a token holds whole characters: Unicode compatibility forms "
@@ -89,8 +91,6 @@ class WordTables:
     """Per-token run tables: (V + 1) tokens, the last one standing for every id past the vocabulary."""
 
     def __init__(self, tokenizer_json: str):
-        from olmax.data.tokenize import byte_decoder
-
         with open(tokenizer_json, "rb") as f:
             spec = json.load(f)
         vocab: dict[str, int] = spec["model"]["vocab"]
@@ -435,8 +435,6 @@ _CLASS_OF = {c: NUMBER for c in "0123456789"} | {c: OPERATOR for c in "-+*/=<>^%
 def text_tokens(text: str) -> tuple[list[str], list[int]]:
     """(tokens, classes) of `text` for the text check (SIGN_NORMALIZATION): each token a letter run
     (WORD), a number (NUMBER) or an operator (OPERATOR)."""
-    import html
-
     text = html.unescape(_TAG.sub(" ", text))
     if not text.isascii():
         text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))

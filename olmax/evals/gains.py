@@ -28,7 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
+from olmax.atomic import temp_path
+from olmax.data.evalsets import read_eval_rows, resolve_source, template_key
+from olmax.data.evalspec import parse_eval_specs
 from olmax.errors import OlmaxError
+from olmax.evals.hook import eval_tokenizer
+from olmax.evals.lm_eval_tasks import TASKS
+from olmax.evals.model_checks import check_contaminated
+from olmax.evals.run_dir import load_run_model
+from olmax.evals.sets import contaminated_ids, join_leaks, load_eval_set
+from olmax.evals.verdicts import Thresholds
+from olmax.jsonio import read_json
+from olmax.train.config import load_run_config
 
 LN2 = math.log(2.0)
 BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2-3"), (4, 7, "4-7"), (8, None, "8+"))  # servings, inclusive
@@ -161,9 +172,6 @@ def gains_report(
     scores: Sequence[SetScores], *, resamples: int = 2000, seed: int = 0, thresholds=None
 ) -> dict:
     """Every set's block plus the memorization verdict over them (check "contaminated")."""
-    from olmax.evals.model_checks import check_contaminated
-    from olmax.evals.verdicts import Thresholds
-
     th = thresholds or Thresholds()
     sets = {s.name: set_report(s, resamples=resamples, seed=seed) for s in scores}
     report = {"command": "eval gains", "resamples": resamples, "seed": seed, "sets": sets}
@@ -186,9 +194,6 @@ def choice_rows(name: str, path: str, tokenizer, seq_len: int, limit: int | None
     """Rows scoring each answer choice after its prompt, as lm-eval's `olmax_*` task for this bundled set
     (olmax/evals/lm_eval_tasks.py) renders it; None for a set without such a task."""
     import jinja2
-
-    from olmax.data.evalsets import read_eval_rows, resolve_source, template_key
-    from olmax.evals.lm_eval_tasks import TASKS
 
     source = resolve_source(path)
     key = template_key(name, source)
@@ -297,13 +302,7 @@ def run_steps(run_dir: str | Path, chosen: Sequence[int] = ()) -> list[int]:
 
 def score_run(inp: GainsInputs) -> list[SetScores]:
     """Load the sets, then score every item at every chosen checkpoint of the run."""
-    from olmax.data.evalspec import parse_eval_specs
     from olmax.evals.heldout import prepare_eval_set
-    from olmax.evals.hook import eval_tokenizer
-    from olmax.evals.run_dir import load_run_model
-    from olmax.evals.sets import contaminated_ids, join_leaks, load_eval_set
-    from olmax.jsonio import read_json
-    from olmax.train.config import load_run_config
 
     steps = run_steps(inp.run, inp.steps)
     cfg = load_run_config(inp.run)
@@ -367,8 +366,6 @@ def plot_set(block: dict, out: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from olmax.atomic import temp_path
 
     ce, steps = block["metrics"]["ce"], np.asarray(block["steps"])
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))

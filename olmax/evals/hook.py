@@ -21,6 +21,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from olmax.assets import tokenizer_path
+from olmax.data.tokenize import load_tokenizer
+from olmax.evals.downstream import metric_values as downstream_values
+from olmax.evals.downstream import run_downstream, run_tasks
+
 DEFAULT_SETS = ("sciq", "arc_easy")
 
 
@@ -44,9 +49,6 @@ def eval_batch_size(seq_len: int, vocab_size: int) -> int:
 
 def eval_tokenizer(tokenizer: str | None = None):
     """The eval sets' tokenizer: `tokenizer`, else $OLMAX_EVAL_TOKENIZER, else dolma2."""
-    from olmax.assets import tokenizer_path
-    from olmax.data.tokenize import load_tokenizer
-
     return load_tokenizer(str(tokenizer_path(tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER", "dolma2"))))
 
 
@@ -91,8 +93,6 @@ def train_hook(
         base_dir=getattr(getattr(cfg, "train", None), "eval_base_dir", None),
     )
 
-    from olmax.evals.downstream import run_tasks
-
     tasks = run_tasks(cfg, tok, cfg.data.seq_len)
     pad = getattr(cfg.model, "pad_token_id", None)
     pad = pad if pad is not None else tok.eos_token_id
@@ -100,10 +100,8 @@ def train_hook(
     def hook(ctx: Any) -> dict[str, float]:
         out = flatten(run_heldout(ctx.model, prepared, step=ctx.step, batch_size=batch_size))
         if tasks:
-            from olmax.evals.downstream import metric_values, run_downstream
-
             for r in run_downstream(ctx.model, tasks, pad, step=ctx.step, batch_size=batch_size):
-                out.update(metric_values(r))
+                out.update(downstream_values(r))
         return out
 
     return hook

@@ -25,7 +25,11 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
+from olmax.assets import tokenizer_path
+from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
+from olmax.evals.lm_eval_tasks import TASKS, bundled_task_dir
+from olmax.train.export import checkpoint_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +62,7 @@ class OlmaxLM(TemplateLM):
             model = load_model(checkpoint, dtype)
         self.model = model
         if tokenizer is None or isinstance(tokenizer, str | Path):
-            from olmax.assets import tokenizer_path
-            from olmax.data.tokenize import load_tokenizer
-
             if tokenizer is None:
-                from olmax.train.export import checkpoint_tokenizer
-
                 tokenizer = str(checkpoint_tokenizer(checkpoint)) if checkpoint else "dolma2"
             tokenizer = load_tokenizer(str(tokenizer_path(str(tokenizer))))
         self.tok = tokenizer
@@ -213,8 +212,6 @@ def evaluate(
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
-
-    from olmax.evals.lm_eval_tasks import TASKS, bundled_task_dir
 
     ours = [t for t in tasks if t in TASKS]
     if ours:  # the bundled offline tasks: their YAMLs live in a generated folder

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from olmax.assets import cache_dir, eval_set_path
+from olmax.atomic import write_text
+
 # task name -> (bundled set, prompt, choices, target); Jinja over one row of the set
 TASKS: dict[str, tuple[str, str, str, str]] = {
     "olmax_arc_easy": (
@@ -72,9 +75,6 @@ def task_yaml(name: str, arrow_files: list[str]) -> str:
 
 def bundled_task_dir(names: list[str] | None = None) -> Path:
     """Write the YAMLs of `names` (default: all) under the olmax cache and return that folder."""
-    from olmax.assets import cache_dir, eval_set_path
-    from olmax.atomic import write_text
-
     out = cache_dir() / "lm-eval-tasks"
     out.mkdir(parents=True, exist_ok=True)
     for name in names or list(TASKS):

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
-from olmax.evals.curves import Curves
-from olmax.evals.exposure import Exposure
+from olmax.evals.curves import Curves, read_reference, read_run
+from olmax.evals.exposure import Exposure, attach_mix, read_exposure
+from olmax.evals.gains import GainsInputs, gains_report, score_run
 from olmax.evals.membership import SCORES as MEMBERSHIP
 from olmax.evals.membership import check_membership
 from olmax.evals.model_checks import (
@@ -43,7 +45,11 @@ from olmax.evals.model_checks import (
     check_extraction,
     check_train_vs_unseen,
 )
+from olmax.evals.plots import plot_run
+from olmax.evals.run_dir import load_run_model, replay_exposure
+from olmax.evals.scoring import load_model
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
+from olmax.jsonio import read_json
 
 __all__ = [
     "CHECK_MEANINGS",
@@ -322,11 +328,6 @@ class MemorizationInputs:
 
 def run_memorization(inp: MemorizationInputs) -> dict:
     """Read the inputs, run the checks; returns the report (`report["flagged"]` holds the verdict)."""
-    from pathlib import Path
-
-    from olmax.evals.curves import read_reference, read_run
-    from olmax.evals.exposure import attach_mix, read_exposure
-
     run_dir = Path(inp.run)
     if not run_dir.is_dir():
         raise OlmaxError(f"{run_dir}: not a run directory")
@@ -340,12 +341,8 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     exposure = model = None
     pad_id, step = 0, None
     if inp.checkpoint:
-        from olmax.evals.scoring import load_model
-
         model = load_model(inp.checkpoint, inp.dtype)
     elif (run_dir / "checkpoints").is_dir():
-        from olmax.evals.run_dir import load_run_model
-
         model, step = load_run_model(run_dir, inp.step, inp.dtype)
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
@@ -355,8 +352,6 @@ def run_memorization(inp: MemorizationInputs) -> dict:
             read_exposure(exp_path), inp.stream, unseen_per_source=inp.per_stratum if inp.stream else 0
         )
     elif step is not None and inp.replay:
-        from olmax.evals.run_dir import replay_exposure
-
         exp_path = f"replayed from {run_dir / 'config.yaml'} up to step {step}"
         exposure = replay_exposure(run_dir, step, unseen_per_source=inp.per_stratum)
     report = memorization_report(
@@ -383,8 +378,6 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         **report,
     }
     if inp.plot and (run.train_steps.size or run.heldout):
-        from olmax.evals.plots import plot_run
-
         report["plot"] = str(plot_run(run_dir, inp.plot, reference=inp.reference))
     return report
 
@@ -392,9 +385,6 @@ def run_memorization(inp: MemorizationInputs) -> dict:
 def _reference_model(inp: MemorizationInputs, run_dir, step: int | None):
     """Check 9's reference model and its name: `--reference RUN`'s newest checkpoint when RUN has checkpoints,
     else this run's earliest checkpoint when the scored one is later; (None, None) when there is neither."""
-    from pathlib import Path
-
-    from olmax.evals.run_dir import load_run_model
     from olmax.train.checkpoint import complete_steps
 
     if inp.reference and (Path(inp.reference) / "checkpoints").is_dir():
@@ -412,8 +402,6 @@ def _reference_model(inp: MemorizationInputs, run_dir, step: int | None):
 
 def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
     """Check 6's input: the given gains report, else one scored now over the run's checkpoints."""
-    from olmax.jsonio import read_json
-
     if inp.gains:
         return read_json(inp.gains, "an `olmax eval gains` report")
     if not inp.leaks or not inp.evals:
@@ -422,8 +410,6 @@ def _gains(inp: MemorizationInputs, run_dir) -> dict | None:
                 "check 6 needs both --leaks (an `olmax audit leaks` report) and --eval NAME[=PATH]"
             )
         return None
-    from olmax.evals.gains import GainsInputs, gains_report, score_run
-
     scores = score_run(
         GainsInputs(
             run=str(run_dir),

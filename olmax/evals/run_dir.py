@@ -24,6 +24,8 @@ import numpy as np
 from olmax.data.loader import open_loader, resolve_mix
 from olmax.errors import OlmaxError
 from olmax.evals.exposure import Exposure, read_instance_tokens
+from olmax.train.config import load_run_config
+from olmax.train.export import restore_run_model
 
 
 def latest_step(run_dir: str | Path) -> int | None:
@@ -37,8 +39,6 @@ def latest_step(run_dir: str | Path) -> int | None:
 
 def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32"):
     """(model, step): the params of checkpoint `step` (default: the newest) of a training run."""
-    from olmax.train.export import restore_run_model
-
     rm = restore_run_model(run_dir, step, dtype)
     return rm.model, rm.step
 
@@ -57,8 +57,6 @@ def replay_exposure(
 ) -> Exposure:
     """Exposure by content for the first `step` global batches of the run (see the module docstring)."""
     run_dir = Path(run_dir)
-    from olmax.train.config import load_run_config
-
     d = load_run_config(run_dir).data
     d = d.replace(mix=resolve_mix(d))  # resolved once: "demo" becomes the prepared mix file's path
     mix = d.mix

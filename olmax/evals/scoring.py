@@ -20,24 +20,21 @@ import numpy as np
 from flax import nnx
 
 from olmax.errors import OlmaxError
+from olmax.evals.run_dir import load_run_model
+from olmax.model import from_hf, load_olmax
+from olmax.train.export import run_checkpoint
 
 
 def load_model(path: str | os.PathLike, dtype: str = "float32"):
     """An olmax model from an HF checkpoint dir (config.json + safetensors), an olmax one
     (model_config.json + params/), a training run folder (its newest checkpoint) or one of its
     `checkpoints/<step>` folders."""
-    from olmax.model import from_hf, load_olmax
-
     p = Path(path)
     if (p / "config.json").is_file():
         return from_hf(p, dtype=dtype)
     if (p / "model_config.json").is_file():
         return load_olmax(p, dtype=dtype)
-    from olmax.train.export import run_checkpoint
-
     if (found := run_checkpoint(p)) is not None:
-        from olmax.evals.run_dir import load_run_model
-
         return load_run_model(*found, dtype)[0]
     raise OlmaxError(
         f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from olmax.data.evalsets import audit_items, documents, read_eval_rows, resolve_source
 from olmax.errors import OlmaxError
 
 FINGERPRINT_VERSION = "olmax-evalset/1"
@@ -47,8 +48,6 @@ class EvalSet:
 def load_eval_set(name: str, path: str, text_field: str = "text", limit: int | None = None) -> EvalSet:
     """Read set `name` from `path` (jsonl[.gz|.zst], .arrow, .parquet, a glob, a `datasets` folder, a folder
     of these, or a bundled set's short name). `limit` keeps the first documents only."""
-    from olmax.data.evalsets import audit_items, documents, read_eval_rows, resolve_source
-
     source = resolve_source(path)
     rows = list(read_eval_rows(source, limit))
     if not rows:

@@ -33,7 +33,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from olmax.atomic import exclusive, write_text
 from olmax.errors import OlmaxError
+from olmax.evals.curves import Curves, read_run
+from olmax.evals.downstream import headline, run_downstream, run_tasks
+from olmax.evals.downstream import metric_values as downstream_values
+from olmax.evals.hook import eval_batch_size, eval_settings, eval_tokenizer
+from olmax.evals.plots import plot_run
+from olmax.evals.run_dir import replay_exposure
+from olmax.evals.sets import contaminated_ids
+from olmax.jsonio import read_json, read_jsonl, write_jsonl
+from olmax.train.config import load_run_config, run_config_path
+from olmax.train.export import read_step_model
 
 RECORDS = "evals.jsonl"
 SUMMARY = "summary.md"
@@ -107,10 +120,6 @@ class Job:
 def prepare(settings: WatchSettings) -> Job:
     """Read the run's config and the existing records, tokenize the sets once; OlmaxError on a bad input."""
     from olmax.evals.heldout import prepare_eval_sets
-    from olmax.evals.hook import eval_batch_size, eval_settings, eval_tokenizer
-    from olmax.evals.sets import contaminated_ids
-    from olmax.jsonio import read_json
-    from olmax.train.config import load_run_config
 
     run = run_folder(settings.run)
     cfg = load_run_config(run)
@@ -149,8 +158,6 @@ def prepare(settings: WatchSettings) -> Job:
         min(settings.until_step or cfg.train.steps, cfg.train.steps),
         settings,
     )
-    from olmax.evals.downstream import run_tasks
-
     job.downstream = run_tasks(cfg, tok, seq_len, settings.downstream, settings.downstream_limit)
     job.records = read_records(out)
     check_compatible(job)
@@ -159,8 +166,6 @@ def prepare(settings: WatchSettings) -> Job:
 
 def read_records(out: Path) -> list[dict]:
     """The records already in OUT/evals.jsonl (none when it does not exist)."""
-    from olmax.jsonio import read_jsonl
-
     path = out / RECORDS
     return [r for r in read_jsonl(path) if isinstance(r, dict)] if path.is_file() else []
 
@@ -233,8 +238,6 @@ def evaluate_step(job: Job, model, step: int) -> list[dict]:
     for task in job.settings.lm_eval:
         records.append(lm_eval_record(job, model, step, task))
     if job.downstream:
-        from olmax.evals.downstream import run_downstream
-
         pad = (
             job.model_cfg.pad_token_id
             if job.model_cfg.pad_token_id is not None
@@ -268,11 +271,7 @@ def lm_eval_record(job: Job, model, step: int, task: str) -> dict:
 
 def memorization_record(job: Job, model, step: int) -> dict:
     """The memorization checks at `step`: the run's curves up to `step`, exposure replayed to `step`."""
-    import numpy as np
-
-    from olmax.evals.curves import Curves, read_run
     from olmax.evals.memorization import memorization_report
-    from olmax.evals.run_dir import replay_exposure
 
     run = read_run(job.run)
     keep = run.train_steps <= step
@@ -299,8 +298,6 @@ def memorization_record(job: Job, model, step: int) -> dict:
 
 def commit(job: Job, new: list[dict]) -> None:
     """Add `new` to evals.jsonl (whole file, atomically; steps ascending), then refresh the views."""
-    from olmax.jsonio import write_jsonl
-
     have = {(r["step"], record_key(r)) for r in job.records}
     fresh = [r for r in new if (r["step"], record_key(r)) not in have]
     records = sorted(
@@ -315,9 +312,6 @@ def commit(job: Job, new: list[dict]) -> None:
 
 def write_views(job: Job) -> None:
     """OUT/summary.md and OUT/curves.png from the records (both written atomically)."""
-    from olmax.atomic import write_text
-    from olmax.evals.plots import plot_run
-
     write_text(job.out / SUMMARY, summary_markdown(job.records, job.run))
     if any(r.get("kind") == "heldout" for r in job.records):
         plot_run(job.out / RECORDS, job.out / CURVES, title=f"held-out CE: {job.run.name}")
@@ -339,8 +333,6 @@ def summary_markdown(records: list[dict], run: Path) -> str:
             col = f"{r['task']} {name.split(',')[0]}" if name else r["task"]
             cells[col] = f"{value:.4f}" if value is not None else "-"
         elif kind == "downstream":
-            from olmax.evals.downstream import headline
-
             label, value = headline(r)
             col = f"{r['task']} ({label})"
             cells[col] = f"{value:.4f}"
@@ -389,8 +381,6 @@ def tensorboard_scalars(tb, records: list[dict]) -> None:
                 if not key.endswith("/tokens"):
                     tb.add_scalar(f"eval/{key}", value, r["step"])
         elif r.get("kind") == "downstream":
-            from olmax.evals.downstream import metric_values as downstream_values
-
             for key, value in downstream_values(r).items():
                 tb.add_scalar(f"eval/{key}", value, r["step"])
         elif r.get("kind") == "lm_eval":
@@ -406,7 +396,6 @@ def stderr_log(message: str) -> None:
 def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
     """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
     from olmax.evals.heldout import record_name
-    from olmax.train.export import read_step_model
 
     steps = pending_steps(job)
     for step in steps:
@@ -479,9 +468,6 @@ def wait_for_config(settings: WatchSettings, log: Callable[[str], None]) -> None
 
 def watch(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> Job:
     """`follow` holding the writer's lock of the output folder: a second watcher refuses at once."""
-    from olmax.atomic import exclusive
-    from olmax.train.config import run_config_path
-
     run = run_folder(settings.run)
     if settings.once:
         run_config_path(run)  # a mistyped folder is an error before the lock creates anything
