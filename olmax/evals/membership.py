@@ -27,6 +27,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from olmax.evals.exposure import Exposure
+from olmax.evals.model_checks import sample_rows
 from olmax.evals.scoring import token_stats
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
@@ -70,10 +71,6 @@ def auroc(members: np.ndarray, others: np.ndarray) -> tuple[float, float]:
     return u / (n1 * n2), z
 
 
-def _sample(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
-    return np.sort(rng.choice(rows, size=min(n, rows.size), replace=False)) if rows.size else rows
-
-
 def check_membership(
     model,
     exp: Exposure,
@@ -96,12 +93,15 @@ def check_membership(
     per_source: dict[str, dict] = {}
     for src in sorted(set(exp.source.tolist())):
         of_src = exp.source == src
-        members = _sample(rng, np.flatnonzero(of_src & repeated), per_stratum)
+        members = sample_rows(rng, np.flatnonzero(of_src & repeated), per_stratum)
         if members.size < th.min_samples:
             continue
-        others, where = _sample(rng, np.flatnonzero(of_src & unseen), per_stratum), "the same source"
+        others, where = sample_rows(rng, np.flatnonzero(of_src & unseen), per_stratum), "the same source"
         if others.size < th.min_samples:
-            others, where = _sample(rng, np.flatnonzero(~of_src & unseen), per_stratum), "the other sources"
+            others, where = (
+                sample_rows(rng, np.flatnonzero(~of_src & unseen), per_stratum),
+                "the other sources",
+            )
         if others.size < th.min_samples:
             continue
         rows = np.concatenate([members, others])

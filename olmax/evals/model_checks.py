@@ -13,7 +13,8 @@ from olmax.evals.exposure import Exposure
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 
-def _sample(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
+def sample_rows(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
+    """Up to `n` of `rows`, drawn without replacement by `rng`, in ascending order."""
     return np.sort(rng.choice(rows, size=min(n, rows.size), replace=False)) if rows.size else rows
 
 
@@ -45,7 +46,7 @@ def check_exposure(
         of_src = exp.source == src
         stats = {}
         for label, sel in strata.items():
-            rows = _sample(rng, np.flatnonzero(of_src & sel), per_stratum)
+            rows = sample_rows(rng, np.flatnonzero(of_src & sel), per_stratum)
             if rows.size == 0:
                 stats[label] = {"instances": 0, "ce": None}
                 continue
@@ -83,7 +84,7 @@ def check_exposure(
         if "excess_nats" in stats or r["instances"] < th.min_samples:
             continue
         for base in ("once", "unseen"):
-            pool = _sample(rng, np.flatnonzero((exp.source != src) & strata[base]), per_stratum)
+            pool = sample_rows(rng, np.flatnonzero((exp.source != src) & strata[base]), per_stratum)
             if pool.size >= th.min_samples:
                 ce = _window_ce(model, exp.tokens[pool, :length], batch_size)
                 excess = float(ce.mean()) - r["ce"]
@@ -141,7 +142,7 @@ def check_extraction(
     rng = np.random.default_rng(seed + 1)
     out = {}
     for label, sel in (("repeated", exp.count >= th.repeat_min), ("unrepeated", exp.count <= 1)):
-        rows = _sample(rng, np.flatnonzero(sel), per_stratum)
+        rows = sample_rows(rng, np.flatnonzero(sel), per_stratum)
         if rows.size < th.min_samples:
             out[label] = {"instances": int(rows.size)}
             continue
@@ -204,7 +205,7 @@ def check_train_vs_unseen(
     sources = {}
     for src in sorted(set(exp.source.tolist())):
         weight = int((served & (exp.source == src)).sum())
-        rows = _sample(rng, np.flatnonzero((exp.source == src) & (exp.count == 0)), per_stratum)
+        rows = sample_rows(rng, np.flatnonzero((exp.source == src) & (exp.count == 0)), per_stratum)
         entry = {"served_instances": weight, "unseen_instances": int(rows.size)}
         if weight and rows.size >= th.min_samples:
             ce = _window_ce(model, exp.tokens[rows], batch_size)
