@@ -21,25 +21,17 @@ import numpy as np
 from olmax.audit.report import Check
 from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
-from olmax.data.shards import local_shard
+from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
-from olmax.data.tokenfile import read_tokens
 from olmax.dedup.minhash import cluster, signatures
 from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import token_shingles
-from olmax.errors import OlmaxError
 
 SHINGLES = "token-id n-grams (EOS excluded), sorted unique per document"
 
 
 def _file_shingles(path: str, params: MinHashParams, min_doc_tokens: int, eos: int):
-    with local_shard(path) as local:
-        try:
-            tokens = read_tokens(local)
-        except FileNotFoundError:
-            raise OlmaxError(
-                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
-            ) from None
+    with local_tokens(path) as (local, tokens):
         docs = documents(local, tokens, eos)
         ends = docs.ends.copy()
         if ends.size:
