@@ -46,7 +46,8 @@ def window_scores(
     z = (lp - mu) / np.maximum(sigma, 1e-6)
     k = max(1, int(math.ceil(min_k_fraction * z.shape[1])))
     min_k_pp = np.sort(z, axis=1)[:, :k].astype(np.float64).mean(axis=1)
-    width = np.uint8 if tokens.max(initial=0) < 1 << 8 else np.uint16 if tokens.max() < 1 << 16 else np.uint32
+    top = tokens.max(initial=0)
+    width = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.uint32
     packed = [len(zlib.compress(row.astype(width).tobytes(), 9)) for row in tokens]
     out = {"ce": ce, "min_k_pp": min_k_pp, "zlib": -(ce * targets.shape[1]) / np.asarray(packed, np.float64)}
     if reference is not None:
@@ -117,7 +118,7 @@ def check_membership(
             "unseen": int(others.size),
             "unseen_from": where,
             "mean_servings": float(exp.count[members].mean()),
-            "scores": {k: v for k, v in scores.items()},
+            "scores": scores,
         }
     out = {}
     for name in SCORES:

@@ -243,6 +243,7 @@ def memorization_report(
             "no exposure file (--exposure)" if exposure is None else "no model (--checkpoint)"
         )
         checks.update(dict.fromkeys(model_checks, why))
+        membership = dict.fromkeys(MEMBERSHIP, why)
     else:
         from tqdm import tqdm
 
@@ -279,10 +280,7 @@ def memorization_report(
         if gains is not None
         else skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report")
     )
-    if exposure is None or model is None:
-        checks.update(dict.fromkeys(MEMBERSHIP, checks["exposure"]))
-    else:
-        checks.update(membership)
+    checks.update(membership)  # after check 6: the report lists the checks in their numbered order
     return {
         "flagged": any(c["flagged"] for c in checks.values()),
         "checks": checks,

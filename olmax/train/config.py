@@ -110,6 +110,10 @@ class WandbConfig:
         "online"  # online (needs WANDB_API_KEY), offline (sync later: wandb sync RUN/wandb/...), disabled
     )
 
+    @property
+    def enabled(self) -> bool:
+        return self.project is not None and self.mode != "disabled"
+
     def __post_init__(self) -> None:
         if self.mode not in WANDB_MODES:
             raise OlmaxError(f"wandb.mode={self.mode!r}: one of {', '.join(WANDB_MODES)}")

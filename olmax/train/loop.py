@@ -167,7 +167,7 @@ def train(
         it = loader.iterate(loader_state)
         closing.callback(it.close)
         wb = None
-        if cfg.wandb.project is not None and cfg.wandb.mode != "disabled" and jax.process_index() == 0:
+        if cfg.wandb.enabled and jax.process_index() == 0:
             wb = wandb_log.WandbLog(cfg.wandb, run_dir, to_dict(cfg))
         log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard, wandb=wb)
         closing.callback(log.close)

@@ -21,7 +21,7 @@ from olmax.train.config import WandbConfig
 
 def preflight(cfg: WandbConfig) -> None:
     """Fail before training when W&B logging is asked for and cannot start: the package or the API key."""
-    if cfg.project is None or cfg.mode == "disabled":
+    if not cfg.enabled:
         return
     try:
         importlib.import_module("wandb")
