@@ -22,6 +22,24 @@ documents also carry, prepended to a clean item) and `with_boilerplate_line` (a 
 the training text itself, found by `common_lines`). `independent` keeps items that share no long word
 run with an earlier item (one BoolQ passage carries several questions: planting one contaminates its
 siblings for real).
+
+Short maths questions (MATH_TEMPLATES, numbers drawn per item) carry the symbol kinds: `written_out`,
+`written_numbers`, `short_edit` and the hard negatives `sign_flip`, `other_number`, `template_values`;
+`rename_variable` renames one single-letter variable throughout (the same question to a reader).
+
+Answer side, for completion tasks whose gold continuation can leak without its prompt
+(`completion_parts` reads HellaSwag, PIQA and COPA records): `answer_alone` (the gold answer alone),
+`context_end_answer` (the context's last 5-10 words, then the gold answer); hard negatives with a wrong
+choice of the same item: `wrong_ending` (a context end of at most half the context, then a distractor)
+and `wrong_ending_alone` (a distractor alone).
+
+Paraphrases, a weaker kind of leak than a copy: every template, of MATH_TEMPLATES and of the GSM8K-style
+WORD_TEMPLATES (a first name of FIRST_NAMES, objects, 2-4 numbers), has a paraphrase template
+(MATH_PARAPHRASES, WORD_PARAPHRASES) with the same slots and other wording: sentence order, synonyms
+(biscuits for cookies, pupils for children), other syntax. `fill` puts one item's values into either, so
+item and paraphrase hold the same numbers and name. Hard negatives, the same wording with a different
+problem: `other_number` or `sign_flip` applied to the paraphrase, `other_name`, and
+`same_values_other_problem` (the item's values in another template's paraphrase).
 """
 
 from __future__ import annotations
@@ -648,10 +666,15 @@ _OPS_SPOKEN = {"+": "plus", "-": "minus", "*": "times", "=": "equals"}
 _NUMBER = re.compile(r"\d+")
 
 
-def math_item(template: str, rng: random.Random) -> str:
-    """`template` filled: {a}, {b}, {c} distinct integers in [2, 60], {op} + or -."""
+def math_values(rng: random.Random) -> dict:
+    """The values of one maths question: {a}, {b}, {c} distinct integers in [2, 60], {op} + or -."""
     a, b, c = rng.sample(range(2, 61), 3)
-    return template.format(a=a, b=b, c=c, op=rng.choice("+-"))
+    return {"a": a, "b": b, "c": c, "op": rng.choice("+-")}
+
+
+def math_item(template: str, rng: random.Random) -> str:
+    """`template` filled with `math_values`: {a}, {b}, {c} distinct integers in [2, 60], {op} + or -."""
+    return template.format(**math_values(rng))
 
 
 def math_items(n: int, rng: random.Random) -> list[str]:
@@ -736,3 +759,240 @@ def short_edit(text: str, rng: random.Random) -> str:
         else:
             del toks[i]
     return " ".join(toks)
+
+
+# ------------------------------------------------------------------------ answer side (completion tasks)
+def context_end(context: str, rng: random.Random, longest: int = 10) -> str:
+    """The context's last k words, k uniform in [5, `longest`], cut before a word (the whole context,
+    stripped, when it has no more than k words)."""
+    spans = list(_TOKEN.finditer(context))
+    k = rng.randint(5, max(5, longest))
+    if len(spans) <= k:
+        return context.strip()
+    return context[spans[-k].start() :].rstrip()
+
+
+def answer_alone(answer: str, rng: random.Random | None = None) -> str:
+    """The gold continuation by itself, as a page quoting only the answer has it."""
+    return answer.strip()
+
+
+def context_end_answer(context: str, answer: str, rng: random.Random) -> str:
+    """The last 5-10 words of the context (`context_end`) followed by the gold answer: the end of the
+    prompt and its continuation, as a page that quotes the finished sentence has them."""
+    return context_end(context, rng) + " " + answer.strip()
+
+
+def wrong_choices(choices: Sequence[str], gold: int) -> list[str]:
+    """The choices other than the gold one that differ from it (after stripping), in order."""
+    right = choices[gold].strip()
+    return [c for i, c in enumerate(choices) if i != gold and c.strip() and c.strip() != right]
+
+
+def wrong_ending(context: str, choices: Sequence[str], gold: int, rng: random.Random) -> str:
+    """The last k words of the context, k uniform in [5, min(10, half its words)] (so the context end is at
+    most half of the context), followed by a wrong choice (a distractor of the same item) drawn
+    uniformly: the item's prompt end with an answer that is not its own."""
+    end = context_end(context, rng, longest=min(10, len(context.split()) // 2))
+    return end + " " + rng.choice(wrong_choices(choices, gold)).strip()
+
+
+def wrong_ending_alone(choices: Sequence[str], gold: int, rng: random.Random, min_words: int = 10) -> str:
+    """A wrong choice of the item with at least `min_words` words, drawn uniformly, by itself."""
+    return rng.choice([c for c in wrong_choices(choices, gold) if len(c.split()) >= min_words]).strip()
+
+
+def completion_parts(name: str, record: dict) -> tuple[str, list[str], int] | None:
+    """(context, choices, gold index) of a HellaSwag (ctx, endings, label), PIQA (goal, sol1, sol2,
+    label) or COPA (premise, choice1, choice2, label) record; None when its label is not a valid index."""
+    if name == "hellaswag":
+        context, choices = record["ctx"], list(record["endings"])
+    elif name == "piqa":
+        context, choices = record["goal"], [record["sol1"], record["sol2"]]
+    elif name == "copa":
+        context, choices = record["premise"], [record["choice1"], record["choice2"]]
+    else:
+        raise ValueError(f"not a completion set: {name}")
+    label = str(record.get("label", ""))
+    if not label.isdigit() or int(label) >= len(choices):
+        return None
+    return str(context), [str(c) for c in choices], int(label)
+
+
+# ----------------------------------------------------------------------------------- renamed variable
+_VARIABLE = re.compile(r"(?<![A-Za-z])([b-hj-z])(?![A-Za-z])")
+# Letters a renamed variable may take: no `a` or `i` (words of their own), no `l` or `o` (read as 1, 0),
+# no `e` (the constant).
+VARIABLE_LETTERS = "bcdfghkmnpqrstuvwxyz"
+
+
+def variables(text: str) -> list[str]:
+    """The single-letter variables of `text` in order of first use: a lowercase letter other than `a`
+    and `i` with no letter on either side (`x` in `24x`, `(x`, `n =`; not the `x` of `box`)."""
+    return list(dict.fromkeys(_VARIABLE.findall(text)))
+
+
+def rename_variable(text: str, rng: random.Random) -> str:
+    """One single-letter variable of the item (drawn uniformly among `variables`) renamed everywhere it
+    occurs to a letter of VARIABLE_LETTERS that is not a variable of the item: the same question under
+    another name. The text unchanged when it has no variable."""
+    found = variables(text)
+    if not found:
+        return text
+    old = rng.choice(found)
+    new = rng.choice([c for c in VARIABLE_LETTERS if c not in found])
+    return re.sub(rf"(?<![A-Za-z]){old}(?![A-Za-z])", new, text)
+
+
+# ---------------------------------------------------------------------------------------- paraphrases
+# A paraphrase of each MATH_TEMPLATES entry, in the same order: the same question with the same slots,
+# worded otherwise (sentence order, synonyms, other syntax); the maths itself and its answer unchanged.
+MATH_PARAPHRASES = (
+    "What value of x makes {a}x {op} {b} equal to {c}?",
+    "Work out {a} {op} the product of {b} and {c}.",
+    "Take x = {c}. Find the value of y, given that y = {a}x {op} {b}.",
+    "Find the result of {a} times {b} {op} {c}.",
+    "After {c} balls are removed from a box containing {a} red and {b} blue ones, how many balls remain "
+    "in the box?",
+    "Take {c}x away from {a}(x {op} {b}) and simplify the result.",
+    "The product of {b} and {c} is equal to n {op} {a}. What is n?",
+    "One side of a rectangle measures {b} cm and its perimeter is {a} cm. Find the length of the side "
+    "next to it.",
+)
+
+# First names of the word problems, with the pronoun each story uses for them.
+FIRST_NAMES = (
+    ("Maya", "she"),
+    ("Liam", "he"),
+    ("Sofia", "she"),
+    ("Noah", "he"),
+    ("Aisha", "she"),
+    ("Mateo", "he"),
+    ("Hannah", "she"),
+    ("Kenji", "he"),
+    ("Priya", "she"),
+    ("Omar", "he"),
+    ("Chloe", "she"),
+    ("Lucas", "he"),
+    ("Fatima", "she"),
+    ("Diego", "he"),
+    ("Grace", "she"),
+    ("Ethan", "he"),
+    ("Leila", "she"),
+    ("Samuel", "he"),
+    ("Ingrid", "she"),
+    ("Tariq", "he"),
+    ("Rosa", "she"),
+    ("Felix", "he"),
+    ("Yuki", "she"),
+    ("Marcus", "he"),
+    ("Nadia", "she"),
+    ("Oliver", "he"),
+    ("Elena", "she"),
+    ("Kwame", "he"),
+    ("Zoe", "she"),
+    ("Arjun", "he"),
+)
+_PRONOUNS = {
+    "she": {"sub": "she", "Sub": "She", "obj": "her", "pos": "her", "Pos": "Her"},
+    "he": {"sub": "he", "Sub": "He", "obj": "him", "pos": "his", "Pos": "His"},
+}
+
+# Word problems in the style of GSM8K (a person, objects, 2-4 numbers). Slots: {name} and its pronouns
+# ({sub} she/he, {obj} her/him, {pos} her/his, capitalised {Sub}, {Pos}); {a} a number in [24, 60] and
+# {b}, {c}, {d} numbers in [2, 11], all distinct (every story then has a sensible answer). Every number
+# slot occurs once.
+WORD_TEMPLATES = (
+    "{name} bakes {a} cookies and gives {b} of them to {pos} neighbours. How many cookies does {sub} have "
+    "left?",
+    "{name} has {a} dollars. {Sub} buys a book that costs {b} dollars. How much money does {name} have now?",
+    "{name} reads {b} pages of a novel every day. How many pages does {sub} read in {a} days?",
+    "{name} is {b} years old. {Pos} grandmother is {a} years older than {obj}. How old is {pos} grandmother?",
+    "{name} picks {a} apples on Monday and {b} apples on Tuesday. {Sub} uses {c} apples to make a pie. How "
+    "many apples are left?",
+    "{name} already has {a} pencils. {Sub} buys {b} packs of pencils with {c} pencils in each pack. How "
+    "many pencils does {sub} have now?",
+    "{name} runs {b} miles every day for {c} days and then runs {a} more miles on the weekend. How many "
+    "miles does {sub} run in total?",
+    "There are {a} children in {name}'s class. {b} of them walk to school and {c} ride bikes. The rest come "
+    "by bus. How many children take the bus?",
+    "{name} has {a} stickers. {Sub} gives {b} stickers to a friend, buys {c} more and then loses {d}. How "
+    "many stickers does {sub} have now?",
+    "{name} sells {a} cups of lemonade on Saturday and {b} cups on Sunday for {c} dollars each. {Sub} spent "
+    "{d} dollars on lemons and sugar. How much profit does {sub} make?",
+    "{name} works {b} hours on Monday, {c} hours on Tuesday and {d} hours on Wednesday. {Sub} earns {a} "
+    "dollars an hour. How much does {sub} earn over the three days?",
+)
+# A paraphrase of each WORD_TEMPLATES entry, in the same order: the same story and question, the same
+# slots, told otherwise (the events in another order, synonyms: biscuits for cookies, pupils for
+# children, glasses for cups, boxes for packs).
+WORD_PARAPHRASES = (
+    "{name} made a batch of {a} biscuits. {Sub} handed {b} of them to the people next door. How many "
+    "biscuits does {sub} still have?",
+    "A book is priced at {b} dollars. If {name} pays for it out of the {a} dollars {sub} had, how much "
+    "money is left?",
+    "Over a period of {a} days, {name} gets through {b} pages of {pos} book each day. What is the total number "
+    "of pages {sub} reads?",
+    "{name}'s grandmother was born {a} years before {obj}, and {name} is now {b}. What is the grandmother's "
+    "age?",
+    "To bake a pie, {name} takes {c} apples from the ones {sub} picked this week: {a} on Monday and {b} on "
+    "Tuesday. How many apples remain?",
+    "Each box of pencils holds {c} pencils, and {name} buys {b} boxes. Before that {sub} owned {a} "
+    "pencils. What is the total number of pencils {sub} has?",
+    "Over the weekend {name} covers {a} miles, after running {b} miles a day for {c} days. How far does "
+    "{sub} run altogether?",
+    "In the class of {name}, {c} of the {a} pupils cycle to school, {b} go on foot and everybody else "
+    "arrives by bus. How many pupils travel by bus?",
+    "Starting with a collection of {a} stickers, {name} loses {d}, gives {b} away to a friend and buys {c} "
+    "new ones. How many stickers are left in {pos} collection?",
+    "Lemons and sugar cost {name} {d} dollars. Over the weekend {sub} sold lemonade at {c} dollars a glass: "
+    "{a} glasses on Saturday and {b} on Sunday. What was {pos} profit?",
+    "Paid {a} dollars for every hour, {name} puts in {d} hours on Wednesday, {c} on Tuesday and {b} on "
+    "Monday. What are {pos} total earnings for the three days?",
+)
+_SLOT = re.compile(r"\{(\w+)\}")
+NUMBER_SLOTS = ("a", "b", "c", "d")
+
+
+def slots(template: str) -> set[str]:
+    """The slot names of a template (`{a}` -> "a")."""
+    return set(_SLOT.findall(template))
+
+
+def number_slots(template: str) -> tuple[str, ...]:
+    """The number slots of a template, in NUMBER_SLOTS order."""
+    return tuple(s for s in NUMBER_SLOTS if s in slots(template))
+
+
+def with_name(values: dict, name: str, pronoun: str) -> dict:
+    """`values` with the person `name` and the forms of `pronoun` ("she" / "he") in their slots."""
+    return {**values, "name": name, **_PRONOUNS[pronoun]}
+
+
+def word_values(rng: random.Random) -> dict:
+    """The values of one word problem: a first name of FIRST_NAMES with its pronouns, {a} in [24, 60]
+    and {b}, {c}, {d} distinct in [2, 11]."""
+    name, pronoun = rng.choice(FIRST_NAMES)
+    b, c, d = rng.sample(range(2, 12), 3)
+    return with_name({"a": rng.randint(24, 60), "b": b, "c": c, "d": d}, name, pronoun)
+
+
+def fill(template: str, values: dict) -> str:
+    """`template` with its slots filled from `values`."""
+    return template.format(**values)
+
+
+def other_name(values: dict, rng: random.Random) -> dict:
+    """`values` with another first name of FIRST_NAMES (drawn uniformly) and its pronouns."""
+    name, pronoun = rng.choice([p for p in FIRST_NAMES if p[0] != values["name"]])
+    return with_name(values, name, pronoun)
+
+
+def same_values_other_problem(
+    index: int, values: dict, templates: Sequence[str], paraphrases: Sequence[str], rng: random.Random
+) -> str:
+    """The paraphrase of another template (drawn uniformly among those with the same number slots as
+    `templates[index]`) filled with the item's values: the same numbers and name, a different problem."""
+    want = number_slots(templates[index])
+    others = [j for j, t in enumerate(templates) if j != index and number_slots(t) == want]
+    return fill(paraphrases[rng.choice(others)], values)
