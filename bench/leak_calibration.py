@@ -19,9 +19,33 @@ Each seed:
   negatives    `--per-kind` items each, never planted: `unplanted` (clean items of the same sets),
                `generic_sentence` (a clean item after a sentence that 12-16 training documents carry),
                `training_boilerplate` (a clean item after a line found in >= 12 stdlib files)
-The eval files hold the original item texts (negatives: as built), one file per set. Printed: per kind
-the items, flagged and recall (or false-positive rate), overall precision, how many `_many` items got
-the planted document count, a threshold sweep over the reported scores, and a precision-recall PNG.
+  short items  and symbols (`plant_symbol_kinds`): a short real item reworded, and maths questions of
+               leak_plants.MATH_TEMPLATES (set `math`) verbatim, reworded, with operators or numbers in
+               words; hard negatives planted in their place: a sign flipped, a number changed, the same
+               template with other values
+  answer side  (`plant_answer_kinds`) real HellaSwag, PIQA and COPA records, whose gold continuation is
+               what a copy may hold without the prompt: `answer_alone` (the gold ending of >= 10 words)
+               and `context_end_answer` (the context's last 5-10 words, then the gold answer); hard
+               negatives, another answer of the same item planted: `wrong_ending` (a context end of at
+               most half the context, then a distractor; PIQA's two solutions often differ in a word or
+               two) and `wrong_ending_alone` (a distractor of >= 10 words). The eval files hold each
+               record's own fields plus an "id", so the detector sees context, choices and label; the
+               report's `parts` of each flagged item (context / answer / context+answer) is tallied
+  renamed      (`plant_paraphrase_kinds`) `variable_renamed`: a maths question with one single-letter
+               variable renamed throughout, a copy to a reader
+  paraphrases  the report's separate, lower-confidence `paraphrase_candidates`: maths questions (set
+               `math`) and GSM8K-style word problems (set `word_problems`, leak_plants.WORD_TEMPLATES),
+               `paraphrase` the item's paraphrase template filled with the same values; hard negatives:
+               `paraphrase_other_number`, `paraphrase_sign_flip`, `paraphrase_other_name` and
+               `same_values_other_problem` (the values in another template's paraphrase)
+Each later group draws from a generator of its own (10_000, 20_000, 30_000 + seed) after the groups before
+it, so the earlier kinds keep their items, plants and hosts. The eval files hold the original item texts
+(negatives: as built), one file per set. Printed: per copy kind the items, flagged and recall (or
+false-positive rate; the paraphrase negatives too, as a copy flag on them is wrong, but not the positive
+`paraphrase`), overall precision, how many `_many` items got the planted document count, a threshold
+sweep over the reported scores, the parts of the flagged answer-side items, the paraphrase candidates
+per paraphrase kind with their recall and precision (every reported item of a negative kind, copy or
+paraphrase, is a false one), and a precision-recall PNG.
 
     .venv/bin/python bench/leak_calibration.py [--seeds 0-1] [--per-kind 40] [--png PNG] [--work DIR]
 
@@ -46,7 +70,7 @@ from pathlib import Path
 
 import leak_plants as lp
 
-POSITIVE = (
+BASE_POSITIVE = (
     "verbatim_one",
     "verbatim_many",
     "prefix_one",
@@ -58,25 +82,42 @@ POSITIVE = (
     "markup",
     "unicode_variants",
     "rewrap",
-    "short_edit",
-    "math_verbatim",
-    "math_edit",
-    "written_out",
-    "written_numbers",
 )
-NEGATIVE = (
-    "unplanted",
-    "generic_sentence",
-    "training_boilerplate",
-    "sign_flip",
-    "other_number",
-    "template_values",
-)
+BASE_NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
 # the kinds of short items, symbols and written-out forms (issue 29), planted after the others with a
 # generator of their own, so the earlier kinds draw the same items, plants and hosts as before
 SYMBOL_POSITIVE = ("short_edit", "math_verbatim", "math_edit", "written_out", "written_numbers")
 SYMBOL_NEGATIVE = ("sign_flip", "other_number", "template_values")
+# answer-side kinds on the completion sets, then the renamed variable and the paraphrase kinds: each
+# group planted after the ones above with a generator of its own, for the same reason
+ANSWER_POSITIVE = ("answer_alone", "context_end_answer")
+ANSWER_NEGATIVE = ("wrong_ending", "wrong_ending_alone")
+RENAMED_POSITIVE = ("variable_renamed",)
+PARAPHRASE_POSITIVE = ("paraphrase",)
+PARAPHRASE_NEGATIVE = (
+    "paraphrase_other_number",
+    "paraphrase_sign_flip",
+    "paraphrase_other_name",
+    "same_values_other_problem",
+)
+PARAPHRASE_KINDS = PARAPHRASE_POSITIVE + PARAPHRASE_NEGATIVE
+# copy kinds: recall (positives) and false-positive rate (negatives) of the report's `contaminated`
+# flags. The positive paraphrase kind is not a copy and stays out of these figures; the paraphrase
+# negatives are in (a copy flag on them is wrong).
+POSITIVE = BASE_POSITIVE + SYMBOL_POSITIVE + ANSWER_POSITIVE + RENAMED_POSITIVE
+NEGATIVE = BASE_NEGATIVE + SYMBOL_NEGATIVE + ANSWER_NEGATIVE + PARAPHRASE_NEGATIVE
 MATH_SET = "math"
+WORD_SET = "word_problems"
+ANSWER_SETS = ("hellaswag", "piqa", "copa")
+# the sets each answer kind draws from (COPA's choices are too short for the kinds of >= 10-word answers,
+# and its premise too short to hold a context end of at most half of it)
+ANSWER_KIND_SETS = {
+    "answer_alone": ("hellaswag", "piqa"),
+    "context_end_answer": ANSWER_SETS,
+    "wrong_ending": ("hellaswag", "piqa"),
+    "wrong_ending_alone": ("hellaswag", "piqa"),
+}
+ANSWER_MIN_WORDS = 10
 # Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to: a
 # reworded templated maths question (8-10 words, most of its 4-word windows shared by >= 10 items, so
 # not indexed) is missed when the edit falls inside the few windows left (0.833 over seeds 0-1).
@@ -213,8 +254,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     rest = short + long  # verbatim plants and negatives: any length >= MIN_WORDS
     rng.shuffle(rest)
     rest = lp.round_robin(rest, SETS)
-    base_negative = tuple(k for k in NEGATIVE if k not in SYMBOL_NEGATIVE)
-    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + base_negative, per_kind, rng))
+    dealt.update(_deal(rest, ("verbatim_one", "verbatim_many") + BASE_NEGATIVE, per_kind, rng))
 
     docs = training_docs()
     ids = [f"{src}-{n}" for n, (src, _, _) in enumerate(docs)]
@@ -225,11 +265,11 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     records: list[dict] = []
     per_set: dict[str, list[dict]] = {}
 
-    def record(kind: str, name: str, item, text: str, hosts: list[int]) -> None:
+    def record(kind: str, name: str, item, text: str, hosts: list[int], row: dict | None = None) -> None:
         records.append({"kind": kind, "eval": name, "id": str(item.id), "hosts": [ids[h] for h in hosts]})
-        per_set.setdefault(name, []).append({"id": str(item.id), "text": text})
+        per_set.setdefault(name, []).append(row or {"id": str(item.id), "text": text})
 
-    for kind in (k for k in POSITIVE if k not in SYMBOL_POSITIVE):
+    for kind in BASE_POSITIVE:
         base = kind.removesuffix("_one").removesuffix("_many")
         for name, item in dealt[kind]:
             plant = lp.TRANSFORMS[base](item.text, rng)
@@ -248,7 +288,9 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
         record("training_boilerplate", name, item, lp.with_boilerplate_line(item.text, line), [])
     for name, item in dealt["unplanted"]:
         record("unplanted", name, item, item.text, [])
-    plant_symbol_kinds(seed, per_kind, rest, texts, used, record)
+    made = plant_symbol_kinds(seed, per_kind, rest, texts, used, record)
+    plant_answer_kinds(seed, per_kind, texts, used, record)
+    plant_paraphrase_kinds(seed, per_kind, texts, used, record, made)
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
@@ -268,14 +310,15 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
 
 def plant_symbol_kinds(
     seed: int, per_kind: int, rest: list, texts: list[str], used: set[int], record
-) -> None:
+) -> set[str]:
     """The short-item and symbol kinds, each pasted into one host: `short_edit` (a real item of <=
     SHORT_MAX_WORDS words left after the other kinds, reworded by one or two word edits), and on maths
     questions of the `math` set (leak_plants.MATH_TEMPLATES): `math_verbatim`, `math_edit` (reworded,
     numbers and operators untouched), `written_out` (operators in words), `written_numbers` (numbers up
     to twenty in words); hard
     negatives, the eval item never planted but a different question from it: `sign_flip`,
-    `other_number`, `template_values` (the same template, other values)."""
+    `other_number`, `template_values` (the same template, other values). Returns the maths questions and
+    plants made."""
     rng = random.Random(10_000 + seed)
     short = [p for p in rest if len(p[1].text.split()) <= SHORT_MAX_WORDS]
     for name, item in _deal(short, ("short_edit",), per_kind, rng)["short_edit"]:
@@ -311,13 +354,146 @@ def plant_symbol_kinds(
             record(
                 kind,
                 MATH_SET,
-                _MathItem(f"{kind}-{j}", text),
+                _Item(f"{kind}-{j}", text),
                 text,
                 [] if kind in SYMBOL_NEGATIVE else sorted(pasted),
             )
+    return made
 
 
-_MathItem = namedtuple("_MathItem", "id text")
+_Item = namedtuple("_Item", "id text")
+_Completion = namedtuple("_Completion", "record context choices gold")
+
+
+def answer_pool(rng: random.Random) -> list[tuple[str, _Completion]]:
+    """(set, _Completion) for every record of the bundled completion sets (ANSWER_SETS) with a valid label,
+    shuffled; a record sharing an 8-word run of its context and choices with an earlier one is left out
+    (HellaSwag's consecutive captions of one video: one item's ending is another's context)."""
+    from olmax.data.evalsets import read_eval_rows, resolve_source
+
+    pool = []
+    for name in ANSWER_SETS:
+        for row in read_eval_rows(resolve_source(name)):
+            parts = lp.completion_parts(name, row.record)
+            if parts is not None:
+                pool.append((name, _Completion(row.record, *parts)))
+    rng.shuffle(pool)
+    return [pool[i] for i in lp.independent([" ".join([c.context, *c.choices]) for _, c in pool])]
+
+
+def _answer_fits(kind: str, c: _Completion) -> bool:
+    """Whether the item `c` can carry a plant of the answer kind `kind`."""
+    if kind == "answer_alone":
+        return len(c.choices[c.gold].split()) >= ANSWER_MIN_WORDS
+    if kind == "wrong_ending":
+        return len(c.context.split()) >= 10 and bool(lp.wrong_choices(c.choices, c.gold))
+    if kind == "wrong_ending_alone":
+        return any(len(w.split()) >= ANSWER_MIN_WORDS for w in lp.wrong_choices(c.choices, c.gold))
+    return True
+
+
+def plant_answer_kinds(seed: int, per_kind: int, texts: list[str], used: set[int], record) -> None:
+    """The answer-side kinds on real HellaSwag / PIQA / COPA records, each plant pasted into one host:
+    positives `answer_alone` (the gold ending of >= 10 words) and `context_end_answer` (the context's last
+    5-10 words, then the gold answer); hard negatives, the item never planted but another answer of it
+    is: `wrong_ending` (a context end of at most half the context, then a distractor) and
+    `wrong_ending_alone` (a distractor of >= 10 words). Items round-robin over ANSWER_KIND_SETS, each
+    used once; the eval files hold each item's original record with an "id" field added."""
+    rng = random.Random(20_000 + seed)
+    pool = answer_pool(rng)
+    for kind in ANSWER_POSITIVE + ANSWER_NEGATIVE:
+        fits = [p for p in pool if p[0] in ANSWER_KIND_SETS[kind] and _answer_fits(kind, p[1])]
+        take = lp.round_robin(fits, ANSWER_KIND_SETS[kind])[:per_kind]
+        if len(take) < per_kind:
+            raise SystemExit(f"{per_kind} items wanted for {kind}, {len(take)} available; lower --per-kind")
+        taken = {id(c) for _, c in take}
+        pool = [p for p in pool if id(p[1]) not in taken]
+        for j, (name, c) in enumerate(take):
+            if kind == "answer_alone":
+                plant = lp.answer_alone(c.choices[c.gold])
+            elif kind == "context_end_answer":
+                plant = lp.context_end_answer(c.context, c.choices[c.gold], rng)
+            elif kind == "wrong_ending":
+                plant = lp.wrong_ending(c.context, c.choices, c.gold, rng)
+            else:
+                plant = lp.wrong_ending_alone(c.choices, c.gold, rng, ANSWER_MIN_WORDS)
+            pasted = lp.paste(plant, texts, False, rng, used)
+            for h, new in pasted.items():
+                texts[h] = new
+            item = _Item(f"{kind}-{j}", c.context)
+            row = {"id": item.id, **{k: v for k, v in c.record.items() if k != "id"}}
+            record(kind, name, item, c.context, [] if kind in ANSWER_NEGATIVE else sorted(pasted), row)
+
+
+def _paraphrase_sources(kind: str) -> list[tuple[str, int]]:
+    """The (family, template index) cycle a renamed-variable or paraphrase kind draws its items from:
+    family "math" (MATH_TEMPLATES) or "word" (WORD_TEMPLATES)."""
+    math = list(range(len(lp.MATH_TEMPLATES)))
+    word = list(range(len(lp.WORD_TEMPLATES)))
+    if kind == "variable_renamed":
+        sample = {"a": 2, "b": 3, "c": 4, "op": "+"}
+        return [("math", t) for t in math if lp.variables(lp.fill(lp.MATH_TEMPLATES[t], sample))]
+    if kind == "paraphrase_sign_flip":
+        return [("math", t) for t in math if re.search(r" (?:[-+]|\{op\}) ", lp.MATH_PARAPHRASES[t])]
+    if kind == "paraphrase_other_name":
+        return [("word", t) for t in word]
+    if kind == "same_values_other_problem":  # templates that share their number slots with another
+        math = [
+            t
+            for t in math
+            if sum(lp.number_slots(u) == lp.number_slots(lp.MATH_TEMPLATES[t]) for u in lp.MATH_TEMPLATES) > 1
+        ]
+    pairs = []
+    for i in range(max(len(math), len(word))):
+        pairs += [("math", math[i % len(math)]), ("word", word[i % len(word)])]
+    return pairs
+
+
+def paraphrase_plant(kind: str, family: str, t: int, rng: random.Random) -> tuple[str, str]:
+    """(eval item, plant) of a renamed-variable or paraphrase kind on template `t` of `family`."""
+    if family == "math":
+        templates, paraphrases, values = lp.MATH_TEMPLATES, lp.MATH_PARAPHRASES, lp.math_values(rng)
+    else:
+        templates, paraphrases, values = lp.WORD_TEMPLATES, lp.WORD_PARAPHRASES, lp.word_values(rng)
+    text = lp.fill(templates[t], values)
+    para = lp.fill(paraphrases[t], values)
+    if kind == "variable_renamed":
+        return text, lp.rename_variable(text, rng)
+    if kind == "paraphrase":
+        return text, para
+    if kind == "paraphrase_other_number":
+        return text, lp.other_number(para, rng)
+    if kind == "paraphrase_sign_flip":
+        return text, lp.sign_flip(para, rng)
+    if kind == "paraphrase_other_name":
+        return text, lp.fill(paraphrases[t], lp.other_name(values, rng))
+    return text, lp.same_values_other_problem(t, values, templates, paraphrases, rng)
+
+
+def plant_paraphrase_kinds(
+    seed: int, per_kind: int, texts: list[str], used: set[int], record, made: set[str]
+) -> None:
+    """The renamed-variable and paraphrase kinds, each plant pasted into one host: `variable_renamed` (a
+    copy: a maths question with one variable renamed throughout); `paraphrase` (the item's paraphrase
+    template filled with its values) and its hard negatives, the item never planted: `paraphrase_other_
+    number`, `paraphrase_sign_flip`, `paraphrase_other_name`, `same_values_other_problem`. Maths items go
+    to the `math` set, word problems to `word_problems`; every item and plant differs from all the maths
+    questions and plants in `made` (which grows)."""
+    rng = random.Random(30_000 + seed)
+    for kind in RENAMED_POSITIVE + PARAPHRASE_KINDS:
+        sources = _paraphrase_sources(kind)
+        for j in range(per_kind):
+            family, t = sources[j % len(sources)]
+            while True:  # every eval item distinct, none another's plant, every plant a change
+                text, plant = paraphrase_plant(kind, family, t, rng)
+                if text not in made and plant not in made and plant != text:
+                    break
+            made.update((text, plant))
+            pasted = lp.paste(plant, texts, False, rng, used)
+            for h, new in pasted.items():
+                texts[h] = new
+            name = MATH_SET if family == "math" else WORD_SET
+            record(kind, name, _Item(f"{kind}-{j}", text), text, [] if kind in NEGATIVE else sorted(pasted))
 
 
 def scores(report: dict) -> dict[tuple[str, str], dict]:
@@ -328,17 +504,28 @@ def scores(report: dict) -> dict[tuple[str, str], dict]:
         for e in entries:
             key = (e["eval"], str(e["id"]))
             s = float(e.get("score", 1.0 if flagged else 0.0))
-            prev = out.setdefault(key, {"score": s, "flagged": flagged, "n_documents": e.get("n_documents")})
+            prev = out.setdefault(
+                key, {"score": s, "flagged": flagged, "n_documents": e.get("n_documents"), "parts": None}
+            )
             if prev["score"] < s:
                 prev["score"] = s
             if flagged and not prev["flagged"]:
                 prev.update(flagged=True, n_documents=e.get("n_documents"))
+            if flagged and isinstance(e.get("parts"), list):
+                prev["parts"] = sorted(set(prev["parts"] or []) | set(e["parts"]))
     return out
 
 
+def paraphrase_keys(report: dict) -> set[tuple[str, str]]:
+    """(eval, id) of the items the report lists as paraphrase candidates (none when it has no such list)."""
+    return {(e["eval"], str(e["id"])) for e in report.get("paraphrase_candidates", [])}
+
+
 def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
-    """One seed: plant, audit, and score every item. Returns {records, threshold, rule, seconds}; a
-    record: {kind, eval, id, hosts, score, flagged, n_documents}."""
+    """One seed: plant, audit, and score every item. Returns {records, threshold, rule, seconds,
+    paraphrase_listed}; a record: {kind, eval, id, hosts, score, flagged, n_documents, parts, paraphrase}
+    (`parts`: the report's parts of a flagged item, None when it gives none; `paraphrase`: listed among the
+    report's paraphrase candidates)."""
     from olmax.assets import tokenizer_path
     from olmax.audit.leaks import LeakConfig, audit_leaks
     from olmax.data.stream import StreamSpec
@@ -353,14 +540,23 @@ def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
         with contextlib.redirect_stdout(io.StringIO()):
             report = audit_leaks(LeakConfig(StreamSpec(mix=str(root / "mix.txt")), evals=tuple(specs)))
     found = scores(report)
+    candidates = paraphrase_keys(report)
     for r in records:
-        f = found.get((r["eval"], r["id"]), {})
-        r.update(score=f.get("score", 0.0), flagged=f.get("flagged", False), n_documents=f.get("n_documents"))
+        key = (r["eval"], r["id"])
+        f = found.get(key, {})
+        r.update(
+            score=f.get("score", 0.0),
+            flagged=f.get("flagged", False),
+            n_documents=f.get("n_documents"),
+            parts=f.get("parts") if f.get("flagged") else None,
+            paraphrase=key in candidates,
+        )
     return {
         "records": records,
         "threshold": report.get("settings", {}).get("threshold"),
         "rule": report.get("rule", ""),
         "seconds": {"build": t1 - t0, "audit": time.perf_counter() - t1},
+        "paraphrase_listed": "paraphrase_candidates" in report,
     }
 
 
@@ -370,6 +566,8 @@ def _counts(records: list[dict], hit) -> tuple[dict[str, tuple[int, int]], float
     recall and precision."""
     per = {k: (0, 0) for k in POSITIVE + NEGATIVE}
     for r in records:
+        if r["kind"] not in per:  # the positive paraphrase kind: not a copy
+            continue
         n, h = per[r["kind"]]
         per[r["kind"]] = (n + 1, h + bool(hit(r)))
     tp = sum(per[k][1] for k in POSITIVE)
@@ -397,6 +595,55 @@ def summarize(records: list[dict]) -> dict:
         "recall": recall,
         "precision": precision,
         "sweep": sweep,
+        "parts": {k: _parts(records, k) for k in ANSWER_POSITIVE},
+        "paraphrase": _paraphrase_summary(records),
+    }
+
+
+def _parts(records: list[dict], kind: str) -> dict:
+    """{flagged, parts}: how many items of `kind` are flagged and, per part the report names ("answer",
+    "context+answer", "context", ...; "(none)" for a flagged item without one), how many flagged items it
+    names; parts None when no flagged item has them (today's detector)."""
+    flagged = [r for r in records if r["kind"] == kind and r["flagged"]]
+    if not any(r.get("parts") is not None for r in flagged):
+        return {"flagged": len(flagged), "parts": None}
+    counts: dict[str, int] = {}
+    for r in flagged:
+        for part in r.get("parts") or ["(none)"]:
+            counts[part] = counts.get(part, 0) + 1
+    return {"flagged": len(flagged), "parts": counts}
+
+
+def _paraphrase_summary(records: list[dict]) -> dict:
+    """The paraphrase candidates' numbers: per paraphrase kind {items, candidates, rate, copy_flagged,
+    positive}; recall (candidates among the `paraphrase` items), precision (reported items of a positive
+    kind, copy or paraphrase, over all reported items; None when nothing is reported), the counts, and
+    the reported items of the kinds outside the paraphrase ones ({kind: count})."""
+    kinds = {}
+    for k in PARAPHRASE_KINDS:
+        rs = [r for r in records if r["kind"] == k]
+        hits = sum(r["paraphrase"] for r in rs)
+        kinds[k] = {
+            "items": len(rs),
+            "candidates": hits,
+            "rate": hits / max(1, len(rs)),
+            "copy_flagged": sum(r["flagged"] for r in rs),
+            "positive": k in PARAPHRASE_POSITIVE,
+        }
+    tp = sum(r["paraphrase"] for r in records if r["kind"] in POSITIVE + PARAPHRASE_POSITIVE)
+    fp = sum(r["paraphrase"] for r in records if r["kind"] in NEGATIVE)
+    others: dict[str, int] = {}
+    for r in records:
+        if r["paraphrase"] and r["kind"] not in PARAPHRASE_KINDS:
+            others[r["kind"]] = others.get(r["kind"], 0) + 1
+    return {
+        "kinds": kinds,
+        "recall": kinds["paraphrase"]["rate"],
+        "precision": tp / (tp + fp) if tp + fp else None,
+        "reported": tp + fp,
+        "true_positives": tp,
+        "false_positives": fp,
+        "other_kinds": others,
     }
 
 
@@ -438,10 +685,10 @@ def pr_curve(records: list[dict], png: Path, marks: list[tuple[float, float, str
 
 def print_summary(s: dict, threshold, rule: str) -> None:
     print(f"rule: {rule}" if rule else "rule: (not reported)")
-    print(f"{'kind':<22} {'items':>6} {'flagged':>8}  metric")
+    print(f"{'kind':<26} {'items':>6} {'flagged':>8}  metric")
     for k, r in s["kinds"].items():
         metric = "recall" if r["positive"] else "false-positive rate"
-        print(f"{k:<22} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}")
+        print(f"{k:<26} {r['items']:>6} {r['flagged']:>8}  {metric} {r['rate']:.3f}")
     print(
         f"overall recall {s['recall']:.3f}, precision {s['precision']:.3f}; flag threshold "
         f"{threshold if threshold is not None else 'n/a'}"
@@ -454,6 +701,32 @@ def print_summary(s: dict, threshold, rule: str) -> None:
     print(f"{'t':>6} {'min recall/kind':>16} {'recall':>8} {'precision':>10}")
     for t, mn, rec, prec in s["sweep"]:
         print(f"{t:>6.2f} {mn:>16.3f} {rec:>8.3f} {prec:>10.3f}")
+    print("parts of the flagged answer-side items (report: contaminated[].parts):")
+    for k, r in s["parts"].items():
+        named = ", ".join(f"{p} {n}" for p, n in sorted(r["parts"].items())) if r["parts"] else "n/a"
+        print(f"  {k:<20} flagged {r['flagged']:>4}: {named}")
+
+
+def print_paraphrase(p: dict, listed: bool) -> None:
+    """The paraphrase-candidate section: per paraphrase kind, items, candidates and copy flags; recall and
+    precision of the candidates."""
+    print(
+        "paraphrase candidates (report: paraphrase_candidates"
+        + ("" if listed else "; not in the report")
+        + "; copy flags shown, not counted):"
+    )
+    print(f"{'kind':<26} {'items':>6} {'candidates':>11} {'copy flagged':>13}  metric")
+    for k, r in p["kinds"].items():
+        metric = "recall" if r["positive"] else "false-positive rate"
+        print(
+            f"{k:<26} {r['items']:>6} {r['candidates']:>11} {r['copy_flagged']:>13}  {metric} {r['rate']:.3f}"
+        )
+    precision = "n/a (none reported)" if p["precision"] is None else f"{p['precision']:.3f}"
+    others = ", ".join(f"{k} {n}" for k, n in sorted(p["other_kinds"].items())) or "none"
+    print(
+        f"paraphrase recall {p['recall']:.3f}, precision {precision} ({p['true_positives']} true / "
+        f"{p['reported']} reported); reported items of other kinds: {others}"
+    )
 
 
 def main() -> None:
@@ -466,11 +739,12 @@ def main() -> None:
 
     seeds = parse_seeds(args.seeds)
     records: list[dict] = []
-    threshold, rule = None, ""
+    threshold, rule, listed = None, "", False
     for seed in seeds:
         res = run(seed, args.per_kind, Path(args.work) / f"seed-{seed}" if args.work else None)
         records += res["records"]
         threshold, rule = res["threshold"], res["rule"]
+        listed = listed or res["paraphrase_listed"]
         s = summarize(res["records"])
         sec = res["seconds"]
         print(
@@ -481,6 +755,7 @@ def main() -> None:
         )
     s = summarize(records)
     print_summary(s, threshold, rule)
+    print_paraphrase(s["paraphrase"], listed)
     label = "detector's flags" + (f" (score >= {threshold})" if threshold is not None else "")
     pr_curve(records, Path(args.png), [(s["recall"], s["precision"], label)])
     print(f"precision-recall curve: {args.png}")
