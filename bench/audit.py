@@ -64,7 +64,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from olmax.assets import EVAL_SETS, tokenizer_path
-    from olmax.audit.leaks import HitSet, LeakConfig, decide_items, index_evals, probe_file
+    from olmax.audit.evalside import index_evals
+    from olmax.audit.leaks import HitSet, LeakConfig, decide_items, probe_file
     from olmax.audit.normalize import word_tables
     from olmax.data.stream import StreamSpec
     from olmax.data.tokenize import load_tokenizer

@@ -295,8 +295,31 @@ def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[
     ids: dict[str, int] = {}
     a = np.asarray([ids.setdefault(t, len(ids)) for t in a_tok], dtype=np.int64)
     b = np.asarray([ids.setdefault(t, len(ids)) for t in b_tok], dtype=np.int64)
-    edits, i, j = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
-    return int(edits), (f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else "")
+    edits, i, j, sub = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
+    return int(edits) - renamed(a_tok, b_tok, sub.tolist()), (
+        f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else ""
+    )
+
+
+def renamed(a_tok: list[str], b_tok: list[str], sub: list[int]) -> int:
+    """The edits a consistent renaming saves: on the placement (`sub[i]`: the region token item token i
+    was changed into, -1 where it was kept, dropped or matched), each single-letter word changed into
+    one other single letter every time it occurs, and no other letter changed into that one, counts as
+    one edit, not one per occurrence (`3x + 1 = y` as `3t + 1 = y`; a variable renamed)."""
+    letter = {t for t in a_tok if len(t) == 1 and t.isalpha()}
+    to: dict[str, set[str]] = {}
+    for i, j in enumerate(sub):
+        if j >= 0 and a_tok[i] in letter:
+            to.setdefault(a_tok[i], set()).add(b_tok[j])
+    saved = 0
+    for x, ys in to.items():
+        (y,) = ys if len(ys) == 1 else (None,)
+        if y is None or not (len(y) == 1 and y.isalpha()) or y in letter:
+            continue
+        if all(sub[i] >= 0 for i, t in enumerate(a_tok) if t == x):  # changed everywhere it occurs
+            if sum(1 for z in to.values() if y in z) == 1:
+                saved += sum(1 for i, t in enumerate(a_tok) if t == x) - 1
+    return saved
 
 
 FLANK = 2  # the item tokens each side of a changed number or operator that must align for a conflict
@@ -305,8 +328,8 @@ FLANK = 2  # the item tokens each side of a changed number or operator that must
 @njit(cache=True, nogil=True)
 def _place(a, a_cls, b, b_cls):
     """Semi-global edit distance of `a` inside `b` (free ends in `b`), with the first same-class
-    number/operator substitution on the best path, item-first: (edits, i, j), (i, j) = (-1, -1) for
-    none. On ties the path prefers a substitution (a changed number reads as changed, not as one
+    number/operator substitution on the best path, item-first: (edits, i, j, changed), (i, j) = (-1,
+    -1) for none, `changed[i]` the region token item token i was substituted by (-1: none). On ties the path prefers a substitution (a changed number reads as changed, not as one
     dropped beside one inserted)."""
     k, m = a.size, b.size
     d = np.zeros((k + 1, m + 1), np.int64)
@@ -324,13 +347,16 @@ def _place(a, a_cls, b, b_cls):
     i, j = k, bj
     state = np.zeros(k, np.int64)  # per item token: 0 dropped or changed, 1 matched, 2 conflicting
     sub_j = np.full(k, -1, np.int64)
+    changed = np.full(k, -1, np.int64)  # per item token: the region token it was changed into
     while i > 0:
         if j > 0 and d[i, j] == d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1):
             if a[i - 1] == b[j - 1]:
                 state[i - 1] = 1
-            elif a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
-                state[i - 1] = 2
-                sub_j[i - 1] = j - 1
+            else:
+                changed[i - 1] = j - 1
+                if a_cls[i - 1] != 0 and a_cls[i - 1] == b_cls[j - 1]:
+                    state[i - 1] = 2
+                    sub_j[i - 1] = j - 1
             i -= 1
             j -= 1
         elif d[i, j] == d[i - 1, j] + 1:
@@ -350,4 +376,4 @@ def _place(a, a_cls, b, b_cls):
                 ok = False
         if ok:
             ci, cj = x, sub_j[x]
-    return best, ci, cj
+    return best, ci, cj, changed

@@ -94,6 +94,24 @@ class LeakConfig:
     short_ngram: int = setting(
         4, "window in words a short item is also indexed by (0: none, only exact whole-item keys; default 4)"
     )
+    answers: bool = setting(
+        True,
+        "skip the answer side: a completion task's gold continuation (HellaSwag endings, PIQA solutions, "
+        "COPA choices, story endings) alone and joined to its context's end",
+    )
+    answer_words: int = setting(
+        8, "a gold continuation of at least this many words is also looked for alone (default 8)"
+    )
+    join_words: int = setting(
+        4,
+        "context words before the answer in the context -> answer join (its last; the answer's first "
+        "--answer-words follow; default 4)",
+    )
+    paraphrases: bool = setting(
+        True,
+        "skip the paraphrase candidates: the numbers, names and rare words of an item within a window "
+        "(reported apart, never counted as copies)",
+    )
     min_cover: float = setting(
         0.25,
         "verify an (item, document) pair when its matched windows cover this fraction of the item's "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import xxhash
+from numba import njit
 
 from olmax.audit.hashing import packed_windows
 from olmax.audit.prefilter import WindowFilter, window_sums
@@ -31,6 +32,45 @@ def length_salt(k: int) -> np.uint64:
 def short_salt(k: int) -> np.uint64:
     """The salt of the short items' own k-word windows (apart from whole items of k words)."""
     return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-short-window-{k}".encode()))
+
+
+def core_salt(k: int) -> np.uint64:
+    """The salt of a short item's k-word core (a run of words no template window covers)."""
+    return np.uint64(xxhash.xxh3_64_intdigest(f"olmax-core-{k}".encode()))
+
+
+def template_cores(
+    free: np.ndarray, item_start: np.ndarray, offset: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(item, start, length) of every maximal run of `free` words (those no template window covers)
+    within one item: where a templated item keeps what makes it that item. `free` runs over the items'
+    concatenated words, `item_start` marks each item's first word, `offset` is each item's first word."""
+    if free.size == 0:
+        return (np.zeros(0, np.int64),) * 3
+    begins = free & (item_start | ~np.concatenate([[False], free[:-1]]))
+    ends = free & (np.concatenate([item_start[1:], [True]]) | ~np.concatenate([free[1:], [False]]))
+    a = np.flatnonzero(begins)
+    b = np.flatnonzero(ends) + 1
+    item = np.searchsorted(offset, a, side="right") - 1
+    return item, a - offset[item], b - a
+
+
+def _templates(key: np.ndarray, item: np.ndarray, max_items: int) -> tuple[np.ndarray, int]:
+    """(keep, templates): the records whose key fewer than `max_items` distinct items share (all when
+    max_items <= 0), and how many keys reach it (the eval side's templates)."""
+    if max_items <= 0 or key.size == 0:
+        return np.ones(key.size, dtype=bool), 0
+    order = np.lexsort((item, key))
+    k, it = key[order], item[order]
+    new_key = np.ones(k.size, dtype=bool)
+    new_key[1:] = k[1:] != k[:-1]
+    new_pair = new_key.copy()
+    new_pair[1:] |= it[1:] != it[:-1]
+    key_no = np.cumsum(new_key) - 1
+    n_items = np.bincount(key_no[new_pair], minlength=int(key_no[-1]) + 1)
+    keep = np.empty(k.size, dtype=bool)
+    keep[order] = n_items[key_no] < max_items
+    return keep, int((n_items >= max_items).sum())
 
 
 class SortedKeys:
@@ -82,12 +122,14 @@ class EvalIndex:
         max_items_per_key: int = 0,
         short_words: int = 0,
         short_ngram: int = 0,
+        groups: np.ndarray | None = None,
     ):
         """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
         side ("which of the following is the"), kept out of the index (`template_keys` counts them).
         `short_ngram` > 0: items of more than short_ngram and at most `short_words` words also give
         their short_ngram-word windows (salted apart), so a short item with a word edited is found
-        through the windows the edit leaves whole."""
+        through the windows the edit leaves whole. `groups[item]`: the group an item belongs to (the
+        units of one eval item); a template counts distinct groups (default: every item its own)."""
         self.n = n
         self.short_ngram = short_ngram
         self.lengths_of = np.asarray([w.size for w in items], dtype=np.int64)
@@ -122,33 +164,45 @@ class EvalIndex:
             rec_item, rec_q = np.concatenate([rec_item, s_item]), np.concatenate([rec_q, s_q])
             wlen = np.concatenate([wlen, np.full(s_item.size, s, np.int64)])
             bag_s = window_sums(words, s)[s_at]
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        self.rec_item, self.rec_q = rec_item[order], rec_q[order]
-        self.rec_w = wlen[order].astype(np.int64)  # each record's window length
-        self.template_keys = 0
-        if max_items_per_key > 0 and key.size:
-            # distinct items per key (records are sorted by key, then by item within a key)
-            new_pair = np.ones(key.size, dtype=bool)
-            new_pair[1:] = (key[1:] != key[:-1]) | (self.rec_item[1:] != self.rec_item[:-1])
-            ukey, inv = np.unique(key, return_inverse=True)
-            n_items = np.bincount(inv.reshape(-1)[new_pair], minlength=ukey.size)
-            keep = n_items[inv.reshape(-1)] < max_items_per_key
-            self.template_keys = int((n_items >= max_items_per_key).sum())
-            key, self.rec_item, self.rec_q = key[keep], self.rec_item[keep], self.rec_q[keep]
-            self.rec_w = self.rec_w[keep]
-        # how many of each item's words its indexed windows cover (templates left out): what a copy's
-        # hits can cover at most
-        self.coverable = np.zeros(self.lengths_of.size, np.int64)
-        if self.rec_item.size:
-            item_at = np.zeros(self.lengths_of.size, np.int64)
-            item_at[use] = offset
-            start = item_at[self.rec_item] + self.rec_q
+        item_at = np.zeros(self.lengths_of.size, np.int64)
+        item_at[use] = offset
+        group = np.arange(len(items)) if groups is None else np.asarray(groups, dtype=np.int64)
+        keep, self.template_keys = _templates(key, group[rec_item], max_items_per_key)
+        self.core_lengths: list[int] = []
+        self.core_filters: dict[int, WindowFilter] = {}
+        if s > 1 and not keep.all():
+            # a short item most of whose windows are templates ("solve for x in the equation ...")
+            # is also indexed by each run of < s words that no template window covers (its numbers,
+            # its names): an edit inside the template then leaves that run to find it by
+            t = ~keep
             diff = np.zeros(words.size + 1, np.int64)
-            np.add.at(diff, start, 1)
-            np.add.at(diff, start + self.rec_w, -1)
-            covered = (np.cumsum(diff[:-1]) > 0).astype(np.int64)
-            self.coverable[use] = np.add.reduceat(covered, offset) if use.size else 0
+            np.add.at(diff, item_at[rec_item[t]] + rec_q[t], 1)
+            np.add.at(diff, item_at[rec_item[t]] + rec_q[t] + wlen[t], -1)
+            item_start = np.zeros(words.size, dtype=bool)
+            item_start[offset] = True
+            c_u, c_q, c_len = template_cores(np.cumsum(diff[:-1]) == 0, item_start, offset)
+            ok = (c_len >= 2) & (c_len < s) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
+            c_u, c_q, c_len = c_u[ok], c_q[ok], c_len[ok]
+            if c_u.size:
+                salts_c = np.asarray([core_salt(k) for k in range(s)], dtype=np.uint64)
+                c_key = packed_windows(words, offset[c_u] + c_q, c_len) ^ salts_c[c_len]
+                c_keep, c_templates = _templates(c_key, group[use[c_u]], max_items_per_key)
+                self.template_keys += c_templates
+                key = np.concatenate([key, c_key])
+                rec_item = np.concatenate([rec_item, use[c_u]])
+                rec_q, wlen = np.concatenate([rec_q, c_q]), np.concatenate([wlen, c_len])
+                keep = np.concatenate([keep, c_keep])
+                self.core_lengths = sorted(set(c_len[c_keep].tolist()))
+                c_start = offset[c_u] + c_q
+                self.core_salts = {k: core_salt(k) for k in self.core_lengths}
+                self.core_filters = {
+                    k: WindowFilter(window_sums(words, k)[c_start[c_keep & (c_len == k)]])
+                    for k in self.core_lengths
+                }
+        order = np.argsort(key[keep], kind="stable")
+        key = key[keep][order]
+        self.rec_item, self.rec_q = rec_item[keep][order], rec_q[keep][order]
+        self.rec_w = wlen[keep][order].astype(np.int64)  # each record's window length
         self.ukeys, first = np.unique(key, return_index=True)
         self.lookup = SortedKeys(self.ukeys)
         self.rec_ptr = np.concatenate([first, [key.size]]).astype(np.int64)
@@ -184,6 +238,28 @@ class EvalIndex:
     def num_keys(self) -> int:
         return int(self.ukeys.size)
 
+    def min_cover(self, edits: np.ndarray) -> np.ndarray:
+        """int64 (items,): for each item of at most 64 words, the fewest of its words that its indexed
+        windows (templates left out, cores in) still cover after `edits[item]` of its words are
+        changed, wherever they fall (a changed word breaks every window holding it; an inserted or
+        dropped word breaks no more): what the hits of a copy with that many edits cover at the least.
+        At least 1; longer items get 0 (not computed)."""
+        k = self.lengths_of
+        order = np.argsort(self.rec_item, kind="stable")
+        item = self.rec_item[order]
+        q, w = self.rec_q[order], self.rec_w[order]
+        small = k[item] <= 64
+        masks = np.where(
+            small,
+            ((np.uint64(1) << np.minimum(w, 63).astype(np.uint64)) - np.uint64(1)) << q.astype(np.uint64),
+            np.uint64(0),
+        )
+        masks = np.where(w >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), masks)
+        ptr = np.searchsorted(item, np.arange(k.size + 1))
+        out = np.zeros(k.size, np.int64)
+        _min_cover(masks, ptr, k, np.asarray(edits, np.int64), out)
+        return out
+
     def probe(self, packed: np.ndarray, first_new: int) -> tuple[np.ndarray, np.ndarray]:
         """(key index, window start) of every window of the packed word values (normalize.py
         `packed_words`) that ends at or after index first_new and is an index key."""
@@ -203,6 +279,13 @@ class EvalIndex:
             k_, at = self.lookup.find(packed_windows(packed, cand, s) ^ self.short_ngram_salt, cand)
             keys.append(k_)
             starts.append(at)
+        for k in self.core_lengths:
+            lo = max(0, first_new - k + 1)
+            if m - k + 1 > lo:
+                cand = self.core_filters[k].window_candidates(packed, k, lo)
+                k_, at = self.lookup.find(packed_windows(packed, cand, k) ^ self.core_salts[k], cand)
+                keys.append(k_)
+                starts.append(at)
         a = self.anchor
         lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
         if a and m - a + 1 > lo:
@@ -223,3 +306,46 @@ class EvalIndex:
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)
+
+
+@njit(cache=True)
+def _popcount(x):
+    n = 0
+    while x:
+        x &= x - np.uint64(1)
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _min_cover(masks, ptr, k, edits, out):
+    """EvalIndex.min_cover: every set of edits[i] changed positions among item i's k[i] words (k <= 64),
+    the coverage of the windows (bit masks) that hold none of them; the least, at least 1."""
+    pos = np.zeros(64, np.int64)
+    for i in range(k.size):
+        if k[i] > 64 or ptr[i] == ptr[i + 1]:
+            continue
+        m = masks[ptr[i] : ptr[i + 1]]
+        a = min(edits[i], k[i])
+        for j in range(a):
+            pos[j] = j
+        best = k[i]
+        while True:
+            hit = np.uint64(0)
+            for j in range(a):
+                hit |= np.uint64(1) << np.uint64(pos[j])
+            cov = np.uint64(0)
+            for x in m:
+                if x & hit == 0:
+                    cov |= x
+            best = min(best, _popcount(cov))
+            # the next combination of a positions out of k[i]
+            j = a - 1
+            while j >= 0 and pos[j] == k[i] - a + j:
+                j -= 1
+            if j < 0:
+                break
+            pos[j] += 1
+            for t in range(j + 1, a):
+                pos[t] = pos[t - 1] + 1
+        out[i] = max(1, best)

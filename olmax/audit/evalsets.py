@@ -15,6 +15,7 @@ from olmax.data.evalsets import (
     EvalItem,
     audit_items,
     item_answer,
+    item_continuation,
     item_id,
     item_text,
     read_eval_rows,
@@ -23,7 +24,7 @@ from olmax.data.evalsets import (
 from olmax.data.evalspec import EvalSpec, parse_eval_spec
 from olmax.errors import OlmaxError
 
-__all__ = ["EvalItem", "item_answer", "item_id", "item_text", "load_eval"]
+__all__ = ["EvalItem", "item_answer", "item_continuation", "item_id", "item_text", "load_eval"]
 
 
 def load_eval(spec: str | EvalSpec) -> tuple[str, list[EvalItem]]:

@@ -64,7 +64,13 @@ from olmax.assets import tokenizer_path
 from olmax.audit.align import text_check, verify_candidates
 from olmax.audit.config import LeakConfig
 from olmax.audit.evalindex import EvalIndex
-from olmax.audit.evalsets import load_eval
+from olmax.audit.evalside import (
+    PARTS,
+    SHORT_WORDS_PER_EDIT,
+    EvalSide,
+    index_evals,
+    short_allowed,
+)
 from olmax.audit.leaks_beam import BeamRunner
 from olmax.audit.normalize import (
     NORMALIZATION,
@@ -76,17 +82,12 @@ from olmax.audit.normalize import (
 )
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
-from olmax.cli_fields import named
-from olmax.data.evalspec import parse_eval_specs
 from olmax.data.loader import file_index
 from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
-from olmax.data.tokenize import load_tokenizer
-from olmax.errors import OlmaxError
 from olmax.jsonio import write_jsonl
 
 MAX_NEAR_MISSES = 1000
-SHORT_WORDS_PER_EDIT = 7
 TEXT_CHECK_FLOOR = 0.5
 _SIGN_CHARS = re.compile(
     r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]"
@@ -262,21 +263,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
             f"bytes: {((cfg.ngram - 1 + 64) / (2**31 - 1)) ** 2:.1e} at l = 64; short items as "
             f"whole-item windows"
         ),
-        "rule": (
-            f"retrieve: exact {cfg.ngram}-word windows of the items (windows shared by >= "
-            f"{cfg.template_items} items are templates, not used); candidate: an (item, document) "
-            f"pair whose matched windows cover >= max({cfg.ngram}, {cfg.min_cover} x item words); "
-            f"verify: longest common subsequence of the item's words and the document's words around "
-            f"the matches (inserted, dropped and substituted words tolerated), score = aligned words / "
-            f"item words; contaminated when a document scores >= {cfg.threshold}; items of <= "
-            f"{cfg.short_words} words: contaminated when their text tokens (normalization.text_check) "
-            f"differ from a run of the document's by at most min({cfg.short_edits}, words // "
-            f"{SHORT_WORDS_PER_EDIT}) edits (found through their own {cfg.short_ngram}-word windows); text check: an item holding a number or an operator (and every short "
-            f"item) is read once more as text, and a number or operator of the item that stands where "
-            f"the document has another one (a sign flip, another number) makes the document not a copy "
-            f"(score 0, `not_a_copy` says which); one only missing or replaced by a word is an edit; "
-            f"items under {cfg.min_item_words} words are not decided"
-        ),
+        "rule": rule_lines(cfg),
         "training": {"files": len(paths), "tokens": train_tokens},
         "eval_index": {
             "items": len(ev.items),
@@ -307,80 +294,6 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
         checks,
     )
     return report
-
-
-@dataclass
-class EvalSide:
-    """The eval items of every set, in one list: their set, their words, duplicates and the n-gram index."""
-
-    sets: list[tuple[str, list]]  # (set name, its items)
-    set_of: np.ndarray  # int64 (items,): which set each item is from
-    items: list  # EvalItem, all sets concatenated
-    words: list[np.ndarray]  # packed word values of each item
-    rep_of: np.ndarray  # int64 (items,): the first item with the same words (itself when unique)
-    duplicates: list[dict]
-    index: EvalIndex
-
-
-def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
-    sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
-    if not sets:
-        raise OlmaxError(
-            f"no eval set given; pass {named(LeakConfig, 'evals')} NAME=PATH (or a bundled NAME) at least once"
-        )
-    tok = load_tokenizer(tok_path)
-    set_of, indexed, words, all_items, rep_of, dups = [], [], [], [], [], []
-    first: dict[bytes, int] = {}
-    for s, (name, items) in enumerate(sets):
-        ids = tok.encode_batch([it.text for it in items], num_threads=max(1, cfg.threads))
-        for it, packed in zip(items, item_words(ids, tables)):
-            i = len(all_items)
-            r = first.setdefault(packed.tobytes(), i) if packed.size else i
-            if r != i:  # the same words as an earlier item: indexed once, decided as that one
-                a = all_items[r]
-                dups.append(
-                    {
-                        "eval": name,
-                        "id": it.report_id,
-                        "same_as": {"eval": sets[set_of[r]][0], "id": a.report_id},
-                    }
-                )
-            indexed.append(packed if r == i else packed[:0])
-            words.append(packed)
-            set_of.append(s)
-            all_items.append(it)
-            rep_of.append(r)
-    return EvalSide(
-        sets,
-        np.asarray(set_of, dtype=np.int64),
-        all_items,
-        words,
-        np.asarray(rep_of, np.int64),
-        dups,
-        EvalIndex(
-            indexed,
-            cfg.ngram,
-            cfg.min_item_words,
-            max_items_per_key=cfg.template_items,
-            short_words=cfg.short_words,
-            short_ngram=cfg.short_ngram,
-        ),
-    )
-
-
-def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
-    """Each item's packed words (`tables.packed_words` of its tokens), in one pass over all of them: the
-    items joined with an id past the vocabulary between them (a boundary: no word joins across it, and
-    its own boundary word starts at the separator, so it belongs to no item)."""
-    lengths = np.asarray([len(t) for t in ids], dtype=np.int64)
-    ends = np.cumsum(lengths + 1) - 1  # each item's separator
-    stream = np.full(int(ends[-1]) + 1 if ids else 0, tables.size - 1, dtype=np.uint32)
-    for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
-        stream[e - k : e] = t
-    packed, first_tok, _ = tables.packed_words(stream, final=True)
-    cut = np.searchsorted(first_tok, ends - lengths)  # each item's first word
-    last = np.searchsorted(first_tok, ends)  # its separator's word
-    return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]
 
 
 def probe_path(
@@ -428,8 +341,9 @@ class FileCandidates:
     path: str
     ids: tuple[int, ...]
     candidates: tuple[Candidate, ...]
-    words: dict  # item -> its packed word values
-    texts: dict  # item -> its text, which the text check reads (short items, and those with signs)
+    words: dict  # unit -> its packed word values
+    texts: dict  # unit -> its text, which the text check reads (short units, and those with signs)
+    rivals: dict  # unit -> the same part of its item's wrong continuations (answer-side units)
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
@@ -469,14 +383,12 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
         np.logical_or.reduceat((h_w == eidx.lengths_of[h_item]) & (h_w < n), starts) if starts.size else k < 0
     )
     short = k <= cfg.short_words
-    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
-    # what the windows of a short item with its allowed edits cover at the least: an edit leaves
-    # whole the windows of a run of >= short_ngram words beside it, so it costs at most that many of
-    # the words its indexed windows cover (templates are not indexed)
-    s = max(1, cfg.short_ngram)
-    short_bar = np.maximum(s, np.minimum(k, eidx.coverable[h_item[starts]]) - allowed * s)
+    # a short item: its windows' coverage after its allowed edits, wherever they fall (EvalIndex.min_cover;
+    # templates are not indexed, a templated item's core runs are)
     keep = np.where(
-        whole, True, np.where(short, covered >= short_bar, covered >= np.maximum(n, cfg.min_cover * k))
+        whole,
+        True,
+        np.where(short, covered >= ev.short_bar[h_item[starts]], covered >= np.maximum(n, cfg.min_cover * k)),
     )
     stats = {
         "pairs": int(starts.size),
@@ -517,7 +429,8 @@ def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[F
             tuple(ids),
             tuple(cands[g] for g in ids),
             {cands[g].item: ev.words[cands[g].item] for g in ids},
-            {cands[g].item: ev.items[cands[g].item].text for g in ids},
+            {cands[g].item: ev.texts[cands[g].item] for g in ids},
+            {cands[g].item: ev.rivals[cands[g].item] for g in ids if ev.rivals[cands[g].item]},
         )
         for f, ids in sorted(by_file.items())
     ]
@@ -554,35 +467,67 @@ def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, flo
             np.asarray([c.short for c in cands]),
         )
         out = []
-        item_toks: dict[int, tuple | None] = {}  # the text check's tokens of an item, None: not read
+        unit_toks: dict[int, tuple | None] = {}  # the text check's tokens of a unit, None: not read
+        rival_toks: dict[int, list[tuple]] = {}  # a unit's rivals' text tokens, read on first use
         for j, (g, s, a, b, doc) in enumerate(
             zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
         ):
             c = cands[j]
             edits, conflict = -1, ""
-            if s == 1.0 and not _SIGN_CHARS.search(task.texts[c.item]):
+            has_rivals = c.item in task.rivals
+            if s == 1.0 and not has_rivals and not _SIGN_CHARS.search(task.texts[c.item]):
                 edits = 0  # an exact word match of an item with no digit or operator: nothing to check
             elif s >= c.floor:
-                if c.item not in item_toks:
+                if c.item not in unit_toks:
                     toks = text_tokens(task.texts[c.item])
-                    item_toks[c.item] = toks if c.short or any(k != WORD for k in toks[1]) else None
-                if item_toks[c.item] is not None:
+                    read = c.short or has_rivals or any(k != WORD for k in toks[1])
+                    unit_toks[c.item] = toks if read else None
+                if unit_toks[c.item] is not None:
+                    if has_rivals and c.item not in rival_toks:
+                        rival_toks[c.item] = [text_tokens(r) for r in task.rivals[c.item]]
                     edits, conflict = text_edits(
-                        tokens, tables, item_toks[c.item], a, b, int(docs.starts[doc]), int(docs.ends[doc])
+                        tokens,
+                        tables,
+                        unit_toks[c.item],
+                        rival_toks.get(c.item, []),
+                        a,
+                        b,
+                        int(docs.starts[doc]),
+                        int(docs.ends[doc]),
                     )
             out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict))
         return out
 
 
 def text_edits(
-    tokens: np.ndarray, tables: WordTables, item_toks: tuple, t0: int, t1: int, ds: int, de: int
+    tokens: np.ndarray,
+    tables: WordTables,
+    unit_toks: tuple,
+    rivals: list[tuple],
+    t0: int,
+    t1: int,
+    ds: int,
+    de: int,
 ) -> tuple[int, str]:
-    """The text check of one candidate: the item's text tokens placed in the document's text around its
-    span [t0, t1) (as many tokens as the item has text tokens, plus 8, on each side, within the
-    document [ds, de)); (edits, conflict) of align.text_check."""
-    room = len(item_toks[0]) + 8
-    region = tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)])
-    return text_check(item_toks, text_tokens(region))
+    """The text check of one candidate: the unit's text tokens placed in the document's text around its
+    span [t0, t1) (as many tokens as the unit, or its longest rival, has text tokens, plus 8, on each
+    side, within the document [ds, de)); (edits, conflict) of align.text_check. A rival (a wrong
+    continuation of the same item) placed there with at most as many edits is a conflict: the text is
+    no closer to the gold answer than to a wrong one."""
+    room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
+    region = text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
+    edits, conflict = text_check(unit_toks, region)
+    if not conflict:
+        for r in rivals:
+            other, _ = text_check(r, region)
+            # fewer edits wins; on a tie the longer text (a wrong choice that holds the gold one, or the
+            # gold that holds a wrong one: the text holds the longer whole)
+            if other < edits or (other == edits and len(r[0]) >= len(unit_toks[0])):
+                return (
+                    edits,
+                    f"as close to a wrong choice ({other} vs {edits} edits): {' '.join(r[0][:12])!r}",
+                )
+    return edits, conflict
 
 
 def assemble(
@@ -594,13 +539,15 @@ def assemble(
     cfg: LeakConfig,
 ) -> tuple[list[dict], list[dict], np.ndarray]:
     """(contaminated items, near misses, flagged mask over all items) from every candidate's verification
-    (in any order): each item's documents in candidate order, the threshold applied, duplicates decided as
-    their first copy."""
+    (in any order): each item's documents in candidate order (its own text's first, then its answer
+    side's; a document that passes for several parts listed once, with each part), the threshold
+    applied, duplicates decided as their first copy."""
     eidx, n_items = ev.index, len(ev.items)
     result = {g: rest for g, *rest in verified}
     found: dict[int, list[dict]] = {}  # item -> verified documents
     for g, c in enumerate(cands):
         score, t0, t1, doc_id, edits, conflict = result[g]
+        k = int(eidx.lengths_of[c.item])
         doc = {
             "source": sources[c.file],
             "file": paths[c.file],
@@ -609,33 +556,39 @@ def assemble(
             "token_end": t1,
             "score": round(score, 4),
             "saturated_keys": c.saturated,
+            "parts": [PARTS[int(ev.part[c.item])]],
         }
+        if c.item >= n_items:  # an answer-side unit: its own length
+            doc["part_words"] = k
         if edits >= 0:
             doc["text_edits"] = edits
-        if conflict:  # another number or operator in the item's place: another item, not a copy
+        if conflict:  # another number or operator in the item's place, or a wrong answer: not a copy
             doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
         doc["_pass"] = not conflict and (
-            0 <= edits <= short_allowed(int(eidx.lengths_of[c.item]), cfg)
-            if int(eidx.lengths_of[c.item]) <= cfg.short_words
-            else score >= cfg.threshold
+            0 <= edits <= short_allowed(k, cfg) if k <= cfg.short_words else score >= cfg.threshold
         )
-        found.setdefault(c.item, []).append(doc)
+        found.setdefault(int(ev.owner[c.item]), []).append(doc)
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
     for item, docs_found in found.items():
-        k = int(eidx.lengths_of[item])
-        passed = [x for x in docs_found if x["_pass"]]
+        k = int(ev.words[item].size)
+        passed: dict[tuple, dict] = {}  # (file, document) -> its entry, parts merged
         for x in docs_found:
-            del x["_pass"]
+            if x.pop("_pass"):
+                prev = passed.setdefault((x["file"], x["doc"]), x)
+                if prev is not x and x["parts"][0] not in prev["parts"]:
+                    prev["parts"].append(x["parts"][0])
         best = max(docs_found, key=lambda x: x["score"])
+        parts = {p for x in passed.values() for p in x["parts"]}
         entry = {
             "eval": ev.sets[int(ev.set_of[item])][0],
             "id": ev.items[item].report_id,
             "kind": "short" if k <= cfg.short_words else "aligned",
             "item_words": k,
+            "parts": [p for p in PARTS if p in parts],
             "score": best["score"],
             "n_documents": len(passed),
-            "documents": passed or [best],
+            "documents": list(passed.values()) or [best],
         }
         if passed:
             flagged[item] = True
@@ -661,18 +614,62 @@ def assemble(
     return contaminated, near[:MAX_NEAR_MISSES], flagged
 
 
+def rule_lines(cfg: LeakConfig) -> dict[str, str]:
+    """The detection rule as the report states it, a line per step: why an item was or was not reported."""
+    n, s = cfg.ngram, cfg.short_ngram
+    lines = {
+        "retrieve": (
+            f"exact {n}-word windows of each unit (an item's text, and its answer side); windows shared "
+            f"by >= {cfg.template_items} items are templates, not used"
+        ),
+        "candidate": (
+            f"a (unit, document) pair whose matched windows cover >= max({n}, {cfg.min_cover} x unit "
+            f"words); a unit shorter than {n} words: the whole unit"
+        ),
+        "verify": (
+            "longest common subsequence of the unit's words and the document's words around the matches "
+            "(inserted, dropped and substituted words tolerated), score = aligned words / unit words; "
+            f"contaminated when a document scores >= {cfg.threshold}"
+        ),
+        "short units": (
+            f"units of <= {cfg.short_words} words are also found through their own {s}-word windows "
+            f"(a candidate when the windows cover what its allowed edits leave of them wherever the edits "
+            f"fall) and are contaminated when their text tokens (normalization.text_check) differ from a "
+            f"run of the document's by at most min({cfg.short_edits}, words // {SHORT_WORDS_PER_EDIT}) "
+            "edits"
+        ),
+        "templated short units": (
+            f"a short unit whose {s}-word windows are mostly templates (one template, other numbers) is also "
+            f"indexed by each run of 2 to {s - 1} words no template window covers (its numbers, its "
+            "names), so an edit inside the template still leaves a window to find it by"
+        ),
+        "text check": (
+            "a unit holding a number or an operator, every short unit and every answer-side unit is read "
+            "once more as text; a number or operator of the unit standing where the document has another "
+            "one (a sign flip, another number) makes the document not a copy (score 0, `not_a_copy` says "
+            "which), one only missing or replaced by a word is an edit; a single-letter variable renamed "
+            "the same way everywhere is one edit"
+        ),
+        "too short": f"items under {cfg.min_item_words} words are not decided",
+    }
+    if cfg.answers:
+        lines["answer side"] = (
+            "a completion task's item (HellaSwag, SWAG, PIQA, COPA, StoryCloze, a `continuation` or "
+            f"`completion` field) is also looked for as its gold continuation alone (>= {cfg.answer_words} "
+            f"words; part `answer`) and as its context's last {cfg.join_words} words joined to the "
+            f"answer's first {cfg.answer_words} (part `context+answer`), each decided as a unit of its "
+            "length; a document as close (text edits; on a tie the longer text) to a wrong continuation "
+            "of the same item as to the gold one is not an answer leak (`not_a_copy`)"
+        )
+    return lines
+
+
 def text_floor(k: int, cfg: LeakConfig) -> float:
     """The alignment score from which a candidate is read as text: TEXT_CHECK_FLOOR, and for a short
     item that of its allowed edits and two written-out numerals more (each a word changed)."""
     if k > cfg.short_words:
         return TEXT_CHECK_FLOOR
     return max(TEXT_CHECK_FLOOR, (k - short_allowed(k, cfg) - 2) / max(1, k) - 1e-9)
-
-
-def short_allowed(k: int, cfg: LeakConfig) -> int:
-    """How many text-token edits a short item of `k` words may differ by: one per SHORT_WORDS_PER_EDIT
-    words, at most --short-edits (none under that many words)."""
-    return min(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
 
 
 def decide_items(
@@ -754,9 +751,9 @@ def _runner(beam_options: str | None):
 
 def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
     """Each set's counts (and clean subset, with `clean_dir`) and its gate check."""
-    eidx = ev.index
-    ngrams_of = np.bincount(eidx.rec_item, minlength=len(ev.items))
-    n_words = np.asarray([w.size for w in ev.words], dtype=np.int64)
+    eidx, n_items = ev.index, len(ev.items)
+    ngrams_of = np.bincount(ev.owner[eidx.rec_item], minlength=n_items)
+    n_words = np.asarray([w.size for w in ev.words[:n_items]], dtype=np.int64)
     too_short = n_words < cfg.min_item_words
     gate = set(cfg.gate) if cfg.gate is not None else {name for name, _ in ev.sets}
     per_set, checks = {}, []

@@ -429,19 +429,41 @@ _DASHES = str.maketrans(
 )
 _TEXT_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[-+*/=<>^%]")
 _IN_WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
+
+
+@lru_cache(maxsize=1)
+def _combining() -> re.Pattern:
+    """Every combining mark (the accents NFKD splits off) as one character class: dropped in one pass."""
+    codes = [c for c in range(0x110000) if unicodedata.combining(chr(c))]
+    ranges, lo = [], codes[0]
+    for prev, c in zip(codes, codes[1:] + [-1]):
+        if c != prev + 1:  # as ranges: a class of a few hundred ranges, not a thousand characters
+            ranges.append(f"{re.escape(chr(lo))}-{re.escape(chr(prev))}" if prev > lo else re.escape(chr(lo)))
+            lo = c
+    return re.compile(f"[{''.join(ranges)}]")
+
+
 _CLASS_OF = {c: NUMBER for c in "0123456789"} | {c: OPERATOR for c in "-+*/=<>^%"}
 
 
 def text_tokens(text: str) -> tuple[list[str], list[int]]:
     """(tokens, classes) of `text` for the text check (SIGN_NORMALIZATION): each token a letter run
     (WORD), a number (NUMBER) or an operator (OPERATOR)."""
-    text = html.unescape(_TAG.sub(" ", text))
+    # each rewrite only where its text can be (a plain `in` test is far cheaper than a regex pass)
+    if "<" in text:
+        text = _TAG.sub(" ", text)
+    if "&" in text:
+        text = html.unescape(text)
     if not text.isascii():
-        text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+        text = unicodedata.normalize("NFKD", text)
+        if not text.isascii():
+            text = _combining().sub("", text)
         text = unicodedata.normalize("NFKC", text).translate(_DASHES)
     text = text.lower()
-    text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
-    text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
+    if " by" in text or "equal" in text:
+        text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
+    if "-" in text:
+        text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
     toks = _TEXT_TOKEN.findall(text)
     if "," in text:  # only numbers hold one: 1,000 is 1000
         toks = [t.replace(",", "") for t in toks]

@@ -6,12 +6,16 @@ folders and for .jsonl[.gz|.zst] / .json / .arrow / .parquet files outside them,
 order. `read_eval_rows` parses the parts (olmax.data.readers.read_rows: every record with all its
 fields); the renderings:
 
-- `audit_items` (`olmax audit leaks`): EvalItem(id, text). The text is what a contaminated training
+- `audit_items` (`olmax audit leaks`): EvalItem(id, text, answer, rivals). The text is what a contaminated training
   document must hold: the `text` field, else the passage/context and question fields joined by spaces
   (the same for the known HF schemas: ARC, BoolQ, HellaSwag, PIQA, SciQ, OpenBookQA, WinoGrande, Social
-  IQa, CommonsenseQA, COPA, MMLU, ...). The answer is left out on purpose: a document holding the
-  question with its answer, or the question alone, both contain it, so leaving it out can only add
-  recall (the answer alone is used for records with nothing else). The id is the record's own (`id`,
+  IQa, CommonsenseQA, MMLU, ...; StoryCloze's four sentences; COPA's premise without its "cause" /
+  "effect"). The answer is left out on purpose: a document holding the question with its answer, or
+  the question alone, both contain it, so leaving it out can only add recall (the answer alone is used
+  for records with nothing else). Completion tasks, whose answer is text that continues the context
+  (HellaSwag, SWAG, PIQA, COPA, StoryCloze, a `continuation` / `completion` field), also carry the
+  gold continuation (`answer`) and the wrong ones (`rivals`): the audit looks for the answer side too
+  (`item_continuation`). The id is the record's own (`id`,
   `ind`, `idx`, `question_id`, `doc_id`), else its 0-based index in its part, after `PART/` when the
   source has several parts; a repeated id gets "#1", "#2", ...
 - `documents` (held-out loss, olmax.evals.sets): (id, text). The text is the `text_field` field and the
@@ -40,6 +44,7 @@ CONTEXT_FIELDS = ("passage", "support", "context", "ctx", "premise", "goal", "se
 QUESTION_FIELDS = ("question", "question_stem", "query", "prompt")
 ANSWER_FIELDS = ("answer", "answers", "correct_answer", "target", "completion", "response")
 ID_FIELDS = ("id", "ind", "idx", "question_id", "doc_id")
+STORY_FIELDS = tuple(f"InputSentence{i}" for i in range(1, 5))  # StoryCloze's context sentences
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,8 @@ class EvalItem:
     id: str  # unique within its set (a repeated id gets "#1", "#2", ...)
     text: str
     raw_id: object = None  # the id as the source wrote it (int or str), reported as "id"
+    answer: str = ""  # a completion task's gold continuation of `text` ("" for other tasks)
+    rivals: tuple[str, ...] = ()  # the task's wrong continuations of the same context
 
     @property
     def report_id(self) -> object:
@@ -166,10 +173,62 @@ def item_answer(row: Mapping[str, Any]) -> str:
     return ""
 
 
+def _story(row: Mapping[str, Any]) -> list[str] | None:
+    """A story-completion record's context sentences (StoryCloze's two schemas), else None."""
+    for names in (STORY_FIELDS, tuple(f"input_sentence_{i}" for i in range(1, 5))):
+        if all(isinstance(row.get(f), str) for f in names):
+            return [str(row[f]) for f in names]
+    return None
+
+
+def item_continuation(row: Mapping[str, Any]) -> tuple[str, tuple[str, ...]] | None:
+    """(gold continuation, wrong continuations) of a completion task's record, whose answer continues
+    its context: HellaSwag and SWAG endings, PIQA solutions, COPA choices, StoryCloze endings, and any
+    record with a `continuation` or `completion` string beside a context; None for other tasks (their
+    answer is a label or a short choice, not text that follows the question)."""
+
+    def split(options: Sequence[Any], label: Any, base: int):
+        try:
+            i = int(label) - base
+        except (TypeError, ValueError):
+            return None
+        opts = [str(o) for o in options]
+        if not 0 <= i < len(opts) or not opts[i].strip():
+            return None
+        return opts[i], tuple(o for j, o in enumerate(opts) if j != i and o.strip())
+
+    if "endings" in row and "label" in row:  # HellaSwag
+        endings = row["endings"]
+        endings = ast.literal_eval(endings) if isinstance(endings, str) else endings
+        return split(endings, row["label"], 0)
+    if "ending0" in row and "label" in row:  # SWAG
+        return split([row.get(f"ending{i}", "") for i in range(4)], row["label"], 0)
+    if "sol1" in row and "label" in row:  # PIQA
+        return split([row.get("sol1", ""), row.get("sol2", "")], row["label"], 0)
+    if "choice1" in row and "premise" in row and "label" in row:  # COPA
+        return split([row.get("choice1", ""), row.get("choice2", "")], row["label"], 0)
+    if "AnswerRightEnding" in row:  # StoryCloze (1-based)
+        options = [row.get("RandomFifthSentenceQuiz1", ""), row.get("RandomFifthSentenceQuiz2", "")]
+        return split(options, row["AnswerRightEnding"], 1)
+    if "answer_right_ending" in row:
+        return split(
+            [row.get("sentence_quiz1", ""), row.get("sentence_quiz2", "")], row["answer_right_ending"], 1
+        )
+    for name in ("continuation", "completion"):
+        if isinstance(row.get(name), str) and row[name].strip() and item_text(row) != row[name]:
+            return row[name], ()
+    return None
+
+
 def item_text(row: Mapping[str, Any]) -> str:
     """The audit's text of one record (see the module docstring)."""
     if isinstance(row.get("text"), str):
         return row["text"]
+    story = _story(row)
+    if story is not None:
+        return " ".join(story)
+    if "premise" in row and "choice1" in row:  # COPA: its question ("cause" / "effect") is no text
+        return str(row["premise"])
     parts = [str(row[f]) for f in CONTEXT_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
     parts += [str(row[f]) for f in QUESTION_FIELDS if isinstance(row.get(f), str) and row[f].strip()]
     if not parts:  # nothing but an answer: match on it
@@ -200,7 +259,10 @@ def audit_items(rows: Iterable[EvalRow]) -> list[EvalItem]:
         n = seen.get(key, 0)
         seen[key] = n + 1
         text = item_text(r.record)
-        out.append(EvalItem(key, text, raw) if n == 0 else EvalItem(f"{key}#{n}", text, f"{key}#{n}"))
+        answer, rivals = item_continuation(r.record) or ("", ())
+        if n:
+            key = raw = f"{key}#{n}"
+        out.append(EvalItem(key, text, raw, answer, rivals))
     return out
 
 

@@ -218,7 +218,7 @@ def test_chunking_does_not_change_hits(planted):
 
 def test_item_words_in_one_pass_equal_each_item_alone(tokenizer):
     from olmax.assets import tokenizer_path
-    from olmax.audit.leaks import item_words
+    from olmax.audit.evalside import item_words
     from olmax.audit.normalize import word_tables
 
     tables = word_tables(str(tokenizer_path("dolma2", quiet=True)))
