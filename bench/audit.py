@@ -65,7 +65,7 @@ def main() -> None:
 
     from olmax.assets import EVAL_SETS, tokenizer_path
     from olmax.audit.evalside import index_evals
-    from olmax.audit.leaks import HitSet, LeakConfig, decide_items, probe_file
+    from olmax.audit.leaks import HitSet, LeakConfig, decide, probe_file
     from olmax.audit.normalize import word_tables
     from olmax.data.stream import StreamSpec
     from olmax.data.tokenize import load_tokenizer
@@ -107,7 +107,7 @@ def main() -> None:
 
     t = time.perf_counter()
     cpu0 = time.process_time()
-    kept = HitSet(cfg.max_docs_per_key)
+    kept = HitSet(cfg.max_docs_per_key, pair_from=index.num_keys if index.paraphrase else None)
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
         for file_hits, _ in pool.map(
             lambda fp: probe_file(fp[1], fp[0], index, tables, cap_docs=cfg.max_docs_per_key),
@@ -118,7 +118,7 @@ def main() -> None:
     wall = time.perf_counter() - t
     cpu_probe = time.process_time() - cpu0
     cpu0 = time.process_time()
-    contaminated, _, _, stats = decide_items(hits, ev, paths, ["bench"] * len(paths), tables, cfg)
+    contaminated, _, _, stats, paraphrases = decide(hits, ev, paths, ["bench"] * len(paths), tables, cfg)
     cpu_verify = time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     found = {(c["eval"], c["id"]) for c in contaminated}
@@ -128,8 +128,10 @@ def main() -> None:
     )
     print(
         f"verification: {stats['pairs']:,} (item, document) pairs, {stats['verified']:,} aligned, "
+        f"{stats['paraphrase_candidates']:,} paraphrase candidates read, "
         f"{cpu_verify:.2f}s CPU ({100 * cpu_verify / (cpu_probe + cpu_verify):.1f}% of the audit); "
-        f"{len(found):,} items flagged of {args.plants:,} planted; peak RSS {peak:,.0f} MiB"
+        f"{len(found):,} items flagged of {args.plants:,} planted, {len(paraphrases):,} reported as "
+        f"paraphrase candidates; peak RSS {peak:,.0f} MiB"
     )
     print(f"audit probe tokens/s per core = {train_tokens / (cpu_probe + cpu_verify) / 1e6:.1f}M")
 

@@ -55,7 +55,7 @@ def template_cores(
     return item, a - offset[item], b - a
 
 
-def _templates(key: np.ndarray, item: np.ndarray, max_items: int) -> tuple[np.ndarray, int]:
+def template_mask(key: np.ndarray, item: np.ndarray, max_items: int) -> tuple[np.ndarray, int]:
     """(keep, templates): the records whose key fewer than `max_items` distinct items share (all when
     max_items <= 0), and how many keys reach it (the eval side's templates)."""
     if max_items <= 0 or key.size == 0:
@@ -132,6 +132,7 @@ class EvalIndex:
         units of one eval item); a template counts distinct groups (default: every item its own)."""
         self.n = n
         self.short_ngram = short_ngram
+        self.paraphrase = None  # a ParaphraseIndex (paraphrase.py), probed with the windows when set
         self.lengths_of = np.asarray([w.size for w in items], dtype=np.int64)
         # Every item long enough, its words concatenated: an item of k >= n words gives its k - n + 1
         # n-word windows, a shorter one its whole self; records in item order, then window order.
@@ -167,12 +168,12 @@ class EvalIndex:
         item_at = np.zeros(self.lengths_of.size, np.int64)
         item_at[use] = offset
         group = np.arange(len(items)) if groups is None else np.asarray(groups, dtype=np.int64)
-        keep, self.template_keys = _templates(key, group[rec_item], max_items_per_key)
+        keep, self.template_keys = template_mask(key, group[rec_item], max_items_per_key)
         self.core_lengths: list[int] = []
         self.core_filters: dict[int, WindowFilter] = {}
         if s > 1 and not keep.all():
             # a short item most of whose windows are templates ("solve for x in the equation ...")
-            # is also indexed by each run of < s words that no template window covers (its numbers,
+            # is also indexed by each run of s - 1 words that no template window covers (its numbers,
             # its names): an edit inside the template then leaves that run to find it by
             t = ~keep
             diff = np.zeros(words.size + 1, np.int64)
@@ -181,12 +182,12 @@ class EvalIndex:
             item_start = np.zeros(words.size, dtype=bool)
             item_start[offset] = True
             c_u, c_q, c_len = template_cores(np.cumsum(diff[:-1]) == 0, item_start, offset)
-            ok = (c_len >= 2) & (c_len < s) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
+            ok = (c_len == s - 1) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
             c_u, c_q, c_len = c_u[ok], c_q[ok], c_len[ok]
             if c_u.size:
                 salts_c = np.asarray([core_salt(k) for k in range(s)], dtype=np.uint64)
                 c_key = packed_windows(words, offset[c_u] + c_q, c_len) ^ salts_c[c_len]
-                c_keep, c_templates = _templates(c_key, group[use[c_u]], max_items_per_key)
+                c_keep, c_templates = template_mask(c_key, group[use[c_u]], max_items_per_key)
                 self.template_keys += c_templates
                 key = np.concatenate([key, c_key])
                 rec_item = np.concatenate([rec_item, use[c_u]])
@@ -238,6 +239,12 @@ class EvalIndex:
     def num_keys(self) -> int:
         return int(self.ukeys.size)
 
+    @property
+    def carry(self) -> int:
+        """Words a probe carries from one chunk into the next: the longest window less one."""
+        longest = max([*self.lengths, self.paraphrase.window + 1 if self.paraphrase else 1])
+        return longest - 1
+
     def min_cover(self, edits: np.ndarray) -> np.ndarray:
         """int64 (items,): for each item of at most 64 words, the fewest of its words that its indexed
         windows (templates left out, cores in) still cover after `edits[item]` of its words are
@@ -262,7 +269,8 @@ class EvalIndex:
 
     def probe(self, packed: np.ndarray, first_new: int) -> tuple[np.ndarray, np.ndarray]:
         """(key index, window start) of every window of the packed word values (normalize.py
-        `packed_words`) that ends at or after index first_new and is an index key."""
+        `packed_words`) that ends at or after index first_new and is an index key; with a `paraphrase`
+        index, its pair hits too, their keys numbered after this index's (num_keys + pair key)."""
         m = packed.size
         keys, starts = [], []
         n = self.n
@@ -303,6 +311,10 @@ class EvalIndex:
                 k_, at_k = self.lookup.find(packed_windows(packed, ak, ks[j]) ^ self.short_salts[j], ak)
                 keys.append(k_)
                 starts.append(at_k)
+        if self.paraphrase is not None:  # pairs of an item's numbers and names: keys after the windows'
+            k_, at = self.paraphrase.probe(packed, first_new)
+            keys.append(k_ + self.num_keys)
+            starts.append(at)
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys).astype(np.int64), np.concatenate(starts).astype(np.int64)

@@ -8,9 +8,13 @@ PIQA, COPA, StoryCloze, ...: `EvalItem.answer`) also gives, with --answers,
   are not specific: "is shown.", "a spoon");
 - "context+answer": the join, the context's last --join-words words (4) followed by the answer's first
   --answer-words words (whitespace words of the raw texts), so a document holding the context's end
-  run into the gold answer is found whatever the answer's length.
+  run into the gold answer is found whatever the answer's length. When the answer is long enough to be
+  a unit, the join is no unit of its own (the answer finds every such document): it is read where the
+  answer is found, and names the part `context+answer` when it is there too.
 
-Each unit beyond the context carries the same part of the item's wrong continuations (`rivals`): a
+A completion task's own text (its context) shorter than --answer-words words is not looked for alone:
+a PIQA goal such as "How to boil an egg." says nothing of a leak by itself; its join with the gold
+answer does. Each unit beyond the context carries the same part of the item's wrong continuations (`rivals`): a
 document whose text is as close to a wrong choice as to the gold one holds no answer leak (PIQA's two
 solutions often differ in one word; a page listing every choice tells no answer).
 
@@ -21,6 +25,7 @@ are indexed once and decided as their first copy (`rep_of`, reported as `eval_du
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +33,8 @@ import numpy as np
 from olmax.audit.config import LeakConfig
 from olmax.audit.evalindex import EvalIndex
 from olmax.audit.evalsets import load_eval
-from olmax.audit.normalize import WordTables
+from olmax.audit.normalize import WordTables, item_words
+from olmax.audit.paraphrase import MAX_WORDS, PAIR_WINDOW, ParaphraseIndex, Signature, names_of, signature
 from olmax.cli_fields import named
 from olmax.data.evalspec import parse_eval_specs
 from olmax.data.tokenize import load_tokenizer
@@ -37,6 +43,7 @@ from olmax.errors import OlmaxError
 PARTS = ("context", "answer", "context+answer")
 CONTEXT, ANSWER, JOIN = range(3)
 SHORT_WORDS_PER_EDIT = 7
+SIGN_CHARS = re.compile(r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]")  # a digit or an operator of the text check
 
 
 @dataclass
@@ -51,10 +58,14 @@ class EvalSide:
     owner: np.ndarray  # int64 (units,): the item a unit belongs to
     part: np.ndarray  # int64 (units,): its part, an index into PARTS
     rivals: list[tuple[str, ...]]  # per unit: the same part of the item's wrong continuations
+    joins: list[str]  # per unit: an answer unit's context -> answer join ("" for others)
+    join_words: np.ndarray  # int64 (units,): that join's words
     rep_of: np.ndarray  # int64 (items,): the first item with the same words and answer (itself when unique)
     duplicates: list[dict]
     index: EvalIndex  # over the units
     short_bar: np.ndarray  # int64 (units,): what a short unit's hits must cover (EvalIndex.min_cover)
+    signed: np.ndarray  # bool (units,): its text holds a digit or an operator
+    signatures: dict  # item -> its paraphrase Signature (items looked for as paraphrases)
 
 
 def short_allowed(k: int, cfg: LeakConfig) -> int:
@@ -98,16 +109,25 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
                 extra += [(i, *u) for u in units]
     extra_words = item_words(tok.encode_batch([u[2] for u in extra], num_threads=threads), tables)
     answer_of: dict[int, bytes] = {}  # an item's answer words: part of what makes two items the same
+    joins = [""] * len(items)  # per unit: an answer unit's join text, read where the answer is found
+    join_words = [0] * len(items)  # and the join's words
+    long_answer: set[int] = set()
     for (i, p, text, riv), w in zip(extra, extra_words):
         if p == ANSWER:
             answer_of[i] = w.tobytes()
             if w.size < cfg.answer_words:
                 continue
+            long_answer.add(i)
+        elif p == JOIN and i in long_answer:  # the answer alone finds it: the join only names the part
+            joins[-1], join_words[-1] = text, int(w.size)
+            continue
         words.append(w)
         texts.append(text)
         owner.append(i)
         part.append(p)
         rivals.append(riv)
+        joins.append("")
+        join_words.append(0)
     owner_arr = np.asarray(owner, dtype=np.int64)
     # duplicates: the same words and the same answer as an earlier item; none of their units is indexed
     first: dict[tuple[bytes, bytes], int] = {}
@@ -125,7 +145,13 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
                     "same_as": {"eval": sets[set_of[r]][0], "id": items[r].report_id},
                 }
             )
-    indexed = [w if rep_of[o] == o else w[:0] for w, o in zip(words, owner)]
+    # a completion task's context shorter than --answer-words is not looked for alone ("How to boil an
+    # egg." is no evidence of a leak); its join with the answer is
+    generic = [
+        p == CONTEXT and cfg.answers and bool(items[o].answer) and w.size < cfg.answer_words
+        for w, o, p in zip(words, owner, part)
+    ]
+    indexed = [w[:0] if rep_of[o] != o or g else w for w, o, g in zip(words, owner, generic)]
     eidx = EvalIndex(
         indexed,
         cfg.ngram,
@@ -136,6 +162,16 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         groups=owner_arr,
     )
     allowed = np.minimum(cfg.short_edits, eidx.lengths_of // SHORT_WORDS_PER_EDIT)
+    sigs: dict[int, Signature] = {}
+    if cfg.paraphrases:
+        names = names_of([it.text for it in items], tok)
+        for i, it in enumerate(items):
+            if rep_of[i] == i and cfg.min_item_words <= words[i].size <= MAX_WORDS:
+                sig = signature(it.text, names)
+                if sig.usable:
+                    sigs[i] = sig
+        eidx.paraphrase = ParaphraseIndex(list(sigs.items()), tok, tables, PAIR_WINDOW, cfg.template_items)
+        sigs = {i: eidx.paraphrase.with_values(s) for i, s in sigs.items() if i in eidx.paraphrase.need}
     return EvalSide(
         sets,
         set_of,
@@ -145,25 +181,12 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         owner_arr,
         np.asarray(part, dtype=np.int64),
         rivals,
+        joins,
+        np.asarray(join_words, dtype=np.int64),
         rep_of,
         dups,
         eidx,
         eidx.min_cover(np.where(eidx.lengths_of <= cfg.short_words, allowed, 0)),
+        np.asarray([SIGN_CHARS.search(t) is not None for t in texts], dtype=bool),
+        sigs,
     )
-
-
-def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
-    """Each text's packed words (`tables.packed_words` of its tokens), in one pass over all of them: the
-    texts joined with an id past the vocabulary between them (a boundary: no word joins across it, and
-    its own boundary word starts at the separator, so it belongs to no text)."""
-    if not ids:
-        return []
-    lengths = np.asarray([len(t) for t in ids], dtype=np.int64)
-    ends = np.cumsum(lengths + 1) - 1  # each text's separator
-    stream = np.full(int(ends[-1]) + 1, tables.size - 1, dtype=np.uint32)
-    for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
-        stream[e - k : e] = t
-    packed, first_tok, _ = tables.packed_words(stream, final=True)
-    cut = np.searchsorted(first_tok, ends - lengths)  # each text's first word
-    last = np.searchsorted(first_tok, ends)  # its separator's word
-    return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]

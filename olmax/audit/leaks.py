@@ -50,13 +50,12 @@ the report names files as the mix gives them.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -67,6 +66,7 @@ from olmax.audit.evalindex import EvalIndex
 from olmax.audit.evalside import (
     PARTS,
     SHORT_WORDS_PER_EDIT,
+    SIGN_CHARS,
     EvalSide,
     index_evals,
     short_allowed,
@@ -80,6 +80,17 @@ from olmax.audit.normalize import (
     text_tokens,
     word_tables,
 )
+from olmax.audit.paraphrase import (
+    MAX_WORDS,
+    MIN_STEMS,
+    NEAR,
+    PAIR_MAX_DOCS,
+    PAIR_WINDOW,
+    ParaCandidate,
+    pair_candidates,
+    paraphrase_entries,
+    verify_paraphrases,
+)
 from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import documents
 from olmax.data.loader import file_index
@@ -88,10 +99,7 @@ from olmax.data.tokenfile import read_tokens
 from olmax.jsonio import write_jsonl
 
 MAX_NEAR_MISSES = 1000
-TEXT_CHECK_FLOOR = 0.5
-_SIGN_CHARS = re.compile(
-    r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]"
-)  # candidates scoring below this are not read as text (no threshold goes lower)
+TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
 
@@ -110,11 +118,11 @@ def probe_file(
     matched span's first word."""
     tokens = read_tokens(path)
     docs = None  # read on the first hit (an EOS scan of the file when there is no sidecar)
-    carry = max(index.lengths, default=1) - 1
+    carry = index.carry
     prev = np.zeros(0, np.uint64)
     prev_pos = np.zeros(0, np.int64)
     cbase = 0  # word index of prev[0]
-    hits = HitSet(cap_docs)
+    hits = HitSet(cap_docs, pair_from=index.num_keys if index.paraphrase else None)
     a, total = 0, len(tokens)
     # Chunk by chunk; each chunk restarts at a word start (the last word is held back), so the words
     # are the same whatever the chunk size, but for a word longer than a chunk, cut there.
@@ -155,9 +163,10 @@ class HitSet:
     min_merge), whatever the corpus size: memory grows with the eval side and with how often its
     keys recur inside those first documents, not with the training data."""
 
-    def __init__(self, cap_docs: int, min_merge: int = 1 << 16):
+    def __init__(self, cap_docs: int, min_merge: int = 1 << 20, pair_from: int | None = None):
         self.cap_docs = cap_docs
         self.min_merge = min_merge
+        self.pair_from = pair_from  # keys from here on are pair keys (paraphrase.py): PAIR_MAX_DOCS each
         self.kept = np.zeros(0, HIT_REC)
         self.pending: list[np.ndarray] = []
         self.n_pending = 0
@@ -172,7 +181,7 @@ class HitSet:
 
     def _merge(self) -> None:
         if self.pending:
-            self.kept = cap_hits(np.concatenate([self.kept, *self.pending]), self.cap_docs)
+            self.kept = cap_hits(np.concatenate([self.kept, *self.pending]), self.cap_docs, self.pair_from)
             self.pending, self.n_pending = [], 0
 
     def result(self) -> np.ndarray:
@@ -193,9 +202,9 @@ def _in_order(pool: ThreadPoolExecutor, fn, items, ahead: int):
         yield waiting.popleft().result()
 
 
-def cap_hits(hits: np.ndarray, cap_docs: int) -> np.ndarray:
-    """The hits of each key's first cap_docs documents in (file, doc) order, sorted by
-    (key, file, doc, cpos)."""
+def cap_hits(hits: np.ndarray, cap_docs: int, pair_from: int | None = None) -> np.ndarray:
+    """The hits of each key's first cap_docs documents in (file, doc) order (a pair key's, from
+    `pair_from` on: its first min(cap_docs, PAIR_MAX_DOCS)), sorted by (key, file, doc, cpos)."""
     if hits.size == 0:
         return hits
     hits = hits[np.lexsort((hits["cpos"], hits["doc"], hits["file"], hits["key"]))]
@@ -205,7 +214,9 @@ def cap_hits(hits: np.ndarray, cap_docs: int) -> np.ndarray:
     doc_no = np.cumsum(new_doc)
     key_first_doc = np.maximum.accumulate(np.where(new_key, doc_no, 0))
     rank = doc_no - key_first_doc  # 0 for the key's first document
-    return hits[rank < cap_docs]
+    if pair_from is None:
+        return hits[rank < cap_docs]
+    return hits[rank < np.where(hits["key"] >= pair_from, min(cap_docs, PAIR_MAX_DOCS), cap_docs)]
 
 
 def doc_freq(hits: np.ndarray, num_keys: int) -> np.ndarray:
@@ -244,14 +255,21 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
         sources.setdefault(pth, src)
     with _runner(beam_options) as runner:
         t1 = time.perf_counter()
-        hits, train_tokens = merge_probes(runner.probe(paths, ev.index, tables, cfg), cfg.max_docs_per_key)
+        pair_from = ev.index.num_keys if ev.index.paraphrase else None
+        hits, train_tokens = merge_probes(
+            runner.probe(paths, ev.index, tables, cfg), cfg.max_docs_per_key, pair_from
+        )
         probe_s = time.perf_counter() - t1
         t2 = time.perf_counter()
-        cands, stats = candidates(hits, ev, cfg)
-        verified = runner.verify(file_tasks(cands, paths, ev), tables)
-    contaminated, near, flagged = assemble(cands, verified, ev, paths, [sources.get(p) for p in paths], cfg)
+        found = decide(hits, ev, paths, [sources.get(p) for p in paths], tables, cfg, runner)
+    contaminated, near, flagged, stats, paraphrases = found
     verify_s = time.perf_counter() - t2
     per_set, checks = _per_set(ev, flagged, cfg)
+    for e in paraphrases:
+        per_set[e["eval"]]["paraphrase_candidates"] += 1
+    for e in contaminated:
+        for part in e["parts"]:
+            per_set[e["eval"]]["by_part"][part] += 1
     eidx = ev.index
     report = {
         "command": "audit leaks",
@@ -285,6 +303,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
         "sets": per_set,
         "contaminated": contaminated,
         "near_misses": near,  # verified items below the threshold, best first (first MAX_NEAR_MISSES)
+        "paraphrase_candidates": paraphrases,  # apart: never counted as contaminated (paraphrase.py)
         "checks": checks_json(checks),
         "ok": not failed(checks),
     }
@@ -305,10 +324,12 @@ def probe_path(
         return probe_file(local, f, index, tables, cap_docs=cap_docs, chunk_tokens=chunk_tokens)
 
 
-def merge_probes(results: Iterable[tuple[np.ndarray, int]], cap_docs: int) -> tuple[np.ndarray, int]:
+def merge_probes(
+    results: Iterable[tuple[np.ndarray, int]], cap_docs: int, pair_from: int | None = None
+) -> tuple[np.ndarray, int]:
     """Reduce: every file's hits merged (each key's first `cap_docs` documents kept, whatever the order
     the files arrive in) and the number of training tokens probed."""
-    kept, train_tokens = HitSet(cap_docs), 0
+    kept, train_tokens = HitSet(cap_docs, pair_from=pair_from), 0
     for file_hits, n_tokens in results:
         kept.add(file_hits)
         train_tokens += n_tokens
@@ -344,12 +365,26 @@ class FileCandidates:
     words: dict  # unit -> its packed word values
     texts: dict  # unit -> its text, which the text check reads (short units, and those with signs)
     rivals: dict  # unit -> the same part of its item's wrong continuations (answer-side units)
+    joins: dict = field(default_factory=dict)  # answer unit -> its join's text (EvalSide.joins)
+    paraphrase_ids: tuple[int, ...] = ()  # indices in the list `pair_candidates` returned
+    paraphrases: tuple[ParaCandidate, ...] = ()
+    signatures: dict = field(default_factory=dict)  # item -> its paraphrase Signature
+    number_words: np.ndarray | None = None  # ParaphraseIndex.number_values
+
+
+@dataclass(frozen=True)
+class FileVerdicts:
+    """What `verify_file` found in one training file."""
+
+    copies: list  # (candidate id, score, token start, token end, document id, text edits, conflict)
+    paraphrases: list  # (paraphrase candidate id, score, token start, token end, document id)
 
 
 def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Candidate], dict]:
     """The (item, document) pairs to verify, in (item, file, document) order, from the merged hits, and
     the candidate counts of the report."""
     eidx, n = ev.index, cfg.ngram
+    hits = hits[hits["key"] < eidx.num_keys]  # the window keys' hits (pair keys: paraphrase.pair_candidates)
     df = doc_freq(hits, eidx.num_keys)
     saturated = df >= cfg.max_docs_per_key
     # Expand hits to (item, n-gram position) through the index's records.
@@ -407,96 +442,128 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
             min(n, kk),
             kk < n or kk <= cfg.short_words,
             bool(st),
-            text_floor(kk, cfg),
+            fl,
         )
-        for lo, hi, kk, st in zip(
-            bounds[:-1][keep].tolist(), bounds[1:][keep].tolist(), k[keep].tolist(), sat[keep].tolist()
+        for lo, hi, kk, st, fl in zip(
+            bounds[:-1][keep].tolist(),
+            bounds[1:][keep].tolist(),
+            k[keep].tolist(),
+            sat[keep].tolist(),
+            text_floors(k[keep], ev.signed[h_item[starts][keep]], cfg).tolist(),
         )
     ]
     return out, stats
 
 
-def file_tasks(cands: list[Candidate], paths: list[str], ev: EvalSide) -> list[FileCandidates]:
-    """The candidates grouped by training file, in file order, with their items' words and texts (read
-    by the text check on the worker, only for the candidates that reach it)."""
+def file_tasks(
+    cands: list[Candidate], paths: list[str], ev: EvalSide, para: list[ParaCandidate] = ()
+) -> list[FileCandidates]:
+    """The candidates (and paraphrase candidates) grouped by training file, in file order, with their
+    units' words and texts (read by the text check on the worker, only for the candidates that reach
+    it) and their items' signatures."""
     by_file: dict[int, list[int]] = {}
     for g, c in enumerate(cands):
         by_file.setdefault(c.file, []).append(g)
-    return [
-        FileCandidates(
-            f,
-            paths[f],
-            tuple(ids),
-            tuple(cands[g] for g in ids),
-            {cands[g].item: ev.words[cands[g].item] for g in ids},
-            {cands[g].item: ev.texts[cands[g].item] for g in ids},
-            {cands[g].item: ev.rivals[cands[g].item] for g in ids if ev.rivals[cands[g].item]},
+    para_of: dict[int, list[int]] = {}
+    for g, c in enumerate(para):
+        para_of.setdefault(c.file, []).append(g)
+        by_file.setdefault(c.file, [])
+    tasks = []
+    for f, ids in sorted(by_file.items()):
+        pids = para_of.get(f, [])
+        tasks.append(
+            FileCandidates(
+                f,
+                paths[f],
+                tuple(ids),
+                tuple(cands[g] for g in ids),
+                {cands[g].item: ev.words[cands[g].item] for g in ids},
+                {cands[g].item: ev.texts[cands[g].item] for g in ids},
+                {cands[g].item: ev.rivals[cands[g].item] for g in ids if ev.rivals[cands[g].item]},
+                {cands[g].item: ev.joins[cands[g].item] for g in ids if ev.joins[cands[g].item]},
+                tuple(pids),
+                tuple(para[g] for g in pids),
+                {para[g].item: ev.signatures[para[g].item] for g in pids},
+                ev.index.paraphrase.number_values if pids else None,
+            )
         )
-        for f, ids in sorted(by_file.items())
-    ]
+    return tasks
 
 
-def verify_file(task: FileCandidates, tables: WordTables) -> list[tuple[int, float, int, int, str, int, str]]:
-    """Map over files: (candidate id, score, token start, token end, document id, text edits, conflict) of
-    each candidate of one training file (opened once), aligned as in the module docstring
-    (align.verify_candidates); the text check (`text_edits`) of the candidates scoring at least their
-    `floor`, when their item is short or holds a number or an operator, gives the edits and the
-    conflict (-1 and '' where it did not run)."""
-    cands = task.candidates
-    if not cands:
-        return []
+def verify_file(task: FileCandidates, tables: WordTables) -> FileVerdicts:
+    """Map over files: the verdicts of one training file's candidates (the file opened once): copies
+    (`verify_copies`) and paraphrase candidates (paraphrase.verify_paraphrases)."""
+    if not task.candidates and not task.paraphrases:
+        return FileVerdicts([], [])
     with local_shard(task.path) as local:
         tokens = read_tokens(local)
         docs = documents(local, tokens)
-        d = np.asarray([c.doc for c in cands], dtype=np.int64)
-        items = list(dict.fromkeys(c.item for c in cands))
-        slot = {it: i for i, it in enumerate(items)}
-        words = [task.words[it] for it in items]
-        scores, t0, t1 = verify_candidates(
-            tokens,
-            tables.kernel_tables,
-            docs.starts[d],
-            docs.ends[d],
-            np.concatenate([[0], np.cumsum([c.q.size for c in cands])]),
-            np.concatenate([c.q for c in cands]),
-            np.concatenate([c.pos for c in cands]),
-            np.concatenate(words),
-            np.concatenate([[0], np.cumsum([w.size for w in words])]),
-            np.asarray([slot[c.item] for c in cands]),
-            np.asarray([c.n for c in cands]),
-            np.asarray([c.short for c in cands]),
+        copies = verify_copies(task, tokens, docs, tables) if task.candidates else []
+        paras = verify_paraphrases(
+            tokens, docs, tables, task.paraphrases, task.paraphrase_ids, task.signatures, task.number_words
         )
-        out = []
-        unit_toks: dict[int, tuple | None] = {}  # the text check's tokens of a unit, None: not read
-        rival_toks: dict[int, list[tuple]] = {}  # a unit's rivals' text tokens, read on first use
-        for j, (g, s, a, b, doc) in enumerate(
-            zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
-        ):
-            c = cands[j]
-            edits, conflict = -1, ""
-            has_rivals = c.item in task.rivals
-            if s == 1.0 and not has_rivals and not _SIGN_CHARS.search(task.texts[c.item]):
-                edits = 0  # an exact word match of an item with no digit or operator: nothing to check
-            elif s >= c.floor:
-                if c.item not in unit_toks:
-                    toks = text_tokens(task.texts[c.item])
-                    read = c.short or has_rivals or any(k != WORD for k in toks[1])
-                    unit_toks[c.item] = toks if read else None
-                if unit_toks[c.item] is not None:
-                    if has_rivals and c.item not in rival_toks:
-                        rival_toks[c.item] = [text_tokens(r) for r in task.rivals[c.item]]
-                    edits, conflict = text_edits(
-                        tokens,
-                        tables,
-                        unit_toks[c.item],
-                        rival_toks.get(c.item, []),
-                        a,
-                        b,
-                        int(docs.starts[doc]),
-                        int(docs.ends[doc]),
-                    )
-            out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict))
-        return out
+    return FileVerdicts(copies, paras)
+
+
+def verify_copies(
+    task: FileCandidates, tokens: np.ndarray, docs, tables: WordTables
+) -> list[tuple[int, float, int, int, str, int, str]]:
+    """(candidate id, score, token start, token end, document id, text edits, conflict) of each
+    candidate of one training file, aligned as in the module docstring (align.verify_candidates); the
+    text check (`text_edits`) of the candidates scoring at least their `floor`, when their unit is
+    short, holds a number or an operator, or has rivals, gives the edits and the conflict (-1 and ''
+    where it did not run)."""
+    cands = task.candidates
+    d = np.asarray([c.doc for c in cands], dtype=np.int64)
+    items = list(dict.fromkeys(c.item for c in cands))
+    slot = {it: i for i, it in enumerate(items)}
+    words = [task.words[it] for it in items]
+    scores, t0, t1 = verify_candidates(
+        tokens,
+        tables.kernel_tables,
+        docs.starts[d],
+        docs.ends[d],
+        np.concatenate([[0], np.cumsum([c.q.size for c in cands])]),
+        np.concatenate([c.q for c in cands]),
+        np.concatenate([c.pos for c in cands]),
+        np.concatenate(words),
+        np.concatenate([[0], np.cumsum([w.size for w in words])]),
+        np.asarray([slot[c.item] for c in cands]),
+        np.asarray([c.n for c in cands]),
+        np.asarray([c.short for c in cands]),
+    )
+    out = []
+    unit_toks: dict[int, tuple | None] = {}  # the text check's tokens of a unit, None: not read
+    rival_toks: dict[int, list[tuple]] = {}  # a unit's rivals' text tokens, read on first use
+    for j, (g, s, a, b, doc) in enumerate(
+        zip(task.ids, scores.tolist(), t0.tolist(), t1.tolist(), d.tolist())
+    ):
+        c = cands[j]
+        edits, conflict, joined = -1, "", -1
+        has_rivals = c.item in task.rivals
+        if s == 1.0 and not has_rivals and not SIGN_CHARS.search(task.texts[c.item]):
+            edits = 0  # an exact word match of an item with no digit or operator: nothing to check
+        elif s >= c.floor:
+            if c.item not in unit_toks:
+                toks = text_tokens(task.texts[c.item])
+                read = c.short or has_rivals or any(k != WORD for k in toks[1])
+                unit_toks[c.item] = toks if read else None
+            if unit_toks[c.item] is not None:
+                if has_rivals and c.item not in rival_toks:
+                    rival_toks[c.item] = [text_tokens(r) for r in task.rivals[c.item]]
+                edits, conflict, joined = text_edits(
+                    tokens,
+                    tables,
+                    unit_toks[c.item],
+                    rival_toks.get(c.item, []),
+                    a,
+                    b,
+                    int(docs.starts[doc]),
+                    int(docs.ends[doc]),
+                    text_tokens(task.joins[c.item]) if c.item in task.joins else None,
+                )
+        out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict, joined))
+    return out
 
 
 def text_edits(
@@ -508,31 +575,41 @@ def text_edits(
     t1: int,
     ds: int,
     de: int,
-) -> tuple[int, str]:
+    join: tuple | None = None,
+) -> tuple[int, str, int]:
     """The text check of one candidate: the unit's text tokens placed in the document's text around its
     span [t0, t1) (as many tokens as the unit, or its longest rival, has text tokens, plus 8, on each
-    side, within the document [ds, de)); (edits, conflict) of align.text_check. A rival (a wrong
-    continuation of the same item) placed there with at most as many edits is a conflict: the text is
-    no closer to the gold answer than to a wrong one."""
+    side, within the document [ds, de)); (edits, conflict, join edits): edits and conflict of
+    align.text_check; a rival (a wrong continuation of the same item) placed there with at most as many
+    edits is a conflict (the text is no closer to the gold answer than to a wrong one); an answer unit's
+    `join` tokens placed there give the join edits (-1: no join, or a conflict)."""
     room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
     region = text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
     edits, conflict = text_check(unit_toks, region)
+    joined = text_check(join, region)[0] if join is not None and not conflict else -1
     if not conflict:
         for r in rivals:
             other, _ = text_check(r, region)
-            # fewer edits wins; on a tie the longer text (a wrong choice that holds the gold one, or the
-            # gold that holds a wrong one: the text holds the longer whole)
-            if other < edits or (other == edits and len(r[0]) >= len(unit_toks[0])):
+            # fewer edits wins; a tie is the gold's only when the wrong choice is a run of the gold one
+            # (the text holds it inside the gold): else both are there (a page listing the choices)
+            if other < edits or (other == edits and not _sub_run(r[0], unit_toks[0])):
                 return (
                     edits,
                     f"as close to a wrong choice ({other} vs {edits} edits): {' '.join(r[0][:12])!r}",
+                    -1,
                 )
-    return edits, conflict
+    return edits, conflict, joined
+
+
+def _sub_run(small: list[str], big: list[str]) -> bool:
+    """Whether `small` occurs in `big` as a run of consecutive tokens (and is shorter)."""
+    k = len(small)
+    return 0 < k < len(big) and any(big[i : i + k] == small for i in range(len(big) - k + 1))
 
 
 def assemble(
     cands: list[Candidate],
-    verified: Iterable[tuple[int, float, int, int, str]],
+    verified: Iterable[tuple],
     ev: EvalSide,
     paths: list[str],
     sources: list,
@@ -544,10 +621,10 @@ def assemble(
     applied, duplicates decided as their first copy."""
     eidx, n_items = ev.index, len(ev.items)
     result = {g: rest for g, *rest in verified}
-    found: dict[int, list[dict]] = {}  # item -> verified documents
-    for g, c in enumerate(cands):
-        score, t0, t1, doc_id, edits, conflict = result[g]
-        k = int(eidx.lengths_of[c.item])
+
+    def document(g: int, passed: bool) -> dict:
+        c = cands[g]
+        score, t0, t1, doc_id, edits, conflict, joined = result[g]
         doc = {
             "source": sources[c.file],
             "file": paths[c.file],
@@ -559,26 +636,47 @@ def assemble(
             "parts": [PARTS[int(ev.part[c.item])]],
         }
         if c.item >= n_items:  # an answer-side unit: its own length
-            doc["part_words"] = k
+            doc["part_words"] = int(eidx.lengths_of[c.item])
         if edits >= 0:
             doc["text_edits"] = edits
         if conflict:  # another number or operator in the item's place, or a wrong answer: not a copy
             doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
-        doc["_pass"] = not conflict and (
-            0 <= edits <= short_allowed(k, cfg) if k <= cfg.short_words else score >= cfg.threshold
-        )
-        found.setdefault(int(ev.owner[c.item]), []).append(doc)
+        if passed and 0 <= joined <= short_allowed(int(ev.join_words[c.item]), cfg):
+            doc["parts"].append("context+answer")  # the context's end is there too
+        return doc
+
+    # first the decisions alone, as arrays (most candidates are neither passed nor an item's best); then
+    # the report's documents for what is shown: each item's passed documents, else its best
+    m = len(cands)
+    unit = np.asarray([c.item for c in cands], dtype=np.int64)
+    score = np.asarray([result[g][0] for g in range(m)], dtype=np.float64)
+    edits = np.asarray([result[g][4] for g in range(m)], dtype=np.int64)
+    conflict = np.asarray([bool(result[g][5]) for g in range(m)], dtype=bool)
+    k = eidx.lengths_of[unit] if m else np.zeros(0, np.int64)
+    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    ok = ~conflict & np.where(k <= cfg.short_words, (edits >= 0) & (edits <= allowed), score >= cfg.threshold)
+    owner = ev.owner[unit] if m else np.zeros(0, np.int64)
+    shown = np.where(conflict, 0.0, np.round(score, 4))
+    order = np.lexsort((np.arange(m), -shown, owner))  # per item: best score first, then candidate order
+    first = np.ones(m, dtype=bool)
+    first[1:] = owner[order][1:] != owner[order][:-1]
+    best = dict(zip(owner[order][first].tolist(), ((0.0, g) for g in order[first].tolist())))
+    passes: dict[int, list[int]] = {}  # item -> its passing candidates, in candidate order
+    for g in np.flatnonzero(ok).tolist():
+        passes.setdefault(int(owner[g]), []).append(g)
+    found: dict[int, tuple[list[dict], dict]] = {}  # item -> (passed documents, best document)
+    for item, (_, g_best) in best.items():
+        docs_passed = [document(g, True) for g in passes.get(item, [])]
+        found[item] = (docs_passed, document(g_best, g_best in passes.get(item, [])))
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
-    for item, docs_found in found.items():
+    for item, (docs_passed, top) in found.items():
         k = int(ev.words[item].size)
         passed: dict[tuple, dict] = {}  # (file, document) -> its entry, parts merged
-        for x in docs_found:
-            if x.pop("_pass"):
-                prev = passed.setdefault((x["file"], x["doc"]), x)
-                if prev is not x and x["parts"][0] not in prev["parts"]:
-                    prev["parts"].append(x["parts"][0])
-        best = max(docs_found, key=lambda x: x["score"])
+        for x in docs_passed:
+            prev = passed.setdefault((x["file"], x["doc"]), x)
+            if prev is not x:
+                prev["parts"] += [p for p in x["parts"] if p not in prev["parts"]]
         parts = {p for x in passed.values() for p in x["parts"]}
         entry = {
             "eval": ev.sets[int(ev.set_of[item])][0],
@@ -586,9 +684,9 @@ def assemble(
             "kind": "short" if k <= cfg.short_words else "aligned",
             "item_words": k,
             "parts": [p for p in PARTS if p in parts],
-            "score": best["score"],
+            "score": top["score"],
             "n_documents": len(passed),
-            "documents": list(passed.values()) or [best],
+            "documents": list(passed.values()) or [top],
         }
         if passed:
             flagged[item] = True
@@ -640,7 +738,7 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
         ),
         "templated short units": (
             f"a short unit whose {s}-word windows are mostly templates (one template, other numbers) is also "
-            f"indexed by each run of 2 to {s - 1} words no template window covers (its numbers, its "
+            f"indexed by each run of {s - 1} words no template window covers (its numbers, its "
             "names), so an edit inside the template still leaves a window to find it by"
         ),
         "text check": (
@@ -652,34 +750,66 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
         ),
         "too short": f"items under {cfg.min_item_words} words are not decided",
     }
+    if cfg.paraphrases:
+        lines["paraphrase candidates"] = (
+            f"items of {cfg.min_item_words} to {MAX_WORDS} words with a number, two numbers of two or "
+            "more digits or names, and a name, an operator or a rare word are also looked for as "
+            f"paraphrases: pairs of their long numbers and names within {PAIR_WINDOW} words retrieve; a "
+            "document window of at most 1.5 x the item's text tokens holding every number (59x apart "
+            f"from 59) and name of the item, no other number (0 and 1 aside) in or within {NEAR} tokens "
+            "of it, no operator it lacks (nor more of one) and one of its own if it has any, and one of "
+            f"its rare words nearby (items of >= {MIN_STEMS}, or with no name and no operator) is a "
+            "paraphrase candidate; reported "
+            "apart (`paraphrase_candidates`), never counted as contaminated, not for an item reported "
+            "as a copy"
+        )
     if cfg.answers:
         lines["answer side"] = (
             "a completion task's item (HellaSwag, SWAG, PIQA, COPA, StoryCloze, a `continuation` or "
             f"`completion` field) is also looked for as its gold continuation alone (>= {cfg.answer_words} "
             f"words; part `answer`) and as its context's last {cfg.join_words} words joined to the "
             f"answer's first {cfg.answer_words} (part `context+answer`), each decided as a unit of its "
-            "length; a document as close (text edits; on a tie the longer text) to a wrong continuation "
-            "of the same item as to the gold one is not an answer leak (`not_a_copy`)"
+            "length; a document as close (text edits) to a wrong continuation of the same item as to the "
+            "gold one is not an answer leak (`not_a_copy`; a tie is the gold's when the wrong one is a "
+            "run of it); a completion "
+            f"task's context of under {cfg.answer_words} words is not looked for alone"
         )
     return lines
 
 
-def text_floor(k: int, cfg: LeakConfig) -> float:
-    """The alignment score from which a candidate is read as text: TEXT_CHECK_FLOOR, and for a short
-    item that of its allowed edits and two written-out numerals more (each a word changed)."""
-    if k > cfg.short_words:
-        return TEXT_CHECK_FLOOR
-    return max(TEXT_CHECK_FLOOR, (k - short_allowed(k, cfg) - 2) / max(1, k) - 1e-9)
+def text_floors(k: np.ndarray, signed: np.ndarray, cfg: LeakConfig) -> np.ndarray:
+    """The alignment score from which each candidate (its unit's words `k`) is read as text: for a unit
+    of more than --short-words words the threshold (below it the unit is no copy whatever the text
+    says), for a short unit that of its allowed edits, and for one holding a number or an operator
+    (`signed`) two written-out numerals more (each a word changed); at least TEXT_CHECK_FLOOR."""
+    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    short = (k - allowed - np.where(signed, 2, 0)) / np.maximum(1, k) - 1e-9
+    return np.maximum(TEXT_CHECK_FLOOR, np.where(k > cfg.short_words, cfg.threshold - 1e-9, short))
 
 
-def decide_items(
-    hits: np.ndarray, ev: EvalSide, paths: list[str], sources: list, tables: WordTables, cfg: LeakConfig
-) -> tuple[list[dict], list[dict], np.ndarray, dict]:
-    """(contaminated items, near misses, flagged mask over all items, candidate counts): every candidate
-    (item, document) pair verified by alignment (module docstring), files one after another."""
+def decide(
+    hits: np.ndarray,
+    ev: EvalSide,
+    paths: list[str],
+    sources: list,
+    tables: WordTables,
+    cfg: LeakConfig,
+    runner: LocalRunner | BeamPhases | None = None,
+) -> tuple[list[dict], list[dict], np.ndarray, dict, list[dict]]:
+    """(contaminated items, near misses, flagged mask over all items, candidate counts, paraphrase
+    candidates) of the merged hits: every candidate verified (module docstring) per file, by `runner`
+    (default: here, one file after another)."""
     cands, stats = candidates(hits, ev, cfg)
-    verified = [v for task in file_tasks(cands, paths, ev) for v in verify_file(task, tables)]
-    return (*assemble(cands, verified, ev, paths, sources, cfg), stats)
+    eidx = ev.index
+    para = pair_candidates(hits, eidx.paraphrase, eidx.num_keys) if eidx.paraphrase else []
+    verdicts = (runner or LocalRunner()).verify(file_tasks(cands, paths, ev, para), tables)
+    copies = [v for fv in verdicts for v in fv.copies]
+    contaminated, near, flagged = assemble(cands, copies, ev, paths, sources, cfg)
+    paraphrases = paraphrase_entries(
+        para, [v for fv in verdicts for v in fv.paraphrases], ev, paths, sources, flagged
+    )
+    stats["paraphrase_candidates"] = len(para)
+    return contaminated, near, flagged, stats, paraphrases
 
 
 class LocalRunner:
@@ -702,10 +832,8 @@ class LocalRunner:
                 ahead=2 * threads,
             )
 
-    def verify(
-        self, tasks: list[FileCandidates], tables: WordTables
-    ) -> list[tuple[int, float, int, int, str]]:
-        return [v for task in tasks for v in verify_file(task, tables)]
+    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[FileVerdicts]:
+        return [verify_file(task, tables) for task in tasks]
 
 
 class BeamPhases:
@@ -728,11 +856,8 @@ class BeamPhases:
             chunk_tokens=cfg.chunk_tokens,
         )
 
-    def verify(
-        self, tasks: list[FileCandidates], tables: WordTables
-    ) -> list[tuple[int, float, int, int, str]]:
-        per_file = self.beam.map_files("verify", tasks, verify_file, (tables,), task_file)
-        return [v for results in per_file for v in results]
+    def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[FileVerdicts]:
+        return self.beam.map_files("verify", tasks, verify_file, (tables,), task_file)
 
 
 def task_file(task: tuple[int, str] | FileCandidates) -> tuple[int]:
@@ -768,6 +893,8 @@ def _per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, 
             "duplicates": int((sel & (ev.rep_of != np.arange(len(ev.items)))).sum()),
             "ngrams": int(ngrams_of[sel].sum()),
             "gated": name in gate,
+            "by_part": dict.fromkeys(PARTS, 0),  # contaminated items per part that leaked
+            "paraphrase_candidates": 0,  # reported apart, not in `contaminated`
         }
         if cfg.clean_dir:
             clean = [ev.items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]

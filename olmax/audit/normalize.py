@@ -39,7 +39,8 @@ NORMALIZATION = (
     "line wraps included) dropped, so markup tags leave only their names as extra words, "
     "which the alignment skips; special tokens (EOS) are document boundaries; a whole token after a "
     "space that is a written-out operator (plus, minus, times, equals) is dropped as its symbol is, "
-    "one that is a numeral (zero to twenty, thirty to ninety) reads as its digits"
+    "one that is a numeral (zero to twenty, thirty to ninety) reads as its digits; a single letter "
+    "glued to a number (3x, 14n) reads as a variable, whatever its name"
 )
 _WORD = re.compile(rb"[a-z0-9\x80-\xff]+")
 # Written-out operators and numerals as whole tokens after a space: operators read as the symbols
@@ -63,6 +64,10 @@ WORD_BASES = (1_234_567_891, 1_987_654_321)
 BOUNDARY_VALUE = (1 << 20) - 1  # the boundary word's value (a real word takes it w.p. 2^-40)
 WORD_MASK = np.uint64((1 << 20) - 1)  # word values keep 20 bits per base: ids <= hashing.MAX_TOKEN
 _S32 = np.uint64(32)
+# The run a letter glued to a number hashes as: "#", a byte no word holds, under both bases ("3x" and "3y"
+# are the same word: a variable renamed is no edit to the word stream).
+VARIABLE_BYTE = b"#"
+VARIABLE_HH = np.uint64((ord(VARIABLE_BYTE) << 32) | ord(VARIABLE_BYTE))
 
 
 def _fold_bytes(raw: bytes) -> bytes:
@@ -114,6 +119,8 @@ class WordTables:
         n_runs = np.zeros(size, dtype=np.int64)
         starts_word = np.zeros(size, dtype=bool)
         ends_word = np.zeros(size, dtype=bool)
+        digits_end = np.zeros(size, dtype=bool)  # its last run is all digits
+        letter = np.zeros(size, dtype=bool)  # the token is one letter, a-z, and nothing else
         h1, h2, lens = [], [], []
         for i, raw in enumerate(token_bytes):
             if raw is None:
@@ -127,6 +134,8 @@ class WordTables:
             if runs:
                 starts_word[i] = _WORD.match(raw) is not None
                 ends_word[i] = raw[-1:] != b"" and _WORD.fullmatch(raw[-1:]) is not None
+                digits_end[i] = runs[-1].isdigit()
+                letter[i] = len(raw) == 1 and b"a" <= raw <= b"z"
             for r in runs:
                 for out, base in ((h1, WORD_BASES[0]), (h2, WORD_BASES[1])):
                     out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r)) % MERSENNE31)
@@ -150,12 +159,15 @@ class WordTables:
             WORD_BASES[1], MAX_WORD_BYTES
         )
         # One byte per token: bit 0 has a run, 1 starts with a word byte, 2 ends with one, 3 holds two
-        # or more runs (a boundary is one run that neither starts nor ends a word: never joined).
+        # or more runs (a boundary is one run that neither starts nor ends a word: never joined), 4 its
+        # last run is digits, 5 it is one letter (a variable glued to a number: VARIABLE)
         self.flags = (
             has.astype(np.uint8)
             | ((starts_word & ~boundary).astype(np.uint8) << 1)
             | ((ends_word & ~boundary).astype(np.uint8) << 2)
             | ((n_runs > 1).astype(np.uint8) << 3)
+            | ((digits_end & ~boundary).astype(np.uint8) << 4)
+            | ((letter & ~boundary).astype(np.uint8) << 5)
         )
 
     def words(
@@ -369,13 +381,20 @@ def _join(t, flags, tok_hh, tok_len, run_ptr, run_hh, run_len, qq, vals, first, 
             hh, nbytes = tok_hh[head], tok_len[head]
         h1 = hh >> s32
         h2 = hh & low
+        digits = (flags[head] >> 4) & 1  # the word so far is all digits
         while k < nj and jword[k] == w:
             tok = _token(t, joined[k], last)
-            c = tok_hh[tok]
+            f = flags[tok]
+            if digits and f & 32:  # a letter glued to a number ("3x"): the variable, whatever its name
+                c, size = VARIABLE_HH, np.int64(1)
+                digits = 0
+            else:
+                c, size = tok_hh[tok], tok_len[tok]
+                digits &= ((f >> 4) & 1) & (((f >> 3) & 1) ^ 1)
             q = qq[min(nbytes, MAX_WORD_BYTES - 1)]  # longer words hash as if cut there
             h1 = _mod_p(h1 + (c >> s32) * (q >> s32))
             h2 = _mod_p(h2 + (c & low) * (q & low))
-            nbytes += tok_len[tok]
+            nbytes += size
             k += 1
         vals[w] = ((h1 & mask) << s32) | (h2 & mask)
 
@@ -427,6 +446,7 @@ _TAG = re.compile(r"</?[a-z][\w:-]*(?:\s[^<>]*)?/?>", re.I)
 _DASHES = str.maketrans(
     {c: "-" for c in "\u2010\u2011\u2012\u2013\u2212\ufe63\uff0d"} | {"\u00d7": "*", "\u00f7": "/"}
 )
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d)")
 _TEXT_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+|[-+*/=<>^%]")
 _IN_WORD_HYPHEN = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
 
@@ -464,10 +484,12 @@ def text_tokens(text: str) -> tuple[list[str], list[int]]:
         text = _OP_PHRASES.sub(lambda m: " " + _OP_PHRASE_OF[m.group().split()[0]] + " ", text)
     if "-" in text:
         text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
-    toks = _TEXT_TOKEN.findall(text)
     if "," in text:  # only numbers hold one: 1,000 is 1000
-        toks = [t.replace(",", "") for t in toks]
+        text = _THOUSANDS.sub("", text)
+    toks = _TEXT_TOKEN.findall(text)
     cls = [_CLASS_OF.get(t[0], WORD) for t in toks]
+    if _SPECIAL.isdisjoint(toks):
+        return toks, cls
     spelled, merged = -2, []  # the last written-out numeral; tens merged into the units after them
     for i in [i for i, t in enumerate(toks) if t in _SPECIAL]:
         sym = _NUMERALS.get(toks[i])
@@ -482,3 +504,20 @@ def text_tokens(text: str) -> tuple[list[str], list[int]]:
     for i in reversed(merged):
         del toks[i], cls[i]
     return toks, cls
+
+
+def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:
+    """Each text's packed words (`tables.packed_words` of its tokens), in one pass over all of them: the
+    texts joined with an id past the vocabulary between them (a boundary: no word joins across it, and
+    its own boundary word starts at the separator, so it belongs to no text)."""
+    if not ids:
+        return []
+    lengths = np.asarray([len(t) for t in ids], dtype=np.int64)
+    ends = np.cumsum(lengths + 1) - 1  # each text's separator
+    stream = np.full(int(ends[-1]) + 1, tables.size - 1, dtype=np.uint32)
+    for t, e, k in zip(ids, ends.tolist(), lengths.tolist()):
+        stream[e - k : e] = t
+    packed, first_tok, _ = tables.packed_words(stream, final=True)
+    cut = np.searchsorted(first_tok, ends - lengths)  # each text's first word
+    last = np.searchsorted(first_tok, ends)  # its separator's word
+    return [packed[a:b] for a, b in zip(cut.tolist(), last.tolist())]

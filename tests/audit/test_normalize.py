@@ -1,5 +1,6 @@
 """Word normalization: its invariances, and the compiled word pass against a plain-Python reading of the
-rule (each token's folded bytes, words as runs of word bytes joined across tokens, hashed byte by byte)."""
+rule (each token's folded bytes, words as runs of word bytes joined across tokens, a one-letter token
+glued to a number as the variable byte, hashed byte by byte)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,9 @@ def reference(token_bytes: dict[int, bytes], ids: list[int], joins_first: bool, 
             continue
         for r, (at, run) in enumerate(runs):
             if r == 0 and at == 0 and open_word is not None:
-                open_word.append(run)
+                glued = raw == run and len(run) == 1 and run.isalpha() and open_word
+                # a one-letter token after digits only: a variable, whatever its letter ("3x" = "3y")
+                open_word.append(b"#" if glued and all(p.isdigit() for p in open_word) else run)
             else:
                 open_word = [run]
                 words.append((i, open_word))
@@ -176,3 +179,20 @@ def test_words_ignore_case_spacing_punctuation_and_bpe_splits(tokenizer):
     vals, _, consumed = tables.words(ids[:5], final=False)
     rest = tables.words(ids[consumed:])[0][0].tolist()
     assert vals[0].tolist() + rest == whole
+
+
+def test_a_letter_glued_to_a_number_is_a_variable_whatever_its_name(tokenizer):
+    tables = _tables()
+
+    def words(text):
+        ids = np.asarray(tokenizer.encode_batch([text])[0], dtype=np.int64)
+        return tables.packed_words(ids)[0].tolist()
+
+    base = words("solve 14x - 3 = 52 and 2n + 1")
+    assert len(base) == 7
+    assert words("solve 14m - 3 = 52 and 2k + 1") == base  # renamed: the same words
+    assert words("solve 14X - 3 = 52 and 2N + 1") == base
+    assert words("solve 15x - 3 = 52 and 2n + 1") != base  # another number is another word
+    assert words("solve 14xy - 3 = 52 and 2n + 1") != base  # two letters: a word, not a variable
+    assert words("solve x - 3") != words("solve m - 3")  # a letter alone stays itself
+    assert words("abc 3 x") == words("ABC 3 x")
