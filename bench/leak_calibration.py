@@ -118,10 +118,13 @@ ANSWER_KIND_SETS = {
     "wrong_ending_alone": ("hellaswag", "piqa"),
 }
 ANSWER_MIN_WORDS = 10
-# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to: a
-# reworded templated maths question (8-10 words, most of its 4-word windows shared by >= 10 items, so
-# not indexed) is missed when the edit falls inside the few windows left (0.833 over seeds 0-1).
-SHORT_OF_TARGET = {"math_edit": 0.8}
+# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to (none
+# today: the reworded templated maths question, once 0.83, is found through its template's core run).
+SHORT_OF_TARGET: dict[str, float] = {}
+# Paraphrase candidates are a lower-confidence kind of their own (the same numbers and names in other
+# words): the slow test holds their recall and precision to these floors, below what seeds 0-3 measure
+# (0.86 and 0.77), not to the copies' 0.95.
+PARAPHRASE_FLOORS = {"recall": 0.8, "precision": 0.6}
 SHORT_MAX_WORDS = 20
 MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
 SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
@@ -683,8 +686,13 @@ def pr_curve(records: list[dict], png: Path, marks: list[tuple[float, float, str
         tmp.unlink(missing_ok=True)
 
 
-def print_summary(s: dict, threshold, rule: str) -> None:
-    print(f"rule: {rule}" if rule else "rule: (not reported)")
+def print_summary(s: dict, threshold, rule: dict | str) -> None:
+    if isinstance(rule, dict):  # the report's rule block: a line per step
+        print("rule:")
+        for name, line in rule.items():
+            print(f"  {name}: {line}")
+    else:
+        print(f"rule: {rule}" if rule else "rule: (not reported)")
     print(f"{'kind':<26} {'items':>6} {'flagged':>8}  metric")
     for k, r in s["kinds"].items():
         metric = "recall" if r["positive"] else "false-positive rate"

@@ -165,41 +165,54 @@ def short_value(v: object, most: int = 160) -> str:
 def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str]:
     """The contaminated items of a leak report for a person: set, id, first words of the item (read again
     from its set), kind, documents and where the first one holds it, and the leaked part when the report
-    says it; the first `most` items, the rest in the JSON."""
+    says it; then the paraphrase candidates (reported apart, not counted); the first `most` of each, the
+    rest in the JSON."""
     from olmax.audit.evalsets import load_eval
 
     items = report.get("contaminated") or []
-    if not items:
+    paras = report.get("paraphrase_candidates") or []
+    if not items and not paras:
         return []
     words: dict[tuple[str, str], str] = {}
-    wanted = {c["eval"] for c in items[:most]}
+    wanted = {c["eval"] for c in items[:most] + paras[:most]}
     for spec in specs:
         name = spec.partition("=")[0]
         if name in wanted:
             for it in load_eval(spec)[1]:
                 words[(name, str(it.report_id))] = " ".join(it.text.split()[:10])
-    out = [f"contaminated items ({len(items)}):"]
+    out = []
+    if items:
+        out.append(f"contaminated items ({len(items)}):")
     for c in items[:most]:
-        first = (c.get("documents") or [{}])[0]
-        where = (
-            f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')}, file "
-            f"tokens {first.get('token_start', '?')}-{first.get('token_end', '?')}"
-        )
-        text = words.get((c["eval"], str(c["id"])))
-        out.append(
-            f"  {c['eval']} {c['id']}: {text + ' ...' if text else '(text not found)'}"
-            + (f"  [same as {c['same_as']['eval']} {c['same_as']['id']}]" if c.get("same_as") else "")
-        )
-        out.append(
-            f"    {c.get('kind', '?')} match, score {c.get('score', 0):.2f}, in {c.get('n_documents', 0)} "
-            f"document(s); first: {where}"
-        )
+        out += _entry_lines(c, words, f"{c.get('kind', '?')} match")
         for key in sorted(set(c) - ITEM_FIELDS):
             if c[key] not in (None, "", [], {}):
                 out.append(f"    {key.replace('_', ' ')}: {short_value(c[key])}")
     if len(items) > most:
         out.append(f"  ... and {len(items) - most} more in the report")
+    if paras:
+        out.append(f"paraphrase candidates ({len(paras)}; reported apart, not counted as contaminated):")
+    for c in paras[:most]:
+        out += _entry_lines(c, words, "paraphrase candidate")
+        out.append(f"    signature: {short_value(c.get('signature', {}))}")
+    if len(paras) > most:
+        out.append(f"  ... and {len(paras) - most} more in the report")
     return out
+
+
+def _entry_lines(c: dict, words: dict, what: str) -> list[str]:
+    """An item's two lines: set, id and first words; what matched, its score and the first document."""
+    first = (c.get("documents") or [{}])[0]
+    where = (
+        f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')}, file "
+        f"tokens {first.get('token_start', '?')}-{first.get('token_end', '?')}"
+    )
+    text = words.get((c["eval"], str(c["id"])))
+    return [
+        f"  {c['eval']} {c['id']}: {text + ' ...' if text else '(text not found)'}"
+        + (f"  [same as {c['same_as']['eval']} {c['same_as']['id']}]" if c.get("same_as") else ""),
+        f"    {what}, score {c.get('score', 0):.2f}, in {c.get('n_documents', 0)} document(s); first: {where}",
+    ]
 
 
 def _exposure(args: argparse.Namespace) -> int:
