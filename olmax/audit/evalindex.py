@@ -229,11 +229,14 @@ class EvalIndex:
         self.has_ngrams = bool(bag_n.size)
         self.filter = WindowFilter(bag_n)
         self.has_short_ngrams = bool(bag_s.size)
-        self.short_filter = WindowFilter(bag_s) if bag_s.size else None
         self.short_ngram_salt = short_salt(s) if s > 0 else np.uint64(0)
-        self.anchor_filter = WindowFilter(
-            window_sums(words, self.anchor)[offset[short]] if short.any() else np.zeros(0, np.uint64)
-        )
+        bag_a = window_sums(words, self.anchor)[offset[short]] if short.any() else np.zeros(0, np.uint64)
+        # anchors as long as the short windows share their pass: one filter over both, one scan
+        self.anchor_in_short = bool(self.anchor == s and bag_s.size and bag_a.size)
+        if self.anchor_in_short:
+            bag_s = np.concatenate([bag_s, bag_a])
+        self.short_filter = WindowFilter(bag_s) if bag_s.size else None
+        self.anchor_filter = None if self.anchor_in_short else WindowFilter(bag_a)
 
     @property
     def num_keys(self) -> int:
@@ -282,11 +285,19 @@ class EvalIndex:
             starts.append(at)
         s = self.short_ngram
         lo = max(0, first_new - s + 1)
-        if self.has_short_ngrams and m - s + 1 > lo:
-            cand = self.short_filter.window_candidates(packed, s, lo)
+        a = self.anchor
+        lo_a = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
+        shared = None  # the anchor windows' candidates, when they share the short windows' scan
+        if self.has_short_ngrams and m - s + 1 > min(lo, lo_a if self.anchor_in_short else lo):
+            both = self.short_filter.window_candidates(
+                packed, s, min(lo, lo_a) if self.anchor_in_short else lo
+            )
+            cand = both[both >= lo]
             k_, at = self.lookup.find(packed_windows(packed, cand, s) ^ self.short_ngram_salt, cand)
             keys.append(k_)
             starts.append(at)
+            if self.anchor_in_short:
+                shared = both[both >= lo_a]
         for k in self.core_lengths:
             lo = max(0, first_new - k + 1)
             if m - k + 1 > lo:
@@ -294,10 +305,8 @@ class EvalIndex:
                 k_, at = self.lookup.find(packed_windows(packed, cand, k) ^ self.core_salts[k], cand)
                 keys.append(k_)
                 starts.append(at)
-        a = self.anchor
-        lo = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
-        if a and m - a + 1 > lo:
-            cand = self.anchor_filter.window_candidates(packed, a, lo)
+        if a and m - a + 1 > lo_a and (shared is not None or self.anchor_filter is not None):
+            cand = shared if shared is not None else self.anchor_filter.window_candidates(packed, a, lo_a)
             idx, at = self.anchor_lookup.find(packed_windows(packed, cand, a), cand)
             # windows of a length some item with this anchor has (bit k - a), that fit and end in
             # the new part (older ones were probed with the last chunk): all lengths in one pass

@@ -7,6 +7,7 @@ screened and checked (paraphrase.verify_paraphrases). `verify_file` is what both
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -20,6 +21,14 @@ from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
 
 TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
+
+
+@lru_cache(maxsize=1 << 14)
+def cached_text_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """normalize.text_tokens of `text`, as tuples, remembered: units, wrong choices and joins recur in
+    every file, and so does a region of text copied into many documents (boilerplate, duplicates)."""
+    toks, cls = text_tokens(text)
+    return tuple(toks), tuple(cls)
 
 
 @dataclass(frozen=True)
@@ -82,16 +91,17 @@ def file_tasks(
     tasks = []
     for f, ids in sorted(by_file.items()):
         pids = para_of.get(f, [])
+        units = list(dict.fromkeys(cands[g].item for g in ids))
         tasks.append(
             FileCandidates(
                 f,
                 paths[f],
                 tuple(ids),
                 tuple(cands[g] for g in ids),
-                {cands[g].item: ev.words[cands[g].item] for g in ids},
-                {cands[g].item: ev.texts[cands[g].item] for g in ids},
-                {cands[g].item: ev.rivals[cands[g].item] for g in ids if ev.rivals[cands[g].item]},
-                {cands[g].item: ev.joins[cands[g].item] for g in ids if ev.joins[cands[g].item]},
+                {u: ev.words[u] for u in units},
+                {u: ev.texts[u] for u in units},
+                {u: ev.rivals[u] for u in units if ev.rivals[u]},
+                {u: ev.joins[u] for u in units if ev.joins[u]},
                 tuple(pids),
                 tuple(para[g] for g in pids),
                 {para[g].item: ev.signatures[para[g].item] for g in pids},
@@ -156,12 +166,12 @@ def verify_copies(
             edits = 0  # an exact word match of an item with no digit or operator: nothing to check
         elif s >= c.floor:
             if c.item not in unit_toks:
-                toks = text_tokens(task.texts[c.item])
+                toks = cached_text_tokens(task.texts[c.item])
                 read = c.short or has_rivals or any(k != WORD for k in toks[1])
                 unit_toks[c.item] = toks if read else None
             if unit_toks[c.item] is not None:
                 if has_rivals and c.item not in rival_toks:
-                    rival_toks[c.item] = [text_tokens(r) for r in task.rivals[c.item]]
+                    rival_toks[c.item] = [cached_text_tokens(r) for r in task.rivals[c.item]]
                 edits, conflict, joined = text_edits(
                     tokens,
                     tables,
@@ -171,7 +181,7 @@ def verify_copies(
                     b,
                     int(docs.starts[doc]),
                     int(docs.ends[doc]),
-                    text_tokens(task.joins[c.item]) if c.item in task.joins else None,
+                    cached_text_tokens(task.joins[c.item]) if c.item in task.joins else None,
                 )
         out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict, joined))
     return out
@@ -195,7 +205,7 @@ def text_edits(
     edits is a conflict (the text is no closer to the gold answer than to a wrong one); an answer unit's
     `join` tokens placed there give the join edits (-1: no join, or a conflict)."""
     room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
-    region = text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
+    region = cached_text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
     edits, conflict = text_check(unit_toks, region)
     joined = text_check(join, region)[0] if join is not None and not conflict else -1
     if not conflict:

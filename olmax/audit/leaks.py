@@ -399,20 +399,14 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     }
     bounds = np.append(starts, h_item.size)
     sat = np.logical_or.reduceat(h_sat, starts) if starts.size else np.zeros(0, bool)
+    first = bounds[:-1][keep]
     out = [
-        Candidate(
-            int(h_item[lo]),
-            int(h_file[lo]),
-            int(h_doc[lo]),
-            h_q[lo:hi],
-            h_pos[lo:hi],
-            min(n, kk),
-            kk < n or kk <= cfg.short_words,
-            bool(st),
-            fl,
-        )
-        for lo, hi, kk, st, fl in zip(
-            bounds[:-1][keep].tolist(),
+        Candidate(it, f, d, h_q[lo:hi], h_pos[lo:hi], min(n, kk), kk < n or kk <= cfg.short_words, st, fl)
+        for it, f, d, lo, hi, kk, st, fl in zip(
+            h_item[first].tolist(),
+            h_file[first].tolist(),
+            h_doc[first].tolist(),
+            first.tolist(),
             bounds[1:][keep].tolist(),
             k[keep].tolist(),
             sat[keep].tolist(),

@@ -40,6 +40,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
@@ -61,7 +62,10 @@ MAX_WORDS = 60  # items up to this many words are looked for as paraphrases
 PAIR_WINDOW = 64  # words between the two words of a pair, at most
 MAX_SPECIFIC = 12  # retrieval words of an item, at most (its pairs: 66)
 PAIR_MAX_DOCS = 64  # a pair in more documents than this is common (dates, code), not evidence
-MAX_NEXT = 16  # a marked word pairs with at most this many marked words after it
+# a marked word pairs with at most this many marked words after it: in a paraphrase the item's own
+# numbers and names come one after another (another number among them rules the window out), and pairs
+# of neighbours already cover all of them
+MAX_NEXT = 4
 MIN_STEMS = 4  # items with this many rare words need one of them near the window
 NEAR = 1  # tokens each side of a window where another number also rules it out (a list of numbers)
 STEM = 5
@@ -131,9 +135,11 @@ def names_of(texts: list[str], tokenizer) -> set[str]:
     return named | rare
 
 
-def glued_tokens(text: str) -> tuple[list[str], list[int]]:
+@lru_cache(maxsize=1 << 14)
+def glued_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """normalize.text_tokens of `text`, a number with a letter glued to it ("59x") one NUMBER token
-    ("59" + VARIABLE_MARK): 59x and 59 are other numbers of a problem, 59x and 59y the same."""
+    ("59" + VARIABLE_MARK): 59x and 59 are other numbers of a problem, 59x and 59y the same. As tuples,
+    remembered (a region of text copied into many documents is read once)."""
     toks, cls = text_tokens(_GLUED.sub(lambda m: f"{m.group(1)} {VARIABLE_MARK}", text))
     out_t, out_c = [], []
     for t, c in zip(toks, cls):
@@ -142,7 +148,7 @@ def glued_tokens(text: str) -> tuple[list[str], list[int]]:
         else:
             out_t.append(t)
             out_c.append(c)
-    return out_t, out_c
+    return tuple(out_t), tuple(out_c)
 
 
 def signature(text: str, names: set[str]) -> Signature:
@@ -247,7 +253,6 @@ class ParaphraseIndex:
         # the marked words: every retrieval word of an item looked for
         used = {value[w] for i, s in items if i in self.need for w in retrieval_words(s) if value[w]}
         self.values = np.asarray(sorted(used), dtype=np.uint64)
-        self.value_lookup = SortedKeys(self.values)
         self.filter = WindowFilter(self.values)
         self.items = len(self.need)
         # the word values of the numbers 2 to 9999 (0 and 1 are "a" and "one" as often as numbers): what
@@ -281,7 +286,8 @@ class ParaphraseIndex:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         lo = max(0, first_new - self.window)
         cand = self.filter.window_candidates(packed, 1, lo)
-        _, at = self.value_lookup.find(packed[cand], cand)
+        # the filter's few false marks need no exact check: a pair of them is no key (keys hold values)
+        at = cand
         if at.size < 2:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         h, first = _pairs(at, packed[at], self.window, first_new, self.pair_bits, self.pair_shift)
