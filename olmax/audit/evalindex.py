@@ -55,6 +55,40 @@ def template_cores(
     return item, a - offset[item], b - a
 
 
+def core_records(
+    words: np.ndarray,
+    offset: np.ndarray,
+    use: np.ndarray,
+    k_use: np.ndarray,
+    t_item: np.ndarray,
+    t_q: np.ndarray,
+    t_w: np.ndarray,
+    s: int,
+    short_words: int,
+) -> tuple[np.ndarray, ...]:
+    """(key, item, start, length) of the core runs of the short items (more than s, at most
+    `short_words` words) that templates leave: each run of exactly s - 1 words no template window
+    (item t_item, start t_q, length t_w) covers. An item most of whose windows are templates ("solve for
+    x in the equation ...") keeps its numbers and names there: an edit inside the template then leaves
+    that run to find it by. `words` are the indexed items' concatenated words, `offset` each one's
+    first (items `use`, of `k_use` words)."""
+    item_at = np.zeros(int(use.max()) + 1 if use.size else 0, np.int64)
+    item_at[use] = offset
+    diff = np.zeros(words.size + 1, np.int64)
+    np.add.at(diff, item_at[t_item] + t_q, 1)
+    np.add.at(diff, item_at[t_item] + t_q + t_w, -1)
+    item_start = np.zeros(words.size, dtype=bool)
+    item_start[offset] = True
+    c_u, c_q, c_len = template_cores(np.cumsum(diff[:-1]) == 0, item_start, offset)
+    ok = (c_len == s - 1) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
+    c_u, c_q, c_len = c_u[ok], c_q[ok], c_len[ok]
+    salts = np.asarray([core_salt(k) for k in range(s)], dtype=np.uint64)
+    c_key = (
+        packed_windows(words, offset[c_u] + c_q, c_len) ^ salts[c_len] if c_u.size else np.zeros(0, np.uint64)
+    )
+    return c_key, use[c_u], c_q, c_len
+
+
 def template_mask(key: np.ndarray, item: np.ndarray, max_items: int) -> tuple[np.ndarray, int]:
     """(keep, templates): the records whose key fewer than `max_items` distinct items share (all when
     max_items <= 0), and how many keys reach it (the eval side's templates)."""
@@ -165,36 +199,24 @@ class EvalIndex:
             rec_item, rec_q = np.concatenate([rec_item, s_item]), np.concatenate([rec_q, s_q])
             wlen = np.concatenate([wlen, np.full(s_item.size, s, np.int64)])
             bag_s = window_sums(words, s)[s_at]
-        item_at = np.zeros(self.lengths_of.size, np.int64)
-        item_at[use] = offset
         group = np.arange(len(items)) if groups is None else np.asarray(groups, dtype=np.int64)
         keep, self.template_keys = template_mask(key, group[rec_item], max_items_per_key)
         self.core_lengths: list[int] = []
+        self.core_salts: dict[int, np.uint64] = {}
         self.core_filters: dict[int, WindowFilter] = {}
         if s > 1 and not keep.all():
-            # a short item most of whose windows are templates ("solve for x in the equation ...")
-            # is also indexed by each run of s - 1 words that no template window covers (its numbers,
-            # its names): an edit inside the template then leaves that run to find it by
-            t = ~keep
-            diff = np.zeros(words.size + 1, np.int64)
-            np.add.at(diff, item_at[rec_item[t]] + rec_q[t], 1)
-            np.add.at(diff, item_at[rec_item[t]] + rec_q[t] + wlen[t], -1)
-            item_start = np.zeros(words.size, dtype=bool)
-            item_start[offset] = True
-            c_u, c_q, c_len = template_cores(np.cumsum(diff[:-1]) == 0, item_start, offset)
-            ok = (c_len == s - 1) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
-            c_u, c_q, c_len = c_u[ok], c_q[ok], c_len[ok]
-            if c_u.size:
-                salts_c = np.asarray([core_salt(k) for k in range(s)], dtype=np.uint64)
-                c_key = packed_windows(words, offset[c_u] + c_q, c_len) ^ salts_c[c_len]
-                c_keep, c_templates = template_mask(c_key, group[use[c_u]], max_items_per_key)
+            c_key, c_item, c_q, c_len = core_records(
+                words, offset, use, k_use, rec_item[~keep], rec_q[~keep], wlen[~keep], s, short_words
+            )
+            c_keep, c_templates = template_mask(c_key, group[c_item], max_items_per_key)
+            if c_key.size:
                 self.template_keys += c_templates
                 key = np.concatenate([key, c_key])
-                rec_item = np.concatenate([rec_item, use[c_u]])
+                rec_item = np.concatenate([rec_item, c_item])
                 rec_q, wlen = np.concatenate([rec_q, c_q]), np.concatenate([wlen, c_len])
                 keep = np.concatenate([keep, c_keep])
                 self.core_lengths = sorted(set(c_len[c_keep].tolist()))
-                c_start = offset[c_u] + c_q
+                c_start = offset[np.searchsorted(use, c_item)] + c_q
                 self.core_salts = {k: core_salt(k) for k in self.core_lengths}
                 self.core_filters = {
                     k: WindowFilter(window_sums(words, k)[c_start[c_keep & (c_len == k)]])
