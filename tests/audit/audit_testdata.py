@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import namedtuple
 from pathlib import Path
@@ -36,3 +37,20 @@ def write_mix(path: str | os.PathLike, lines: list[tuple[str, str]]) -> str:
 
 def tokenize_docs(tokenizer, docs: list[tuple[str, str]]) -> list[tuple[str, list[int]]]:
     return list(zip([i for i, _ in docs], tokenizer.encode_batch([t for _, t in docs], num_threads=2)))
+
+
+def planted_prose_mix(tokenizer, corpus: dict, root: Path, plants: list[str], at: int = 600) -> str:
+    """A one-shard mix (label "prose") of the corpus's prose documents, the j-th plant pasted on lines of
+    its own into the j-th document at character `at`."""
+    prose = [(i, tokenizer.decode(ids)) for i, ids in corpus["prose"]]
+    for j, plant in enumerate(plants):
+        i, t = prose[j]
+        prose[j] = (i, t[:at] + "\n" + plant + "\n" + t[at:])
+    write_shard(root / "p.npy", tokenize_docs(tokenizer, prose))
+    return write_mix(root / "mix.txt", [("prose", str(root / "p.npy"))])
+
+
+def write_records(path: Path, records: list[dict]) -> str:
+    """`records` as a jsonl eval set; returns its path."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)

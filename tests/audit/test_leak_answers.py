@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from audit_testdata import tokenize_docs, write_mix, write_shard
+from audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 from olmax.audit.align import text_check
 from olmax.audit.evalindex import EvalIndex
@@ -150,14 +150,8 @@ def planted(tokenizer, tmp_path_factory, corpus):
         "longer than a day or two? " + wrong["sol2"],  # the context's end, then the WRONG solution
         " ".join(listed["endings"]),  # every ending listed: no answer told
     ]
-    prose = [(i, tokenizer.decode(ids)) for i, ids in corpus["prose"]]
-    for j, p in enumerate(plants):
-        i, t = prose[j]
-        prose[j] = (i, t[:500] + "\n" + p + "\n" + t[500:])
-    write_shard(root / "p.npy", tokenize_docs(tokenizer, prose))
-    mix = write_mix(root / "mix.txt", [("prose", str(root / "p.npy"))])
-    ev = root / "tasks.jsonl"
-    ev.write_text("".join(json.dumps(r) + "\n" for r in records))
+    mix = planted_prose_mix(tokenizer, corpus, root, plants, at=500)
+    ev = write_records(root / "tasks.jsonl", records)
     return audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"tasks={ev}",)))
 
 

@@ -5,10 +5,8 @@ sign flip or another number not a copy, a copy with written-out operators found.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from audit_testdata import tokenize_docs, write_mix, write_shard
+from audit_testdata import planted_prose_mix, write_records
 
 from olmax.audit.align import text_check
 from olmax.audit.leaks import LeakConfig, audit_leaks
@@ -98,14 +96,8 @@ def planted(tokenizer, tmp_path_factory, corpus):
         "number": "What is the value of 17 + 39 * 4 when you work it out by hand?",
         "spoken": "A tank holds 45 litres; if 9 plus 6 equals 15 litres leak out, how much is left?",
     }
-    prose = [(i, tokenizer.decode(ids)) for i, ids in corpus["prose"]]
-    for j, key in enumerate(plants):
-        i, t = prose[j]
-        prose[j] = (i, t[:600] + "\n" + plants[key] + "\n" + t[600:])
-    write_shard(root / "p.npy", tokenize_docs(tokenizer, prose))
-    mix = write_mix(root / "mix.txt", [("prose", str(root / "p.npy"))])
-    ev = root / "q.jsonl"
-    ev.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in items.items()))
+    mix = planted_prose_mix(tokenizer, corpus, root, list(plants.values()))
+    ev = write_records(root / "q.jsonl", [{"id": k, "text": v} for k, v in items.items()])
     return audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"q={ev}",)))
 
 

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from audit_testdata import tokenize_docs, write_mix, write_shard
+from audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 from olmax.audit.leaks import LeakConfig, audit_leaks
 from olmax.audit.normalize import word_tables
@@ -124,14 +124,8 @@ def planted(tokenizer, tmp_path_factory, corpus):
         "name": "On Saturday Rosa read 45 pages and on Sunday 27 more pages. How many pages in all?",
         "copy": items["copy"],
     }
-    prose = [(i, tokenizer.decode(ids)) for i, ids in corpus["prose"]]
-    for j, key in enumerate(plants):
-        i, t = prose[j]
-        prose[j] = (i, t[:700] + "\n" + plants[key] + "\n" + t[700:])
-    write_shard(root / "p.npy", tokenize_docs(tokenizer, prose))
-    mix = write_mix(root / "mix.txt", [("prose", str(root / "p.npy"))])
-    ev = root / "problems.jsonl"
-    ev.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in items.items()))
+    mix = planted_prose_mix(tokenizer, corpus, root, list(plants.values()), at=700)
+    ev = write_records(root / "problems.jsonl", [{"id": k, "text": v} for k, v in items.items()])
     return audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"problems={ev}",)))
 
 
