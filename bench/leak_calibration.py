@@ -118,8 +118,8 @@ ANSWER_KIND_SETS = {
     "wrong_ending_alone": ("hellaswag", "piqa"),
 }
 ANSWER_MIN_WORDS = 10
-# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to (none
-# today: the reworded templated maths question, once 0.83, is found through its template's core run).
+# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to (none: the
+# reworded templated maths question is found through its template's core run).
 SHORT_OF_TARGET: dict[str, float] = {}
 # Paraphrase candidates are a lower-confidence kind of their own (the same numbers and names in other
 # words): the slow test holds their recall and precision to these floors, below what seeds 0-3 measure
@@ -501,7 +501,7 @@ def plant_paraphrase_kinds(
 
 def scores(report: dict) -> dict[tuple[str, str], dict]:
     """{(eval, id): {score, flagged, n_documents}} of the items the report lists (others score 0); an
-    entry without a score (today's detector) scores 1 when flagged, else 0."""
+    entry without a score (a detector that reports none) scores 1 when flagged, else 0."""
     out: dict[tuple[str, str], dict] = {}
     for flagged, entries in ((True, report.get("contaminated", [])), (False, report.get("near_misses", []))):
         for e in entries:
@@ -606,7 +606,7 @@ def summarize(records: list[dict]) -> dict:
 def _parts(records: list[dict], kind: str) -> dict:
     """{flagged, parts}: how many items of `kind` are flagged and, per part the report names ("answer",
     "context+answer", "context", ...; "(none)" for a flagged item without one), how many flagged items it
-    names; parts None when no flagged item has them (today's detector)."""
+    names; parts None when no flagged item has them (a detector that reports no parts)."""
     flagged = [r for r in records if r["kind"] == kind and r["flagged"]]
     if not any(r.get("parts") is not None for r in flagged):
         return {"flagged": len(flagged), "parts": None}

@@ -1,11 +1,12 @@
 """`olmax data prepare --runner beam`: the same shards, sidecars, mix.txt and manifest.json as the local runner,
 byte for byte, from an Apache Beam pipeline (DirectRunner here, Dataflow/Flink/Spark at scale).
 
-The plan (one pipeline):
+The plan (two pipelines, the plan on the driver between them: a fan-in to one element inside a pipeline
+is not reliable on every runner, docs/cluster.md):
 1. tokenize: one task per input file (in parallel, any order): its documents tokenized with the local
    runner's `encode_docs` into a temporary `tokens.bin` (each document + EOS) and `docs.npz` + `docs.json`
    (per-document token counts, UTF-8 bytes, ids, lines: olmax.wire, never a pickle) under `OUT/.olmax-beam/files/`; a summary comes back.
-2. plan: once every file is tokenized, `plan_shards` cuts each source's documents, in input order, into
+2. plan (the driver, once every file's summary came back, each once): `plan_shards` cuts each source's documents, in input order, into
    shards with the local runner's rule (a shard closes at the first document boundary at or past the target
    size): shard k is a list of (file, first doc, end doc) segments. It depends only on the documents'
    token counts, never on which worker tokenized what, so the shard layout is the local runner's.
@@ -28,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from olmax import beam, storage, wire
-from olmax.beam import Failed
 from olmax.data import readers
 from olmax.data.mixspec import planned_tokens
 from olmax.data.prepare import (
@@ -161,16 +161,20 @@ def plan_shards(lengths: list[np.ndarray], limit: int) -> list[list[tuple[int, i
     return shards
 
 
-def _load_file(tmp: str, source: int, file: int, scratch: str) -> tuple[np.ndarray, dict]:
+def _load_file(
+    tmp: str, source: int, file: int, scratch: str, tokens: bool = True
+) -> tuple[np.ndarray | None, dict]:
+    """(tokens, document metadata) of one tokenized file under `tmp` (copied into `scratch` when `tmp` is
+    a URL); the metadata alone with tokens=False."""
     d = _file_dir(tmp, source, file)
     local = storage.local_path(d)
     if local is None:
         local = os.path.join(scratch, f"{source}-{file}")
         os.makedirs(local, exist_ok=True)
-        for name in ("tokens.bin", *DOCS_FILES):
+        for name in ("tokens.bin", *DOCS_FILES) if tokens else DOCS_FILES:
             Path(local, name).write_bytes(storage.read_bytes(storage.join(d, name)))
     meta = wire.load_staged(os.path.join(local, "docs"))
-    return read_tokens(os.path.join(local, "tokens.bin")), meta
+    return (read_tokens(os.path.join(local, "tokens.bin")) if tokens else None), meta
 
 
 def write_shard(cfg: PrepareConfig, job: ShardJob, tid: str, tmp: str, out: str) -> tuple:
@@ -243,21 +247,24 @@ class _Tokenize:
         return tokenize_file(self.cfg, task, self.tok, self.tmp, edits)
 
 
-def _plan(summaries: list, cfg: PrepareConfig, tmp: str, n_files: list[int]):
-    """Every shard job, once every file is tokenized (nothing when a file failed)."""
-
-    if any(isinstance(s, Failed) for s in summaries) or len(summaries) != sum(n_files):
-        return
+def _plan(cfg: PrepareConfig, tmp: str, n_files: list[int]) -> list[ShardJob]:
+    """Every shard job, on the driver, once every file is tokenized: each source's documents cut into
+    shards from the files' document lengths (their metadata only)."""
     limit = max(1, cfg.shard_bytes // 4)
     scratch = tempfile.mkdtemp(prefix="olmax-beam-plan-")
+    jobs = []
     try:
         for si, spec in enumerate(cfg.sources):
-            lengths = [_load_file(tmp, si, fi, scratch)[1]["lengths"] for fi in range(n_files[si])]
+            lengths = [
+                _load_file(tmp, si, fi, scratch, tokens=False)[1]["lengths"] for fi in range(n_files[si])
+            ]
             shards = plan_shards(lengths, limit)
-            for k, segments in enumerate(shards):
-                yield ShardJob(si, spec.label, k, tuple(segments), k == len(shards) - 1)
+            jobs += [
+                ShardJob(si, spec.label, k, tuple(seg), k == len(shards) - 1) for k, seg in enumerate(shards)
+            ]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return jobs
 
 
 def prepare_beam(
@@ -301,7 +308,9 @@ def prepare_beam(
     collected_dir = storage.join(tmp, "results")
     edits = None
 
-    def build(p):
+    # Two pipelines, the shards planned on the driver between them: a fan-in to one element inside a
+    # pipeline (Beam's ToList) is not reliable on every runner (the DaskRunner lost elements of it)
+    def tokenize(p):
         summaries = (
             p
             | "Files" >> bm.Create(tasks)
@@ -310,19 +319,24 @@ def prepare_beam(
             >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp, edits), lambda t: (t.source, t.file)))
         )
         beam.collect(summaries, collected_dir, "files")
-        shards = (
-            summaries
-            | "All files" >> bm.combiners.ToList()
-            | "Plan shards" >> bm.FlatMap(_plan, cfg, tmp, n_files)
-            | "Spread shards" >> beam.spread()
-            | "Write shards"
-            >> bm.Map(
-                beam.guarded(
-                    lambda job: write_shard(cfg, job, tid, tmp, target), lambda job: (job.source, job.shard)
+
+    def write(jobs: list[ShardJob]):
+        def build(p):
+            shards = (
+                p
+                | "Shards" >> bm.Create(jobs)
+                | "Spread shards" >> beam.spread()
+                | "Write shards"
+                >> bm.Map(
+                    beam.guarded(
+                        lambda job: write_shard(cfg, job, tid, tmp, target),
+                        lambda job: (job.source, job.shard),
+                    )
                 )
             )
-        )
-        beam.collect(shards, collected_dir, "shards")
+            beam.collect(shards, collected_dir, "shards")
+
+        return build
 
     t0 = time.monotonic()
     decisions = None
@@ -333,10 +347,18 @@ def prepare_beam(
 
             decisions = load_or_plan(cfg, out, files, read_batches, planner(options, tmp, log_dir))
             edits = {si: edits_of(decisions, si) for si in range(len(cfg.sources))}
-        beam.run(build, options, log_dir, "olmax data prepare")
+        beam.run(tokenize, options, log_dir, "olmax data prepare (tokenize)")
         summaries = beam.collected(collected_dir, "files")
-        written = beam.collected(collected_dir, "shards")
         beam.raise_first_failure(summaries)
+        if sorted((s["source"], s["file"]) for s in summaries) != [(t.source, t.file) for t in tasks]:
+            raise OlmaxError(
+                f"olmax data prepare on Apache Beam: the pipeline returned {len(summaries)} file results for "
+                f"{len(tasks)} files (lost or repeated by the runner); see {log_dir}/beam.log, and rerun"
+            )
+        jobs = _plan(cfg, tmp, n_files)
+        if jobs:
+            beam.run(write(jobs), options, log_dir, "olmax data prepare (write shards)")
+        written = beam.collected(collected_dir, "shards")
         beam.raise_first_failure(written)
         results = _results(cfg, files, summaries, written, journal)
         scratch = tempfile.mkdtemp(prefix="olmax-beam-ids-")
