@@ -107,7 +107,7 @@ def main() -> None:
 
     t = time.perf_counter()
     cpu0 = time.process_time()
-    kept = HitSet(cfg.max_docs_per_key, pair_from=index.num_keys if index.paraphrase else None)
+    kept = HitSet(cfg.max_docs_per_key, pair_from=index.pair_from)
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
         for file_hits, _ in pool.map(
             lambda fp: probe_file(fp[1], fp[0], index, tables, cap_docs=cfg.max_docs_per_key),

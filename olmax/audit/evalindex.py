@@ -265,6 +265,11 @@ class EvalIndex:
         return int(self.ukeys.size)
 
     @property
+    def pair_from(self) -> int | None:
+        """The first key of the paraphrase pairs (the windows' keys come before), None without them."""
+        return self.num_keys if self.paraphrase is not None else None
+
+    @property
     def carry(self) -> int:
         """Words a probe carries from one chunk into the next: the longest window less one."""
         longest = max([*self.lengths, self.paraphrase.window + 1 if self.paraphrase else 1])
@@ -310,10 +315,9 @@ class EvalIndex:
         a = self.anchor
         lo_a = max(0, first_new - (self.short_lengths[-1] if a else 0) + 1)
         shared = None  # the anchor windows' candidates, when they share the short windows' scan
-        if self.has_short_ngrams and m - s + 1 > min(lo, lo_a if self.anchor_in_short else lo):
-            both = self.short_filter.window_candidates(
-                packed, s, min(lo, lo_a) if self.anchor_in_short else lo
-            )
+        scan = min(lo, lo_a) if self.anchor_in_short else lo
+        if self.has_short_ngrams and m - s + 1 > scan:
+            both = self.short_filter.window_candidates(packed, s, scan)
             cand = both[both >= lo]
             k_, at = self.lookup.find(packed_windows(packed, cand, s) ^ self.short_ngram_salt, cand)
             keys.append(k_)

@@ -68,10 +68,10 @@ class EvalSide:
     signatures: dict  # item -> its paraphrase Signature (items looked for as paraphrases)
 
 
-def short_allowed(k: int, cfg: LeakConfig) -> int:
-    """How many text-token edits a short unit of `k` words may differ by: one per SHORT_WORDS_PER_EDIT
-    words, at most --short-edits (none under that many words)."""
-    return min(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+def short_allowed(k, cfg: LeakConfig):
+    """How many text-token edits a short unit of `k` words (an int, or an array of them) may differ by:
+    one per SHORT_WORDS_PER_EDIT words, at most --short-edits (none under that many words)."""
+    return np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
 
 
 def answer_units(
@@ -161,10 +161,9 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         short_ngram=cfg.short_ngram,
         groups=owner_arr,
     )
-    allowed = np.minimum(cfg.short_edits, eidx.lengths_of // SHORT_WORDS_PER_EDIT)
     sigs: dict[int, Signature] = {}
     if cfg.paraphrases:
-        names = names_of([it.text for it in items], tok)
+        names = names_of(texts[: len(items)], tok)
         for i, it in enumerate(items):
             if rep_of[i] == i and cfg.min_item_words <= words[i].size <= MAX_WORDS:
                 sig = signature(it.text, names)
@@ -186,7 +185,7 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         rep_of,
         dups,
         eidx,
-        eidx.min_cover(np.where(eidx.lengths_of <= cfg.short_words, allowed, 0)),
+        eidx.min_cover(np.where(eidx.lengths_of <= cfg.short_words, short_allowed(eidx.lengths_of, cfg), 0)),
         np.asarray([SIGN_CHARS.search(t) is not None for t in texts], dtype=bool),
         sigs,
     )

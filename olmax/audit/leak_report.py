@@ -65,27 +65,23 @@ def assemble(
     edits = np.asarray([result[g][4] for g in range(m)], dtype=np.int64)
     conflict = np.asarray([bool(result[g][5]) for g in range(m)], dtype=bool)
     k = eidx.lengths_of[unit] if m else np.zeros(0, np.int64)
-    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
-    ok = ~conflict & np.where(k <= cfg.short_words, (edits >= 0) & (edits <= allowed), score >= cfg.threshold)
+    short = (edits >= 0) & (edits <= short_allowed(k, cfg))
+    ok = ~conflict & np.where(k <= cfg.short_words, short, score >= cfg.threshold)
     owner = ev.owner[unit] if m else np.zeros(0, np.int64)
     shown = np.where(conflict, 0.0, np.round(score, 4))
     order = np.lexsort((np.arange(m), -shown, owner))  # per item: best score first, then candidate order
     first = np.ones(m, dtype=bool)
     first[1:] = owner[order][1:] != owner[order][:-1]
-    best = dict(zip(owner[order][first].tolist(), ((0.0, g) for g in order[first].tolist())))
+    best = dict(zip(owner[order][first].tolist(), order[first].tolist()))  # item -> its best candidate
     passes: dict[int, list[int]] = {}  # item -> its passing candidates, in candidate order
     for g in np.flatnonzero(ok).tolist():
         passes.setdefault(int(owner[g]), []).append(g)
-    found: dict[int, tuple[list[dict], dict]] = {}  # item -> (passed documents, best document)
-    for item, (_, g_best) in best.items():
-        docs_passed = [document(g, True) for g in passes.get(item, [])]
-        found[item] = (docs_passed, document(g_best, g_best in passes.get(item, [])))
     contaminated, near, flagged = [], [], np.zeros(n_items, dtype=bool)
     entry_of: dict[int, dict] = {}
-    for item, (docs_passed, top) in found.items():
+    for item, g_best in best.items():
         k = int(ev.words[item].size)
         passed: dict[tuple, dict] = {}  # (file, document) -> its entry, parts merged
-        for x in docs_passed:
+        for x in (document(g, True) for g in passes.get(item, [])):
             prev = passed.setdefault((x["file"], x["doc"]), x)
             if prev is not x:
                 prev["parts"] += [p for p in x["parts"] if p not in prev["parts"]]
@@ -96,9 +92,9 @@ def assemble(
             "kind": "short" if k <= cfg.short_words else "aligned",
             "item_words": k,
             "parts": [p for p in PARTS if p in parts],
-            "score": top["score"],
+            "score": 0.0 if conflict[g_best] else round(float(score[g_best]), 4),
             "n_documents": len(passed),
-            "documents": list(passed.values()) or [top],
+            "documents": list(passed.values()) or [document(g_best, False)],
         }
         if passed:
             flagged[item] = True
@@ -189,8 +185,11 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
     return lines
 
 
-def per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, list[Check]]:
-    """Each set's counts (and clean subset, with `clean_dir`) and its gate check."""
+def per_set(
+    ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig, contaminated: list[dict], paraphrases: list[dict]
+) -> tuple[dict, list[Check]]:
+    """Each set's counts (and clean subset, with `clean_dir`) and its gate check; `contaminated` and
+    `paraphrases` (the report's entries) give the counts per part and of paraphrase candidates."""
     eidx, n_items = ev.index, len(ev.items)
     ngrams_of = np.bincount(ev.owner[eidx.rec_item], minlength=n_items)
     n_words = np.asarray([w.size for w in ev.words[:n_items]], dtype=np.int64)
@@ -208,8 +207,9 @@ def per_set(ev: EvalSide, flagged: np.ndarray, cfg: LeakConfig) -> tuple[dict, l
             "duplicates": int((sel & (ev.rep_of != np.arange(len(ev.items)))).sum()),
             "ngrams": int(ngrams_of[sel].sum()),
             "gated": name in gate,
-            "by_part": dict.fromkeys(PARTS, 0),  # contaminated items per part that leaked
-            "paraphrase_candidates": 0,  # reported apart, not in `contaminated`
+            "by_part": {p: sum(p in e["parts"] for e in contaminated if e["eval"] == name) for p in PARTS},
+            # reported apart, not in `contaminated`
+            "paraphrase_candidates": sum(e["eval"] == name for e in paraphrases),
         }
         if cfg.clean_dir:
             clean = [ev.items[i] for i in np.flatnonzero(sel & ~flagged).tolist()]

@@ -13,7 +13,7 @@ import numpy as np
 
 from olmax.audit.align import text_check, verify_candidates
 from olmax.audit.config import LeakConfig
-from olmax.audit.evalside import SHORT_WORDS_PER_EDIT, SIGN_CHARS, EvalSide
+from olmax.audit.evalside import SIGN_CHARS, EvalSide, short_allowed
 from olmax.audit.normalize import WORD, WordTables, text_tokens
 from olmax.audit.paraphrase import ParaCandidate, verify_paraphrases
 from olmax.audit.spans import documents
@@ -207,7 +207,6 @@ def text_edits(
     room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
     region = cached_text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
     edits, conflict = text_check(unit_toks, region)
-    joined = text_check(join, region)[0] if join is not None and not conflict else -1
     if not conflict:
         for r in rivals:
             other, _ = text_check(r, region)
@@ -219,6 +218,7 @@ def text_edits(
                     f"as close to a wrong choice ({other} vs {edits} edits): {' '.join(r[0][:12])!r}",
                     -1,
                 )
+    joined = text_check(join, region)[0] if join is not None and not conflict else -1
     return edits, conflict, joined
 
 
@@ -233,6 +233,5 @@ def text_floors(k: np.ndarray, signed: np.ndarray, cfg: LeakConfig) -> np.ndarra
     of more than --short-words words the threshold (below it the unit is no copy whatever the text
     says), for a short unit that of its allowed edits, and for one holding a number or an operator
     (`signed`) two written-out numerals more (each a word changed); at least TEXT_CHECK_FLOOR."""
-    allowed = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
-    short = (k - allowed - np.where(signed, 2, 0)) / np.maximum(1, k) - 1e-9
+    short = (k - short_allowed(k, cfg) - np.where(signed, 2, 0)) / np.maximum(1, k) - 1e-9
     return np.maximum(TEXT_CHECK_FLOOR, np.where(k > cfg.short_words, cfg.threshold - 1e-9, short))

@@ -123,7 +123,7 @@ def probe_file(
     prev = np.zeros(0, np.uint64)
     prev_pos = np.zeros(0, np.int64)
     cbase = 0  # word index of prev[0]
-    hits = HitSet(cap_docs, pair_from=index.num_keys if index.paraphrase else None)
+    hits = HitSet(cap_docs, pair_from=index.pair_from)
     a, total = 0, len(tokens)
     # Chunk by chunk; each chunk restarts at a word start (the last word is held back), so the words
     # are the same whatever the chunk size, but for a word longer than a chunk, cut there.
@@ -256,21 +256,15 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
         sources.setdefault(pth, src)
     with _runner(beam_options) as runner:
         t1 = time.perf_counter()
-        pair_from = ev.index.num_keys if ev.index.paraphrase else None
         hits, train_tokens = merge_probes(
-            runner.probe(paths, ev.index, tables, cfg), cfg.max_docs_per_key, pair_from
+            runner.probe(paths, ev.index, tables, cfg), cfg.max_docs_per_key, ev.index.pair_from
         )
         probe_s = time.perf_counter() - t1
         t2 = time.perf_counter()
         found = decide(hits, ev, paths, [sources.get(p) for p in paths], tables, cfg, runner)
     contaminated, near, flagged, stats, paraphrases = found
     verify_s = time.perf_counter() - t2
-    sets, checks = per_set(ev, flagged, cfg)
-    for e in paraphrases:
-        sets[e["eval"]]["paraphrase_candidates"] += 1
-    for e in contaminated:
-        for part in e["parts"]:
-            sets[e["eval"]]["by_part"][part] += 1
+    sets, checks = per_set(ev, flagged, cfg, contaminated, paraphrases)
     eidx = ev.index
     report = {
         "command": "audit leaks",

@@ -80,7 +80,7 @@ COMMON = frozenset(
     shall should since some still such take than that their them themselves then there these they this
     those though through together under until upon very want was well were what whatever when where
     whether which while whom whose will with within without would your yours value following true
-    false each total number numbers many much left right given following correct statement question
+    false total number numbers left right given correct statement question
     """.split()
 )
 _CAPITAL = re.compile(r"\b[A-Z][a-z]+(?:'s)?\b")
@@ -254,7 +254,6 @@ class ParaphraseIndex:
         used = {value[w] for i, s in items if i in self.need for w in retrieval_words(s) if value[w]}
         self.values = np.asarray(sorted(used), dtype=np.uint64)
         self.filter = WindowFilter(self.values)
-        self.items = len(self.need)
         # the word values of the numbers 2 to 9999 (0 and 1 are "a" and "one" as often as numbers): what
         # tells, in the word stream, a window with other numbers in it
         numbers = [str(i) for i in range(2, 10_000)]
@@ -285,9 +284,8 @@ class ParaphraseIndex:
         if self.ukeys.size == 0 or packed.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         lo = max(0, first_new - self.window)
-        cand = self.filter.window_candidates(packed, 1, lo)
         # the filter's few false marks need no exact check: a pair of them is no key (keys hold values)
-        at = cand
+        at = self.filter.window_candidates(packed, 1, lo)
         if at.size < 2:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         h, first = _pairs(at, packed[at], self.window, first_new, self.pair_bits, self.pair_shift)
