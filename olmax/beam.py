@@ -309,6 +309,19 @@ def spread():
     return Spread()
 
 
+def map_tasks(p, name: str, tasks: list, fn: Callable, order: Callable):
+    """`fn` over `tasks` in pipeline `p`, spread over the workers (`spread`), an OlmaxError of a task a
+    `Failed` result ordered by `order(task)` (`guarded`): the PCollection of the results. Transforms
+    labelled `name: tasks`, `name: spread`, `name: map`."""
+    beam = require_beam()
+    return (
+        p
+        | f"{name}: tasks" >> beam.Create(tasks)
+        | f"{name}: spread" >> spread()
+        | f"{name}: map" >> beam.Map(guarded(fn, order))
+    )
+
+
 def _cause(e: BaseException) -> str:
     """The innermost `SomeError: message` line of a failed pipeline's error text (Beam wraps the worker's
     traceback into the message)."""

@@ -22,11 +22,10 @@ from olmax.beam import (
     collect,
     collected,
     describe,
-    guarded,
+    map_tasks,
     pipeline_options,
     raise_first_failure,
     require_beam,
-    spread,
 )
 
 _STAGED: dict[str, tuple] = {}  # url -> the staged tuple, per worker process
@@ -76,22 +75,16 @@ class BeamRunner:
         must pickle; `shared` is staged once."""
         if not tasks:
             return []
-        beam = require_beam()
+        require_beam()
         state = storage.join(self.space.files, f"{name}-shared")
         classes = wire.stage(
             tuple(shared), state
         )  # the allowed classes travel in the pipeline, not the bucket
         out = storage.join(self.space.files, name)
-        call = guarded(StagedCall(fn, state, classes, kwargs), order)
+        call = StagedCall(fn, state, classes, kwargs)
 
         def build(p):
-            results = (
-                p
-                | f"{name}: tasks" >> beam.Create(tasks)
-                | f"{name}: spread" >> spread()
-                | f"{name}: map" >> beam.Map(call)
-            )
-            collect(results, out, name)
+            collect(map_tasks(p, name, tasks, call, order), out, name)
 
         what = f"{self.what} ({name})"
         self.space.run(build, what)

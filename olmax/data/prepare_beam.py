@@ -279,7 +279,7 @@ def prepare_beam(
     """Prepare with Apache Beam. `out` is the local folder the driver writes (the output itself, or the
     staging folder of a `remote` URL output that the workers write shards to directly)."""
 
-    bm = beam.require_beam()
+    beam.require_beam()
     options = beam.pipeline_options(options_text)
     created = not out.exists()
     journal = Journal(out, settings_of(cfg, tok, files))
@@ -311,30 +311,20 @@ def prepare_beam(
     # Two pipelines, the shards planned on the driver between them: a fan-in to one element inside a
     # pipeline (Beam's ToList) is not reliable on every runner (the DaskRunner lost elements of it)
     def tokenize(p):
-        summaries = (
-            p
-            | "Files" >> bm.Create(tasks)
-            | "Spread files" >> beam.spread()
-            | "Tokenize"
-            >> bm.Map(beam.guarded(_Tokenize(cfg, tok_json, tmp, edits), lambda t: (t.source, t.file)))
-        )
+        tokenized = _Tokenize(cfg, tok_json, tmp, edits)
+        summaries = beam.map_tasks(p, "Tokenize", tasks, tokenized, lambda t: (t.source, t.file))
         beam.collect(summaries, collected_dir, "files")
 
     def write(jobs: list[ShardJob]):
         def build(p):
-            shards = (
-                p
-                | "Shards" >> bm.Create(jobs)
-                | "Spread shards" >> beam.spread()
-                | "Write shards"
-                >> bm.Map(
-                    beam.guarded(
-                        lambda job: write_shard(cfg, job, tid, tmp, target),
-                        lambda job: (job.source, job.shard),
-                    )
-                )
+            written = beam.map_tasks(
+                p,
+                "Write shards",
+                jobs,
+                lambda job: write_shard(cfg, job, tid, tmp, target),
+                lambda job: (job.source, job.shard),
             )
-            beam.collect(shards, collected_dir, "shards")
+            beam.collect(written, collected_dir, "shards")
 
         return build
 

@@ -217,12 +217,12 @@ def _minhash_record(row):
 
 def _build_stages(bm, p, cfg, tasks, read_batches, folder: str, rounds: int) -> None:
     st = cfg.dedup
-    read = (
-        p
-        | "Dedup files" >> bm.Create(tasks)
-        | "Spread dedup files" >> beam.spread()
-        | "Read and shingle"
-        >> bm.Map(beam.guarded(lambda t: file_documents(cfg, t, read_batches), lambda t: (t.source, t.file)))
+    read = beam.map_tasks(
+        p,
+        "Read and shingle",
+        tasks,
+        lambda t: file_documents(cfg, t, read_batches),
+        lambda t: (t.source, t.file),
     )
     beam.collect(read | "Summaries" >> bm.Map(_summary), folder, "files")
     docs = read | "Documents" >> bm.FlatMap(_docs)
@@ -360,16 +360,12 @@ def plan_beam(cfg, files: dict[str, list[str]], read_batches, options, tmp: str,
         folder = storage.join(tmp, "dedup-substring")
 
         def build(p):
-            results = (
-                p
-                | "Partitions" >> bm.Create(parts)
-                | "Spread partitions" >> beam.spread()
-                | "Repeated spans"
-                >> bm.Map(
-                    beam.guarded(
-                        lambda part: substring_partition(cfg, part, read_batches), lambda t: (t.index,)
-                    )
-                )
+            results = beam.map_tasks(
+                p,
+                "Repeated spans",
+                parts,
+                lambda part: substring_partition(cfg, part, read_batches),
+                lambda t: (t.index,),
             )
             beam.collect(results, folder, "substring")
 
