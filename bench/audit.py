@@ -64,9 +64,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from olmax.assets import EVAL_SETS, tokenizer_path
-    from olmax.audit.evalside import index_evals
-    from olmax.audit.leaks import HitSet, LeakConfig, decide, probe_file
-    from olmax.audit.normalize import word_tables
+    from olmax.audit.leaks.eval_side import index_evals
+    from olmax.audit.leaks.normalize import word_tables
+    from olmax.audit.leaks.run import HitSet, LeakConfig, decide, probe_file
     from olmax.data.stream import StreamSpec
     from olmax.data.tokenize import load_tokenizer
 
@@ -143,7 +143,7 @@ def plant_shard(path: Path, tok, n: int) -> Path:
     from prepare_testdata import stdlib_texts
 
     from olmax.assets import EVAL_SETS
-    from olmax.audit.evalsets import load_eval
+    from olmax.evalsets.read import load_eval
 
     rng = random.Random(0)
     pool = [it.text for name in EVAL_SETS for it in load_eval(name)[1] if len(it.text.split()) >= 25]

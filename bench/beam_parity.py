@@ -113,7 +113,7 @@ def real_documents(code_files: int) -> list[dict]:
 
 def eval_items(rng: random.Random) -> list[tuple[str, object]]:
     """(set, EvalItem) of >= MIN_WORDS words, shuffled, independent of each other, round-robin over SETS."""
-    from olmax.audit.evalsets import load_eval
+    from olmax.evalsets.read import load_eval
 
     pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
     rng.shuffle(pool)

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 
 from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl  # noqa: E402
 
-from olmax.data.mixspec import SourceSpec  # noqa: E402
-from olmax.data.prepare import PrepareConfig, read_batches  # noqa: E402
-from olmax.data.prepare_dedup import DedupSettings, plan  # noqa: E402
+from olmax.data.prepare.dedup_stages import DedupSettings, plan  # noqa: E402
+from olmax.data.prepare.local_runner import PrepareConfig, read_batches  # noqa: E402
+from olmax.data.prepare.mixspec import SourceSpec  # noqa: E402
 from olmax.dedup.minhash import cluster, signatures  # noqa: E402
 from olmax.dedup.params import MinHashParams  # noqa: E402
 from olmax.dedup.shingles import text_shingles  # noqa: E402

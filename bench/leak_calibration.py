@@ -202,7 +202,7 @@ def _write_shard(path: Path, tok, docs: list[tuple[str, str]]) -> None:
 def eval_pools(rng: random.Random) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
     """(long, short): (set, EvalItem) pairs, independent of each other, shuffled; long items have >=
     MIN_EDITED_WORDS words (interleaved round-robin over the sets), short ones MIN_WORDS up to that."""
-    from olmax.audit.evalsets import load_eval
+    from olmax.evalsets.read import load_eval
 
     pool = [(name, it) for name in SETS for it in load_eval(name)[1] if len(it.text.split()) >= MIN_WORDS]
     rng.shuffle(pool)
@@ -372,7 +372,7 @@ def answer_pool(rng: random.Random) -> list[tuple[str, _Completion]]:
     """(set, _Completion) for every record of the bundled completion sets (ANSWER_SETS) with a valid label,
     shuffled; a record sharing an 8-word run of its context and choices with an earlier one is left out
     (HellaSwag's consecutive captions of one video: one item's ending is another's context)."""
-    from olmax.data.evalsets import read_eval_rows, resolve_source
+    from olmax.evalsets.read import read_eval_rows, resolve_source
 
     pool = []
     for name in ANSWER_SETS:
@@ -530,7 +530,7 @@ def run(seed: int, per_kind: int = 40, work: str | Path | None = None) -> dict:
     (`parts`: the report's parts of a flagged item, None when it gives none; `paraphrase`: listed among the
     report's paraphrase candidates)."""
     from olmax.assets import tokenizer_path
-    from olmax.audit.leaks import LeakConfig, audit_leaks
+    from olmax.audit.leaks.run import LeakConfig, audit_leaks
     from olmax.data.stream import StreamSpec
     from olmax.data.tokenize import load_tokenizer
 

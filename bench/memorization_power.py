@@ -224,7 +224,7 @@ def run_checks(
 ) -> tuple[dict[str, dict], dict[str, float]]:
     """Every check on the final model (check 6 on the per-checkpoint item scores); (verdicts, seconds each)."""
     from olmax.evals.curves import Curves
-    from olmax.evals.exposure import Exposure
+    from olmax.evals.exposure_file import Exposure
     from olmax.evals.gains import SetScores, gains_report
     from olmax.evals.membership import check_membership
     from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen

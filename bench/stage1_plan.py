@@ -104,7 +104,7 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
             elif name == "exposure":
                 import numpy as np
 
-                from olmax.audit.exposure import audit_exposure
+                from olmax.audit.item_exposure import audit_exposure
 
                 rng = np.random.default_rng(0)
                 items = []

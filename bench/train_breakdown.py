@@ -75,7 +75,7 @@ def main() -> None:
     from olmax.model.config import ModelConfig
     from olmax.model.hf_reference import random_hf_model
     from olmax.train.config import MeshConfig, OptimConfig
-    from olmax.train.loss import head_cross_entropy
+    from olmax.train.loss import HeadLoss, head_cross_entropy
     from olmax.train.mesh import make_mesh
     from olmax.train.optim import apply_update
     from olmax.train.step import default_ce_chunk, make_init, model_graphdef
@@ -116,7 +116,7 @@ def main() -> None:
     jh, jids = jnp.asarray(h_np), jnp.asarray(ids.astype(np.int32))
     head_grad = jax.jit(
         jax.grad(
-            lambda h, w: sum(head_cross_entropy(h, w, jids, 1e-5, vocab, default_ce_chunk())[:2]),
+            lambda h, w: sum(head_cross_entropy(h, w, jids, HeadLoss(1e-5, vocab, default_ce_chunk()))[:2]),
             argnums=(0, 1),
         )
     )

@@ -1,6 +1,8 @@
 """The `olmax` command: parse arguments and hand off to the library; no logic lives here.
 
-Each area registers its own subcommands from `olmax/<area>/cli.py` through `register(subparsers)`.
+The front end on top of the areas' front ends. Each area registers its own subcommands from its
+`olmax/<area>/cli.py` through `register(subparsers)` (one `cli.py` per area: the same concept, a front
+end, in each).
 Those modules import only argparse at module level, so `olmax --help` stays fast; heavy imports
 (jax, tokenizers, ...) happen inside the command functions.
 """

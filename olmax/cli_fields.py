@@ -17,35 +17,43 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 _META = "olmax"
 _TYPES = {"int": int, "float": float, "str": str}
 
 
+@dataclass(frozen=True)
+class Option:
+    """How a setting's option is presented, where the default (its field name as a flag, no choices, its type's
+    metavar, the parser itself) is not what it should be. `group`: the name of the argument group the option
+    goes in (`add_fields(groups=...)`); `exclusive`: options of one name exclude each other."""
+
+    flag: str | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    group: str | None = None
+    exclusive: str | None = None
+
+
 def setting(
     default: Any = dataclasses.MISSING,
     help: str = "",
     *,
-    flag: str | None = None,
-    choices: Iterable[str] | None = None,
-    metavar: str | None = None,
     cli: bool = True,
-    group: str | None = None,
-    exclusive: str | None = None,
+    option: Option = Option(),
     **field_kwargs: Any,
 ) -> Any:
-    """A dataclass field with the metadata its option is made from. `group`: the name of the argument
-    group the option goes in (`add_fields(groups=...)`); `exclusive`: options of one name exclude each
-    other."""
+    """A dataclass field with the metadata its option is made from (`cli=False`: no option)."""
     meta = {
         "help": help,
-        "flag": flag,
-        "choices": tuple(choices) if choices is not None else None,
-        "metavar": metavar,
+        "flag": option.flag,
+        "choices": tuple(option.choices) if option.choices is not None else None,
+        "metavar": option.metavar,
         "cli": cli,
-        "group": group,
-        "exclusive": exclusive,
+        "group": option.group,
+        "exclusive": option.exclusive,
     }
     return dataclasses.field(default=default, metadata={_META: meta}, **field_kwargs)
 

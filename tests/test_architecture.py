@@ -5,6 +5,7 @@ only `if TYPE_CHECKING:` imports (annotations, never executed) do not."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,123 @@ def test_raw_array_finder_finds_one(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import numpy as np\nx = np.memmap('f', dtype=np.uint32)\nx.tofile('g')\n")
     assert _raw_array_calls(probe) == [("memmap", 2), ("tofile", 3)]
+
+
+# ------------------------------------------------------------------------------------ one folder per concept
+def _closure(start: str, edges: dict[str, set[str]]) -> set[str]:
+    """Every module `start` imports, directly or through others (every import counts, as in `graph`)."""
+    seen, todo = set(), [start]
+    while todo:
+        for n in edges.get(todo.pop(), ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def _outside(package: str) -> list[str]:
+    """The library modules outside `package` that import one of its modules (front ends and the demo aside)."""
+    edges = graph()
+    return sorted(
+        m
+        for m, targets in edges.items()
+        if not (m == package or m.startswith(package + "."))
+        and not _is_front_end(m)
+        and any(t == package or t.startswith(package + ".") for t in targets)
+    )
+
+
+def test_the_loader_never_imports_prepare():
+    """Reading batches never pulls in the write pipeline: the demo mix is prepared by the commands."""
+    reached = _closure("olmax.data.loader", graph())
+    assert not [m for m in reached if m.startswith("olmax.data.prepare")], sorted(reached)
+
+
+def test_prepare_lives_in_its_folder():
+    """Prepare's modules are under olmax/data/prepare/ and only the front ends call into them."""
+    misplaced = [
+        m for m in MODULES if m.rsplit(".", 1)[-1].startswith("prepare") and ".data.prepare" not in m
+    ]
+    assert not misplaced, misplaced
+    assert _outside("olmax.data.prepare") == []
+
+
+def test_the_leak_audit_lives_in_its_folder():
+    """The leak audit's modules are under olmax/audit/leaks/; the rest of the package reaches it only
+    through the front ends (its report is read as JSON)."""
+    misplaced = [m for m in MODULES if "leak" in m.rsplit(".", 1)[-1] and ".audit.leaks" not in m]
+    assert not misplaced, misplaced
+    assert _outside("olmax.audit.leaks") == []
+
+
+def test_eval_sets_have_one_home():
+    """Reading a set, its name rule and the `--eval` option live in olmax.evalsets: nothing else parses
+    eval rows or registers `--eval`."""
+    readers = [
+        m
+        for m in MODULES
+        if not m.startswith("olmax.evalsets")
+        and any(t == "olmax.data.readers" and name == "read_rows" for t, name, _ in _imports(m))
+    ]
+    assert not readers, readers
+    option = [
+        str(MODULES[m])
+        for m in MODULES
+        if not m.startswith("olmax.evalsets")
+        and re.search(r"add_argument\(\s*\"--eval\"", MODULES[m].read_text())
+    ]
+    assert not option, option
+
+
+def test_hashing_has_one_home():
+    """splitmix64 (the mixer dedup's hashes and the keyed orders are built on) is written once."""
+    holders = [
+        str(p)
+        for m, p in MODULES.items()
+        if "0xBF58476D1CE4E5B9" in p.read_text().upper().replace("0X", "0x")
+    ]
+    assert holders == [str(MODULES["olmax.hashing"])], holders
+
+
+# The basenames that may repeat: each names the same concept in every folder that has one, and its
+# docstring says so (these words must be in it).
+SAME_CONCEPT = {
+    "cli": "front end",
+    "config": "one `config.py` per area",
+    "beam_runner": "one\n`beam_runner.py`",
+}
+
+
+def test_basenames_do_not_repeat():
+    by_name: dict[str, list[Path]] = {}
+    for p in MODULES.values():
+        if p.name != "__init__.py":
+            by_name.setdefault(p.stem, []).append(p)
+    repeated = {k: v for k, v in by_name.items() if len(v) > 1}
+    assert not {k: v for k, v in repeated.items() if k not in SAME_CONCEPT}, repeated
+    unexplained = [
+        str(p)
+        for k, paths in repeated.items()
+        for p in paths
+        if SAME_CONCEPT[k].replace("\n", " ").lower()
+        not in " ".join(ast.get_docstring(ast.parse(p.read_text())).split()).lower()
+    ]
+    assert not unexplained, unexplained
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs] + [x for x in (a.vararg, a.kwarg) if x]
+    return len(names) - (1 if names and names[0].arg in ("self", "cls") else 0)
+
+
+def test_no_library_function_takes_eight_parameters():
+    """Eight or more parameters is a config or a small dataclass waiting to be named (front ends aside)."""
+    wide = [
+        f"{MODULES[m]}:{node.lineno} {node.name} ({_parameters(node)})"
+        for m in MODULES
+        if not _is_front_end(m)
+        for node in ast.walk(ast.parse(MODULES[m].read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _parameters(node) >= 8
+    ]
+    assert not wide, "\n".join(wide)

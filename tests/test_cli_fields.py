@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from olmax.cli_fields import add_fields, flag_of, named, setting, values_from_args
+from olmax.cli_fields import Option, add_fields, flag_of, named, setting, values_from_args
 
 
 @dataclass(frozen=True)
@@ -17,11 +17,11 @@ class Probe:
 
     paths: tuple[str, ...] = setting(help="required, several")
     count: int = setting(3, "a count")
-    rate: float | None = setting(None, "a rate", exclusive="x")
-    steps: int | None = setting(None, "steps", exclusive="x")
+    rate: float | None = setting(None, "a rate", option=Option(exclusive="x"))
+    steps: int | None = setting(None, "steps", option=Option(exclusive="x"))
     fast: bool = setting(False, "a switch, off by default")
     checks: bool = setting(True, "a switch, on by default")
-    kind: str = setting("a", "one of two", choices=("a", "b"))
+    kind: str = setting("a", "one of two", option=Option(choices=("a", "b")))
     ids: tuple[int, ...] = setting((), "ids")
     hidden: int = setting(7, cli=False)
 

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["olmax.audit", "olmax.data", "olmax.evals", "olmax.model", "olmax.train"]
+PACKAGES = [
+    "olmax.audit",
+    "olmax.audit.leaks",
+    "olmax.data",
+    "olmax.data.prepare",
+    "olmax.evals",
+    "olmax.evalsets",
+    "olmax.model",
+    "olmax.train",
+]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -20,7 +29,7 @@ def test_every_export_resolves(package):
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_export_is_shadowed_by_a_submodule(package):
-    """`olmax.data.prepare` was both an export and a module: once the module is imported, the module wins."""
+    """`olmax.data.prepare.local_runner` was both an export and a module: once the module is imported, the module wins."""
     mod = importlib.import_module(package)
     folder = Path(mod.__file__).parent
     shadowed = [name for name in mod.__all__ if (folder / f"{name}.py").exists() or (folder / name).is_dir()]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "train"))
 from train_testdata import train_cmd, train_env, write_config, write_mix  # noqa: E402
 
 from olmax.atomic import file_mode, temp_path, write_text  # noqa: E402
-from olmax.data.demo_mix import write_mix_spec  # noqa: E402
+from olmax.data.prepare.demo_mix import write_mix_spec  # noqa: E402
 from olmax.jsonio import write_json  # noqa: E402
 
 

@@ -47,11 +47,11 @@ def test_values_come_back_equal_with_their_types(tmp_path):
         else:
             assert a == b
     shared = np.arange(4)
-    from olmax.audit.evalindex import SortedKeys
+    from olmax.audit.leaks.item_index import SortedKeys
 
     keys = SortedKeys(np.sort(np.random.default_rng(0).integers(0, 2**63, 500).astype(np.uint64)))
     classes = wire.stage((shared, shared, {"n": 1}, keys), str(tmp_path / "s"))
-    assert classes == {"olmax.audit.evalindex:SortedKeys"}
+    assert classes == {"olmax.audit.leaks.item_index:SortedKeys"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "s.npz"]
     got = wire.load_staged(str(tmp_path / "s"), classes)
     assert got[0] is got[1] and np.array_equal(got[0], shared) and got[2] == {"n": 1}  # stored once

@@ -1,4 +1,5 @@
-"""`olmax audit ...`: loader plan audit, train↔eval leak audit, emitted-stream audit; parsing only."""
+"""`olmax audit ...` (the audit area's front end): loader plan audit, train↔eval leak audit, emitted-stream audit;
+parsing only."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from olmax.atomic import locked_out
 from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
-from olmax.data.evalspec_cli import add_eval_option
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
 from olmax.dedup.params import MinHashParams
+from olmax.evalsets.cli import add_eval_option
 
 
 def _out(p: argparse.ArgumentParser) -> None:
@@ -139,7 +140,7 @@ def _loader(args: argparse.Namespace) -> int:
 
 
 def _leaks(args: argparse.Namespace) -> int:
-    from olmax.audit.leaks import audit_leaks
+    from olmax.audit.leaks.run import audit_leaks
 
     cfg = LeakConfig(
         stream=stream_from_args(args), evals=tuple(args.eval), **values_from_args(args, LeakConfig)
@@ -167,7 +168,7 @@ def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str
     from its set), kind, documents and where the first one holds it, and the leaked part when the report
     says it; then the paraphrase candidates (reported apart, not counted); the first `most` of each, the
     rest in the JSON."""
-    from olmax.audit.evalsets import load_eval
+    from olmax.evalsets.read import load_eval
 
     items = report.get("contaminated") or []
     paras = report.get("paraphrase_candidates") or []
@@ -216,7 +217,7 @@ def _entry_lines(c: dict, words: dict, what: str) -> list[str]:
 
 
 def _exposure(args: argparse.Namespace) -> int:
-    from olmax.audit.exposure import audit_exposure
+    from olmax.audit.item_exposure import audit_exposure
     from olmax.data.loader import open_loader, resolve_mix
     from olmax.jsonio import read_json, write_json
 
@@ -254,7 +255,7 @@ def _dedup(args: argparse.Namespace) -> int:
 
 
 def _stream(args: argparse.Namespace) -> int:
-    from olmax.audit.stream import audit_stream
+    from olmax.audit.emitted import audit_stream
 
     stream = stream_from_args(args, required=("mix", "seq_len"))
     return _finish(

@@ -1,8 +1,9 @@
-"""The settings of each `olmax audit` command, declared once: the config dataclass a library caller builds,
+"""The settings of each `olmax audit` command (one `config.py` per area: the same concept, an area's typed
+settings), declared once: the config dataclass a library caller builds,
 whose fields' metadata the CLI's options are generated from (olmax/cli_fields.py), so a default lives here
 and nowhere else. Plain data, importing no numpy: `olmax audit X --help` reads it.
 
-Each audit module (loader_audit, leaks, dedup, stream) takes its config from here.
+Each audit (loader_audit, leaks, dedup, emitted) takes its config from here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from olmax.cli_fields import setting
+from olmax.cli_fields import Option, setting
 from olmax.data.stream import StreamSpec
 from olmax.dedup.params import MinHashParams
 
@@ -26,10 +27,10 @@ class LoaderAuditConfig:
 
     stream: StreamSpec = setting(cli=False)
     steps: int | None = setting(
-        None, "audit this many global steps from the start", exclusive="window"
+        None, "audit this many global steps from the start", option=Option(exclusive="window")
     )  # None: whole epochs
     epochs: int | None = setting(
-        None, "audit this many whole epochs (default 1)", exclusive="window"
+        None, "audit this many whole epochs (default 1)", option=Option(exclusive="window")
     )  # None with steps None: 1 epoch
     process_count: int = setting(1, "processes (ranks) the loader is sharded over (default 1)")
     resume_at: tuple[int, ...] = setting((), "save and restore the loader state before these stream steps")
@@ -67,7 +68,7 @@ class LoaderAuditConfig:
         0.05, "allowed fraction of tokens inside a later copy of a repeated span (default 0.05)"
     )
     near: MinHashParams | None = setting(None, cli=False)  # --near and --minhash-*: near-duplicate exposure
-    max_near_dup_frac: float = setting(0.05, _NEAR_GATE, group="near")
+    max_near_dup_frac: float = setting(0.05, _NEAR_GATE, option=Option(group="near"))
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,9 @@ class LeakConfig:
     CONFIG_KEY: ClassVar[str] = "audit.leaks"
 
     stream: StreamSpec = setting(cli=False)
-    evals: tuple[str, ...] = setting(flag="--eval", cli=False)  # its option: olmax.data.evalspec_cli
+    evals: tuple[str, ...] = setting(
+        cli=False, option=Option(flag="--eval")
+    )  # its option: olmax.evalsets.cli
     tokenizer: str = setting("dolma2", "tokenizer file (or dolma2) the mix was tokenized with")
     ngram: int = setting(8, "retrieval window in words (default 8: survives one edit in ten words)")
     min_item_words: int = setting(4, "items with fewer words than this are too short to decide")
@@ -153,7 +156,7 @@ class DedupConfig:
     threads: int = setting(2, _THREADS)
     examples: int = setting(10, cli=False)  # examples listed per check
     near: MinHashParams | None = setting(None, cli=False)  # --near: MinHash near-duplicate documents too
-    max_near_dup_frac: float = setting(0.05, _NEAR_GATE, group="near")
+    max_near_dup_frac: float = setting(0.05, _NEAR_GATE, option=Option(group="near"))
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ class StreamConfig:
     CONFIG_KEY: ClassVar[str] = "audit.stream"
 
     stream: StreamSpec = setting(cli=False)
-    batches: tuple[str, ...] = setting(help="one .npy per host, in host order", metavar="FILE")
+    batches: tuple[str, ...] = setting(help="one .npy per host, in host order", option=Option(metavar="FILE"))
     threads: int = setting(2, _THREADS)
     examples: int = setting(
         10_000, cli=False

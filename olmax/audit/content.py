@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 import xxhash
 
-from olmax.audit.hashing import spans_hashes, window_spans_hashes
+from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
@@ -30,6 +30,7 @@ from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_slice
 from olmax.errors import OlmaxError
+from olmax.hashing import spans_hashes, window_spans_hashes
 
 INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
 DOC_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("doc", "<i8"), ("start", "<i8"), ("ntok", "<i8")])
@@ -284,18 +285,12 @@ def assemble_content(
 
 
 def scan_content(
-    index: TokenIndex,
-    *,
-    min_doc_tokens: int = 32,
-    threads: int = 2,
-    bits: int = 4,
-    work_dir: str | None = None,
-    examples: int = 10,
-    instances: bool = True,
-    eos_token_id: int = DOLMA2_EOS,
+    index: TokenIndex, config: LoaderAuditConfig, *, instances: bool = True, bits: int = 4
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
-    files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam)."""
+    files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam). From
+    `config`: `min_doc_tokens`, `threads`, `examples`, the stream's work dir and EOS id."""
+    examples, work_dir = config.examples, config.stream.work_dir
     require_local(
         index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
     )
@@ -305,12 +300,12 @@ def scan_content(
         partial(
             file_content,
             seq_len=index.seq_len if instances else None,
-            min_doc_tokens=min_doc_tokens,
-            eos_token_id=eos_token_id,
+            min_doc_tokens=config.min_doc_tokens,
+            eos_token_id=config.stream.eos_token_id,
         ),
         content_reduces(rep, index.seq_len, examples),
         bits=bits,
-        threads=threads,
+        threads=config.threads,
         work_dir=work_dir,
     )
     return assemble_content(rep, totals, reduced["instances"], reduced["docs"], examples)

@@ -2,7 +2,7 @@
 
 Documents: xxh3-64 of each document (sidecar or EOS boundaries) of each distinct physical file
 (content.py; a path listed twice is planned repetition, not a duplicate), confirmed byte for byte.
-Spans: the rolling hash of hashing.py over every `span`-token window (50 by default, the ExactSubstr
+Spans: the rolling hash of olmax/hashing.py over every `span`-token window (50 by default, the ExactSubstr
 threshold) that lies inside one document, at every position of every physical file; the map emits
 (hash, file, offset) records per 1M-token chunk into hash-partitioned spill files and the reduce finds
 hashes seen at two or more positions (bounded memory; disk about 20 bytes per token). A repeated
@@ -26,16 +26,16 @@ from functools import partial
 
 import numpy as np
 
+from olmax.audit.checks import Check, checks_json, failed, summary_lines
 from olmax.audit.config import DedupConfig
 from olmax.audit.content import DOC_REC, document_records, merge_documents, reduce_documents
-from olmax.audit.hashing import PrefixHasher
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
-from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import physical_ids
 from olmax.data.loader import file_index
 from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_tokens
+from olmax.hashing import PrefixHasher
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])

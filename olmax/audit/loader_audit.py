@@ -17,19 +17,19 @@ from dataclasses import asdict
 import numpy as np
 
 from olmax.atomic import temp_path
+from olmax.audit.checks import Check, checks_json, failed, summary_lines
 from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.content import scan_content
 from olmax.audit.dedup import repeated_spans
-from olmax.audit.hashing import packed_row_hashes
 from olmax.audit.phases import Phases
 from olmax.audit.plan_replay import PlanReplay, PlanTally, emitted_at, materialize
-from olmax.audit.report import Check, checks_json, failed, summary_lines
 from olmax.audit.spans import physical_ids
 from olmax.beam import describe, pipeline_options
 from olmax.data.loader import file_index, stream_index
 from olmax.data.order import default_work_dir, epoch_order
 from olmax.data.packing import PackedIndex
 from olmax.data.stream import StreamSpec
+from olmax.hashing import packed_row_hashes
 from olmax.jsonio import write_json
 
 # Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
@@ -341,34 +341,17 @@ def _content_checks(
     `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
 
     ids, ex, L, N = run["ids"], config.examples, config.stream.seq_len, index.num_instances
-    work_dir = config.stream.work_dir
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
     files_index = file_index(config.stream) if packed else index
     spans = None
     if beam_options is None:
-        content = scan_content(
-            files_index,
-            min_doc_tokens=config.min_doc_tokens,
-            threads=config.threads,
-            work_dir=work_dir,
-            examples=ex,
-            instances=not packed,
-            eos_token_id=config.stream.eos_token_id,
-        )
+        content = scan_content(files_index, config, instances=not packed)
     else:
         from olmax.audit.loader_beam import content_on_beam
 
         content, spans = content_on_beam(
-            beam_options,
-            files_index,
-            min_doc_tokens=config.min_doc_tokens,
-            examples=ex,
-            instances=not packed,
-            labels=_phys_labels(files_index),
-            span_tokens=config.span_tokens,
-            work_dir=work_dir,
-            eos_token_id=config.stream.eos_token_id,
+            beam_options, files_index, config, instances=not packed, labels=_phys_labels(files_index)
         )
     if packed:
         canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
@@ -546,7 +529,7 @@ def _span_checks(
 
 def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_step: int) -> None:
     """Per-instance serve counts of the audited window as `olmax-exposure/1` .npz (or .json), atomically:
-    instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure.py)."""
+    instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure_file.py)."""
 
     uniq, counts = np.unique(ids, return_counts=True)
     source = np.asarray(index.label_names)[index.source_ids(uniq)]

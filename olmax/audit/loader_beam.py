@@ -13,6 +13,7 @@ dedup_beam.map_reduce_beam's.
 
 from __future__ import annotations
 
+from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.content import (
     ContentReport,
     FileContent,
@@ -61,20 +62,12 @@ class LoaderFileMap:
 
 
 def content_on_beam(
-    options: str,
-    index,
-    *,
-    min_doc_tokens: int,
-    examples: int,
-    instances: bool,
-    labels: list[str] | None,
-    span_tokens: int,
-    work_dir: str | None,
-    eos_token_id: int = DOLMA2_EOS,
+    options: str, index, config: LoaderAuditConfig, *, instances: bool, labels: list[str] | None
 ) -> tuple[ContentReport, dict | None]:
-    """(scan_content's ContentReport, repeated_spans' result or None without span_tokens) of the mix
+    """(scan_content's ContentReport, repeated_spans' result or None without `config.span_tokens`) of the mix
     `index` from one Beam pipeline (`options`: Beam's flags). `labels`: each physical file's source
     (for the spans)."""
+    examples, span_tokens = config.examples, config.span_tokens
 
     rep = content_layout(index)
     reduces = {kind: fn for kind, (_, fn) in content_reduces(rep, index.seq_len, examples).items()}
@@ -88,11 +81,14 @@ def content_on_beam(
         options,
         list(enumerate(rep.phys_paths)),
         LoaderFileMap(
-            index.seq_len if instances else None, min_doc_tokens, span_tokens, eos_token_id=eos_token_id
+            index.seq_len if instances else None,
+            config.min_doc_tokens,
+            span_tokens,
+            eos_token_id=config.stream.eos_token_id,
         ),
         reduces,
         bits=bits,
-        work_dir=work_dir,
+        work_dir=config.stream.work_dir,
         what="olmax audit loader",
     )
     totals = [t for t, _ in summaries]

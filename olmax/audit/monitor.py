@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from olmax.audit.hashing import row_hashes
 from olmax.errors import OlmaxError
+from olmax.hashing import row_hashes
 
 log = logging.getLogger("olmax.audit.monitor")
 

@@ -18,7 +18,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from olmax.audit.report import Check
+from olmax.audit.checks import Check
 from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
 from olmax.data.shards import local_tokens

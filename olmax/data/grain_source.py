@@ -18,7 +18,7 @@ from olmax.data.index import TokenIndex
 from olmax.data.order import EpochOrder, epoch_order
 from olmax.data.packing import PackedIndex
 from olmax.data.reader import TokenReader
-from olmax.data.stream import DOLMA2_EOS
+from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 
 # Length of an unbounded stream: far more epochs than any run makes, still a plain int for Grain.
@@ -54,18 +54,15 @@ class BatchSource:
     def __init__(
         self,
         index: TokenIndex | PackedIndex,
+        spec: StreamSpec,
         *,
-        global_batch_size: int,
-        seed: int,
-        order: str = "olmo-core",
-        work_dir: str | None = None,
         process_index: int = 0,
         process_count: int = 1,
         num_epochs: int | None = None,
-        document_masks: bool = False,
-        eos_token_id: int = DOLMA2_EOS,
-        bos_token_id: int | None = None,
     ):
+        """`spec` gives the batch (global batch size), the order (seed, order kind, work dir) and the
+        document masks (`document_masks`, its EOS and BOS ids)."""
+        global_batch_size, seed, order = spec.global_batch_size, spec.seed, spec.order
         if global_batch_size <= 0:
             raise OlmaxError(f"--global-batch-size must be positive, got {global_batch_size}")
         if process_count <= 0 or global_batch_size % process_count:
@@ -85,13 +82,13 @@ class BatchSource:
         self.global_batch_size = global_batch_size
         self.seed = seed
         self.order = order
-        self.work_dir = work_dir
+        self.work_dir = spec.work_dir
         self.process_index = process_index
         self.process_count = process_count
         self.num_epochs = num_epochs
-        self.document_masks = document_masks
-        self.eos_token_id = eos_token_id
-        self.bos_token_id = bos_token_id
+        self.document_masks = spec.document_masks
+        self.eos_token_id = spec.eos_token_id
+        self.bos_token_id = spec.bos_token_id
         self.batches_per_epoch = index.num_instances // global_batch_size
         self._reader = None if isinstance(index, PackedIndex) else TokenReader(index)
         self._orders: dict[int, EpochOrder] = {}

@@ -30,16 +30,21 @@ def _dtype_class(dtype: type | np.dtype | str) -> type:
     return np.dtype(dtype).type
 
 
+@dataclass(frozen=True)
+class TokenFields:
+    """The fields OLMo-core's `NumpyFSLDataset` fingerprints beside its files: the token dtype and the
+    special ids (default dolma2's, as `TokenizerConfig.dolma2()` gives them)."""
+
+    dtype: type | np.dtype | str = np.uint32
+    vocab_size: int = DOLMA2_VOCAB_SIZE
+    eos_token_id: int = DOLMA2_EOS
+    pad_token_id: int = DOLMA2_PAD
+    bos_token_id: int | None = None
+    max_target_sequence_length: int | None = None
+
+
 def data_fingerprint(
-    paths: Sequence[str],
-    *,
-    sizes: Sequence[int] | None = None,
-    dtype: type | np.dtype | str = np.uint32,
-    vocab_size: int = DOLMA2_VOCAB_SIZE,
-    eos_token_id: int = DOLMA2_EOS,
-    pad_token_id: int = DOLMA2_PAD,
-    bos_token_id: int | None = None,
-    max_target_sequence_length: int | None = None,
+    paths: Sequence[str], *, sizes: Sequence[int] | None = None, fields: TokenFields = TokenFields()
 ) -> str:
     """OLMo-core's `NumpyFSLDataset.fingerprint` (version v2.0) for these token files.
 
@@ -50,15 +55,15 @@ def data_fingerprint(
         sizes = file_sizes(paths)
     h = hashlib.sha256()
     h.update(b"class=NumpyFSLDataset")
-    fields = (
-        ("vocab_size", vocab_size),
-        ("pad_token_id", pad_token_id),
-        ("eos_token_id", eos_token_id),
-        ("dtype", _dtype_class(dtype)),
-        ("max_target_sequence_length", max_target_sequence_length),
-        ("bos_token_id", bos_token_id),
+    named = (
+        ("vocab_size", fields.vocab_size),
+        ("pad_token_id", fields.pad_token_id),
+        ("eos_token_id", fields.eos_token_id),
+        ("dtype", _dtype_class(fields.dtype)),
+        ("max_target_sequence_length", fields.max_target_sequence_length),
+        ("bos_token_id", fields.bos_token_id),
     )
-    for name, value in fields:
+    for name, value in named:
         h.update(f"{name}={value},".encode())
     for path, size in zip(paths, sizes, strict=True):
         h.update(f"path={os.path.basename(path)},size={size},".encode())
@@ -180,11 +185,12 @@ def index_from_sizes(
     sizes: Sequence[int],
     seq_len: int,
     *,
-    dtype: type | np.dtype | str = np.uint32,
+    fields: TokenFields = TokenFields(),
     allow_short_files: bool = False,
-    **fingerprint_fields: int | None,
 ) -> TokenIndex:
-    """Validate byte sizes and build the index; `fingerprint_fields` go to `data_fingerprint`."""
+    """Validate byte sizes and build the index; `fields` (the dtype, the special ids) go to
+    `data_fingerprint`."""
+    dtype = fields.dtype
     if seq_len <= 0:
         raise OlmaxError(f"--seq-len must be positive, got {seq_len}")
     itemsize = np.dtype(dtype).itemsize
@@ -194,7 +200,7 @@ def index_from_sizes(
                 f"{path}: holds {size // itemsize} tokens, fewer than --seq-len {seq_len}, "
                 f"so it would give no instance; drop it from the mix or lower --seq-len"
             )
-    fingerprint = data_fingerprint(paths, sizes=sizes, dtype=dtype, **fingerprint_fields)
+    fingerprint = data_fingerprint(paths, sizes=sizes, fields=fields)
     return TokenIndex(
         paths=tuple(paths),
         labels=tuple(labels),
@@ -209,9 +215,8 @@ def build_index(
     mix: Mix,
     seq_len: int,
     *,
-    dtype: type | np.dtype | str = np.uint32,
+    fields: TokenFields = TokenFields(),
     allow_short_files: bool = False,
-    **fingerprint_fields: int | None,
 ) -> TokenIndex:
     """Stat every file of `mix` and index it at sequence length `seq_len`.
 
@@ -224,9 +229,8 @@ def build_index(
         mix.labels,
         sizes,
         seq_len,
-        dtype=dtype,
+        fields=fields,
         allow_short_files=allow_short_files,
-        **fingerprint_fields,
     )
 
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from olmax.data.demo_mix import ensure_demo_mix
 from olmax.data.grain_source import BatchSource
-from olmax.data.index import TokenIndex, build_index
+from olmax.data.index import TokenFields, TokenIndex, build_index
 from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, read_mix
 from olmax.data.order import default_work_dir, work_dir_path
-from olmax.data.packing import PackedIndex, build_packed_index
+from olmax.data.packing import PackedIndex, PackSpec, build_packed_index
 from olmax.data.state import LoaderState, advance, resume_step
-from olmax.data.stream import DEMO_MIX, DOLMA2_VOCAB_SIZE, UNSET_MIX, StreamSpec
+from olmax.data.stream import DEMO_MIX, DEMO_MIX_FOLDER, DOLMA2_VOCAB_SIZE, UNSET_MIX, StreamSpec
 from olmax.data.tokenfile import DEFAULT_DTYPE
 from olmax.errors import OlmaxError
 from olmax.storage import is_url
@@ -123,18 +123,17 @@ class Loader:
         self.index = index
         self.spec = spec
         self.num_epochs = num_epochs
+        source_spec = spec.replace(
+            work_dir=spec.work_dir or default_work_dir(),
+            eos_token_id=spec.eos_token_id if eos_token_id is None else eos_token_id,
+            bos_token_id=spec.bos_token_id if bos_token_id is FROM_STREAM else bos_token_id,
+        )
         self.source = BatchSource(
             index,
-            global_batch_size=spec.global_batch_size,
-            seed=spec.seed,
-            order=spec.order,
-            work_dir=spec.work_dir or default_work_dir(),
+            source_spec,
             process_index=process_index,
             process_count=process_count,
             num_epochs=num_epochs,
-            document_masks=spec.document_masks,
-            eos_token_id=spec.eos_token_id if eos_token_id is None else eos_token_id,
-            bos_token_id=spec.bos_token_id if bos_token_id is FROM_STREAM else bos_token_id,
         )
 
     @property
@@ -216,8 +215,14 @@ class Loader:
 
 # --------------------------------------------------------------------------------------------- factories
 # The only ways the rest of the package turns a StreamSpec (plain data) into a mix, an index or a loader.
+def demo_mix_folder(spec: StreamSpec) -> Path:
+    """Where the embedded demo mix of the stream's work dir is prepared (olmax.data.prepare.demo_mix)."""
+    return work_dir_path(spec.work_dir) / DEMO_MIX_FOLDER
+
+
 def resolve_mix(spec: StreamSpec) -> str:
-    """The mix file to read: `spec.mix` as given, or the embedded demo mix's path (built on first use)."""
+    """The mix file to read: `spec.mix` as given, or the path of the demo mix, which the command that reads
+    the stream has prepared (`olmax.data.prepare.demo_mix.ensure_stream_mix`: loading never writes shards)."""
     if spec.mix in UNSET_MIX or spec.mix is None:
         raise OlmaxError(
             "data.mix is not set: this recipe names the OLMo-core mix it trains on in "
@@ -227,8 +232,14 @@ def resolve_mix(spec: StreamSpec) -> str:
         if not (spec.mix.startswith(OLMO_CORE_PREFIX) or is_url(spec.mix) or os.path.exists(spec.mix)):
             raise OlmaxError(f"mix {spec.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
         return spec.mix
-
-    return str(ensure_demo_mix(work_dir_path(spec.work_dir) / "demo-mix"))
+    path = demo_mix_folder(spec) / "shards" / "mix.txt"
+    if not path.is_file():
+        raise OlmaxError(
+            f"the demo mix is not prepared in {path.parent.parent}: the olmax commands prepare it when a "
+            "stream names `mix: demo`; from Python, call "
+            "olmax.data.prepare.demo_mix.ensure_stream_mix(spec) first, or pass --mix PATH"
+        )
+    return str(path)
 
 
 def stream_mix(spec: StreamSpec) -> Mix:
@@ -245,16 +256,17 @@ def stream_index(spec: StreamSpec, *, seq_len: int | None = None, **kwargs) -> T
     seq_len = spec.seq_len if seq_len is None else seq_len
     progress = kwargs.pop("progress", False)
     if not spec.packed:
-        ids = {
+        stream_fields = {
+            "dtype": spec.dtype,
             "eos_token_id": spec.eos_token_id,
             "pad_token_id": spec.pad_token_id,
             "bos_token_id": spec.bos_token_id,
         }
-        return build_index(mix, seq_len, **{"dtype": spec.dtype, **ids, **kwargs})
-    return build_packed_index(
-        mix.paths,
-        mix.labels,
-        seq_len,
+        allow = kwargs.pop("allow_short_files", False)
+        return build_index(
+            mix, seq_len, fields=TokenFields(**{**stream_fields, **kwargs}), allow_short_files=allow
+        )
+    pack = PackSpec(
         eos_token_id=kwargs.get("eos_token_id", spec.eos_token_id),
         pad_token_id=kwargs.get("pad_token_id", spec.pad_token_id),
         vocab_size=kwargs.get("vocab_size", DOLMA2_VOCAB_SIZE),
@@ -262,8 +274,9 @@ def stream_index(spec: StreamSpec, *, seq_len: int | None = None, **kwargs) -> T
         dtype=kwargs.get("dtype", spec.dtype),
         source_group_size=spec.source_group_size,
         source_permutation_seed=spec.source_permutation_seed,
-        work_dir=str(work_dir_path(spec.work_dir)),
-        progress=progress,
+    )
+    return build_packed_index(
+        mix.paths, mix.labels, seq_len, pack, work_dir=str(work_dir_path(spec.work_dir)), progress=progress
     )
 
 

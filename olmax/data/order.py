@@ -23,9 +23,9 @@ import numpy as np
 
 from olmax.atomic import temp_path
 from olmax.errors import OlmaxError
+from olmax.hashing import mix64_array, mix64_int
 
 ORDER_KINDS = ("olmo-core", "feistel")
-_M64 = (1 << 64) - 1
 _build_lock = threading.Lock()
 
 
@@ -189,20 +189,6 @@ class MemoryOrder:
         return self._perm[start:stop:step].copy()
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic): a fast, well-spread hash."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _mix64_int(x: int) -> int:
-    x &= _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
 class FeistelOrder:
     """A keyed bijection of [0, N): a balanced Feistel network on 2h bits (4^h >= N), cycle-walked."""
 
@@ -215,13 +201,13 @@ class FeistelOrder:
         half = max(1, (max(1, (num_instances - 1).bit_length()) + 1) // 2)
         self._half = np.uint64(half)
         self._mask = np.uint64((1 << half) - 1)
-        base = _mix64_int(seed * 0x9E3779B97F4A7C15 + epoch * 0xD1B54A32D192ED03 + 0x632BE59BD9B4E019)
-        self._keys = [np.uint64(_mix64_int(base + i * 0x9E3779B97F4A7C15)) for i in range(rounds)]
+        base = mix64_int(seed * 0x9E3779B97F4A7C15 + epoch * 0xD1B54A32D192ED03 + 0x632BE59BD9B4E019)
+        self._keys = [np.uint64(mix64_int(base + i * 0x9E3779B97F4A7C15)) for i in range(rounds)]
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         left, right = x >> self._half, x & self._mask
         for key in self._keys:
-            left, right = right, left ^ (_mix64(right ^ key) & self._mask)
+            left, right = right, left ^ (mix64_array(right ^ key) & self._mask)
         return (left << self._half) | right
 
     def permute(self, positions: np.ndarray) -> np.ndarray:

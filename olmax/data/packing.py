@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import multiprocessing
 import os
@@ -200,18 +201,25 @@ def source_permutation(n_files: int, seed: int | None) -> list[int]:
     return order
 
 
-def file_document_spans(
-    path: str,
-    size: int,
-    dtype: str,
-    max_len: int,
-    *,
-    eos_token_id: int,
-    bos_token_id: int | None,
-    long_doc_strategy: str,
-    vocab_size: int,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class PackSpec:
+    """How a mix is packed into instances, as OLMo-core's `NumpyPackedFSLDataset` takes it: the token fields
+    (which its fingerprint covers), the long-document strategy and the source groups."""
+
+    eos_token_id: int
+    pad_token_id: int
+    vocab_size: int
+    bos_token_id: int | None = None
+    dtype: str = "uint32"
+    source_group_size: int = 1
+    source_permutation_seed: int | None = None
+    long_doc_strategy: str = "truncate"
+
+
+def file_document_spans(path: str, size: int, max_len: int, spec: PackSpec) -> np.ndarray:
     """`document_spans` of one raw token file, scanned in chunks; a token >= vocab_size is an error."""
+    dtype, vocab_size = spec.dtype, spec.vocab_size
+    eos_token_id, bos_token_id = spec.eos_token_id, spec.bos_token_id
     tokens = read_tokens(path, dtype)[: token_count(path, size, dtype)]
     n = tokens.size
     if n == 0:
@@ -235,36 +243,16 @@ def file_document_spans(
     if bos_token_id is not None and tokens[-1] == eos_token_id:
         last = np.append(last, n - 1)
     del tokens
-    return _spans_from_ends(last + 1, max_len, long_doc_strategy)
+    return _spans_from_ends(last + 1, max_len, spec.long_doc_strategy)
 
 
 def pack_group(
-    paths: Sequence[str],
-    sizes: Sequence[int],
-    dtype: str,
-    seq_len: int,
-    *,
-    eos_token_id: int,
-    bos_token_id: int | None,
-    long_doc_strategy: str,
-    vocab_size: int,
+    paths: Sequence[str], sizes: Sequence[int], seq_len: int, spec: PackSpec
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pack one group's documents: (doc_file (group-local), doc_start, doc_len) in instance order, and
     inst_offsets (n_inst + 1,). OLMo-core treats the group as its files concatenated, documents found
     per file: the group's document list is file 0's documents, then file 1's, ..."""
-    spans = [
-        file_document_spans(
-            p,
-            s,
-            dtype,
-            seq_len,
-            eos_token_id=eos_token_id,
-            bos_token_id=bos_token_id,
-            long_doc_strategy=long_doc_strategy,
-            vocab_size=vocab_size,
-        )
-        for p, s in zip(paths, sizes)
-    ]
+    spans = [file_document_spans(p, s, seq_len, spec) for p, s in zip(paths, sizes)]
     file_of = np.repeat(np.arange(len(spans), dtype=np.int32), [len(s) for s in spans])
     spans_all = np.concatenate(spans) if spans else np.zeros((0, 2), dtype=np.int64)
     lengths = spans_all[:, 1] - spans_all[:, 0]
@@ -274,8 +262,7 @@ def pack_group(
 
 
 def _pack_group_job(args: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    paths, sizes, dtype, seq_len, kwargs = args
-    return pack_group(paths, sizes, dtype, seq_len, **kwargs)
+    return pack_group(*args)
 
 
 @dataclass(frozen=True)
@@ -401,34 +388,22 @@ class PackedIndex(LabelledFiles):
         return batch_doc_lens(input_ids, self.eos_token_id, self.bos_token_id)
 
 
-def packed_fingerprint(
-    paths: Sequence[str],
-    sizes: Sequence[int],
-    *,
-    seq_len: int,
-    dtype: str,
-    vocab_size: int,
-    eos_token_id: int,
-    pad_token_id: int,
-    bos_token_id: int | None,
-    long_doc_strategy: str = "truncate",
-    source_group_size: int = 1,
-) -> str:
+def packed_fingerprint(paths: Sequence[str], sizes: Sequence[int], seq_len: int, spec: PackSpec) -> str:
     """OLMo-core's `NumpyPackedFSLDataset.fingerprint` (v2.0, local files): sha256 over the class name,
     its fingerprint fields (source_group_size only when > 1) and each file's basename and byte size."""
     h = hashlib.sha256()
     h.update(b"class=NumpyPackedFSLDataset")
     fields = [
-        ("vocab_size", vocab_size),
-        ("pad_token_id", pad_token_id),
-        ("eos_token_id", eos_token_id),
-        ("dtype", np.dtype(dtype).type),
-        ("long_doc_strategy", long_doc_strategy),
-        ("bos_token_id", bos_token_id),
+        ("vocab_size", spec.vocab_size),
+        ("pad_token_id", spec.pad_token_id),
+        ("eos_token_id", spec.eos_token_id),
+        ("dtype", np.dtype(spec.dtype).type),
+        ("long_doc_strategy", spec.long_doc_strategy),
+        ("bos_token_id", spec.bos_token_id),
         ("sequence_length", seq_len),
     ]
-    if source_group_size > 1:
-        fields.append(("source_group_size", source_group_size))
+    if spec.source_group_size > 1:
+        fields.append(("source_group_size", spec.source_group_size))
     for name, value in fields:
         h.update(f"{name}={value},".encode())
     for path, size in zip(paths, sizes, strict=True):
@@ -459,14 +434,9 @@ def _stat_files(paths: Sequence[str], itemsize: int, dtype: str) -> tuple[list[i
 
 
 def _pack_all(
-    groups: list[tuple[list[str], list[int]]],
-    dtype: str,
-    seq_len: int,
-    kwargs: dict,
-    workers: int,
-    progress: bool,
+    groups: list[tuple[list[str], list[int]]], seq_len: int, spec: PackSpec, workers: int, progress: bool
 ) -> list[tuple[np.ndarray, ...]]:
-    jobs = [(paths, sizes, dtype, seq_len, kwargs) for paths, sizes in groups]
+    jobs = [(paths, sizes, seq_len, spec) for paths, sizes in groups]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -498,33 +468,29 @@ def build_packed_index(
     paths: Sequence[str],
     labels: Sequence[str],
     seq_len: int,
+    spec: PackSpec,
     *,
-    eos_token_id: int,
-    pad_token_id: int,
-    vocab_size: int,
-    bos_token_id: int | None = None,
-    dtype: str = "uint32",
-    source_group_size: int = 1,
-    source_permutation_seed: int | None = None,
-    long_doc_strategy: str = "truncate",
     work_dir: str | None = None,
     progress: bool = False,
     workers: int | None = None,
 ) -> PackedIndex:
-    """Pack the mix `paths` (mix order, before the source permutation) into instances of `seq_len` tokens.
+    """Pack the mix `paths` (mix order, before the source permutation) into instances of `seq_len` tokens,
+    as `spec` says.
 
     With `work_dir`, the packing is cached in WORK_DIR/packing/<key>.npz and reused; `workers` processes
     pack groups in parallel (default: one per CPU for mixes over 2^26 tokens, else 1).
     """
     _check_max_len(seq_len)
-    _check_strategy(long_doc_strategy)
+    _check_strategy(spec.long_doc_strategy)
+    source_group_size, source_permutation_seed = spec.source_group_size, spec.source_permutation_seed
     if source_group_size < 1:
         raise OlmaxError(f"source_group_size must be >= 1, got {source_group_size}")
     if len(paths) != len(labels):
         raise OlmaxError(f"{len(paths)} paths but {len(labels)} labels")
     if not paths:
         raise OlmaxError("the mix has no files")
-    dtype = np.dtype(dtype).name
+    spec = dataclasses.replace(spec, dtype=np.dtype(spec.dtype).name)
+    dtype = spec.dtype
     order = source_permutation(len(paths), source_permutation_seed)
     paths = tuple(str(paths[i]) for i in order)
     labels = tuple(labels[i] for i in order)
@@ -535,11 +501,11 @@ def build_packed_index(
             _CACHE_VERSION,
             [(os.path.basename(p), s, m) for p, s, m in zip(paths, sizes, mtimes)],
             seq_len,
-            eos_token_id,
-            bos_token_id,
-            vocab_size,
+            spec.eos_token_id,
+            spec.bos_token_id,
+            spec.vocab_size,
             dtype,
-            long_doc_strategy,
+            spec.long_doc_strategy,
             source_group_size,
             source_permutation_seed,
         )
@@ -548,36 +514,11 @@ def build_packed_index(
     cache_path = os.path.join(work_dir, "packing", f"{key}.npz") if work_dir else None
     arrays = _load_cache(cache_path, key) if cache_path else None
     if arrays is None:
-        arrays = _pack_mix(
-            paths,
-            sizes,
-            dtype,
-            seq_len,
-            source_group_size,
-            workers,
-            progress,
-            dict(
-                eos_token_id=eos_token_id,
-                bos_token_id=bos_token_id,
-                long_doc_strategy=long_doc_strategy,
-                vocab_size=vocab_size,
-            ),
-        )
+        arrays = _pack_mix(paths, sizes, seq_len, spec, workers, progress)
         if cache_path:
             with temp_path(cache_path, suffix=".npz") as tmp:
                 np.savez(tmp, key=np.asarray(key), **arrays)
-    fingerprint = packed_fingerprint(
-        paths,
-        sizes,
-        seq_len=seq_len,
-        dtype=dtype,
-        vocab_size=vocab_size,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        bos_token_id=bos_token_id,
-        long_doc_strategy=long_doc_strategy,
-        source_group_size=source_group_size,
-    )
+    fingerprint = packed_fingerprint(paths, sizes, seq_len, spec)
     return PackedIndex(
         paths=paths,
         labels=labels,
@@ -586,9 +527,9 @@ def build_packed_index(
         dtype=dtype,
         fingerprint=fingerprint,
         source_group_size=source_group_size,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id,
-        bos_token_id=bos_token_id,
+        pad_token_id=spec.pad_token_id,
+        eos_token_id=spec.eos_token_id,
+        bos_token_id=spec.bos_token_id,
         cache_key=key,
         cache_path=cache_path,
         **arrays,
@@ -610,20 +551,19 @@ def _load_cache(cache_path: str, key: str) -> dict[str, np.ndarray] | None:
 def _pack_mix(
     paths: tuple[str, ...],
     sizes: list[int],
-    dtype: str,
     seq_len: int,
-    group_size: int,
+    spec: PackSpec,
     workers: int | None,
     progress: bool,
-    kwargs: dict,
 ) -> dict[str, np.ndarray]:
     """Pack every group and number the instances group by group."""
+    dtype, group_size = spec.dtype, spec.source_group_size
     starts = list(range(0, len(paths), group_size))
     groups = [(list(paths[s : s + group_size]), sizes[s : s + group_size]) for s in starts]
     if workers is None:
         total_tokens = sum(sizes) // np.dtype(dtype).itemsize
         workers = min(os.cpu_count() or 1, len(groups)) if total_tokens > (1 << 26) else 1
-    results = _pack_all(groups, dtype, seq_len, kwargs, workers, progress)
+    results = _pack_all(groups, seq_len, spec, workers, progress)
     doc_file = np.concatenate([r[0] + s for r, s in zip(results, starts)]).astype(np.int32)
     doc_start = np.concatenate([r[1] for r in results]).astype(np.int64)
     doc_len = np.concatenate([r[2] for r in results]).astype(np.int32)
@@ -633,7 +573,7 @@ def _pack_mix(
     if doc_len.size == 0:
         raise OlmaxError(
             f"{paths[0]}: no complete document in any file of the mix ({len(paths)} files): no "
-            f"EOS token {kwargs['eos_token_id']} found; check the EOS id, the dtype ({dtype}) "
+            f"EOS token {spec.eos_token_id} found; check the EOS id, the dtype ({dtype}) "
             f"and that the files are tokenized documents"
         )
     return {"doc_file": doc_file, "doc_start": doc_start, "doc_len": doc_len, "inst_offsets": inst_offsets}

@@ -1,7 +1,7 @@
 """Readers of document files: jsonl (.jsonl, .json, either .gz or .zst), .arrow, .parquet, `datasets` folders.
 
 The one parse of these formats. `read_documents` yields `Doc(id, text, src, loc)` for prepare;
-`read_rows` yields `(loc, record)` with every field of a record, for olmax.data.evalsets. Both go in file
+`read_rows` yields `(loc, record)` with every field of a record, for olmax.evalsets.read. Both go in file
 order, `loc` being the 1-based line (jsonl) or row (tables), so a resumed run can skip exactly the
 documents it already wrote. Bad input raises `OlmaxError` naming the file, the line and the byte offset
 (of the decompressed stream for .gz/.zst).

@@ -13,12 +13,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from olmax.cli_fields import named, setting
+from olmax.cli_fields import Option, named, setting
 from olmax.data.tokenfile import DEFAULT_DTYPE, DTYPES
 from olmax.errors import OlmaxError
 
 DATA_SEED = 34521  # OLMo 3 stage-1 data seed: OLMo-core NumpyDataLoaderConfig(seed=34521)
-DEMO_MIX = "demo"  # `mix` value: the embedded stdlib code+prose mix (olmax.data.demo_mix), built on first use
+DEMO_MIX = "demo"  # `mix` value: the embedded stdlib code+prose mix (olmax.data.prepare.demo_mix)
+DEMO_MIX_FOLDER = "demo-mix"  # ... prepared under the stream's work dir by the command that reads it
 UNSET_MIX = ("???", "")  # a recipe that names its mix only in a comment (configs/olmo3_7b_stage1.yaml)
 ORDERS = ("olmo-core", "feistel")
 # dolma2's special tokens, as OLMo-core's TokenizerConfig.dolma2() gives them (OLMo 3's tokenizer)
@@ -63,7 +64,7 @@ class StreamSpec:
     order: str = setting(  # "feistel": no order file, not AI2's order
         "olmo-core",
         "olmo-core (default): AI2's permutation, cached in an order file; feistel: stateless, not AI2's",
-        choices=ORDERS,
+        option=Option(choices=ORDERS),
     )
     work_dir: str | None = setting(  # order files
         None, "order and spill files (default $OLMAX_WORK_DIR or the temp dir)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.cli_fields import add_fields, flag_of, values_from_args
-from olmax.data.stream import StreamSpec
+from olmax.data.stream import DEMO_MIX, StreamSpec
 from olmax.errors import OlmaxError
 
 # The stream fields each kind of command takes as options (help, type and choices: StreamSpec's fields)
@@ -55,7 +55,8 @@ def add_token_id_options(p: argparse.ArgumentParser) -> None:
 
 def stream_from_args(args: argparse.Namespace, *, required: tuple[str, ...] = ("mix",)) -> StreamSpec:
     """The stream the options describe: the recipe's data section (with `--config`) or the defaults,
-    overridden by every flag given. `required` fields must come from a flag or the recipe."""
+        overridden by every flag given. `required` fields must come from a flag or the recipe. A stream that
+    names the demo mix finds it prepared."""
     given = values_from_args(args, StreamSpec, only=_FLAGS, given_only=True)
     if getattr(args, "config", None):
         from olmax.train.config import load_config
@@ -69,4 +70,9 @@ def stream_from_args(args: argparse.Namespace, *, required: tuple[str, ...] = ("
                 f"{', '.join(missing)} required (or --config RECIPE, whose data section gives "
                 f"{'them' if len(missing) > 1 else 'it'})"
             )
-    return base.replace(**given)
+    spec = base.replace(**given)
+    if spec.mix == DEMO_MIX:  # `mix: demo` (the tiny recipe's): prepared here, before anything loads it
+        from olmax.data.prepare.demo_mix import ensure_stream_mix
+
+        ensure_stream_mix(spec)
+    return spec

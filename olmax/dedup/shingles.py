@@ -19,20 +19,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from olmax.hashing import mix64
+
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 NORMALIZATION = (
     "lowercased (str.lower), words = runs of ASCII letters/digits and non-ASCII characters; ASCII "
     "punctuation/whitespace, U+00A0-U+00BF, U+2000-U+206F and U+3000-U+3003 separate words; digits kept"
 )
-
-
-@njit(cache=True, nogil=True, inline="always")
-def mix64(x):
-    """splitmix64's finalizer: a bijection of uint64 with full avalanche."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -1,7 +1,7 @@
 """`olmax demo`: the main job on an embedded default, end to end, with a report.
 
 Real text only, no hub: the Python standard library's sources become a `code` source and its pydoc topics a
-`prose` source (olmax.data.demo_mix); a YAML mix spec plans their shares (prose upsampled 2x, a planned
+`prose` source (olmax.data.prepare.demo_mix); a YAML mix spec plans their shares (prose upsampled 2x, a planned
 repeat). Every step runs the `olmax` command a user would type, each as its own process, and the report
 lists each command so it can be rerun alone: assets → prepare → pre-launch audit (loader gate, leakage vs
 the bundled held-out sets, and a deliberately contaminated / copied-shard variant that the audit must
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from olmax.audit.loader_audit import check_meaning
-from olmax.data.demo_mix import (
+from olmax.data.prepare.demo_mix import (
     CODE_FILES,
     prepare_argv,
     prepare_settings,
@@ -60,7 +60,7 @@ class _Demo(Report):
 
 def _item_texts(contaminated: list[dict]) -> dict[tuple[str, str], str]:
     """(eval set, id) -> the item's text, for the leak audit's flagged items (the report shows what leaked)."""
-    from olmax.audit.evalsets import load_eval
+    from olmax.evalsets.read import load_eval
 
     out = {}
     for name in sorted({c["eval"] for c in contaminated}):
@@ -73,7 +73,7 @@ def _contaminated_docs(n: int) -> list[dict]:
     import datasets
 
     from olmax.assets import eval_set_path
-    from olmax.audit.evalsets import item_answer, item_text
+    from olmax.evalsets.read import item_answer, item_text
 
     rows = datasets.load_from_disk(str(eval_set_path(PLANTED_SET, quiet=True))).select(range(n))
     docs = []

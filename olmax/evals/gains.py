@@ -29,15 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from olmax.atomic import temp_path
-from olmax.data.evalsets import read_eval_rows, resolve_source, template_key
-from olmax.data.evalspec import parse_eval_specs
 from olmax.errors import OlmaxError
 from olmax.evals.hook import eval_tokenizer
 from olmax.evals.lm_eval_tasks import TASKS
 from olmax.evals.model_checks import check_contaminated
 from olmax.evals.run_dir import load_run_model
-from olmax.evals.sets import contaminated_ids, join_leaks, load_eval_set
 from olmax.evals.verdicts import Thresholds
+from olmax.evalsets.read import read_eval_rows, resolve_source, template_key
+from olmax.evalsets.sets import contaminated_ids, join_leaks, load_eval_set
+from olmax.evalsets.spec import parse_eval_specs
 from olmax.jsonio import read_json
 from olmax.train.config import load_run_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
-from olmax.data.evalspec_cli import add_eval_option
+from olmax.evalsets.cli import add_eval_option
 
 DESCRIPTION = """\
 Scores every item of each --eval set alone at each committed checkpoint of --run (or --steps): CE

@@ -8,7 +8,7 @@ Two steps, so the trainer tokenizes once and scores every N steps:
 Each record: {"kind": "heldout", "step", "eval", "subset" ("all" | "clean"), "ce" (nats per token,
 token-weighted over the set), "ppl" = exp(ce), "bpb" = sum NLL / (ln 2 x UTF-8 bytes), "tokens", "bytes",
 "documents", "truncated", "seq_len", "fingerprint" (the set's content hash), "tokenizer_sha256"}.
-A "clean" record is emitted only for sets a leak list names (olmax.evals.sets.join_leaks).
+A "clean" record is emitted only for sets a leak list names (olmax.evalsets.sets.join_leaks).
 An OLMo-core token set (olmax.evals.olmo_core_ppl) is weighted as OLMo-core weighs it: its "tokens" is the
 label-mask count its CE is divided by, "targets" the scored targets, "weighting" says so, and "bpb" and
 "bytes" are null (no text); its metrics also carry OLMo-core's names (`metric_values`).
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from olmax.data.evalspec import EvalSpec, parse_eval_specs
 from olmax.errors import OlmaxError
 from olmax.evals import olmo_core_ppl
 from olmax.evals.instances import Instances, build_instances
 from olmax.evals.scoring import score
-from olmax.evals.sets import EvalSet, clean_rows, join_leaks, load_eval_set
+from olmax.evalsets.sets import EvalSet, clean_rows, join_leaks, load_eval_set
+from olmax.evalsets.spec import EvalSpec, parse_eval_specs
 
 LN2 = math.log(2.0)
 
@@ -91,21 +91,30 @@ def prepare_token_set(
     return PreparedSet(spec.name, fp, inst, tokenizer.sha256, seq_len, olmo_core=True)
 
 
+@dataclass(frozen=True)
+class SetReading:
+    """How `prepare_eval_sets` reads its sets: the text field, at most `limit` documents a set, EOS before
+    each document (`prefix_eos`; False: OLMo-core's padded instances), the model's vocabulary size (an id
+    past it is an error) and the base dir of OLMo-core's perplexity suites."""
+
+    text_field: str = "text"
+    limit: int | None = None
+    prefix_eos: bool = True
+    vocab_size: int | None = None
+    base_dir: str | None = None
+
+
 def prepare_eval_sets(
     specs: Sequence[str],
     tokenizer,
     seq_len: int,
-    *,
-    text_field: str = "text",
-    limit: int | None = None,
+    reading: SetReading = SetReading(),
     contaminated: Mapping[str, set[str]] | None = None,
-    prefix_eos: bool = True,
-    vocab_size: int | None = None,
-    base_dir: str | None = None,
 ) -> list[PreparedSet]:
-    """Load and prepare each `--eval` set (olmax.data.evalspec: `NAME=PATH`, a bundled name, a bare path, an
-    OLMo-core suite under `base_dir`); `contaminated` maps set name -> ids to drop (olmax.evals.sets)."""
-    parsed = parse_eval_specs(specs, base_dir)
+    """Load and prepare each `--eval` set (olmax.evalsets.spec: `NAME=PATH`, a bundled name, a bare path, an
+    OLMo-core suite under `reading.base_dir`); `contaminated` maps set name -> ids to drop (olmax.evalsets.sets)."""
+    limit, vocab_size = reading.limit, reading.vocab_size
+    parsed = parse_eval_specs(specs, reading.base_dir)
     if contaminated is not None:
         join_leaks(contaminated, [p.name for p in parsed if not p.tokens])
     out = []
@@ -113,11 +122,11 @@ def prepare_eval_sets(
         if spec.tokens:
             out.append(prepare_token_set(spec, tokenizer, seq_len, limit=limit, vocab_size=vocab_size))
             continue
-        es = load_eval_set(spec.name, spec.source, text_field=text_field, limit=limit)
+        es = load_eval_set(spec.name, spec.source, text_field=reading.text_field, limit=limit)
         drop = None if contaminated is None else contaminated.get(spec.name)
         out.append(
             prepare_eval_set(
-                es, tokenizer, seq_len, drop_ids=drop, prefix_eos=prefix_eos, vocab_size=vocab_size
+                es, tokenizer, seq_len, drop_ids=drop, prefix_eos=reading.prefix_eos, vocab_size=vocab_size
             )
         )
     return out

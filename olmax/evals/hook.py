@@ -6,7 +6,7 @@ steps and merges the returned floats into that step's metrics.jsonl record as `e
 OLMo-core's names, `lm/<label>/CE loss` and `lm/<label>/PPL`: olmax.evals.heldout.metric_values). Sets are tokenized once, when the
 hook is built; each call only scores (`run_heldout`), reusing one compiled function across steps.
 
-Which sets: the config's `train.eval_sets` (as `--eval`: olmax.data.evalspec; OLMo-core suites under
+Which sets: the config's `train.eval_sets` (as `--eval`: olmax.evalsets.spec; OLMo-core suites under
 `train.eval_base_dir`), else `$OLMAX_EVAL_SETS`
 (`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and `arc_easy` sets; `train.eval_limit`,
 else `$OLMAX_EVAL_LIMIT`, documents of each (default 64, 0: all); tokenizer `$OLMAX_EVAL_TOKENIZER`, else
@@ -78,20 +78,18 @@ def train_hook(
 
     `batch_size` defaults to `eval_batch_size`.
     """
-    from olmax.evals.heldout import prepare_eval_sets, run_heldout
+    from olmax.evals.heldout import SetReading, prepare_eval_sets, run_heldout
 
     specs, limit = eval_settings(cfg, sets, limit)
     tok = eval_tokenizer(tokenizer)
     if batch_size is None:
         batch_size = eval_batch_size(cfg.data.seq_len, cfg.model.vocab_size)
-    prepared = prepare_eval_sets(
-        specs,
-        tok,
-        cfg.data.seq_len,
+    reading = SetReading(
         limit=limit or None,
         vocab_size=cfg.model.vocab_size,
         base_dir=getattr(getattr(cfg, "train", None), "eval_base_dir", None),
     )
+    prepared = prepare_eval_sets(specs, tok, cfg.data.seq_len, reading)
 
     tasks = run_tasks(cfg, tok, cfg.data.seq_len)
     pad = getattr(cfg.model, "pad_token_id", None)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from lm_eval.api.model import TemplateLM
@@ -42,19 +44,20 @@ def _bucket(n: int, lo: int = 16) -> int:
 class OlmaxLM(TemplateLM):
     """lm-eval model over an olmax checkpoint directory (HF or olmax format) or an in-memory model."""
 
-    def __init__(
-        self,
-        checkpoint: str | None = None,
-        tokenizer=None,
-        batch_size: int | str = 8,
-        max_length: int | str | None = None,
-        dtype: str = "float32",
-        max_gen_toks: int | str = 256,
-        model=None,
-        **kwargs,
-    ):
+    # lm-eval builds the model from `model_args` strings (and adds its own: device, max_batch_size, ...):
+    # these are the ones it reads, with their defaults
+    SETTINGS: dict[str, Any] = {"batch_size": 8, "max_length": None, "dtype": "float32", "max_gen_toks": 256}
+
+    def __init__(self, checkpoint: str | None = None, tokenizer=None, model=None, **kwargs):
+        """`checkpoint` (a folder) or `model` (in memory); `tokenizer` (a tokenizer or its path; default the
+        checkpoint's, else dolma2); kwargs `batch_size` (an int or lm-eval's "N:auto"), `max_length` (default
+        the model's positions), `dtype` and `max_gen_toks`, as lm-eval passes `model_args`; others ignored."""
         super().__init__()
         from olmax.evals.scoring import load_model
+
+        settings = {k: kwargs.pop(k, v) for k, v in self.SETTINGS.items()}
+        batch_size, max_length, dtype = settings["batch_size"], settings["max_length"], settings["dtype"]
+        max_gen_toks = settings["max_gen_toks"]
 
         if model is None:
             if checkpoint is None:
@@ -191,27 +194,35 @@ class OlmaxLM(TemplateLM):
         return out  # type: ignore[return-value]
 
 
-def evaluate(
-    lm,
-    tasks: Sequence[str],
-    *,
-    include_path: str | list[str] | None = None,
-    include_defaults: bool | None = None,
-    num_fewshot: int | None = None,
-    limit: float | None = None,
-    seed: int = 1234,
-    log_samples: bool = False,
-) -> dict:
-    """Run lm-eval tasks on `lm` (an OlmaxLM, or any lm-eval model such as its `hf` one); returns lm-eval's
-    results dict (JSON-safe parts).
+@dataclass(frozen=True)
+class TaskRun:
+    """How lm-eval runs the tasks: task YAMLs of `include_path` (beside the bundled offline ones), whether
+    lm-eval's built-in tasks are indexed too (`include_defaults`; None: only when `include_path` does not
+    define every task asked for, since indexing them takes ~8 s), few-shot count, documents per task, the
+    seed of every random choice, and `log_samples`: also `samples[task]`, per document its id, target and
+    the model's response to each request (for loglikelihood tasks `[loglikelihood, is_greedy]` per
+    choice), which is what two backends are compared by."""
 
-    `include_defaults=None`: lm-eval's built-in tasks are indexed (~8 s) only when `include_path` does not
-    define every task asked for. `log_samples`: also `samples[task]`, per document its id, target and
-    the model's response to each request (for loglikelihood tasks `[loglikelihood, is_greedy]` per choice),
-    which is what two backends are compared by.
-    """
+    include_path: str | list[str] | None = None
+    include_defaults: bool | None = None
+    num_fewshot: int | None = None
+    limit: float | None = None
+    seed: int = 1234
+    log_samples: bool = False
+
+
+def evaluate(lm, tasks: Sequence[str], run: TaskRun = TaskRun()) -> dict:
+    """Run lm-eval tasks on `lm` (an OlmaxLM, or any lm-eval model such as its `hf` one); returns lm-eval's
+    results dict (JSON-safe parts)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
+
+    include_path, include_defaults, seed, log_samples = (
+        run.include_path,
+        run.include_defaults,
+        run.seed,
+        run.log_samples,
+    )
 
     ours = [t for t in tasks if t in TASKS]
     if ours:  # the bundled offline tasks: their YAMLs live in a generated folder
@@ -233,8 +244,8 @@ def evaluate(
     res = lm_eval.simple_evaluate(
         model=lm,
         tasks=list(tasks),
-        num_fewshot=num_fewshot,
-        limit=limit,
+        num_fewshot=run.num_fewshot,
+        limit=run.limit,
         task_manager=tm,
         log_samples=log_samples,
         bootstrap_iters=0,
@@ -262,28 +273,12 @@ def evaluate(
 def run_lm_eval(
     checkpoint: str,
     tasks: Sequence[str],
-    *,
+    run: TaskRun = TaskRun(),
     tokenizer: str | None = None,
-    batch_size: int = 8,
-    max_length: int | None = None,
-    dtype: str = "float32",
-    include_path: str | None = None,
-    num_fewshot: int | None = None,
-    limit: float | None = None,
-    seed: int = 1234,
-    log_samples: bool = False,
+    **model_args,
 ) -> dict:
-    """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results)."""
-    lm = OlmaxLM(
-        checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, dtype=dtype
-    )
-    res = evaluate(
-        lm,
-        list(tasks),
-        include_path=include_path,
-        num_fewshot=num_fewshot,
-        limit=limit,
-        seed=seed,
-        log_samples=log_samples,
-    )
+    """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results).
+    `model_args`: OlmaxLM's (`batch_size`, `max_length`, `dtype`, `max_gen_toks`)."""
+    lm = OlmaxLM(checkpoint=checkpoint, tokenizer=tokenizer, **model_args)
+    res = evaluate(lm, list(tasks), run)
     return {"checkpoint": checkpoint, "tasks": list(tasks), **res}

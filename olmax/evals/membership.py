@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 from scipy.stats import rankdata
 
-from olmax.evals.exposure import Exposure
+from olmax.evals.exposure_file import Exposure
 from olmax.evals.model_checks import sample_rows
 from olmax.evals.scoring import token_stats
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check

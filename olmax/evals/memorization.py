@@ -35,7 +35,7 @@ import numpy as np
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves, read_reference, read_run
-from olmax.evals.exposure import Exposure, attach_mix, read_exposure
+from olmax.evals.exposure_file import Exposure, attach_mix, read_exposure
 from olmax.evals.gains import GainsInputs, gains_report, score_run
 from olmax.evals.membership import SCORES as MEMBERSHIP
 from olmax.evals.membership import check_membership

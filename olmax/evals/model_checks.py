@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from olmax.evals.curves import Curves
-from olmax.evals.exposure import Exposure
+from olmax.evals.exposure_file import Exposure
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 

@@ -10,7 +10,7 @@ A run folder written by `olmax train` holds `config.yaml` (the resolved experime
     is cut into windows from its start). Unserved instances of every source are sampled as the unseen
     stratum, counted the same way (a copy of a served window is not unseen).
 Replay reads every served window, so it suits small runs; for long runs write an exposure file from the
-loader audit instead (`--exposure`, format in olmax/evals/exposure.py).
+loader audit instead (`--exposure`, format in olmax/evals/exposure_file.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from olmax.data.loader import open_loader, resolve_mix
 from olmax.errors import OlmaxError
-from olmax.evals.exposure import Exposure, read_instance_tokens
+from olmax.evals.exposure_file import Exposure, read_instance_tokens
 from olmax.train.config import load_run_config
 from olmax.train.export import restore_run_model
 

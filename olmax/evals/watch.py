@@ -43,7 +43,7 @@ from olmax.evals.downstream import metric_values as downstream_values
 from olmax.evals.hook import eval_batch_size, eval_settings, eval_tokenizer
 from olmax.evals.plots import plot_run
 from olmax.evals.run_dir import replay_exposure
-from olmax.evals.sets import contaminated_ids
+from olmax.evalsets.sets import contaminated_ids
 from olmax.jsonio import read_json, read_jsonl, write_jsonl
 from olmax.train.config import load_run_config, run_config_path
 from olmax.train.export import read_step_model
@@ -119,7 +119,7 @@ class Job:
 
 def prepare(settings: WatchSettings) -> Job:
     """Read the run's config and the existing records, tokenize the sets once; OlmaxError on a bad input."""
-    from olmax.evals.heldout import prepare_eval_sets
+    from olmax.evals.heldout import SetReading, prepare_eval_sets
 
     run = run_folder(settings.run)
     cfg = load_run_config(run)
@@ -133,16 +133,13 @@ def prepare(settings: WatchSettings) -> Job:
         if settings.leaks
         else None
     )
-    sets = prepare_eval_sets(
-        specs,
-        tok,
-        seq_len,
+    reading = SetReading(
         text_field=settings.text_field,
         limit=limit or None,
-        contaminated=leaks,
         vocab_size=cfg.model.vocab_size,
         base_dir=settings.base_dir or getattr(cfg.train, "eval_base_dir", None),
     )
+    sets = prepare_eval_sets(specs, tok, seq_len, reading, contaminated=leaks)
     # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
     # batch shape keeps the numbers bitwise those of the trainer's records)
     batch_size = settings.batch_size or eval_batch_size(seq_len, cfg.model.vocab_size)
@@ -251,10 +248,12 @@ def evaluate_step(job: Job, model, step: int) -> list[dict]:
 
 def lm_eval_record(job: Job, model, step: int, task: str) -> dict:
     """One lm-eval task through the olmax adapter, on the in-memory model of `step`."""
-    from olmax.evals.lm_eval_adapter import OlmaxLM, evaluate
+    from olmax.evals.lm_eval_adapter import OlmaxLM, TaskRun, evaluate
 
     lm = OlmaxLM(model=model, tokenizer=job.tokenizer, batch_size=job.batch_size)
-    res = evaluate(lm, [task], include_path=job.settings.lm_eval_include, limit=job.settings.lm_eval_limit)
+    res = evaluate(
+        lm, [task], TaskRun(include_path=job.settings.lm_eval_include, limit=job.settings.lm_eval_limit)
+    )
     metrics = {
         k: v for k, v in (res.get("results") or {}).get(task, {}).items() if isinstance(v, int | float)
     }

@@ -1,4 +1,5 @@
-"""`olmax model ...`: convert checkpoints HF <-> olmax, check logit parity, print a preset's size and FLOPs."""
+"""`olmax model ...` (the model area's front end): convert checkpoints HF <-> olmax, check logit parity, print a
+preset's size and FLOPs."""
 
 from __future__ import annotations
 

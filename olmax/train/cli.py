@@ -1,4 +1,4 @@
-"""`olmax train`: parse flags and overrides, build the experiment config, call `olmax.train.loop.train`."""
+"""`olmax train` (the train area's front end): parse flags and overrides, build the experiment config, call `olmax.train.loop.train`."""
 
 from __future__ import annotations
 
@@ -141,6 +141,7 @@ def _some(names: list[str], n: int = 8) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from olmax.data.loader import resolve_mix
+    from olmax.data.prepare.demo_mix import ensure_stream_mix
     from olmax.errors import OlmaxError
     from olmax.train.config import load_config
 
@@ -165,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     # run share the directory, and process 0 holds the lock for them all)
     lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
     with lock:
+        ensure_stream_mix(cfg.data)  # the demo mix (`mix: demo`) is prepared here, never by the loader
         resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
         summary = train(
             cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")

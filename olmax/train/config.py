@@ -5,6 +5,8 @@ A config file (`configs/NAME.yaml`, or any path) has one mapping per area: `mode
 `checkpoint`, `train`. Overrides are `area.field=value` strings (OmegaConf dotlist syntax) applied on
 top. Unknown keys are errors that name the file and the key, so a typo never trains silently with a
 default. `dump_yaml` writes the fully resolved config, which `load_config` reads back unchanged.
+
+One `config.py` per area (audit, model, train, data.prepare): the same concept, an area's typed settings.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class TrainConfig:
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
     eval_sets: tuple[
         str, ...
-    ] = ()  # as --eval (olmax.data.evalspec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
+    ] = ()  # as --eval (olmax.evalsets.spec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
     eval_base_dir: str | None = None  # folder holding OLMo-core's eval-data/ (for olmo-core:... sets)
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
     eval_downstream: tuple[str, ...] = ()  # OLMo-core downstream task names (olmax.evals.downstream)

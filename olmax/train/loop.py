@@ -172,20 +172,18 @@ def train(
         log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard, wandb=wb)
         closing.callback(log.close)
         t_run = time.perf_counter()
-        steps = _Steps(
-            cfg,
-            mesh,
-            run_dir,
-            loader.index,
-            it,
-            _monitor(cfg, loader, saved_meta if start else None),
-            log,
-            ckpt,
-            n_micro,
-            per_device,
-            eval_hook,
-            peak,
+        parts = RunParts(
+            mesh=mesh,
+            run_dir=run_dir,
+            index=loader.index,
+            it=it,
+            monitor=_monitor(cfg, loader, saved_meta if start else None),
+            log=log,
+            ckpt=ckpt,
+            n_micro=n_micro,
+            per_device=per_device,
         )
+        steps = _Steps(cfg, parts, eval_hook, peak)
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
     summary["eval"] = steps.last_eval
@@ -239,37 +237,40 @@ def _restore_or_init(
     return 0, make_init(cfg.model, cfg.optim, mesh, cfg.train.seed), None, None, "initialised from scratch"
 
 
+@dataclass
+class RunParts:
+    """What `train` assembles for the step loop: the mesh and run folder, the loader's index and iterator, the
+    online replay monitor (or None), the metrics log, the checkpointer and the step's microbatch layout."""
+
+    mesh: Any
+    run_dir: Path
+    index: Any
+    it: Any
+    monitor: Any
+    log: MetricsLog
+    ckpt: Any
+    n_micro: int  # microbatches per step
+    per_device: int  # rows per device in a microbatch
+
+
 class _Steps:
     """The step loop. Step N+1 is dispatched before step N's metrics are read back, so the host's
     logging, data reading and monitor overlap the device's work (one process, or no monitor); at a checkpoint, an eval and the last
     step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
 
-    def __init__(
-        self,
-        cfg: ExperimentConfig,
-        mesh,
-        run_dir: Path,
-        index,
-        it,
-        monitor,
-        log,
-        ckpt,
-        n_micro: int,
-        per_device: int,
-        eval_hook: EvalHook | None,
-        peak: float | None,
-    ):
+    def __init__(self, cfg: ExperimentConfig, run: RunParts, eval_hook: EvalHook | None, peak: float | None):
         from olmax.train.step import make_train_step, model_graphdef
 
+        mesh, monitor, n_micro, per_device = run.mesh, run.monitor, run.n_micro, run.per_device
         self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = (
             cfg,
             mesh,
-            run_dir,
-            index,
-            it,
+            run.run_dir,
+            run.index,
+            run.it,
             monitor,
         )
-        self.log, self.ckpt, self.eval_hook = log, ckpt, eval_hook
+        self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
         self.train_step = make_train_step(
             cfg.model,
             cfg.optim,

@@ -18,6 +18,7 @@ time win; the arithmetic is the same as `cross_entropy` on full logits up to flo
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -179,22 +180,31 @@ def pick_chunk(size: int, want: int) -> int:
     return 1
 
 
+@dataclass(frozen=True)
+class HeadLoss:
+    """The head loss's settings: the z-loss weight, the real vocabulary (columns past it are masked), the
+    vocabulary columns per block (rounded down to a divisor of V) and whether the forward's exp blocks are
+    kept for the backward (`store`; default: on CPU, up to 2 GiB of B * L * V fp32)."""
+
+    z_loss: float
+    vocab_size: int
+    chunk: int
+    store: bool | None = None
+
+
 def head_cross_entropy(
     h_BxLxD: jax.Array,
     w_DxV: jax.Array,
     input_ids_BxL: jax.Array,
-    z_loss: float,
-    vocab_size: int,
-    chunk: int,
-    store: bool | None = None,
+    loss: HeadLoss,
     label_mask_BxL: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`cross_entropy(h @ w, ...)` without the full logits: sums of CE and z-loss, and the token count.
 
-    `w_DxV` may be the padded head (columns >= vocab_size are masked); `chunk` is the number of
-    vocabulary columns per block (rounded down to a divisor of V). `store` (default: on CPU, up to 2 GiB)
-    keeps the forward's exp blocks, B * L * V fp32, so the backward skips recomputing the logits.
+    `w_DxV` may be the padded head (columns >= `loss.vocab_size` are masked); with `loss.store` the backward
+    skips recomputing the logits.
     """
+    z_loss, vocab_size, chunk, store = loss.z_loss, loss.vocab_size, loss.chunk, loss.store
     b, seq, d = h_BxLxD.shape
     labels_BxL, weights_BxL = shifted_labels(input_ids_BxL, label_mask_BxL)
     ce, zz = _fused(

@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from olmax.model.config import ModelConfig
 from olmax.model.transformer import Transformer
 from olmax.train.config import OptimConfig
-from olmax.train.loss import cross_entropy, head_cross_entropy
+from olmax.train.loss import HeadLoss, cross_entropy, head_cross_entropy
 from olmax.train.mesh import BATCH_AXES, batch_sharding, replicated, state_shardings
 from olmax.train.optim import apply_update, init_opt_state, learning_rate
 
@@ -105,9 +105,7 @@ def make_loss_fn(
                 h_BxLxD,
                 params["lm_head"],
                 ids_BxL,
-                optim_cfg.z_loss,
-                model_cfg.loss_vocab,
-                chunk,
+                HeadLoss(optim_cfg.z_loss, model_cfg.loss_vocab, chunk),
                 label_mask_BxL=label_mask_BxL,
             )
         return ce + z, (ce, z)

@@ -192,13 +192,14 @@ def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
 
 
 def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
+    from olmax.audit.config import LoaderAuditConfig
     from olmax.audit.content import scan_content
     from olmax.data.index import index_from_sizes
     from olmax.errors import OlmaxError
 
     index = index_from_sizes(["s3://bucket/a.npy"], ["web"], [4096], L)
     with pytest.raises(OlmaxError, match="--base-dir to the mirror .or --no-content"):
-        scan_content(index)
+        scan_content(index, LoaderAuditConfig(StreamSpec()))
 
 
 def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkeypatch):
@@ -221,7 +222,7 @@ def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkey
 
 
 def test_exposure_file_reads_back_through_evals(corpus, tmp_path):
-    from olmax.evals.exposure import read_exposure
+    from olmax.evals.exposure_file import read_exposure
 
     s = corpus["shards"]
     mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", s["prose-0"])))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from loader_testdata import LABELS, SIZES, expected_rows, write_position_files
 
-from olmax.data.index import build_index, data_fingerprint, index_from_sizes
+from olmax.data.index import TokenFields, build_index, data_fingerprint, index_from_sizes
 from olmax.data.mixfile import Mix, read_mix
 from olmax.data.reader import TokenReader, check_token_ids
 from olmax.errors import OlmaxError
@@ -56,7 +56,8 @@ def test_fingerprint_equals_olmo_core(mix, dtype, bos, vocab):
         bos_token_id=bos,
     )
     got = data_fingerprint(
-        mix.paths, dtype=dtype, vocab_size=vocab, pad_token_id=1, eos_token_id=2, bos_token_id=bos
+        mix.paths,
+        fields=TokenFields(dtype=dtype, vocab_size=vocab, pad_token_id=1, eos_token_id=2, bos_token_id=bos),
     )
     assert got == ref.fingerprint
     default = NumpyFSLDataset(

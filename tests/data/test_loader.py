@@ -121,7 +121,9 @@ def test_bad_settings(index, tmp_path):
     with pytest.raises(OlmaxError, match="--process-index 2 is outside"):
         make(index, tmp_path, P=2, rank=2)
     with pytest.raises(OlmaxError, match="fewer than one global batch"):
-        BatchSource(index, global_batch_size=index.num_instances + 1, seed=0)
+        BatchSource(
+            index, StreamSpec(seq_len=index.seq_len, global_batch_size=index.num_instances + 1, seed=0)
+        )
     loader = make(index, tmp_path)
     with pytest.raises(OlmaxError, match="--start-step"):
         loader.state_at(1, loader.batches_per_epoch)

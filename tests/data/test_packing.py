@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from olmax.data.order import epoch_order
 from olmax.data.packing import (
+    PackSpec,
     build_packed_index,
     document_lengths,
     document_spans,
@@ -101,11 +103,7 @@ def packed(files, tmp_path_factory):
         files,
         [f"s{i % 3}" for i in range(len(files))],
         L,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        vocab_size=VOCAB,
-        source_group_size=GROUP,
-        source_permutation_seed=PERM_SEED,
+        PackSpec(EOS, PAD, VOCAB, source_group_size=GROUP, source_permutation_seed=PERM_SEED),
         work_dir=str(tmp_path_factory.mktemp("w")),
     )
 
@@ -139,13 +137,15 @@ def test_other_options_equal_olmo_core(tmp_path, bos, strategy, group):
         files,
         ["a"] * len(files),
         L,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        vocab_size=VOCAB,
-        bos_token_id=bos,
-        long_doc_strategy=strategy,
-        source_group_size=group,
-        source_permutation_seed=PERM_SEED,
+        PackSpec(
+            EOS,
+            PAD,
+            VOCAB,
+            bos_token_id=bos,
+            long_doc_strategy=strategy,
+            source_group_size=group,
+            source_permutation_seed=PERM_SEED,
+        ),
     )
     assert packed.num_instances == len(ref) and packed.fingerprint == ref.fingerprint
     rows = packed.read(np.arange(packed.num_instances))
@@ -280,28 +280,23 @@ def test_source_permutation_is_olmo_cores():
 
 def test_cache_is_reused_and_keyed_on_inputs(files, tmp_path):
     files = write_document_files(str(tmp_path / "d"), n_files=6, seed=1)
-    kwargs = dict(
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        vocab_size=VOCAB,
-        source_group_size=2,
-        work_dir=str(tmp_path / "w"),
-    )
+    spec = PackSpec(EOS, PAD, VOCAB, source_group_size=2)
+    work_dir = str(tmp_path / "w")
     labels = ["a"] * len(files)
-    first = build_packed_index(files, labels, L, **kwargs)
+    first = build_packed_index(files, labels, L, spec, work_dir=work_dir)
     mtime = os.stat(first.cache_path).st_mtime_ns
-    again = build_packed_index(files, labels, L, **kwargs)
+    again = build_packed_index(files, labels, L, spec, work_dir=work_dir)
     assert again.cache_path == first.cache_path and os.stat(again.cache_path).st_mtime_ns == mtime
     np.testing.assert_array_equal(again.doc_start, first.doc_start)
-    assert build_packed_index(files, labels, 2 * L, **kwargs).cache_key != first.cache_key
+    assert build_packed_index(files, labels, 2 * L, spec, work_dir=work_dir).cache_key != first.cache_key
     assert (
-        build_packed_index(files, labels, L, **{**kwargs, "source_group_size": 3}).cache_key
+        build_packed_index(files, labels, L, replace(spec, source_group_size=3), work_dir=work_dir).cache_key
         != first.cache_key
     )
     tokens = np.fromfile(files[0], dtype=np.uint32)
     tokens[:5] = EOS  # same size, new content
     tokens.tofile(files[0])
-    changed = build_packed_index(files, labels, L, **kwargs)
+    changed = build_packed_index(files, labels, L, spec, work_dir=work_dir)
     assert changed.cache_key != first.cache_key and changed.num_documents > first.num_documents
 
 
@@ -310,11 +305,7 @@ def test_parallel_packing_equals_serial(files, packed, tmp_path):
         files,
         [f"s{i % 3}" for i in range(len(files))],
         L,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        vocab_size=VOCAB,
-        source_group_size=GROUP,
-        source_permutation_seed=PERM_SEED,
+        PackSpec(EOS, PAD, VOCAB, source_group_size=GROUP, source_permutation_seed=PERM_SEED),
         workers=2,
     )
     for name in ("doc_file", "doc_start", "doc_len", "inst_offsets"):
@@ -324,20 +315,20 @@ def test_parallel_packing_equals_serial(files, packed, tmp_path):
 def test_bad_inputs_name_the_file(tmp_path):
     good = tmp_path / "good.npy"
     np.array([1, 2, EOS], dtype=np.uint32).tofile(good)
-    kwargs = dict(eos_token_id=EOS, pad_token_id=PAD, vocab_size=VOCAB)
+    spec = PackSpec(EOS, PAD, VOCAB)
     odd = tmp_path / "odd.npy"
     odd.write_bytes(b"\0" * 10)
     with pytest.raises(OlmaxError, match=r"odd\.npy: size 10 bytes"):
-        build_packed_index([str(good), str(odd)], ["a", "a"], L, **kwargs)
+        build_packed_index([str(good), str(odd)], ["a", "a"], L, spec)
     big = tmp_path / "big.npy"
     np.array([1, VOCAB + 3, EOS], dtype=np.uint32).tofile(big)
     with pytest.raises(OlmaxError, match=r"big\.npy: token 100281 at token offset 1"):
-        build_packed_index([str(big)], ["a"], L, **kwargs)
+        build_packed_index([str(big)], ["a"], L, spec)
     noeos = tmp_path / "noeos.npy"
     np.array([1, 2, 3], dtype=np.uint32).tofile(noeos)
     with pytest.raises(OlmaxError, match=r"noeos\.npy: no complete document"):
-        build_packed_index([str(noeos)], ["a"], L, **kwargs)
+        build_packed_index([str(noeos)], ["a"], L, spec)
     with pytest.raises(OlmaxError, match=r"missing\.npy: token file not found"):
-        build_packed_index([str(tmp_path / "missing.npy")], ["a"], L, **kwargs)
+        build_packed_index([str(tmp_path / "missing.npy")], ["a"], L, spec)
     with pytest.raises(OlmaxError, match="not a power of two"):
-        build_packed_index([str(good)], ["a"], 48, **kwargs)
+        build_packed_index([str(good)], ["a"], 48, spec)

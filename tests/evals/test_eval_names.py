@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from olmax.cli import main
-from olmax.data.evalspec import parse_eval_spec, parse_eval_specs, set_name
 from olmax.errors import OlmaxError
+from olmax.evalsets.spec import parse_eval_spec, parse_eval_specs, set_name
 
 WORDS = (
     "river stone lantern orchard copper meadow thistle harbor violet quarry falcon ember willow cedar "
@@ -64,8 +64,8 @@ def audited(tmp_path_factory):
     """`olmax audit leaks` over three sets given three ways: 10 of 30 quiz items, 4 of 12 other items and
     sciq's items 1, 3 and 5 are planted in the training mix."""
     from olmax.assets import tokenizer_path
-    from olmax.audit.evalsets import load_eval
     from olmax.data.tokenize import load_tokenizer
+    from olmax.evalsets.read import load_eval
 
     root = tmp_path_factory.mktemp("names")
     rng = random.Random(0)

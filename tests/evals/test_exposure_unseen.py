@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from olmax.data.index import index_from_sizes
-from olmax.evals.exposure import UnseenPool
+from olmax.evals.exposure_file import UnseenPool
 
 
 def make_index(rng, files=40, seq_len=4):

@@ -135,7 +135,7 @@ def test_memorization_report_gains_the_contaminated_check():
 
 
 def test_choice_rows_point_at_the_gold_answer(tokenizer):
-    from olmax.data.evalsets import read_eval_rows, resolve_source
+    from olmax.evalsets.read import read_eval_rows, resolve_source
 
     for name in ("sciq", "arc_easy"):
         rows = choice_rows(name, name, tokenizer, 256, limit=5)

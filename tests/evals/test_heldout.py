@@ -12,7 +12,7 @@ from olmax.cli import main
 from olmax.errors import OlmaxError
 from olmax.evals.heldout import prepare_eval_set, prepare_eval_sets, run_heldout
 from olmax.evals.instances import build_instances
-from olmax.evals.sets import EvalSet
+from olmax.evalsets.sets import EvalSet
 
 TEXTS = (
     "The quick brown fox jumps over the lazy dog.",

@@ -10,7 +10,7 @@ import pytest
 
 from olmax.data.tokenize import load_tokenizer
 from olmax.evals.curves import read_run
-from olmax.evals.heldout import prepare_eval_sets, run_heldout
+from olmax.evals.heldout import SetReading, prepare_eval_sets, run_heldout
 from olmax.evals.hook import train_hook
 from olmax.jsonio import append_jsonl
 
@@ -26,7 +26,7 @@ def test_hook_scores_and_metrics_round_trip(model, tokenizer_file, tmp_path):
     assert hook(SimpleNamespace(step=20, model=model)) == first  # same params: same numbers
     # the hook's numbers are run_heldout's on the same set, and both are the CE computed here from the logits
     (prepared,) = prepare_eval_sets(
-        [f"held={data}"], load_tokenizer(str(tokenizer_file)), 32, vocab_size=1000
+        [f"held={data}"], load_tokenizer(str(tokenizer_file)), 32, SetReading(vocab_size=1000)
     )
     (rec,) = run_heldout(model, [prepared], step=10)
     assert {m: first[f"held/{m}"] for m in ("ce", "ppl", "bpb", "tokens")} == {

@@ -152,7 +152,7 @@ metric_list:
 def test_lm_eval_runs_local_tasks_end_to_end(lm, hf_model, tokenizer, tmp_path, monkeypatch):
     import datasets
 
-    from olmax.evals.lm_eval_adapter import evaluate
+    from olmax.evals.lm_eval_adapter import TaskRun, evaluate
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -163,7 +163,7 @@ def test_lm_eval_runs_local_tasks_end_to_end(lm, hf_model, tokenizer, tmp_path, 
     tasks.mkdir()
     for name, body in TASKS.items():
         (tasks / f"{name}.yaml").write_text(body.format(arrow=arrow))
-    res = evaluate(lm, list(TASKS), include_path=str(tasks), include_defaults=False)["results"]
+    res = evaluate(lm, list(TASKS), TaskRun(include_path=str(tasks), include_defaults=False))["results"]
     # accuracy: the choice with the highest loglikelihood, computed by transformers
     docs = [(q["question"], q["choices"], q["label"]) for q in QUESTIONS]
     want = transformers_mc_accuracy(hf_model, tokenizer, docs, max_length=64)

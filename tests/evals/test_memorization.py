@@ -10,7 +10,7 @@ from evals_synthetic import STEPS, base_loss, write_reference_csv, write_run
 
 from olmax.cli import main
 from olmax.evals.curves import read_csv_curve, read_run
-from olmax.evals.exposure import Exposure, attach_mix, read_exposure
+from olmax.evals.exposure_file import Exposure, attach_mix, read_exposure
 from olmax.evals.memorization import (
     Thresholds,
     check_exposure,

@@ -8,7 +8,7 @@ import optax
 import pytest
 from flax import nnx
 
-from olmax.evals.exposure import Exposure
+from olmax.evals.exposure_file import Exposure
 from olmax.evals.memorization import Thresholds, check_exposure, check_extraction
 from olmax.model import init_model, tiny
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from olmax.cli import main
-from olmax.data.evalspec import V3_SMALL_PPL, parse_eval_specs
 from olmax.errors import OlmaxError
-from olmax.evals.heldout import prepare_eval_sets, run_heldout
+from olmax.evals.heldout import SetReading, prepare_eval_sets, run_heldout
+from olmax.evalsets.spec import V3_SMALL_PPL, parse_eval_specs
 
 SEQ_LEN = 24
 
@@ -117,7 +117,7 @@ def test_weights_by_hand_and_metric_names(token_sets, tokenizer):
     from olmax.evals.hook import flatten
 
     vocab = 1000
-    [ps] = prepare_eval_sets([f"a={token_sets['a']}"], tokenizer, SEQ_LEN, vocab_size=vocab)
+    [ps] = prepare_eval_sets([f"a={token_sets['a']}"], tokenizer, SEQ_LEN, SetReading(vocab_size=vocab))
     [rec] = run_heldout(lambda ids: jnp.zeros((*ids.shape, vocab), jnp.float32), [ps])
     docs = np.split(
         np.fromfile(token_sets["a"], np.uint32),

@@ -146,12 +146,12 @@ def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, hf_model, tokenizer, t
     from lm_eval.tasks import TaskManager, get_task_dict
     from test_lm_eval_adapter import transformers_mc_accuracy
 
-    from olmax.evals.lm_eval_adapter import OlmaxLM, evaluate
+    from olmax.evals.lm_eval_adapter import OlmaxLM, TaskRun, evaluate
     from olmax.evals.lm_eval_tasks import bundled_task_dir
 
     lm = OlmaxLM(checkpoint=str(hf_checkpoint), max_length=256, batch_size=8)
     tasks = ["olmax_arc_easy", "olmax_boolq", "olmax_sciq", "olmax_piqa"]
-    res = evaluate(lm, tasks, limit=3)
+    res = evaluate(lm, tasks, TaskRun(limit=3))
     defs = get_task_dict(
         tasks, TaskManager(include_path=str(bundled_task_dir(tasks)), include_defaults=False)
     )

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def mix(tmp_path_factory) -> dict:
     from olmax.assets import tokenizer_path
-    from olmax.audit.evalsets import load_eval
     from olmax.data.tokenize import load_tokenizer
+    from olmax.evalsets.read import load_eval
 
     root = tmp_path_factory.mktemp("kill-audits")
     tok = load_tokenizer(str(tokenizer_path("dolma2", quiet=True)))

@@ -123,7 +123,7 @@ def test_model_parity_passes_on_the_export(exported, offline):
 def test_lm_eval_hf_backend_scores_the_export_as_the_adapter_scores_the_run(run, exported, offline, tmp_path):
     from lm_eval.models.huggingface import HFLM
 
-    from olmax.evals.lm_eval_adapter import evaluate
+    from olmax.evals.lm_eval_adapter import TaskRun, evaluate
 
     out = tmp_path / "olmax.json"
     assert (
@@ -148,8 +148,7 @@ def test_lm_eval_hf_backend_scores_the_export_as_the_adapter_scores_the_run(run,
     hf = evaluate(
         HFLM(pretrained=str(exported), dtype="float32", device="cpu", batch_size=8),
         ["olmax_arc_easy"],
-        limit=24,
-        log_samples=True,
+        TaskRun(limit=24, log_samples=True),
     )
     a, b = ours["samples"]["olmax_arc_easy"], hf["samples"]["olmax_arc_easy"]
     assert [x["doc_id"] for x in a] == [x["doc_id"] for x in b] and len(a) == 24

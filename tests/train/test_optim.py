@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from olmax.train.config import OptimConfig
-from olmax.train.loss import cross_entropy, head_cross_entropy
+from olmax.train.loss import HeadLoss, cross_entropy, head_cross_entropy
 from olmax.train.optim import (
     adamw_update,
     apply_update,
@@ -218,7 +218,7 @@ def test_fused_head_cross_entropy_matches_full_logits(chunk, store):
         return ce + z
 
     def fused(h, w):
-        ce, z, _ = head_cross_entropy(h, w, ids, 1e-2, 20, chunk, store)
+        ce, z, _ = head_cross_entropy(h, w, ids, HeadLoss(1e-2, 20, chunk, store))
         return ce + z
 
     (va, ga), (vb, gb) = jax.value_and_grad(full, (0, 1))(h, w), jax.value_and_grad(fused, (0, 1))(h, w)
@@ -245,7 +245,9 @@ def test_fused_head_cross_entropy_saved_blocks_survive_a_late_maximum():
 
     want = np.asarray(jax.grad(full)(w))
     for store in (False, True):
-        got = jax.grad(lambda w, store=store: sum(head_cross_entropy(h, w, ids, 1e-3, 32, 4, store)[:2]))(w)
+        got = jax.grad(
+            lambda w, store=store: sum(head_cross_entropy(h, w, ids, HeadLoss(1e-3, 32, 4, store))[:2])
+        )(w)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 

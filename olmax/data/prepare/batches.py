@@ -1,0 +1,138 @@
+"""Prepare's documents in batches: read from the inputs in order (`read_batches`, what every pass of prepare
+reads: the dedup stages, the local and the Beam runner), read ahead on a thread (`prefetch`) and tokenized
+(`encode_docs`)."""
+
+from __future__ import annotations
+
+import bisect
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from olmax.data import readers
+from olmax.data.prepare.config import PrepareConfig
+from olmax.data.tokenize import Tokenizer
+from olmax.errors import OlmaxError
+
+BATCH_TEXT_BYTES = (
+    1 << 20
+)  # ~1 MB of text per tokenizer task: big enough to amortize, small enough to overlap
+
+
+BatchDoc = tuple[int, readers.Doc, int]  # (file index, document, bad lines read before it)
+
+
+def read_batches(
+    files: list[str],
+    cfg: PrepareConfig,
+    text_field: str,
+    start: tuple[int, int],
+    stats: readers.ReadStats,
+    first_file: int = 0,
+) -> Iterator[list[BatchDoc]]:
+    """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text,
+    each with the number of bad lines `stats` had counted when it was read (so a count can be tied to a
+    position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`."""
+    batch: list[BatchDoc] = []
+    size = 0
+    for fi in range(start[0], len(files)):
+        after = start[1] if fi == start[0] else 0
+        for doc in readers.read_documents(
+            files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats
+        ):
+            batch.append((fi + first_file, doc, stats.bad_lines))
+            size += len(doc.text)
+            if size >= BATCH_TEXT_BYTES:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def prefetch(it: Iterator, depth: int) -> Iterator:
+    """Run `it` in a background thread (JSON parsing overlaps tokenization); re-raise its errors here."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put(e)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+@dataclass
+class Encoded:
+    """A tokenized batch: the kept documents' tokens (each followed by EOS) and lengths, the kept
+    `BatchDoc`s and their UTF-8 bytes, and where in the batch the kept and the skipped (empty) ones were."""
+
+    tokens: np.ndarray
+    lengths: list[int]
+    kept: list[BatchDoc]
+    nbytes: list[int]
+    kept_at: list[int]
+    empty_at: list[int]
+
+    def empties_before(self, j: int) -> int:
+        """Empty documents of this batch read before its j-th kept document."""
+
+        return bisect.bisect_left(self.empty_at, self.kept_at[j])
+
+
+def encode_docs(tok: Tokenizer, batch: list[BatchDoc], dolma_compat: bool = False) -> Encoded:
+    """Tokenize a batch (`Encoded`).
+
+    `dolma_compat` reproduces `dolma tokens` (1.2.1): it tokenizes `text.strip()`, skips documents empty
+    after stripping, and appends EOS only when the last token is not already EOS."""
+    kept, texts, nbytes, kept_at, empty_at = [], [], [], [], []
+    for at, (fi, doc, bad) in enumerate(batch):
+        text = doc.text.strip() if dolma_compat else doc.text
+        if not text:
+            empty_at.append(at)
+            continue
+        try:
+            nbytes.append(len(text.encode("utf-8")))
+        except UnicodeEncodeError as e:
+            raise OlmaxError(
+                f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+                f"character {e.start} (not valid Unicode); fix the escape in the JSON"
+            ) from None
+        kept.append((fi, doc, bad))
+        kept_at.append(at)
+        texts.append(text)
+    flat: list[int] = []
+    lengths = []
+    eos = tok.eos_token_id
+    for seq in tok.encode_batch(texts, num_threads=1):
+        start = len(flat)
+        flat.extend(seq)
+        if not (dolma_compat and seq and seq[-1] == eos):
+            flat.append(eos)
+        lengths.append(len(flat) - start)
+    return Encoded(np.array(flat, dtype=np.uint32), lengths, kept, nbytes, kept_at, empty_at)

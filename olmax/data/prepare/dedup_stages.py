@@ -1,0 +1,275 @@
+"""`olmax data prepare --dedup exact,minhash,substring`: the removal decisions, made in a pass over every
+document before any shard is written, then applied by the shard-writing pass.
+
+Stages, always in this order (Dolma 3's), each over the documents the previous ones kept, in input
+order (mix spec source order, then file, then line); documents prepare skips (empty texts) take no part:
+- exact: documents with the same text (xxh3-128 of its UTF-8) as an earlier one.
+- minhash: near-duplicates (olmax.dedup.minhash: word n-gram shingles, LSH, Jaccard-verified pairs,
+  connected components); the first document of a cluster is kept.
+- substring: byte spans of >= `substring_min_bytes` seen in an earlier document are cut out
+  (olmax.dedup.substring), within partitions of consecutive documents of about
+  `substring_partition_bytes` of text each (in input order, so the same partitions for any runner
+  or --workers).
+
+Resume stays exact: the decisions are written atomically to `OUT/.olmax-dedup.json` before the first
+shard; a rerun after a kill loads them (the journal's settings include the dedup settings), and the
+shard-writing pass drops and edits documents by them. `OUT/removed.jsonl` (one record per removed or
+edited document, in input order) and the manifest's counts are written at the end with mix.txt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from olmax.atomic import write_text
+from olmax.data import readers
+from olmax.data.prepare.batches import read_batches
+from olmax.data.prepare.config import DedupSettings, PrepareConfig
+from olmax.dedup.minhash import cluster, signatures
+from olmax.dedup.params import MinHashParams
+from olmax.dedup.shingles import NORMALIZATION, text_shingles
+from olmax.dedup.substring import cut, repeated_spans
+from olmax.errors import OlmaxError
+from olmax.jsonio import write_json
+
+REMOVED_FILE = "removed.jsonl"
+DECISIONS_FILE = ".olmax-dedup.json"  # written before the first shard; a resume reads it back
+
+
+@dataclass
+class _Docs:
+    """What the decision pass keeps per document (input order): where it is and its id."""
+
+    source: list[int] = field(default_factory=list)
+    file: list[int] = field(default_factory=list)
+    loc: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+def utf8(doc: readers.Doc) -> bytes:
+    try:
+        return doc.text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OlmaxError(
+            f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+            f"character {e.start} (not valid Unicode); fix the escape in the JSON"
+        ) from None
+
+
+def _documents(cfg: PrepareConfig, files: dict[str, list[str]]):
+    """(source index, file index, doc) of every document prepare would tokenize, in input order
+    (`read_batches`: prepare's reader, so both passes see the same documents)."""
+    for si, spec in enumerate(cfg.sources):
+        yield from ((si, b) for b in stage_batches(cfg, si, files[spec.label]))
+
+
+def stage_batches(cfg: PrepareConfig, source: int, paths: list[str], first_file: int = 0):
+    """Batches of (file index, doc) of the documents of `paths` (files `first_file`...) of a source that
+    take part in the stages: those prepare tokenizes (the Beam runner reads one file at a time)."""
+    spec = cfg.sources[source]
+    stats = readers.ReadStats()
+    text_field = spec.text_field or cfg.text_field
+    for batch in read_batches(paths, cfg, text_field, (0, 0), stats, first_file=first_file):
+        yield [(fi, d) for fi, d, _ in batch if (d.text.strip() if cfg.dolma_compat else d.text)]
+
+
+def _shingle_batch(texts: list[str], params: MinHashParams):
+    sh, off = text_shingles(texts, params.ngram)
+    return sh, np.diff(off), signatures(sh, off, params)
+
+
+def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
+    """Run the stages over every document: {"records": [...], "counts": {...}, ...} (module docstring)."""
+    st: DedupSettings = cfg.dedup
+    docs = _Docs()
+    removed: dict[int, dict] = {}
+    seen: dict[int, int] = {}
+    mh_docs: list[int] = []  # document numbers that reach the minhash stage
+    parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
+    pending: list = []
+    text_bytes = 0
+    with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
+        for si, batch in _documents(cfg, files):
+            texts = []
+            for fi, d in batch:
+                g = len(docs.ids)
+                docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
+                data = utf8(d)
+                text_bytes += len(data)
+                if "exact" in st.stages:
+                    h = xxhash.xxh3_128_intdigest(data)
+                    first = seen.setdefault(h, g)
+                    if first != g:
+                        removed[g] = {"stage": "exact", "kept": first}
+                        continue
+                if "minhash" in st.stages:
+                    mh_docs.append(g)
+                    texts.append(d.text)
+            if texts:
+                pending.append(pool.submit(_shingle_batch, texts, st.minhash))
+            while len(pending) > cfg.workers:  # bounded: the texts of a few batches in flight at most
+                parts.append(pending.pop(0).result())
+        parts += [p.result() for p in pending]
+    candidates = 0
+    if mh_docs:
+        sh = np.concatenate([p[0] for p in parts])
+        off = np.zeros(len(mh_docs) + 1, np.int64)
+        np.cumsum(np.concatenate([p[1] for p in parts]), out=off[1:])
+        sig = np.concatenate([p[2] for p in parts])
+        cl = cluster(sh, off, sig, st.minhash)
+        candidates = cl.candidates
+        for m in cl.removed.tolist():
+            removed[mh_docs[m]] = {
+                "stage": "minhash",
+                "kept": mh_docs[int(cl.keep[m])],
+                "jaccard": round(float(cl.jaccard[m]), 6),
+            }
+    partitions = 0
+    if "substring" in st.stages:
+        partitions = _substring(cfg, files, docs, removed)
+    return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
+
+
+def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict]) -> int:
+    """Add the substring stage's records to `removed`; returns the number of partitions."""
+    st: DedupSettings = cfg.dedup
+    where = {(s, f, loc): g for g, (s, f, loc) in enumerate(zip(docs.source, docs.file, docs.loc))}
+    partitions = 0
+    group: list[int] = []
+    data: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal group, data, size, partitions
+        if not group:
+            return
+        d, a, b, kept = repeated_spans(data, st.substring_min_bytes)
+        for k in range(d.size):
+            g = group[int(d[k])]
+            rec = removed.setdefault(g, {"stage": "substring", "kept": group[int(kept[k])], "spans": []})
+            rec["spans"].append([int(a[k]), int(b[k])])
+        partitions += 1
+        group, data, size = [], [], 0
+
+    for si, batch in _documents(cfg, files):
+        for fi, d in batch:
+            g = where[(si, fi, d.loc)]
+            if g in removed:
+                continue
+            group.append(g)
+            data.append(utf8(d))
+            size += len(data[-1])
+            if size >= st.substring_partition_bytes:
+                flush()
+    flush()
+    return partitions
+
+
+def _decisions(
+    cfg: PrepareConfig, docs: _Docs, removed: dict[int, dict], candidates: int, partitions: int
+) -> dict:
+    found = []
+    for g, r in removed.items():
+        at = (docs.source[g], docs.file[g], docs.loc[g])
+        found.append((at, r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]]}))
+    return decisions_of(cfg, found, len(docs.ids), candidates, partitions)
+
+
+def decisions_of(
+    cfg, found: list[tuple[tuple, dict]], documents: int, candidates: int, partitions: int
+) -> dict:
+    """The decisions file's content (either runner) from `found`: (input position (source, file, line),
+    {"id", "stage", "kept": kept id, "jaccard"?, "spans"?}) per removed or edited document, any order."""
+    labels = [s.label for s in cfg.sources]
+    records = []
+    for at, r in sorted(found, key=lambda x: x[0]):
+        rec = {"id": r["id"], "source": labels[at[0]], "stage": r["stage"], "kept": r["kept"]}
+        if "jaccard" in r:
+            rec["jaccard"] = r["jaccard"]
+        if "spans" in r:
+            rec["spans"] = r["spans"]
+        rec["at"] = list(at)
+        records.append(rec)
+    counts = {s: sum(1 for r in records if r["stage"] == s) for s in cfg.dedup.stages}
+    cut_bytes = sum(b - a for r in records for a, b in r.get("spans", []))
+    return {
+        "settings": asdict(cfg.dedup),
+        "documents": documents,
+        "counts": counts,
+        "minhash_candidate_pairs": candidates,
+        "substring_bytes_removed": cut_bytes,
+        "substring_partitions": partitions,
+        "records": records,
+    }
+
+
+def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], planner=None) -> dict:
+    """The decisions of this run: read back after a kill, else made now (by `planner(cfg, files)`, default `plan`; the Beam runner passes its pipeline) and written atomically."""
+    path = out / DECISIONS_FILE
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
+            return saved
+    t0, c0 = time.monotonic(), time.process_time()
+    decisions = (planner or plan)(cfg, files)
+    write_json(path, decisions)
+    print(
+        f"olmax: dedup decisions for {decisions['documents']:,} documents "
+        f"({decisions['text_bytes'] / 1e6:,.2f} MB of text) in {time.monotonic() - t0:.2f}s "
+        f"({time.process_time() - c0:.2f}s CPU)",
+        file=sys.stderr,
+    )
+    return decisions
+
+
+def edits_of(decisions: dict, source: int) -> dict[tuple[int, int], list | None]:
+    """A source's (file, line) → spans to cut, or None for a removed document."""
+    return {(r["at"][1], r["at"][2]): r.get("spans") for r in decisions["records"] if r["at"][0] == source}
+
+
+def apply_edits(batches, edits: dict):
+    """Prepare's batches with removed documents dropped and the substring stage's spans cut."""
+    for batch in batches:
+        kept = []
+        for fi, doc, bad in batch:
+            key = (fi, doc.loc)
+            if key not in edits:
+                kept.append((fi, doc, bad))
+            elif edits[key] is not None:
+                text = cut(doc.text.encode("utf-8"), edits[key]).decode("utf-8")
+                kept.append((fi, replace(doc, text=text), bad))
+        if kept:
+            yield kept
+
+
+def write_removed(out: Path, decisions: dict) -> None:
+    lines = []
+    for r in decisions["records"]:
+        lines.append(json.dumps({k: v for k, v in r.items() if k != "at"}, ensure_ascii=False) + "\n")
+    write_text(out / REMOVED_FILE, "".join(lines))
+
+
+def manifest_entry(decisions: dict) -> dict:
+    st = decisions["settings"]
+    return {
+        "stages": list(st["stages"]),
+        "settings": st,
+        "normalization": NORMALIZATION,
+        "documents_seen": decisions["documents"],
+        "text_bytes_seen": decisions["text_bytes"],
+        "removed": decisions["counts"],
+        "minhash_candidate_pairs": decisions["minhash_candidate_pairs"],
+        "substring_bytes_removed": decisions["substring_bytes_removed"],
+        "substring_partitions": decisions["substring_partitions"],
+        "substring_partitioning": "consecutive documents in input order, about "
+        f"{st['substring_partition_bytes']} bytes of text each; repeats are found within a partition",
+        "removed_file": REMOVED_FILE,
+    }
