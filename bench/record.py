@@ -1,0 +1,311 @@
+"""The record of one benchmark run: `bench/results/NAME.json`, the source of every published speed figure.
+
+A benchmark builds one `Record`, names each side it runs, adds every repetition's raw timings and the
+figures it publishes, and writes the file at the end:
+
+    from record import Record, add_arguments, interleaved
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)                                   # --smoke, --results DIR
+    args = parser.parse_args()
+    rec = Record("loader", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec.side("olmax", version=package_version("olmax"), setting="num_threads=2, prefetch 4")
+    rec.side("olmo-core", version=package_version("ai2-olmo-core"), setting="num_workers=2")
+    runs = interleaved({"olmax": time_olmax, "olmo-core": time_peer}, reps=3)   # A B A B A B
+    rec.timings("epoch", "olmax", runs["olmax"], "s", WARM_WALL)
+    rec.figure("olmax_tokens_per_s", rates, "M tokens/s")   # stores median, min, max and the values
+    rec.write()                                             # bench/results/loader.json
+
+What a record holds: the exact command (`argv`), the commit and whether the tree had changes outside
+bench/results/, the UTC start date, the machine (cores, CPU model, memory, load average when the record was
+opened and when it was written), each side's package version and setting, every timing list with its unit
+and how it was taken, and the figures. Keys are sorted and `schema` says the layout's version, so two
+records diff cleanly.
+
+A figure is cited in README.md and docs/ as a link whose text is the figure as the record gives it (its
+median, then its min–max when it has more than one value) and whose target is the record plus the
+figure's name, e.g. `[412 M tokens/s (398–420)](bench/results/loader.json#olmax_tokens_per_s)`;
+tests/bench/test_records.py checks every such citation against the record.
+
+Smoke runs (`--smoke`: a small input, seconds) exercise the whole benchmark in CI; their records go to
+`--results DIR` or `bench/out/results/`, never over the committed full-size records in bench/results/.
+
+Timing like for like: both sides of a ratio are timed the same way, and each timing list says which
+(`how`): `PROCESS_CPU` (whole-process CPU seconds, children included, from start to output, taken with
+`process_cpu`) or `WARM_WALL` / `WARM_CPU` (in-process, after an untimed warm-up call). `interleaved`
+runs the sides A B A B ... so both see the same background load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import resource
+import shlex
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from olmax.atomic import write_text
+from olmax.jsonio import plain
+
+SCHEMA = 1
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS = BENCH / "results"  # the committed full-size records
+SMOKE_RESULTS = BENCH / "out" / "results"  # git-ignored: where smoke runs write unless told otherwise
+KEY = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+# How a timing was taken (a timing list's `how`); both sides of a ratio must use the same one.
+PROCESS_CPU = "whole-process CPU seconds (user + system, children included), start to output"
+PROCESS_WALL = "whole-process wall seconds, start to output"
+WARM_WALL = "warm in-process wall seconds (after an untimed warm-up call)"
+WARM_CPU = "warm in-process CPU seconds (after an untimed warm-up call)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The two options every benchmark takes: `--smoke` and `--results DIR`."""
+    parser.add_argument(
+        "--smoke", action="store_true", help="a small input that runs the whole benchmark in seconds (CI)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help=f"folder for NAME.json (default: {RESULTS.relative_to(ROOT)}, or "
+        f"{SMOKE_RESULTS.relative_to(ROOT)} with --smoke)",
+    )
+
+
+def package_version(dist: str) -> str:
+    """The installed version of distribution `dist`, or "not installed"."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """median, min, max, n and the values themselves (a figure's body)."""
+    if not values:
+        raise ValueError("a figure needs at least one value")
+    vals = [float(v) for v in values]
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+        "values": vals,
+    }
+
+
+def format_figure(fig: dict[str, Any], digits: int = 1) -> str:
+    """`median unit (min–max)` as the docs write it, e.g. `412.0 M tokens/s (398.2–420.5)`."""
+    text = f"{fig['median']:.{digits}f} {fig['unit']}".rstrip()
+    if fig["n"] > 1:
+        text += f" ({fig['min']:.{digits}f}–{fig['max']:.{digits}f})"
+    return text
+
+
+def pairwise_ratio(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """num[i] / den[i] for each interleaved repetition i (the ratio's figure keeps each pair's own ratio)."""
+    if len(num) != len(den):
+        raise ValueError(f"{len(num)} values against {len(den)}: a pairwise ratio needs the same repetitions")
+    return [a / b for a, b in zip(num, den, strict=True)]
+
+
+def interleaved(fns: dict[str, Callable[[], float | None]], reps: int = 3) -> dict[str, list[float]]:
+    """Call each fn once per repetition in the dict's order (A B A B ...); each side's list of results.
+
+    A fn returns its own measurement (seconds, a rate, a `process_cpu` figure); one that returns None
+    is timed here, in wall seconds around the call (perf_counter).
+    """
+    if reps < 1:
+        raise ValueError("reps must be at least 1")
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            value = fn()
+            out[name].append(time.perf_counter() - start if value is None else float(value))
+    return out
+
+
+class ProcessRun(NamedTuple):
+    """One command's cost: CPU seconds of it and its children, wall seconds, exit status and output."""
+
+    cpu_s: float
+    wall_s: float
+    rc: int
+    stdout: str | bytes | None
+    stderr: str | bytes | None
+
+
+def _children_cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def process_cpu(cmd: Sequence[str], **run_kw: Any) -> ProcessRun:
+    """Run `cmd` to its end (subprocess.run with `run_kw`) and measure it as PROCESS_CPU.
+
+    CPU is user + system seconds of the process and every descendant it waited for (the kernel adds a
+    reaped child's time to its parent's), read as the growth of this process's RUSAGE_CHILDREN. Run one
+    command at a time: a child of this process reaped concurrently would count too.
+    """
+    before, start = _children_cpu(), time.perf_counter()
+    proc = subprocess.run(list(cmd), **run_kw)
+    wall = time.perf_counter() - start
+    return ProcessRun(_children_cpu() - before, wall, proc.returncode, proc.stdout, proc.stderr)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib() -> float | None:
+    """Total memory in GiB (from /proc/meminfo), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine() -> dict[str, Any]:
+    """The machine a record was taken on; `load_average` is the 1/5/15-minute load when the record opened."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cores": os.cpu_count(),
+        "cores_usable": usable,
+        "cpu_model": cpu_model(),
+        "memory_gib": memory_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": load_average(),
+    }
+
+
+def git_state(root: Path = ROOT) -> dict[str, Any]:
+    """The commit checked out at `root` and whether the tree differs from it outside bench/results/."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        changed = [
+            line for line in git("status", "--porcelain").splitlines() if "bench/results/" not in line[3:]
+        ]
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(changed)}
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """`python bench/NAME.py ARGS` as a shell line, the script's path relative to the project root."""
+    if not argv:
+        return ""
+    script = Path(argv[0])
+    if script.is_absolute() and script.resolve().is_relative_to(ROOT):
+        script = script.resolve().relative_to(ROOT)
+    return shlex.join(["python", str(script), *[str(a) for a in argv[1:]]])
+
+
+class Record:
+    """One benchmark run's record; `write()` puts it at `results/NAME.json` (see the module docstring)."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str] | None = None, smoke: bool = False, results: Path | None = None
+    ):
+        if not KEY.fullmatch(name):
+            raise ValueError(f"record name {name!r}: lower-case letters, digits, '_', '.', '-'")
+        folder = Path(results) if results is not None else (SMOKE_RESULTS if smoke else RESULTS)
+        if smoke and folder.resolve() == RESULTS.resolve():
+            raise ValueError(f"a smoke run never writes into {RESULTS}: pass --results DIR")
+        self.name, self.path = name, folder / f"{name}.json"
+        self._started = time.perf_counter()
+        self.data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "name": name,
+            "command": command_line(argv or []),
+            "smoke": bool(smoke),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "machine": machine(),
+            "sides": {},
+            "timings": {},
+            "figures": {},
+            "notes": {},
+        }
+        self.data.update(git_state())
+
+    def side(self, name: str, version: str, setting: str, **extra: Any) -> None:
+        """A side of the comparison: its package version and the setting it ran under (as a user would set it)."""
+        self.data["sides"][name] = {"version": version, "setting": setting, **extra}
+
+    def timings(self, label: str, side: str, values: Sequence[float], unit: str, how: str) -> None:
+        """Every repetition's raw value of one measurement of one side, in order, with how it was taken."""
+        if side not in self.data["sides"]:
+            raise ValueError(f"timings for side {side!r}: name it with side() first")
+        if not how:
+            raise ValueError("say how the timing was taken (PROCESS_CPU, WARM_WALL, ...)")
+        key = f"{side}.{label}"
+        self.data["timings"][key] = {
+            "side": side,
+            "label": label,
+            "unit": unit,
+            "how": how,
+            "values": [float(v) for v in values],
+        }
+
+    def figure(self, name: str, values: Sequence[float], unit: str, **about: Any) -> dict[str, Any]:
+        """A published figure: median, min, max of `values` in `unit` (the unit the docs print it in)."""
+        if not KEY.fullmatch(name):
+            raise ValueError(f"figure name {name!r}: lower-case letters, digits, '_', '.', '-'")
+        fig = {**summary(values), "unit": unit, **about}
+        self.data["figures"][name] = fig
+        return fig
+
+    def note(self, key: str, value: Any) -> None:
+        """Anything else a reader needs to redo the run: input size, seed, a check that passed."""
+        self.data["notes"][key] = value
+
+    def write(self) -> Path:
+        """Add the load average now and the run's wall seconds, and write the record atomically."""
+        self.data["machine"]["load_average_after"] = load_average()
+        self.data["wall_s"] = round(time.perf_counter() - self._started, 3)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(self.path, json.dumps(plain(self.data), indent=1, sort_keys=True, allow_nan=False) + "\n")
+        return self.path
+
+
+def read(path: str | os.PathLike) -> dict[str, Any]:
+    """A record from its file, checked for its schema version."""
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: record schema {data.get('schema')!r}, this reader knows {SCHEMA}")
+    return data
