@@ -228,7 +228,7 @@ def run_checks(
     from olmax.evals.gains import SetScores, gains_report
     from olmax.evals.membership import check_membership
     from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
-    from olmax.evals.verdicts import Thresholds
+    from olmax.evals.verdicts import Probe, Thresholds
 
     th = Thresholds()
     replayed = replayed_of(sp, st, kind)
@@ -274,7 +274,12 @@ def run_checks(
     )
     t = time.perf_counter()
     membership = check_membership(
-        model, exp, th, reference=reference, reference_name="clean run", probe_len=st.seq_len, **kw
+        model,
+        exp,
+        th,
+        reference=reference,
+        reference_name="clean run",
+        probe=Probe(st.per_stratum, st.seq_len, kw["batch_size"]),
     )
     spent = (time.perf_counter() - t) / len(membership)
     for name, verdict in membership.items():

@@ -29,7 +29,7 @@ from scipy.stats import rankdata
 from olmax.evals.exposure_file import Exposure
 from olmax.evals.model_checks import sample_rows
 from olmax.evals.scoring import token_stats
-from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
+from olmax.evals.verdicts import Probe, Thresholds, check_verdict, skipped_check
 
 SCORES = ("min_k_pp", "zlib", "reference_ratio")
 
@@ -79,17 +79,16 @@ def check_membership(
     *,
     reference=None,
     reference_name: str | None = None,
-    per_stratum: int = 64,
-    probe_len: int = 512,
-    batch_size: int = 8,
-    seed: int = 0,
+    probe: Probe | None = None,
 ) -> dict[str, dict]:
     """The three membership checks (`SCORES`), one verdict each, over the exposure's repeated and never-served
     windows (the first `probe_len` tokens of each); `reference`: the reference model of `reference_ratio`."""
     if exp.tokens is None or exp.source is None:
         return dict.fromkeys(SCORES, skipped_check("the exposure file has no tokens/sources; pass --mix"))
-    rng = np.random.default_rng(seed + 3)
-    length = min(probe_len, exp.tokens.shape[1])
+    probe = probe or Probe()
+    per_stratum, batch_size = probe.per_stratum, probe.batch_size
+    rng = np.random.default_rng(probe.seed + 3)
+    length = min(probe.probe_len, exp.tokens.shape[1])
     repeated, unseen = exp.count >= th.repeat_min, exp.count == 0
     per_source: dict[str, dict] = {}
     for src in sorted(set(exp.source.tolist())):

@@ -48,7 +48,7 @@ from olmax.evals.model_checks import (
 from olmax.evals.plots import plot_run
 from olmax.evals.run_dir import load_run_model, replay_exposure
 from olmax.evals.scoring import load_model
-from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
+from olmax.evals.verdicts import Probe, Thresholds, check_verdict, skipped_check
 from olmax.jsonio import read_json
 
 __all__ = [
@@ -62,6 +62,8 @@ __all__ = [
     "check_train_vs_unseen",
     "memorization_report",
     "MemorizationInputs",
+    "Models",
+    "Probe",
     "run_memorization",
     "summary",
 ]
@@ -209,24 +211,30 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
     return {**check_verdict(bool(flagged), msg), **out}
 
 
+@dataclasses.dataclass(frozen=True)
+class Models:
+    """What the model checks score: the model, how it is probed, its pad id, and check 9's reference model
+    (another run's model, or an earlier checkpoint of this one) with the name the report gives it."""
+
+    model: object
+    probe: Probe = Probe()
+    pad_id: int = 0
+    reference: object = None
+    reference_name: str | None = None
+
+
 def memorization_report(
     run: Curves | None,
     *,
     reference: Curves | None = None,
     exposure: Exposure | None = None,
-    model=None,
+    models: Models | None = None,
     thresholds: Thresholds | None = None,
-    per_stratum: int = 64,
-    probe_len: int = 512,
-    batch_size: int = 8,
-    pad_id: int = 0,
     gains: dict | None = None,
     progress: bool = False,
-    reference_model=None,
-    reference_name: str | None = None,
 ) -> dict:
-    """All nine checks; `flagged` is true when any flags. `gains`: an `olmax eval gains` report (check 6).
-    `reference_model`: check 9's reference (another run's model, or an earlier checkpoint of this one).
+    """All nine checks; `flagged` is true when any flags. `reference`: a reference run's curves (check 3);
+    `models`: the checkpoint the model checks score; `gains`: an `olmax eval gains` report (check 6).
     `progress`: a tqdm bar over the checks that score the model (the long part)."""
     th = thresholds or Thresholds()
     checks = {
@@ -238,7 +246,7 @@ def memorization_report(
         ),
     }
     model_checks = ("exposure", "extract", "train_vs_unseen")
-    if exposure is None or model is None:
+    if exposure is None or models is None:
         why = skipped_check(
             "no exposure file (--exposure)" if exposure is None else "no model (--checkpoint)"
         )
@@ -247,13 +255,15 @@ def memorization_report(
     else:
         from tqdm import tqdm
 
+        model, probe = models.model, models.probe
+        per_stratum, batch_size = probe.per_stratum, probe.batch_size
         with tqdm(total=4, desc="memorization checks", unit="check", disable=not progress) as bar:
             checks["exposure"] = check_exposure(
-                model, exposure, th, per_stratum=per_stratum, probe_len=probe_len, batch_size=batch_size
+                model, exposure, th, per_stratum=per_stratum, probe_len=probe.probe_len, batch_size=batch_size
             )
             bar.update(1)
             checks["extract"] = check_extraction(
-                model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=pad_id
+                model, exposure, th, per_stratum=per_stratum, batch_size=batch_size, pad_id=models.pad_id
             )
             bar.update(1)
             checks["train_vs_unseen"] = (
@@ -268,11 +278,9 @@ def memorization_report(
                 model,
                 exposure,
                 th,
-                reference=reference_model,
-                reference_name=reference_name,
-                per_stratum=per_stratum,
-                probe_len=probe_len,
-                batch_size=batch_size,
+                reference=models.reference,
+                reference_name=models.reference_name,
+                probe=probe,
             )
             bar.update(1)
     checks["contaminated"] = (
@@ -356,16 +364,20 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         run,
         reference=ref,
         exposure=exposure,
-        model=model,
+        models=(
+            Models(
+                model,
+                Probe(inp.per_stratum, inp.probe_len, inp.batch_size),
+                pad_id,
+                ref_model,
+                ref_name,
+            )
+            if model is not None
+            else None
+        ),
         thresholds=th,
-        per_stratum=inp.per_stratum,
-        probe_len=inp.probe_len,
-        batch_size=inp.batch_size,
-        pad_id=pad_id,
         gains=gains,
         progress=inp.progress,
-        reference_model=ref_model,
-        reference_name=ref_name,
     )
     report = {
         "run": str(run_dir),

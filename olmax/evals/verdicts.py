@@ -9,6 +9,17 @@ from olmax.errors import OlmaxError
 
 
 @dataclass(frozen=True)
+class Probe:
+    """How the model checks probe a model: windows sampled per stratum, tokens scored per window, the
+    scoring batch size and the sampling seed."""
+
+    per_stratum: int = 64
+    probe_len: int = 512
+    batch_size: int = 8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Thresholds:
     repeat_min: int = 2  # "repeated": served at least this many times
     min_samples: int = 4  # instances per stratum below which checks 1 and 4 are skipped

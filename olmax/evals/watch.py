@@ -270,7 +270,7 @@ def lm_eval_record(job: Job, model, step: int, task: str) -> dict:
 
 def memorization_record(job: Job, model, step: int) -> dict:
     """The memorization checks at `step`: the run's curves up to `step`, exposure replayed to `step`."""
-    from olmax.evals.memorization import memorization_report
+    from olmax.evals.memorization import Models, Probe, memorization_report
 
     run = read_run(job.run)
     keep = run.train_steps <= step
@@ -283,9 +283,7 @@ def memorization_record(job: Job, model, step: int) -> dict:
     report = memorization_report(
         curves,
         exposure=replay_exposure(job.run, step),
-        model=model,
-        batch_size=job.batch_size,
-        pad_id=job.model_cfg.pad_token_id or 0,
+        models=Models(model, Probe(batch_size=job.batch_size), job.model_cfg.pad_token_id or 0),
     )
     return {
         "kind": "memorization",

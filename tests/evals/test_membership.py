@@ -13,7 +13,7 @@ from sklearn.metrics import roc_auc_score
 from test_memorization import V, stub_model, synthetic_exposure
 
 from olmax.evals.membership import SCORES, auroc, check_membership, window_scores
-from olmax.evals.memorization import memorization_report
+from olmax.evals.memorization import Models, Probe, memorization_report
 from olmax.evals.verdicts import Thresholds
 
 
@@ -65,16 +65,20 @@ def uniform(ids):
 def test_checks_flag_memorized_repeats_and_not_alike_windows():
     th = Thresholds(min_samples=4)
     m = stub_model()
-    bad = check_membership(m, synthetic_exposure(True, n=16), th, reference=uniform, probe_len=64)
+    bad = check_membership(
+        m, synthetic_exposure(True, n=16), th, reference=uniform, probe=Probe(probe_len=64)
+    )
     for name in SCORES:
         assert bad[name]["flagged"], bad[name]["message"]
         web = bad[name]["sources"]["web"]
         assert web["auroc"] == 1.0 and web["z"] > 4 and web["repeated"] == 16 and web["unseen"] == 16
         assert web["unseen_from"] == "the same source" and web["mean_servings"] == 5.0
-    ok = check_membership(m, synthetic_exposure(False, n=16), th, reference=uniform, probe_len=64)
+    ok = check_membership(
+        m, synthetic_exposure(False, n=16), th, reference=uniform, probe=Probe(probe_len=64)
+    )
     for name in SCORES:
         assert ok[name]["status"] == "ok" and abs(ok[name]["sources"]["web"]["z"]) < 1.0, ok[name]["message"]
-    alone = check_membership(m, synthetic_exposure(True, n=16), th, probe_len=64)
+    alone = check_membership(m, synthetic_exposure(True, n=16), th, probe=Probe(probe_len=64))
     assert (
         alone["reference_ratio"]["status"] == "skipped" and "reference" in alone["reference_ratio"]["message"]
     )
@@ -83,7 +87,9 @@ def test_checks_flag_memorized_repeats_and_not_alike_windows():
 
 def test_report_holds_the_nine_checks_and_ors_them():
     m = stub_model()
-    rep = memorization_report(None, exposure=synthetic_exposure(True, n=16), model=m, probe_len=64)
+    rep = memorization_report(
+        None, exposure=synthetic_exposure(True, n=16), models=Models(m, Probe(probe_len=64))
+    )
     assert list(rep["checks"]) == [
         "gap",
         "reference",
