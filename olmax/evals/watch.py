@@ -63,7 +63,7 @@ class WatchSettings:
         str, ...
     ] = ()  # NAME=PATH or bundled names; (): train.eval_sets, $OLMAX_EVAL_SETS, sciq+arc_easy
     limit: int | None = None  # documents per set; None: train.eval_limit, $OLMAX_EVAL_LIMIT, 64; 0: all
-    tokenizer: str | None = None  # None: $OLMAX_EVAL_TOKENIZER, else dolma2 (the in-loop hook's rule)
+    tokenizer: str | None = None  # None: the run's train.eval_tokenizer (the in-loop hook's rule)
     seq_len: int | None = None  # None: data.seq_len
     batch_size: int | None = None  # None: the in-loop hook's
     dtype: str | None = None  # compute dtype; None: the run's model.dtype
@@ -126,7 +126,7 @@ def prepare(settings: WatchSettings) -> Job:
     if settings.every < 1:
         raise OlmaxError(f"--every {settings.every}: must be >= 1")
     specs, limit = eval_settings(cfg, settings.evals, settings.limit)
-    tok = eval_tokenizer(settings.tokenizer)
+    tok = eval_tokenizer(settings.tokenizer or cfg.train.eval_tokenizer)
     seq_len = settings.seq_len or cfg.data.seq_len
     leaks = (
         contaminated_ids(read_json(settings.leaks, "an `olmax audit leaks` report"))

@@ -112,6 +112,7 @@ def _resume_config(cfg, args: argparse.Namespace):
     --config file's own differing settings are ignored (said on stderr), all but train.steps, the
     command's target. A fresh run uses `cfg`."""
 
+    from olmax.evals.hook import with_eval_defaults
     from olmax.train import runrecord
     from olmax.train.config import absolute_paths, load_config, load_run_config
 
@@ -121,6 +122,7 @@ def _resume_config(cfg, args: argparse.Namespace):
     saved = str(run_dir / runrecord.CONFIG)
     # the saved paths are read against the run folder, the command line's against the current one
     resumed = absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
+    resumed = with_eval_defaults(resumed)  # a run recorded before the defaults were filled in
     # the step to train to is the command's (--steps, else the --config file's), not a setting of the
     # run: rerunning the original command after a shorter --steps run finishes it
     resumed = resumed.replace(train=dataclasses.replace(resumed.train, steps=cfg.train.steps))
@@ -143,9 +145,12 @@ def run(args: argparse.Namespace) -> int:
     from olmax.data.loader import resolve_mix
     from olmax.data.prepare.demo_mix import ensure_stream_mix
     from olmax.errors import OlmaxError
+    from olmax.evals.hook import with_eval_defaults
     from olmax.train.config import load_config
 
-    cfg = load_config(args.config, _overrides(args))
+    # every default the run reads from the environment is filled in here, so the dry run and the record
+    # show it (docs/runs.md)
+    cfg = with_eval_defaults(load_config(args.config, _overrides(args)))
     if args.run_dir and not args.dry_run:
         cfg = _resume_config(cfg, args)
     if args.dry_run:

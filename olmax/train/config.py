@@ -74,11 +74,16 @@ class TrainConfig:
     steps: int = 1000  # absolute optimizer step to train to
     seed: int = 0  # parameter init and the saved RNG
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
+    # the three eval defaults below are filled in before a run starts (olmax.evals.hook.with_eval_defaults),
+    # so RUN/config.yaml and --dry-run show the values that ran, whatever filled them in
     eval_sets: tuple[
         str, ...
     ] = ()  # as --eval (olmax.evalsets.spec); (): $OLMAX_EVAL_SETS, else sciq and arc_easy
     eval_base_dir: str | None = None  # folder holding OLMo-core's eval-data/ (for olmo-core:... sets)
     eval_limit: int | None = None  # documents scored per set; None: $OLMAX_EVAL_LIMIT, else 64; 0: all
+    eval_tokenizer: str | None = (
+        None  # eval sets' tokenizer.json or name; None: $OLMAX_EVAL_TOKENIZER, else dolma2
+    )
     eval_downstream: tuple[str, ...] = ()  # OLMo-core downstream task names (olmax.evals.downstream)
     eval_downstream_limit: int = 0  # documents per downstream task; 0: all, as OLMo-core
     log_every: int = 1  # TensorBoard period (metrics.jsonl gets every step)
@@ -384,9 +389,16 @@ def _absolute(path: str | None, base: Path, existing_only: bool) -> str | None:
     return full if not existing_only or os.path.exists(full) else os.path.abspath(path)
 
 
+def _tokenizer_path(tokenizer: str | None, base: Path, existing_only: bool) -> str | None:
+    """A tokenizer given as a file path made absolute; a name (dolma2) stays."""
+    if tokenizer and ("/" in tokenizer or tokenizer.endswith(".json")):
+        return _absolute(tokenizer, base, existing_only)
+    return tokenizer
+
+
 def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, existing_only: bool = False):
     """`cfg` with its file paths (data.mix, data.base_dir, data.work_dir, NAME=PATH eval sets,
-    train.init_from) made absolute against `base` (default the current folder). Names that are not paths
+    train.init_from, a train.eval_tokenizer file) made absolute against `base` (default the current folder). Names that are not paths
     (the demo mix, `olmo-core:NAME`, URLs, bundled eval sets) stay. `existing_only`: a relative path is
     taken under `base` only when it exists there, else under the current folder (a run folder's
     hand-written relative paths, or an old run's paths as typed)."""
@@ -411,6 +423,9 @@ def absolute_paths(cfg: ExperimentConfig, base: str | Path | None = None, *, exi
             work_dir=_absolute(d.work_dir, base, existing_only),
         ),
         train=dataclasses.replace(
-            t, eval_sets=tuple(sets), init_from=_absolute(t.init_from, base, existing_only)
+            t,
+            eval_sets=tuple(sets),
+            init_from=_absolute(t.init_from, base, existing_only),
+            eval_tokenizer=_tokenizer_path(t.eval_tokenizer, base, existing_only),
         ),
     )

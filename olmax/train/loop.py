@@ -34,6 +34,7 @@ from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_d
 from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
 from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
+from olmax.train.optim import horizon_mismatch
 
 BATCH_KEYS = ("input_ids", "segment_ids", "label_mask")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
@@ -156,6 +157,9 @@ def train(
             runrecord.record_start(
                 cfg, run_dir, start=start, note=note, diff=diff, devices=jax.device_count()
             )
+            horizon = horizon_mismatch(cfg.optim, cfg.train.steps)
+            if horizon:  # before step 1, and in history.jsonl ("schedule")
+                print(f"olmax train: {horizon['message']}", file=sys.stderr, flush=True)
             print(
                 f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
                 f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
@@ -459,7 +463,7 @@ def dry_run(cfg: ExperimentConfig) -> str:
     tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
     fpt = flops_per_token(cfg.model, cfg.data.seq_len)
     lines = [
-        dump_yaml(cfg).rstrip(),
+        dump_yaml(absolute_paths(cfg)).rstrip(),  # as RUN/config.yaml records it
         "---",
         f"params: {count_params(cfg.model):,} ({count_params(cfg.model, padded=True):,} with vocab padding)",
         f"forward FLOPs/token: {fpt:,.0f} (train step: 3x = {3 * fpt:,.0f})",
@@ -468,6 +472,7 @@ def dry_run(cfg: ExperimentConfig) -> str:
         f"train FLOPs: {3 * fpt * tokens_per_step * cfg.train.steps:.3e}",
         f"lr schedule: {cfg.optim.schedule}, peak {cfg.optim.lr:g}, warmup {cfg.optim.warmup_steps}, "
         f"horizon {cfg.optim.t_max or cfg.train.steps} steps, final {cfg.optim.alpha_f:g} x peak",
+        *([f"schedule: {h['message']}"] if (h := horizon_mismatch(cfg.optim, cfg.train.steps)) else []),
         f"devices: {jax.device_count()} visible (global batch fixed; microbatches derived per device count)",
     ]
     return "\n".join(lines)

@@ -69,6 +69,38 @@ def learning_rate(cfg: OptimConfig, step, t_max: int):
     return _where(step < warmup, head, _where(step >= t_max, eta_min, decayed))
 
 
+def horizon_mismatch(cfg: OptimConfig, steps: int) -> dict | None:
+    """What a run to step `steps` gets from a schedule whose horizon `optim.t_max` is another step, or None
+    when they agree (t_max unset means train.steps; a constant schedule has no horizon): `{"steps",
+    "t_max", "final_lr", "peak_lr", "end_lr", "aligns", "message"}`, where `final_lr` is the lr of the
+    last step, `end_lr` the schedule's final value and `aligns` the override that makes them one."""
+    if cfg.schedule == "constant" or not cfg.t_max or cfg.t_max == steps or steps <= 0:
+        return None
+    final = float(learning_rate(cfg, steps, cfg.t_max))
+    end = cfg.lr * cfg.alpha_f
+    aligns = f"optim.t_max={steps}"
+    if steps < cfg.t_max:
+        what = (
+            f"train.steps {steps} stops before the lr schedule's horizon optim.t_max {cfg.t_max}: the last "
+            f"step runs at lr {final:.3g} (peak {cfg.lr:.3g}), not at the schedule's final {end:.3g}, which "
+            f"it reaches at step {cfg.t_max}"
+        )
+    else:
+        what = (
+            f"train.steps {steps} runs past the lr schedule's horizon optim.t_max {cfg.t_max}: steps "
+            f"{cfg.t_max + 1}-{steps} all run at the schedule's final lr {end:.3g} (peak {cfg.lr:.3g})"
+        )
+    return {
+        "steps": steps,
+        "t_max": cfg.t_max,
+        "final_lr": final,
+        "peak_lr": cfg.lr,
+        "end_lr": end,
+        "aligns": aligns,
+        "message": f"{what}; {aligns} aligns the schedule with --steps {steps} (or --steps {cfg.t_max})",
+    }
+
+
 # ----- AdamW with skip-step -----
 
 

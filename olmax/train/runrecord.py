@@ -12,6 +12,7 @@ folder; a path a hand-edited config gives relative is read relative to the run d
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,10 @@ def record_start(
 ) -> None:
     """Write `RUN/config.yaml` and append this start of training to `RUN/history.jsonl` (process 0)."""
 
+    from olmax.train.optim import horizon_mismatch
+
     write_text(run_dir / CONFIG, dump_yaml(cfg))
+    horizon = horizon_mismatch(cfg.optim, cfg.train.steps)
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "event": "resume" if start else "start",
@@ -101,8 +105,21 @@ def record_start(
         "note": note,
         "devices": devices,
         "changed": {k: {"from": old, "to": new} for k, (old, new) in diff.items()},
+        "environment": environment(),
     }
+    if horizon:
+        entry["schedule"] = {k: v for k, v in horizon.items() if k != "message"}
     append_jsonl(run_dir / HISTORY, [entry])
+
+
+# the environment variables a run reads (the eval defaults are also filled into config.yaml): the
+# cache and work folders, the multi-process settings, and JAX's device and platform flags
+ENVIRONMENT_PREFIXES = ("OLMAX_", "XLA_FLAGS", "JAX_PLATFORMS", "HF_HUB_OFFLINE")
+
+
+def environment() -> dict[str, str]:
+    """The environment variables set at this start of training that olmax or JAX read."""
+    return {k: os.environ[k] for k in sorted(os.environ) if k.startswith(ENVIRONMENT_PREFIXES)}
 
 
 def saved_config(run_dir: Path) -> ExperimentConfig | None:
