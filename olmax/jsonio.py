@@ -71,6 +71,31 @@ def append_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
         f.write(text.encode("utf-8"))
 
 
+ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """`column C: REASON` for a JSON decode error, the reason in full: Python's message cut before its
+    position ("Invalid control character at") completed with what was found there and what JSON needs.
+    The caller names the line (a JSONL line is decoded on its own, so the decoder's line is 1)."""
+    doc, pos = e.doc, e.pos
+    found = doc[pos] if 0 <= pos < len(doc) else ""
+    if e.msg.startswith("Invalid control character") and found:
+        escaped = ESCAPES.get(found, f"\\u{ord(found):04x}")
+        reason = (
+            f"a raw control character {found!r} (U+{ord(found):04X}) inside a string; JSON needs it "
+            f"escaped as {escaped}"
+        )
+    elif e.msg.startswith("Unterminated string"):
+        reason = "a string starts here and never ends (a missing closing quote, or a line cut short)"
+    elif e.msg == "Extra data":
+        reason = f"more text after a whole JSON value ({doc[pos : pos + 20]!r}); one value per line"
+    else:
+        at = doc[pos : pos + 20].rstrip("\n")
+        reason = e.msg[:1].lower() + e.msg[1:] + (f", found {at!r}" if at else ", found the end of the line")
+    return f"column {e.colno}: {reason}"
+
+
 def read_jsonl(path: str | os.PathLike) -> list[Any]:
     """Every value of a JSONL file, in order; blank lines are skipped, and so is a torn last line (one
     without its newline that does not parse). Any other malformed line raises OlmaxError `file:line`."""
@@ -89,7 +114,10 @@ def read_jsonl(path: str | os.PathLike) -> list[Any]:
         except ValueError as e:
             if lineno == len(lines):  # no newline after it: cut by a kill mid-write, all before it is whole
                 break
-            raise OlmaxError(f"{path}:{lineno}: malformed JSON line ({e}); fix or remove that line") from None
+            why = json_error(e) if isinstance(e, json.JSONDecodeError) else str(e)
+            raise OlmaxError(
+                f"{path}:{lineno}: malformed JSON line ({why}); fix or remove that line"
+            ) from None
     return out
 
 
@@ -100,5 +128,7 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise OlmaxError(f"{path}: not found ({what})") from None
+    except json.JSONDecodeError as e:
+        raise OlmaxError(f"{path}:{e.lineno}: invalid JSON ({json_error(e)}); expected {what}") from None
     except ValueError as e:
         raise OlmaxError(f"{path}: invalid JSON ({e}); expected {what}") from None

@@ -86,3 +86,34 @@ def test_missing_and_invalid_files_are_named(tmp_path):
     with pytest.raises(OlmaxError, match="invalid JSON .*expected a report"):
         read_json(tmp_path / "r.json", "a report")
     assert read_json(write_json(tmp_path / "r.json", [1]), "a list") == [1]
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (
+            '{"a": "x\ty"}',
+            "column 9: a raw control character '\\t' (U+0009) inside a string; JSON needs it escaped as \\t",
+        ),
+        (
+            '{"a": "x\x01"}',
+            "column 9: a raw control character '\\x01' (U+0001) inside a string; JSON needs it escaped as \\u0001",
+        ),
+        (
+            '{"a": "xy',
+            "column 7: a string starts here and never ends (a missing closing quote, or a line cut short)",
+        ),
+        (
+            '{"a": 1} {"b": 2}',
+            "column 10: more text after a whole JSON value ('{\"b\": 2}'); one value per line",
+        ),
+        ('{"a": }', "column 7: expecting value, found '}'"),
+        ('{"a": ', "column 7: expecting value, found the end of the line"),
+    ],
+)
+def test_a_malformed_line_gives_its_column_and_the_whole_reason(tmp_path, line, reason):
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"ok": 1}\n' + line + "\n")
+    with pytest.raises(OlmaxError) as e:
+        read_jsonl(p)
+    assert str(e.value) == f"{p}:2: malformed JSON line ({reason}); fix or remove that line"

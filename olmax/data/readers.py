@@ -21,6 +21,7 @@ from pathlib import Path
 
 from olmax import storage
 from olmax.errors import OlmaxError
+from olmax.jsonio import json_error
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".json")
 TABLE_SUFFIXES = (".arrow", ".parquet")
@@ -179,14 +180,14 @@ def _jsonl_objects(
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(
+                    line.rstrip("\r\n")
+                )  # without its newline: an error's column is on this line
                 if not isinstance(obj, dict):
                     raise ValueError("a JSON line must be an object")
             except ValueError as e:
-                col = getattr(e, "colno", None)
-                msg = f"{path}:{lineno}: malformed JSON line" + (
-                    f" (column {col}: {e.msg})" if col else f" ({e})"
-                )
+                why = json_error(e) if isinstance(e, json.JSONDecodeError) else str(e)
+                msg = f"{path}:{lineno}: malformed JSON line ({why})"
                 if not skip_bad_lines:
                     raise OlmaxError(f"{msg}; {fix}") from None
                 stats.bad_lines += 1

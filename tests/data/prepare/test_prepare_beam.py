@@ -97,7 +97,9 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     assert local["sources"]["code"]["skipped"] == {
         "empty_docs": 1,
         "bad_lines": 1,
-        "bad_line_examples": [f"{raw}/code/b.jsonl:16: malformed JSON line (column 1: Expecting value)"],
+        "bad_line_examples": [
+            f"{raw}/code/b.jsonl:16: malformed JSON line (column 24: expecting value, found the end of the line)"
+        ],
     }
     assert not (tmp_path / "beam" / ".olmax-beam").exists()
 
