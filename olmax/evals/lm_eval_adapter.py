@@ -29,7 +29,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from olmax.assets import tokenizer_path
 from olmax.data.tokenize import load_tokenizer
-from olmax.errors import OlmaxError
+from olmax.errors import OlmaxError, closest
 from olmax.evals.lm_eval_tasks import TASKS, bundled_task_dir
 from olmax.train.export import checkpoint_tokenizer
 
@@ -237,9 +237,11 @@ def evaluate(lm, tasks: Sequence[str], run: TaskRun = TaskRun()) -> dict:
         tm = TaskManager(include_path=include_path, include_defaults=include_defaults is not False)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
+        close = closest(unknown[0], tm.all_tasks)
         raise OlmaxError(
-            f"unknown lm-eval task(s) {unknown}; give --include-path with their YAMLs "
-            "(offline: dataset_path: arrow)"
+            f"unknown lm-eval task(s) {unknown}"
+            + (f"; did you mean {', '.join(close)}?" if close else "")
+            + " (or give --include-path with their YAMLs; offline: dataset_path: arrow)"
         )
     res = lm_eval.simple_evaluate(
         model=lm,

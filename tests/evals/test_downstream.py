@@ -281,3 +281,28 @@ def test_fast_scoring_equals_one_row_per_choice(model):
     want = ds.score_task(model, dataclasses.replace(fast, fast=False), pad_id=1, batch_size=3)
     assert np.all(got < 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mistyped_task_suggests_the_names_the_command_takes_nearest_first(tmp_path):
+    import subprocess
+
+    def downstream(tasks: str) -> str:
+        p = subprocess.run(
+            [sys.executable, "-m", "olmax.cli", "eval", "downstream", "--checkpoint", str(tmp_path / "none")]
+            + ["--tasks", tasks, "--out", str(tmp_path / "r.json")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("olmax: error: downstream task "), p.stderr
+        return lines[0]
+
+    line = downstream("arc_easy_rc_5shott")  # before the checkpoint, which does not exist, is read
+    suggested = line.split("did you mean ", 1)[1].split("?")[0].split(", ")
+    assert suggested[0] == "arc_easy_rc_5shot"
+    assert set(suggested) <= set(ds.supported_task_names())  # only tasks olmax scores
+    line = downstream("arc_easy")  # an olmo_eval task olmax does not build: the nearest ones it does
+    assert "ArcEasy prompts" in line
+    assert all(n in ds.supported_task_names() for n in line.split(": nearest ", 1)[1].split(", "))
