@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
@@ -39,7 +40,8 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         description="Tokenize Dolma-format documents (.jsonl, .jsonl.gz, .jsonl.zst with id/text fields) or HF "
         "datasets (arrow/parquet) into raw uint32 shards, each document followed by EOS, with a\n"
         "start,end,id,src,loc .csv.gz sidecar per shard, DIR/manifest.json and DIR/mix.txt (OLMo-core's\n"
-        "label,path format). Deterministic whatever --workers is; rerun the same command to resume.",
+        "label,path format). Deterministic whatever --workers is; rerun the same command to resume.\n"
+        "The summary (totals, then one line per source) goes to stderr; stdout gets only DIR/mix.txt.",
         epilog="examples:\n"
         "  olmax data prepare --tokenizer dolma2 --out shards/ code='raw/code/*.jsonl.gz' web=raw/web/\n"
         "  olmax data prepare --tokenizer dolma2 --out shards/ --mix-spec mix.yaml --workers 2\n"
@@ -163,16 +165,18 @@ def _prepare(args: argparse.Namespace) -> int:
         dedup=_dedup_settings(args),
     )
     manifest = prepare(cfg, beam_options=beam_options(args))
+    # the human summary follows the headline on stderr, in order; stdout holds only the mix path
     for label, s in manifest["sources"].items():
         plan = manifest["mix"]["plan"][label]
         print(
             f"{label}: {s['docs']:,} docs, {s['tokens']:,} tokens in {len(s['shards'])} shard(s); "
             f"planned {plan['planned_tokens']:,} tokens ({plan['repetition']}×, share {plan['share']:.3f}); "
-            f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines"
+            f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines",
+            file=sys.stderr,
         )
     if "dedup" in manifest:
         removed = ", ".join(f"{n:,} {stage}" for stage, n in manifest["dedup"]["removed"].items())
-        print(f"dedup: {removed} (documents; see {args.out}/removed.jsonl)")
+        print(f"dedup: {removed} (documents; see {args.out}/removed.jsonl)", file=sys.stderr)
     print(f"{args.out}/mix.txt")
     return 0
 
