@@ -9,9 +9,7 @@ from pathlib import Path
 import xxhash
 
 from olmax.data.mixfile import read_mix
-from olmax.data.prepare.dedup_stages import REMOVED_FILE
-from olmax.data.prepare.local_runner import STATE_FILE
-from olmax.data.shards import read_sidecar, sidecar_path
+from olmax.data.shards import DEDUP_RECORD, PREPARE_JOURNAL, read_sidecar, sidecar_path
 from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError
 from olmax.jsonio import read_jsonl
@@ -66,9 +64,9 @@ def _mix_file(p: Path, path: str) -> Path:
     if p.is_dir():
         if (p / "mix.txt").is_file():
             return p / "mix.txt"
-        if (p / STATE_FILE).is_file():
+        if (p / PREPARE_JOURNAL).is_file():
             raise OlmaxError(
-                f"{path}: an unfinished `olmax data prepare` output ({STATE_FILE} records the shards done "
+                f"{path}: an unfinished `olmax data prepare` output ({PREPARE_JOURNAL} records the shards done "
                 "so far, mix.txt and manifest.json are written last); rerun the same `olmax data prepare` "
                 "command to finish it"
             )
@@ -123,7 +121,7 @@ def _table(counts: list[ShardCount]) -> list[str]:
 
 def _removal(folder: Path, doc_id: str) -> tuple[int, dict] | None:
     """(line, record) of `doc_id` in a prepare output's removed.jsonl, or None."""
-    removed = folder / REMOVED_FILE
+    removed = folder / DEDUP_RECORD
     if not removed.is_file():
         return None
     for lineno, rec in enumerate(read_jsonl(removed), start=1):
@@ -160,7 +158,7 @@ def _find_doc(shards: list[tuple[str, Path]], doc_id: str, mix: Path, path: str)
                 return shard, row
     at = _removal(mix.parent, doc_id)
     if at is not None:
-        raise OlmaxError(_why_removed(doc_id, at, mix.parent / REMOVED_FILE))
+        raise OlmaxError(_why_removed(doc_id, at, mix.parent / DEDUP_RECORD))
     raise OlmaxError(f"document id {doc_id!r} not found in the sidecars of {path}")
 
 
@@ -203,7 +201,7 @@ def inspect_path(
     if edit is not None:
         spans = edit[1].get("spans") or []
         print(
-            f"# edited by dedup stage {edit[1].get('stage')}: {len(spans)} span(s) removed ({mix.parent / REMOVED_FILE}:{edit[0]})"
+            f"# edited by dedup stage {edit[1].get('stage')}: {len(spans)} span(s) removed ({mix.parent / DEDUP_RECORD}:{edit[0]})"
         )
     print(text[:max_chars] + ("…" if len(text) > max_chars else ""))
     return 0

@@ -27,6 +27,12 @@ from olmax import storage
 from olmax.data.tokenfile import encode, read_tokens, token_dtype
 from olmax.errors import OlmaxError
 
+# the files of an `olmax data prepare` output folder beside its shards, named here so that its readers
+# (`olmax data inspect`) need not import the writer: the resume journal (present while a run is
+# unfinished; mix.txt and manifest.json are written last) and the dedup record of removed/edited documents
+PREPARE_JOURNAL = ".olmax-prepare.json"
+DEDUP_RECORD = "removed.jsonl"
+
 
 @dataclass
 class ShardInfo:

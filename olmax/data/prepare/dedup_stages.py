@@ -33,6 +33,7 @@ from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.prepare.batches import read_batches
 from olmax.data.prepare.config import DedupSettings, PrepareConfig
+from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
 from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
@@ -40,7 +41,7 @@ from olmax.dedup.substring import cut, repeated_spans
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
 
-REMOVED_FILE = "removed.jsonl"
+REMOVED_FILE = DEDUP_RECORD
 DECISIONS_FILE = ".olmax-dedup.json"  # written before the first shard; a resume reads it back
 
 

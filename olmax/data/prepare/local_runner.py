@@ -42,12 +42,12 @@ from olmax.data.prepare.dedup_stages import (
     write_removed,
 )
 from olmax.data.prepare.mixspec import plan_mix
-from olmax.data.shards import ShardInfo, ShardWriter, read_sidecar
+from olmax.data.shards import PREPARE_JOURNAL, ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
 
-STATE_FILE = ".olmax-prepare.json"
+STATE_FILE = PREPARE_JOURNAL
 FORMAT = "olmax-prepare/1"
 
 
