@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from olmax.atomic import locked_out
+from olmax.audit.checks import EXIT
 from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
@@ -31,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Replays the exact batches olmax's loader would emit (no training) and checks that "
         "every instance is seen as often as planned, no two ranks share a row, source shares match the "
         "mix, and no content repeats from another file/position beyond the mix's planned repetition. "
-        "Exits 1 when a gated check fails.",
+        "Exits 1 when a gated check fails, 3 (inconclusive) when none fails but one could not run "
+        "(instances_missing needs a whole epoch replayed).",
     )
     add_stream_options(lo)
     add_fields(lo, LoaderAuditConfig, groups={"near": add_near_options(lo)})
@@ -47,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verified by aligning the item's words against the document's words around the matches (inserted, "
         "dropped and substituted words tolerated). An item is contaminated when one document aligns at least "
         "--threshold of its words; the report lists every such document (source, file, doc id, token span, "
-        "score). Exits 1 when any item of a gated set is contaminated.",
+        "score). Exits 1 when any item of a gated set is contaminated, 3 (inconclusive) when none is but "
+        "a gated set has no item long enough to decide.",
     )
     add_stream_options(lk, seq_len=False, batch=False, order=False, work_dir=False)
     add_eval_option(lk, "an eval set")
@@ -76,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "dedup",
         help="exact duplicate documents and repeated spans (>= 50 tokens) in a mix",
         description="Hashes every document and every span-token window inside a document of the "
-        "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.",
+        "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits, 3 "
+        "(inconclusive) when no document is long enough to compare (--min-doc-tokens).",
     )
     add_stream_options(dd, seq_len=False, batch=False, order=False)
     add_fields(dd, DedupConfig, groups={"near": add_near_options(dd)})
@@ -126,7 +130,7 @@ def _finish(report: dict, out: str) -> int:
         write_json(storage.local_path(out), report)
     print("\n".join(report["summary"]))
     print(f"report: {out}")
-    return 0 if report["ok"] else 1
+    return EXIT[report.get("verdict") or ("pass" if report["ok"] else "fail")]
 
 
 def _loader(args: argparse.Namespace) -> int:

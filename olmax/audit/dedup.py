@@ -26,7 +26,7 @@ from functools import partial
 
 import numpy as np
 
-from olmax.audit.checks import Check, checks_json, failed, summary_lines
+from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import DedupConfig
 from olmax.audit.content import DOC_REC, document_records, merge_documents, reduce_documents
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
@@ -217,10 +217,12 @@ def span_report(spans: SpanRepeats, sizes: list[int]) -> dict:
 
 @dataclass(frozen=True)
 class FileTotals:
-    """What the map tells the driver about one physical file: its tokens in documents and documents."""
+    """What the map tells the driver about one physical file: its tokens in documents, documents, and
+    documents long enough to compare (>= min_doc_tokens)."""
 
     doc_tokens: int
     docs: int
+    compared: int = 0
 
 
 def file_records(
@@ -241,7 +243,7 @@ def file_records(
         yield "docs", docs
         for rec in span_records(tokens, phys, span, chunk_tokens, eos_token_id):
             yield "spans", rec
-    return FileTotals(doc_tokens, ndocs)
+    return FileTotals(doc_tokens, ndocs, int(docs.size))
 
 
 def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
@@ -294,6 +296,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     dups = merge_documents(reduced["docs"], cfg.examples)
     spans = merge_spans(reduced["spans"], cfg.examples)
     doc_tokens, docs = sum(t.doc_tokens for t in totals), sum(t.docs for t in totals)
+    compared = sum(t.compared for t in totals)
     repeated = repeated_tokens(spans.intervals, len(paths))
     per_source = {name: {"tokens": 0, "repeated_span_tokens": 0} for name in names}
     for p in range(len(paths)):
@@ -310,6 +313,9 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
             round(dfrac, 6),
             cfg.max_dup_doc_frac,
             detail=f"{dups.duplicates} documents, {dups.tokens} tokens",
+            needs=""
+            if compared
+            else f"documents of at least {cfg.min_doc_tokens} tokens: the mix has none (--min-doc-tokens)",
         ),
         Check(
             "repeated_spans",
@@ -364,6 +370,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
         ),
         "checks": checks_json(checks),
         "ok": not failed(checks),
+        "verdict": verdict(checks),
     }
     if near is not None:
         report["near_duplicates"] = near

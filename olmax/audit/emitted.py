@@ -34,7 +34,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from olmax.audit.checks import Check, checks_json, failed, summary_lines
+from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import StreamConfig
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.spans import physical_ids, require_local
@@ -332,6 +332,7 @@ def _stream_report(
         "definitions": DEFINITIONS,
         "checks": checks_json(checks),
         "ok": not failed(checks),
+        "verdict": verdict(checks),
     }
     report["summary"] = summary_lines(
         f"olmax audit stream: {len(hosts)} host(s), {total_rows} rows ({stats['distinct']} distinct, "

@@ -17,7 +17,7 @@ from dataclasses import asdict
 import numpy as np
 
 from olmax.atomic import temp_path
-from olmax.audit.checks import Check, checks_json, failed, summary_lines
+from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.content import scan_content
 from olmax.audit.dedup import repeated_spans
@@ -155,6 +155,7 @@ def audit_loader(
     )
     report["checks"] = checks_json(checks)
     report["ok"] = not failed(checks)
+    report["verdict"] = verdict(checks)
     report["summary"] = summary_lines(
         f"olmax audit loader: {stream.mix} (L={stream.seq_len}, "
         f"G={stream.global_batch_size}, seed={stream.seed}, {run['steps']} steps x "
@@ -254,6 +255,8 @@ def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: lis
             0,
             detail=f"over {len(full_epochs)} full epoch(s); the epoch tail of "
             f"{N - bpe * G} instances is dropped by plan",
+            # whether every instance is served is only known over a whole epoch
+            needs="" if full_epochs else f"a whole epoch replayed: --epochs 1, or --steps {bpe} or more",
         )
     )
     checks.append(

@@ -224,6 +224,11 @@ def per_set(
                 0,
                 gated=name in gate,
                 detail=f"{counts[name]['percent_contaminated']}% of {counts[name]['items']} items",
+                # no item the rule can decide: clean would be a guess
+                needs=""
+                if counts[name]["items"] > counts[name]["too_short_to_decide"]
+                else f"items of at least {cfg.min_item_words} words: {name} has "
+                f"{counts[name]['items']} item(s), none that long (--min-item-words)",
             )
         )
     return counts, checks

@@ -19,7 +19,7 @@ from dataclasses import asdict
 import numpy as np
 
 from olmax.assets import tokenizer_path
-from olmax.audit.checks import Check, checks_json, failed, summary_lines
+from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import LeakConfig
 from olmax.audit.leaks.beam_runner import BeamRunner
 from olmax.audit.leaks.eval_side import EvalSide, index_evals
@@ -249,6 +249,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
         "paraphrase_candidates": paraphrases,  # apart: never counted as contaminated (paraphrase.py)
         "checks": checks_json(checks),
         "ok": not failed(checks),
+        "verdict": verdict(checks),
     }
     info = [
         Check(
