@@ -97,7 +97,12 @@ def horizon_mismatch(cfg: OptimConfig, steps: int) -> dict | None:
         "peak_lr": cfg.lr,
         "end_lr": end,
         "aligns": aligns,
-        "message": f"{what}; {aligns} aligns the schedule with --steps {steps} (or --steps {cfg.t_max})",
+        "message": f"{what}; {aligns} aligns the schedule with --steps {steps} (or --steps {cfg.t_max})"
+        + (
+            "; a stop before the horizon on purpose (a hard stop, as OLMo 3's stage-1 recipes make) needs neither"
+            if steps < cfg.t_max
+            else ""
+        ),
     }
 
 
