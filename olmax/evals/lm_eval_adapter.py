@@ -237,7 +237,7 @@ def evaluate(lm, tasks: Sequence[str], run: TaskRun = TaskRun()) -> dict:
         tm = TaskManager(include_path=include_path, include_defaults=include_defaults is not False)
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
-        close = closest(unknown[0], tm.all_tasks)
+        close = closest(unknown[0], [*TASKS, *tm.all_tasks])  # the bundled offline tasks, indexed or not
         raise OlmaxError(
             f"unknown lm-eval task(s) {unknown}"
             + (f"; did you mean {', '.join(close)}?" if close else "")

@@ -178,3 +178,13 @@ def test_lm_eval_runs_local_tasks_end_to_end(lm, hf_model, tokenizer, tmp_path, 
         -total_lp / (n_bytes * math.log(2)), rel=1e-4
     )
     json.dumps(res)  # JSON-safe
+
+
+def test_an_unknown_task_suggests_the_nearest_names_lm_eval_takes():
+    from olmax.errors import OlmaxError
+    from olmax.evals.lm_eval_adapter import TaskRun, evaluate
+
+    with pytest.raises(
+        OlmaxError, match=r"unknown lm-eval task\(s\) \['olmax_arc_eazy'\]; did you mean olmax_arc_easy"
+    ):
+        evaluate(None, ["olmax_arc_eazy"], TaskRun(include_defaults=False))
