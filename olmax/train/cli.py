@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the resolved config, params, FLOPs/token, steps and tokens, then exit",
+        help="print the resolved config (as RUN_DIR/config.yaml would record it: defaults filled in, and with "
+        "--run-dir the config resuming it would use), params, FLOPs/token, steps and tokens, then exit",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -151,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
     # every default the run reads from the environment is filled in here, so the dry run and the record
     # show it (docs/runs.md)
     cfg = with_eval_defaults(load_config(args.config, _overrides(args)))
-    if args.run_dir and not args.dry_run:
+    if args.run_dir:  # a dry run on a run folder shows what resuming it would train with
         cfg = _resume_config(cfg, args)
     if args.dry_run:
         from olmax.train.loop import dry_run
 
+        if getattr(args, "resume_note", ""):
+            print(args.resume_note, file=sys.stderr)
         print(dry_run(cfg))
         return 0
     if not args.run_dir:

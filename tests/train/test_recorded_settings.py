@@ -128,3 +128,15 @@ def test_dry_run_says_a_steps_past_the_horizon_and_nothing_when_they_agree(env_r
         env=clean_env(),
     )
     assert same.returncode == 0 and "horizon optim.t_max" not in same.stdout
+
+
+def test_dry_run_on_the_run_folder_shows_its_recorded_settings_not_the_environment(env_run):
+    root = env_run[0]
+    env = {**clean_env(), "OLMAX_EVAL_LIMIT": "9"}  # a resumed run keeps its recorded limit
+    p = olmax(
+        "train", "--config", "tiny.yaml", "--run-dir", "run", "--steps", "4", "--dry-run", cwd=root, env=env
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    printed = yaml.safe_load(p.stdout.split("\n---\n")[0])["train"]
+    assert printed["eval_sets"] == [f"held={root / 'held.jsonl'}"] and printed["eval_limit"] == 2
+    assert printed["steps"] == 4
