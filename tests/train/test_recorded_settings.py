@@ -140,3 +140,11 @@ def test_dry_run_on_the_run_folder_shows_its_recorded_settings_not_the_environme
     printed = yaml.safe_load(p.stdout.split("\n---\n")[0])["train"]
     assert printed["eval_sets"] == [f"held={root / 'held.jsonl'}"] and printed["eval_limit"] == 2
     assert printed["steps"] == 4
+
+
+def test_a_bad_eval_limit_in_the_environment_is_one_error_line(env_run):
+    env = {**clean_env(), "OLMAX_EVAL_LIMIT": "all"}
+    p = olmax("train", "--config", "tiny.yaml", "--dry-run", cwd=env_run[0], env=env)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith("olmax: error: OLMAX_EVAL_LIMIT='all': not a whole number")
