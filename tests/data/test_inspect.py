@@ -4,6 +4,7 @@ the fix, exit 2, no traceback and nothing on stdout; the counts table of a whole
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,18 @@ from olmax.data.mixfile import read_mix
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory, dolma2) -> Path:
-    """Two sources prepared with exact dedup: code.jsonl holds `copy`, an exact copy of the first module."""
+    """Two sources prepared with exact and substring dedup: code.jsonl holds `copy`, an exact copy of the
+    first module, and `part`, 3,000 characters of another module and a tail of its own."""
     raw = tmp_path_factory.mktemp("inspect-raw")
     docs = stdlib_texts(6)
-    write_jsonl(raw / "code.jsonl", docs[:4] + [("copy", docs[0][1])])
+    longest = max(docs[1:4], key=lambda d: len(d[1]))[1]
+    assert len(longest) > 3000
+    part = longest[:3000] + "\nA closing paragraph of its own, long enough to stay after the cut."
+    write_jsonl(raw / "code.jsonl", docs[:4] + [("copy", docs[0][1]), ("part", part)])
     write_jsonl(raw / "more.jsonl", docs[4:])
     out = tmp_path_factory.mktemp("inspect") / "out"
-    argv = ["data", "prepare", "--no-progress", "--tokenizer", dolma2, "--out", str(out), "--dedup", "exact"]
+    argv = ["data", "prepare", "--no-progress", "--tokenizer", dolma2, "--out", str(out)]
+    argv += ["--dedup", "exact,substring"]
     assert main([*argv, f"code={raw / 'code.jsonl'}", f"more={raw / 'more.jsonl'}"]) == 0
     return out
 
@@ -81,8 +87,23 @@ def test_a_document_dedup_removed_names_the_stage_and_the_copy_kept(prepared):
     first = stdlib_texts(1)[0][0]
     line = one_error_line(inspect(str(prepared), "--doc", "copy"))
     assert "document id 'copy' was removed by dedup stage exact" in line
-    assert f"{prepared / 'removed.jsonl'}:1" in line
-    assert f"an exact copy of document {first!r}, which was kept" in line
+    lineno = next(
+        i
+        for i, r in enumerate(map(json.loads, (prepared / "removed.jsonl").read_text().splitlines()), 1)
+        if r["id"] == "copy"
+    )
+    assert (
+        f"({prepared / 'removed.jsonl'}:{lineno}): an exact copy of document {first!r}, which was kept"
+        in line
+    )
+    assert line.endswith(f"inspect --doc {first} to see the copy that stayed")
+
+
+def test_a_document_dedup_edited_is_shown_with_the_edit_named(prepared, dolma2):
+    p = inspect(str(prepared), "--doc", "part", "--tokenizer", dolma2)
+    assert p.returncode == 0, p.stderr
+    assert "# edited by dedup stage substring: 1 span(s) removed" in p.stdout
+    assert "A closing paragraph of its own" in p.stdout
 
 
 def test_an_unknown_document_is_one_error_line(prepared):
