@@ -23,7 +23,7 @@ import numpy as np
 
 from olmax.data.grain_source import BatchSource
 from olmax.data.index import TokenFields, TokenIndex, build_index
-from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, read_mix
+from olmax.data.mixfile import OLMO_CORE_PREFIX, Mix, missing_mix, read_mix
 from olmax.data.order import default_work_dir, work_dir_path
 from olmax.data.packing import PackedIndex, PackSpec, build_packed_index
 from olmax.data.state import LoaderState, advance, resume_step
@@ -230,7 +230,7 @@ def resolve_mix(spec: StreamSpec) -> str:
         )
     if spec.mix != DEMO_MIX:
         if not (spec.mix.startswith(OLMO_CORE_PREFIX) or is_url(spec.mix) or os.path.exists(spec.mix)):
-            raise OlmaxError(f"mix {spec.mix}: no such file; pass --mix PATH (or data.mix=PATH)")
+            raise missing_mix(spec.mix)
         return spec.mix
     path = demo_mix_folder(spec) / "shards" / "mix.txt"
     if not path.is_file():

@@ -97,10 +97,7 @@ def _read_text(mix: str) -> tuple[str, str | None]:
             raise OlmaxError(f"{mix}: cannot read the mix file ({e})") from e
         return text, mix.rsplit("/", 1)[0]
     if not os.path.isfile(mix):
-        raise OlmaxError(
-            f"{mix}: mix file not found; pass --mix PATH to a `label,path` file "
-            f"(e.g. DIR/mix.txt written by `olmax data prepare`)"
-        )
+        raise missing_mix(mix)
     with open(mix, "rb") as f:
         data = f.read()
     try:
@@ -111,6 +108,26 @@ def _read_text(mix: str) -> tuple[str, str | None]:
             f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
             f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines"
         ) from None
+
+
+def missing_mix(mix: str) -> OlmaxError:
+    """The error for a local mix path that is not a file: an unfinished `olmax data prepare` output (its
+    journal there, no mix.txt yet: a killed run, finished by rerunning it), else a mix that is not there."""
+    from olmax.data.shards import PREPARE_JOURNAL
+
+    folder = mix if os.path.isdir(mix) else os.path.dirname(mix)
+    if os.path.isfile(os.path.join(folder, PREPARE_JOURNAL)) and not os.path.isfile(
+        os.path.join(folder, "mix.txt")
+    ):
+        return OlmaxError(
+            f"{mix}: {folder} is an unfinished `olmax data prepare` output (a killed run: its "
+            f"{PREPARE_JOURNAL} is there, mix.txt is written last); rerun the same `olmax data prepare` "
+            "command to finish it"
+        )
+    return OlmaxError(
+        f"{mix}: mix file not found; pass --mix PATH (or data.mix=PATH) to a `label,path` file "
+        f"(e.g. DIR/mix.txt written by `olmax data prepare`)"
+    )
 
 
 def parse_mix(text: str, *, origin: str, base_dir: str | None, tokenizer: str, confined: bool = False) -> Mix:

@@ -85,3 +85,24 @@ def test_mix_file_at_a_url_resolves_against_its_folder():
     assert mix.paths == ("memory://mixes/v1/shards/a.npy", "s3://b/c.npy")
     with pytest.raises(OlmaxError, match="cannot read the mix file"):
         read_mix("memory://mixes/v1/missing.txt")
+
+
+def test_a_mix_of_an_unfinished_prepare_says_so_and_to_rerun_through_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "shards"  # what a prepare killed before mix.txt leaves: its journal and shards
+    (out / "code").mkdir(parents=True)
+    (out / ".olmax-prepare.json").write_text("{}")
+    (out / "code" / "code-00000.npy").write_bytes(b"\0" * 64)
+    p = subprocess.run(
+        [sys.executable, "-m", "olmax.cli", "data", "plan", "--mix", str(out / "mix.txt")]
+        + ["--seq-len", "4", "--global-batch-size", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"{out} is an unfinished `olmax data prepare` output" in lines[0]
+    assert lines[0].endswith("rerun the same `olmax data prepare` command to finish it")
