@@ -160,6 +160,9 @@ def train(
             horizon = horizon_mismatch(cfg.optim, cfg.train.steps)
             if horizon:  # before step 1, and in history.jsonl ("schedule")
                 print(f"olmax train: {horizon['message']}", file=sys.stderr, flush=True)
+            moved = runrecord.moved_horizon(cfg, start, diff)
+            if moved:  # and in history.jsonl ("schedule_moved")
+                print(f"olmax train: {moved['message']}", file=sys.stderr, flush=True)
             print(
                 f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
                 f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",

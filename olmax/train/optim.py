@@ -106,6 +106,28 @@ def horizon_mismatch(cfg: OptimConfig, steps: int) -> dict | None:
     }
 
 
+def horizon_moved(cfg: OptimConfig, start: int, old_steps: int, new_steps: int) -> dict | None:
+    """When `optim.t_max` is unset the horizon is train.steps, so a resume at `start` that changes
+    train.steps from `old_steps` to `new_steps` moves the schedule under the run: `{"from_t_max",
+    "to_t_max", "lr_before", "lr_after", "keeps", "message"}` (the lr of step start + 1 under each
+    horizon, and the override that keeps the schedule the run had), or None when nothing moves."""
+    if cfg.schedule == "constant" or cfg.t_max or not start or old_steps == new_steps:
+        return None
+    before = float(learning_rate(cfg, start + 1, old_steps))
+    after = float(learning_rate(cfg, start + 1, new_steps))
+    keeps = f"optim.t_max={old_steps}"
+    return {
+        "from_t_max": old_steps,
+        "to_t_max": new_steps,
+        "lr_before": before,
+        "lr_after": after,
+        "keeps": keeps,
+        "message": f"optim.t_max is unset, so the lr schedule's horizon is train.steps and moves from "
+        f"{old_steps} to {new_steps} on this resume: step {start + 1} runs at lr {after:.3g} where the "
+        f"run's schedule gave {before:.3g}; {keeps} keeps the schedule the run had",
+    }
+
+
 # ----- AdamW with skip-step -----
 
 

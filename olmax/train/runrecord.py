@@ -109,7 +109,19 @@ def record_start(
     }
     if horizon:
         entry["schedule"] = {k: v for k, v in horizon.items() if k != "message"}
+    moved = moved_horizon(cfg, start, diff)
+    if moved:
+        entry["schedule_moved"] = {k: v for k, v in moved.items() if k != "message"}
     append_jsonl(run_dir / HISTORY, [entry])
+
+
+def moved_horizon(cfg: ExperimentConfig, start: int, diff: dict[str, tuple]) -> dict | None:
+    """olmax.train.optim.horizon_moved for this resume's change of train.steps, if any."""
+    from olmax.train.optim import horizon_moved
+
+    if "train.steps" not in diff:
+        return None
+    return horizon_moved(cfg.optim, start, diff["train.steps"][0], cfg.train.steps)
 
 
 # the environment variables a run reads (the eval defaults are also filled into config.yaml): the

@@ -148,3 +148,25 @@ def test_a_bad_eval_limit_in_the_environment_is_one_error_line(env_run):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert lines[0].startswith("olmax: error: OLMAX_EVAL_LIMIT='all': not a whole number")
+
+
+def test_a_resume_that_moves_an_unset_horizon_says_so_with_the_lr_and_the_fix(tmp_path):
+    write_mix(tmp_path / "data")
+    config = write_config(tmp_path / "c.yaml", "data/mix.txt", steps=2, every=2, optim={"t_max": None})
+    env = clean_env()
+    first = subprocess.run(
+        train_cmd(config, Path("run")), cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0 and "horizon" not in first.stderr, first.stderr[-3000:]  # t_max = steps
+    p = subprocess.run(
+        train_cmd(config, Path("run"), "--steps", "4"), cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(ln for ln in p.stderr.splitlines() if "horizon" in ln)
+    assert "optim.t_max is unset, so the lr schedule's horizon is train.steps and moves from 2 to 4" in line
+    assert line.endswith("optim.t_max=2 keeps the schedule the run had")
+    moved = json.loads((tmp_path / "run" / "history.jsonl").read_text().splitlines()[1])["schedule_moved"]
+    step3 = next(r for r in metrics(tmp_path / "run") if r["step"] == 3)
+    assert (
+        moved["lr_after"] == pytest.approx(step3["lr"], rel=1e-6) and moved["lr_before"] != moved["lr_after"]
+    )
