@@ -173,12 +173,12 @@ def inspect_path(
     (a missing or unfinished input, a missing shard, an unknown or removed document) runs before the first
     line is printed, so a failure prints one error line and no partial table."""
     p = Path(path)
+    mix = _mix_file(p, path)  # an unfinished prepare folder is said as such, with --verify too
     verified = None
     if verify:
         if not p.is_dir():
             raise OlmaxError(f"{path}: --verify takes a prepare output folder (holding manifest.json)")
         verified = verify_manifest(p)
-    mix = _mix_file(p, path)
     shards = [("-", mix)] if mix.suffix == ".npy" else _mix_paths(mix)
     counts = _counts(shards, mix)
     found = _find_doc(shards, doc_id, mix, path) if doc_id is not None else None

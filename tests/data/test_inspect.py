@@ -78,9 +78,10 @@ def test_a_folder_left_by_a_killed_prepare_says_unfinished_and_to_rerun(prepared
     # mix.txt and manifest.json are written last: a kill before them leaves the journal and the shards
     (out / "mix.txt").unlink()
     (out / "manifest.json").unlink()
-    line = one_error_line(inspect(str(out)))
-    assert "unfinished `olmax data prepare` output" in line
-    assert "rerun the same `olmax data prepare` command" in line
+    for args in ((), ("--verify",)):
+        line = one_error_line(inspect(str(out), *args))
+        assert "unfinished `olmax data prepare` output" in line
+        assert "rerun the same `olmax data prepare` command" in line
 
 
 def test_a_document_dedup_removed_names_the_stage_and_the_copy_kept(prepared):
