@@ -114,7 +114,10 @@ def audit_loader(
             "paths_under_several_labels": several,
             "sources": shares,
             "checks_ran": {
-                "plan_replay": "local (streamed in blocks of steps: bounded memory)",
+                "plan_replay": f"local: every rank's loader asked for its rows of every step "
+                f"({run['rank_checked_steps']} steps x {config.process_count} ranks"
+                f"{', and after each resume at its process count' if run['resumes'] else ''}), "
+                "streamed in blocks of steps (bounded memory)",
                 "content": ("local" if beam_options is None else f"beam ({_beam(beam_options)})")
                 if config.content
                 else "skipped (--no-content)",
@@ -271,7 +274,12 @@ def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: lis
             run["union_bad_steps"] == 0,
             run["union_bad_steps"],
             0,
-            detail="steps whose ranks' rows are not exactly the global batch",
+            detail="steps whose ranks' rows are not exactly the global batch"
+            + (
+                f" (first: {', '.join(map(str, run['bad_step_examples']))})"
+                if run["bad_step_examples"]
+                else ""
+            ),
         )
     )
     if run["steps"] != run["planned_steps"] or any(

@@ -202,23 +202,24 @@ def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
         scan_content(index, LoaderAuditConfig(StreamSpec()))
 
 
-def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkeypatch):
+def test_ranks_sharing_rows_are_caught_at_every_step(corpus, tmp_path, monkeypatch):
     from olmax.data.grain_source import BatchSource
 
-    real = BatchSource.instance_ids
+    real = BatchSource.rows
 
-    def every_rank_reads_rank_0(self, epoch, step):  # a double-sharding-like bug
+    def every_rank_reads_rank_0(self, epoch, start, stop):  # a double-sharding-like bug
         if self.process_count == 1:
-            return real(self, epoch, step)
-        g = self.global_batch_size
-        return self.epoch_order(epoch).take(step * g, (step + 1) * g, self.process_count).astype(np.int64)
+            return real(self, epoch, start, stop)
+        g, p = self.global_batch_size, self.process_count
+        ids = self.epoch_order(epoch).take(start * g, stop * g, p).astype(np.int64)
+        return ids.reshape(stop - start, g // p)
 
-    monkeypatch.setattr(BatchSource, "instance_ids", every_rank_reads_rank_0)
+    monkeypatch.setattr(BatchSource, "rows", every_rank_reads_rank_0)
     mix = write_mix(tmp_path / "mix.txt", lines(corpus))
-    rep = audit(mix, tmp_path, steps=40, process_count=2, rank_check_steps=10)
-    assert rep["replay"]["rank_checked_steps"] == 10
-    assert rep["checks"]["rank_overlap"]["value"] == 10 * G // 2
-    assert rep["checks"]["rank_union"]["value"] == 10 and not rep["ok"]
+    rep = audit(mix, tmp_path, steps=40, process_count=2)
+    assert rep["replay"]["rank_checked_steps"] == 40
+    assert rep["checks"]["rank_overlap"]["value"] == 40 * G // 2
+    assert rep["checks"]["rank_union"]["value"] == 40 and not rep["ok"]
 
 
 def test_exposure_file_reads_back_through_evals(corpus, tmp_path):
