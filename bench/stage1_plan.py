@@ -234,12 +234,12 @@ def _phase_anon(r: dict, prefix: str) -> float:
     return max((p["peak_anon_mib"] for p in r["phases"] if p["phase"].startswith(prefix)), default=0.0)
 
 
-def write_record(results: dict, args: argparse.Namespace, tokens: int) -> Path:
+def write_record(rec, results: dict, args: argparse.Namespace, tokens: int) -> Path:
     """bench/results/stage1.json (or the smoke folder): each child's whole-process wall seconds and phases,
-    the audit's figures per process count and the order build beside OLMo-core's."""
-    from record import PROCESS_WALL, Record, package_version
+    the audit's figures per process count and the order build beside OLMo-core's. `rec` was opened when
+    the run began (its commit, tree state and load average are the run's)."""
+    from record import PROCESS_WALL, package_version
 
-    rec = Record("stage1", argv=sys.argv, smoke=args.smoke, results=args.results)
     audits = {n: r for n, r in results.items() if n.startswith("audit-p")}
     rec.side(
         "olmax",
@@ -314,6 +314,9 @@ def main() -> None:
         print(json.dumps(child(args.child, args.mix, args.work, args)))
         return
 
+    from record import Record
+
+    rec = Record("stage1", argv=sys.argv, smoke=args.smoke, results=args.results)
     tokens = int(args.tokens if args.tokens is not None else 2e9 if args.smoke else STAGE1_TOKENS)
     args.files = args.files if args.files is not None else 20 if args.smoke else 2000
     if args.step is None:
@@ -350,7 +353,7 @@ def main() -> None:
         results["orders_equal"] = same
     Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "stage1_plan.json").write_text(json.dumps(results, indent=1))
-    print(f"record: {write_record(results, args, tokens)}")
+    print(f"record: {write_record(rec, results, args, tokens)}")
     if not args.keep_work:
         for w in (work, oc_work):
             shutil.rmtree(w, ignore_errors=True)
