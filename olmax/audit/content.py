@@ -15,18 +15,21 @@ refuses URLs).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import xxhash
 
+from olmax import storage
 from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import local_tokens
+from olmax.data.shards import local_tokens, read_sidecar, sidecar_path
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_slice
 from olmax.errors import OlmaxError
@@ -184,7 +187,8 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
     """Duplicate documents among the DOC_REC records of one hash partition (any order): in each group of
     equal hashes the first document by (physical file, position) is the original, every other one with
     the same tokens (compared byte for byte) a duplicate; unequal bytes count as collisions. Examples:
-    the first `examples` duplicates in hash order."""
+    the first `examples` duplicates in hash order, each document by its ordinal in its file (`doc_index`;
+    `merge_documents` adds its id)."""
     out = DocDuplicates()
     hashes = np.ascontiguousarray(part["hash"])
     by_hash = np.argsort(hashes)  # the order within a hash is set below, by (file, position)
@@ -208,23 +212,60 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
                 out.examples.append(
                     {
                         "file": paths[rp],
-                        "doc": int(rec["doc"]),
+                        "doc_index": int(rec["doc"]),
                         "tokens": rn,
                         "same_as_file": paths[hp],
-                        "same_as_doc": int(head["doc"]),
+                        "same_as_doc_index": int(head["doc"]),
                     }
                 )
     return out
 
 
 def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDuplicates:
-    """The partitions' results (in partition order) as one: sums, and the first `examples` examples."""
+    """The partitions' results (in partition order) as one: sums, and the first `examples` examples, their
+    documents named by id (`name_documents`)."""
     out = DocDuplicates()
     for r in parts:
         out.duplicates += r.duplicates
         out.tokens += r.tokens
         out.collisions += r.collisions
         out.examples.extend(r.examples[: max(0, examples - len(out.examples))])
+    out.examples = name_documents(out.examples)
+    return out
+
+
+def sidecar_ids(path: str) -> list[str] | None:
+    """The document ids of token file `path` (a path or an fsspec URL) from its `.csv.gz` sidecar; None
+    without one (documents are then named by ordinal, "#i", as olmax.data.documents does)."""
+    local = storage.local_path(path)
+    if local is not None:
+        side = sidecar_path(local)
+        return [r.id for r in read_sidecar(side)] if side.exists() else None
+    folder, name = path[: path.rfind("/")], path[path.rfind("/") + 1 :]
+    side_url = storage.join(folder, sidecar_path(name).name)
+    if not storage.exists(side_url):
+        return None
+    with tempfile.TemporaryDirectory(prefix="olmax-sidecar-") as tmp:
+        side = Path(tmp) / sidecar_path(name).name
+        side.write_bytes(storage.read_bytes(side_url))
+        return [r.id for r in read_sidecar(side)]
+
+
+def name_documents(examples: list[dict]) -> list[dict]:
+    """Duplicate-document examples with each document named by its id (`doc`, `same_as_doc`: the sidecar's
+    id, else "#i") and its ordinal in its file beside it (`doc_index`, `same_as_doc_index`)."""
+    ids: dict[str, list[str] | None] = {}
+    out = []
+    for e in examples:
+        named = dict(e)
+        for key, file_key in (("doc", "file"), ("same_as_doc", "same_as_file")):
+            i = int(e[f"{key}_index"])
+            path = e[file_key]
+            if path not in ids:
+                ids[path] = sidecar_ids(path)
+            doc_ids = ids[path]
+            named[key] = doc_ids[i] if doc_ids is not None and i < len(doc_ids) and doc_ids[i] else f"#{i}"
+        out.append(named)
     return out
 
 

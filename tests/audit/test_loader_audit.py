@@ -131,6 +131,17 @@ def test_copied_shard_fails_with_exact_counts(corpus, tmp_path, capsys):
     ex = rep["content"]["duplicate_instance_examples"][0]
     assert ex["file"] == str(copy) and ex["same_as_file"] == s["code-1"]
     assert ex["window"] == ex["same_as_window"]
+    # documents are named by their sidecar ids, their ordinal in the file beside it
+    docs = rep["content"]["duplicate_document_examples"]
+    ids = {
+        str(copy): [r.id for r in read_sidecar(copy)],
+        s["code-1"]: [r.id for r in read_sidecar(s["code-1"])],
+    }
+    copied = [d for d in docs if d["file"] == str(copy)]
+    assert copied and all(isinstance(d["doc"], str) and isinstance(d["doc_index"], int) for d in docs)
+    for d in copied:
+        assert d["doc"] == ids[str(copy)][d["doc_index"]] and d["same_as_file"] == s["code-1"]
+        assert d["same_as_doc"] == ids[s["code-1"]][d["same_as_doc_index"]] == d["doc"]
     assert "FAIL duplicate_instances" in capsys.readouterr().out
 
 
@@ -296,3 +307,21 @@ def test_without_config_the_stream_flags_are_required(corpus, tmp_path, capsys):
     assert main(["audit", "loader", "--mix", mix, "--out", str(tmp_path / "r.json")]) == 2
     assert "--seq-len, --global-batch-size required" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_documents_without_a_sidecar_are_named_by_ordinal(tmp_path):
+    from olmax.audit.content import name_documents
+
+    a = tmp_path / "a.npy"
+    np.arange(10, dtype=np.uint32).tofile(a)
+    ex = name_documents([{"file": str(a), "doc_index": 3, "same_as_file": str(a), "same_as_doc_index": 1}])
+    assert ex == [
+        {
+            "file": str(a),
+            "doc": "#3",
+            "doc_index": 3,
+            "same_as_file": str(a),
+            "same_as_doc": "#1",
+            "same_as_doc_index": 1,
+        }
+    ]
