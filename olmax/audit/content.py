@@ -26,7 +26,7 @@ import xxhash
 
 from olmax import storage
 from olmax.audit.config import LoaderAuditConfig
-from olmax.audit.partition import equal_runs, map_reduce
+from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
 from olmax.data.shards import local_tokens, read_sidecar, sidecar_path
@@ -45,9 +45,12 @@ class ContentReport:
 
     phys: np.ndarray  # (F,) physical id of each mix file
     phys_paths: list[str]
-    # canonical[phys_offsets[p] + w] = the physical window whose content window w of file p repeats
+    # physical window ids: window w of physical file p is phys_offsets[p] + w
     phys_offsets: np.ndarray
-    canonical: np.ndarray
+    # the duplicate windows only (16 bytes each, nothing per unique window): dup_windows sorted, and
+    # dup_originals[i] the earlier physical window whose content dup_windows[i] repeats
+    dup_windows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    dup_originals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     duplicate_windows: int = 0  # physical windows whose content appeared earlier elsewhere
     duplicate_docs: int = 0
     duplicate_doc_tokens: int = 0
@@ -58,10 +61,27 @@ class ContentReport:
     window_examples: list[dict] = field(default_factory=list)
     doc_examples: list[dict] = field(default_factory=list)
 
+    def physical_windows(self, index: TokenIndex, instance_ids: np.ndarray) -> np.ndarray:
+        """int64: the physical window of each global instance id (a path listed twice: one window)."""
+        files, starts = index.locate(instance_ids)
+        return self.phys_offsets[self.phys[files]] + starts // index.seq_len
+
+    def content_of(self, windows: np.ndarray) -> np.ndarray:
+        """int64: one id per distinct content (its first physical window) for each physical window."""
+        out = np.array(windows, dtype=np.int64, copy=True)
+        if self.dup_windows.size and out.size:
+            at = np.minimum(np.searchsorted(self.dup_windows, out), self.dup_windows.size - 1)
+            hit = self.dup_windows[at] == out
+            out[hit] = self.dup_originals[at[hit]]
+        return out
+
     def content_ids(self, index: TokenIndex, instance_ids: np.ndarray) -> np.ndarray:
         """int64: one id per distinct content for each global instance id."""
-        files, starts = index.locate(instance_ids)
-        return self.canonical[self.phys_offsets[self.phys[files]] + starts // index.seq_len]
+        return self.content_of(self.physical_windows(index, instance_ids))
+
+    def duplicates_in(self, lo: int, hi: int) -> int:
+        """Duplicate windows among physical windows [lo, hi)."""
+        return int(np.searchsorted(self.dup_windows, hi) - np.searchsorted(self.dup_windows, lo))
 
 
 @dataclass
@@ -278,8 +298,7 @@ def content_layout(index: TokenIndex) -> ContentReport:
     phys_paths = [index.paths[first[p]] for p in range(len(first))]
     counts = np.asarray([index.counts[first[p]] for p in range(len(first))], dtype=np.int64)
     phys_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
-    return ContentReport(phys, phys_paths, phys_offsets, canonical)
+    return ContentReport(phys, phys_paths, phys_offsets)
 
 
 def content_reduces(rep: ContentReport, seq_len: int, examples: int) -> dict:
@@ -310,14 +329,18 @@ def assemble_content(
             rep.identical_files.append({"file": rep.phys_paths[p], "same_as_file": rep.phys_paths[first_p]})
         rep.doc_tokens += t.doc_tokens
         rep.docs += t.docs
+    dup, orig = [], []
     for r in instances:
         if r.pairs.size:
-            rep.canonical[rep.phys_offsets[r.pairs[:, 0]] + r.pairs[:, 1]] = (
-                rep.phys_offsets[r.pairs[:, 2]] + r.pairs[:, 3]
-            )
+            dup.append(rep.phys_offsets[r.pairs[:, 0]] + r.pairs[:, 1])
+            orig.append(rep.phys_offsets[r.pairs[:, 2]] + r.pairs[:, 3])
         rep.duplicate_windows += len(r.pairs)
         rep.collisions += r.collisions
         rep.window_examples.extend(r.examples[: max(0, examples - len(rep.window_examples))])
+    if dup:
+        dup_windows, originals = np.concatenate(dup), np.concatenate(orig)
+        order = np.argsort(dup_windows, kind="stable")
+        rep.dup_windows, rep.dup_originals = dup_windows[order], originals[order]
     merged = merge_documents(docs, examples)
     rep.duplicate_docs, rep.duplicate_doc_tokens = merged.duplicates, merged.tokens
     rep.collisions += merged.collisions
@@ -326,7 +349,7 @@ def assemble_content(
 
 
 def scan_content(
-    index: TokenIndex, config: LoaderAuditConfig, *, instances: bool = True, bits: int = 4
+    index: TokenIndex, config: LoaderAuditConfig, *, instances: bool = True, bits: int | None = None
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam). From
@@ -336,6 +359,8 @@ def scan_content(
         index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
     )
     rep = content_layout(index)
+    if bits is None:  # a partition of about 256 MB of instance records, whatever the mix's size
+        bits = partition_bits(int(index.num_tokens) // max(1, index.seq_len if instances else 1), 24)
     totals, reduced = map_reduce(
         list(enumerate(rep.phys_paths)),
         partial(

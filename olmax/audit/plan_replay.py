@@ -201,18 +201,3 @@ def emitted_at(replay: PlanReplay, keys: np.ndarray, num_instances: int) -> dict
         for i in np.flatnonzero(np.isin(key, keys)).tolist():
             out[int(key[i])].append({"step": int(block.k[i]), "rank": int(block.rank[i])})
     return out
-
-
-def materialize(blocks: list[Block], bpe: int) -> dict:
-    """Kept blocks as whole-window arrays (k, epoch, rank, ids; 26 bytes per row), for the content checks and
-    the exposure file, which need every row at once: small mixes only."""
-    if not blocks:
-        empty = np.zeros(0, np.int64)
-        return {"k": empty, "epoch": empty, "rank": np.zeros(0, np.int16), "ids": empty}
-    k = np.concatenate([b.k for b in blocks])
-    return {
-        "k": k,
-        "epoch": 1 + k // bpe,
-        "rank": np.concatenate([b.rank for b in blocks]),
-        "ids": np.concatenate([b.ids for b in blocks]),
-    }

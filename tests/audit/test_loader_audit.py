@@ -325,3 +325,61 @@ def test_documents_without_a_sidecar_are_named_by_ordinal(tmp_path):
             "same_as_doc_index": 1,
         }
     ]
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_streamed_window_content_equals_the_whole_window(corpus, tmp_path, monkeypatch, epochs):
+    """The window's content and exposure tallies, spilled over many partitions, give what the whole
+    window's arrays give: a shard copied under another label, a path listed twice, several epochs."""
+    from olmax.audit import window_content
+    from olmax.audit.content import scan_content
+    from olmax.audit.plan_replay import PlanReplay
+    from olmax.data.loader import stream_index
+    from olmax.evals.exposure_file import read_exposure
+
+    monkeypatch.setattr(window_content, "SPILL_TARGET", 512)  # thousands of partitions
+    s = corpus["shards"]
+    copy = tmp_path / "copy.npy"
+    shutil.copy(s["code-1"], copy)
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", str(copy)), ("code", s["code-0"])))
+    spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work"))
+    cfg = LoaderAuditConfig(stream=spec, epochs=epochs)
+    index = stream_index(spec)
+    content = scan_content(index, cfg)
+
+    def locate(ids):
+        w = content.physical_windows(index, ids)
+        return w, content.content_of(w)
+
+    plan = PlanReplay(index, cfg)
+    tally = window_content.ContentTally(index, locate, plan.total * G, spec.work_dir)
+    exposure = window_content.ExposureTally(index, plan.total * G, spec.work_dir)
+    kept = []
+    for block in plan.blocks():
+        tally.add(block.ids)
+        exposure.add(block.ids)
+        kept.append(block.ids)
+    ids = np.concatenate(kept)
+    # the whole window at once
+    raw, cid = locate(ids)
+    pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
+    by_cid: dict[int, list[int]] = {}
+    for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
+        by_cid.setdefault(c, []).append(n)
+    unplanned = sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1)
+    src = index.source_ids(ids)
+    _, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
+    want = {}
+    for i, name in enumerate(index.label_names):
+        levels, tok = np.unique(cn[src[cfirst] == i], return_counts=True)
+        want[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
+    assert unplanned > 0
+    assert tally.finish() == (unplanned, want)
+    out = tmp_path / "exposure.npz"
+    exposure.write(str(out), spec, last_step=plan.total)
+    got = read_exposure(out)
+    uniq, counts = np.unique(ids, return_counts=True)
+    np.testing.assert_array_equal(got.instance_id, uniq)
+    np.testing.assert_array_equal(got.count, counts)
+    assert list(got.source) == list(np.asarray(index.label_names)[index.source_ids(uniq)])
+    assert got.step == plan.total and got.seq_len == L and not list((tmp_path / "work").glob("olmax-*"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader, replay
+from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.audit.plan_replay import PlanReplay, PlanTally, _set_bits, emitted_at
 from olmax.data.loader import stream_index
 from olmax.data.stream import StreamSpec
@@ -31,6 +31,16 @@ def mix(tmp_path):
 def config(mix, tmp_path, **kw):
     spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work"))
     return LoaderAuditConfig(stream=spec, content=False, **kw)
+
+
+def replay(index, cfg):
+    """The whole window as arrays (stream step k, epoch, rank, ids), from one pass of single-step blocks."""
+    plan = PlanReplay(index, cfg, block_steps=1)
+    blocks = list(plan.blocks())
+    k = np.concatenate([b.k for b in blocks])
+    run = {"k": k, "epoch": 1 + k // plan.bpe, "rank": np.concatenate([b.rank for b in blocks])}
+    run["ids"] = np.concatenate([b.ids for b in blocks])
+    return {**run, **plan.stats}
 
 
 def brute(index, run):
