@@ -26,7 +26,7 @@ import xxhash
 
 from olmax import storage
 from olmax.audit.config import LoaderAuditConfig
-from olmax.audit.partition import equal_runs, map_reduce, partition_bits
+from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition_bits
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
 from olmax.data.shards import local_tokens, read_sidecar, sidecar_path
@@ -348,8 +348,21 @@ def assemble_content(
     return rep
 
 
+def _phys_tokens(index: TokenIndex, rep: ContentReport) -> list[int]:
+    """Tokens of each physical file (its first mix path's size)."""
+    first: dict[int, int] = {}
+    for f, p in enumerate(rep.phys.tolist()):
+        first.setdefault(p, f)
+    return [int(index.sizes[first[p]]) // index.itemsize for p in range(len(first))]
+
+
 def scan_content(
-    index: TokenIndex, config: LoaderAuditConfig, *, instances: bool = True, bits: int | None = None
+    index: TokenIndex,
+    config: LoaderAuditConfig,
+    *,
+    instances: bool = True,
+    bits: int | None = None,
+    progress: bool = False,
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam). From
@@ -373,5 +386,6 @@ def scan_content(
         bits=bits,
         threads=config.threads,
         work_dir=work_dir,
+        progress=MapProgress(progress, _phys_tokens(index, rep), "content"),
     )
     return assemble_content(rep, totals, reduced["instances"], reduced["docs"], examples)

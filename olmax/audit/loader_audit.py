@@ -20,7 +20,7 @@ from olmax.audit.checks import Check, checks_json, failed, summary_lines
 from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.content import ContentReport, scan_content
 from olmax.audit.dedup import repeated_spans
-from olmax.audit.phases import Phases
+from olmax.audit.phases import Phases, Progress
 from olmax.audit.plan_replay import PlanReplay, PlanTally, emitted_at
 from olmax.audit.spans import physical_ids
 from olmax.audit.window_content import ContentTally, ExposureTally
@@ -78,7 +78,7 @@ def audit_loader(
         scan, t0 = None, time.monotonic()
         if config.content:
             with phases.phase("content map"):
-                scan = _scan_content(index, config, beam_options)
+                scan = _scan_content(index, config, beam_options, progress)
         content_seconds = time.monotonic() - t0
         run, tally, sinks = _replay_plan(index, config, phases, progress, scan)
         checks: list[Check] = []
@@ -120,7 +120,7 @@ def audit_loader(
         if scan is not None:
             t0 = time.monotonic()
             with phases.phase("content checks"):
-                report.update(_content_checks(index, scan, sinks["content"], config, checks))
+                report.update(_content_checks(index, scan, sinks["content"], config, checks, progress))
             report["timing"] = {
                 "content_runner": f"local ({config.threads} threads)"
                 if beam_options is None
@@ -142,7 +142,7 @@ def audit_loader(
                 )
         if config.exposure_out:
             with phases.phase("exposure file"):
-                sinks["exposure"].write(config.exposure_out, stream, last_step=run["last_step"] + 1)
+                sinks["exposure"].write(config.exposure_out, stream, run["last_step"] + 1, progress=progress)
             report["exposure_file"] = config.exposure_out
     report["performance"] = phases.summary()
     report["hashing"] = (
@@ -180,8 +180,6 @@ def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, scan:
     """Stream the audited window through a `PlanTally` and, with content checks and an exposure file, the
     window's `ContentTally` and `ExposureTally` (each block once, nothing kept), one phase per epoch's
     order build and one per its replay. Returns (run, tally, the window tallies by name)."""
-    from tqdm import tqdm
-
     spec = config.stream
     work_dir = spec.work_dir or default_work_dir()
     with phases.phase("replay setup"):
@@ -193,14 +191,7 @@ def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, scan:
             sinks["content"] = ContentTally(index, scan.locate, rows, work_dir)
         if config.exposure_out:
             sinks["exposure"] = ExposureTally(index, rows, work_dir)
-    bar = tqdm(
-        total=rows,
-        desc="replay",
-        unit="row",
-        unit_scale=True,
-        disable=None if progress else True,
-        leave=False,
-    )
+    bar = Progress(progress, rows, "replay (every rank, every step)", "row", tokens_per=spec.seq_len)
 
     def on_epoch(epoch: int) -> None:
         # The epoch's order file is built (or found) before its first step: timed as its own phase.
@@ -382,7 +373,7 @@ class ContentScan:
         return windows, self.content.content_of(windows)
 
 
-def _scan_content(index, config: LoaderAuditConfig, beam_options: str | None) -> ContentScan:
+def _scan_content(index, config: LoaderAuditConfig, beam_options: str | None, progress: bool) -> ContentScan:
     """Hash every instance window and document of the mix's distinct files (locally or on Beam) and find
     the duplicates, before the replay streams the window's rows past them."""
     packed = isinstance(index, PackedIndex)
@@ -390,7 +381,7 @@ def _scan_content(index, config: LoaderAuditConfig, beam_options: str | None) ->
     files_index = file_index(config.stream) if packed else index
     spans = None
     if beam_options is None:
-        content = scan_content(files_index, config, instances=not packed)
+        content = scan_content(files_index, config, instances=not packed, progress=progress)
     else:
         from olmax.audit.loader_beam import content_on_beam
 
@@ -403,7 +394,9 @@ def _scan_content(index, config: LoaderAuditConfig, beam_options: str | None) ->
     return scan
 
 
-def _content_checks(index, scan: ContentScan, window, config: LoaderAuditConfig, checks: list[Check]) -> dict:
+def _content_checks(
+    index, scan: ContentScan, window, config: LoaderAuditConfig, checks: list[Check], progress: bool = False
+) -> dict:
     """Identical instances/documents elsewhere, unplanned repeats (from the window's `ContentTally`),
     identical files, exposure and (with `span_tokens`) repeated spans; returns the report's `content` and
     `exposure` sections."""
@@ -420,7 +413,7 @@ def _content_checks(index, scan: ContentScan, window, config: LoaderAuditConfig,
         )  # counted per mix line
         collisions, dup_examples = content.collisions, content.window_examples
     rows = window.rows
-    unplanned, exposure = window.finish()
+    unplanned, exposure = window.finish(progress)
     frac = dup_inst / max(1, N)
     checks.append(
         Check(

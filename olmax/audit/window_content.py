@@ -29,6 +29,7 @@ import numpy as np
 
 from olmax.atomic import temp_path
 from olmax.audit.partition import PartitionSpill, partition_bits
+from olmax.audit.phases import Progress
 from olmax.hashing import mix64_array
 from olmax.jsonio import write_json
 
@@ -60,11 +61,15 @@ class ContentTally:
         self.spill.add(rec)
         self.rows += ids.size
 
-    def finish(self) -> tuple[int, dict[str, dict[str, int]]]:
+    def finish(self, progress: bool = False) -> tuple[int, dict[str, dict[str, int]]]:
         """(unplanned repeat rows, {source: {"<n>x": tokens of distinct contents seen n times}})."""
         unplanned, levels = 0, [Counter() for _ in self.index.label_names]
+        bar = Progress(
+            progress, self.rows, "content checks: the window's rows", "row", tokens_per=self.seq_len
+        )
         try:
             for part in self.spill.partitions(sort=True):  # by hash, emission order kept within one
+                bar.update(part.size)
                 h = part["hash"]
                 first = np.r_[True, h[1:] != h[:-1]]
                 starts = np.flatnonzero(first)
@@ -80,6 +85,7 @@ class ContentTally:
                     (np.add.reduceat(pair_rows, group) - np.maximum.reduceat(pair_rows, group)).sum()
                 )
         finally:
+            bar.close()
             self.spill.close()
         exposure = {
             name: {f"{n}x": c * self.seq_len for n, c in sorted(levels[i].items())}
@@ -102,32 +108,38 @@ class ExposureTally:
         self.shift = np.uint64(64 - max(1, int(index.num_instances - 1).bit_length()))
         bits = partition_bits(rows, ID_REC.itemsize, target_bytes=SPILL_TARGET)
         self.spill = PartitionSpill(ID_REC, bits=bits, work_dir=work_dir)
+        self.rows = 0
 
     def add(self, ids: np.ndarray) -> None:
         rec = np.empty(ids.size, ID_REC)
         rec["hash"] = ids.astype(np.uint64) << self.shift  # the id's top bits route it: id order kept
         self.spill.add(rec)
+        self.rows += ids.size
 
-    def _counts(self, scratch: str) -> int:
+    def _counts(self, scratch: str, progress: bool) -> int:
         """Each partition's (sorted distinct ids, counts) appended to scratch files; returns how many."""
         n = 0
         with (
             open(os.path.join(scratch, "ids"), "wb") as fi,
             open(os.path.join(scratch, "counts"), "wb") as fc,
+            Progress(
+                progress, self.rows, "exposure file: count", "row", tokens_per=self.index.seq_len
+            ) as bar,
         ):
             for part in self.spill.partitions(sort=False):
+                bar.update(part.size)
                 uniq, counts = np.unique(part["hash"] >> self.shift, return_counts=True)
                 uniq.astype(np.int64).tofile(fi)
                 counts.astype(np.int64).tofile(fc)
                 n += uniq.size
         return n
 
-    def write(self, path: str, stream, last_step: int) -> None:
+    def write(self, path: str, stream, last_step: int, *, progress: bool = False) -> None:
         """The `olmax-exposure/1` file at `path` (.npz, or .json), atomically: instance_id, count, source,
         seq_len, mix, step (olmax/evals/exposure_file.py)."""
         scratch = tempfile.mkdtemp(prefix="olmax-exposure-", dir=stream.work_dir)
         try:
-            n = self._counts(scratch)
+            n = self._counts(scratch, progress)
             ids = (
                 np.memmap(os.path.join(scratch, "ids"), np.int64, "r", shape=(n,))
                 if n
