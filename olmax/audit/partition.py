@@ -74,6 +74,29 @@ class PartitionSpill:
         self.close()
 
 
+class ScratchColumn:
+    """An int64 column appended block by block to a scratch file, then read back through a memory map
+    (the reduces' outputs that outgrow memory, e.g. the exposure file's distinct ids and counts)."""
+
+    def __init__(self, path: str):
+        self.path, self.size = path, 0
+        self._f = open(path, "wb")
+
+    def append(self, values: np.ndarray) -> None:
+        np.asarray(values, dtype=np.int64).tofile(self._f)
+        self.size += int(np.size(values))
+
+    def read(self) -> np.ndarray:
+        """The whole column, memory-mapped (read-only); no more appends."""
+        self._f.close()
+        if not self.size:
+            return np.zeros(0, np.int64)
+        return np.memmap(self.path, dtype=np.int64, mode="r", shape=(self.size,))
+
+    def close(self) -> None:
+        self._f.close()
+
+
 def equal_runs(sorted_hashes: np.ndarray, min_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) of runs of equal values of length >= min_size in a sorted array."""
     if sorted_hashes.size == 0:

@@ -28,7 +28,7 @@ from collections import Counter
 import numpy as np
 
 from olmax.atomic import temp_path
-from olmax.audit.partition import PartitionSpill, partition_bits
+from olmax.audit.partition import PartitionSpill, ScratchColumn, partition_bits
 from olmax.audit.phases import Progress
 from olmax.hashing import mix64_array
 from olmax.jsonio import write_json
@@ -116,36 +116,31 @@ class ExposureTally:
         self.spill.add(rec)
         self.rows += ids.size
 
-    def _counts(self, scratch: str, progress: bool) -> int:
-        """Each partition's (sorted distinct ids, counts) appended to scratch files; returns how many."""
-        n = 0
-        with (
-            open(os.path.join(scratch, "ids"), "wb") as fi,
-            open(os.path.join(scratch, "counts"), "wb") as fc,
-            Progress(
+    def _counts(self, scratch: str, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Each partition's sorted distinct ids and their counts, appended to scratch columns (memory-mapped)."""
+        ids = ScratchColumn(os.path.join(scratch, "ids"))
+        counts = ScratchColumn(os.path.join(scratch, "counts"))
+        try:
+            with Progress(
                 progress, self.rows, "exposure file: count", "row", tokens_per=self.index.seq_len
-            ) as bar,
-        ):
-            for part in self.spill.partitions(sort=False):
-                bar.update(part.size)
-                uniq, counts = np.unique(part["hash"] >> self.shift, return_counts=True)
-                uniq.astype(np.int64).tofile(fi)
-                counts.astype(np.int64).tofile(fc)
-                n += uniq.size
-        return n
+            ) as bar:
+                for part in self.spill.partitions(sort=False):
+                    bar.update(part.size)
+                    uniq, n = np.unique(part["hash"] >> self.shift, return_counts=True)
+                    ids.append(uniq.astype(np.int64))
+                    counts.append(n)
+            return ids.read(), counts.read()
+        finally:
+            ids.close()
+            counts.close()
 
     def write(self, path: str, stream, last_step: int, *, progress: bool = False) -> None:
         """The `olmax-exposure/1` file at `path` (.npz, or .json), atomically: instance_id, count, source,
         seq_len, mix, step (olmax/evals/exposure_file.py)."""
         scratch = tempfile.mkdtemp(prefix="olmax-exposure-", dir=stream.work_dir)
         try:
-            n = self._counts(scratch, progress)
-            ids = (
-                np.memmap(os.path.join(scratch, "ids"), np.int64, "r", shape=(n,))
-                if n
-                else np.zeros(0, np.int64)
-            )
-            counts = np.memmap(os.path.join(scratch, "counts"), np.int64, "r", shape=(n,)) if n else ids
+            ids, counts = self._counts(scratch, progress)
+            n = ids.size
             names = np.asarray(self.index.label_names)
             scalars = {
                 "seq_len": np.int64(stream.seq_len),
