@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -71,7 +72,10 @@ def audit_loader(
     unplanned repeats, exposure, spans) → exposure file → report, with each phase's time and memory
     high-water mark."""
 
-    with Phases() as phases:
+    with (
+        Phases() as phases,
+        ExitStack() as scratch,
+    ):  # scratch: the window tallies' spills, removed at the end
         with phases.phase("index"):
             stream = config.stream
             index = stream_index(stream, progress=progress)
@@ -81,6 +85,8 @@ def audit_loader(
                 scan = _scan_content(index, config, beam_options, progress)
         content_seconds = time.monotonic() - t0
         run, tally, sinks = _replay_plan(index, config, phases, progress, scan)
+        for sink in sinks.values():
+            scratch.callback(sink.spill.close)
         checks: list[Check] = []
         with phases.phase("plan checks"):
             plan = _plan_checks(index, run, tally, config, checks)
