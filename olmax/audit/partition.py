@@ -120,6 +120,8 @@ def split_partitions(records: np.ndarray, bits: int) -> list[tuple[int, np.ndarr
     if records.size == 0:
         return []
     part = partition_of(records["hash"], bits)
+    if bits <= 16:  # a 16-bit key: numpy's stable sort is then a radix sort, O(n)
+        part = part.astype(np.uint16)
     order = np.argsort(part, kind="stable")
     records, part = records[order], part[order]
     bounds = np.searchsorted(part, np.arange((1 << bits) + 1))

@@ -68,22 +68,9 @@ class ContentTally:
             progress, self.rows, "content checks: the window's rows", "row", tokens_per=self.seq_len
         )
         try:
-            for part in self.spill.partitions(sort=True):  # by hash, emission order kept within one
+            for part in self.spill.partitions(sort=False):  # each in emission order
                 bar.update(part.size)
-                h = part["hash"]
-                first = np.r_[True, h[1:] != h[:-1]]
-                starts = np.flatnonzero(first)
-                seen = np.diff(np.r_[starts, h.size])
-                for s, n, c in _level_counts(part["source"][starts], seen):
-                    levels[s][n] += c
-                by_pair = np.lexsort((part["window"], h))
-                hp, wp = h[by_pair], part["window"][by_pair]
-                pair_start = np.flatnonzero(np.r_[True, (hp[1:] != hp[:-1]) | (wp[1:] != wp[:-1])])
-                pair_rows = np.diff(np.r_[pair_start, h.size])
-                group = np.flatnonzero(np.r_[True, hp[pair_start][1:] != hp[pair_start][:-1]])
-                unplanned += int(
-                    (np.add.reduceat(pair_rows, group) - np.maximum.reduceat(pair_rows, group)).sum()
-                )
+                unplanned += _reduce_rows(part, levels)
         finally:
             bar.close()
             self.spill.close()
@@ -94,10 +81,30 @@ class ContentTally:
         return unplanned, exposure
 
 
-def _level_counts(source: np.ndarray, seen: np.ndarray) -> list[tuple[int, int, int]]:
-    """[(source, n, contents)]: how many contents of each source were seen n times."""
-    pairs, counts = np.unique(np.stack([source.astype(np.int64), seen]), axis=1, return_counts=True)
-    return [(int(s), int(n), int(c)) for (s, n), c in zip(pairs.T.tolist(), counts.tolist())]
+def _reduce_rows(part: np.ndarray, levels: list[Counter]) -> int:
+    """One partition's ROW_REC records, in emission order: adds its contents' exposure levels to `levels`
+    (per source, {times seen: contents}); returns its unplanned repeat rows."""
+    order = np.argsort(part["hash"])  # records are in emission order: a content's least index is its first
+    h = part["hash"][order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    seen = np.diff(np.r_[starts, h.size])
+    first = np.minimum.reduceat(order, starts)
+    key = (seen << 16) | part["source"][first].astype(np.int64)
+    for k, c in zip(*(x.tolist() for x in np.unique(key, return_counts=True))):
+        levels[k & 0xFFFF][k >> 16] += c
+    window = part["window"][order]
+    several = np.flatnonzero(np.minimum.reduceat(window, starts) != np.maximum.reduceat(window, starts))
+    if not several.size:  # every content emitted from one physical window only: no unplanned repeat
+        return 0
+    # the few contents emitted from several windows: their rows beyond their most-emitted window's
+    sel = np.concatenate([np.arange(starts[g], starts[g] + seen[g]) for g in several.tolist()])
+    hp, wp = h[sel], window[sel]
+    by_pair = np.lexsort((wp, hp))
+    hp, wp = hp[by_pair], wp[by_pair]
+    pair_start = np.flatnonzero(np.r_[True, (hp[1:] != hp[:-1]) | (wp[1:] != wp[:-1])])
+    pair_rows = np.diff(np.r_[pair_start, hp.size])
+    group = np.flatnonzero(np.r_[True, hp[pair_start][1:] != hp[pair_start][:-1]])
+    return int((np.add.reduceat(pair_rows, group) - np.maximum.reduceat(pair_rows, group)).sum())
 
 
 class ExposureTally:
