@@ -15,6 +15,8 @@ phases (olmax/audit/phases.py: wall time, peak resident and peak anonymous memor
   spread over the mix, joined through the inverse order);
 - which: `olmax data which --step S` (synthetic `.csv.gz` sidecars for the files step S touches, as in
   bench/trace.py; the first query builds their document index);
+- window: the audit's window content tally over the epoch's rows (every rank asked, at the first of
+  --process-counts) against a content report without duplicates: its spill to scratch and its reduce;
 - loader: the trainer's loader start (open_loader, iterate from step 0, first batch read);
 - olmo-core: OLMo-core's NumpyFSLDataset + NumpyFSLDataLoader `reshuffle(epoch=1)` (builds and saves
   its global indices) at the same size, measured (not extrapolated), from an empty work dir.
@@ -41,7 +43,7 @@ from pathlib import Path
 from record import add_arguments
 
 L, G, SEED, STAGE1_TOKENS = 8192, 512, 34521, 5_930_000_000_000
-CHILDREN = ("audit", "plan", "where", "exposure", "which", "loader", "olmo-core")
+CHILDREN = ("audit", "window", "plan", "where", "exposure", "which", "loader", "olmo-core")
 
 
 def make_sparse_mix(folder: str, tokens: int, files: int, sources: int = 7) -> str:
@@ -154,6 +156,25 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
                     batch = next(it)
                     it.close()
                 out = {"batch_shape": list(batch["input_ids"].shape)}
+        elif name == "window":
+            from olmax.audit.content import content_layout
+            from olmax.audit.loader_audit import ContentScan, LoaderAuditConfig
+            from olmax.audit.plan_replay import PlanReplay
+            from olmax.audit.window_content import ContentTally
+
+            with phases.phase("index + plan"):
+                index = stream_index(stream)
+                config = LoaderAuditConfig(stream=stream, epochs=1, process_count=args.process_count)
+                plan = PlanReplay(index, config)
+                # the content map's result for a mix without duplicates (the map itself: bench/audit_mix.py)
+                scan = ContentScan(content_layout(index), index, index=index)
+                tally = ContentTally(index, scan.locate, plan.total * G, work)
+            with phases.phase("replay + window content tally (spill)"):
+                for block in plan.blocks():
+                    tally.add(block.ids)
+            with phases.phase("window content reduce"):
+                unplanned, exposure = tally.finish(progress=True)
+            out = {"rows": tally.rows, "unplanned": unplanned, "exposure": exposure}
         elif name == "olmo-core":
             from olmo_core.data import DataCollator, NumpyDataLoaderBase, NumpyFSLDataset
 
@@ -278,6 +299,14 @@ def write_record(rec, results: dict, args: argparse.Namespace, tokens: int) -> P
                 for k in ("ok", "process_count", "rows", "rank_checked_steps", "batches_per_epoch", "checks")
             },
         )
+    if "window" in results:
+        w = results["window"]
+        spill, reduce = _phase_seconds(w, "replay + window"), _phase_seconds(w, "window content reduce")
+        rec.figure("window_spill_seconds", [spill], "s", about="replay, every rank, and the rows' spill")
+        rec.figure("window_reduce_seconds", [reduce], "s")
+        rec.figure("window_reduce_rate", [w["rows"] / max(reduce, 1e-9) / 1e6], "M rows/s")
+        rec.figure("window_peak_anon", [w["peak_anon_mib"] / 1024], "GiB")
+        rec.note("window.answers", {k: w[k] for k in ("rows", "unplanned")})
     first = next(iter(audits.values()), None)
     if first is not None and "olmo-core" in results:
         ours, theirs = _phase_seconds(first, "order"), _phase_seconds(results["olmo-core"], "reshuffle")
@@ -305,6 +334,7 @@ def main() -> None:
         "--only", default=",".join(CHILDREN), help="comma-separated subset of " + ",".join(CHILDREN)
     )
     ap.add_argument("--keep-work", action="store_true", help="keep the order files at the end")
+    ap.add_argument("--record", default="stage1", help="the record's name: bench/results/NAME.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -316,7 +346,7 @@ def main() -> None:
 
     from record import Record
 
-    rec = Record("stage1", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec = Record(args.record, argv=sys.argv, smoke=args.smoke, results=args.results)
     tokens = int(args.tokens if args.tokens is not None else 2e9 if args.smoke else STAGE1_TOKENS)
     args.files = args.files if args.files is not None else 20 if args.smoke else 2000
     if args.step is None:
@@ -336,7 +366,10 @@ def main() -> None:
                 results[f"audit-p{P}"] = r = run_child(name, mix, work, args, process_count=P)
                 _print_child(f"audit, {P} processes", r)
             continue
-        results[name] = r = run_child(name, mix, oc_work if name == "olmo-core" else work, args)
+        P = int(args.process_counts.split(",")[0]) if name == "window" else 1
+        results[name] = r = run_child(
+            name, mix, oc_work if name == "olmo-core" else work, args, process_count=P
+        )
         _print_child(name, r)
     audits = [r for n, r in results.items() if n.startswith("audit-p")]
     if audits and "olmo-core" in results:
