@@ -6,20 +6,27 @@ sizes; `truncate` to size, so no disk blocks: an FSL index needs only file sizes
 instances), G = 512, seed 34521. Each command runs in a fresh process (`--child`) and reports its own
 phases (olmax/audit/phases.py: wall time, peak resident and peak anonymous memory, sampled every 50 ms):
 
-- audit: `olmax audit loader --epochs 1 --no-content` (audit_loader), from an empty work dir, so its
-  phases include the epoch's order build;
+- audit: `olmax audit loader --epochs 1 --no-content --process-count P` (audit_loader) for each P of
+  --process-counts (8 and 512): every rank's loader asked for every step; the first from an empty work
+  dir, so its phases include the epoch's order build, the later ones find the order file;
 - plan: `olmax data plan` (the index and the epoch's numbers);
 - where: `olmax data where`'s first query (builds the epoch's inverse order beside the order file);
 - exposure: `olmax audit exposure` over the whole epoch (a leak report of --exposure-items documents
   spread over the mix, joined through the inverse order);
 - which: `olmax data which --step S` (synthetic `.csv.gz` sidecars for the files step S touches, as in
   bench/trace.py; the first query builds their document index);
+- window: the audit's window content tally over the epoch's rows (every rank asked, at the first of
+  --process-counts) against a content report without duplicates: its spill to scratch and its reduce;
 - loader: the trainer's loader start (open_loader, iterate from step 0, first batch read);
 - olmo-core: OLMo-core's NumpyFSLDataset + NumpyFSLDataLoader `reshuffle(epoch=1)` (builds and saves
   its global indices) at the same size, measured (not extrapolated), from an empty work dir.
 
     .venv/bin/python bench/stage1_plan.py [--out bench/out/stage1] [--files 2000] [--only audit,olmo-core]
     .venv/bin/python bench/stage1_plan.py --tokens 200e9   # a smaller shape, same code paths
+    .venv/bin/python bench/stage1_plan.py --smoke          # seconds; its record goes to bench/out/results
+
+The record (bench/record.py) goes to bench/results/stage1.json: every child's phases, its whole-process
+wall seconds (start to output, imports included, the same for olmax and OLMo-core) and the figures.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ import sys
 import time
 from pathlib import Path
 
+from record import add_arguments
+
 L, G, SEED, STAGE1_TOKENS = 8192, 512, 34521, 5_930_000_000_000
-CHILDREN = ("audit", "plan", "where", "exposure", "which", "loader", "olmo-core")
+CHILDREN = ("audit", "window", "plan", "where", "exposure", "which", "loader", "olmo-core")
 
 
 def make_sparse_mix(folder: str, tokens: int, files: int, sources: int = 7) -> str:
@@ -69,12 +78,16 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
     if name == "audit":
         from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 
-        report = audit_loader(LoaderAuditConfig(stream=stream, epochs=1, content=False), progress=True)
+        config = LoaderAuditConfig(stream=stream, epochs=1, content=False, process_count=args.process_count)
+        report = audit_loader(config, progress=True)
         checks = {k: v["value"] for k, v in report["checks"].items()}
         return {
             **report["performance"],
             "ok": report["ok"],
+            "process_count": args.process_count,
             "rows": report["replay"]["rows"],
+            "rank_checked_steps": report["replay"]["rank_checked_steps"],
+            "batches_per_epoch": report["index"]["batches_per_epoch"],
             "full_epochs": report["replay"]["full_epochs"],
             "checks": checks,
             "checks_ran": report["checks_ran"],
@@ -143,6 +156,25 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
                     batch = next(it)
                     it.close()
                 out = {"batch_shape": list(batch["input_ids"].shape)}
+        elif name == "window":
+            from olmax.audit.content import content_layout
+            from olmax.audit.loader_audit import ContentScan, LoaderAuditConfig
+            from olmax.audit.plan_replay import PlanReplay
+            from olmax.audit.window_content import ContentTally
+
+            with phases.phase("index + plan"):
+                index = stream_index(stream)
+                config = LoaderAuditConfig(stream=stream, epochs=1, process_count=args.process_count)
+                plan = PlanReplay(index, config)
+                # the content map's result for a mix without duplicates (the map itself: bench/audit_mix.py)
+                scan = ContentScan(content_layout(index), index, index=index)
+                tally = ContentTally(index, scan.locate, plan.total * G, work)
+            with phases.phase("replay + window content tally (spill)"):
+                for block in plan.blocks():
+                    tally.add(block.ids)
+            with phases.phase("window content reduce"):
+                unplanned, exposure = tally.finish(progress=True)
+            out = {"rows": tally.rows, "unplanned": unplanned, "exposure": exposure}
         elif name == "olmo-core":
             from olmo_core.data import DataCollator, NumpyDataLoaderBase, NumpyFSLDataset
 
@@ -173,9 +205,9 @@ def child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
     return {**phases.summary(), **out}
 
 
-def run_child(name: str, mix: str, work: str, args: argparse.Namespace) -> dict:
+def run_child(name: str, mix: str, work: str, args: argparse.Namespace, process_count: int = 1) -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--mix", mix, "--work", work, "--step", str(args.step)]
-    cmd += ["--exposure-items", str(args.exposure_items)]
+    cmd += ["--exposure-items", str(args.exposure_items), "--process-count", str(process_count)]
     t = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -199,26 +231,126 @@ def orders_equal(work: str, oc_work: str) -> bool | None:
     return all(np.array_equal(a[i : i + step], b[i : i + step]) for i in range(0, a.size, step))
 
 
+def _print_child(label: str, r: dict) -> None:
+    print(
+        f"\n{label}: {r['seconds']:.1f} s in its phases ({r['process_seconds']:.1f} s with imports), "
+        f"peak anonymous {r['peak_anon_mib']} MiB, peak resident {r['peak_rss_mib']} MiB, "
+        f"VmHWM {r['process_vmhwm_mib']} MiB"
+    )
+    for p in r["phases"]:
+        print(
+            f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB, rss {p['peak_rss_mib']} MiB"
+        )
+    extra = {
+        k: v for k, v in r.items() if k not in ("phases", "seconds", "process_seconds") and "mib" not in k
+    }
+    print(f"  {json.dumps(extra)}")
+
+
+def _phase_seconds(r: dict, prefix: str) -> float:
+    return sum(p["seconds"] for p in r["phases"] if p["phase"].startswith(prefix))
+
+
+def _phase_anon(r: dict, prefix: str) -> float:
+    return max((p["peak_anon_mib"] for p in r["phases"] if p["phase"].startswith(prefix)), default=0.0)
+
+
+def write_record(rec, results: dict, args: argparse.Namespace, tokens: int) -> Path:
+    """bench/results/stage1.json (or the smoke folder): each child's whole-process wall seconds and phases,
+    the audit's figures per process count and the order build beside OLMo-core's. `rec` was opened when
+    the run began (its commit, tree state and load average are the run's)."""
+    from record import PROCESS_WALL, package_version
+
+    audits = {n: r for n, r in results.items() if n.startswith("audit-p")}
+    rec.side(
+        "olmax",
+        version=package_version("olmax"),
+        setting="audit loader --epochs 1 --no-content --process-count "
+        + "/".join(str(r["process_count"]) for r in audits.values())
+        + " (every rank's loader asked for every step); data plan/where/which; exposure; loader start",
+    )
+    rec.side(
+        "olmo-core",
+        version=package_version("ai2-olmo-core"),
+        setting="NumpyFSLDataset + NumpyFSLDataLoader.reshuffle(epoch=1), same files, L, G and seed",
+    )
+    for name, r in results.items():
+        if name == "orders_equal":
+            continue
+        side = "olmo-core" if name == "olmo-core" else "olmax"
+        rec.timings(f"{name}.process", side, [r["process_seconds"]], "s", PROCESS_WALL)
+        rec.note(f"{name}.phases", r["phases"])
+    for name, r in audits.items():
+        tag = name.replace("-", "_")
+        rec.figure(f"{tag}_seconds", [r["seconds"]], "s", about="audit loader phases, wall")
+        rec.figure(
+            f"{tag}_process_seconds", [r["process_seconds"]], "s", about="whole process, imports included"
+        )
+        rec.figure(f"{tag}_peak_anon", [r["peak_anon_mib"] / 1024], "GiB", about="anonymous high-water mark")
+        rec.figure(f"{tag}_order_build_seconds", [_phase_seconds(r, "order")], "s")
+        replay = _phase_seconds(r, "replay")
+        rec.figure(f"{tag}_replay_seconds", [replay], "s")
+        rec.figure(f"{tag}_replay_rate", [r["rows"] / max(replay, 1e-9) / 1e6], "M rows/s")
+        rec.figure(f"{tag}_replay_peak_anon", [_phase_anon(r, "replay") / 1024], "GiB")
+        rec.note(
+            f"{name}.answers",
+            {
+                k: r[k]
+                for k in ("ok", "process_count", "rows", "rank_checked_steps", "batches_per_epoch", "checks")
+            },
+        )
+    if "window" in results:
+        w = results["window"]
+        spill, reduce = _phase_seconds(w, "replay + window"), _phase_seconds(w, "window content reduce")
+        rec.figure("window_spill_seconds", [spill], "s", about="replay, every rank, and the rows' spill")
+        rec.figure("window_reduce_seconds", [reduce], "s")
+        rec.figure("window_reduce_rate", [w["rows"] / max(reduce, 1e-9) / 1e6], "M rows/s")
+        rec.figure("window_peak_anon", [w["peak_anon_mib"] / 1024], "GiB")
+        rec.note("window.answers", {k: w[k] for k in ("rows", "unplanned")})
+    first = next(iter(audits.values()), None)
+    if first is not None and "olmo-core" in results:
+        ours, theirs = _phase_seconds(first, "order"), _phase_seconds(results["olmo-core"], "reshuffle")
+        rec.figure("olmo_core_order_build_seconds", [theirs], "s")
+        rec.figure(
+            "order_build_ratio", [theirs / max(ours, 1e-9)], "x", about="OLMo-core seconds / olmax seconds"
+        )
+    rec.note(
+        "shape", {"tokens": tokens, "files": args.files, "seq_len": L, "global_batch_size": G, "seed": SEED}
+    )
+    rec.note("orders_equal", results.get("orders_equal"))
+    return rec.write()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
     ap.add_argument("--out", default="bench/out/stage1")
-    ap.add_argument("--tokens", type=float, default=STAGE1_TOKENS)
-    ap.add_argument("--files", type=int, default=2000)
-    ap.add_argument("--step", type=int, default=1_000_000, help="the step `where`/`which` ask about")
+    ap.add_argument("--tokens", type=float, default=None, help="default: stage 1's 5.93e12 (--smoke: 2e9)")
+    ap.add_argument("--files", type=int, default=None, help="default 2000 (--smoke: 20)")
+    ap.add_argument("--step", type=int, default=None, help="the step `where`/`which` ask about")
     ap.add_argument("--exposure-items", type=int, default=1000)
+    ap.add_argument("--process-counts", default="8,512", help="the audit's process counts, comma-separated")
     ap.add_argument(
         "--only", default=",".join(CHILDREN), help="comma-separated subset of " + ",".join(CHILDREN)
     )
     ap.add_argument("--keep-work", action="store_true", help="keep the order files at the end")
+    ap.add_argument("--record", default="stage1", help="the record's name: bench/results/NAME.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
+    ap.add_argument("--process-count", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.mix, args.work, args)))
         return
 
-    tokens = int(args.tokens)
+    from record import Record
+
+    rec = Record(args.record, argv=sys.argv, smoke=args.smoke, results=args.results)
+    tokens = int(args.tokens if args.tokens is not None else 2e9 if args.smoke else STAGE1_TOKENS)
+    args.files = args.files if args.files is not None else 20 if args.smoke else 2000
+    if args.step is None:
+        args.step = min(1_000_000, tokens // (L * G) - 1)
     mix = make_sparse_mix(os.path.join(args.out, f"mix-{tokens}-{args.files}"), tokens, args.files)
     work, oc_work = os.path.join(args.out, "work"), os.path.join(args.out, "work-olmo-core")
     for w in (work, oc_work):
@@ -229,37 +361,32 @@ def main() -> None:
     )
     results = {}
     for name in args.only.split(","):
-        r = run_child(name, mix, oc_work if name == "olmo-core" else work, args)
-        results[name] = r
-        print(
-            f"\n{name}: {r['seconds']:.1f} s in its phases ({r['process_seconds']:.1f} s with imports), "
-            f"peak anonymous {r['peak_anon_mib']} MiB, peak resident {r['peak_rss_mib']} MiB, "
-            f"VmHWM {r['process_vmhwm_mib']} MiB"
+        if name == "audit":
+            for P in (int(x) for x in args.process_counts.split(",")):
+                results[f"audit-p{P}"] = r = run_child(name, mix, work, args, process_count=P)
+                _print_child(f"audit, {P} processes", r)
+            continue
+        P = int(args.process_counts.split(",")[0]) if name == "window" else 1
+        results[name] = r = run_child(
+            name, mix, oc_work if name == "olmo-core" else work, args, process_count=P
         )
-        for p in r["phases"]:
-            print(
-                f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB, rss {p['peak_rss_mib']} MiB"
-            )
-        extra = {
-            k: v for k, v in r.items() if k not in ("phases", "seconds", "process_seconds") and "mib" not in k
-        }
-        print(f"  {json.dumps(extra)}")
-    if "audit" in results and "olmo-core" in results:
-        a, o = results["audit"], results["olmo-core"]
-        a_order = sum(p["seconds"] for p in a["phases"] if p["phase"].startswith("order"))
-        o_order = sum(p["seconds"] for p in o["phases"] if p["phase"].startswith("reshuffle"))
+        _print_child(name, r)
+    audits = [r for n, r in results.items() if n.startswith("audit-p")]
+    if audits and "olmo-core" in results:
+        a, o = audits[0], results["olmo-core"]
+        a_order, o_order = _phase_seconds(a, "order"), _phase_seconds(o, "reshuffle")
         print(
-            f"\norder build: olmax {a_order:.1f} s (peak anon "
-            f"{max(p['peak_anon_mib'] for p in a['phases'] if p['phase'].startswith('order'))} MiB) vs "
-            f"OLMo-core {o_order:.1f} s (peak anon "
-            f"{max(p['peak_anon_mib'] for p in o['phases'] if p['phase'].startswith('reshuffle'))} MiB), "
+            f"\norder build: olmax {a_order:.1f} s (peak anon {_phase_anon(a, 'order')} MiB) vs "
+            f"OLMo-core {o_order:.1f} s (peak anon {_phase_anon(o, 'reshuffle')} MiB), "
             f"measured at the same size; ratio {o_order / max(a_order, 1e-9):.2f}x time"
         )
     same = orders_equal(work, oc_work)
     if same is not None:
         print(f"olmax's order file == OLMo-core's global indices file, byte for byte: {same}")
         results["orders_equal"] = same
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "stage1_plan.json").write_text(json.dumps(results, indent=1))
+    print(f"record: {write_record(rec, results, args, tokens)}")
     if not args.keep_work:
         for w in (work, oc_work):
             shutil.rmtree(w, ignore_errors=True)

@@ -49,11 +49,6 @@ class LoaderAuditConfig:
     content: bool = setting(True, "skip the content (hash) pass")
     threads: int = setting(2, _THREADS)
     examples: int = setting(10, cli=False)  # examples listed per failed check
-    rank_check_steps: int = setting(
-        512,
-        "steps on which every rank's loader is asked and checked against the global batch (all steps "
-        "when the audit is shorter)",
-    )
     exposure_out: str | None = setting(
         None,
         "also write per-instance serve counts (.npz or .json, the format "

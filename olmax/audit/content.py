@@ -15,18 +15,21 @@ refuses URLs).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import xxhash
 
+from olmax import storage
 from olmax.audit.config import LoaderAuditConfig
-from olmax.audit.partition import equal_runs, map_reduce
+from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition_bits
 from olmax.audit.spans import documents, physical_ids, require_local
 from olmax.data.index import TokenIndex
-from olmax.data.shards import local_tokens
+from olmax.data.shards import local_tokens, read_sidecar, sidecar_path
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_slice
 from olmax.errors import OlmaxError
@@ -42,9 +45,12 @@ class ContentReport:
 
     phys: np.ndarray  # (F,) physical id of each mix file
     phys_paths: list[str]
-    # canonical[phys_offsets[p] + w] = the physical window whose content window w of file p repeats
+    # physical window ids: window w of physical file p is phys_offsets[p] + w
     phys_offsets: np.ndarray
-    canonical: np.ndarray
+    # the duplicate windows only (16 bytes each, nothing per unique window): dup_windows sorted, and
+    # dup_originals[i] the earlier physical window whose content dup_windows[i] repeats
+    dup_windows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    dup_originals: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     duplicate_windows: int = 0  # physical windows whose content appeared earlier elsewhere
     duplicate_docs: int = 0
     duplicate_doc_tokens: int = 0
@@ -55,10 +61,27 @@ class ContentReport:
     window_examples: list[dict] = field(default_factory=list)
     doc_examples: list[dict] = field(default_factory=list)
 
+    def physical_windows(self, index: TokenIndex, instance_ids: np.ndarray) -> np.ndarray:
+        """int64: the physical window of each global instance id (a path listed twice: one window)."""
+        files, starts = index.locate(instance_ids)
+        return self.phys_offsets[self.phys[files]] + starts // index.seq_len
+
+    def content_of(self, windows: np.ndarray) -> np.ndarray:
+        """int64: one id per distinct content (its first physical window) for each physical window."""
+        out = np.array(windows, dtype=np.int64, copy=True)
+        if self.dup_windows.size and out.size:
+            at = np.minimum(np.searchsorted(self.dup_windows, out), self.dup_windows.size - 1)
+            hit = self.dup_windows[at] == out
+            out[hit] = self.dup_originals[at[hit]]
+        return out
+
     def content_ids(self, index: TokenIndex, instance_ids: np.ndarray) -> np.ndarray:
         """int64: one id per distinct content for each global instance id."""
-        files, starts = index.locate(instance_ids)
-        return self.canonical[self.phys_offsets[self.phys[files]] + starts // index.seq_len]
+        return self.content_of(self.physical_windows(index, instance_ids))
+
+    def duplicates_in(self, lo: int, hi: int) -> int:
+        """Duplicate windows among physical windows [lo, hi)."""
+        return int(np.searchsorted(self.dup_windows, hi) - np.searchsorted(self.dup_windows, lo))
 
 
 @dataclass
@@ -184,7 +207,8 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
     """Duplicate documents among the DOC_REC records of one hash partition (any order): in each group of
     equal hashes the first document by (physical file, position) is the original, every other one with
     the same tokens (compared byte for byte) a duplicate; unequal bytes count as collisions. Examples:
-    the first `examples` duplicates in hash order."""
+    the first `examples` duplicates in hash order, each document by its ordinal in its file (`doc_index`;
+    `merge_documents` adds its id)."""
     out = DocDuplicates()
     hashes = np.ascontiguousarray(part["hash"])
     by_hash = np.argsort(hashes)  # the order within a hash is set below, by (file, position)
@@ -208,23 +232,60 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
                 out.examples.append(
                     {
                         "file": paths[rp],
-                        "doc": int(rec["doc"]),
+                        "doc_index": int(rec["doc"]),
                         "tokens": rn,
                         "same_as_file": paths[hp],
-                        "same_as_doc": int(head["doc"]),
+                        "same_as_doc_index": int(head["doc"]),
                     }
                 )
     return out
 
 
 def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDuplicates:
-    """The partitions' results (in partition order) as one: sums, and the first `examples` examples."""
+    """The partitions' results (in partition order) as one: sums, and the first `examples` examples, their
+    documents named by id (`name_documents`)."""
     out = DocDuplicates()
     for r in parts:
         out.duplicates += r.duplicates
         out.tokens += r.tokens
         out.collisions += r.collisions
         out.examples.extend(r.examples[: max(0, examples - len(out.examples))])
+    out.examples = name_documents(out.examples)
+    return out
+
+
+def sidecar_ids(path: str) -> list[str] | None:
+    """The document ids of token file `path` (a path or an fsspec URL) from its `.csv.gz` sidecar; None
+    without one (documents are then named by ordinal, "#i", as olmax.data.documents does)."""
+    local = storage.local_path(path)
+    if local is not None:
+        side = sidecar_path(local)
+        return [r.id for r in read_sidecar(side)] if side.exists() else None
+    folder, name = path[: path.rfind("/")], path[path.rfind("/") + 1 :]
+    side_url = storage.join(folder, sidecar_path(name).name)
+    if not storage.exists(side_url):
+        return None
+    with tempfile.TemporaryDirectory(prefix="olmax-sidecar-") as tmp:
+        side = Path(tmp) / sidecar_path(name).name
+        side.write_bytes(storage.read_bytes(side_url))
+        return [r.id for r in read_sidecar(side)]
+
+
+def name_documents(examples: list[dict]) -> list[dict]:
+    """Duplicate-document examples with each document named by its id (`doc`, `same_as_doc`: the sidecar's
+    id, else "#i") and its ordinal in its file beside it (`doc_index`, `same_as_doc_index`)."""
+    ids: dict[str, list[str] | None] = {}
+    out = []
+    for e in examples:
+        named = dict(e)
+        for key, file_key in (("doc", "file"), ("same_as_doc", "same_as_file")):
+            i = int(e[f"{key}_index"])
+            path = e[file_key]
+            if path not in ids:
+                ids[path] = sidecar_ids(path)
+            doc_ids = ids[path]
+            named[key] = doc_ids[i] if doc_ids is not None and i < len(doc_ids) and doc_ids[i] else f"#{i}"
+        out.append(named)
     return out
 
 
@@ -237,8 +298,7 @@ def content_layout(index: TokenIndex) -> ContentReport:
     phys_paths = [index.paths[first[p]] for p in range(len(first))]
     counts = np.asarray([index.counts[first[p]] for p in range(len(first))], dtype=np.int64)
     phys_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    canonical = np.arange(int(phys_offsets[-1]), dtype=np.int64)
-    return ContentReport(phys, phys_paths, phys_offsets, canonical)
+    return ContentReport(phys, phys_paths, phys_offsets)
 
 
 def content_reduces(rep: ContentReport, seq_len: int, examples: int) -> dict:
@@ -269,14 +329,18 @@ def assemble_content(
             rep.identical_files.append({"file": rep.phys_paths[p], "same_as_file": rep.phys_paths[first_p]})
         rep.doc_tokens += t.doc_tokens
         rep.docs += t.docs
+    dup, orig = [], []
     for r in instances:
         if r.pairs.size:
-            rep.canonical[rep.phys_offsets[r.pairs[:, 0]] + r.pairs[:, 1]] = (
-                rep.phys_offsets[r.pairs[:, 2]] + r.pairs[:, 3]
-            )
+            dup.append(rep.phys_offsets[r.pairs[:, 0]] + r.pairs[:, 1])
+            orig.append(rep.phys_offsets[r.pairs[:, 2]] + r.pairs[:, 3])
         rep.duplicate_windows += len(r.pairs)
         rep.collisions += r.collisions
         rep.window_examples.extend(r.examples[: max(0, examples - len(rep.window_examples))])
+    if dup:
+        dup_windows, originals = np.concatenate(dup), np.concatenate(orig)
+        order = np.argsort(dup_windows, kind="stable")
+        rep.dup_windows, rep.dup_originals = dup_windows[order], originals[order]
     merged = merge_documents(docs, examples)
     rep.duplicate_docs, rep.duplicate_doc_tokens = merged.duplicates, merged.tokens
     rep.collisions += merged.collisions
@@ -284,8 +348,21 @@ def assemble_content(
     return rep
 
 
+def _phys_tokens(index: TokenIndex, rep: ContentReport) -> list[int]:
+    """Tokens of each physical file (its first mix path's size)."""
+    first: dict[int, int] = {}
+    for f, p in enumerate(rep.phys.tolist()):
+        first.setdefault(p, f)
+    return [int(index.sizes[first[p]]) // index.itemsize for p in range(len(first))]
+
+
 def scan_content(
-    index: TokenIndex, config: LoaderAuditConfig, *, instances: bool = True, bits: int = 4
+    index: TokenIndex,
+    config: LoaderAuditConfig,
+    *,
+    instances: bool = True,
+    bits: int | None = None,
+    progress: bool = False,
 ) -> ContentReport:
     """Hash every instance (unless instances=False) and document of the mix's distinct physical
     files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam). From
@@ -295,6 +372,8 @@ def scan_content(
         index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
     )
     rep = content_layout(index)
+    if bits is None:  # a partition of about 256 MB of instance records, whatever the mix's size
+        bits = partition_bits(int(index.num_tokens) // max(1, index.seq_len if instances else 1), 24)
     totals, reduced = map_reduce(
         list(enumerate(rep.phys_paths)),
         partial(
@@ -307,5 +386,6 @@ def scan_content(
         bits=bits,
         threads=config.threads,
         work_dir=work_dir,
+        progress=MapProgress(progress, _phys_tokens(index, rep), "content"),
     )
     return assemble_content(rep, totals, reduced["instances"], reduced["docs"], examples)

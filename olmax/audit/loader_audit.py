@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from olmax.atomic import temp_path
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import LoaderAuditConfig
-from olmax.audit.content import scan_content
+from olmax.audit.content import ContentReport, scan_content
 from olmax.audit.dedup import repeated_spans
-from olmax.audit.phases import Phases
-from olmax.audit.plan_replay import PlanReplay, PlanTally, emitted_at, materialize
+from olmax.audit.phases import Phases, Progress
+from olmax.audit.plan_replay import PlanReplay, PlanTally, emitted_at
 from olmax.audit.spans import physical_ids
+from olmax.audit.window_content import ContentTally, ExposureTally
 from olmax.beam import describe, pipeline_options
 from olmax.data.loader import file_index, stream_index
 from olmax.data.order import default_work_dir, epoch_order
 from olmax.data.packing import PackedIndex
-from olmax.data.stream import StreamSpec
 from olmax.hashing import packed_row_hashes
-from olmax.jsonio import write_json
 
 # Every check the loader audit reports, what it catches (one line each); `source_share:<label>` is one per source.
 CHECK_MEANINGS = {
@@ -58,18 +57,6 @@ def check_meaning(name: str) -> str:
     return CHECK_MEANINGS.get(name.split(":", 1)[0], "")
 
 
-def replay(index, config: LoaderAuditConfig) -> dict:
-    """Every emitted row of the audited window as arrays (stream step k, epoch, rank, instance id) and the
-    rank/resume counts: the whole window in memory (26 bytes per row), for small mixes and callers that
-    need every row; `audit_loader` streams the window instead (olmax/audit/plan_replay.py)."""
-
-    plan = PlanReplay(index, config)
-    run = materialize(list(plan.blocks()), plan.bpe)
-    run.update(plan.stats)
-    run.update(steps=int(np.unique(run["k"]).size), planned_steps=plan.total, batches_per_epoch=plan.bpe)
-    return run
-
-
 def audit_loader(
     config: LoaderAuditConfig, *, progress: bool = False, beam_options: str | None = None
 ) -> dict:
@@ -77,16 +64,29 @@ def audit_loader(
     `beam_options` (Beam's flags): the content checks' reads and hashing run as an Apache Beam pipeline
     (loader_beam.py), the same report but its `timing`.
 
-    Phases: index → per epoch, build (or open) its order file, then replay its steps through the plan
-    tally (bounded memory: olmax/audit/plan_replay.py) → plan checks (repeats, coverage, ranks, resume)
-    → label checks → source shares → content checks (duplicates, unplanned repeats, exposure, spans),
-    which alone need every row at once → report, with each phase's time and memory high-water mark."""
+    Phases: index → content map (with content checks: every instance window and document of the mix
+    hashed, duplicates found by hash partition) → per epoch, build (or open) its order file, then replay
+    its steps, every rank's rows from its own loader, through the plan tally and the window's content and
+    exposure tallies (all streamed: olmax/audit/plan_replay.py, window_content.py) → plan checks
+    (repeats, coverage, ranks, resume) → label checks → source shares → content checks (duplicates,
+    unplanned repeats, exposure, spans) → exposure file → report, with each phase's time and memory
+    high-water mark."""
 
-    with Phases() as phases:
+    with (
+        Phases() as phases,
+        ExitStack() as scratch,
+    ):  # scratch: the window tallies' spills, removed at the end
         with phases.phase("index"):
             stream = config.stream
             index = stream_index(stream, progress=progress)
-        run, tally = _replay_plan(index, config, phases, progress, keep=config.content or config.exposure_out)
+        scan, t0 = None, time.monotonic()
+        if config.content:
+            with phases.phase("content map"):
+                scan = _scan_content(index, config, beam_options, progress)
+        content_seconds = time.monotonic() - t0
+        run, tally, sinks = _replay_plan(index, config, phases, progress, scan)
+        for sink in sinks.values():
+            scratch.callback(sink.spill.close)
         checks: list[Check] = []
         with phases.phase("plan checks"):
             plan = _plan_checks(index, run, tally, config, checks)
@@ -114,21 +114,24 @@ def audit_loader(
             "paths_under_several_labels": several,
             "sources": shares,
             "checks_ran": {
-                "plan_replay": "local (streamed in blocks of steps: bounded memory)",
+                "plan_replay": f"local: every rank's loader asked for its rows of every step "
+                f"({run['rank_checked_steps']} steps x {config.process_count} ranks"
+                f"{', and after each resume at its process count' if run['resumes'] else ''}), "
+                "streamed in blocks of steps (bounded memory)",
                 "content": ("local" if beam_options is None else f"beam ({_beam(beam_options)})")
                 if config.content
                 else "skipped (--no-content)",
             },
         }
-        if config.content:
+        if scan is not None:
             t0 = time.monotonic()
             with phases.phase("content checks"):
-                report.update(_content_checks(index, run, config, checks, beam_options))
+                report.update(_content_checks(index, scan, sinks["content"], config, checks, progress))
             report["timing"] = {
                 "content_runner": f"local ({config.threads} threads)"
                 if beam_options is None
                 else _beam(beam_options),
-                "content_seconds": round(time.monotonic() - t0, 3),
+                "content_seconds": round(content_seconds + time.monotonic() - t0, 3),
             }
         if config.near is not None:
             from olmax.audit.near import near_exposure
@@ -145,8 +148,7 @@ def audit_loader(
                 )
         if config.exposure_out:
             with phases.phase("exposure file"):
-                last_step = int(run["k"].max()) + 1
-                write_exposure(config.exposure_out, index, run["ids"], stream, last_step=last_step)
+                sinks["exposure"].write(config.exposure_out, stream, run["last_step"] + 1, progress=progress)
             report["exposure_file"] = config.exposure_out
     report["performance"] = phases.summary()
     report["hashing"] = (
@@ -181,17 +183,22 @@ def _performance_lines(report: dict) -> list[str]:
     return lines
 
 
-def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, keep: bool):
-    """Stream the audited window through a `PlanTally`, one phase per epoch's order build and one per its
-    replay; `keep` also keeps every row (`run["ids"]`, ...) for the content checks. Returns (run, tally)."""
-    from tqdm import tqdm
-
+def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, scan: ContentScan | None):
+    """Stream the audited window through a `PlanTally` and, with content checks and an exposure file, the
+    window's `ContentTally` and `ExposureTally` (each block once, nothing kept), one phase per epoch's
+    order build and one per its replay. Returns (run, tally, the window tallies by name)."""
     spec = config.stream
     work_dir = spec.work_dir or default_work_dir()
     with phases.phase("replay setup"):
         plan = PlanReplay(index, config)
         tally = PlanTally(index, plan.bpe, config.examples)
-    bar = tqdm(total=plan.total, desc="replay", unit="step", disable=None if progress else True, leave=False)
+        rows = plan.total * spec.global_batch_size
+        sinks: dict = {}
+        if scan is not None:
+            sinks["content"] = ContentTally(index, scan.locate, rows, work_dir)
+        if config.exposure_out:
+            sinks["exposure"] = ExposureTally(index, rows, work_dir)
+    bar = Progress(progress, rows, "replay (every rank, every step)", "row", tokens_per=spec.seq_len)
 
     def on_epoch(epoch: int) -> None:
         # The epoch's order file is built (or found) before its first step: timed as its own phase.
@@ -199,20 +206,31 @@ def _replay_plan(index, config: LoaderAuditConfig, phases, progress: bool, keep:
         epoch_order(spec.order, index.num_instances, spec.seed, epoch, work_dir, progress=progress)
         phases.begin(f"replay epoch {epoch}")
 
-    kept = []
+    last_step = -1
     try:
         for block in plan.blocks(on_epoch):
             tally.add(block)
-            if keep:
-                kept.append(block)
-            bar.update(int(block.k[-1] - block.k[0]) + 1 if block.k.size else 0)
+            for sink in sinks.values():
+                sink.add(block.ids)
+            if block.k.size:
+                last_step = max(last_step, int(block.k[-1]))
+            bar.update(block.ids.size)
         phases.end()
+    except BaseException:
+        for sink in sinks.values():
+            sink.spill.close()
+        raise
     finally:
         bar.close()
-    run = materialize(kept, plan.bpe) if keep else {}
-    run.update(plan.stats)
-    run.update(steps=tally.steps(), planned_steps=plan.total, batches_per_epoch=plan.bpe, plan=plan)
-    return run, tally
+    run = dict(plan.stats)
+    run.update(
+        steps=tally.steps(),
+        planned_steps=plan.total,
+        batches_per_epoch=plan.bpe,
+        plan=plan,
+        last_step=last_step,
+    )
+    return run, tally, sinks
 
 
 def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: list[Check]) -> dict:
@@ -274,7 +292,12 @@ def _plan_checks(index, run: dict, tally, config: LoaderAuditConfig, checks: lis
             run["union_bad_steps"] == 0,
             run["union_bad_steps"],
             0,
-            detail="steps whose ranks' rows are not exactly the global batch",
+            detail="steps whose ranks' rows are not exactly the global batch"
+            + (
+                f" (first: {', '.join(map(str, run['bad_step_examples']))})"
+                if run["bad_step_examples"]
+                else ""
+            ),
         )
     )
     if run["steps"] != run["planned_steps"] or any(
@@ -337,46 +360,69 @@ def _share_checks(
     return shares
 
 
-def _content_checks(
-    index, run: dict, config: LoaderAuditConfig, checks: list[Check], beam_options: str | None = None
-) -> dict:
-    """Identical instances/documents elsewhere, unplanned repeats, identical files, exposure and (with
-    `span_tokens`) repeated spans; returns the report's `content` and `exposure` sections."""
+@dataclass
+class ContentScan:
+    """The content map's result: the mix's duplicate windows and documents (`content`), the repeated spans
+    when Beam found them, and, for a packed index, its rows' first copies (`canonical`: 8 bytes a packed
+    row of the mix), their collisions and examples."""
 
-    ids, ex, L, N = run["ids"], config.examples, config.stream.seq_len, index.num_instances
+    content: ContentReport
+    files_index: object
+    spans: dict | None = None
+    canonical: np.ndarray | None = None
+    row_collisions: int = 0
+    row_examples: list = field(default_factory=list)
+    index: object = None
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(physical window, content id) of each instance id; a packed row is its own position."""
+        if self.canonical is not None:
+            return ids, self.canonical[ids]
+        windows = self.content.physical_windows(self.index, ids)
+        return windows, self.content.content_of(windows)
+
+
+def _scan_content(index, config: LoaderAuditConfig, beam_options: str | None, progress: bool) -> ContentScan:
+    """Hash every instance window and document of the mix's distinct files (locally or on Beam) and find
+    the duplicates, before the replay streams the window's rows past them."""
     packed = isinstance(index, PackedIndex)
     # documents and whole files come from the mix's files; instances are fixed windows of them, or packed rows
     files_index = file_index(config.stream) if packed else index
     spans = None
     if beam_options is None:
-        content = scan_content(files_index, config, instances=not packed)
+        content = scan_content(files_index, config, instances=not packed, progress=progress)
     else:
         from olmax.audit.loader_beam import content_on_beam
 
         content, spans = content_on_beam(
             beam_options, files_index, config, instances=not packed, labels=_phys_labels(files_index)
         )
+    scan = ContentScan(content, files_index, spans, index=index)
     if packed:
-        canonical, row_collisions, dup_examples = packed_duplicates(index, ex)
-        dup_inst = int((canonical != np.arange(N)).sum())
-        cid, raw = canonical[ids], ids  # a packed row's position is its instance id
-        collisions = row_collisions + content.collisions
+        scan.canonical, scan.row_collisions, scan.row_examples = packed_duplicates(index, config.examples)
+    return scan
+
+
+def _content_checks(
+    index, scan: ContentScan, window, config: LoaderAuditConfig, checks: list[Check], progress: bool = False
+) -> dict:
+    """Identical instances/documents elsewhere, unplanned repeats (from the window's `ContentTally`),
+    identical files, exposure and (with `span_tokens`) repeated spans; returns the report's `content` and
+    `exposure` sections."""
+
+    content, N = scan.content, index.num_instances
+    packed = scan.canonical is not None
+    if packed:
+        dup_inst = int((scan.canonical != np.arange(N)).sum())
+        collisions, dup_examples = scan.row_collisions + content.collisions, scan.row_examples
     else:
-        dup_inst = int(
-            sum(
-                int(
-                    (
-                        content.canonical[content.phys_offsets[p] : content.phys_offsets[p + 1]]
-                        != np.arange(content.phys_offsets[p], content.phys_offsets[p + 1])
-                    ).sum()
-                )
-                for p in content.phys[:].tolist()
-            )
+        dup_inst = sum(
+            content.duplicates_in(int(content.phys_offsets[p]), int(content.phys_offsets[p + 1]))
+            for p in content.phys.tolist()
         )  # counted per mix line
-        cid = content.content_ids(index, ids)
-        files, starts = index.locate(ids)
-        raw = content.phys_offsets[content.phys[files]] + starts // L
         collisions, dup_examples = content.collisions, content.window_examples
+    rows = window.rows
+    unplanned, exposure = window.finish(progress)
     frac = dup_inst / max(1, N)
     checks.append(
         Check(
@@ -399,18 +445,12 @@ def _content_checks(
             f"tokens, >= {config.min_doc_tokens} tokens each) repeat another document",
         )
     )
-    # Rows whose content was emitted from another physical window: beyond the most-emitted one.
-    pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
-    by_cid: dict[int, list[int]] = {}
-    for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
-        by_cid.setdefault(c, []).append(n)
-    unplanned = int(sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1))
     checks.append(
         Check(
             "unplanned_repeat_rows",
-            unplanned <= config.max_dup_instance_frac * ids.size,
+            unplanned <= config.max_dup_instance_frac * rows,
             unplanned,
-            f"{config.max_dup_instance_frac} of {ids.size} rows",
+            f"{config.max_dup_instance_frac} of {rows} rows",
             detail="emitted rows repeating content emitted from another file/position",
         )
     )
@@ -424,13 +464,6 @@ def _content_checks(
             detail="; ".join(f"{d['file']} == {d['same_as_file']}" for d in same[:3]),
         )
     )
-    src = index.source_ids(ids)
-    _, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
-    exposure = {}
-    for i, name in enumerate(index.label_names):
-        sel = src[cfirst] == i
-        levels, tok = np.unique(cn[sel], return_counts=True)
-        exposure[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
     checks.append(
         Check(
             "hash_collisions",
@@ -453,7 +486,7 @@ def _content_checks(
         "unplanned_repeat_rows": unplanned,
     }
     if config.span_tokens > 0:
-        section["repeated_spans"] = _span_checks(files_index, content, config, checks, spans)
+        section["repeated_spans"] = _span_checks(scan.files_index, content, config, checks, scan.spans)
     return {"content": section, "exposure": exposure}
 
 
@@ -528,24 +561,3 @@ def _span_checks(
         "across_sources": spans["across"],
         "examples": spans["examples"],
     }
-
-
-def write_exposure(path: str, index, ids: np.ndarray, stream: StreamSpec, last_step: int) -> None:
-    """Per-instance serve counts of the audited window as `olmax-exposure/1` .npz (or .json), atomically:
-    instance_id, count, source, seq_len, mix, step (see olmax/evals/exposure_file.py)."""
-
-    uniq, counts = np.unique(ids, return_counts=True)
-    source = np.asarray(index.label_names)[index.source_ids(uniq)]
-    fields = {
-        "instance_id": uniq.astype(np.int64),
-        "count": counts.astype(np.int64),
-        "source": source,
-        "seq_len": np.int64(stream.seq_len),
-        "mix": np.str_(stream.mix),
-        "step": np.int64(last_step),
-    }
-    if path.endswith(".json"):
-        write_json(path, {"format": "olmax-exposure/1", **fields}, indent=None)
-    else:
-        with temp_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, **fields)

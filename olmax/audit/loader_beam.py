@@ -8,7 +8,8 @@ partition in the reduces (content.py `reduce_instances` and `reduce_documents`, 
 on the workers, which re-read every equal-hash pair byte for byte; the driver assembles the partitions'
 results in partition order (content.py `assemble_content`, dedup.py `span_report`), the same report as
 the local runner (scan_content, repeated_spans) but its timing. The map-reduce on Beam is
-dedup_beam.map_reduce_beam's.
+dedup_beam.map_reduce_beam's. The window's rows are then streamed past the result on the driver, by
+the same code as locally (window_content.py), so the content checks' counts cannot differ by runner.
 """
 
 from __future__ import annotations

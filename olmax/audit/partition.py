@@ -13,11 +13,13 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
+from olmax.audit.phases import Progress
 from olmax.beam import guarded, raise_first_failure
 
 
@@ -48,6 +50,10 @@ class PartitionSpill:
                 np.asarray(recs, dtype=self.dtype).tofile(f)
             self.count += int(recs.size)
 
+    def parts(self) -> int:
+        """How many partitions hold records."""
+        return sum(os.path.exists(self._path(p)) for p in range(1 << self.bits))
+
     def partitions(self, sort: bool = True) -> Iterator[np.ndarray]:
         """Each non-empty partition's records in partition order, sorted by hash (stable: map order kept
         within a hash); `sort=False` for a reduce that sorts them itself."""
@@ -66,6 +72,29 @@ class PartitionSpill:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ScratchColumn:
+    """An int64 column appended block by block to a scratch file, then read back through a memory map
+    (the reduces' outputs that outgrow memory, e.g. the exposure file's distinct ids and counts)."""
+
+    def __init__(self, path: str):
+        self.path, self.size = path, 0
+        self._f = open(path, "wb")
+
+    def append(self, values: np.ndarray) -> None:
+        np.asarray(values, dtype=np.int64).tofile(self._f)
+        self.size += int(np.size(values))
+
+    def read(self) -> np.ndarray:
+        """The whole column, memory-mapped (read-only); no more appends."""
+        self._f.close()
+        if not self.size:
+            return np.zeros(0, np.int64)
+        return np.memmap(self.path, dtype=np.int64, mode="r", shape=(self.size,))
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def equal_runs(sorted_hashes: np.ndarray, min_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +120,8 @@ def split_partitions(records: np.ndarray, bits: int) -> list[tuple[int, np.ndarr
     if records.size == 0:
         return []
     part = partition_of(records["hash"], bits)
+    if bits <= 16:  # a 16-bit key: numpy's stable sort is then a radix sort, O(n)
+        part = part.astype(np.uint16)
     order = np.argsort(part, kind="stable")
     records, part = records[order], part[order]
     bounds = np.searchsorted(part, np.arange((1 << bits) + 1))
@@ -115,6 +146,7 @@ def map_reduce(
     bits: int = 4,
     threads: int = 2,
     work_dir: str | None = None,
+    progress: MapProgress | None = None,
 ) -> tuple[list, dict[str, list]]:
     """Map every element, spill its records by hash partition, reduce one partition at a time (the local
     runner; dedup_beam.map_reduce_beam runs the same functions on Apache Beam, with the same result).
@@ -123,9 +155,13 @@ def map_reduce(
     with a uint64 `hash` field) and returns a summary. Elements are mapped in `threads` threads; an
     OlmaxError of one (the first in element order) is raised after all were mapped. Each kind's
     `reduces[kind][1](records)` then gets each non-empty partition's records (in no particular order).
-    Returns (the summaries in element order, {kind: the reduce results in partition order})."""
+    Returns (the summaries in element order, {kind: the reduce results in partition order}). `progress`:
+    bars for the map (elements, and their tokens when given) and the reduce (partitions)."""
     spills = {k: PartitionSpill(dtype, bits=bits, work_dir=work_dir) for k, (dtype, _) in reduces.items()}
     lock = threading.Lock()
+    elements = list(elements)
+    progress = progress or MapProgress(False)
+    mapped = Progress(progress.enabled, len(elements), f"{progress.what} map", "file")
 
     def consume(item):
         gen = map_fn(item[1])
@@ -133,6 +169,8 @@ def map_reduce(
             try:
                 kind, records = next(gen)
             except StopIteration as stop:
+                with lock:
+                    mapped.update(1, None if progress.tokens is None else int(progress.tokens[item[0]]))
                 return stop.value
             parts = split_partitions(records, bits)
             with lock:
@@ -141,10 +179,28 @@ def map_reduce(
     try:
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             summaries = list(pool.map(guarded(consume, order=lambda item: (item[0],)), enumerate(elements)))
+        mapped.close()
         raise_first_failure(summaries)
-        return summaries, {
-            k: [fn(part) for part in spills[k].partitions(sort=False)] for k, (_, fn) in reduces.items()
-        }
+        out: dict[str, list] = {}
+        total = sum(spill.parts() for spill in spills.values())
+        with Progress(progress.enabled, total, f"{progress.what} reduce", "partition") as bar:
+            for k, (_, fn) in reduces.items():
+                out[k] = []
+                for part in spills[k].partitions(sort=False):
+                    out[k].append(fn(part))
+                    bar.update(1)
+        return summaries, out
     finally:
+        mapped.close()
         for spill in spills.values():
             spill.close()
+
+
+@dataclass(frozen=True)
+class MapProgress:
+    """What `map_reduce` shows while it runs: bars when `enabled` (on a terminal), each element's tokens
+    beside the files mapped when `tokens` is given, `what` naming the pass."""
+
+    enabled: bool
+    tokens: Sequence[int] | None = None
+    what: str = "content"

@@ -109,3 +109,49 @@ class Phases:
             "peak_rss_mib": max(rss) if rss else None,
             "process_vmhwm_mib": round(hwm / _MIB, 1) if hwm else None,
         }
+
+
+class Progress:
+    """A progress bar for one phase (tqdm, shown on a terminal only, so logs and tests stay clean): items
+    done of `total` with their rate and an ETA, and with `tokens_per` items the tokens done beside them.
+
+    `update(n, tokens=None)`: n more items (and their tokens, else n * tokens_per)."""
+
+    def __init__(
+        self, enabled: bool, total: int | None, desc: str, unit: str, *, tokens_per: int | None = None
+    ):
+        from tqdm import tqdm
+
+        self.tokens, self.tokens_per = 0, tokens_per
+        self._bar = tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit == "row",
+            disable=None if enabled else True,
+            leave=False,
+        )
+
+    def update(self, n: int, tokens: int | None = None) -> None:
+        self._bar.update(n)
+        if tokens is not None or self.tokens_per is not None:
+            self.tokens += tokens if tokens is not None else n * self.tokens_per
+            if not self._bar.disable:
+                self._bar.set_postfix_str(f"{_si(self.tokens)} tokens", refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _si(x: float) -> str:
+    for unit in ("", "k", "M", "G", "T", "P"):
+        if abs(x) < 1000:
+            return f"{x:.3g}{unit}"
+        x /= 1000
+    return f"{x:.3g}E"

@@ -1,17 +1,19 @@
-"""The loader audit's plan replay in bounded memory: the audited window's rows, streamed in blocks of steps.
+"""The loader audit's plan replay in bounded memory: every rank's rows of every step, streamed in blocks.
 
 `PlanReplay.blocks()` yields the rows of the audited window (stream step k, rank, instance id) in emission
-order, one `Block` at a time: a block is one rank-checked step (every rank's loader asked, its rows
-checked against the global batch) or a run of up to `block_steps` unchecked steps of one epoch, read as
-one slice of the epoch's order (global batch s is positions [sG, (s+1)G) of the order, rank = position
-mod P: the loader's contract). `PlanTally` folds the blocks into the plan checks' counts with a seen
-bitmap per epoch (N bits) and a step bitmap per epoch (N / G bytes): nothing of the size of the window
-is kept. Memory: about 20 bytes per row of one block, plus N / 8 bytes per audited epoch.
+order, one `Block` of consecutive steps of one epoch at a time. Every rank's own loader is asked for its
+rows of the block's steps through `Loader.rows` (the split the trainer's loader reads its batches with), for
+every step of the window: nothing is re-derived from the loader's contract. Each step's rows, all ranks
+together, are compared as a multiset with the step's global batch (positions [s*G, (s+1)*G) of the epoch's
+order, OLMo-core's batch): `stats` counts rows held twice in a step and steps whose ranks' union is not
+the global batch. `PlanTally` folds the blocks into the plan checks' counts with a seen bitmap per epoch
+(N bits) and a step bitmap per epoch (N / G bytes): nothing of the size of the window is kept.
+Memory: about 70 bytes per row of one block (`block_rows`, default 2^20 rows), plus N / 8 bytes per
+audited epoch, whatever the process count.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -24,10 +26,12 @@ from olmax.data.packing import PackedIndex
 from olmax.data.state import LoaderState
 from olmax.errors import OlmaxError
 
+BLOCK_ROWS = 1 << 20  # rows per block: ~70 MB of block arrays, ~0.1 s of work each at stage 1
+
 
 @dataclass(frozen=True)
 class Block:
-    """Rows of consecutive stream steps of one epoch, in emission order."""
+    """Rows of consecutive stream steps of one epoch, in emission order (step, then rank, then row)."""
 
     epoch: int
     k: np.ndarray  # int64: stream step of each row
@@ -36,10 +40,13 @@ class Block:
 
 
 class PlanReplay:
-    """The audited window of `config` (a LoaderAuditConfig) over `index`; see the module docstring."""
+    """The audited window of `config` (a LoaderAuditConfig) over `index`; see the module docstring.
+    `block_steps` (default: `BLOCK_ROWS` rows' worth) is how many steps each loader is asked for at once."""
 
-    def __init__(self, index, config, *, block_steps: int = 1024):
-        self.index, self.config, self.block_steps = index, config, max(1, block_steps)
+    def __init__(self, index, config, *, block_steps: int | None = None):
+        self.index, self.config = index, config
+        G = config.stream.global_batch_size
+        self.block_steps = max(1, block_steps if block_steps is not None else BLOCK_ROWS // max(1, G))
         self.reference = self._loaders(1)[0]
         self.bpe = self.reference.batches_per_epoch
         cfg = config
@@ -49,9 +56,6 @@ class PlanReplay:
                 f"nothing to audit: {named(LoaderAuditConfig, 'steps')} / "
                 f"{named(LoaderAuditConfig, 'epochs')} give {self.total} steps"
             )
-        n_check = max(1, cfg.rank_check_steps)
-        checked = np.linspace(0, self.total - 1, min(self.total, n_check)).round().astype(int)
-        self.checked_steps = sorted(set(checked.tolist()))
         self.stats: dict = {}
 
     def _loaders(self, process_count: int):
@@ -62,60 +66,68 @@ class PlanReplay:
             for p in range(process_count)
         ]
 
-    def _next_checked(self, k: int) -> int:
-        i = bisect.bisect_right(self.checked_steps, k)
-        return self.checked_steps[i] if i < len(self.checked_steps) else self.total
-
     def blocks(self, on_epoch: Callable[[int], None] | None = None) -> Iterator[Block]:
         """The window's rows, block by block; `stats` holds the rank/resume counts once exhausted.
         `on_epoch(e)` is called before the first row of epoch e is asked for (before its order is opened)."""
 
-        cfg, bpe, G = self.config, self.bpe, self.config.stream.global_batch_size
+        cfg, bpe = self.config, self.bpe
         loaders = self._loaders(cfg.process_count)
         pending = sorted(set(cfg.resume_at))
-        stats = dict(overlap_rows=0, union_bad_steps=0, rank_checked_steps=0, resumes=[])
+        stats = dict(
+            overlap_rows=0, union_bad_steps=0, rank_checked_steps=0, resumes=[], bad_step_examples=[]
+        )
         entered: set[int] = set()
         k = 0
         while k < self.total:
-            check = k in self.checked_steps
             if pending and pending[0] == k:
                 pending.pop(0)
                 epoch, step = 1 + k // bpe, k % bpe
                 state = LoaderState.from_dict(loaders[0].state_at(epoch, step).to_dict())
                 loaders = self._loaders(cfg.resume_process_count or cfg.process_count)
                 e2, s2 = loaders[0].resume_position(state)
-                k2 = (e2 - 1) * bpe + s2
+                saved, k = k, (e2 - 1) * bpe + s2
                 stats["resumes"].append(
-                    {"saved_before_step": k, "resumed_at_step": k2, "process_count": len(loaders)}
+                    {"saved_before_step": saved, "resumed_at_step": k, "process_count": len(loaders)}
                 )
-                k, check = k2, True
             epoch, step = 1 + k // bpe, k % bpe
             if on_epoch is not None and epoch not in entered:
                 entered.add(epoch)
                 on_epoch(epoch)
-            if check:
-                stats["rank_checked_steps"] += 1
-                global_ids = self.reference.instance_ids(epoch, step)
-                rows = [ld.instance_ids(epoch, step) for ld in loaders]
-                allrows = np.concatenate(rows)
-                stats["overlap_rows"] += int(allrows.size - np.unique(allrows).size)
-                if not np.array_equal(np.sort(allrows), np.sort(global_ids)):
-                    stats["union_bad_steps"] += 1
-                rank = np.concatenate([np.full(r.size, i, dtype=np.int16) for i, r in enumerate(rows)])
-                yield Block(epoch, np.full(allrows.size, k, dtype=np.int64), rank, allrows.astype(np.int64))
-                k += 1
-                continue
-            # A run of unchecked steps: up to the next checked step, resume point, epoch end or block size.
-            end = min(self._next_checked(k), (epoch * bpe), k + self.block_steps, self.total)
+            # A run of steps: up to the next resume point, the epoch's end, the block size or the window's end.
+            end = min(epoch * bpe, k + self.block_steps, self.total)
             if pending and pending[0] > k:
                 end = min(end, pending[0])
-            n = end - k
-            order = self.reference.epoch_order(epoch)
-            ids = order.take(step * G, (step + n) * G).astype(np.int64)
-            rank = (np.arange(ids.size) % len(loaders)).astype(np.int16)
-            yield Block(epoch, np.repeat(np.arange(k, end, dtype=np.int64), G), rank, ids)
+            ids, rank = self._ask(loaders, epoch, step, step + (end - k), stats)
+            stats["rank_checked_steps"] += end - k
+            yield Block(
+                epoch, np.repeat(np.arange(k, end, dtype=np.int64), ids.shape[1]), rank, ids.reshape(-1)
+            )
             k = end
         self.stats = stats
+
+    def _ask(self, loaders, epoch: int, start: int, stop: int, stats: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's rows of steps [start, stop) of `epoch`, checked against the global batches:
+        (ids (steps, rows per step), each row's rank, flat)."""
+        per_rank = [ld.rows(epoch, start, stop) for ld in loaders]  # each (steps, G/P), the loader's split
+        ids = np.concatenate(per_rank, axis=1)  # (steps, G): a step's rows, rank by rank
+        G = self.config.stream.global_batch_size
+        n = stop - start
+        want = self.reference.epoch_order(epoch).take(start * G, stop * G).astype(np.int64).reshape(n, G)
+        got = np.sort(ids, axis=1)
+        twice = got[:, 1:] == got[:, :-1]
+        stats["overlap_rows"] += int(twice.sum())
+        if got.shape == want.shape:
+            bad = (got != np.sort(want, axis=1)).any(axis=1) | twice.any(axis=1)
+        else:  # a rank handed out the wrong number of rows: no step of the block is the global batch
+            bad = np.ones(n, bool)
+        stats["union_bad_steps"] += int(bad.sum())
+        room = self.config.examples - len(stats["bad_step_examples"])
+        if room > 0 and bad.any():
+            first = (epoch - 1) * self.bpe + start + np.flatnonzero(bad)[:room]
+            stats["bad_step_examples"] += first.tolist()
+        widths = [r.shape[1] for r in per_rank]
+        rank = np.tile(np.repeat(np.arange(len(per_rank), dtype=np.int16), widths), n)
+        return ids, rank
 
 
 def _set_bits(bitmap: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -189,18 +201,3 @@ def emitted_at(replay: PlanReplay, keys: np.ndarray, num_instances: int) -> dict
         for i in np.flatnonzero(np.isin(key, keys)).tolist():
             out[int(key[i])].append({"step": int(block.k[i]), "rank": int(block.rank[i])})
     return out
-
-
-def materialize(blocks: list[Block], bpe: int) -> dict:
-    """Kept blocks as whole-window arrays (k, epoch, rank, ids; 26 bytes per row), for the content checks and
-    the exposure file, which need every row at once: small mixes only."""
-    if not blocks:
-        empty = np.zeros(0, np.int64)
-        return {"k": empty, "epoch": empty, "rank": np.zeros(0, np.int16), "ids": empty}
-    k = np.concatenate([b.k for b in blocks])
-    return {
-        "k": k,
-        "epoch": 1 + k // bpe,
-        "rank": np.concatenate([b.rank for b in blocks]),
-        "ids": np.concatenate([b.ids for b in blocks]),
-    }

@@ -135,13 +135,20 @@ class BatchSource:
                     self._orders[epoch] = order
         return order
 
+    def rows(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """int64 (stop - start, G/P): the global instance ids of this process's rows of batches
+        [start, stop) of `epoch`, one line per step. The one place the stream is split among processes:
+        batch s is positions [s*G, (s+1)*G) of the epoch's order and process I holds positions I::P of
+        it, read for the whole run of steps as one strided slice (G/P whole rows per step)."""
+        if not 0 <= start < stop <= self.batches_per_epoch:
+            raise IndexError(f"steps [{start}, {stop}) outside epoch of {self.batches_per_epoch} batches")
+        g, p = self.global_batch_size, self.process_count
+        ids = self.epoch_order(epoch).take(start * g + self.process_index, stop * g, p)
+        return ids.astype(np.int64).reshape(stop - start, g // p)
+
     def instance_ids(self, epoch: int, step: int) -> np.ndarray:
         """int64 (G/P,): the global instance ids of this process's rows of batch (epoch, step)."""
-        if not 0 <= step < self.batches_per_epoch:
-            raise IndexError(f"step {step} outside epoch of {self.batches_per_epoch} batches")
-        g = self.global_batch_size
-        ids = self.epoch_order(epoch).take(step * g + self.process_index, (step + 1) * g, self.process_count)
-        return ids.astype(np.int64)
+        return self.rows(epoch, step, step + 1)[0]
 
     def read(self, epoch: int, step: int) -> dict[str, np.ndarray]:
         """This process's rows of global batch (epoch, step), as numpy arrays."""

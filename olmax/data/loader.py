@@ -183,6 +183,11 @@ class Loader:
         """int64 (G/P,): which instances this process's rows of batch (epoch, step) hold (no reads)."""
         return self.source.instance_ids(epoch, step)
 
+    def rows(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        """int64 (stop - start, G/P): this process's instance ids for steps [start, stop) of `epoch`, a
+        line per step (no reads): the same split `batch` and `iterate` read, asked for a run of steps."""
+        return self.source.rows(epoch, start, stop)
+
     def epoch_order(self, epoch: int) -> EpochOrder:
         """The global order of `epoch` (1-based): the instance ids of its positions, every process's rows."""
         return self.source.epoch_order(epoch)

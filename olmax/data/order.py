@@ -4,7 +4,7 @@ Contract. `olmo-core` (the default, AI2 parity): epoch e (1-based) is `arange(N,
 place by `numpy.random.Generator(PCG64(seed + e))`; it is built once, written atomically to
 `WORK_DIR/order-olmo-core-n{N}-seed{S}-epoch{E}.u32` (raw uint32, the layout OLMo-core memmaps) and
 read through a memmap, so every process on a host shares one page-cache copy and a process's
-resident memory holds only the pages it touches. `feistel`: a bijection of [0, N) built from a
+resident memory holds only the pages it touches; the loaders of one process share one mapping. `feistel`: a bijection of [0, N) built from a
 balanced Feistel network keyed by (seed, epoch) with cycle walking: O(1) memory, no file, and any
 position is computed directly; it is NOT OLMo-core's order. Both depend only on (N, seed, epoch).
 """
@@ -16,6 +16,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Protocol
 
@@ -224,6 +225,33 @@ class FeistelOrder:
         return self.permute(np.arange(start, stop, step, dtype=np.uint64))
 
 
+# The order files open in this process, by file identity: every loader of a process (one per rank in the
+# loader audit) reads one shared mapping, so a page is mapped and counted once, not once per loader.
+_open_orders: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_open_lock = threading.Lock()
+
+
+def _file_key(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (path, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _shared_order(work_dir: str, num_instances: int, seed: int, epoch: int, progress: bool) -> CachedOrder:
+    path = order_file_path(work_dir, num_instances, seed, epoch)
+    with _open_lock:
+        key = _file_key(path)
+        order = _open_orders.get(key) if key is not None else None
+        if order is None:
+            order = CachedOrder(work_dir, num_instances, seed, epoch, progress=progress)
+            key = _file_key(path)
+            if key is not None:
+                _open_orders[key] = order
+    return order
+
+
 def epoch_order(
     kind: str,
     num_instances: int,
@@ -238,7 +266,7 @@ def epoch_order(
     if kind == "olmo-core":
         if work_dir is None:
             return MemoryOrder(num_instances, seed, epoch)
-        return CachedOrder(work_dir, num_instances, seed, epoch, progress=progress)
+        return _shared_order(work_dir, num_instances, seed, epoch, progress)
     if kind == "feistel":
         return FeistelOrder(num_instances, seed, epoch)
     raise OlmaxError(f"unknown order {kind!r}; choose one of {', '.join(ORDER_KINDS)}")

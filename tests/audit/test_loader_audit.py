@@ -131,6 +131,17 @@ def test_copied_shard_fails_with_exact_counts(corpus, tmp_path, capsys):
     ex = rep["content"]["duplicate_instance_examples"][0]
     assert ex["file"] == str(copy) and ex["same_as_file"] == s["code-1"]
     assert ex["window"] == ex["same_as_window"]
+    # documents are named by their sidecar ids, their ordinal in the file beside it
+    docs = rep["content"]["duplicate_document_examples"]
+    ids = {
+        str(copy): [r.id for r in read_sidecar(copy)],
+        s["code-1"]: [r.id for r in read_sidecar(s["code-1"])],
+    }
+    copied = [d for d in docs if d["file"] == str(copy)]
+    assert copied and all(isinstance(d["doc"], str) and isinstance(d["doc_index"], int) for d in docs)
+    for d in copied:
+        assert d["doc"] == ids[str(copy)][d["doc_index"]] and d["same_as_file"] == s["code-1"]
+        assert d["same_as_doc"] == ids[s["code-1"]][d["same_as_doc_index"]] == d["doc"]
     assert "FAIL duplicate_instances" in capsys.readouterr().out
 
 
@@ -202,23 +213,24 @@ def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
         scan_content(index, LoaderAuditConfig(StreamSpec()))
 
 
-def test_ranks_sharing_rows_are_caught_on_checked_steps(corpus, tmp_path, monkeypatch):
+def test_ranks_sharing_rows_are_caught_at_every_step(corpus, tmp_path, monkeypatch):
     from olmax.data.grain_source import BatchSource
 
-    real = BatchSource.instance_ids
+    real = BatchSource.rows
 
-    def every_rank_reads_rank_0(self, epoch, step):  # a double-sharding-like bug
+    def every_rank_reads_rank_0(self, epoch, start, stop):  # a double-sharding-like bug
         if self.process_count == 1:
-            return real(self, epoch, step)
-        g = self.global_batch_size
-        return self.epoch_order(epoch).take(step * g, (step + 1) * g, self.process_count).astype(np.int64)
+            return real(self, epoch, start, stop)
+        g, p = self.global_batch_size, self.process_count
+        ids = self.epoch_order(epoch).take(start * g, stop * g, p).astype(np.int64)
+        return ids.reshape(stop - start, g // p)
 
-    monkeypatch.setattr(BatchSource, "instance_ids", every_rank_reads_rank_0)
+    monkeypatch.setattr(BatchSource, "rows", every_rank_reads_rank_0)
     mix = write_mix(tmp_path / "mix.txt", lines(corpus))
-    rep = audit(mix, tmp_path, steps=40, process_count=2, rank_check_steps=10)
-    assert rep["replay"]["rank_checked_steps"] == 10
-    assert rep["checks"]["rank_overlap"]["value"] == 10 * G // 2
-    assert rep["checks"]["rank_union"]["value"] == 10 and not rep["ok"]
+    rep = audit(mix, tmp_path, steps=40, process_count=2)
+    assert rep["replay"]["rank_checked_steps"] == 40
+    assert rep["checks"]["rank_overlap"]["value"] == 40 * G // 2
+    assert rep["checks"]["rank_union"]["value"] == 40 and not rep["ok"]
 
 
 def test_exposure_file_reads_back_through_evals(corpus, tmp_path):
@@ -295,3 +307,79 @@ def test_without_config_the_stream_flags_are_required(corpus, tmp_path, capsys):
     assert main(["audit", "loader", "--mix", mix, "--out", str(tmp_path / "r.json")]) == 2
     assert "--seq-len, --global-batch-size required" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_documents_without_a_sidecar_are_named_by_ordinal(tmp_path):
+    from olmax.audit.content import name_documents
+
+    a = tmp_path / "a.npy"
+    np.arange(10, dtype=np.uint32).tofile(a)
+    ex = name_documents([{"file": str(a), "doc_index": 3, "same_as_file": str(a), "same_as_doc_index": 1}])
+    assert ex == [
+        {
+            "file": str(a),
+            "doc": "#3",
+            "doc_index": 3,
+            "same_as_file": str(a),
+            "same_as_doc": "#1",
+            "same_as_doc_index": 1,
+        }
+    ]
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_streamed_window_content_equals_the_whole_window(corpus, tmp_path, monkeypatch, epochs):
+    """The window's content and exposure tallies, spilled over many partitions, give what the whole
+    window's arrays give: a shard copied under another label, a path listed twice, several epochs."""
+    from olmax.audit import window_content
+    from olmax.audit.content import scan_content
+    from olmax.audit.plan_replay import PlanReplay
+    from olmax.data.loader import stream_index
+    from olmax.evals.exposure_file import read_exposure
+
+    monkeypatch.setattr(window_content, "SPILL_TARGET", 512)  # thousands of partitions
+    s = corpus["shards"]
+    copy = tmp_path / "copy.npy"
+    shutil.copy(s["code-1"], copy)
+    mix = write_mix(tmp_path / "mix.txt", lines(corpus, ("prose", str(copy)), ("code", s["code-0"])))
+    spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=str(tmp_path / "work"))
+    cfg = LoaderAuditConfig(stream=spec, epochs=epochs)
+    index = stream_index(spec)
+    content = scan_content(index, cfg)
+
+    def locate(ids):
+        w = content.physical_windows(index, ids)
+        return w, content.content_of(w)
+
+    plan = PlanReplay(index, cfg)
+    tally = window_content.ContentTally(index, locate, plan.total * G, spec.work_dir)
+    exposure = window_content.ExposureTally(index, plan.total * G, spec.work_dir)
+    kept = []
+    for block in plan.blocks():
+        tally.add(block.ids)
+        exposure.add(block.ids)
+        kept.append(block.ids)
+    ids = np.concatenate(kept)
+    # the whole window at once
+    raw, cid = locate(ids)
+    pair = np.unique(np.stack([cid, raw]), axis=1, return_counts=True)
+    by_cid: dict[int, list[int]] = {}
+    for c, n in zip(pair[0][0].tolist(), pair[1].tolist()):
+        by_cid.setdefault(c, []).append(n)
+    unplanned = sum(sum(v) - max(v) for v in by_cid.values() if len(v) > 1)
+    src = index.source_ids(ids)
+    _, cfirst, cn = np.unique(cid, return_index=True, return_counts=True)
+    want = {}
+    for i, name in enumerate(index.label_names):
+        levels, tok = np.unique(cn[src[cfirst] == i], return_counts=True)
+        want[name] = {f"{int(lv)}x": int(t) * L for lv, t in zip(levels, tok)}
+    assert unplanned > 0
+    assert tally.finish() == (unplanned, want)
+    out = tmp_path / "exposure.npz"
+    exposure.write(str(out), spec, last_step=plan.total)
+    got = read_exposure(out)
+    uniq, counts = np.unique(ids, return_counts=True)
+    np.testing.assert_array_equal(got.instance_id, uniq)
+    np.testing.assert_array_equal(got.count, counts)
+    assert list(got.source) == list(np.asarray(index.label_names)[index.source_ids(uniq)])
+    assert got.step == plan.total and got.seq_len == L and not list((tmp_path / "work").glob("olmax-*"))

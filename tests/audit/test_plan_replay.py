@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader, replay
+from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.audit.plan_replay import PlanReplay, PlanTally, _set_bits, emitted_at
 from olmax.data.loader import stream_index
 from olmax.data.stream import StreamSpec
@@ -33,6 +33,16 @@ def config(mix, tmp_path, **kw):
     return LoaderAuditConfig(stream=spec, content=False, **kw)
 
 
+def replay(index, cfg):
+    """The whole window as arrays (stream step k, epoch, rank, ids), from one pass of single-step blocks."""
+    plan = PlanReplay(index, cfg, block_steps=1)
+    blocks = list(plan.blocks())
+    k = np.concatenate([b.k for b in blocks])
+    run = {"k": k, "epoch": 1 + k // plan.bpe, "rank": np.concatenate([b.rank for b in blocks])}
+    run["ids"] = np.concatenate([b.ids for b in blocks])
+    return {**run, **plan.stats}
+
+
 def brute(index, run):
     """The old whole-window computation: np.unique over (epoch, instance) keys of every row."""
     N = index.num_instances
@@ -51,9 +61,9 @@ def brute(index, run):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(epochs=3, process_count=2, rank_check_steps=7),
-        dict(steps=41, resume_at=(9, 30), resume_process_count=4, rank_check_steps=3),
-        dict(steps=50, rank_check_steps=1000),  # every step rank-checked
+        dict(epochs=3, process_count=2),
+        dict(steps=41, resume_at=(9, 30), resume_process_count=4),
+        dict(steps=50, process_count=8),
     ],
 )
 @pytest.mark.parametrize("block_steps", [1, 4, 1024])
@@ -128,3 +138,84 @@ def test_report_says_which_checks_ran_and_each_phase(mix, tmp_path):
     assert all(p["seconds"] >= 0 for p in rep["performance"]["phases"])
     assert rep["replay"]["full_epochs"] == [1, 2]
     assert any("order epoch 1" in line for line in rep["summary"])
+
+
+@pytest.mark.parametrize("process_count,block_steps", [(1, None), (4, 3), (8, 1)])
+def test_every_rank_of_every_step_is_the_loaders_own(mix, tmp_path, process_count, block_steps):
+    """Each block's rows of rank r are what rank r's loader hands the trainer for that step."""
+    cfg = config(mix, tmp_path, steps=30, process_count=process_count)
+    index = stream_index(cfg.stream)
+    plan = PlanReplay(index, cfg, block_steps=block_steps)
+    loaders = plan._loaders(process_count)
+    steps = set()
+    for block in plan.blocks():
+        for k in np.unique(block.k).tolist():
+            steps.add(k)
+            for r, ld in enumerate(loaders):
+                got = block.ids[(block.k == k) & (block.rank == r)]
+                np.testing.assert_array_equal(got, ld.instance_ids(1 + k // plan.bpe, k % plan.bpe))
+    assert steps == set(range(30)) and plan.stats["rank_checked_steps"] == 30
+
+
+def big_mix(tmp_path, instances: int, seq_len: int) -> str:
+    """Sparse token files holding `instances` windows of `seq_len` tokens in all, over four labels."""
+    lines, per = [], instances // 8
+    for i in range(8):
+        path = tmp_path / f"big{i}.npy"
+        with open(path, "wb") as f:
+            f.truncate(4 * seq_len * (per + (instances - 8 * per if i == 7 else 0)))
+        lines.append(f"src{i % 4},{path.name}\n")
+    (tmp_path / "big.txt").write_text("".join(lines))
+    return str(tmp_path / "big.txt")
+
+
+def test_a_rank_split_bug_at_one_late_step_is_caught(tmp_path, monkeypatch):
+    """One step deep in a long epoch (no sampling could be counted on to land there) where rank 2 of 4 is
+    handed rank 3's rows: the audit, asking every rank of every step, fails rank_overlap and rank_union at
+    exactly that step, and the trainer's loader reads the same wrong rows (one path)."""
+    from olmax.data.grain_source import BatchSource
+    from olmax.data.loader import Loader
+
+    Lb, Gb, P, bad = 4, 16, 4, 77_777
+    spec = StreamSpec(
+        mix=big_mix(tmp_path, 100_000 * Gb, Lb),
+        seq_len=Lb,
+        global_batch_size=Gb,
+        seed=SEED,
+        work_dir=str(tmp_path / "work"),
+    )
+    real = BatchSource.rows
+
+    def swapped(self, epoch, start, stop):
+        out = real(self, epoch, start, stop)
+        if self.process_count == P and self.process_index == 2 and start <= bad < stop:
+            theirs = BatchSource.__new__(BatchSource)
+            theirs.__dict__.update(self.__dict__, process_index=3)
+            out[bad - start] = real(theirs, epoch, bad, bad + 1)[0]
+        return out
+
+    monkeypatch.setattr(BatchSource, "rows", swapped)
+    index = stream_index(spec)
+    trainer = Loader(index, spec.replace(num_threads=0), process_index=2, process_count=P)
+    other = Loader(index, spec.replace(num_threads=0), process_index=3, process_count=P)
+    np.testing.assert_array_equal(trainer.batch(1, bad)["instance_ids"], other.instance_ids(1, bad))
+
+    rep = audit_loader(LoaderAuditConfig(stream=spec, content=False, epochs=1, process_count=P))
+    assert rep["replay"]["rank_checked_steps"] == rep["index"]["batches_per_epoch"] == 100_000
+    assert rep["checks"]["rank_overlap"]["value"] == Gb // P
+    assert rep["checks"]["rank_union"]["value"] == 1 and not rep["ok"]
+    assert str(bad) in rep["checks"]["rank_union"]["detail"]
+
+
+def test_a_thousand_ranks_are_each_asked(tmp_path):
+    spec = StreamSpec(
+        mix=big_mix(tmp_path, 64 * 2048, 4),
+        seq_len=4,
+        global_batch_size=2048,
+        seed=SEED,
+        work_dir=str(tmp_path / "work"),
+    )
+    rep = audit_loader(LoaderAuditConfig(stream=spec, content=False, epochs=1, process_count=1024))
+    assert rep["ok"], rep["summary"]
+    assert rep["replay"]["rank_checked_steps"] == 64 and rep["replay"]["rows"] == 64 * 2048
+    assert "64 steps x 1024 ranks" in rep["checks_ran"]["plan_replay"]

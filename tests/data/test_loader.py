@@ -146,3 +146,13 @@ def test_prefetch_processes_do_not_change_the_stream(index, tmp_path):
             np.testing.assert_array_equal(next(it)["instance_ids"], want[k])
     finally:
         it.close()
+
+
+def test_loaders_of_one_process_share_one_order_mapping(index, tmp_path):
+    """One loader per rank in one process (the loader audit) maps the order file once, not once per rank."""
+    a, b = make(index, tmp_path, P=2, rank=0), make(index, tmp_path, P=2, rank=1)
+    assert a.epoch_order(1) is b.epoch_order(1)
+    np.testing.assert_array_equal(
+        np.sort(np.concatenate([a.rows(1, 0, 4), b.rows(1, 0, 4)], axis=1)),
+        np.sort(a.epoch_order(1).take(0, 4 * G).reshape(4, G), axis=1),
+    )

@@ -1,0 +1,241 @@
+"""The whole loader audit (plan and content) on a generated mix of >= 2 B tokens with planted copies: time,
+memory high-water mark, every plant found, locally and on Beam's DaskRunner with 1 and 2 workers.
+
+The mix: real-shaped text, the Python standard library and pydoc topics tokenized with dolma2, cut into
+documents of at most 4,000 tokens, drawn at random into --files shards (4 source labels) until --tokens;
+each drawn copy is made unique by its first two tokens (the copy's ordinal), so every document and every
+8,192-token window is unique unless planted. The plants, at known places:
+- a copied shard: shard 3 again under another name and label (identical file; its windows and documents);
+- duplicate documents: 100 documents of shard 5 appended to shard 6;
+- repeated windows: 4 aligned windows of shard 7 written over 4 aligned windows of shard 8 (and the whole
+  documents inside them, which are then duplicate documents too).
+Expected counts follow from the construction; the bench checks the report's equal them (`plants_found`).
+
+Each audit runs in a fresh process (`--child`) and reports its phases (olmax/audit/phases.py: the driver's
+memory; the Dask workers' own memory is not in it). The DaskRunner runs are on a loopback cluster
+(bench/dask_cluster.py) of single-threaded workers; their reports must equal the local one but for timing.
+
+    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --out /tmp/audit-mix [--tokens 2e9] [--runs local,dask1,dask2]
+    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --smoke          # 20 M tokens, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from record import add_arguments
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
+
+L, G, SEED, EOS, MAX_DOC = 8192, 512, 17, 100257, 4000
+LABELS = ("web", "code", "books", "papers")
+COPIED, DOCS_FROM, DOCS_TO, WIN_FROM, WIN_TO, PLANTED_DOCS, PLANTED_WINDOWS = 3, 5, 6, 7, 8, 100, 4
+
+
+def base_documents(cache: Path) -> list[np.ndarray]:
+    """Real text as dolma2 tokens, cut into documents of 40..MAX_DOC tokens, each ending with EOS."""
+    if cache.exists():
+        flat = np.load(cache)
+        ends = np.flatnonzero(flat == EOS) + 1
+        return np.split(flat, ends[:-1])
+    from prepare_testdata import pydoc_texts, stdlib_texts
+
+    from olmax.assets import tokenizer_path
+    from olmax.data.tokenize import load_tokenizer
+
+    tok = load_tokenizer(str(tokenizer_path("dolma2", quiet=True)))
+    texts = [t for _, t in stdlib_texts(10_000)] + [t for _, t in pydoc_texts()]
+    docs = []
+    for ids in tok.encode_batch(texts, num_threads=2):
+        ids = [t for t in ids if t != EOS]
+        for a in range(0, len(ids), MAX_DOC - 1):
+            part = ids[a : a + MAX_DOC - 1]
+            if len(part) >= 40:
+                docs.append(np.asarray(part + [EOS], dtype=np.uint32))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache, np.concatenate(docs))
+    return docs
+
+
+def generate(folder: Path, tokens: int, files: int) -> tuple[str, dict]:
+    """Write the mix (module docstring) shard by shard; returns its mix file and the plants' expected counts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = base_documents(folder / "base-docs.npy")
+    lengths = np.asarray([d.size for d in base])
+    rng = np.random.default_rng(SEED)
+    per_file, ordinal, lines = tokens // files, 0, []
+    expected = {"duplicate_instances": PLANTED_WINDOWS, "duplicate_documents": PLANTED_DOCS}
+    planted_docs, span = [], None
+    w_from, w_to = 5, 9  # window indices: tokens [w*L, (w + 4)*L)
+    for f in range(files):
+        picks, total = [], 0
+        while total < per_file:
+            more = rng.integers(0, len(base), 4096)
+            picks.append(more)
+            total += int(lengths[more].sum())
+        pick = np.concatenate(picks)
+        pick = pick[: int(np.searchsorted(np.cumsum(lengths[pick]), per_file)) + 1]
+        buf = np.concatenate([base[i] for i in pick.tolist()])
+        starts = np.concatenate([[0], np.cumsum(lengths[pick])[:-1]])
+        # the copy's ordinal in its first two tokens (ids 10..90,009, never EOS): every copy unique
+        n = np.arange(ordinal, ordinal + starts.size)
+        buf[starts], buf[starts + 1] = 10 + n // 90_000, 10 + n % 90_000
+        ordinal += starts.size
+        if f == COPIED:  # all its windows and documents come back in the copy
+            expected["duplicate_instances"] += int(buf.size // L)
+            expected["duplicate_documents"] += int((_docs(buf) >= 32).sum())
+        if f == DOCS_FROM:
+            ends = np.r_[starts[1:], buf.size]
+            planted_docs = [buf[a:b].copy() for a, b in zip(starts[:PLANTED_DOCS], ends[:PLANTED_DOCS])]
+        if f == DOCS_TO:
+            buf = np.concatenate([buf, *planted_docs])
+        if f == WIN_FROM:
+            span = buf[w_from * L : (w_from + PLANTED_WINDOWS) * L].copy()
+            eos = np.flatnonzero(span == EOS)  # whole documents inside the span: after its first EOS
+            expected["duplicate_documents"] += int((np.diff(eos) >= 32).sum())
+        if f == WIN_TO:
+            buf[w_to * L : (w_to + PLANTED_WINDOWS) * L] = span
+        path = folder / f"shard-{f:04d}.npy"
+        buf.tofile(path)
+        lines.append(f"{LABELS[f % len(LABELS)]},{path.name}\n")
+    copy = folder / f"copy-of-shard-{COPIED:04d}.npy"
+    shutil.copy(folder / f"shard-{COPIED:04d}.npy", copy)
+    lines.append(f"plant,{copy.name}\n")
+    mix = folder / "mix.txt"
+    mix.write_text("".join(lines))
+    return str(mix), {**expected, "identical_files": [[str(copy), str(folder / f"shard-{COPIED:04d}.npy")]]}
+
+
+def _docs(buf: np.ndarray) -> np.ndarray:
+    """Token lengths of the EOS-delimited documents of a shard."""
+    ends = np.flatnonzero(buf == EOS) + 1
+    if not ends.size or ends[-1] != buf.size:
+        ends = np.r_[ends, buf.size]
+    return np.diff(np.r_[0, ends])
+
+
+def child(mix: str, work: str, runner: str) -> dict:
+    from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
+    from olmax.data.stream import StreamSpec
+
+    spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=work)
+    config = LoaderAuditConfig(stream=spec, epochs=1, threads=2)
+    if runner == "local":
+        return audit_loader(config, progress=True)
+    from dask_cluster import dask_cluster, dask_options
+
+    with dask_cluster(workers=int(runner.removeprefix("dask"))) as address:
+        return audit_loader(
+            config, progress=True, beam_options=dask_options(address, f"--temp_location={work}")
+        )
+
+
+def comparable(report: dict) -> str:
+    """The report but where and how fast it ran (as tests/audit/test_loader_beam.py compares them)."""
+    out = {k: v for k, v in report.items() if k not in ("timing", "performance", "checks_ran")}
+    lines = report["summary"]
+    out["summary"] = lines[
+        : next((i for i, x in enumerate(lines) if x.startswith("checks ran:")), len(lines))
+    ]
+    return json.dumps(out, sort_keys=True)
+
+
+def found(report: dict, expected: dict) -> dict:
+    c = report["content"]
+    return {
+        "identical_files": [[d["file"], d["same_as_file"]] for d in c["identical_files"]]
+        == expected["identical_files"],
+        "duplicate_instances": c["duplicate_instances"] == expected["duplicate_instances"],
+        "duplicate_documents": c["duplicate_documents"] == expected["duplicate_documents"],
+        "unplanned_repeat_rows": c["unplanned_repeat_rows"] > 0,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    ap.add_argument("--out", default="bench/out/audit-mix")
+    ap.add_argument("--tokens", type=float, default=None, help="default 2e9 (--smoke: 20e6)")
+    ap.add_argument("--files", type=int, default=40)
+    ap.add_argument("--runs", default="local,dask1,dask2")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--mix", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        rep = child(args.mix, os.path.join(args.out, "work"), args.child)
+        Path(args.out, f"report-{args.child}.json").write_text(json.dumps(rep))
+        return
+
+    from record import PROCESS_WALL, Record, package_version
+
+    rec = Record("audit_mix", argv=sys.argv, smoke=args.smoke, results=args.results)
+    tokens = int(args.tokens if args.tokens is not None else 20e6 if args.smoke else 2e9)
+    t = time.perf_counter()
+    mix, expected = generate(Path(args.out, f"mix-{tokens}-{args.files}").resolve(), tokens, args.files)
+    print(
+        f"mix: {tokens:,} tokens in {args.files} shards + 1 copy ({time.perf_counter() - t:.1f} s); expected {expected}"
+    )
+    rec.side(
+        "olmax",
+        version=package_version("olmax"),
+        setting="audit loader --epochs 1 (plan and content), --threads 2 locally; --runner beam on a loopback "
+        "DaskRunner of 1 and 2 single-threaded workers",
+    )
+    reports = {}
+    for run in args.runs.split(","):
+        shutil.rmtree(os.path.join(args.out, "work"), ignore_errors=True)
+        cmd = [sys.executable, __file__, "--child", run, "--mix", mix, "--out", args.out]
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        wall = time.perf_counter() - t
+        rep = json.loads(Path(args.out, f"report-{run}.json").read_text())
+        reports[run] = rep
+        perf = rep["performance"]
+        ok = found(rep, expected)
+        print(
+            f"\n{run}: {wall:.1f} s whole process, peak anonymous {perf['peak_anon_mib']} MiB; plants found {ok}"
+        )
+        for p in perf["phases"]:
+            print(f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB")
+        rec.timings(f"{run}.process", "olmax", [wall], "s", PROCESS_WALL)
+        rec.figure(f"{run}_seconds", [wall], "s", about="whole process, start to report")
+        rec.figure(
+            f"{run}_peak_anon", [perf["peak_anon_mib"] / 1024], "GiB", about="the driver's high-water mark"
+        )
+        content_s = rep["timing"]["content_seconds"]
+        rec.figure(f"{run}_content_seconds", [content_s], "s", about="content map, reduce and window checks")
+        rec.figure(f"{run}_content_rate", [tokens / content_s / 1e6], "M tokens/s")
+        rec.note(f"{run}.phases", perf["phases"])
+        rec.note(f"{run}.plants_found", ok)
+        rec.note(f"{run}.content", {k: v for k, v in rep["content"].items() if not k.endswith("examples")})
+    base = reports.get("local")
+    for run, rep in reports.items():
+        if run != "local" and base is not None:
+            same = comparable(rep) == comparable(base)
+            rec.note(f"{run}.report_equals_local", same)
+            print(f"{run}: report equals the local one: {same}")
+    if "dask1" in reports and "dask2" in reports:
+        speedup = (
+            reports["dask1"]["timing"]["content_seconds"] / reports["dask2"]["timing"]["content_seconds"]
+        )
+        rec.figure(
+            "dask_content_speedup_2_workers", [speedup], "x", about="content seconds, 1 worker / 2 workers"
+        )
+        print(f"DaskRunner content phase, 1 worker / 2 workers: {speedup:.2f}x")
+    rec.note(
+        "shape", {"tokens": tokens, "files": args.files, "seq_len": L, "global_batch_size": G, "seed": SEED}
+    )
+    rec.note("expected", expected)
+    print(f"record: {rec.write()}")
+
+
+if __name__ == "__main__":
+    main()
