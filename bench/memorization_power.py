@@ -488,6 +488,20 @@ def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
     rec.note("clean_seeds", result["clean_seeds"])
     rec.note("doses", result["doses"])
     rec.note("table", result["table"])
+    rec.note(
+        "runs",
+        [
+            {
+                "seed": r["seed"],
+                "dose": r["dose"],
+                "final_loss": r["final_loss"],
+                "checks": {
+                    k: {"flagged": v["flagged"], "statistic": v["statistic"]} for k, v in r["checks"].items()
+                },
+            }
+            for r in result["runs"]
+        ],
+    )
     for check, t in result["table"].items():
         for dose, c in t["by_dose"].items():
             name = f"{check}.flagged_at_{dose}x" if dose != "0" else f"{check}.flagged_clean"

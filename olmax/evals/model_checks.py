@@ -55,13 +55,22 @@ def compare_rows(
     members = sample_rows(rng, over_all, n)
     as_planned = exp.count == planned
     levels = np.unique(planned[members])
+    # up to `n` as-planned windows in all: the same multiple `r` (<= n / over-served) of the over-served
+    # windows at every planned count, so both groups hold the planned counts in the same proportions (more
+    # baseline windows: a sharper AUROC); a planned count short of as-planned windows trims its members
+    per = max(1, n // members.size)
     for scope, where in ((mine, "the same source"), (~mine, "the other sources")):
-        keep, base = [], []
-        for level in levels:
-            m = members[planned[members] == level]
-            pool = sample_rows(rng, np.flatnonzero(scope & as_planned & (planned == level)), m.size)
-            keep.append(sample_rows(rng, m, pool.size))
-            base.append(pool)
+        groups = [
+            (members[planned[members] == level], np.flatnonzero(scope & as_planned & (planned == level)))
+            for level in levels
+        ]
+        r = min(per, min(pool.size / m.size for m, pool in groups))
+        if r >= 1:
+            keep = [m for m, _ in groups]
+            base = [sample_rows(rng, pool, int(r * m.size)) for m, pool in groups]
+        else:
+            base = [sample_rows(rng, pool, m.size) for m, pool in groups]
+            keep = [sample_rows(rng, m, b.size) for (m, _), b in zip(groups, base)]
         over, matched = np.sort(np.concatenate(keep)), np.sort(np.concatenate(base))
         if over.size >= th.min_samples:
             return Comparison(
