@@ -1,7 +1,7 @@
 """bench/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs, the
 any-check verdicts), the dosed streams with their planned-2x source and the exposure the checks are given,
-and (slow) tiny runs where a 16x dose is flagged by the membership checks while the clean control, whose
-planned-2x source the old never-served comparison flagged, is not flagged by any check."""
+and (slow) tiny runs where a 16x dose is flagged by Min-K%++ and the reference ratio while the clean
+control, with its planned-2x source, is not flagged by any check."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_a_16x_dose_is_flagged_and_clean_is_not():
     mp = load()
     result = mp.run_power(mp.Setting(), seeds=[0], doses=[16], clean_seeds=[0], log=lambda *_: None)
     by = {r["dose"]: r["checks"] for r in result["runs"]}
-    for check in ("min_k_pp", "checkpoint_diff", "reference_ratio"):
+    for check in ("min_k_pp", "reference_ratio"):  # both flag seed 0 from 8x in bench/results/mem.json
         assert by[16][check]["flagged"], by[16][check]["message"]
     assert not any(c["flagged"] for c in by[0].values()), {k: c["message"] for k, c in by[0].items()}
     assert result["table"]["reference_ratio"]["by_dose"]["16"]["auroc"] == 1.0  # one run each: 16x > clean
