@@ -1,37 +1,44 @@
-"""Calibrated memorization checks: how often each check flags a tiny model trained with a small source
-replayed 2x ... 16x, or with a whole shard listed twice (detection rate per dose, and the AUROC of each
-check's statistic between dosed and clean runs), and how often it flags clean runs (false-positive rate).
+"""Calibrated memorization checks with the plan as the null: how often each check flags a tiny model
+whose mix plans a source twice and serves another source's windows 2x ... 16x their plan (detection rate
+per dose, and the AUROC of each check's statistic between dosed and clean runs), and how often it flags
+clean runs, where every window is served exactly as planned (false-positive rate).
 
 Setting (all in-process; one compiled train step serves every run, so only the first run compiles):
   text        real text, byte-level: the standard library's *.py files cut into 256-byte windows (token =
               byte, < 256, within tiny's vocabulary of 1,000); exact duplicate windows dropped; each seed
               shuffles the pool and draws its own disjoint splits from it
   stream      the tiny recipe's shape: `--steps` x `--batch` rows (default 200 x 8 = 1,600 windows of 256
-              tokens); every row not taken by the replayed text is a fresh window served once
-  source      kind 1: a small source of `--replayed` windows (default 64: 16k tokens, 4% of the stream at
-              1x), each served `dose` times at random steps (dose 16 is 1,024 / 1,600 = 64% of the stream,
-              dose 2 is 8%); they are also the "contaminated items" of check 6
-  shard       kind 2: a shard listed twice: `--shard` windows (default 100, 6% of the fresh text) each
-              served twice (12.5% of the stream)
-  clean       the control: dose 0, nothing replayed (every row a fresh window). The checks get the labels
-              of a dosed run (the source's and the shard's windows as served 16x and 2x, as check 6's
-              contaminated items), so a flag there is a false positive; `--clean-seeds` (>= 10) of them
-  reference   per seed, a clean run from another initialisation (seed + 1000): check 9's reference model,
+              tokens), shuffled; every row not taken below is a fresh window served once, as planned
+  planned 2x  in every mix, a source of `--twice` windows (default 48) the mix lists twice: each served 2x,
+              planned 2x (as the demo's prose)
+  dosed       a source of `--replayed` windows (default 64: 16k tokens) planned once and served `dose` times
+              (a shard copied into the mix dose - 1 times by mistake): dose 16 is 1,024 / 1,600 = 64% of
+              the stream, dose 2 is 8%; they are also the "contaminated items" of check 6
+  clean       the control: the dosed source served once, as planned. The checks get the labels of a dosed
+              run (the dosed source's windows as served `--control-label` = 16x where the plan serves 1x), so
+              a flag there is a false positive; the planned-2x source is in the labels as it is (2x, planned
+              2x) in every run; `--clean-seeds` (10 for the docs' table) of them
+  reference   per seed, a clean run from another initialisation (seed + 1000): check 10's reference model,
               a healthy run of the same recipe as a user would compare against (`--reference RUN`)
   model       olmax `tiny` (4 layers, d 64), AdamW peak lr 3e-3, 10 warmup steps, cosine decay to 10%,
-              gradient clipping at 1.0 (the tiny recipe's optimiser); checkpoints at 1/4 ... 4/4 of the steps
-Checks (olmax/evals/model_checks.py and membership.py, default Thresholds): 1 exposure, 4 extract (32-byte
-greedy continuation of a 32-byte prefix), 5 train_vs_unseen, 6 contaminated (replayed windows vs
-`--clean-items` never-served windows: CE gain since the first checkpoint, bootstrap 95% interval above 0),
-7 min_k_pp, 8 zlib, 9 reference_ratio (repeated vs never-served windows: Mann-Whitney z of the AUROC).
+              gradient clipping at 1.0 (the tiny recipe's optimiser); `--checkpoints` evenly spaced (4, as
+              tiny's every 25 of 100 steps), of which the newest `--keep` (3, tiny's retention) are kept:
+              check 9 compares the earliest kept with the last, check 6 scores the kept ones
+Checks (olmax/evals/model_checks.py and membership.py, default Thresholds; every comparison is over-served
+vs as-planned windows matched by planned servings: the dosed windows vs fresh windows served once, planned
+once): 1 exposure, 4 extract (32-byte greedy continuation of a 32-byte prefix), 5 train_vs_unseen,
+6 contaminated (the dosed windows vs `--clean-items` fresh windows served once: CE gain over the kept
+checkpoints, bootstrap 95% interval above 0), 7 min_k_pp, 8 zlib, 9 checkpoint_diff (no reference needed),
+10 reference_ratio (with the reference run). "Without a reference run" is every check but 10.
 
     .venv/bin/python bench/memorization_power.py [--seeds 0-2] [--clean-seeds 0-9] [--doses 2,4,8,16]
-                                                 [--out POWER.json]
+                                                 [--out POWER.json] [--record] [--smoke]
 
-Printed: per check and kind, the runs flagged per dose and among the clean runs, the smallest dose from
-which the check flags in >= 80% of the seeds at that dose and every larger one, the AUROC of the check's
-statistic (dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly) and the seconds each
-check took. Deterministic for fixed arguments.
+Printed: per check, the runs flagged per dose and among the clean runs, the smallest dose from which the
+check flags in >= 80% of the seeds at that dose and every larger one, the AUROC of the check's statistic
+(dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly) and the seconds each check took;
+then the same for "any check without the reference" and "any check with it". `--record` writes
+bench/results/mem.json (bench/record.py; `--smoke` elsewhere). Deterministic for fixed arguments.
 """
 
 from __future__ import annotations
@@ -56,10 +63,12 @@ CHECKS = (
     "contaminated",
     "min_k_pp",
     "zlib",
+    "checkpoint_diff",
     "reference_ratio",
 )
+# the verdict a user gets: any check of the set flags (the reference-free set leaves out check 10)
+ANY = {"any_without_reference": CHECKS[:-1], "any_with_reference": CHECKS}
 DETECT_RATE = 0.8  # "detects at dose d": flags in >= 80% of the seeds at d and at every larger dose
-KINDS = ("source", "shard")
 
 
 @dataclass(frozen=True)
@@ -71,16 +80,20 @@ class Setting:
     steps: int = 200  # 200 x 8 = 1,600 rows of 256 tokens = 410k tokens per run
     lr: float = 3e-3
     warmup: int = 10
-    replayed: int = 64  # windows of the replayed small source (16k tokens, 4% of the stream at 1x)
-    shard: int = 100  # windows of the shard listed twice
-    clean_items: int = 64  # never-served windows: check 6's clean items
-    per_stratum: int = 128  # windows per exposure stratum for checks 1, 4, 5 and 7-9
-    checkpoints: int = 4  # evenly spaced; the last at `steps`
+    replayed: int = 64  # windows of the dosed source (16k tokens, 4% of the stream at 1x)
+    twice: int = 48  # windows of the planned-2x source (6% of the stream)
+    clean_items: int = 64  # fresh windows served once: check 6's clean items
+    per_stratum: int = 128  # windows per exposure stratum for checks 1, 4, 5 and 7-10
+    checkpoints: int = 4  # evenly spaced; the last at `steps` (tiny: every 25 of 100 steps)
+    keep: int = 3  # the newest kept (tiny's checkpoint.keep): check 9's earlier model is the oldest of them
     resamples: int = 1000  # bootstrap draws of check 6
-    control_label: int = 16  # the servings the clean runs' labels claim for the source's (unserved) windows
+    control_label: int = 16  # the servings the clean runs' labels claim for the dosed source's windows
 
     def checkpoint_steps(self) -> list[int]:
         return [self.steps * (k + 1) // self.checkpoints for k in range(self.checkpoints)]
+
+    def kept_steps(self) -> list[int]:
+        return self.checkpoint_steps()[-self.keep :]
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -103,37 +116,41 @@ def text_windows(seq_len: int, limit: int) -> np.ndarray:
 
 
 def pool_size(st: Setting) -> int:
-    return max(st.replayed, st.shard) + st.clean_items + st.per_stratum + st.steps * st.batch
+    return st.replayed + st.twice + st.per_stratum + st.steps * st.batch
 
 
 @dataclass(frozen=True)
 class Split:
     """One seed's disjoint draws from the pool."""
 
-    replayable: (
-        np.ndarray
-    )  # (max(replayed, shard), L): the source is its first `replayed`, the shard its first `shard`
-    clean: np.ndarray  # (C, L) never served: check 6's clean items
-    unseen: np.ndarray  # (P, L) never served: the count-0 stratum of checks 1, 4, 5 and 7-9
-    fresh: np.ndarray  # (steps x batch, L) served once each, in order
+    dosed: np.ndarray  # (replayed, L): planned once, served `dose` times (once in a clean run)
+    twice: np.ndarray  # (twice, L): planned and served twice
+    unseen: np.ndarray  # (P, L) never served, never planned: the count-0 stratum (check 5)
+    fresh: np.ndarray  # (steps x batch, L) served once each, in order; the first are check 6's clean items
 
 
 def split(pool: np.ndarray, st: Setting, seed: int) -> Split:
     rows = np.random.default_rng(seed).permutation(pool.shape[0])
-    cuts = np.cumsum([max(st.replayed, st.shard), st.clean_items, st.per_stratum])
-    r, c, u, f = np.split(rows, cuts)
-    return Split(pool[r], pool[c], pool[u], pool[f[: st.steps * st.batch]])
+    d, t, u, f = np.split(rows, np.cumsum([st.replayed, st.twice, st.per_stratum]))
+    return Split(pool[d], pool[t], pool[u], pool[f[: st.steps * st.batch]])
 
 
-def replayed_of(sp: Split, st: Setting, kind: str) -> np.ndarray:
-    return sp.replayable[: st.replayed if kind == "source" else st.shard]
+def fresh_rows(st: Setting, dose: int) -> int:
+    """How many fresh windows a run at `dose` serves (the rest of the stream)."""
+    return st.steps * st.batch - max(dose, 1) * st.replayed - 2 * st.twice
 
 
-def stream(sp: Split, st: Setting, kind: str, dose: int, seed: int) -> np.ndarray:
-    """(steps x batch, L): the kind's windows `dose` times each, the rest fresh windows, shuffled."""
+def stream(sp: Split, st: Setting, dose: int, seed: int) -> np.ndarray:
+    """(steps x batch, L), shuffled: the dosed windows `dose` times each (once when 0: the clean run), the
+    planned-2x windows twice, the rest fresh windows once."""
     n = st.steps * st.batch
-    replays = np.repeat(replayed_of(sp, st, kind), dose, axis=0)
-    rows = np.concatenate([replays, sp.fresh[: n - replays.shape[0]]])
+    rows = np.concatenate(
+        [
+            np.repeat(sp.dosed, max(dose, 1), axis=0),
+            np.repeat(sp.twice, 2, axis=0),
+            sp.fresh[: fresh_rows(st, dose)],
+        ]
+    )
     return rows[np.random.default_rng(10_000 + seed).permutation(n)]
 
 
@@ -167,6 +184,7 @@ class Trainer:
     def run(self, rows: np.ndarray, seed: int, on_checkpoint=None) -> tuple[np.ndarray, object]:
         """Train on `rows` from a seed's init; `on_checkpoint(step, model)` at each checkpoint; (train losses,
         the final model)."""
+        import jax
         import jax.numpy as jnp
         from flax import nnx
 
@@ -180,7 +198,8 @@ class Trainer:
             params, opt_state, val = self.step(params, opt_state, batch)
             losses.append(val)
             if on_checkpoint is not None and s in marks:
-                on_checkpoint(s, nnx.merge(self.graphdef, params))
+                # a copy: the next step donates `params`' buffers
+                on_checkpoint(s, nnx.merge(self.graphdef, jax.tree.map(jnp.copy, params)))
         return np.asarray([float(v) for v in losses]), nnx.merge(self.graphdef, params)
 
 
@@ -212,50 +231,55 @@ def statistic(check: str, verdict: dict) -> float | None:
     return verdict.get("sources", {}).get("text", {}).get("z")
 
 
-def run_checks(
-    model,
-    reference,
-    sp: Split,
-    st: Setting,
-    kind: str,
-    dose: int,
-    losses: np.ndarray,
-    item_ce: list[np.ndarray],
-) -> tuple[dict[str, dict], dict[str, float]]:
-    """Every check on the final model (check 6 on the per-checkpoint item scores); (verdicts, seconds each)."""
-    from olmax.evals.curves import Curves
+@dataclass(frozen=True)
+class Trained:
+    """One trained run as the checks see it: its final model, its earliest kept checkpoint, check 10's
+    reference model, the train losses and check 6's per-kept-checkpoint item CEs."""
+
+    model: object
+    earlier: object
+    reference: object
+    losses: np.ndarray
+    item_ce: list[np.ndarray]
+
+
+def exposure_of(sp: Split, st: Setting, dose: int):
+    """What exposure counts say of a run (or, for a clean run, claim): the dosed windows served `dose` (the
+    clean run: `control_label`) times where the plan serves them once, the planned-2x windows twice as
+    planned, fresh served windows once as planned, never-served windows never, as planned."""
     from olmax.evals.exposure_file import Exposure
+
+    label = dose if dose else st.control_label
+    fresh = sp.fresh[st.clean_items : st.clean_items + st.per_stratum]  # served once in every run
+    tokens = np.concatenate([sp.dosed, sp.twice, fresh, sp.unseen])
+    sizes = [len(sp.dosed), len(sp.twice), len(fresh), len(sp.unseen)]
+    counts = np.repeat([label, 2, 1, 0], sizes).astype(np.int64)
+    planned = np.repeat([1, 2, 1, 0], sizes).astype(np.int64)
+    n = len(tokens)
+    return Exposure(
+        np.arange(n), counts, np.asarray(["text"] * n), tokens, st.seq_len, None, st.steps, "bench", planned
+    )
+
+
+def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str, dict], dict[str, float]]:
+    """Every check on the final model (check 6 on the kept checkpoints' item scores); (verdicts, seconds)."""
+    from olmax.evals.curves import Curves
     from olmax.evals.gains import SetScores, gains_report
     from olmax.evals.membership import check_membership
     from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
-    from olmax.evals.verdicts import Probe, Thresholds
+    from olmax.evals.verdicts import Models, Probe, Thresholds
 
     th = Thresholds()
-    replayed = replayed_of(sp, st, kind)
-    label = dose if dose else (st.control_label if kind == "source" else 2)
-    n_rep = len(replayed)
-    fresh_served = sp.fresh[: st.steps * st.batch - dose * n_rep][: st.per_stratum]
-    tokens = np.concatenate([replayed, fresh_served, sp.unseen])
-    counts = np.concatenate([np.full(n_rep, label), np.ones(len(fresh_served)), np.zeros(len(sp.unseen))])
-    exp = Exposure(
-        np.arange(len(tokens)),
-        counts.astype(np.int64),
-        np.asarray(["text"] * len(tokens)),
-        tokens,
-        st.seq_len,
-        None,
-        st.steps,
-        "bench",
-    )
-    curves = Curves("bench", np.arange(1, st.steps + 1), losses)
-    n = n_rep + len(sp.clean)
-    rows = np.concatenate([np.arange(n_rep), len(sp.replayable) + np.arange(len(sp.clean))])
+    exp = exposure_of(sp, st, dose)
+    curves = Curves("bench", np.arange(1, st.steps + 1), tr.losses)
+    n_rep = len(sp.dosed)
+    n = n_rep + st.clean_items
     scores = SetScores(
         "replayed",
         tuple(map(str, range(n))),
         np.arange(n) < n_rep,
-        np.asarray(st.checkpoint_steps()),
-        {"ce": np.stack(item_ce)[:, rows]},
+        np.asarray(st.kept_steps()),
+        {"ce": np.stack(tr.item_ce)},
     )
     out, seconds = {}, {}
 
@@ -265,68 +289,80 @@ def run_checks(
         seconds[name] = time.perf_counter() - t
 
     kw = {"per_stratum": st.per_stratum, "batch_size": 16}
-    timed("exposure", lambda: check_exposure(model, exp, th, probe_len=st.seq_len, **kw))
-    timed("extract", lambda: check_extraction(model, exp, th, **kw))
-    timed("train_vs_unseen", lambda: check_train_vs_unseen(model, curves, exp, th, **kw))
+    timed("exposure", lambda: check_exposure(tr.model, exp, th, probe_len=st.seq_len, **kw))
+    timed("extract", lambda: check_extraction(tr.model, exp, th, **kw))
+    timed("train_vs_unseen", lambda: check_train_vs_unseen(tr.model, curves, exp, th, **kw))
     timed(
         "contaminated",
         lambda: gains_report([scores], resamples=st.resamples, thresholds=th)["verdict"],
     )
     t = time.perf_counter()
-    membership = check_membership(
-        model,
-        exp,
-        th,
-        reference=reference,
-        reference_name="clean run",
-        probe=Probe(st.per_stratum, st.seq_len, kw["batch_size"]),
+    first = st.kept_steps()[0]
+    models = Models(
+        tr.model,
+        Probe(st.per_stratum, st.seq_len, kw["batch_size"]),
+        reference=tr.reference,
+        reference_name="a clean run from another initialisation",
+        earlier=tr.earlier,
+        earlier_name=f"the earliest kept checkpoint (step {first}) to step {st.steps}",
     )
+    membership = check_membership(exp, th, models)
     spent = (time.perf_counter() - t) / len(membership)
     for name, verdict in membership.items():
         out[name], seconds[name] = verdict, spent
     return out, seconds
 
 
-def one_run(
-    trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int, kinds, reference
-) -> list[dict]:
-    """Train one run and return, per kind it is scored as, each check's verdict; a clean run (dose 0) is
-    scored with every kind's labels, a dosed run with its own kind's (`kinds` holds one)."""
+def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int, reference) -> dict:
+    """Train one run (dose 0: clean) and return each check's verdict on it."""
     sp = split(pool, st, seed)
-    rows = stream(sp, st, kinds[0], dose, seed)
-    items = np.concatenate([sp.replayable, sp.clean])
-    item_ce = []
-    losses, model = trainer.run(rows, seed, lambda step, m: item_ce.append(window_ce(m, items)))
-    out = []
-    for kind in kinds:
-        checks, seconds = run_checks(model, reference, sp, st, kind, dose, losses, item_ce)
-        out.append(
-            {
-                "seed": seed,
-                "kind": kind,
-                "dose": dose,
-                "final_loss": float(losses[-20:].mean()),
-                "seconds": seconds,
-                "checks": {
-                    k: {
-                        "flagged": bool(v["flagged"]),
-                        "status": v["status"],
-                        "statistic": statistic(k, v),
-                        "message": v["message"],
-                    }
-                    for k, v in checks.items()
-                },
+    items = np.concatenate([sp.dosed, sp.fresh[: st.clean_items]])
+    kept, item_ce = {}, []
+
+    def on_checkpoint(step, model):
+        if step in st.kept_steps():
+            item_ce.append(window_ce(model, items))
+            kept.setdefault("earlier", model)
+
+    losses, model = trainer.run(stream(sp, st, dose, seed), seed, on_checkpoint)
+    checks, seconds = run_checks(Trained(model, kept["earlier"], reference, losses, item_ce), sp, st, dose)
+    return {
+        "seed": seed,
+        "dose": dose,
+        "final_loss": float(losses[-20:].mean()),
+        "seconds": seconds,
+        "checks": {
+            k: {
+                "flagged": bool(v["flagged"]),
+                "status": v["status"],
+                "statistic": statistic(k, v),
+                "message": v["message"],
             }
-        )
-    return out
+            for k, v in checks.items()
+        },
+    }
 
 
 # ------------------------------------------------------------------------------------------ table
+def with_any(runs: list[dict]) -> list[dict]:
+    """Each run with the verdicts a user gets added as checks: `any_without_reference` and
+    `any_with_reference` flag when any check of their set does (statistic: how many flagged)."""
+    out = []
+    for r in runs:
+        checks = dict(r["checks"])
+        for name, members in ANY.items():
+            hits = sum(checks[c]["flagged"] for c in members if c in checks)
+            checks[name] = {"flagged": hits > 0, "status": "ok", "statistic": float(hits), "message": ""}
+        out.append({**r, "checks": checks})
+    return out
+
+
 def power_table(runs: list[dict], doses: list[int]) -> dict:
-    """Per check: flag rate of the clean runs (dose 0), per dose, the smallest dose it detects, and the AUROC of
-    its statistic between the runs at each dose and the clean runs."""
+    """Per check (and per `ANY` verdict): flag rate of the clean runs (dose 0), per dose, the smallest dose it
+    detects, and the AUROC of its statistic between the runs at each dose and the clean runs."""
     out = {}
-    for check in CHECKS:
+    runs = with_any(runs) if runs and ANY.keys().isdisjoint(runs[0]["checks"]) else runs
+    for check in [c for c in (*CHECKS, *ANY) if c in runs[0]["checks"]] if runs else CHECKS:
         row = {}
         for d in [0, *doses]:
             at = [r["checks"][check] for r in runs if r["dose"] == d]
@@ -382,50 +418,40 @@ def run_power(
     seeds: list[int],
     doses: list[int],
     clean_seeds: list[int] | None = None,
-    shard: bool = True,
     log=print,
 ) -> dict:
-    """The clean runs (each seed of `clean_seeds` and `seeds`), every (seed, dose) run of a replayed source,
-    and per seed a shard listed twice; returns {"setting", "runs", "tables": {kind: table}}."""
+    """The clean runs (each seed of `clean_seeds` and `seeds`, each with its reference run) and every
+    (seed, dose) run; returns {"setting", "runs", "table"}."""
     t0 = time.monotonic()
     pool = text_windows(st.seq_len, pool_size(st))
     trainer = Trainer(st)
-    kinds = KINDS if shard else KINDS[:1]
     runs = []
     clean_seeds = sorted(set(clean_seeds or []) | set(seeds))
 
-    def say(rs):
-        for r in rs:
-            flags = ", ".join(k for k, v in r["checks"].items() if v["flagged"]) or "none"
-            log(
-                f"[{time.monotonic() - t0:6.0f}s] seed {r['seed']} {r['kind']} dose {r['dose']:>2}x: final "
-                f"loss {r['final_loss']:.3f}, flagged: {flags}"
-            )
+    def say(r):
+        flags = ", ".join(k for k, v in r["checks"].items() if v["flagged"]) or "none"
+        log(
+            f"[{time.monotonic() - t0:6.0f}s] seed {r['seed']} dose {r['dose']:>2}x: final loss "
+            f"{r['final_loss']:.3f}, flagged: {flags}"
+        )
 
     for seed in clean_seeds:
         sp = split(pool, st, seed)
-        _, reference = trainer.run(stream(sp, st, "source", 0, seed), 1000 + seed)
-        runs += one_run(trainer, pool, st, seed, 0, kinds, reference)
-        say(runs[-len(kinds) :])
+        _, reference = trainer.run(stream(sp, st, 0, seed), 1000 + seed)
+        runs.append(one_run(trainer, pool, st, seed, 0, reference))
+        say(runs[-1])
         if seed not in seeds:
             continue
         for dose in doses:
-            runs += one_run(trainer, pool, st, seed, dose, ("source",), reference)
-            say(runs[-1:])
-        if shard:
-            runs += one_run(trainer, pool, st, seed, 2, ("shard",), reference)
-            say(runs[-1:])
-    tables = {"source": power_table([r for r in runs if r["kind"] == "source"], doses)}
-    if shard:
-        tables["shard"] = power_table([r for r in runs if r["kind"] == "shard"], [2])
+            runs.append(one_run(trainer, pool, st, seed, dose, reference))
+            say(runs[-1])
     return {
         "setting": dataclasses.asdict(st),
         "seeds": seeds,
         "clean_seeds": clean_seeds,
         "doses": doses,
         "runs": runs,
-        "tables": tables,
-        "table": tables["source"],
+        "table": power_table(runs, doses),
         "seconds": time.monotonic() - t0,
     }
 
@@ -438,40 +464,96 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
+SMOKE = {
+    "steps": 40,
+    "batch": 4,
+    "seq_len": 64,
+    "replayed": 4,
+    "twice": 4,
+    "clean_items": 8,
+    "per_stratum": 8,
+}
+
+
+def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
+    """bench/results/mem.json: the setting, the sizes and every check's flag counts per dose."""
+    from record import Record, package_version
+
+    rec = Record("mem", argv=argv, smoke=smoke, results=results)
+    rec.side(
+        "olmax", version=package_version("olmax"), setting="default Thresholds (olmax/evals/verdicts.py)"
+    )
+    rec.note("setting", result["setting"])
+    rec.note("seeds", result["seeds"])
+    rec.note("clean_seeds", result["clean_seeds"])
+    rec.note("doses", result["doses"])
+    rec.note("table", result["table"])
+    rec.note(
+        "runs",
+        [
+            {
+                "seed": r["seed"],
+                "dose": r["dose"],
+                "final_loss": r["final_loss"],
+                "checks": {
+                    k: {"flagged": v["flagged"], "statistic": v["statistic"]} for k, v in r["checks"].items()
+                },
+            }
+            for r in result["runs"]
+        ],
+    )
+    for check, t in result["table"].items():
+        for dose, c in t["by_dose"].items():
+            name = f"{check}.flagged_at_{dose}x" if dose != "0" else f"{check}.flagged_clean"
+            rec.figure(name, [c["flagged"]], f"of {c['runs']} runs", runs=c["runs"])
+    rec.figure("seconds", [result["seconds"]], "s")
+    return rec.write()
+
+
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import add_arguments
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="0-2", help="seeds of the dosed runs, e.g. 0-2 or 0,5")
-    p.add_argument("--clean-seeds", default="0-9", help="seeds of the clean runs (>= 10 for the docs' table)")
-    p.add_argument("--doses", default="2,4,8,16", help="servings of each window of the replayed source")
-    p.add_argument("--no-shard", action="store_true", help="leave out the shard-listed-twice runs")
+    p.add_argument("--clean-seeds", default="0-9", help="seeds of the clean runs (10 for the docs' table)")
+    p.add_argument("--doses", default="2,4,8,16", help="servings of each window of the dosed source")
     for f in dataclasses.fields(Setting):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    p.add_argument("--out", default=None, help="also write the runs and the tables as JSON")
+    p.add_argument("--out", default=None, help="also write the runs and the table as JSON")
+    p.add_argument("--record", action="store_true", help="write the record (bench/record.py)")
+    add_arguments(p)
     args = p.parse_args(argv)
-    st = Setting(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)})
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)}
+    if args.smoke:
+        values.update(SMOKE)
+    st = Setting(**values)
     doses = sorted(int(d) for d in args.doses.split(","))
-    if doses[-1] * st.replayed > st.steps * st.batch or 2 * st.shard > st.steps * st.batch:
-        p.error(f"the replayed rows exceed the {st.steps * st.batch}-row stream")
-    result = run_power(st, parse_seeds(args.seeds), doses, parse_seeds(args.clean_seeds), not args.no_shard)
+    if fresh_rows(st, doses[-1]) < st.clean_items + st.per_stratum:
+        p.error(
+            f"the dosed and planned-2x rows leave too few fresh rows in the {st.steps * st.batch}-row stream"
+        )
+    result = run_power(st, parse_seeds(args.seeds), doses, parse_seeds(args.clean_seeds))
     print(
         f"\nsetting: {json.dumps(result['setting'])}; dosed seeds {result['seeds']}; clean seeds "
         f"{result['clean_seeds']}; {result['seconds']:.0f} s"
     )
     print(
-        f"runs flagged / runs per dose (AUROC of the check's statistic, dosed vs clean runs); 'clean' = the "
+        "runs flagged / runs per dose (AUROC of the check's statistic, dosed vs clean runs); 'clean' = the "
         f"false-positive rate; 'detects from' = smallest dose flagged in >= {DETECT_RATE:.0%} of seeds there "
-        f"and above; s/run = seconds the check took per run"
+        "and above; s/run = seconds the check took per run. Every mix plans a source 2x; a dose is a "
+        "source served that many times its plan."
     )
-    print(f"\nkind: a small source of {st.replayed} windows replayed")
-    print(format_table(result["tables"]["source"], doses))
-    if "shard" in result["tables"]:
-        print(f"\nkind: a shard of {st.shard} windows listed twice")
-        print(format_table(result["tables"]["shard"], [2]))
+    print(format_table(result["table"], doses))
     if args.out:
         from olmax.jsonio import write_json
 
         write_json(args.out, result)
         print(f"wrote {args.out}")
+    if args.record or args.smoke:
+        print(
+            f"wrote {write_record(result, sys.argv if argv is None else ['bench/memorization_power.py', *argv], args.smoke, args.results)}"
+        )
     return 0
 
 

@@ -546,7 +546,7 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
             "--out",
             str(ev / "memorization.json"),
         ],
-        expect=(0, 1),
+        expect=(0, 1, 3),
     )
     mem = _read(ev / "memorization.json")
     # the planted sciq items against the rest of the set, at every kept checkpoint of the run
@@ -591,11 +591,24 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
         f"| {cell(CHECK_MEANINGS.get(k, ''))} |"
         for k, v in mem["checks"].items()
     ]
+    reps = [
+        "| source | the mix lists each window | planned servings | served servings | windows served beyond the plan |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    reps += [
+        f"| {src} | {r['mix_repetition'] or 0:g}x | {r['planned_repetition']:.2f}x | {r['served_repetition']:.2f}x "
+        f"| {r['over_served']:,} of {r['windows']:,} |"
+        for src, r in mem.get("repetition", {}).items()
+    ]
     gain_plots = "\n\n".join(
         f"![{p.stem}: planted vs clean items per checkpoint](evals/{p.name})"
         for p in sorted(ev.glob("gains-*.png"))
     )
-    d.verdict("memorization check", not mem["flagged"], f"exit {rc}; flagged: {mem['flagged']}")
+    d.verdict(
+        "memorization check (planned 2x prose)",
+        mem["verdict"] == "clean",
+        f"exit {rc}; {mem['verdict']}: {len(mem['ran'])} checks ran, flagged: {', '.join(mem['flagged_checks']) or 'none'}",
+    )
     d.verdict(
         "contamination gains (null: clean run)",
         not grc,
@@ -612,7 +625,12 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
 ```
 {d.commands[-2]}
 ```
-Verdict: **{"FLAGGED" if mem["flagged"] else "not flagged"}** (exit {rc}).
+Verdict: **{mem["verdict"]}** (exit {rc}; 0 clean, 1 flagged, 3 inconclusive). The plan is the null: the prose
+source is listed twice in the mix, so its windows are planned twice, and the checks compare only windows served
+beyond their plan with windows served as planned (per source, as exposure counts replayed from the run's loader
+show; servings per window served):
+
+{chr(10).join(reps)}
 
 {chr(10).join(mrows)}
 
@@ -666,8 +684,13 @@ def run_demo(
 def verdict_summary(verdicts: list[Verdict], seconds: float, html: Path) -> str:
     """The demo's last lines: one verdict a line (ok when the check said what it must), the time, the report."""
     width = max((len(v.check) for v in verdicts), default=0)
-    good = sum(v.as_expected for v in verdicts)
-    lines = [f"olmax demo: {good} of {len(verdicts)} checks as expected, {seconds:.0f} s"]
+    bad = [v.check for v in verdicts if not v.as_expected]
+    head = (
+        f"all {len(verdicts)} checks came out as designed"
+        if not bad
+        else f"{len(bad)} of {len(verdicts)} checks came out wrong: {', '.join(bad)}"
+    )
+    lines = [f"olmax demo: {head}, {seconds:.0f} s"]
     lines += [
         f"  {'ok  ' if v.as_expected else 'FAIL'}  {v.check:<{width}}  {v.cell()}: {v.detail}"
         for v in verdicts

@@ -78,7 +78,7 @@ class Report:
     def markdown(self) -> str:
         bad = [v.check for v in self.verdicts if not v.as_expected]
         head = (
-            f"**All {len(self.verdicts)} checks came out as they must.**"
+            f"**All {len(self.verdicts)} checks came out as designed.**"
             if not bad
             else f"**{len(bad)} of {len(self.verdicts)} checks came out wrong: {', '.join(bad)}.**"
         )

@@ -126,15 +126,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     m = ev_sub.add_parser(
         "memorization",
-        help="flag training-loss gains that held-out loss does not share (exit 1 when flagged)",
-        description="Checks: (1) exposure-stratified loss, (4) extractable memorization and (5) train loss vs "
-        "never-served mix text, from exposure counts (an --exposure file, else replayed from the run's "
-        "config.yaml) and a model (--checkpoint, else the run's newest checkpoint); (2) train/held-out gap "
-        "over steps from DIR/metrics.jsonl; (3) gain over a reference run or CSV curve that held-out loss "
-        "does not share; (7) Min-K%++, (8) the zlib-normalised loss and (9) the reference model's loss over "
-        "the run's, each as the AUROC of repeated vs never-served windows (9 uses --reference RUN's newest "
-        "checkpoint, else the run's earliest). Every check reports its numbers and thresholds; the report's "
-        '"flagged" is true when any check flags, and the command then exits 1.',
+        help="flag training-loss gains that held-out loss does not share (exit 0 clean, 1 flagged, "
+        "3 inconclusive)",
+        description="Checks: (1) loss on windows served beyond the mix's plan vs windows served as planned, "
+        "(4) extractable memorization and (5) train loss vs never-served mix text, from exposure counts (an "
+        "--exposure file, else replayed from the run's config.yaml, with the plan's counts) and a model "
+        "(--checkpoint, else the run's newest checkpoint); (2) train/held-out gap over steps from "
+        "DIR/metrics.jsonl; (3) gain over a reference run or CSV curve that held-out loss does not share; "
+        "(6) contaminated vs clean eval items; (7) Min-K%++, (8) the zlib-normalised loss, (9) the loss each "
+        "window lost since the run's earliest kept checkpoint and (10) --reference RUN's loss over the "
+        "run's, each as the AUROC of over-served vs as-planned windows. The plan is the null: a source the mix "
+        "lists twice is compared with its own windows served twice. Every check reports its numbers and "
+        "thresholds. Verdict and exit status: flagged (any check flags) exits 1; clean (none flags and at "
+        "least min_checks_ran checks ran, default 3) exits 0; inconclusive (too few checks could run: the "
+        "summary lists what each skipped one needs) exits 3; a bad input exits 2.",
     )
     m.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     m.add_argument(
@@ -554,10 +559,10 @@ def _memorization(args: argparse.Namespace) -> int:
         )
     )
     write_json(args.out, report)
-    print(f"scored {report['checkpoint'] or 'no checkpoint (checks 1, 4 and 5 skipped)'}")
+    print(f"scored {report['checkpoint'] or 'no checkpoint (the model checks skipped)'}")
     print(summary(report))
     print(f"wrote {args.out}")
-    return 1 if report["flagged"] else 0
+    return report["exit_code"]
 
 
 def _lm_eval(args: argparse.Namespace) -> int:

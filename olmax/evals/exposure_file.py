@@ -9,14 +9,22 @@ File format (written by the loader audit, or by hand), either
       seq_len      int   ()     optional when `tokens` is given
       mix          str   ()     optional: the mix file the ids index (a --mix argument overrides it)
       step         int   ()     optional: the step the counts run up to
+      planned      int64 (N,)   optional: the servings the mix plans for the instance's content by `step`
+                                (a path the mix lists k times is served up to k times an epoch by plan);
+                                without it each window is taken as planned at most once
   or .json with the same keys, arrays as lists ({"format": "olmax-exposure/1", "instance_id": [...], ...}).
 
 Instances may list only those seen (count >= 1): with a mix, `sample_unseen` adds never-served instances
 of the same sources as the count-0 stratum.
+
+The plan is the null of the memorization checks: a window is *over-served* when its count exceeds its
+planned servings, *as planned* when they are equal (never-served where the plan says never is as planned).
+`repetition_by_source` states, per source, the planned and the served repetition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,8 @@ class Exposure:
     mix: str | None
     step: int | None
     path: str
+    planned: np.ndarray | None = None  # int64 (N,): servings the plan schedules by `step`; None: unknown
+    mix_repetition: dict[str, float] | None = None  # per source: times the mix lists each of its windows
 
 
 def _scalar(v):
@@ -89,6 +99,11 @@ def read_exposure(path: str | Path) -> Exposure:
         if tokens.ndim != 2 or tokens.shape[0] != ids.size:
             raise OlmaxError(f"{path}: tokens must have shape (N={ids.size}, L), got {tokens.shape}")
         seq_len = seq_len or tokens.shape[1]
+    planned = np.asarray(raw["planned"], np.int64).reshape(-1) if "planned" in raw else None
+    if planned is not None and planned.shape != ids.shape:
+        raise OlmaxError(f"{path}: planned has {planned.size} entries for {ids.size} instances")
+    if planned is not None and planned.size and planned.min() < 0:
+        raise OlmaxError(f"{path}: negative planned count at row {int(np.argmin(planned))}")
     return Exposure(
         ids,
         count,
@@ -98,6 +113,7 @@ def read_exposure(path: str | Path) -> Exposure:
         None if raw.get("mix") is None else str(_scalar(raw["mix"])),
         None if raw.get("step") is None else int(_scalar(raw["step"])),
         str(path),
+        planned,
     )
 
 
@@ -116,21 +132,12 @@ def attach_mix(
                 f"{exp.path}: has no tokens and names no mix; pass --mix MIX (the run's mix file)"
             )
         if exp.source is None:  # one undivided source
-            exp = Exposure(
-                exp.instance_id,
-                exp.count,
-                np.full(exp.count.shape, "all"),
-                exp.tokens,
-                exp.seq_len,
-                None,
-                exp.step,
-                exp.path,
-            )
+            exp = dataclasses.replace(exp, source=np.full(exp.count.shape, "all"), mix=None)
         return exp
     if exp.seq_len is None:
         raise OlmaxError(f"{exp.path}: has no seq_len; add it (the run's sequence length)")
     index = stream_index(stream, seq_len=exp.seq_len)
-    ids, count = exp.instance_id, exp.count
+    ids, count, planned = exp.instance_id, exp.count, exp.planned
     if unseen_per_source:
         rng = np.random.default_rng(seed)
         listed = np.unique(ids)
@@ -143,9 +150,91 @@ def attach_mix(
         if extra:
             new = np.concatenate(extra).astype(np.int64)
             ids, count = np.concatenate([ids, new]), np.concatenate([count, np.zeros(new.size, np.int64)])
+            if planned is not None:
+                planned = np.concatenate([planned, np.zeros(new.size, np.int64)])
     source = np.asarray(index.label_names)[index.source_ids(ids)]
     tokens = read_instance_tokens(index, ids)
-    return Exposure(ids, count, source, tokens, exp.seq_len, stream.mix, exp.step, exp.path)
+    return Exposure(
+        ids,
+        count,
+        source,
+        tokens,
+        exp.seq_len,
+        stream.mix,
+        exp.step,
+        exp.path,
+        planned,
+        exp.mix_repetition if exp.mix_repetition is not None else mix_repetition(index),
+    )
+
+
+def planned_counts(exp: Exposure, repeat_min: int = 2) -> np.ndarray:
+    """int64 (N,): each window's planned servings; without the exposure's own (an exposure file that has
+    no `planned` array) every window is taken as planned up to repeat_min - 1 times (once by default)."""
+    if exp.planned is not None:
+        return exp.planned
+    return np.minimum(exp.count, repeat_min - 1)
+
+
+def repetition_by_source(exp: Exposure, repeat_min: int = 2) -> dict[str, dict]:
+    """Per source: its planned and its served repetition over the windows listed (servings per window
+    served at least once; the plan's the same over the windows it serves), the repetition the mix plans
+    per epoch (how many times it lists each window, when known), and how many windows were served beyond,
+    as or (never) below the plan."""
+    if exp.source is None:
+        return {}
+    planned = planned_counts(exp, repeat_min)
+    out = {}
+    for src in sorted(set(exp.source.tolist())):
+        of = exp.source == src
+        c, p = exp.count[of], planned[of]
+        out[src] = {
+            "planned_repetition": float(p.sum() / max(1, int((p > 0).sum()))),
+            "served_repetition": float(c.sum() / max(1, int((c > 0).sum()))),
+            "mix_repetition": (exp.mix_repetition or {}).get(src),
+            "windows": int(of.sum()),
+            "over_served": int((c > p).sum()),
+            "as_planned": int((c == p).sum()),
+            "under_served": int((c < p).sum()),
+            "never_served": int((c == 0).sum()),
+            "plan": "the mix"
+            if exp.planned is not None
+            else f"assumed: each window at most {repeat_min - 1}x",
+        }
+    return out
+
+
+def mix_repetition(index) -> dict[str, float] | None:
+    """Per source label, how many times the mix lists each of its windows: instances over distinct physical
+    windows (a path listed twice gives 2.0; a prefix listed once more gives the fraction). None for a
+    packed index, whose instances are not windows of one file."""
+    from olmax.audit.spans import physical_ids
+
+    if isinstance(index, PackedIndex):
+        return None
+    phys = physical_ids(tuple(index.paths))
+    counts = np.asarray(index.counts, np.int64)
+    out = {}
+    for k, name in enumerate(index.label_names):
+        files = np.flatnonzero(index.file_label_ids == k)
+        _, first = np.unique(phys[files], return_index=True)
+        distinct = int(counts[files[first]].sum())
+        out[name] = round(float(counts[files].sum()) / distinct, 6) if distinct else 0.0
+    return out
+
+
+def physical_windows(index, ids: np.ndarray) -> np.ndarray:
+    """int64 (N, 2): (physical file, first token offset) of each instance: the instances a path listed k
+    times adds share one row (the same window by plan); a copy under another name does not. A packed
+    instance is its own window: (instance id, -1)."""
+    from olmax.audit.spans import physical_ids
+
+    if isinstance(index, PackedIndex):
+        ids = np.asarray(ids, np.int64)
+        return np.stack([ids, np.full(ids.size, -1, np.int64)], axis=1)
+    phys = physical_ids(tuple(index.paths))
+    files, starts = index.locate(np.asarray(ids, np.int64))
+    return np.stack([phys[files], np.asarray(starts, np.int64)], axis=1)
 
 
 class UnseenPool:

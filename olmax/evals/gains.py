@@ -34,7 +34,7 @@ from olmax.evals.hook import eval_tokenizer
 from olmax.evals.lm_eval_tasks import TASKS
 from olmax.evals.model_checks import check_contaminated
 from olmax.evals.run_dir import load_run_model
-from olmax.evals.verdicts import Thresholds
+from olmax.evals.verdicts import Thresholds, overall_verdict, verdict_lines
 from olmax.evalsets.read import read_eval_rows, resolve_source, template_key
 from olmax.evalsets.sets import contaminated_ids, join_leaks, load_eval_set
 from olmax.evalsets.spec import parse_eval_specs
@@ -171,11 +171,18 @@ def set_report(s: SetScores, *, resamples: int = 2000, seed: int = 0) -> dict:
 def gains_report(
     scores: Sequence[SetScores], *, resamples: int = 2000, seed: int = 0, thresholds=None
 ) -> dict:
-    """Every set's block plus the memorization verdict over them (check "contaminated")."""
+    """Every set's block, the memorization check over them (`verdict`, check "contaminated") and the
+    command's three-valued outcome (`outcome`: flagged, clean when a set was compared and none flagged,
+    inconclusive when no set could be compared; with its exit status and what each skipped set needs)."""
     th = thresholds or Thresholds()
     sets = {s.name: set_report(s, resamples=resamples, seed=seed) for s in scores}
     report = {"command": "eval gains", "resamples": resamples, "seed": seed, "sets": sets}
-    return {**report, "verdict": check_contaminated(report, th)}
+    verdict = check_contaminated(report, th)
+    return {
+        **report,
+        "verdict": verdict,
+        "outcome": overall_verdict(verdict.get("sets") or {"sets": verdict}),
+    }
 
 
 # ------------------------------------------------------------------------------------------ scoring
@@ -439,4 +446,6 @@ def summary(report: dict) -> str:
                 )
     v = report["verdict"]
     lines.append(f"contaminated vs clean: {v['status'].upper()}: {v['message']}")
+    if "outcome" in report:
+        lines += verdict_lines(report["outcome"], "eval gains")
     return "\n".join(lines)

@@ -16,7 +16,10 @@ contaminated - clean for accuracy: positive means the contaminated items are eas
 first scored step, each with a 95% bootstrap interval (items resampled within each group), and with
 --exposure (an `olmax audit exposure` report) the CE gap by how often the contaminated items were served
 (0, 1, 2-3, 4-7, 8+). A set flags when its CE gain's interval lies wholly above the threshold
-(contaminated items improved beyond clean items by more than chance); the command then exits 1."""
+(contaminated items improved beyond clean items by more than chance). Exit status: 1 when a set flags,
+0 when at least one set was compared and none flags, 3 (inconclusive) when no set could be compared
+(too few contaminated or clean items, or one checkpoint scored: the summary says what each set needs),
+2 on a bad input."""
 
 
 def register_gains(ev_sub: argparse._SubParsersAction) -> None:
@@ -24,7 +27,7 @@ def register_gains(ev_sub: argparse._SubParsersAction) -> None:
     g = ev_sub.add_parser(
         "gains",
         help="contaminated vs clean eval items over a run's checkpoints: gap, "
-        "bootstrap interval, gap by exposure (exit 1 when contaminated items gain)",
+        "bootstrap interval, gap by exposure (exit 1 when contaminated items gain, 3 inconclusive)",
         description=DESCRIPTION,
     )
     g.add_argument("--run", required=True, help="training run folder (config.yaml + checkpoints/)")
@@ -108,4 +111,4 @@ def _gains(args: argparse.Namespace) -> int:
     print(f"scored {args.run} at checkpoint step(s) {', '.join(map(str, steps)) or 'none'}")
     print(summary(report))
     print(f"wrote {args.out}")
-    return 1 if report["verdict"]["flagged"] else 0
+    return report["outcome"]["exit_code"]

@@ -1,21 +1,25 @@
-"""Membership scores: does the model know text it was served repeatedly better than text it never saw?
+"""Membership scores: does the model know text it was served beyond the plan better than text served as planned?
 
-Three scores per training window, each higher for text the model knows better than its difficulty explains:
+Four scores per training window, each higher for text the model knows better than its difficulty explains:
   min_k_pp         Min-K%++ (Zhang et al. 2024): per next-token position, (log p(x_t) - mu_t) / sigma_t, with mu_t
                    and sigma_t the mean and standard deviation of log p under the model's own next-token
                    distribution at t; the window's score is the mean of its lowest k% (`min_k_fraction`).
   zlib             the zlib-normalised loss (Carlini et al. 2021): -(the window's summed NLL, nats) / (zlib-compressed
                    bytes of its token ids, packed as uint8, uint16 or uint32 by the largest id). Text that is
                    merely repetitive compresses well and so gets no credit for its low loss.
+  checkpoint_diff  the CE the window lost between an earlier checkpoint of the same run and the scored one
+                   (earlier CE - CE): no reference run needed. Both checkpoints read the same text with the same
+                   tokenizer, so a window's own difficulty largely cancels; text served beyond the plan keeps
+                   losing loss faster. The earlier checkpoint is the run's earliest kept one (with the default
+                   retention, `checkpoint.keep` = 3, the newest three: the earliest is two intervals back).
   reference_ratio  CE of a reference model / CE of the run's model on the window: the reference's difficulty of
                    the same text cancels out. The reference is another run's model (`--reference RUN`, e.g. a
-                   healthy run of the same recipe) or, by default, the run's earliest checkpoint.
-The test, per source: the AUROC of the score between windows served >= `repeat_min` times and never-served
-windows of the same source (of the other sources when it has none unserved); it flags when the Mann-Whitney
-z of that AUROC exceeds `membership_z` and the AUROC `membership_auroc`. Under no replay the repeated and
-unseen windows are exchangeable, so the false-positive rate per source is about 1 - Phi(z) (0.13% at z = 3).
-Planned repetition (a mix spec that repeats a source) is repetition too and flags the same way; the message
-says how many servings the repeated windows had.
+                   healthy run of the same recipe).
+The test, per source: the AUROC of the score between the windows served beyond the plan and as many windows
+served as planned with the same planned servings (the plan is the null: a source the mix lists twice is
+compared with its own windows served twice, never with once-served text); it flags when the Mann-Whitney z of
+that AUROC exceeds `membership_z` and the AUROC `membership_auroc`. With no unplanned repetition the two groups
+are exchangeable, so the false-positive rate per source is about 1 - Phi(z) (0.13% at z = 3).
 """
 
 from __future__ import annotations
@@ -27,18 +31,25 @@ import numpy as np
 from scipy.stats import rankdata
 
 from olmax.evals.exposure_file import Exposure
-from olmax.evals.model_checks import sample_rows
+from olmax.evals.model_checks import compare_rows, per_source_verdict
 from olmax.evals.scoring import token_stats
-from olmax.evals.verdicts import Probe, Thresholds, check_verdict, skipped_check
+from olmax.evals.verdicts import Models, Thresholds, skipped_check
 
-SCORES = ("min_k_pp", "zlib", "reference_ratio")
+SCORES = ("min_k_pp", "zlib", "checkpoint_diff", "reference_ratio")
 
 
 def window_scores(
-    model, tokens: np.ndarray, *, reference=None, min_k_fraction: float = 0.2, batch_size: int = 8
+    model,
+    tokens: np.ndarray,
+    *,
+    reference=None,
+    earlier=None,
+    min_k_fraction: float = 0.2,
+    batch_size: int = 8,
 ) -> dict[str, np.ndarray]:
     """Per window (row of `tokens`, scored on every next token as the train loss is): `ce` (nats per target),
-    `min_k_pp`, `zlib`, and with a reference model `reference_ce` and `reference_ratio`."""
+    `min_k_pp`, `zlib`; with a reference model `reference_ce` and `reference_ratio`; with an earlier
+    checkpoint `earlier_ce` and `checkpoint_diff` (the CE it lost since: earlier_ce - ce)."""
     tokens = np.asarray(tokens)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     lp, mu, sigma = token_stats(model, inputs, targets, batch_size=batch_size)
@@ -55,6 +66,10 @@ def window_scores(
         ref_ce = -ref_lp.astype(np.float64).mean(axis=1)
         out["reference_ce"] = ref_ce
         out["reference_ratio"] = ref_ce / np.maximum(ce, 1e-9)
+    if earlier is not None:
+        old_lp, _, _ = token_stats(earlier, inputs, targets, batch_size=batch_size)
+        out["earlier_ce"] = -old_lp.astype(np.float64).mean(axis=1)
+        out["checkpoint_diff"] = out["earlier_ce"] - ce
     return out
 
 
@@ -72,88 +87,80 @@ def auroc(members: np.ndarray, others: np.ndarray) -> tuple[float, float]:
     return u / (n1 * n2), z
 
 
-def check_membership(
-    model,
-    exp: Exposure,
-    th: Thresholds,
-    *,
-    reference=None,
-    reference_name: str | None = None,
-    probe: Probe | None = None,
-) -> dict[str, dict]:
-    """The three membership checks (`SCORES`), one verdict each, over the exposure's repeated and never-served
-    windows (the first `probe_len` tokens of each); `reference`: the reference model of `reference_ratio`."""
+def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
+    """The membership checks (`SCORES`), one verdict each, over each source's windows served beyond the plan
+    and its as-planned windows matched by planned servings (olmax/evals/model_checks.compare_rows; the first
+    `probe_len` tokens of each)."""
     if exp.tokens is None or exp.source is None:
         return dict.fromkeys(SCORES, skipped_check("the exposure file has no tokens/sources; pass --mix"))
-    probe = probe or Probe()
-    per_stratum, batch_size = probe.per_stratum, probe.batch_size
+    probe = models.probe
     rng = np.random.default_rng(probe.seed + 3)
     length = min(probe.probe_len, exp.tokens.shape[1])
-    repeated, unseen = exp.count >= th.repeat_min, exp.count == 0
     per_source: dict[str, dict] = {}
+    why: dict[str, str] = {}
     for src in sorted(set(exp.source.tolist())):
-        of_src = exp.source == src
-        members = sample_rows(rng, np.flatnonzero(of_src & repeated), per_stratum)
-        if members.size < th.min_samples:
+        comp = compare_rows(rng, exp, th, exp.source == src, probe.per_stratum)
+        if isinstance(comp, str):
+            why[src] = comp
             continue
-        others, where = sample_rows(rng, np.flatnonzero(of_src & unseen), per_stratum), "the same source"
-        if others.size < th.min_samples:
-            others, where = (
-                sample_rows(rng, np.flatnonzero(~of_src & unseen), per_stratum),
-                "the other sources",
-            )
-        if others.size < th.min_samples:
-            continue
-        rows = np.concatenate([members, others])
-        scores = window_scores(
-            model,
-            exp.tokens[rows, :length],
-            reference=reference,
-            min_k_fraction=th.min_k_fraction,
-            batch_size=batch_size,
-        )
+        rows = np.concatenate([comp.over, comp.planned_rows])
         per_source[src] = {
-            "repeated": int(members.size),
-            "unseen": int(others.size),
-            "unseen_from": where,
-            "mean_servings": float(exp.count[members].mean()),
-            "scores": scores,
+            "comparison": comp,
+            "scores": window_scores(
+                models.model,
+                exp.tokens[rows, :length],
+                reference=models.reference,
+                earlier=models.earlier,
+                min_k_fraction=th.min_k_fraction,
+                batch_size=probe.batch_size,
+            ),
         }
     out = {}
     for name in SCORES:
-        if name == "reference_ratio" and reference is None:
-            out[name] = skipped_check("no reference model: --reference RUN, or a run with two checkpoints")
+        if name == "reference_ratio" and models.reference is None:
+            out[name] = skipped_check("no reference model: --reference RUN (a run with checkpoints)")
             continue
-        if not per_source:
+        if name == "checkpoint_diff" and models.earlier is None:
             out[name] = skipped_check(
-                f"no source has >= {th.min_samples} windows served >= {th.repeat_min}x and >= "
-                f"{th.min_samples} never-served windows to compare them with"
+                "no earlier checkpoint of this run: keep two (checkpoint.keep >= 2) or pass --step"
             )
             continue
         sources, flagged = {}, []
         for src, s in per_source.items():
+            comp = s["comparison"]
             vals = s["scores"][name]
-            a, z = auroc(vals[: s["repeated"]], vals[s["repeated"] :])
+            a, z = auroc(vals[: comp.over.size], vals[comp.over.size :])
             hit = z > th.membership_z and a > th.membership_auroc
             sources[src] = {
                 "auroc": a,
                 "z": z,
-                "repeated": s["repeated"],
-                "unseen": s["unseen"],
-                "unseen_from": s["unseen_from"],
-                "mean_servings": s["mean_servings"],
+                "over_served": int(comp.over.size),
+                "as_planned": int(comp.planned_rows.size),
+                "as_planned_from": comp.where,
+                "mean_servings": comp.served,
+                "mean_planned": comp.plan,
+                "compared": comp.describe(exp.count),
                 "flagged": hit,
             }
             if hit:
                 flagged.append(src)
-        worst = max(sources, key=lambda k: sources[k]["z"])
-        w = sources[worst]
-        msg = (
-            f"source {worst}: {name} tells {w['repeated']} windows served {w['mean_servings']:.1f}x on average "
-            f"from {w['unseen']} never-served windows of {w['unseen_from']} with AUROC {w['auroc']:.3f} "
-            f"(z {w['z']:+.2f}; flags above z {th.membership_z:g} and AUROC {th.membership_auroc:g})"
+        used = {
+            "reference_ratio": f"; reference {models.reference_name or 'given'}",
+            "checkpoint_diff": f"; loss change from {models.earlier_name or 'an earlier checkpoint'}",
+        }.get(name, "")
+        verdict = per_source_verdict(
+            sources,
+            flagged,
+            why,
+            lambda src, w, name=name, used=used: (
+                f"source {src}: {name} tells {w['compared']} with AUROC {w['auroc']:.3f} (z {w['z']:+.2f}; "
+                f"flags above z {th.membership_z:g} and AUROC {th.membership_auroc:g}){used}"
+            ),
+            key="z",
         )
         if name == "reference_ratio":
-            msg += f"; reference {reference_name or 'given'}"
-        out[name] = {**check_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": sources}
+            verdict["reference"] = models.reference_name
+        if name == "checkpoint_diff":
+            verdict["checkpoints"] = models.earlier_name
+        out[name] = verdict
     return out

@@ -1,13 +1,19 @@
 """Memorization flags: is a training-loss gain shared by held-out loss, or is the model memorizing?
 
-Nine checks, each with its numbers, thresholds and a one-line verdict; the report's `flagged` is true
-when any check flags. A check lacking its inputs is "skipped" (never flagged) and says what it needs.
-  1 exposure  loss on training instances served >= repeat_min times vs never-served instances of the
-              same source (needs an exposure file and a checkpoint)
+Ten checks, each with its numbers, thresholds and a one-line verdict. A check lacking its inputs is
+"skipped" and says what it needs. The report's verdict has three values (olmax/evals/verdicts.py): flagged
+when any check flags (exit 1), clean when none flags and at least `min_checks_ran` checks ran (exit 0),
+else inconclusive (exit 3): too few checks could run to say clean.
+The plan is the null: the checks that compare windows compare windows served beyond the mix's plan with
+windows served as planned, matched by planned servings (a source the mix lists twice is planned 2x; the same
+source at 2x its plan is not). The report states, per source, the planned and the served repetition
+(`repetition`) and which windows each check compared.
+  1 exposure  loss on windows served beyond the plan vs windows served as planned (needs an exposure file
+              or a replayable run, and a checkpoint)
   2 gap       over the run's eval steps, the train-loss drop that held-out loss does not share
               (DIR/metrics.jsonl: train records + `run_heldout` records)
   3 reference the train-loss gain over a reference run/curve that held-out loss does not share
-  4 extract   32-token prefix -> greedy 32 tokens, exact-match rate on repeated vs unrepeated instances
+  4 extract   32-token prefix -> greedy 32 tokens, exact-match rate on over-served vs as-planned windows
   5 train_vs_unseen  the run's train loss at the checkpoint step vs the checkpoint's loss on mix text it
               never saw, weighted by each source's share of the served stream. Each train batch was unseen
               when its loss was logged, so in a healthy run the two agree (train slightly higher: the
@@ -16,11 +22,12 @@ when any check flags. A check lacking its inputs is "skipped" (never flagged) an
               run's checkpoints: flags when the contaminated items' CE improved beyond the clean items' by
               more than the 95% bootstrap interval (olmax/evals/gains.py; needs --leaks and --eval, or a
               --gains report)
-  7 min_k_pp  Min-K%++ of repeated vs never-served windows of the same source (AUROC, Mann-Whitney z)
+  7 min_k_pp  Min-K%++ of over-served vs as-planned windows (AUROC, Mann-Whitney z)
   8 zlib      the zlib-normalised loss, the same comparison
-  9 reference_ratio  the reference model's CE over the run's on each window, the same comparison; the
-              reference is --reference RUN's model, else the run's earliest checkpoint
-              (checks 7-9: olmax/evals/membership.py; they need an exposure file and a checkpoint)
+  9 checkpoint_diff  the loss each window lost between the run's earliest kept checkpoint and the scored
+              one, the same comparison (no reference run needed)
+ 10 reference_ratio  --reference RUN's model's CE over the run's on each window, the same comparison
+              (checks 7-10: olmax/evals/membership.py)
 Deterministic: strata are sampled with a fixed seed.
 """
 
@@ -35,7 +42,7 @@ import numpy as np
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
 from olmax.evals.curves import Curves, read_reference, read_run
-from olmax.evals.exposure_file import Exposure, attach_mix, read_exposure
+from olmax.evals.exposure_file import Exposure, attach_mix, read_exposure, repetition_by_source
 from olmax.evals.gains import GainsInputs, gains_report, score_run
 from olmax.evals.membership import SCORES as MEMBERSHIP
 from olmax.evals.membership import check_membership
@@ -48,7 +55,15 @@ from olmax.evals.model_checks import (
 from olmax.evals.plots import plot_run
 from olmax.evals.run_dir import load_run_model, replay_exposure
 from olmax.evals.scoring import load_model
-from olmax.evals.verdicts import Probe, Thresholds, check_verdict, skipped_check
+from olmax.evals.verdicts import (
+    Models,
+    Probe,
+    Thresholds,
+    check_verdict,
+    overall_verdict,
+    skipped_check,
+    verdict_lines,
+)
 from olmax.jsonio import read_json
 
 __all__ = [
@@ -69,17 +84,18 @@ __all__ = [
 ]
 
 
-# The nine checks in one line each (the demo's report prints them beside the verdicts).
+# The ten checks in one line each (the demo's report prints them beside the verdicts).
 CHECK_MEANINGS = {
     "gap": "over the eval steps, the train-loss drop that held-out loss does not share",
     "reference": "the train-loss gain over a reference run that held-out loss does not share",
-    "exposure": "loss on training instances served repeatedly vs never-served instances of the same source",
-    "extract": "greedy continuation of 32-token prefixes: exact matches on repeated vs unrepeated instances",
+    "exposure": "loss on windows served beyond the mix's plan vs windows served as planned",
+    "extract": "greedy continuation of 32-token prefixes: exact matches, over-served vs as-planned windows",
     "train_vs_unseen": "the logged train loss vs the checkpoint's loss on mix text it never saw",
     "contaminated": "leaked eval items' CE gain vs the set's clean items', beyond a 95% bootstrap interval",
-    "min_k_pp": "Min-K%++ (standardised token log-probabilities) of repeated vs never-served windows: AUROC",
-    "zlib": "loss over zlib-compressed size of repeated vs never-served windows: AUROC",
-    "reference_ratio": "a reference model's loss over the run's, repeated vs never-served windows: AUROC",
+    "min_k_pp": "Min-K%++ (standardised token log-probabilities), over-served vs as-planned windows: AUROC",
+    "zlib": "loss over zlib-compressed size, over-served vs as-planned windows: AUROC",
+    "checkpoint_diff": "loss lost since the run's earliest kept checkpoint, over-served vs as-planned: AUROC",
+    "reference_ratio": "a reference run's loss over this run's, over-served vs as-planned windows: AUROC",
 }
 
 
@@ -211,18 +227,6 @@ def check_reference(run: Curves, ref: Curves, th: Thresholds) -> dict:
     return {**check_verdict(bool(flagged), msg), **out}
 
 
-@dataclasses.dataclass(frozen=True)
-class Models:
-    """What the model checks score: the model, how it is probed, its pad id, and check 9's reference model
-    (another run's model, or an earlier checkpoint of this one) with the name the report gives it."""
-
-    model: object
-    probe: Probe = Probe()
-    pad_id: int = 0
-    reference: object = None
-    reference_name: str | None = None
-
-
 def memorization_report(
     run: Curves | None,
     *,
@@ -233,9 +237,10 @@ def memorization_report(
     gains: dict | None = None,
     progress: bool = False,
 ) -> dict:
-    """All nine checks; `flagged` is true when any flags. `reference`: a reference run's curves (check 3);
-    `models`: the checkpoint the model checks score; `gains`: an `olmax eval gains` report (check 6).
-    `progress`: a tqdm bar over the checks that score the model (the long part)."""
+    """All ten checks and the verdict over them (`verdict`: flagged, clean or inconclusive; `flagged` is true
+    when any check flags). `reference`: a reference run's curves (check 3); `models`: the checkpoint the model
+    checks score; `gains`: an `olmax eval gains` report (check 6). `progress`: a tqdm bar over the checks
+    that score the model (the long part)."""
     th = thresholds or Thresholds()
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
@@ -248,7 +253,12 @@ def memorization_report(
     model_checks = ("exposure", "extract", "train_vs_unseen")
     if exposure is None or models is None:
         why = skipped_check(
-            "no exposure file (--exposure)" if exposure is None else "no model (--checkpoint)"
+            "needs a model (--checkpoint, or the run's checkpoints/) and exposure counts (--exposure, "
+            "else replayed from the run's config.yaml up to the checkpoint's step)"
+            if exposure is None and models is None
+            else "needs exposure counts (--exposure, or --checkpoint with a run whose config.yaml replays)"
+            if exposure is None
+            else "needs a model (--checkpoint, or the run's checkpoints/)"
         )
         checks.update(dict.fromkeys(model_checks, why))
         membership = dict.fromkeys(MEMBERSHIP, why)
@@ -274,14 +284,7 @@ def memorization_report(
                 else skipped_check("no run metrics")
             )
             bar.update(1)
-            membership = check_membership(
-                model,
-                exposure,
-                th,
-                reference=models.reference,
-                reference_name=models.reference_name,
-                probe=probe,
-            )
+            membership = check_membership(exposure, th, models)
             bar.update(1)
     checks["contaminated"] = (
         check_contaminated(gains, th)
@@ -289,15 +292,31 @@ def memorization_report(
         else skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report")
     )
     checks.update(membership)  # after check 6: the report lists the checks in their numbered order
+    verdict = overall_verdict(checks, th.min_checks_ran)
     return {
-        "flagged": any(c["flagged"] for c in checks.values()),
+        **verdict,
+        "flagged": verdict["verdict"] == "flagged",
+        "repetition": repetition_by_source(exposure, th.repeat_min) if exposure is not None else {},
         "checks": checks,
         "thresholds": dataclasses.asdict(th),
     }
 
 
 def summary(report: dict) -> str:
-    lines = [f"memorization: {'FLAGGED' if report['flagged'] else 'not flagged'}"]
+    """The verdict (which checks ran, which were skipped and what each needs), the planned and served
+    repetition per source, then every check's line."""
+    lines = verdict_lines(report, "memorization")
+    if report.get("repetition"):
+        lines.append(
+            "  repetition per source (planned vs served servings per window served; the mix's listing):"
+        )
+        for src, r in report["repetition"].items():
+            mix = f", the mix lists it {r['mix_repetition']:g}x" if r.get("mix_repetition") else ""
+            lines.append(
+                f"    {src}: planned {r['planned_repetition']:.2f}x, served {r['served_repetition']:.2f}x; "
+                f"{r['over_served']} of {r['windows']} windows served beyond the plan (plan: {r['plan']}{mix})"
+            )
+    lines.append("  checks:")
     for name, c in report["checks"].items():
         lines.append(f"  [{c['status']:>12}] {name}: {c['message']}")
         for sub in (c.get("sets") or {}).values():
@@ -352,7 +371,8 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         model, step = load_run_model(run_dir, inp.step, inp.dtype)
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
-    ref_model, ref_name = _reference_model(inp, run_dir, step) if model is not None else (None, None)
+    ref_model, ref_name = _reference_model(inp) if model is not None else (None, None)
+    earlier, earlier_name = _earlier_model(inp, run_dir, step) if model is not None else (None, None)
     if exp_path:
         exposure = attach_mix(
             read_exposure(exp_path), inp.stream, unseen_per_source=inp.per_stratum if inp.stream else 0
@@ -371,6 +391,8 @@ def run_memorization(inp: MemorizationInputs) -> dict:
                 pad_id,
                 ref_model,
                 ref_name,
+                earlier,
+                earlier_name,
             )
             if model is not None
             else None
@@ -392,22 +414,30 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     return report
 
 
-def _reference_model(inp: MemorizationInputs, run_dir, step: int | None):
-    """Check 9's reference model and its name: `--reference RUN`'s newest checkpoint when RUN has checkpoints,
-    else this run's earliest checkpoint when the scored one is later; (None, None) when there is neither."""
+def _reference_model(inp: MemorizationInputs):
+    """Check 10's reference model and its name: `--reference RUN`'s newest checkpoint when RUN has checkpoints;
+    (None, None) otherwise."""
     from olmax.train.checkpoint import complete_steps
 
     if inp.reference and (Path(inp.reference) / "checkpoints").is_dir():
         if complete_steps(Path(inp.reference) / "checkpoints"):
             model, ref_step = load_run_model(inp.reference, None, inp.dtype)
             return model, f"{inp.reference} step {ref_step}"
+    return None, None
+
+
+def _earlier_model(inp: MemorizationInputs, run_dir, step: int | None):
+    """Check 9's earlier checkpoint: this run's earliest kept checkpoint before the scored one, and its name
+    (which checkpoints the check compares); (None, None) when the run kept no earlier one."""
+    from olmax.train.checkpoint import complete_steps
+
     if step is None:
         return None, None
     earlier = [s for s in complete_steps(run_dir / "checkpoints") if s < step]
     if not earlier:
         return None, None
-    model, ref_step = load_run_model(run_dir, min(earlier), inp.dtype)
-    return model, f"this run's earliest checkpoint (step {ref_step})"
+    model, old = load_run_model(run_dir, min(earlier), inp.dtype)
+    return model, f"this run's earliest kept checkpoint (step {old}) to the scored one (step {step})"
 
 
 def _gains(inp: MemorizationInputs, run_dir) -> dict | None:

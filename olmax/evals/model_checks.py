@@ -1,21 +1,85 @@
 """Memorization checks that need a model and exposure counts: 1 exposure, 4 extract, 5 train_vs_unseen.
 
+Checks 1 and 4 (and the membership checks, olmax/evals/membership.py) compare windows served beyond the
+mix's plan with windows served as planned (`compare_rows`): repetition the plan asks for is the null.
+
 See memorization.py for what each check means; every function returns a verdict dict (status, flagged,
 message and its numbers). Samples are drawn with fixed seeds, so a report is reproducible.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from olmax.evals.curves import Curves
-from olmax.evals.exposure_file import Exposure
+from olmax.evals.exposure_file import Exposure, planned_counts
 from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
 
 
 def sample_rows(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
     """Up to `n` of `rows`, drawn without replacement by `rng`, in ascending order."""
     return np.sort(rng.choice(rows, size=min(n, rows.size), replace=False)) if rows.size else rows
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Windows served beyond the plan (`over`) and as many served as planned (`planned_rows`), matched by
+    planned servings: for each planned count among the over-served windows, as-planned windows with that
+    same planned count (so a planned-2x source is compared with itself at 2x, never with 1x text)."""
+
+    over: np.ndarray  # rows of the exposure, over-served
+    planned_rows: np.ndarray  # rows served exactly as planned, the same planned counts in the same numbers
+    where: str  # "the same source" or "the other sources" (where the as-planned windows came from)
+    served: float  # mean servings of the over-served windows
+    plan: float  # their mean planned servings
+
+    def describe(self, count: np.ndarray) -> str:
+        return (
+            f"{self.over.size} windows served {self.served:.1f}x where the plan serves {self.plan:.1f}x vs "
+            f"{self.planned_rows.size} served as planned ({float(count[self.planned_rows].mean()):.1f}x) "
+            f"of {self.where}"
+        )
+
+
+def compare_rows(
+    rng: np.random.Generator, exp: Exposure, th: Thresholds, mine: np.ndarray, n: int
+) -> Comparison | str:
+    """Up to `n` over-served windows among `mine` (a boolean row mask) and their matched as-planned windows
+    (of the same rows where there are enough, else of the others); a string says why there is none."""
+    planned = planned_counts(exp, th.repeat_min)
+    over_all = np.flatnonzero(mine & (exp.count > planned))
+    if not over_all.size:
+        return "no window served beyond its plan"
+    members = sample_rows(rng, over_all, n)
+    as_planned = exp.count == planned
+    levels = np.unique(planned[members])
+    # up to `n` as-planned windows in all: the same multiple `r` (<= n / over-served) of the over-served
+    # windows at every planned count, so both groups hold the planned counts in the same proportions (more
+    # baseline windows: a sharper AUROC); a planned count short of as-planned windows trims its members
+    per = max(1, n // members.size)
+    for scope, where in ((mine, "the same source"), (~mine, "the other sources")):
+        groups = [
+            (members[planned[members] == level], np.flatnonzero(scope & as_planned & (planned == level)))
+            for level in levels
+        ]
+        r = min(per, min(pool.size / m.size for m, pool in groups))
+        if r >= 1:
+            keep = [m for m, _ in groups]
+            base = [sample_rows(rng, pool, int(r * m.size)) for m, pool in groups]
+        else:
+            base = [sample_rows(rng, pool, m.size) for m, pool in groups]
+            keep = [sample_rows(rng, m, b.size) for (m, _), b in zip(groups, base)]
+        over, matched = np.sort(np.concatenate(keep)), np.sort(np.concatenate(base))
+        if over.size >= th.min_samples:
+            return Comparison(
+                over, matched, where, float(exp.count[over].mean()), float(planned[over].mean())
+            )
+    return (
+        f"{over_all.size} windows served beyond their plan, but fewer than {th.min_samples} have windows "
+        "served as planned at the same planned count to compare them with"
+    )
 
 
 def check_exposure(
@@ -28,97 +92,70 @@ def check_exposure(
     batch_size: int = 8,
     seed: int = 0,
 ) -> dict:
-    """Check 1: per source, CE on never-served, once-served and repeated instances (first probe_len tokens).
-
-    Seeing text once already lowers its loss a little (more so right after it was seen), so the statistic
-    is the *excess* advantage of repeated text: CE(once) - CE(repeated) when a once-seen stratum exists,
-    else CE(unseen) - CE(repeated). It flags when that exceeds `exposure_gap_nats` and 3 standard errors.
-    """
-    from olmax.evals.scoring import score
-
+    """Check 1: per source, CE on windows served beyond the plan vs windows served as planned (matched by
+    planned servings; the first probe_len tokens). Seeing text lowers its loss, so the plan is the null: a
+    planned 2x source is compared with its own as-planned windows. Flags when CE(as planned) -
+    CE(over-served) exceeds `exposure_gap_nats` and 3 standard errors."""
     if exp.tokens is None or exp.source is None:
         return skipped_check("the exposure file has no tokens/sources; pass --mix")
     rng = np.random.default_rng(seed)
-    strata = {"unseen": exp.count == 0, "once": exp.count == 1, "repeated": exp.count >= th.repeat_min}
     length = min(probe_len, exp.tokens.shape[1])
-    per_source, flagged = {}, []
+    per_source, flagged, why = {}, [], {}
     for src in sorted(set(exp.source.tolist())):
-        of_src = exp.source == src
-        stats = {}
-        for label, sel in strata.items():
-            rows = sample_rows(rng, np.flatnonzero(of_src & sel), per_stratum)
-            if rows.size == 0:
-                stats[label] = {"instances": 0, "ce": None}
-                continue
-            toks = exp.tokens[rows, :length]
-            targets = np.zeros_like(toks)
-            targets[:, :-1] = toks[:, 1:]
-            mask = np.ones(toks.shape, np.float32)
-            mask[:, -1] = 0
-            nll, count, _ = score(model, toks, targets, mask, batch_size=batch_size)
-            per_row = nll / count
-            stats[label] = {
-                "instances": int(rows.size),
-                "ce": float(nll.sum() / count.sum()),
-                "stderr": float(per_row.std(ddof=1) / np.sqrt(rows.size)) if rows.size > 1 else None,
-                "mean_exposure": float(exp.count[rows].mean()),
-            }
-        r = stats["repeated"]
-        base = next(
-            (label for label in ("once", "unseen") if stats[label]["instances"] >= th.min_samples), None
-        )
-        if r["instances"] >= th.min_samples and base is not None:
-            b = stats[base]
-            excess = b["ce"] - r["ce"]
-            se = float(np.hypot(b["stderr"] or 0.0, r["stderr"] or 0.0))
-            stats["compared_with"] = base
-            stats["excess_nats"] = excess
-            stats["excess_stderr"] = se
-            if excess > th.exposure_gap_nats and excess > 3 * se:
-                flagged.append(src)
-        per_source[src] = stats
-    # a source served only repeatedly (e.g. re-listed in the mix until nothing of it is unseen) has no
-    # baseline of its own: compare it with the once-seen (else unseen) text of all other sources
-    for src, stats in per_source.items():
-        r = stats["repeated"]
-        if "excess_nats" in stats or r["instances"] < th.min_samples:
+        comp = compare_rows(rng, exp, th, exp.source == src, per_stratum)
+        if isinstance(comp, str):
+            why[src] = comp
             continue
-        for base in ("once", "unseen"):
-            pool = sample_rows(rng, np.flatnonzero((exp.source != src) & strata[base]), per_stratum)
-            if pool.size >= th.min_samples:
-                ce = _window_ce(model, exp.tokens[pool, :length], batch_size)
-                excess = float(ce.mean()) - r["ce"]
-                se = float(np.hypot(ce.std(ddof=1) / np.sqrt(ce.size), r["stderr"] or 0.0))
-                stats.update(
-                    compared_with=f"{base} (other sources)",
-                    baseline_ce=float(ce.mean()),
-                    excess_nats=excess,
-                    excess_stderr=se,
-                )
-                if excess > th.exposure_gap_nats and excess > 3 * se:
-                    flagged.append(src)
-                break
-    compared = [s for s, v in per_source.items() if "excess_nats" in v]
-    if not compared:
+        stats = {}
+        for label, rows in (("over_served", comp.over), ("as_planned", comp.planned_rows)):
+            per_row = _window_ce(model, exp.tokens[rows, :length], batch_size)
+            stats[label] = {
+                "windows": int(rows.size),
+                "ce": float(per_row.mean()),
+                "stderr": float(per_row.std(ddof=1) / np.sqrt(rows.size)) if rows.size > 1 else 0.0,
+                "mean_servings": float(exp.count[rows].mean()),
+            }
+        excess = stats["as_planned"]["ce"] - stats["over_served"]["ce"]
+        se = float(np.hypot(stats["as_planned"]["stderr"], stats["over_served"]["stderr"]))
+        stats.update(compared=comp.describe(exp.count), excess_nats=excess, excess_stderr=se)
+        if excess > th.exposure_gap_nats and excess > 3 * se:
+            flagged.append(src)
+        per_source[src] = stats
+    return per_source_verdict(
+        per_source,
+        flagged,
+        why,
+        lambda src, w: (
+            f"source {src}: CE on {w['compared']} is {w['excess_nats']:.3f} (+-{w['excess_stderr']:.3f}) nats "
+            f"lower on the over-served ones (flags above {th.exposure_gap_nats} and 3 standard errors)"
+        ),
+        key="excess_nats",
+    )
+
+
+def per_source_verdict(per_source: dict, flagged: list, why: dict, message, key: str) -> dict:
+    """A check's verdict over sources: ok with nothing to compare when no window was served beyond its plan,
+    skipped when over-served windows had no as-planned ones to compare with, else the worst source's line."""
+    if not per_source:
+        if all(w == "no window served beyond its plan" for w in why.values()):
+            return {
+                **check_verdict(False, "no window was served beyond its plan: nothing unplanned to test"),
+                "compared": "nothing",
+                "sources": {},
+                "not_compared": why,
+            }
         return {
-            **skipped_check(
-                f"no source has >= {th.min_samples} repeated (count >= {th.repeat_min}) and "
-                f">= {th.min_samples} once-seen or unseen instances"
-            ),
-            "sources": per_source,
+            **skipped_check("; ".join(f"{s}: {w}" for s, w in why.items())),
+            "sources": {},
+            "not_compared": why,
         }
-    worst = max(compared, key=lambda s: per_source[s]["excess_nats"])
-    w = per_source[worst]
-    base = {"once": "once-seen", "unseen": "never-served"}[w["compared_with"].replace(" (other sources)", "")]
-    where = (
-        "of other sources (it has none of its own)" if "other" in w["compared_with"] else "of the same source"
-    )
-    msg = (
-        f"source {worst}: CE on instances served >= {th.repeat_min}x is {w['excess_nats']:.3f} "
-        f"(+-{w['excess_stderr']:.3f}) nats below {base} text {where} "
-        f"(flags above {th.exposure_gap_nats} and 3 standard errors)"
-    )
-    return {**check_verdict(bool(flagged), msg), "flagged_sources": flagged, "sources": per_source}
+    worst = max(per_source, key=lambda s: per_source[s][key])
+    return {
+        **check_verdict(bool(flagged), message(worst, per_source[worst])),
+        "flagged_sources": flagged,
+        "sources": per_source,
+        "not_compared": why,
+    }
 
 
 def check_extraction(
@@ -131,7 +168,8 @@ def check_extraction(
     pad_id: int = 0,
     seed: int = 0,
 ) -> dict:
-    """Check 4: extractable memorization, exact-match rate of greedy continuations of training prefixes."""
+    """Check 4: extractable memorization, the exact-match rate of greedy continuations of training prefixes,
+    windows served beyond the plan vs windows served as planned (matched by planned servings)."""
     from olmax.evals.scoring import greedy_generate
 
     need = th.extract_prefix + th.extract_new
@@ -140,30 +178,28 @@ def check_extraction(
     if exp.tokens.shape[1] < need:
         return skipped_check(f"instances have {exp.tokens.shape[1]} tokens, the probe needs {need}")
     rng = np.random.default_rng(seed + 1)
+    comp = compare_rows(rng, exp, th, np.ones(exp.count.shape, bool), per_stratum)
+    if isinstance(comp, str):
+        return per_source_verdict({}, [], {"all": comp}, None, key="")
     out = {}
-    for label, sel in (("repeated", exp.count >= th.repeat_min), ("unrepeated", exp.count <= 1)):
-        rows = sample_rows(rng, np.flatnonzero(sel), per_stratum)
-        if rows.size < th.min_samples:
-            out[label] = {"instances": int(rows.size)}
-            continue
+    for label, rows in (("over_served", comp.over), ("as_planned", comp.planned_rows)):
         prompts = exp.tokens[rows, : th.extract_prefix].tolist()
         want = exp.tokens[rows, th.extract_prefix : need]
         got = np.asarray(greedy_generate(model, prompts, th.extract_new, pad_id, batch_size=batch_size))
         out[label] = {
-            "instances": int(rows.size),
+            "windows": int(rows.size),
             "exact_match_rate": float((got == want).all(axis=1).mean()),
             "token_match_rate": float((got == want).mean()),
         }
-    if any("exact_match_rate" not in v for v in out.values()):
-        return {**skipped_check(f"needs >= {th.min_samples} repeated and unrepeated instances"), **out}
-    diff = out["repeated"]["exact_match_rate"] - out["unrepeated"]["exact_match_rate"]
+    diff = out["over_served"]["exact_match_rate"] - out["as_planned"]["exact_match_rate"]
     hit = diff > th.extract_rate_gap
     msg = (
         f"greedy {th.extract_new}-token continuation of a {th.extract_prefix}-token prefix matches exactly on "
-        f"{out['repeated']['exact_match_rate']:.1%} of repeated vs {out['unrepeated']['exact_match_rate']:.1%} "
-        f"of unrepeated instances (flags when the difference > {th.extract_rate_gap:.0%})"
+        f"{out['over_served']['exact_match_rate']:.1%} of the over-served and "
+        f"{out['as_planned']['exact_match_rate']:.1%} of the as-planned windows ({comp.describe(exp.count)}; "
+        f"flags when the difference > {th.extract_rate_gap:.0%})"
     )
-    return {**check_verdict(hit, msg, rate_difference=diff), **out}
+    return {**check_verdict(hit, msg, rate_difference=diff), "compared": comp.describe(exp.count), **out}
 
 
 def _window_ce(model, tokens: np.ndarray, batch_size: int) -> np.ndarray:

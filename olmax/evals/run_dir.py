@@ -3,11 +3,14 @@
 A run folder written by `olmax train` holds `config.yaml` (the resolved experiment config),
 `metrics.jsonl` and Orbax checkpoints under `checkpoints/<step>/{state,data,meta}`. From these:
   * `load_run_model(DIR)`: the params of the newest complete checkpoint as an olmax model;
-  * `replay_exposure(DIR, step)`: exposure counts by content. The loader's order is replayed (no
-    training needed) for steps 1..step, every served window is hashed, and each instance's count is how
-    many served windows had its exact tokens. Counting by content, not by instance id, is what catches a
-    source re-listed in the mix: its copies are different instance ids with identical windows (each file
-    is cut into windows from its start). Unserved instances of every source are sampled as the unseen
+  * `replay_exposure(DIR, step)`: exposure counts by content, with the plan's. The loader's order is
+    replayed (no training needed) for steps 1..step, every served window is hashed, and each distinct
+    content gets one row: its count is how many served windows had its exact tokens, its planned count
+    the most servings any one physical window holding it had (a path the mix lists twice is one physical
+    window served twice by plan; a byte-identical copy under another name is another physical window, so
+    its servings come on top of the plan). Counting by content, not by instance id, is what catches a
+    shard copied into the mix: its windows are different instance ids with identical tokens (each file is
+    cut into windows from its start). Unserved instances of every source are sampled as the unseen
     stratum, counted the same way (a copy of a served window is not unseen).
 Replay reads every served window, so it suits small runs; for long runs write an exposure file from the
 loader audit instead (`--exposure`, format in olmax/evals/exposure_file.py).
@@ -16,14 +19,13 @@ loader audit instead (`--exposure`, format in olmax/evals/exposure_file.py).
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from olmax.data.loader import open_loader, resolve_mix
 from olmax.errors import OlmaxError
-from olmax.evals.exposure_file import Exposure, read_instance_tokens
+from olmax.evals.exposure_file import Exposure, mix_repetition, physical_windows, read_instance_tokens
 from olmax.train.config import load_run_config
 from olmax.train.export import restore_run_model
 
@@ -59,7 +61,6 @@ def replay_exposure(
     run_dir = Path(run_dir)
     d = load_run_config(run_dir).data
     d = d.replace(mix=resolve_mix(d))  # resolved once: "demo" becomes the prepared mix file's path
-    mix = d.mix
     loader = open_loader(d, process_index=0, process_count=1)
     index = loader.index
     if step * d.global_batch_size > max_instances:
@@ -74,11 +75,8 @@ def replay_exposure(
         else np.zeros(0, np.int64)
     )
     distinct, times = np.unique(served, return_counts=True)
-    tokens = read_instance_tokens(index, distinct)
-    by_content: Counter[bytes] = Counter()
-    digests = [_digest(r) for r in tokens]
-    for dg, t in zip(digests, times.tolist()):
-        by_content[dg] += t
+    tally = _ContentTally(index)
+    tally.add(distinct, times)
     # the unseen stratum: unserved instances of every source, counted by content too
     rng = np.random.default_rng(seed)
     src_all = index.source_ids(np.arange(index.num_instances))
@@ -88,12 +86,64 @@ def replay_exposure(
         for s in range(len(index.label_names))
         if (pool := unserved[src_all[unserved] == s]).size
     ]
-    extra_ids = np.sort(np.concatenate(extra)).astype(np.int64) if extra else np.zeros(0, np.int64)
-    extra_tokens = read_instance_tokens(index, extra_ids)
-    ids = np.concatenate([distinct, extra_ids])
-    all_tokens = np.concatenate([tokens, extra_tokens])
-    counts = np.asarray(
-        [by_content[dg] for dg in digests] + [by_content.get(_digest(r), 0) for r in extra_tokens], np.int64
-    )
+    if extra:
+        tally.add(np.sort(np.concatenate(extra)).astype(np.int64), None)
+    ids, counts, planned, tokens = tally.rows()
     source = np.asarray(index.label_names)[index.source_ids(ids)]
-    return Exposure(ids, counts, source, all_tokens, d.seq_len, mix, step, f"{run_dir} (replayed)")
+    return Exposure(
+        ids,
+        counts,
+        source,
+        tokens,
+        d.seq_len,
+        d.mix,
+        step,
+        f"{run_dir} (replayed)",
+        planned,
+        mix_repetition(index),
+    )
+
+
+class _ContentTally:
+    """One row per distinct window content: its servings (every instance holding it), its planned servings
+    (the most any one physical window holding it was scheduled: a path listed twice is one physical window
+    served twice by plan; a copy under another name is a second one, so its servings are beyond the plan),
+    and the first instance id and tokens that hold it."""
+
+    def __init__(self, index):
+        self.index = index
+        self.first: dict[bytes, int] = {}  # digest -> row
+        self.ids: list[int] = []
+        self.tokens: list[np.ndarray] = []
+        self.served: list[int] = []
+        self.by_window: list[dict[tuple[int, int], int]] = []  # per row: physical window -> servings
+
+    def add(self, ids: np.ndarray, times: np.ndarray | None) -> None:
+        """Instances `ids`, served `times` each (None: not served, listed for the unseen stratum)."""
+        if not ids.size:
+            return
+        tokens = read_instance_tokens(self.index, ids)
+        windows = physical_windows(self.index, ids).tolist()
+        times = np.zeros(ids.size, np.int64) if times is None else times
+        for i, row, window, t in zip(ids.tolist(), tokens, windows, times.tolist()):
+            dg = _digest(row)
+            r = self.first.get(dg)
+            if r is None:
+                r = self.first[dg] = len(self.ids)
+                self.ids.append(i)
+                self.tokens.append(row)
+                self.served.append(0)
+                self.by_window.append({})
+            self.served[r] += t
+            w = self.by_window[r]
+            w[tuple(window)] = w.get(tuple(window), 0) + t
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, servings, planned servings, tokens) in the order contents were first met."""
+        n, seq = len(self.ids), self.index.seq_len
+        return (
+            np.asarray(self.ids, np.int64),
+            np.asarray(self.served, np.int64),
+            np.asarray([max(w.values(), default=0) for w in self.by_window], np.int64),
+            np.stack(self.tokens).astype(np.int64) if n else np.zeros((0, seq), np.int64),
+        )

@@ -1,4 +1,10 @@
-"""Thresholds and verdicts shared by the memorization checks (see memorization.py)."""
+"""Thresholds and verdicts shared by the memorization checks (see memorization.py) and `olmax eval gains`.
+
+A command with a verdict says one of three things (`VERDICTS`), each with its own exit status
+(`EXIT_CODES`): flagged (a check that ran flagged: exit 1), clean (no check flagged and enough of them
+ran: exit 0) or inconclusive (nothing flagged, but too few checks could run to call it clean: exit 3).
+Exit 2 stays the status of a bad input (olmax.errors.OlmaxError).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,21 @@ class Probe:
     probe_len: int = 512
     batch_size: int = 8
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class Models:
+    """What the model checks score: the model, how it is probed, its pad id; `reference_ratio`'s reference
+    model (another run's, e.g. a healthy run of the same recipe) and `checkpoint_diff`'s earlier checkpoint of
+    this run, each with the name the report gives it."""
+
+    model: object
+    probe: Probe = Probe()
+    pad_id: int = 0
+    reference: object = None
+    reference_name: str | None = None
+    earlier: object = None
+    earlier_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +73,9 @@ class Thresholds:
     membership_z: float = 3.0
     membership_auroc: float = 0.6
     min_k_fraction: float = 0.2  # Min-K%++: the share of a window's lowest-scoring positions averaged
+    # `olmax eval memorization` says clean only when at least this many checks ran (the rest skipped for
+    # want of an input): fewer is inconclusive, not clean
+    min_checks_ran: int = 3
 
     @classmethod
     def parse(cls, overrides: list[str]) -> Thresholds:
@@ -65,6 +89,46 @@ class Thresholds:
                 )
             values[name] = int(raw) if fields[name] == "int" else float(raw)
         return cls(**values)
+
+
+VERDICTS = ("flagged", "clean", "inconclusive")
+EXIT_CODES = {"clean": 0, "flagged": 1, "inconclusive": 3}
+
+
+def overall_verdict(checks: dict[str, dict], min_ran: int = 1) -> dict:
+    """The three-valued verdict over `checks` (name -> check dict): flagged when any check flagged, clean when
+    none did and at least `min_ran` ran (status other than skipped), else inconclusive; with the checks that
+    ran, those skipped and what each skipped one needs."""
+    ran = [k for k, c in checks.items() if c["status"] != "skipped"]
+    skipped = {k: c["message"] for k, c in checks.items() if c["status"] == "skipped"}
+    flagged = [k for k, c in checks.items() if c["flagged"]]
+    verdict = "flagged" if flagged else "clean" if len(ran) >= min_ran else "inconclusive"
+    return {
+        "verdict": verdict,
+        "exit_code": EXIT_CODES[verdict],
+        "flagged_checks": flagged,
+        "ran": ran,
+        "skipped": skipped,
+        "min_checks_ran": min_ran,
+    }
+
+
+def verdict_lines(v: dict, what: str) -> list[str]:
+    """The verdict's headline and, under it, the checks that ran and those skipped with what each needs."""
+    head = {
+        "flagged": f"{what}: FLAGGED by {', '.join(v['flagged_checks'])}",
+        "clean": f"{what}: clean ({len(v['ran'])} checks ran, none flagged)",
+        "inconclusive": (
+            f"{what}: INCONCLUSIVE (exit {EXIT_CODES['inconclusive']}): {len(v['ran'])} of "
+            f"{len(v['ran']) + len(v['skipped'])} checks could run, at least {v['min_checks_ran']} must to call it "
+            "clean; each skipped one says what it needs"
+        ),
+    }[v["verdict"]]
+    lines = [head, f"  ran: {', '.join(v['ran']) or 'none'}"]
+    if v["skipped"]:
+        lines.append("  skipped (and what each needs):")
+        lines += [f"    {k}: {why}" for k, why in v["skipped"].items()]
+    return lines
 
 
 def skipped_check(why: str) -> dict:

@@ -289,6 +289,7 @@ def memorization_record(job: Job, model, step: int) -> dict:
         "kind": "memorization",
         "step": step,
         "flagged": bool(report["flagged"]),
+        "verdict": report["verdict"],
         "checks": {k: v.get("status") for k, v in report["checks"].items()},
     }
 

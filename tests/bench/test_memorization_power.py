@@ -1,6 +1,7 @@
-"""bench/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs), the
-dosed streams of both kinds, and (slow) tiny runs where a 16x replay is flagged by the membership checks
-while the clean control is not flagged by any check."""
+"""bench/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs, the
+any-check verdicts), the dosed streams with their planned-2x source and the exposure the checks are given,
+and (slow) tiny runs where a 16x dose is flagged by Min-K%++ and the reference ratio while the clean
+control, with its planned-2x source, is not flagged by any check."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ def load():
 def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset(), stat: float = 0.0) -> dict:
     return {
         "dose": dose,
-        "kind": "source",
         "seconds": dict.fromkeys(mp.CHECKS, 0.5),
         "checks": {
             c: {
@@ -65,31 +65,50 @@ def test_table_rates_smallest_dose_and_auroc():
     assert "| extract | 0/5 | skip | 0/5 (0.10) | 0/5 (0.10) | 0/5 (0.10) | no power by 8x | 0.50 |" in text
 
 
-def test_streams_serve_each_replayed_window_dose_times():
+def test_any_check_verdicts():
     mp = load()
-    st = mp.Setting(seq_len=16, batch=4, steps=20, replayed=5, shard=8, clean_items=6, per_stratum=7)
+    runs = [
+        fake_run(mp, 0, set()),
+        fake_run(mp, 2, {"reference_ratio"}),
+        fake_run(mp, 2, {"zlib", "exposure"}),
+    ]
+    table = mp.power_table(runs, [2])
+    assert table["any_with_reference"]["by_dose"]["2"]["flagged"] == 2
+    assert table["any_without_reference"]["by_dose"]["2"]["flagged"] == 1
+    assert table["any_without_reference"]["by_dose"]["0"]["flagged"] == 0
+
+
+def test_streams_serve_each_window_as_dosed_and_the_exposure_says_so():
+    mp = load()
+    st = mp.Setting(seq_len=16, batch=4, steps=30, replayed=5, twice=4, clean_items=6, per_stratum=7)
     pool = mp.text_windows(16, mp.pool_size(st))
     assert len({w.tobytes() for w in pool}) == len(pool) and pool.max() < 256
     sp = mp.split(pool, st, seed=1)
-    never = {w.tobytes() for w in np.concatenate([sp.clean, sp.unseen])}
-    for kind, size, dose in (("source", 5, 0), ("source", 5, 3), ("shard", 8, 2)):
-        rows = mp.stream(sp, st, kind, dose, seed=1)
-        assert rows.shape == (80, 16)
+    never = {w.tobytes() for w in sp.unseen}
+    for dose in (0, 3):
+        rows = mp.stream(sp, st, dose, seed=1)
+        assert rows.shape == (120, 16)
         seen = [w.tobytes() for w in rows]
-        replayed = mp.replayed_of(sp, st, kind)
-        assert len(replayed) == size and all(seen.count(w.tobytes()) == dose for w in replayed)
+        assert all(seen.count(w.tobytes()) == max(dose, 1) for w in sp.dosed)
+        assert all(seen.count(w.tobytes()) == 2 for w in sp.twice)  # the planned-2x source, in every mix
         assert not never & set(seen)
-        assert len(set(seen)) == 80 - (dose - 1) * size if dose else len(set(seen)) == 80
+        exp = mp.exposure_of(sp, st, dose)
+        truth = {}
+        for w in seen:
+            truth[w] = truth.get(w, 0) + 1
+        for row, count, planned in zip(exp.tokens, exp.count, exp.planned):
+            served = truth.get(row.astype(np.int32).tobytes(), 0)
+            if dose or count != st.control_label:  # a clean run's dosed windows are labelled 16x (the claim)
+                assert count == served, (count, served)
+            assert planned == (2 if any((row == t).all() for t in sp.twice) else min(served, 1))
 
 
 @pytest.mark.slow
-def test_a_16x_replay_is_flagged_and_clean_is_not():
+def test_a_16x_dose_is_flagged_and_clean_is_not():
     mp = load()
-    result = mp.run_power(
-        mp.Setting(), seeds=[0], doses=[16], clean_seeds=[0], shard=False, log=lambda *_: None
-    )
+    result = mp.run_power(mp.Setting(), seeds=[0], doses=[16], clean_seeds=[0], log=lambda *_: None)
     by = {r["dose"]: r["checks"] for r in result["runs"]}
-    for check in ("min_k_pp", "reference_ratio"):  # seed 0 at 16x in docs/benchmarks.md: z 4.1 and 7.5
+    for check in ("min_k_pp", "reference_ratio"):  # both flag seed 0 from 8x in bench/results/mem.json
         assert by[16][check]["flagged"], by[16][check]["message"]
     assert not any(c["flagged"] for c in by[0].values()), {k: c["message"] for k, c in by[0].items()}
     assert result["table"]["reference_ratio"]["by_dose"]["16"]["auroc"] == 1.0  # one run each: 16x > clean

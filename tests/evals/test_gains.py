@@ -242,8 +242,10 @@ def test_gains_on_a_tiny_trained_run(tmp_path, tokenizer, tokenizer_file):
             str(tmp_path / "one.json"),
         ]
     )
-    assert args.func(args) == 0
-    assert json.loads((tmp_path / "one.json").read_text())["verdict"]["status"] == "skipped"
+    assert args.func(args) == 3  # one checkpoint: no gain to measure, inconclusive rather than clean
+    one = json.loads((tmp_path / "one.json").read_text())
+    assert one["verdict"]["status"] == "skipped" and one["outcome"]["verdict"] == "inconclusive"
+    assert "the gain needs two" in one["outcome"]["skipped"]["other"]
 
     # the memorization verdict's check 6, from a gains report or scored from --leaks and --eval
     from olmax.evals.memorization import MemorizationInputs, run_memorization

@@ -1,6 +1,7 @@
-"""Checks 7-9 (olmax/evals/membership.py): the AUROC and its z equal scikit-learn's and SciPy's, the three
+"""Checks 7-10 (olmax/evals/membership.py): the AUROC and its z equal scikit-learn's and SciPy's, the four
 window scores equal their definitions computed here from the logits, and the checks flag a stub that memorized
-its repeated windows while staying quiet where repeated and never-served windows are alike."""
+its over-served windows, stay quiet where over-served and as-planned windows are alike, and never count a
+planned repeat as a member."""
 
 import math
 import zlib
@@ -40,7 +41,12 @@ def test_window_scores_are_their_definitions():
     ref_table = jnp.asarray(rng.normal(0, 2, (V, V)).astype(np.float32))
     toks = rng.integers(0, V, (5, 41))
     got = window_scores(
-        lambda ids: table[ids], toks, reference=lambda ids: ref_table[ids], min_k_fraction=0.25, batch_size=2
+        lambda ids: table[ids],
+        toks,
+        reference=lambda ids: ref_table[ids],
+        earlier=lambda ids: ref_table[ids],
+        min_k_fraction=0.25,
+        batch_size=2,
     )
     for i, row in enumerate(toks):
         logp = log_softmax(np.asarray(table, np.float64)[row[:-1]])
@@ -56,6 +62,7 @@ def test_window_scores_are_their_definitions():
         ref = log_softmax(np.asarray(ref_table, np.float64)[row[:-1]])
         ref_ce = -ref[np.arange(40), row[1:]].mean()
         assert got["reference_ratio"][i] == pytest.approx(ref_ce / ce, rel=1e-5)
+        assert got["checkpoint_diff"][i] == pytest.approx(ref_ce - ce, rel=1e-4, abs=1e-5)
 
 
 def uniform(ids):
@@ -65,27 +72,44 @@ def uniform(ids):
 def test_checks_flag_memorized_repeats_and_not_alike_windows():
     th = Thresholds(min_samples=4)
     m = stub_model()
-    bad = check_membership(
-        m, synthetic_exposure(True, n=16), th, reference=uniform, probe=Probe(probe_len=64)
-    )
+    both = Models(m, Probe(probe_len=64), reference=uniform, earlier=uniform, earlier_name="step 10 to 20")
+    bad = check_membership(synthetic_exposure(True, n=16), th, both)
     for name in SCORES:
         assert bad[name]["flagged"], bad[name]["message"]
         web = bad[name]["sources"]["web"]
-        assert web["auroc"] == 1.0 and web["z"] > 4 and web["repeated"] == 16 and web["unseen"] == 16
-        assert web["unseen_from"] == "the same source" and web["mean_servings"] == 5.0
-    ok = check_membership(
-        m, synthetic_exposure(False, n=16), th, reference=uniform, probe=Probe(probe_len=64)
-    )
+        assert web["auroc"] == 1.0 and web["z"] > 4 and web["over_served"] == 16 and web["as_planned"] == 16
+        assert web["as_planned_from"] == "the same source" and web["mean_servings"] == 5.0
+        assert web["mean_planned"] == 1.0
+    assert bad["checkpoint_diff"]["checkpoints"] == "step 10 to 20"
+    assert "loss change from step 10 to 20" in bad["checkpoint_diff"]["message"]
+    ok = check_membership(synthetic_exposure(False, n=16), th, both)
     for name in SCORES:
         assert ok[name]["status"] == "ok" and abs(ok[name]["sources"]["web"]["z"]) < 1.0, ok[name]["message"]
-    alone = check_membership(m, synthetic_exposure(True, n=16), th, probe=Probe(probe_len=64))
-    assert (
-        alone["reference_ratio"]["status"] == "skipped" and "reference" in alone["reference_ratio"]["message"]
-    )
+    alone = check_membership(synthetic_exposure(True, n=16), th, Models(m, Probe(probe_len=64)))
+    for name in ("reference_ratio", "checkpoint_diff"):
+        assert alone[name]["status"] == "skipped", alone[name]
+    assert "--reference RUN" in alone["reference_ratio"]["message"]
+    assert "earlier checkpoint" in alone["checkpoint_diff"]["message"]
     assert alone["min_k_pp"]["flagged"]
 
 
-def test_report_holds_the_nine_checks_and_ors_them():
+def test_planned_repeats_are_not_members():
+    """The stub knows the twice-served windows; the plan serves them twice, so nothing is over-served: every
+    membership check is ok with nothing compared, and the report's repetition says planned 2x = served 2x."""
+    m = stub_model()
+    exp = synthetic_exposure(True, n=16, served=2, planned=2)
+    both = Models(m, Probe(probe_len=64), reference=uniform, earlier=uniform)
+    got = check_membership(exp, Thresholds(), both)
+    for name in SCORES:
+        assert got[name]["status"] == "ok" and got[name]["compared"] == "nothing", got[name]["message"]
+    rep = memorization_report(None, exposure=exp, models=both)
+    assert not rep["flagged"] and rep["verdict"] == "clean"
+    web = rep["repetition"]["web"]
+    assert web["planned_repetition"] == web["served_repetition"] == pytest.approx((16 * 2 + 16) / 32)
+    assert web["over_served"] == 0 and web["plan"] == "the mix"
+
+
+def test_report_holds_the_ten_checks_and_ors_them():
     m = stub_model()
     rep = memorization_report(
         None, exposure=synthetic_exposure(True, n=16), models=Models(m, Probe(probe_len=64))
@@ -99,9 +123,12 @@ def test_report_holds_the_nine_checks_and_ors_them():
         "contaminated",
         "min_k_pp",
         "zlib",
+        "checkpoint_diff",
         "reference_ratio",
     ]
-    assert rep["flagged"] and rep["checks"]["min_k_pp"]["flagged"]
+    assert rep["flagged"] and rep["checks"]["min_k_pp"]["flagged"] and rep["verdict"] == "flagged"
+    assert rep["exit_code"] == 1 and "min_k_pp" in rep["flagged_checks"]
     assert rep["thresholds"]["membership_z"] == 3.0 and not math.isnan(rep["thresholds"]["membership_auroc"])
     none = memorization_report(None)
     assert {none["checks"][k]["status"] for k in SCORES} == {"skipped"} and not none["flagged"]
+    assert none["verdict"] == "inconclusive" and none["exit_code"] == 3 and none["ran"] == []

@@ -62,47 +62,28 @@ def test_reference_check(tmp_path):
     assert un["status"] == "unattributed" and not un["flagged"]
 
 
+def memorization(*argv) -> int:
+    return main(["eval", "memorization", *map(str, argv)])
+
+
 def test_cli_exit_codes_and_report(tmp_path, capsys):
     ref = write_reference_csv(tmp_path / "ref.csv")
     out = tmp_path / "r.json"
-    assert (
-        main(
-            [
-                "eval",
-                "memorization",
-                "--run",
-                str(write_run(tmp_path / "ok", False)),
-                "--reference",
-                str(ref),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    # two checks can run (gap, reference): below min_checks_ran 3, a healthy run is inconclusive, not clean
+    ok = write_run(tmp_path / "ok", False)
+    assert memorization("--run", ok, "--reference", ref, "--out", out) == 3
     report = json.loads(out.read_text())
-    assert report["flagged"] is False and report["checks"]["exposure"]["status"] == "skipped"
-    assert (
-        main(
-            [
-                "eval",
-                "memorization",
-                "--run",
-                str(write_run(tmp_path / "bad", True)),
-                "--reference",
-                str(ref),
-                "--plot",
-                str(tmp_path / "bad.png"),
-                "--out",
-                str(out),
-            ]
-        )
-        == 1
-    )
+    assert report["verdict"] == "inconclusive" and report["exit_code"] == 3 and report["flagged"] is False
+    assert report["ran"] == ["gap", "reference"] and report["checks"]["exposure"]["status"] == "skipped"
+    assert memorization("--run", ok, "--reference", ref, "--threshold", "min_checks_ran=2", "--out", out) == 0
+    assert json.loads(out.read_text())["verdict"] == "clean"
+    bad = write_run(tmp_path / "bad", True)
+    assert memorization("--run", bad, "--reference", ref, "--plot", tmp_path / "bad.png", "--out", out) == 1
     assert (tmp_path / "bad.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads(out.read_text())
     assert (
         report["flagged"] is True
+        and report["verdict"] == "flagged"
         and report["checks"]["gap"]["flagged"]
         and report["checks"]["reference"]["flagged"]
     )
@@ -110,23 +91,25 @@ def test_cli_exit_codes_and_report(tmp_path, capsys):
         report["thresholds"]["reference_heldout_share"] == 0.5
         and report["thresholds"]["gap_heldout_share"] == 0.1
     )
-    assert "FLAGGED" in capsys.readouterr().out
+    assert "FLAGGED by gap, reference" in capsys.readouterr().out
     # a threshold override makes the same run pass
-    assert (
-        main(
-            [
-                "eval",
-                "memorization",
-                "--run",
-                str(tmp_path / "bad"),
-                "--threshold",
-                "gap_heldout_share=-1",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    argv = ("--run", bad, "--threshold", "gap_heldout_share=-1", "--threshold", "min_checks_ran=1")
+    assert memorization(*argv, "--out", out) == 0
+
+
+def test_cli_says_inconclusive_when_most_checks_skip(tmp_path, capsys):
+    """A run with metrics and held-out records only: the gap check runs, the other nine skip. That is no
+    clean bill of health: the verdict is inconclusive, exit 3, and the summary says what each skipped check
+    needs."""
+    out = tmp_path / "r.json"
+    assert memorization("--run", write_run(tmp_path / "run", False), "--out", out) == 3
+    text = capsys.readouterr().out
+    assert "memorization: INCONCLUSIVE (exit 3): 1 of 10 checks could run, at least 3 must" in text
+    assert "not flagged" not in text and "  ran: gap\n" in text
+    assert "    reference: no --reference given" in text
+    assert "    exposure: needs a model (--checkpoint, or the run's checkpoints/) and exposure counts" in text
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "inconclusive" and len(report["skipped"]) == 9
 
 
 V = 64
@@ -149,26 +132,32 @@ def stub_model():
     return lambda ids: table[ids]
 
 
-def synthetic_exposure(memorized: bool, n=12, length=80, seed=0):
+def synthetic_exposure(memorized: bool, n=12, length=80, seed=0, served=5, planned=None):
+    """`n` windows served `served` times (the stub knows them when `memorized`), then `n` never-served and `n`
+    once-served random windows; `planned`: the plan's servings of the first `n` (None: no plan in the file,
+    each window taken as planned at most once; the others are as planned either way)."""
     rng = np.random.default_rng(seed)
     rows, counts = [], []
-    for i in range(n):  # repeated instances
+    for i in range(n):  # the served-`served`-times windows
         rows.append(chain(i % 32, length) if memorized else list(rng.integers(32, V, length)))
-        counts.append(5)
+        counts.append(served)
     for c in (0, 1):  # unseen and once-seen
         for _ in range(n):
             rows.append(list(rng.integers(32, V, length)))
             counts.append(c)
     tokens = np.asarray(rows, np.int64)
+    counts = np.asarray(counts)
+    plan = None if planned is None else np.r_[np.full(n, planned), counts[n:]]
     return Exposure(
         np.arange(len(rows)),
-        np.asarray(counts),
+        counts,
         np.asarray(["web"] * len(rows)),
         tokens,
         length,
         None,
         None,
         "synthetic",
+        plan,
     )
 
 
@@ -178,11 +167,60 @@ def test_exposure_and_extraction_flag_a_memorizing_model():
     exp = check_exposure(m, synthetic_exposure(True), th, probe_len=64, batch_size=8)
     assert exp["flagged"] and exp["flagged_sources"] == ["web"]
     web = exp["sources"]["web"]
-    assert web["unseen"]["ce"] == pytest.approx(np.log(V), rel=1e-5)  # uniform over 64
-    assert web["repeated"]["ce"] < 0.01 and web["repeated"]["instances"] == 12
+    # no plan in the file: each window planned at most once, so the 5x windows are compared with once-seen
+    assert web["as_planned"]["ce"] == pytest.approx(np.log(V), rel=1e-5)  # uniform over 64
+    assert web["as_planned"]["mean_servings"] == 1.0 and web["as_planned"]["windows"] == 12
+    assert web["over_served"]["ce"] < 0.01 and web["over_served"]["windows"] == 12
+    assert "12 windows served 5.0x where the plan serves 1.0x" in web["compared"]
     ext = check_extraction(m, synthetic_exposure(True), th, batch_size=8)
-    assert ext["flagged"] and ext["repeated"]["exact_match_rate"] == 1.0
-    assert ext["unrepeated"]["exact_match_rate"] == 0.0
+    assert ext["flagged"] and ext["over_served"]["exact_match_rate"] == 1.0
+    assert ext["as_planned"]["exact_match_rate"] == 0.0
+
+
+def test_planned_repetition_is_the_null():
+    """Windows the stub knows perfectly, served twice: with a plan that serves them twice (a source the mix
+    lists twice) no check compares or flags them; without the plan they are repetition and flag."""
+    th = Thresholds()
+    m = stub_model()
+    planned = synthetic_exposure(True, served=2, planned=2)
+    for verdict in (
+        check_exposure(m, planned, th, probe_len=64),
+        check_extraction(m, planned, th),
+    ):
+        assert verdict["status"] == "ok" and not verdict["flagged"], verdict["message"]
+        assert verdict["compared"] == "nothing" and "beyond its plan" in verdict["message"]
+    assert check_exposure(m, synthetic_exposure(True, served=2), th, probe_len=64)["flagged"]
+
+
+def test_over_served_windows_are_compared_with_their_own_planned_count():
+    """Windows planned 2x served 4x against windows planned 2x served 2x (never against once-served text):
+    the stub knows only the over-served ones, and the check says which windows it compared."""
+    th = Thresholds()
+    m = stub_model()
+    rng = np.random.default_rng(3)
+    over = [chain(i % 32, 80) for i in range(12)]
+    twice = [list(rng.integers(32, V, 80)) for _ in range(12)]
+    once = [chain((i + 7) % 32, 80) for i in range(12)]  # known but served once: not the baseline
+    tokens = np.asarray(over + twice + once, np.int64)
+    exp = Exposure(
+        np.arange(36),
+        np.repeat([4, 2, 1], 12),
+        np.asarray(["prose"] * 36),
+        tokens,
+        80,
+        None,
+        None,
+        "synthetic",
+        np.repeat([2, 2, 1], 12),
+    )
+    verdict = check_exposure(m, exp, th, probe_len=64)
+    prose = verdict["sources"]["prose"]
+    assert verdict["flagged"] and prose["as_planned"]["mean_servings"] == 2.0
+    assert prose["as_planned"]["ce"] == pytest.approx(np.log(V), rel=1e-5)
+    assert (
+        "12 windows served 4.0x where the plan serves 2.0x vs 12 served as planned (2.0x)"
+        in prose["compared"]
+    )
 
 
 def test_exposure_and_extraction_quiet_on_a_healthy_model():
@@ -270,7 +308,7 @@ def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
     checks = json.loads(out.read_text())["checks"]
     assert checks["exposure"]["status"] == "ok" and checks["extract"]["status"] == "ok"
     assert checks["train_vs_unseen"]["status"] == "ok" and checks["train_vs_unseen"]["gap_nats"] < 0
-    assert checks["exposure"]["sources"]["web"]["repeated"]["instances"] == 4
+    assert checks["exposure"]["sources"]["web"]["over_served"]["windows"] == 4
     assert abs(checks["exposure"]["sources"]["web"]["excess_nats"]) < 0.2
 
 

@@ -48,15 +48,15 @@ def test_trained_memorization_is_flagged():
     th = Thresholds()
     fresh = init_model(tiny(), seed=0)
     before = check_extraction(fresh, exp, th)
-    assert before["status"] == "ok" and before["repeated"]["exact_match_rate"] == 0.0
+    assert before["status"] == "ok" and before["over_served"]["exact_match_rate"] == 0.0
     assert check_exposure(fresh, exp, th, probe_len=L)["status"] == "ok"
 
     model, final_loss = train(init_model(tiny(), seed=0), exp.tokens[:8])
     assert final_loss < 0.1, final_loss
     ext = check_extraction(model, exp, th)
-    assert ext["flagged"] and ext["repeated"]["exact_match_rate"] >= 0.75
-    assert ext["unrepeated"]["exact_match_rate"] == 0.0
+    assert ext["flagged"] and ext["over_served"]["exact_match_rate"] >= 0.75
+    assert ext["as_planned"]["exact_match_rate"] == 0.0
     stratified = check_exposure(model, exp, th, probe_len=L)
     assert stratified["flagged"]
     web = stratified["sources"]["web"]
-    assert web["unseen"]["ce"] - web["repeated"]["ce"] > 1.0
+    assert web["as_planned"]["ce"] - web["over_served"]["ce"] > 1.0

@@ -1,6 +1,7 @@
-"""End to end with the real trainer: a tiny run on a mix where one small source is re-listed many times
-(a planted loader bug) is flagged by `olmax eval memorization --run DIR`; the same run on the clean mix
-is not. Tokens come from a sparse Markov chain over 200 of 1,000 ids (learnable, entropy ln 4 = 1.39 nats), so a
+"""End to end with the real trainer: a tiny run on a mix where one small source's shard is present under 60
+names (a planted mistake: byte-identical copies the plan counts once each) is flagged by `olmax eval
+memorization --run DIR`; the same run on a mix that lists the shard 60 times on purpose (a planned repeat:
+the same path) and the clean mix are not. Tokens come from a sparse Markov chain over 200 of 1,000 ids (learnable, entropy ln 4 = 1.39 nats), so a
 small model learns the chain on clean data and can only go below it by memorizing."""
 
 import json
@@ -42,7 +43,13 @@ def mixes(tmp_path_factory):
     (d / "web.npy").write_bytes(markov_tokens(1500 * L, seed=1).tobytes())
     (d / "small.npy").write_bytes(markov_tokens(4 * L, seed=2).tobytes())
     (d / "clean.txt").write_text(f"web,{d / 'web.npy'}\nsmall,{d / 'small.npy'}\n")
-    (d / "planted.txt").write_text(f"web,{d / 'web.npy'}\n" + f"small,{d / 'small.npy'}\n" * 60)
+    small = (d / "small.npy").read_bytes()
+    copies = []
+    for k in range(60):
+        (d / f"small-copy-{k}.npy").write_bytes(small)
+        copies.append(f"small,{d / f'small-copy-{k}.npy'}\n")
+    (d / "planted.txt").write_text(f"web,{d / 'web.npy'}\n" + "".join(copies))
+    (d / "planned.txt").write_text(f"web,{d / 'web.npy'}\n" + f"small,{d / 'small.npy'}\n" * 60)
     return d
 
 
@@ -63,6 +70,9 @@ def train_and_check(mixes, kind, tmp_path):
                 "--no-progress",
                 f"checkpoint.every={STEPS}",
                 *OVERRIDES,
+                # the trainer's replay monitor would stop the planted run at its first copied row: off, as
+                # for a loader it does not watch, so the run trains on the copies for the check to find
+                *(["train.monitor=false"] if kind == "planted" else []),
             ]
         )
         == 0
@@ -103,3 +113,9 @@ def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path, tokenizer_
     rc, clean = train_and_check(mixes, "clean", tmp_path)
     assert rc == 0 and not clean["flagged"], json.dumps(clean["checks"], indent=1)[:3000]
     assert clean["checks"]["train_vs_unseen"]["status"] == "ok"
+    # the same 60 servings, planned: the plan is the null, so the run is clean, and the report says why
+    rc, planned = train_and_check(mixes, "planned", tmp_path)
+    assert rc == 0 and planned["verdict"] == "clean", json.dumps(planned["checks"], indent=1)[:3000]
+    small = planned["repetition"]["small"]
+    assert small["mix_repetition"] == 60.0 and small["over_served"] == 0
+    assert small["planned_repetition"] == small["served_repetition"] > 10
