@@ -32,7 +32,7 @@ import numpy as np
 
 from olmax.audit.config import LeakConfig
 from olmax.audit.leaks.item_index import EvalIndex
-from olmax.audit.leaks.normalize import WordTables, item_words
+from olmax.audit.leaks.normalize import WordTables, item_words, text_tokens
 from olmax.audit.leaks.paraphrase import (
     MAX_WORDS,
     PAIR_WINDOW,
@@ -41,6 +41,7 @@ from olmax.audit.leaks.paraphrase import (
     names_of,
     signature,
 )
+from olmax.audit.leaks.weights import MIN_SPECIFIC, specific_count
 from olmax.cli_fields import named
 from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
@@ -94,6 +95,15 @@ def answer_units(
     return [(ANSWER, answer, rivals), (JOIN, join(answer), tuple(join(r) for r in rivals))]
 
 
+def answer_is_evidence(answer: str, ranks: dict[str, int]) -> bool:
+    """Whether a gold answer that does not continue its item (a worked solution, a QA answer, a gold
+    choice) says enough to be looked for alone: weights.MIN_SPECIFIC specific words (numbers of two or
+    more digits, rare words) among its text tokens. A common phrase ("none of the above is true in
+    this case") or a bare number is no evidence of a leak by itself; its length (--answer-words) is
+    checked on its words."""
+    return specific_count(text_tokens(answer)[0], ranks) >= MIN_SPECIFIC
+
+
 def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     """Load every --eval set, tokenize its units with the mix's tokenizer, deduplicate, index."""
     sets = [load_eval(spec) for spec in parse_eval_specs(cfg.evals)]
@@ -111,9 +121,11 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     extra = []  # (owner, part, text, rivals)
     if cfg.answers:
         for i, it in enumerate(items):
-            if it.answer:
+            if it.answer and it.continues:
                 units = answer_units(it.text, it.answer, it.rivals, cfg.join_words, cfg.answer_words)
                 extra += [(i, *u) for u in units]
+            elif it.answer and answer_is_evidence(it.answer, tables.ranks):
+                extra.append((i, ANSWER, it.answer, it.rivals))
     extra_words = item_words(tok.encode_batch([u[2] for u in extra], num_threads=threads), tables)
     answer_of: dict[int, bytes] = {}  # an item's answer words: part of what makes two items the same
     joins = [""] * len(items)  # per unit: an answer unit's join text, read where the answer is found
@@ -155,7 +167,11 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     # a completion task's context shorter than --answer-words is not looked for alone ("How to boil an
     # egg." is no evidence of a leak); its join with the answer is
     generic = [
-        p == CONTEXT and cfg.answers and bool(items[o].answer) and w.size < cfg.answer_words
+        p == CONTEXT
+        and cfg.answers
+        and bool(items[o].answer)
+        and items[o].continues
+        and w.size < cfg.answer_words
         for w, o, p in zip(words, owner, part)
     ]
     indexed = [w[:0] if rep_of[o] != o or g else w for w, o, g in zip(words, owner, generic)]

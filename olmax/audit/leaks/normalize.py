@@ -114,6 +114,12 @@ class WordTables:
                 raw = token.encode("utf-8")
             raw_bytes[i] = raw
             token_bytes[i] = _fold_bytes(raw)
+        # the vocabulary's frequency ranks of whole words (weights.py): a lower-case word that is one
+        # token after a space, by its id (BPE merges are made in order of frequency)
+        self.ranks: dict[str, int] = {}
+        for i, raw in enumerate(raw_bytes):
+            if raw[:1] == b" " and raw[1:].isalpha() and raw[1:].islower() and i not in added:
+                self.ranks.setdefault(raw[1:].decode("ascii"), i)
         # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
         self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
         self.raw = np.array(bytearray(b"".join(raw_bytes)), dtype=np.uint8)
