@@ -13,7 +13,7 @@ from olmax.audit.checks import Check
 from olmax.audit.config import LeakConfig
 from olmax.audit.leaks.eval_side import PARTS, SHORT_WORDS_PER_EDIT, EvalSide, short_allowed
 from olmax.audit.leaks.paraphrase import MAX_WORDS, MIN_STEMS, NEAR, PAIR_WINDOW
-from olmax.audit.leaks.verify import Candidate
+from olmax.audit.leaks.verify import PARTIAL_MAX_DOCS, PARTIAL_WORDS, Candidate
 from olmax.jsonio import write_jsonl
 
 MAX_NEAR_MISSES = 1000
@@ -49,6 +49,9 @@ def assemble(
         }
         if c.item >= n_items:  # an answer-side unit: its own length
             doc["part_words"] = int(eidx.lengths_of[c.item])
+        if c.run:  # the longest run of the unit found contiguously, and the fraction of it that is
+            doc["longest_run"] = c.run
+            doc["coverage"] = round(c.run / int(eidx.lengths_of[c.item]), 4)
         if edits >= 0:
             doc["text_edits"] = edits
         if conflict:  # another number or operator in the item's place, or a wrong answer: not a copy
@@ -66,7 +69,9 @@ def assemble(
     conflict = np.asarray([bool(result[g][5]) for g in range(m)], dtype=bool)
     k = eidx.lengths_of[unit] if m else np.zeros(0, np.int64)
     short = (edits >= 0) & (edits <= short_allowed(k, cfg))
-    ok = ~conflict & np.where(k <= cfg.short_words, short, score >= cfg.threshold)
+    run = np.asarray([c.run for c in cands], dtype=np.int64)
+    partial = run >= np.minimum(k, PARTIAL_WORDS)  # a long run of the unit, whatever follows it
+    ok = ~conflict & (partial | np.where(k <= cfg.short_words, short, score >= cfg.threshold))
     owner = ev.owner[unit] if m else np.zeros(0, np.int64)
     shown = np.where(conflict, 0.0, np.round(score, 4))
     order = np.lexsort((np.arange(m), -shown, owner))  # per item: best score first, then candidate order
@@ -155,6 +160,12 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
             "one (a sign flip, another number) makes the document not a copy (score 0, `not_a_copy` says "
             "which), one only missing or replaced by a word is an edit; a single-letter variable renamed "
             "the same way everywhere is one edit"
+        ),
+        "partial": (
+            f"a run of >= {PARTIAL_WORDS} consecutive words of a unit (all of a shorter one) found in a "
+            f"document is a copy whatever follows it (the n-gram tools' rule), unless its {n}-word windows "
+            f"are in >= {PARTIAL_MAX_DOCS} documents (common text); reported with `longest_run` and "
+            "`coverage`; its numbers and operators must match as above"
         ),
         "too short": f"items under {cfg.min_item_words} words are not decided",
     }

@@ -22,6 +22,12 @@ from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
 
 TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
+# A contiguous run of this many words of a unit (or all of a shorter one) in a document is a leak, as
+# the n-gram tools define one (13-grams: the lm-eval decontamination janitor, NeMo-Curator), unless its
+# windows are common in the training text: found in PARTIAL_MAX_DOCS documents or more (NeMo-Curator's
+# max_matches).
+PARTIAL_WORDS = 13
+PARTIAL_MAX_DOCS = 10
 
 
 @lru_cache(maxsize=1 << 14)
@@ -47,6 +53,7 @@ class Candidate:
     short: bool
     saturated: bool
     floor: float = TEXT_CHECK_FLOOR  # the alignment score from which the text check reads it
+    run: int = 0  # words of the longest run of the unit found contiguously there (run.longest_runs)
 
 
 @dataclass(frozen=True)
