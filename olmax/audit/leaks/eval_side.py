@@ -41,7 +41,7 @@ from olmax.audit.leaks.paraphrase import (
     names_of,
     signature,
 )
-from olmax.audit.leaks.weights import MIN_SPECIFIC, specific_count
+from olmax.audit.leaks.weights import CHEAP_EDIT, MIN_SPECIFIC, specific_count
 from olmax.cli_fields import named
 from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
@@ -51,6 +51,7 @@ from olmax.evalsets.spec import parse_eval_specs
 PARTS = ("context", "answer", "context+answer")
 CONTEXT, ANSWER, JOIN = range(3)
 SHORT_WORDS_PER_EDIT = 7
+MIN_CHEAP_WORDS = 5  # a short unit of this many words may carry one cheap edit
 SIGN_CHARS = re.compile(r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]")  # a digit or an operator of the text check
 
 
@@ -77,9 +78,19 @@ class EvalSide:
 
 
 def short_allowed(k, cfg: LeakConfig):
-    """How many text-token edits a short unit of `k` words (an int, or an array of them) may differ by:
-    one per SHORT_WORDS_PER_EDIT words, at most --short-edits (none under that many words)."""
-    return np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    """The edit budget of a short unit of `k` words (an int, or an array of them), in text-check edits
+    weighed by what they change (weights.edit_cost): one per SHORT_WORDS_PER_EDIT words, at most
+    --short-edits; a unit of MIN_CHEAP_WORDS up to SHORT_WORDS_PER_EDIT words one cheap edit (a common
+    word or punctuation), a shorter one none."""
+    k = np.asarray(k)
+    out = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT).astype(np.float64)
+    out = np.where((out == 0) & (k >= MIN_CHEAP_WORDS), CHEAP_EDIT, out)
+    return out if out.ndim else float(out)
+
+
+def short_edit_count(k, cfg: LeakConfig):
+    """How many edits a short unit's retrieval must survive (EvalIndex.min_cover): its budget, rounded up."""
+    return np.ceil(short_allowed(k, cfg)).astype(np.int64)
 
 
 def answer_units(
@@ -208,7 +219,9 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         rep_of,
         dups,
         eidx,
-        eidx.min_cover(np.where(eidx.lengths_of <= cfg.short_words, short_allowed(eidx.lengths_of, cfg), 0)),
+        eidx.min_cover(
+            np.where(eidx.lengths_of <= cfg.short_words, short_edit_count(eidx.lengths_of, cfg), 0)
+        ),
         np.asarray([SIGN_CHARS.search(t) is not None for t in texts], dtype=bool),
         sigs,
     )

@@ -52,8 +52,8 @@ def assemble(
         if c.run:  # the longest run of the unit found contiguously, and the fraction of it that is
             doc["longest_run"] = c.run
             doc["coverage"] = round(c.run / int(eidx.lengths_of[c.item]), 4)
-        if edits >= 0:
-            doc["text_edits"] = edits
+        if edits >= 0:  # weighed by what they change: a cheap one is half an edit
+            doc["text_edits"] = int(edits) if float(edits).is_integer() else round(float(edits), 2)
         if conflict:  # another number or operator in the item's place, or a wrong answer: not a copy
             doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
         if passed and 0 <= joined <= short_allowed(int(ev.join_words[c.item]), cfg):
@@ -65,7 +65,7 @@ def assemble(
     m = len(cands)
     unit = np.asarray([c.item for c in cands], dtype=np.int64)
     score = np.asarray([result[g][0] for g in range(m)], dtype=np.float64)
-    edits = np.asarray([result[g][4] for g in range(m)], dtype=np.int64)
+    edits = np.asarray([result[g][4] for g in range(m)], dtype=np.float64)
     conflict = np.asarray([bool(result[g][5]) for g in range(m)], dtype=bool)
     k = eidx.lengths_of[unit] if m else np.zeros(0, np.int64)
     short = (edits >= 0) & (edits <= short_allowed(k, cfg))
