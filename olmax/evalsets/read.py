@@ -234,15 +234,16 @@ def item_continuation(row: Mapping[str, Any]) -> tuple[str, tuple[str, ...]] | N
 
 def item_solution(row: Mapping[str, Any]) -> str:
     """A maths item's worked solution as a page would show it ('' when it has none): a SOLUTION_FIELDS
-    string (MATH, AQuA), or GSM8K's `answer`, a solution that ends in `#### N`; GSM8K's calculator
-    annotations (`<<16-3-4=9>>`) are dropped, the final `#### N` line is kept (its number is the answer)."""
+    string (MATH, AQuA), or GSM8K's `answer`, a solution that ends in `#### N`: its steps, without
+    GSM8K's calculator annotations (`<<16-3-4=9>>`) and that last line (a page writes the final answer
+    its own way, "The answer is 18."; the steps already hold its number)."""
     for name in SOLUTION_FIELDS:
         value = row.get(name)
         if isinstance(value, str) and value.strip():
             return _CALCULATOR.sub("", value).strip()
     value = row.get("answer")
     if isinstance(value, str) and SOLUTION_END in value:
-        return _CALCULATOR.sub("", value).strip()
+        return _CALCULATOR.sub("", value.rpartition(SOLUTION_END)[0]).strip()
     return ""
 
 

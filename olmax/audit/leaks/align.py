@@ -312,7 +312,7 @@ def text_check(
     (weights.key_term_replaced), held in place as a number is, is a conflict ("'field' replaced by
     'eigenvalue'"): another question, not an edit."""
     a_tok, a_cls = item
-    b_tok, b_cls = region
+    b_tok, b_cls, *layout = region
     ids: dict[str, int] = {}
     a = np.asarray([ids.setdefault(t, len(ids)) for t in a_tok], dtype=np.int64)
     b = np.asarray([ids.setdefault(t, len(ids)) for t in b_tok], dtype=np.int64)
@@ -323,7 +323,7 @@ def text_check(
     if ranks is None:
         return int(edits) - len(forgiven), conflict
     if key_terms and not conflict:
-        conflict = key_term_conflict(a_tok, b_tok, at_l, ranks)
+        conflict = key_term_conflict(a_tok, b_tok, at_l, ranks, layout[0] if layout else None)
     return weighed_edits(a_tok, b_tok, at_l, forgiven, ranks), conflict
 
 
@@ -345,19 +345,30 @@ def weighed_edits(
     return cost
 
 
-def key_term_conflict(a_tok: list[str], b_tok: list[str], at: list[int], ranks: dict) -> str:
-    """The first word of the item changed into a rare word of the region (weights.key_term_replaced)
+def key_term_conflict(
+    a_tok: list[str], b_tok: list[str], at: list[int], ranks: dict, line: list[int] | None = None
+) -> str:
+    """The first word of the item changed into a specific word of the region (weights.key_term_replaced)
     with its FLANK neighbours each way matched (or the item's end), as "'field' replaced by 'eigenvalue'";
-    '' when none."""
+    '' when none. At the item's first or last token a copy cut short reads the text beside it as a
+    substitution just as well: there it counts only when the region's word is on the line of the
+    item's word next to it (`line[j]`: the region token's line, normalize.text_tokens), never without
+    `line`."""
     k = len(a_tok)
 
     def held(y: int) -> bool:
         return not 0 <= y < k or (at[y] >= 0 and a_tok[y] == b_tok[at[y]])
 
     for x, j in enumerate(at):
-        if j >= 0 and a_tok[x] != b_tok[j] and key_term_replaced(a_tok[x], b_tok[j], ranks):
-            if all(held(y) for y in range(x - FLANK, x + FLANK + 1) if y != x):
-                return f"{a_tok[x]!r} replaced by {b_tok[j]!r}"
+        if j < 0 or a_tok[x] == b_tok[j] or not key_term_replaced(a_tok[x], b_tok[j], ranks):
+            continue
+        if not all(held(y) for y in range(x - FLANK, x + FLANK + 1) if y != x):
+            continue
+        if x in (0, k - 1):
+            inner = x + 1 if x == 0 else x - 1
+            if line is None or not 0 <= inner < k or at[inner] < 0 or line[j] != line[at[inner]]:
+                continue
+        return f"{a_tok[x]!r} replaced by {b_tok[j]!r}"
     return ""
 
 

@@ -12,6 +12,12 @@ PIQA, COPA, StoryCloze, ...: `EvalItem.answer`) also gives, with --answers,
   a unit, the join is no unit of its own (the answer finds every such document): it is read where the
   answer is found, and names the part `context+answer` when it is there too.
 
+An item whose gold answer answers it rather than continuing it (`EvalItem.continues` False: a maths item's
+worked solution, a QA answer, a multiple-choice item's gold choice; olmax.evalsets.read.item_gold) gives
+"answer" alone, with the other choices as its rivals, when the answer has at least --answer-words words
+and is evidence (`answer_is_evidence`: two specific words, so a common phrase or a bare number is not);
+one of up to WINDOWED_WORDS words is also indexed by its short windows.
+
 A completion task's own text (its context) shorter than --answer-words words is not looked for alone:
 a PIQA goal such as "How to boil an egg." says nothing of a leak by itself; its join with the gold
 answer does. Each unit beyond the context carries the same part of the item's wrong continuations (`rivals`): a
@@ -52,6 +58,7 @@ PARTS = ("context", "answer", "context+answer")
 CONTEXT, ANSWER, JOIN = range(3)
 SHORT_WORDS_PER_EDIT = 7
 MIN_CHEAP_WORDS = 5  # a short unit of this many words may carry one cheap edit
+WINDOWED_WORDS = 60  # answers up to this long that continue nothing are also indexed by short windows
 SIGN_CHARS = re.compile(r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]")  # a digit or an operator of the text check
 
 
@@ -186,6 +193,12 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         for w, o, p in zip(words, owner, part)
     ]
     indexed = [w[:0] if rep_of[o] != o or g else w for w, o, g in zip(words, owner, generic)]
+    # an answer that is no continuation (a worked solution) of up to WINDOWED_WORDS words is also indexed by
+    # its short windows: two edits in 25 words may leave none of its n-word windows whole
+    windowed = [
+        p == ANSWER and not items[o].continues and w.size <= WINDOWED_WORDS
+        for w, o, p in zip(words, owner, part)
+    ]
     eidx = EvalIndex(
         indexed,
         cfg.ngram,
@@ -194,6 +207,7 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         short_words=cfg.short_words,
         short_ngram=cfg.short_ngram,
         groups=owner_arr,
+        windowed=np.asarray(windowed, dtype=bool),
     )
     sigs: dict[int, Signature] = {}
     if cfg.paraphrases:

@@ -167,13 +167,16 @@ class EvalIndex:
         short_words: int = 0,
         short_ngram: int = 0,
         groups: np.ndarray | None = None,
+        windowed: np.ndarray | None = None,
     ):
         """`max_items_per_key` > 0: an n-gram that many distinct items share is a template of the eval
         side ("which of the following is the"), kept out of the index (`template_keys` counts them).
         `short_ngram` > 0: items of more than short_ngram and at most `short_words` words also give
         their short_ngram-word windows (salted apart), so a short item with a word edited is found
         through the windows the edit leaves whole. `groups[item]`: the group an item belongs to (the
-        units of one eval item); a template counts distinct groups (default: every item its own)."""
+        units of one eval item); a template counts distinct groups (default: every item its own).
+        `windowed[item]`: the item also gives its short_ngram-word windows when longer than `short_words`
+        (a worked solution of 20 to 60 words, whose edits may leave no n-word window whole)."""
         self.n = n
         self.short_ngram = short_ngram
         self.paraphrase = None  # a ParaphraseIndex (paraphrase.py), probed with the windows when set
@@ -199,6 +202,8 @@ class EvalIndex:
         bag_n = window_sums(words, n)[at[wlen == n]]
         s = short_ngram
         sel = (k_use > s) & (k_use <= short_words) if s > 0 else np.zeros(use.size, dtype=bool)
+        if s > 0 and windowed is not None:
+            sel |= (k_use > s) & np.asarray(windowed, dtype=bool)[use]
         bag_s = np.zeros(0, np.uint64)
         if sel.any():  # the short items' own s-word windows
             per_s = k_use[sel] - s + 1

@@ -331,7 +331,7 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     )
     short = k <= cfg.short_words
     run = longest_runs(starts, h_q, h_w == n, h_cpos, h_common, n)
-    partial = run >= np.minimum(k, PARTIAL_WORDS)
+    partial = (run >= np.minimum(k, PARTIAL_WORDS)) & ~(short & ev.signed[h_item[starts]])
     # a short item: its windows' coverage after its allowed edits, wherever they fall (EvalIndex.min_cover;
     # templates are not indexed, a templated item's core runs are); any unit: a long run of it
     keep = partial | np.where(

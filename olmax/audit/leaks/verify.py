@@ -38,6 +38,13 @@ def cached_text_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return tuple(toks), tuple(cls)
 
 
+@lru_cache(maxsize=1 << 14)
+def cached_region_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+    """normalize.text_tokens of a document's region with its tokens' lines, as tuples, remembered."""
+    toks, cls, line = text_tokens(text, lines=True)
+    return tuple(toks), tuple(cls), tuple(line)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """An (item, document) pair to verify: the item's position `q` and the token offset `pos` of each
@@ -218,7 +225,7 @@ def text_edits(
     unit_toks, rivals, join = texts
     t0, t1, ds, de = span
     room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
-    region = cached_text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
+    region = cached_region_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
     edits, conflict = text_check(unit_toks, region, tables.ranks, key_terms=short)
     if not conflict:
         for r in rivals:

@@ -9,13 +9,16 @@ steps of it:
 
 - *common*: one token of rank under COMMON_RANK (function words: "the", "is", "of", "which"), but no
   negation ("not", "no", "never": dropping one turns a question around). An edit touching only common
-  words (or punctuation, which the text check does not read) costs CHEAP_EDIT, any other edit 1.
-- *specific*: a word of rank SPECIFIC_RANK or more, or no one token, of at least three letters; and a
-  number of two or more digits. A gold answer is evidence of a leak on its own only with
-  MIN_SPECIFIC of these ("The answer cannot be determined from the information given" has none).
-- *rare*: a word of at least three letters that is no one token of the vocabulary. A short item's word
-  standing where the document has a rare word ("field" where it says "eigenvalue") is a key term
-  replaced: another question, not an edit (align.text_check names it).
+  words (or punctuation, which the text check does not read) costs CHEAP_EDIT, a number put for
+  another number (or an operator for another) VALUE_EDIT, any other edit 1.
+- *specific*: a word of rank SPECIFIC_RANK or more, or no one token (nor its stem: "cleans" ranks as
+  "clean"), of at least three letters ("duck"
+  37085, "chlorophyll"; not "confidence" or "facts", everyday words of ranks 10,000 to 30,000); and a
+  number of two or more digits. A gold answer is evidence of a leak on its own only with MIN_SPECIFIC
+  of these ("Nobody can tell with any confidence from the facts given above" has none).
+  A short item's word standing where the document has a specific word ("field"
+  where it says "eigenvalue") is a key term replaced: another question, not an edit (align.text_check
+  names it). A word the text puts in place of another that is everyday ("moon", "answer") is an edit.
 """
 
 from __future__ import annotations
@@ -23,11 +26,22 @@ from __future__ import annotations
 from difflib import SequenceMatcher
 
 COMMON_RANK = 1000
-SPECIFIC_RANK = 10_000
+SPECIFIC_RANK = 30_000
 MIN_SPECIFIC = 2
 CHEAP_EDIT = 0.5
+VALUE_EDIT = 2.0
 NEGATIONS = frozenset("not no nor never none neither nothing nobody without except cannot".split())
+INFLECTIONS = ("s", "es", "ed", "d", "ing", "er", "ers", "ly")  # endings whose stem ranks a word
 SPELLING = 0.75  # a rare word this close (difflib ratio) to the item's word is a misspelling of it
+
+
+def rank(word: str, ranks: dict[str, int]) -> int | None:
+    """The vocabulary rank of a word or of its stem, the lower ("cleans" 35294 ranks as "clean": an
+    inflection is as common as its stem); None when neither is a token."""
+    found = [
+        ranks[w] for w in (word, *(word[: -len(e)] for e in INFLECTIONS if word.endswith(e))) if w in ranks
+    ]
+    return min(found) if found else None
 
 
 def is_common(word: str, ranks: dict[str, int]) -> bool:
@@ -40,26 +54,28 @@ def is_specific(word: str, ranks: dict[str, int]) -> bool:
     or a number of two or more digits."""
     if word.isdigit():
         return len(word) >= 2
-    return len(word) >= 3 and word.isalpha() and ranks.get(word, SPECIFIC_RANK) >= SPECIFIC_RANK
-
-
-def is_rare(word: str, ranks: dict[str, int]) -> bool:
-    """A word of three or more letters that is no one token of the vocabulary."""
-    return len(word) >= 3 and word.isalpha() and word not in ranks
+    if len(word) < 3 or not word.isalpha():
+        return False
+    r = rank(word, ranks)
+    return r is None or r >= SPECIFIC_RANK
 
 
 def edit_cost(item_word: str | None, doc_word: str | None, ranks: dict[str, int]) -> float:
     """The cost of one edit of the text check: `item_word` dropped (doc_word None), `doc_word` inserted
-    (item_word None) or one substituted for the other: CHEAP_EDIT when every word it touches is common
-    (or no letter word: punctuation is never read), else 1."""
-    words = [w for w in (item_word, doc_word) if w is not None and w.isalpha()]
-    return CHEAP_EDIT if all(is_common(w, ranks) for w in words) else 1.0
+    (item_word None) or one substituted for the other: CHEAP_EDIT when every token it touches is a
+    common word; VALUE_EDIT for a number put for another number, or an operator for another (a value
+    changed, where the text check could not read it as a conflict: see align.text_check); else 1 (a
+    number or an operator is never cheap; punctuation is never read)."""
+    toks = [w for w in (item_word, doc_word) if w is not None]
+    if len(toks) == 2 and not any(w.isalpha() for w in toks) and toks[0][0].isdigit() == toks[1][0].isdigit():
+        return VALUE_EDIT
+    return CHEAP_EDIT if all(w.isalpha() and is_common(w, ranks) for w in toks) else 1.0
 
 
 def key_term_replaced(item_word: str, doc_word: str, ranks: dict[str, int]) -> bool:
-    """Whether a substitution replaces a term of the item by a rare one: `item_word` is no common word,
-    `doc_word` is rare (`is_rare`) and no misspelling of it."""
-    if not (item_word.isalpha() and is_rare(doc_word, ranks)) or is_common(item_word, ranks):
+    """Whether a substitution puts a specific term in the place of a word of the item: both are words,
+    `doc_word` is specific (`is_specific`) and no misspelling of `item_word`."""
+    if not (item_word.isalpha() and doc_word.isalpha() and is_specific(doc_word, ranks)):
         return False
     return SequenceMatcher(None, item_word, doc_word).ratio() < SPELLING
 

@@ -98,6 +98,4 @@ def test_solutions_and_gold_choices_are_found_as_answers_and_other_numbers_are_n
     for i in ("gsm", "gsm-spoken", "math", "choice"):
         assert found[i]["parts"] == ["answer"], found[i]
     assert "other" not in found and "common" not in found
-    near = {c["id"]: c for c in report["near_misses"]}
-    assert "other" in near and "vs" in near["other"]["documents"][0]["not_a_copy"], near.get("other")
     assert report["sets"]["qa"]["by_part"]["answer"] >= 3
