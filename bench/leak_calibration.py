@@ -38,8 +38,17 @@ Each seed:
                `paraphrase` the item's paraphrase template filled with the same values; hard negatives:
                `paraphrase_other_number`, `paraphrase_sign_flip`, `paraphrase_other_name` and
                `same_values_other_problem` (the values in another template's paraphrase)
-Each later group draws from a generator of its own (10_000, 20_000, 30_000 + seed) after the groups before
-it, so the earlier kinds keep their items, plants and hosts. The eval files hold the original item texts
+  solutions    (`plant_solution_kinds`) GSM8K-style word problems (set `gsm8k`, records {id, question,
+               answer} with the worked solution in GSM8K's form, leak_plants.WORD_SOLUTIONS) whose solution
+               a page holds as it shows it, without the question: `solution_alone`, `solution_edited` (one
+               word edit in ten), `solution_written_out` (operators in words); `long_prefix`, the first 13
+               words of a real item of >= 19 words alone; hard negatives `solution_other_numbers` (the same
+               solution template with other values), `key_term_replaced` (a short real item with its key
+               term, its longest uncommon word, replaced by a specialised one) and `common_answer_phrase`
+               (set `qa`: a question whose answer is a common phrase, that phrase planted alone)
+Each later group draws from a generator of its own (10_000, 20_000, 30_000, 40_000 + seed) after the groups
+before it, so the earlier kinds keep their items, plants and hosts (the solution group draws its hosts
+afresh: the training text has too few documents for one plant each). The eval files hold the original item texts
 (negatives: as built), one file per set. Printed: per copy kind the items, flagged and recall (or
 false-positive rate; the paraphrase negatives too, as a copy flag on them is wrong, but not the positive
 `paraphrase`), overall precision, how many `_many` items got the planted document count, a threshold
@@ -304,7 +313,7 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     plant_paraphrase_kinds(seed, per_kind, texts, used, record, made)
     taken = {(r["eval"], r["id"]) for r in records}
     free = [(name, it) for name, it in rest if (name, str(it.id)) not in taken]
-    plant_solution_kinds(seed, per_kind, free, texts, record)
+    plant_solution_kinds(seed, per_kind, free, texts, record, made)
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
@@ -510,7 +519,9 @@ def plant_paraphrase_kinds(
             record(kind, name, _Item(f"{kind}-{j}", text), text, [] if kind in NEGATIVE else sorted(pasted))
 
 
-def plant_solution_kinds(seed: int, per_kind: int, free: list, texts: list[str], record) -> None:
+def plant_solution_kinds(
+    seed: int, per_kind: int, free: list, texts: list[str], record, made: set[str]
+) -> None:
     """Each plant pasted into one host. Word problems of leak_plants.WORD_TEMPLATES (set `gsm8k`, records
     {id, question, answer} with the GSM8K-form solution) whose solution a page holds without the question:
     `solution_alone`, `solution_edited` (one word edit in ten), `solution_written_out` (operators in
@@ -518,7 +529,9 @@ def plant_solution_kinds(seed: int, per_kind: int, free: list, texts: list[str],
     items of the base sets not planted by any other kind: `long_prefix` (the first 13 words of an item of
     >= 19 words), and the hard negative `key_term_replaced` (a short item, <= SHORT_MAX_WORDS words, its
     key term replaced by a specialised one). Set `qa`: `common_answer_phrase`, a question whose answer is
-    a common phrase (leak_plants.COMMON_ANSWERS), that phrase planted alone."""
+    a common phrase (leak_plants.COMMON_ANSWERS), that phrase planted alone. No word problem here has the
+    name and all the numbers of a text in `made` (the earlier groups' items and plants): its solution
+    would be a real paraphrase of that item."""
     rng = random.Random(40_000 + seed)
     seen: set[str] = set()
     # the training text has too few documents for one plant each at 40 items a kind: this group's hosts
@@ -537,7 +550,8 @@ def plant_solution_kinds(seed: int, per_kind: int, free: list, texts: list[str],
             while True:
                 values = lp.word_values(rng)
                 question = lp.fill(lp.WORD_TEMPLATES[t], values)
-                if question not in seen:
+                slots = lp.number_slots(lp.WORD_TEMPLATES[t])
+                if question not in seen and not _shares_values(values, slots, made):
                     break
             seen.add(question)
             solution = lp.word_solution(t, values)
@@ -582,6 +596,18 @@ def plant_solution_kinds(seed: int, per_kind: int, free: list, texts: list[str],
         )
         row = {"id": item.id, "question": item.text, "answer": phrase}
         record("common_answer_phrase", QA_SET, item, item.text, [], row)
+
+
+def _shares_values(values: dict, slots: tuple[str, ...], texts: set[str]) -> bool:
+    """Whether one of `texts` holds the name and every number (of the slots `slots`) of a word problem's
+    `values`."""
+    nums = [str(values[k]) for k in slots]
+    for t in texts:
+        if values["name"] in t:
+            words = set(re.findall(r"\d+", t))
+            if all(n in words for n in nums):
+                return True
+    return False
 
 
 def scores(report: dict) -> dict[tuple[str, str], dict]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -84,18 +85,22 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     mix = corpus(work, int(args.tokens), args.plants, tok)
     report = work / "leaks.json"
-    cmd = [sys.executable, "-m", "olmax", "audit", "leaks", "--mix", str(mix), "--threads", "1"]
+    entry = "import sys; from olmax.cli import main; sys.exit(main(sys.argv[1:]))"  # the `olmax` command
+    cmd = [sys.executable, "-c", entry, "audit", "leaks", "--mix", str(mix), "--threads", "1"]
     for name in sorted(EVAL_SETS):
         cmd += ["--eval", name]
     cmd += ["--gate", "none", "--out", str(report)]
     setting = "olmax audit leaks --threads 1, every bundled set, default rule"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     rec = Record("leaks", argv=sys.argv, smoke=args.smoke, results=args.results)
     rec.side("olmax", version="this tree", setting=setting)
-    process_cpu(cmd, check=True, capture_output=True, cwd=ROOT)  # untimed: compiles the kernels' caches
+    process_cpu(
+        cmd, check=True, capture_output=True, cwd=ROOT, env=env
+    )  # untimed: compiles the kernels' caches
     part, tokens = [], [0]
 
     def one() -> float:
-        run = process_cpu(cmd, check=True, capture_output=True, cwd=ROOT)
+        run = process_cpu(cmd, check=True, capture_output=True, cwd=ROOT, env=env)
         rep = json.loads(report.read_text())
         tokens[0] = rep["training"]["tokens"]
         part.append(rep["timing"]["probe_s"] + rep["timing"]["verify_s"])
