@@ -204,10 +204,9 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         cfg.ngram,
         cfg.min_item_words,
         max_items_per_key=cfg.template_items,
-        short_words=cfg.short_words,
+        short_words=np.where(windowed, WINDOWED_WORDS, cfg.short_words),
         short_ngram=cfg.short_ngram,
         groups=owner_arr,
-        windowed=np.asarray(windowed, dtype=bool),
     )
     sigs: dict[int, Signature] = {}
     if cfg.paraphrases:
