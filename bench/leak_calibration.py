@@ -38,8 +38,17 @@ Each seed:
                `paraphrase` the item's paraphrase template filled with the same values; hard negatives:
                `paraphrase_other_number`, `paraphrase_sign_flip`, `paraphrase_other_name` and
                `same_values_other_problem` (the values in another template's paraphrase)
-Each later group draws from a generator of its own (10_000, 20_000, 30_000 + seed) after the groups before
-it, so the earlier kinds keep their items, plants and hosts. The eval files hold the original item texts
+  solutions    (`plant_solution_kinds`) GSM8K-style word problems (set `gsm8k`, records {id, question,
+               answer} with the worked solution in GSM8K's form, leak_plants.WORD_SOLUTIONS) whose solution
+               a page holds as it shows it, without the question: `solution_alone`, `solution_edited` (one
+               word edit in ten), `solution_written_out` (operators in words); `long_prefix`, the first 13
+               words of a real item of >= 19 words alone; hard negatives `solution_other_numbers` (the same
+               solution template with other values), `key_term_replaced` (a short real item with its key
+               term, its longest uncommon word, replaced by a specialised one) and `common_answer_phrase`
+               (set `qa`: a question whose answer is a common phrase, that phrase planted alone)
+Each later group draws from a generator of its own (10_000, 20_000, 30_000, 40_000 + seed) after the groups
+before it, so the earlier kinds keep their items, plants and hosts (the solution group draws its hosts
+afresh: the training text has too few documents for one plant each). The eval files hold the original item texts
 (negatives: as built), one file per set. Printed: per copy kind the items, flagged and recall (or
 false-positive rate; the paraphrase negatives too, as a copy flag on them is wrong, but not the positive
 `paraphrase`), overall precision, how many `_many` items got the planted document count, a threshold
@@ -101,11 +110,19 @@ PARAPHRASE_NEGATIVE = (
     "same_values_other_problem",
 )
 PARAPHRASE_KINDS = PARAPHRASE_POSITIVE + PARAPHRASE_NEGATIVE
+# worked solutions (set `gsm8k`: word problems with their GSM8K-form solutions), long prefixes of real items,
+# key terms replaced in short real items and common answer phrases (set `qa`): planted after every group
+# above with a generator of its own, so those keep their items, plants and hosts
+SOLUTION_POSITIVE = ("solution_alone", "solution_edited", "solution_written_out", "long_prefix")
+SOLUTION_NEGATIVE = ("solution_other_numbers", "key_term_replaced", "common_answer_phrase")
+SOLUTION_SET = "gsm8k"
+QA_SET = "qa"
+LONG_PREFIX_WORDS = 19  # items of at least this many words carry a long prefix (its first 13)
 # copy kinds: recall (positives) and false-positive rate (negatives) of the report's `contaminated`
 # flags. The positive paraphrase kind is not a copy and stays out of these figures; the paraphrase
 # negatives are in (a copy flag on them is wrong).
-POSITIVE = BASE_POSITIVE + SYMBOL_POSITIVE + ANSWER_POSITIVE + RENAMED_POSITIVE
-NEGATIVE = BASE_NEGATIVE + SYMBOL_NEGATIVE + ANSWER_NEGATIVE + PARAPHRASE_NEGATIVE
+POSITIVE = BASE_POSITIVE + SYMBOL_POSITIVE + ANSWER_POSITIVE + RENAMED_POSITIVE + SOLUTION_POSITIVE
+NEGATIVE = BASE_NEGATIVE + SYMBOL_NEGATIVE + ANSWER_NEGATIVE + PARAPHRASE_NEGATIVE + SOLUTION_NEGATIVE
 MATH_SET = "math"
 WORD_SET = "word_problems"
 ANSWER_SETS = ("hellaswag", "piqa", "copa")
@@ -294,6 +311,9 @@ def build(seed: int, per_kind: int, root: Path, tok) -> tuple[list[dict], list[s
     made = plant_symbol_kinds(seed, per_kind, rest, texts, used, record)
     plant_answer_kinds(seed, per_kind, texts, used, record)
     plant_paraphrase_kinds(seed, per_kind, texts, used, record, made)
+    taken = {(r["eval"], r["id"]) for r in records}
+    free = [(name, it) for name, it in rest if (name, str(it.id)) not in taken]
+    plant_solution_kinds(seed, per_kind, free, texts, record, made)
 
     root.mkdir(parents=True, exist_ok=True)
     for src in ("code", "prose"):
@@ -497,6 +517,97 @@ def plant_paraphrase_kinds(
                 texts[h] = new
             name = MATH_SET if family == "math" else WORD_SET
             record(kind, name, _Item(f"{kind}-{j}", text), text, [] if kind in NEGATIVE else sorted(pasted))
+
+
+def plant_solution_kinds(
+    seed: int, per_kind: int, free: list, texts: list[str], record, made: set[str]
+) -> None:
+    """Each plant pasted into one host. Word problems of leak_plants.WORD_TEMPLATES (set `gsm8k`, records
+    {id, question, answer} with the GSM8K-form solution) whose solution a page holds without the question:
+    `solution_alone`, `solution_edited` (one word edit in ten), `solution_written_out` (operators in
+    words); hard negative `solution_other_numbers` (the same solution template with other values). Real
+    items of the base sets not planted by any other kind: `long_prefix` (the first 13 words of an item of
+    >= 19 words), and the hard negative `key_term_replaced` (a short item, <= SHORT_MAX_WORDS words, its
+    key term replaced by a specialised one). Set `qa`: `common_answer_phrase`, a question whose answer is
+    a common phrase (leak_plants.COMMON_ANSWERS), that phrase planted alone. No word problem here has the
+    name and all the numbers of a text in `made` (the earlier groups' items and plants): its solution
+    would be a real paraphrase of that item."""
+    rng = random.Random(40_000 + seed)
+    seen: set[str] = set()
+    # the training text has too few documents for one plant each at 40 items a kind: this group's hosts
+    # are drawn afresh (a host may also carry a plant of an earlier group, another item's)
+    hosts_here: set[int] = set()
+
+    def paste(plant: str) -> list[int]:
+        pasted = lp.paste(plant, texts, False, rng, hosts_here)
+        for h, new in pasted.items():
+            texts[h] = new
+        return sorted(pasted)
+
+    for kind in ("solution_alone", "solution_edited", "solution_written_out", "solution_other_numbers"):
+        for j in range(per_kind):
+            t = j % len(lp.WORD_TEMPLATES)
+            while True:
+                values = lp.word_values(rng)
+                question = lp.fill(lp.WORD_TEMPLATES[t], values)
+                slots = lp.number_slots(lp.WORD_TEMPLATES[t])
+                if question not in seen and not _shares_values(values, slots, made):
+                    break
+            seen.add(question)
+            solution = lp.word_solution(t, values)
+            page = lp.page_solution(solution)
+            if kind == "solution_edited":
+                page = lp.reword(page, rng)
+            elif kind == "solution_written_out":
+                page = lp.written_out(page)
+            elif kind == "solution_other_numbers":
+                while True:
+                    other = {**lp.word_values(rng), "name": values["name"]}
+                    other = lp.with_name(other, values["name"], "she" if values["sub"] == "she" else "he")
+                    if lp.word_solution(t, other) != solution:
+                        break
+                page = lp.page_solution(lp.word_solution(t, other))
+            hosts = paste(page)
+            item = _Item(f"{kind}-{j}", question)
+            row = {"id": item.id, "question": question, "answer": solution}
+            record(kind, SOLUTION_SET, item, question, [] if kind in NEGATIVE else hosts, row)
+    long = [p for p in free if len(p[1].text.split()) >= LONG_PREFIX_WORDS]
+    for name, item in _deal(long, ("long_prefix",), per_kind, rng)["long_prefix"]:
+        record("long_prefix", name, item, item.text, paste(lp.long_prefix(item.text)))
+    taken = {id(it) for _, it in free if len(it.text.split()) >= LONG_PREFIX_WORDS}
+    short = [
+        p
+        for p in free
+        if len(p[1].text.split()) <= SHORT_MAX_WORDS
+        and lp.key_term(p[1].text) is not None
+        and id(p[1]) not in taken
+    ]
+    for name, item in _deal(short, ("key_term_replaced",), per_kind, rng)["key_term_replaced"]:
+        paste(lp.key_term_replaced(item.text, rng))
+        record("key_term_replaced", name, item, item.text, [])
+    phrases = list(lp.COMMON_ANSWERS)
+    rng.shuffle(phrases)
+    for j in range(per_kind):
+        phrase = phrases[j % len(phrases)]
+        paste(phrase)
+        item = _Item(
+            f"common_answer_phrase-{j}",
+            f"What does the author of passage {j + 1} conclude about its results?",
+        )
+        row = {"id": item.id, "question": item.text, "answer": phrase}
+        record("common_answer_phrase", QA_SET, item, item.text, [], row)
+
+
+def _shares_values(values: dict, slots: tuple[str, ...], texts: set[str]) -> bool:
+    """Whether one of `texts` holds the name and every number (of the slots `slots`) of a word problem's
+    `values`."""
+    nums = [str(values[k]) for k in slots]
+    for t in texts:
+        if values["name"] in t:
+            words = set(re.findall(r"\d+", t))
+            if all(n in words for n in nums):
+                return True
+    return False
 
 
 def scores(report: dict) -> dict[tuple[str, str], dict]:

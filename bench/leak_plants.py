@@ -996,3 +996,171 @@ def same_values_other_problem(
     want = number_slots(templates[index])
     others = [j for j, t in enumerate(templates) if j != index and number_slots(t) == want]
     return fill(paraphrases[rng.choice(others)], values)
+
+
+# ---------------------------------------------------------------------- worked solutions, prefixes, key terms
+# A worked solution of each WORD_TEMPLATES entry, in GSM8K's form: steps with calculator annotations
+# `<<expression=result>>` and a last line `#### answer`. Each entry: (solution template, its results from
+# the values); the results fill {r1}, {r2}, ... in order.
+WORD_SOLUTIONS = (
+    (
+        "{name} starts with {a} cookies and gives away {b} of them, so {sub} has {a} - {b} = "
+        "<<{a}-{b}={r1}>>{r1} cookies left.\n#### {r1}",
+        lambda v: [v["a"] - v["b"]],
+    ),
+    (
+        "The book costs {b} dollars, so {name} has {a} - {b} = <<{a}-{b}={r1}>>{r1} dollars left over "
+        "after buying it.\n#### {r1}",
+        lambda v: [v["a"] - v["b"]],
+    ),
+    (
+        "{name} reads {b} pages each day for {a} days, which makes {b} * {a} = <<{b}*{a}={r1}>>{r1} pages "
+        "read in all.\n#### {r1}",
+        lambda v: [v["b"] * v["a"]],
+    ),
+    (
+        "{Pos} grandmother is {a} years older than {name}, who is {b}, so she is {b} + {a} = "
+        "<<{b}+{a}={r1}>>{r1} years old.\n#### {r1}",
+        lambda v: [v["b"] + v["a"]],
+    ),
+    (
+        "{name} picks {a} + {b} = <<{a}+{b}={r1}>>{r1} apples over the two days. After the pie there are "
+        "{r1} - {c} = <<{r1}-{c}={r2}>>{r2} apples left.\n#### {r2}",
+        lambda v: [v["a"] + v["b"], v["a"] + v["b"] - v["c"]],
+    ),
+    (
+        "The packs hold {b} * {c} = <<{b}*{c}={r1}>>{r1} pencils. With the ones {sub} already had, {name} "
+        "has {a} + {r1} = <<{a}+{r1}={r2}>>{r2} pencils.\n#### {r2}",
+        lambda v: [v["b"] * v["c"], v["a"] + v["b"] * v["c"]],
+    ),
+    (
+        "During the week {name} runs {b} * {c} = <<{b}*{c}={r1}>>{r1} miles. Adding the weekend gives {r1} "
+        "+ {a} = <<{r1}+{a}={r2}>>{r2} miles in total.\n#### {r2}",
+        lambda v: [v["b"] * v["c"], v["b"] * v["c"] + v["a"]],
+    ),
+    (
+        "Walkers and cyclists together are {b} + {c} = <<{b}+{c}={r1}>>{r1} children, so {a} - {r1} = "
+        "<<{a}-{r1}={r2}>>{r2} children take the bus.\n#### {r2}",
+        lambda v: [v["b"] + v["c"], v["a"] - v["b"] - v["c"]],
+    ),
+    (
+        "After giving some away {name} has {a} - {b} = <<{a}-{b}={r1}>>{r1} stickers, then {r1} + {c} = "
+        "<<{r1}+{c}={r2}>>{r2}, and after the loss {r2} - {d} = <<{r2}-{d}={r3}>>{r3} stickers.\n#### {r3}",
+        lambda v: [v["a"] - v["b"], v["a"] - v["b"] + v["c"], v["a"] - v["b"] + v["c"] - v["d"]],
+    ),
+    (
+        "{name} sells {a} + {b} = <<{a}+{b}={r1}>>{r1} cups, earning {r1} * {c} = <<{r1}*{c}={r2}>>{r2} "
+        "dollars. The profit is {r2} - {d} = <<{r2}-{d}={r3}>>{r3} dollars.\n#### {r3}",
+        lambda v: [
+            v["a"] + v["b"],
+            (v["a"] + v["b"]) * v["c"],
+            (v["a"] + v["b"]) * v["c"] - v["d"],
+        ],
+    ),
+    (
+        "{name} works {b} + {c} + {d} = <<{b}+{c}+{d}={r1}>>{r1} hours, so {sub} earns {r1} * {a} = "
+        "<<{r1}*{a}={r2}>>{r2} dollars.\n#### {r2}",
+        lambda v: [v["b"] + v["c"] + v["d"], (v["b"] + v["c"] + v["d"]) * v["a"]],
+    ),
+)
+_ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+def word_solution(index: int, values: dict) -> str:
+    """The GSM8K-form worked solution of WORD_TEMPLATES[index] for `values` (annotations and `####`)."""
+    template, results = WORD_SOLUTIONS[index]
+    return template.format(**values, **{f"r{i + 1}": r for i, r in enumerate(results(values))})
+
+
+def page_solution(solution: str, rng: random.Random | None = None) -> str:
+    """A worked solution as a page shows it: the calculator annotations gone, `#### N` as a last sentence."""
+    text = _ANNOTATION.sub("", solution)
+    return re.sub(r"\n#### (\S+)$", r" The answer is \1.", text)
+
+
+def reword(text: str, rng: random.Random, every: int = 10) -> str:
+    """One word edit per `every` words (at least one): a common word substituted, inserted, or a word
+    dropped, at distinct words that hold no digit or operator, as `short_edit` makes them."""
+    toks = text.split()
+    spots = [i for i, t in enumerate(toks) if _plain(t)]
+    picks = sorted(rng.sample(spots, min(max(1, len(toks) // every), len(spots))), reverse=True)
+    for i in picks:
+        kind = rng.choice(("substitute", "insert", "drop"))
+        lead, core, trail = _CORE.match(toks[i]).groups()
+        if kind == "substitute":
+            toks[i] = lead + _replacement(core or toks[i], rng) + trail
+        elif kind == "insert":
+            toks.insert(i, rng.choice(COMMON_WORDS))
+        else:
+            del toks[i]
+    return " ".join(toks)
+
+
+def long_prefix(text: str, rng: random.Random | None = None, words: int = 13) -> str:
+    """The item's text up to its `words`-th word (a whitespace run holding a letter or digit: a lone
+    "." is no word to a reader) alone; the page goes on with text of its own."""
+    spans = [m for m in _TOKEN.finditer(text) if re.search(r"[A-Za-z0-9]", m.group())]
+    return text[: spans[words - 1].end()] if len(spans) >= words else text
+
+
+# Specialised terms: what a question about another thing names in a key term's place.
+KEY_TERMS = (
+    "eigenvalue",
+    "isotope",
+    "allele",
+    "lanthanide",
+    "chromatography",
+    "ferromagnetism",
+    "endosymbiosis",
+    "heterozygote",
+    "perihelion",
+    "stalactite",
+    "cytokinesis",
+    "ionosphere",
+    "permafrost",
+    "catalysis",
+    "sedimentation",
+)
+
+
+def key_term(text: str) -> int | None:
+    """The index of the item's key term: its longest plain word of six or more letters that is no
+    common word (COMMON_WORDS), the first of equal length; None when it has none."""
+    toks = text.split()
+    best = None
+    for i, t in enumerate(toks):
+        core = _CORE.match(t).group(2)
+        if core.isalpha() and len(core) >= 6 and core.lower() not in COMMON_WORDS:
+            if best is None or len(core) > len(_CORE.match(toks[best]).group(2)):
+                best = i
+    return best
+
+
+def key_term_replaced(text: str, rng: random.Random) -> str:
+    """The item with its key term (`key_term`) replaced by a specialised term of KEY_TERMS: another
+    question, its wording otherwise the same."""
+    toks = text.split()
+    i = key_term(text)
+    lead, core, trail = _CORE.match(toks[i]).groups()
+    toks[i] = lead + rng.choice([t for t in KEY_TERMS if t != core.lower()]) + trail
+    return " ".join(toks)
+
+
+# Answers that are common phrases: every QA set has some, and any page may hold one.
+_OPENERS = (
+    "It is not possible to say for sure",
+    "There is no way to know for certain",
+    "Nobody can tell with any confidence",
+    "We cannot be sure at this point",
+    "It would be hard to give an answer",
+    "No one is able to say right now",
+)
+_REASONS = (
+    "from the little that we are told here.",
+    "with only the facts that are given above.",
+    "without knowing a lot more about the situation.",
+    "based on what has been said so far.",
+    "until more of the details become clear to us.",
+    "because so much of it depends on other things.",
+)
+COMMON_ANSWERS = tuple(f"{o} {r}" for o in _OPENERS for r in _REASONS)

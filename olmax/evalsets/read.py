@@ -13,10 +13,11 @@ fields); the renderings:
   IQa, CommonsenseQA, MMLU, ...; StoryCloze's four sentences; COPA's premise without its "cause" /
   "effect"). The answer is left out on purpose: a document holding the question with its answer, or
   the question alone, both contain it, so leaving it out can only add recall (the answer alone is used
-  for records with nothing else). Completion tasks, whose answer is text that continues the context
-  (HellaSwag, SWAG, PIQA, COPA, StoryCloze, a `continuation` / `completion` field), also carry the
-  gold continuation (`answer`) and the wrong ones (`rivals`): the audit looks for the answer side too
-  (`item_continuation`). The id is the record's own (`id`,
+  for records with nothing else). Every item whose gold answer is text also carries it (`answer`, with
+  the wrong ones as `rivals`; `item_gold`): completion tasks, whose answer continues the context
+  (HellaSwag, SWAG, PIQA, COPA, StoryCloze, a `continuation` / `completion` field: `continues`), maths
+  items' worked solutions (GSM8K, MATH), QA sets' answer strings and multiple-choice items' gold choice;
+  the audit looks for the answer side too. The id is the record's own (`id`,
   `ind`, `idx`, `question_id`, `doc_id`), else its 0-based index in its part, after `PART/` when the
   source has several parts; a repeated id gets "#1", "#2", ...
 - `documents` (held-out loss, olmax.evalsets.sets): (id, text). The text is the `text_field` field and the
@@ -31,6 +32,7 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,8 +47,13 @@ from olmax.evalsets.spec import EvalSpec, parse_eval_spec
 
 # Field order of the audit's joined text: context first, then the question (the answer only when alone).
 CONTEXT_FIELDS = ("passage", "support", "context", "ctx", "premise", "goal", "sentence", "article")
-QUESTION_FIELDS = ("question", "question_stem", "query", "prompt")
+QUESTION_FIELDS = ("question", "question_stem", "query", "prompt", "problem")
 ANSWER_FIELDS = ("answer", "answers", "correct_answer", "target", "completion", "response")
+# A maths item's worked solution (MATH's `solution`, AQuA's `rationale`, ...); GSM8K writes it in `answer`
+# with its final line `#### N` (SOLUTION_END).
+SOLUTION_FIELDS = ("solution", "rationale", "explanation", "worked_solution")
+SOLUTION_END = "####"
+_CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations: `<<16-3-4=9>>`, no page text
 ID_FIELDS = ("id", "ind", "idx", "question_id", "doc_id")
 STORY_FIELDS = tuple(f"InputSentence{i}" for i in range(1, 5))  # StoryCloze's context sentences
 
@@ -134,8 +141,9 @@ class EvalItem:
     id: str  # unique within its set (a repeated id gets "#1", "#2", ...)
     text: str
     raw_id: object = None  # the id as the source wrote it (int or str), reported as "id"
-    answer: str = ""  # a completion task's gold continuation of `text` ("" for other tasks)
-    rivals: tuple[str, ...] = ()  # the task's wrong continuations of the same context
+    answer: str = ""  # the gold answer's text, when it is text (item_gold; "" for a label or none)
+    rivals: tuple[str, ...] = ()  # the task's wrong answers (continuations or choices) of the same item
+    continues: bool = True  # the answer continues `text` (a completion task), else it answers it
 
     @property
     def report_id(self) -> object:
@@ -224,6 +232,61 @@ def item_continuation(row: Mapping[str, Any]) -> tuple[str, tuple[str, ...]] | N
     return None
 
 
+def item_solution(row: Mapping[str, Any]) -> str:
+    """A maths item's worked solution as a page would show it ('' when it has none): a SOLUTION_FIELDS
+    string (MATH, AQuA), or GSM8K's `answer`, a solution that ends in `#### N`: its steps, without
+    GSM8K's calculator annotations (`<<16-3-4=9>>`) and that last line (a page writes the final answer
+    its own way, "The answer is 18."; the steps already hold its number)."""
+    for name in SOLUTION_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str) and value.strip():
+            return _CALCULATOR.sub("", value).strip()
+    value = row.get("answer")
+    if isinstance(value, str) and SOLUTION_END in value:
+        return _CALCULATOR.sub("", value.rpartition(SOLUTION_END)[0]).strip()
+    return ""
+
+
+def item_choices(row: Mapping[str, Any]) -> list[str]:
+    """Every answer choice's text of a multiple-choice record (ARC, OBQA, CSQA, MMLU, SciQ, Social IQa,
+    WinoGrande), the gold one among them; [] for other records."""
+    choices = row.get("choices")
+    if isinstance(choices, str) and choices.lstrip()[:1] in ("[", "{"):
+        choices = ast.literal_eval(choices)
+    if isinstance(choices, dict) and isinstance(choices.get("text"), list):
+        return [str(c) for c in choices["text"]]
+    if isinstance(choices, list):
+        return [str(c) for c in choices]
+    for names in (
+        ("correct_answer", "distractor1", "distractor2", "distractor3"),  # SciQ
+        ("answerA", "answerB", "answerC"),  # Social IQa
+        ("option1", "option2"),  # WinoGrande
+    ):
+        if all(isinstance(row.get(n), str) for n in names):
+            return [str(row[n]) for n in names]
+    return []
+
+
+def item_gold(row: Mapping[str, Any]) -> tuple[str, tuple[str, ...], bool] | None:
+    """(gold answer, wrong answers, continues) of a record whose gold answer is text, else None: a
+    completion task's continuation and its wrong ones (`item_continuation`, continues True); else a
+    maths item's worked solution (`item_solution`); else the gold answer string (`item_answer`: a QA
+    set's answer, a multiple-choice item's gold choice) with the other choices as the wrong ones. None
+    when the answer is no text of its own: a label, a boolean, or the record's only text (then it is the
+    item's text already). Whether it is long and specific enough to look for is the audit's rule
+    (olmax.audit.leaks.eval_side)."""
+    cont = item_continuation(row)
+    if cont is not None:
+        return cont[0], cont[1], True
+    text = item_text(row)
+    gold = item_solution(row) or item_answer(row)
+    if not gold.strip() or gold.strip() == text.strip():
+        return None
+    norm = " ".join(gold.split()).lower()
+    rivals = tuple(c for c in item_choices(row) if c.strip() and " ".join(c.split()).lower() != norm)
+    return gold, rivals, False
+
+
 def item_text(row: Mapping[str, Any]) -> str:
     """The audit's text of one record (see the module docstring)."""
     if isinstance(row.get("text"), str):
@@ -263,10 +326,10 @@ def audit_items(rows: Iterable[EvalRow]) -> list[EvalItem]:
         n = seen.get(key, 0)
         seen[key] = n + 1
         text = item_text(r.record)
-        answer, rivals = item_continuation(r.record) or ("", ())
+        answer, rivals, continues = item_gold(r.record) or ("", (), True)
         if n:
             key = raw = f"{key}#{n}"
-        out.append(EvalItem(key, text, raw, answer, rivals))
+        out.append(EvalItem(key, text, raw, answer, rivals, continues))
     return out
 
 

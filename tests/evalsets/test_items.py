@@ -108,3 +108,22 @@ def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
     mix = write_mix(tmp_path / "mix.txt", [("code", str(shard))])
     rep = audit_leaks(LeakConfig(StreamSpec(mix=mix), evals=(f"qa={tmp_path / 'qa'}",)))
     assert [(c["eval"], c["id"], c["kind"]) for c in rep["contaminated"]] == [("qa", 1, "short")]  # 14 words
+
+
+def test_gold_answers_of_every_task_whose_answer_is_text():
+    from olmax.evalsets.read import item_gold
+
+    gsm = {"question": "Janet has 16 eggs ...", "answer": "She sells 16 - 7 = <<16-7=9>>9 eggs.\n#### 9"}
+    assert item_gold(gsm) == ("She sells 16 - 7 = 9 eggs.", (), False)  # no annotations, no `#### 9`
+    math = {"problem": "What is 2 + 3?", "solution": "We add: $2+3=\\boxed{5}$."}
+    assert item_text(math) == "What is 2 + 3?" and item_gold(math)[0] == "We add: $2+3=\\boxed{5}$."
+    arc = {
+        "question": "Which gas do plants take in?",
+        "choices": {"text": ["carbon dioxide", "oxygen", "helium"], "label": ["A", "B", "C"]},
+        "answerKey": "A",
+    }
+    assert item_gold(arc) == ("carbon dioxide", ("oxygen", "helium"), False)
+    assert item_gold({"passage": "p", "question": "is it?", "answer": True}) is None  # a boolean is no text
+    assert item_gold({"question": "only an answer"}) is None
+    story = {"ctx": "A man", "endings": ["runs.", "sits."], "label": "0"}
+    assert item_gold(story) == ("runs.", ("sits.",), True)  # a completion task's answer continues it

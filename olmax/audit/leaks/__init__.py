@@ -3,11 +3,12 @@
 Modules:
   run.py          the phases and the local runner: index, probe, merge, candidates, decide
   beam_runner.py  the same report from Apache Beam pipelines (`--runner beam`)
-  eval_side.py    the units looked for (an item's text, a completion task's answer and join)
+  eval_side.py    the units looked for (an item's text, its gold answer, a completion task's join)
   item_index.py   the exact index of the units' word windows (`EvalIndex`)
   normalize.py    words and text tokens of both sides (compiled kernels)
   prefilter.py    the no-false-negative screen in front of the exact lookup
   scratch.py      per-thread scratch arrays for the compiled kernels of normalize.py and prefilter.py
+  weights.py      what a word says (the tokenizer's vocabulary ranks): edit costs, key terms, evidence
   align.py        verification: word alignment and the text check
   verify.py       one training file's candidates verified (the map of the second phase)
   paraphrase.py   paraphrase candidates, reported apart

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from olmax.audit.leaks.normalize import KernelTables, as_token_ids, words_of
+from olmax.audit.leaks.weights import edit_cost, key_term_replaced
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -292,43 +293,105 @@ def _chains(q, c, max_chains):
 
 
 # ------------------------------------------------------------------------------------------ text check
-def text_check(item: tuple[list[str], list[int]], region: tuple[list[str], list[int]]) -> tuple[int, str]:
+def text_check(
+    item: tuple[list[str], list[int]],
+    region: tuple[list[str], list[int]],
+    ranks: dict | None = None,
+    key_terms: bool = False,
+) -> tuple[float, str]:
     """(edits, conflict) of an item's text tokens placed in a region's (normalize.text_tokens): the
     fewest token edits (a substitution, an inserted or a dropped token each 1) that turn the item into
     some run of the region's tokens, and, on that placement, the first number or operator of the item
     that stands where the region has a different one of the same class ("'-' vs '+'"; '' when none:
     a number or operator only missing, or replaced by a word, is an edit, not a conflict), where the
-    FLANK item tokens on each side align too (or the item ends)."""
+    FLANK item tokens on each side align too (or the item ends).
+
+    With `ranks` (the vocabulary's word ranks, weights.py) the edits on that placement are weighed by
+    what they change (weights.edit_cost: one touching only common words costs CHEAP_EDIT); with
+    `key_terms` too, a word of the item standing where the region has a rare one
+    (weights.key_term_replaced), held in place as a number is, is a conflict ("'field' replaced by
+    'eigenvalue'"): another question, not an edit."""
     a_tok, a_cls = item
-    b_tok, b_cls = region
+    b_tok, b_cls, *layout = region
     ids: dict[str, int] = {}
     a = np.asarray([ids.setdefault(t, len(ids)) for t in a_tok], dtype=np.int64)
     b = np.asarray([ids.setdefault(t, len(ids)) for t in b_tok], dtype=np.int64)
-    edits, i, j, sub = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
-    return int(edits) - renamed(a_tok, b_tok, sub.tolist()), (
-        f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else ""
-    )
+    edits, i, j, sub, at = _place(a, np.asarray(a_cls, np.int64), b, np.asarray(b_cls, np.int64))
+    sub_l, at_l = sub.tolist(), at.tolist()
+    forgiven = renamed(a_tok, b_tok, sub_l)
+    conflict = f"{a_tok[i]!r} vs {b_tok[j]!r}" if i >= 0 else ""
+    if ranks is None:
+        return int(edits) - len(forgiven), conflict
+    if key_terms and not conflict:
+        conflict = key_term_conflict(a_tok, b_tok, at_l, ranks, layout[0] if layout else None)
+    return weighed_edits(a_tok, b_tok, at_l, forgiven, ranks), conflict
 
 
-def renamed(a_tok: list[str], b_tok: list[str], sub: list[int]) -> int:
-    """The edits a consistent renaming saves: on the placement (`sub[i]`: the region token item token i
-    was changed into, -1 where it was kept, dropped or matched), each single-letter word changed into
-    one other single letter every time it occurs, and no other letter changed into that one, counts as
-    one edit, not one per occurrence (`3x + 1 = y` as `3t + 1 = y`; a variable renamed)."""
+def weighed_edits(
+    a_tok: list[str], b_tok: list[str], at: list[int], forgiven: set[int], ranks: dict
+) -> float:
+    """The edits of a placement (`at[i]`: the region token item token i is matched or changed to, -1
+    where it is dropped) weighed by weights.edit_cost: each dropped item token, each changed one (but
+    the `forgiven` ones of a renamed variable) and each region token inserted inside the placement."""
+    cost, used = 0.0, [j for j in at if j >= 0]
+    for i, j in enumerate(at):
+        if j < 0:
+            cost += edit_cost(a_tok[i], None, ranks)
+        elif a_tok[i] != b_tok[j] and i not in forgiven:
+            cost += edit_cost(a_tok[i], b_tok[j], ranks)
+    if used:
+        inside = set(range(min(used), max(used) + 1)) - set(used)
+        cost += sum(edit_cost(None, b_tok[j], ranks) for j in sorted(inside))
+    return cost
+
+
+def key_term_conflict(
+    a_tok: list[str], b_tok: list[str], at: list[int], ranks: dict, line: list[int] | None = None
+) -> str:
+    """The first word of the item changed into a specific word of the region (weights.key_term_replaced)
+    with its FLANK neighbours each way matched (or the item's end), as "'field' replaced by 'eigenvalue'";
+    '' when none. At the item's first or last token a copy cut short reads the text beside it as a
+    substitution just as well: there it counts only when the region's word is on the line of the
+    item's word next to it (`line[j]`: the region token's line, normalize.text_tokens), never without
+    `line`."""
+    k = len(a_tok)
+
+    def held(y: int) -> bool:
+        return not 0 <= y < k or (at[y] >= 0 and a_tok[y] == b_tok[at[y]])
+
+    for x, j in enumerate(at):
+        if j < 0 or a_tok[x] == b_tok[j] or not key_term_replaced(a_tok[x], b_tok[j], ranks):
+            continue
+        if not all(held(y) for y in range(x - FLANK, x + FLANK + 1) if y != x):
+            continue
+        if x in (0, k - 1):
+            inner = x + 1 if x == 0 else x - 1
+            if line is None or not 0 <= inner < k or at[inner] < 0 or line[j] != line[at[inner]]:
+                continue
+        return f"{a_tok[x]!r} replaced by {b_tok[j]!r}"
+    return ""
+
+
+def renamed(a_tok: list[str], b_tok: list[str], sub: list[int]) -> set[int]:
+    """The item tokens whose change a consistent renaming forgives: on the placement (`sub[i]`: the
+    region token item token i was changed into, -1 where it was kept, dropped or matched), each
+    single-letter word changed into one other single letter every time it occurs, and no other letter
+    changed into that one, counts as one edit, not one per occurrence (`3x + 1 = y` as `3t + 1 = y`; a
+    variable renamed): every occurrence but the first is forgiven."""
     letter = {t for t in a_tok if len(t) == 1 and t.isalpha()}
     to: dict[str, set[str]] = {}
     for i, j in enumerate(sub):
         if j >= 0 and a_tok[i] in letter:
             to.setdefault(a_tok[i], set()).add(b_tok[j])
-    saved = 0
+    forgiven: set[int] = set()
     for x, ys in to.items():
         (y,) = ys if len(ys) == 1 else (None,)
         if y is None or not (len(y) == 1 and y.isalpha()) or y in letter:
             continue
         if all(sub[i] >= 0 for i, t in enumerate(a_tok) if t == x):  # changed everywhere it occurs
             if sum(1 for z in to.values() if y in z) == 1:
-                saved += sum(1 for i, t in enumerate(a_tok) if t == x) - 1
-    return saved
+                forgiven |= set([i for i, t in enumerate(a_tok) if t == x][1:])
+    return forgiven
 
 
 FLANK = 2  # the item tokens each side of a changed number or operator that must align for a conflict
@@ -337,8 +400,9 @@ FLANK = 2  # the item tokens each side of a changed number or operator that must
 @njit(cache=True, nogil=True)
 def _place(a, a_cls, b, b_cls):
     """Semi-global edit distance of `a` inside `b` (free ends in `b`), with the first same-class
-    number/operator substitution on the best path, item-first: (edits, i, j, changed), (i, j) = (-1,
-    -1) for none, `changed[i]` the region token item token i was substituted by (-1: none). On ties the path prefers a substitution (a changed number reads as changed, not as one
+    number/operator substitution on the best path, item-first: (edits, i, j, changed, at), (i, j) =
+    (-1, -1) for none, `changed[i]` the region token item token i was substituted by (-1: none), `at[i]`
+    the region token it is matched or substituted by (-1: dropped). On ties the path prefers a substitution (a changed number reads as changed, not as one
     dropped beside one inserted)."""
     k, m = a.size, b.size
     d = np.zeros((k + 1, m + 1), np.int64)
@@ -357,8 +421,10 @@ def _place(a, a_cls, b, b_cls):
     state = np.zeros(k, np.int64)  # per item token: 0 dropped or changed, 1 matched, 2 conflicting
     sub_j = np.full(k, -1, np.int64)
     changed = np.full(k, -1, np.int64)  # per item token: the region token it was changed into
+    at = np.full(k, -1, np.int64)  # per item token: the region token it is matched or changed to
     while i > 0:
         if j > 0 and d[i, j] == d[i - 1, j - 1] + (0 if a[i - 1] == b[j - 1] else 1):
+            at[i - 1] = j - 1
             if a[i - 1] == b[j - 1]:
                 state[i - 1] = 1
             else:
@@ -385,4 +451,4 @@ def _place(a, a_cls, b, b_cls):
                 ok = False
         if ok:
             ci, cj = x, sub_j[x]
-    return best, ci, cj, changed
+    return best, ci, cj, changed, at

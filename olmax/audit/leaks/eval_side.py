@@ -12,6 +12,12 @@ PIQA, COPA, StoryCloze, ...: `EvalItem.answer`) also gives, with --answers,
   a unit, the join is no unit of its own (the answer finds every such document): it is read where the
   answer is found, and names the part `context+answer` when it is there too.
 
+An item whose gold answer answers it rather than continuing it (`EvalItem.continues` False: a maths item's
+worked solution, a QA answer, a multiple-choice item's gold choice; olmax.evalsets.read.item_gold) gives
+"answer" alone, with the other choices as its rivals, when the answer has at least --answer-words words
+and is evidence (`answer_is_evidence`: two specific words, so a common phrase or a bare number is not);
+one of up to WINDOWED_WORDS words is also indexed by its short windows.
+
 A completion task's own text (its context) shorter than --answer-words words is not looked for alone:
 a PIQA goal such as "How to boil an egg." says nothing of a leak by itself; its join with the gold
 answer does. Each unit beyond the context carries the same part of the item's wrong continuations (`rivals`): a
@@ -32,7 +38,7 @@ import numpy as np
 
 from olmax.audit.config import LeakConfig
 from olmax.audit.leaks.item_index import EvalIndex
-from olmax.audit.leaks.normalize import WordTables, item_words
+from olmax.audit.leaks.normalize import WordTables, item_words, text_tokens
 from olmax.audit.leaks.paraphrase import (
     MAX_WORDS,
     PAIR_WINDOW,
@@ -41,6 +47,7 @@ from olmax.audit.leaks.paraphrase import (
     names_of,
     signature,
 )
+from olmax.audit.leaks.weights import CHEAP_EDIT, MIN_SPECIFIC, specific_count
 from olmax.cli_fields import named
 from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
@@ -50,6 +57,8 @@ from olmax.evalsets.spec import parse_eval_specs
 PARTS = ("context", "answer", "context+answer")
 CONTEXT, ANSWER, JOIN = range(3)
 SHORT_WORDS_PER_EDIT = 7
+MIN_CHEAP_WORDS = 5  # a short unit of this many words may carry one cheap edit
+WINDOWED_WORDS = 60  # answers up to this long that continue nothing are also indexed by short windows
 SIGN_CHARS = re.compile(r"[0-9+*/=<>^%\u2212\u00d7\u00f7-]")  # a digit or an operator of the text check
 
 
@@ -76,9 +85,19 @@ class EvalSide:
 
 
 def short_allowed(k, cfg: LeakConfig):
-    """How many text-token edits a short unit of `k` words (an int, or an array of them) may differ by:
-    one per SHORT_WORDS_PER_EDIT words, at most --short-edits (none under that many words)."""
-    return np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT)
+    """The edit budget of a short unit of `k` words (an int, or an array of them), in text-check edits
+    weighed by what they change (weights.edit_cost): one per SHORT_WORDS_PER_EDIT words, at most
+    --short-edits; a unit of MIN_CHEAP_WORDS up to SHORT_WORDS_PER_EDIT words one cheap edit (a common
+    word or punctuation), a shorter one none."""
+    k = np.asarray(k)
+    out = np.minimum(cfg.short_edits, k // SHORT_WORDS_PER_EDIT).astype(np.float64)
+    out = np.where((out == 0) & (k >= MIN_CHEAP_WORDS), CHEAP_EDIT, out)
+    return out if out.ndim else float(out)
+
+
+def short_edit_count(k, cfg: LeakConfig):
+    """How many edits a short unit's retrieval must survive (EvalIndex.min_cover): its budget, rounded up."""
+    return np.ceil(short_allowed(k, cfg)).astype(np.int64)
 
 
 def answer_units(
@@ -92,6 +111,15 @@ def answer_units(
         return f"{tail} {' '.join(a.split()[:answer_words])}".strip()
 
     return [(ANSWER, answer, rivals), (JOIN, join(answer), tuple(join(r) for r in rivals))]
+
+
+def answer_is_evidence(answer: str, ranks: dict[str, int]) -> bool:
+    """Whether a gold answer that does not continue its item (a worked solution, a QA answer, a gold
+    choice) says enough to be looked for alone: weights.MIN_SPECIFIC specific words (numbers of two or
+    more digits, rare words) among its text tokens. A common phrase ("none of the above is true in
+    this case") or a bare number is no evidence of a leak by itself; its length (--answer-words) is
+    checked on its words."""
+    return specific_count(text_tokens(answer)[0], ranks) >= MIN_SPECIFIC
 
 
 def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
@@ -111,9 +139,11 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     extra = []  # (owner, part, text, rivals)
     if cfg.answers:
         for i, it in enumerate(items):
-            if it.answer:
+            if it.answer and it.continues:
                 units = answer_units(it.text, it.answer, it.rivals, cfg.join_words, cfg.answer_words)
                 extra += [(i, *u) for u in units]
+            elif it.answer and answer_is_evidence(it.answer, tables.ranks):
+                extra.append((i, ANSWER, it.answer, it.rivals))
     extra_words = item_words(tok.encode_batch([u[2] for u in extra], num_threads=threads), tables)
     answer_of: dict[int, bytes] = {}  # an item's answer words: part of what makes two items the same
     joins = [""] * len(items)  # per unit: an answer unit's join text, read where the answer is found
@@ -155,16 +185,26 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
     # a completion task's context shorter than --answer-words is not looked for alone ("How to boil an
     # egg." is no evidence of a leak); its join with the answer is
     generic = [
-        p == CONTEXT and cfg.answers and bool(items[o].answer) and w.size < cfg.answer_words
+        p == CONTEXT
+        and cfg.answers
+        and bool(items[o].answer)
+        and items[o].continues
+        and w.size < cfg.answer_words
         for w, o, p in zip(words, owner, part)
     ]
     indexed = [w[:0] if rep_of[o] != o or g else w for w, o, g in zip(words, owner, generic)]
+    # an answer that is no continuation (a worked solution) of up to WINDOWED_WORDS words is also indexed by
+    # its short windows: two edits in 25 words may leave none of its n-word windows whole
+    windowed = [
+        p == ANSWER and not items[o].continues and w.size <= WINDOWED_WORDS
+        for w, o, p in zip(words, owner, part)
+    ]
     eidx = EvalIndex(
         indexed,
         cfg.ngram,
         cfg.min_item_words,
         max_items_per_key=cfg.template_items,
-        short_words=cfg.short_words,
+        short_words=np.where(windowed, WINDOWED_WORDS, cfg.short_words),
         short_ngram=cfg.short_ngram,
         groups=owner_arr,
     )
@@ -192,7 +232,9 @@ def index_evals(cfg: LeakConfig, tok_path: str, tables: WordTables) -> EvalSide:
         rep_of,
         dups,
         eidx,
-        eidx.min_cover(np.where(eidx.lengths_of <= cfg.short_words, short_allowed(eidx.lengths_of, cfg), 0)),
+        eidx.min_cover(
+            np.where(eidx.lengths_of <= cfg.short_words, short_edit_count(eidx.lengths_of, cfg), 0)
+        ),
         np.asarray([SIGN_CHARS.search(t) is not None for t in texts], dtype=bool),
         sigs,
     )

@@ -11,9 +11,16 @@ import numpy as np
 
 from olmax.audit.checks import Check
 from olmax.audit.config import LeakConfig
-from olmax.audit.leaks.eval_side import PARTS, SHORT_WORDS_PER_EDIT, EvalSide, short_allowed
+from olmax.audit.leaks.eval_side import (
+    MIN_CHEAP_WORDS,
+    PARTS,
+    SHORT_WORDS_PER_EDIT,
+    EvalSide,
+    short_allowed,
+)
 from olmax.audit.leaks.paraphrase import MAX_WORDS, MIN_STEMS, NEAR, PAIR_WINDOW
-from olmax.audit.leaks.verify import Candidate
+from olmax.audit.leaks.verify import PARTIAL_MAX_DOCS, PARTIAL_WORDS, Candidate
+from olmax.audit.leaks.weights import CHEAP_EDIT, COMMON_RANK, MIN_SPECIFIC, SPECIFIC_RANK
 from olmax.jsonio import write_jsonl
 
 MAX_NEAR_MISSES = 1000
@@ -49,8 +56,11 @@ def assemble(
         }
         if c.item >= n_items:  # an answer-side unit: its own length
             doc["part_words"] = int(eidx.lengths_of[c.item])
-        if edits >= 0:
-            doc["text_edits"] = edits
+        if c.run:  # the longest run of the unit found contiguously, and the fraction of it that is
+            doc["longest_run"] = c.run
+            doc["coverage"] = round(c.run / int(eidx.lengths_of[c.item]), 4)
+        if edits >= 0:  # weighed by what they change: a cheap one is half an edit
+            doc["text_edits"] = int(edits) if float(edits).is_integer() else round(float(edits), 2)
         if conflict:  # another number or operator in the item's place, or a wrong answer: not a copy
             doc.update(score=0.0, aligned_score=round(score, 4), not_a_copy=conflict)
         if passed and 0 <= joined <= short_allowed(int(ev.join_words[c.item]), cfg):
@@ -62,11 +72,16 @@ def assemble(
     m = len(cands)
     unit = np.asarray([c.item for c in cands], dtype=np.int64)
     score = np.asarray([result[g][0] for g in range(m)], dtype=np.float64)
-    edits = np.asarray([result[g][4] for g in range(m)], dtype=np.int64)
+    edits = np.asarray([result[g][4] for g in range(m)], dtype=np.float64)
     conflict = np.asarray([bool(result[g][5]) for g in range(m)], dtype=bool)
     k = eidx.lengths_of[unit] if m else np.zeros(0, np.int64)
     short = (edits >= 0) & (edits <= short_allowed(k, cfg))
-    ok = ~conflict & np.where(k <= cfg.short_words, short, score >= cfg.threshold)
+    run = np.asarray([c.run for c in cands], dtype=np.int64)
+    # a long run of the unit, whatever follows it; a short unit with numbers or operators (a maths
+    # question) is the text check's to decide: a run that leaves out a changed number is another problem
+    signed_short = ev.signed[unit] & (k <= cfg.short_words) if m else np.zeros(0, bool)
+    partial = (run >= np.minimum(k, PARTIAL_WORDS)) & ~signed_short
+    ok = ~conflict & (partial | np.where(k <= cfg.short_words, short, score >= cfg.threshold))
     owner = ev.owner[unit] if m else np.zeros(0, np.int64)
     shown = np.where(conflict, 0.0, np.round(score, 4))
     order = np.lexsort((np.arange(m), -shown, owner))  # per item: best score first, then candidate order
@@ -142,7 +157,10 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
             f"(a candidate when the windows cover what its allowed edits leave of them wherever the edits "
             f"fall) and are contaminated when their text tokens (normalization.text_check) differ from a "
             f"run of the document's by at most min({cfg.short_edits}, words // {SHORT_WORDS_PER_EDIT}) "
-            "edits"
+            f"edits ({CHEAP_EDIT} for {MIN_CHEAP_WORDS} or more words under {SHORT_WORDS_PER_EDIT}), each "
+            f"edit weighed by the words it touches: {CHEAP_EDIT} when all are common (ids under "
+            f"{COMMON_RANK:,} in the tokenizer's vocabulary, negations aside), else 1; a word of the unit "
+            "replaced by a specific one inside it is a key term replaced, not a copy"
         ),
         "templated short units": (
             f"a short unit whose {s}-word windows are mostly templates (one template, other numbers) is also "
@@ -155,6 +173,13 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
             "one (a sign flip, another number) makes the document not a copy (score 0, `not_a_copy` says "
             "which), one only missing or replaced by a word is an edit; a single-letter variable renamed "
             "the same way everywhere is one edit"
+        ),
+        "partial": (
+            f"a run of >= {PARTIAL_WORDS} consecutive words of a unit (all of a shorter one) found in a "
+            f"document is a copy whatever follows it (the n-gram tools' rule), unless its {n}-word windows "
+            f"are in >= {PARTIAL_MAX_DOCS} documents (common text); reported with `longest_run` and "
+            "`coverage`; its numbers and operators must match as above, and a short unit holding any "
+            "(a maths question) is decided by the text check alone"
         ),
         "too short": f"items under {cfg.min_item_words} words are not decided",
     }
@@ -180,7 +205,11 @@ def rule_lines(cfg: LeakConfig) -> dict[str, str]:
             "length; a document as close (text edits) to a wrong continuation of the same item as to the "
             "gold one is not an answer leak (`not_a_copy`; a tie is the gold's when the wrong one is a "
             "run of it); a completion "
-            f"task's context of under {cfg.answer_words} words is not looked for alone"
+            f"task's context of under {cfg.answer_words} words is not looked for alone; any other task's "
+            f"gold answer that is text (a worked solution, a QA answer, a gold choice) is looked for alone "
+            f"(part `answer`, the other choices its rivals) when it has >= {cfg.answer_words} words and "
+            f"{MIN_SPECIFIC} specific words (numbers of two or more digits, words the tokenizer's "
+            f"vocabulary ranks past {SPECIFIC_RANK:,} or does not hold as one token)"
         )
     return lines
 

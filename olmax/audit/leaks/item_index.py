@@ -73,10 +73,10 @@ def core_records(
     k_use: np.ndarray,
     templates: WindowRecords,
     s: int,
-    short_words: int,
+    short_words: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """(key, item, start, length) of the core runs of the short items (more than s, at most
-    `short_words` words) that templates leave: each run of exactly s - 1 words no template window
+    `short_words[i]` words for item use[i]) that templates leave: each run of exactly s - 1 words no template window
     (`templates`) covers. An item most of whose windows are templates ("solve for x in the equation
     ...") keeps its numbers and names there: an edit inside the template then leaves that run to find
     it by. `words` are the indexed items' concatenated words, `offset` each one's first (items `use`,
@@ -90,7 +90,7 @@ def core_records(
     item_start = np.zeros(words.size, dtype=bool)
     item_start[offset] = True
     c_u, c_q, c_len = template_cores(np.cumsum(diff[:-1]) == 0, item_start, offset)
-    ok = (c_len == s - 1) & (k_use[c_u] > s) & (k_use[c_u] <= short_words)
+    ok = (c_len == s - 1) & (k_use[c_u] > s) & (k_use[c_u] <= short_words[c_u])
     c_u, c_q, c_len = c_u[ok], c_q[ok], c_len[ok]
     salts = np.asarray([core_salt(k) for k in range(s)], dtype=np.uint64)
     c_key = (
@@ -164,7 +164,7 @@ class EvalIndex:
         n: int,
         min_item_words: int,
         max_items_per_key: int = 0,
-        short_words: int = 0,
+        short_words: int | np.ndarray = 0,
         short_ngram: int = 0,
         groups: np.ndarray | None = None,
     ):
@@ -173,7 +173,9 @@ class EvalIndex:
         `short_ngram` > 0: items of more than short_ngram and at most `short_words` words also give
         their short_ngram-word windows (salted apart), so a short item with a word edited is found
         through the windows the edit leaves whole. `groups[item]`: the group an item belongs to (the
-        units of one eval item); a template counts distinct groups (default: every item its own)."""
+        units of one eval item); a template counts distinct groups (default: every item its own).
+        `short_words` may be one limit per item (a worked solution of up to 60 words, whose edits may
+        leave no n-word window whole, also gives its short windows)."""
         self.n = n
         self.short_ngram = short_ngram
         self.paraphrase = None  # a ParaphraseIndex (paraphrase.py), probed with the windows when set
@@ -198,7 +200,8 @@ class EvalIndex:
         key = packed_windows(words, at, wlen) ^ salts[wlen] if at.size else np.zeros(0, np.uint64)
         bag_n = window_sums(words, n)[at[wlen == n]]
         s = short_ngram
-        sel = (k_use > s) & (k_use <= short_words) if s > 0 else np.zeros(use.size, dtype=bool)
+        limit = np.broadcast_to(np.asarray(short_words, dtype=np.int64), (len(items),))[use]
+        sel = (k_use > s) & (k_use <= limit) if s > 0 else np.zeros(use.size, dtype=bool)
         bag_s = np.zeros(0, np.uint64)
         if sel.any():  # the short items' own s-word windows
             per_s = k_use[sel] - s + 1
@@ -216,7 +219,7 @@ class EvalIndex:
         self.core_filters: dict[int, WindowFilter] = {}
         if s > 1 and not keep.all():
             templates = WindowRecords(rec_item[~keep], rec_q[~keep], wlen[~keep])
-            c_key, c_item, c_q, c_len = core_records(words, offset, use, k_use, templates, s, short_words)
+            c_key, c_item, c_q, c_len = core_records(words, offset, use, k_use, templates, s, limit)
             c_keep, c_templates = template_mask(c_key, group[c_item], max_items_per_key)
             if c_key.size:
                 self.template_keys += c_templates

@@ -18,6 +18,7 @@ if they were token ids: base 1 over the first value, base 2 over the second.
 
 from __future__ import annotations
 
+import bisect
 import html
 import json
 import re
@@ -114,6 +115,12 @@ class WordTables:
                 raw = token.encode("utf-8")
             raw_bytes[i] = raw
             token_bytes[i] = _fold_bytes(raw)
+        # the vocabulary's frequency ranks of whole words (weights.py): a lower-case word that is one
+        # token after a space, by its id (BPE merges are made in order of frequency)
+        self.ranks: dict[str, int] = {}
+        for i, raw in enumerate(raw_bytes):
+            if raw[:1] == b" " and raw[1:].isalpha() and raw[1:].islower() and i not in added:
+                self.ranks.setdefault(raw[1:].decode("ascii"), i)
         # each token's own bytes, for `text`: raw[raw_ptr[t]:raw_ptr[t + 1]]
         self.raw_ptr = np.concatenate([[0], np.cumsum([len(r) for r in raw_bytes])]).astype(np.int64)
         self.raw = np.array(bytearray(b"".join(raw_bytes)), dtype=np.uint8)
@@ -504,9 +511,10 @@ def _combining() -> re.Pattern:
 _CLASS_OF = {c: NUMBER for c in "0123456789"} | {c: OPERATOR for c in "-+*/=<>^%"}
 
 
-def text_tokens(text: str) -> tuple[list[str], list[int]]:
+def text_tokens(text: str, lines: bool = False) -> tuple[list[str], ...]:
     """(tokens, classes) of `text` for the text check (SIGN_NORMALIZATION): each token a letter run
-    (WORD), a number (NUMBER) or an operator (OPERATOR)."""
+    (WORD), a number (NUMBER) or an operator (OPERATOR); with `lines`, (tokens, classes, line) where
+    line[i] counts the line breaks before token i (a region's layout: a copy is on lines of its own)."""
     # each rewrite only where its text can be (a plain `in` test is far cheaper than a regex pass)
     if "<" in text:
         text = _TAG.sub(" ", text)
@@ -524,10 +532,22 @@ def text_tokens(text: str) -> tuple[list[str], list[int]]:
         text = _IN_WORD_HYPHEN.sub(" ", text)  # "well-known", "x-ray", "twenty-four": no operator
     if "," in text:  # only numbers hold one: 1,000 is 1000
         text = _THOUSANDS.sub("", text)
-    toks = _TEXT_TOKEN.findall(text)
+    if lines:
+        found = list(_TEXT_TOKEN.finditer(text))
+        toks = [m.group() for m in found]
+        breaks = [i for i, ch in enumerate(text) if ch == "\n"] if "\n" in text else []
+        line = [bisect.bisect_left(breaks, m.start()) for m in found]
+    else:
+        toks, line = _TEXT_TOKEN.findall(text), []
     cls = [_CLASS_OF.get(t[0], WORD) for t in toks]
-    if _SPECIAL.isdisjoint(toks):
-        return toks, cls
+    if not _SPECIAL.isdisjoint(toks):
+        _read_spoken(toks, cls, line)
+    return (toks, cls, line) if lines else (toks, cls)
+
+
+def _read_spoken(toks: list[str], cls: list[int], line: list[int]) -> None:
+    """Written-out operators and numerals among `toks` as their symbols, in place (tens merged into the
+    units after them: "twenty four" is 24); `line`, when not empty, kept in step."""
     spelled, merged = -2, []  # the last written-out numeral; tens merged into the units after them
     for i in [i for i, t in enumerate(toks) if t in _SPECIAL]:
         sym = _NUMERALS.get(toks[i])
@@ -541,7 +561,8 @@ def text_tokens(text: str) -> tuple[list[str], list[int]]:
         toks[i], cls[i], spelled = sym, NUMBER, i
     for i in reversed(merged):
         del toks[i], cls[i]
-    return toks, cls
+        if line:
+            del line[i]
 
 
 def item_words(ids: list[list[int]], tables: WordTables) -> list[np.ndarray]:

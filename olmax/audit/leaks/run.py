@@ -37,6 +37,8 @@ from olmax.audit.leaks.paraphrase import (
     paraphrase_entries,
 )
 from olmax.audit.leaks.verify import (
+    PARTIAL_MAX_DOCS,
+    PARTIAL_WORDS,
     Candidate,
     FileCandidates,
     FileVerdicts,
@@ -306,9 +308,10 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     h_item, h_q, h_w = eidx.rec_item[rec], eidx.rec_q[rec], eidx.rec_w[rec]
     h_file, h_doc, h_pos = hits["file"][hit_of], hits["doc"][hit_of], hits["pos"][hit_of]
     h_sat = saturated[hits["key"][hit_of]]
+    h_cpos, h_common = hits["cpos"][hit_of], df[hits["key"][hit_of]] >= PARTIAL_MAX_DOCS
     order = np.lexsort((-h_w, h_q, h_doc, h_file, h_item))  # the widest window first at a position
-    h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat = (
-        x[order] for x in (h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat)
+    h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat, h_cpos, h_common = (
+        x[order] for x in (h_item, h_q, h_w, h_file, h_doc, h_pos, h_sat, h_cpos, h_common)
     )
     brk = np.ones(h_item.size, dtype=bool)
     brk[1:] = (h_item[1:] != h_item[:-1]) | (h_file[1:] != h_file[:-1]) | (h_doc[1:] != h_doc[:-1])
@@ -328,9 +331,11 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
         np.logical_or.reduceat((h_w == eidx.lengths_of[h_item]) & (h_w < n), starts) if starts.size else k < 0
     )
     short = k <= cfg.short_words
+    run = longest_runs(starts, h_q, h_w == n, h_cpos, h_common, n)
+    partial = (run >= np.minimum(k, PARTIAL_WORDS)) & ~(short & ev.signed[h_item[starts]])
     # a short item: its windows' coverage after its allowed edits, wherever they fall (EvalIndex.min_cover;
-    # templates are not indexed, a templated item's core runs are)
-    keep = np.where(
+    # templates are not indexed, a templated item's core runs are); any unit: a long run of it
+    keep = partial | np.where(
         whole,
         True,
         np.where(short, covered >= ev.short_bar[h_item[starts]], covered >= np.maximum(n, cfg.min_cover * k)),
@@ -343,9 +348,11 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
     bounds = np.append(starts, h_item.size)
     sat = np.logical_or.reduceat(h_sat, starts) if starts.size else np.zeros(0, bool)
     first = bounds[:-1][keep]
+    # a partial match is read as text from any score: its numbers and operators must match too
+    floors = np.where(partial[keep], 0.0, text_floors(k[keep], ev.signed[h_item[starts][keep]], cfg))
     out = [
-        Candidate(it, f, d, h_q[lo:hi], h_pos[lo:hi], min(n, kk), kk < n or kk <= cfg.short_words, st, fl)
-        for it, f, d, lo, hi, kk, st, fl in zip(
+        Candidate(it, f, d, h_q[lo:hi], h_pos[lo:hi], min(n, kk), kk < n or kk <= cfg.short_words, st, fl, r)
+        for it, f, d, lo, hi, kk, st, fl, r in zip(
             h_item[first].tolist(),
             h_file[first].tolist(),
             h_doc[first].tolist(),
@@ -353,10 +360,38 @@ def candidates(hits: np.ndarray, ev: EvalSide, cfg: LeakConfig) -> tuple[list[Ca
             bounds[1:][keep].tolist(),
             k[keep].tolist(),
             sat[keep].tolist(),
-            text_floors(k[keep], ev.signed[h_item[starts][keep]], cfg).tolist(),
+            floors.tolist(),
+            run[keep].tolist(),
         )
     ]
     return out, stats
+
+
+def longest_runs(
+    starts: np.ndarray, q: np.ndarray, full: np.ndarray, cpos: np.ndarray, common: np.ndarray, n: int
+) -> np.ndarray:
+    """int64 per (unit, document) pair (hits sorted by pair, `starts` their first hits): the words of
+    the longest run of the unit found contiguously in the document, from its `full` n-word windows at
+    consecutive unit positions `q` and consecutive document words `cpos` (r windows: r + n - 1 words);
+    windows found in PARTIAL_MAX_DOCS or more documents (`common`: boilerplate) do not count. 0: none."""
+    pairs = starts.size
+    out = np.zeros(pairs, np.int64)
+    use = full & ~common
+    if not use.any():
+        return out
+    first = np.zeros(q.size, dtype=bool)
+    first[starts] = True
+    pair_of = np.cumsum(first) - 1
+    p, qq, cc = pair_of[use], q[use], cpos[use]
+    o = np.lexsort((qq, cc - qq, p))  # per pair, per diagonal, in unit order
+    p, qq, cc = p[o], qq[o], cc[o]
+    cont = np.zeros(p.size, dtype=bool)
+    cont[1:] = (p[1:] == p[:-1]) & (cc[1:] - qq[1:] == cc[:-1] - qq[:-1]) & (qq[1:] == qq[:-1] + 1)
+    seg = np.cumsum(~cont) - 1
+    seg_len = np.bincount(seg)
+    seg_pair = p[~cont]
+    np.maximum.at(out, seg_pair, seg_len + n - 1)
+    return out
 
 
 def decide(

@@ -22,6 +22,12 @@ from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
 
 TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
+# A contiguous run of this many words of a unit (or all of a shorter one) in a document is a leak, as
+# the n-gram tools define one (13-grams: the lm-eval decontamination janitor, NeMo-Curator), unless its
+# windows are common in the training text: found in PARTIAL_MAX_DOCS documents or more (NeMo-Curator's
+# max_matches).
+PARTIAL_WORDS = 13
+PARTIAL_MAX_DOCS = 10
 
 
 @lru_cache(maxsize=1 << 14)
@@ -30,6 +36,13 @@ def cached_text_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     every file, and so does a region of text copied into many documents (boilerplate, duplicates)."""
     toks, cls = text_tokens(text)
     return tuple(toks), tuple(cls)
+
+
+@lru_cache(maxsize=1 << 14)
+def cached_region_tokens(text: str) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+    """normalize.text_tokens of a document's region with its tokens' lines, as tuples, remembered."""
+    toks, cls, line = text_tokens(text, lines=True)
+    return tuple(toks), tuple(cls), tuple(line)
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class Candidate:
     short: bool
     saturated: bool
     floor: float = TEXT_CHECK_FLOOR  # the alignment score from which the text check reads it
+    run: int = 0  # words of the longest run of the unit found contiguously there (run.longest_runs)
 
 
 @dataclass(frozen=True)
@@ -178,7 +192,7 @@ def verify_copies(
                     cached_text_tokens(task.joins[c.item]) if c.item in task.joins else None,
                 )
                 edits, conflict, joined = text_edits(
-                    tokens, tables, texts, a, b, int(docs.starts[doc]), int(docs.ends[doc])
+                    tokens, tables, texts, (a, b, int(docs.starts[doc]), int(docs.ends[doc])), c.short
                 )
         out.append((g, float(s), int(a), int(b), docs.id_of(int(doc)), edits, conflict, joined))
     return out
@@ -195,21 +209,27 @@ class UnitTexts(NamedTuple):
 
 
 def text_edits(
-    tokens: np.ndarray, tables: WordTables, texts: UnitTexts, t0: int, t1: int, ds: int, de: int
-) -> tuple[int, str, int]:
+    tokens: np.ndarray,
+    tables: WordTables,
+    texts: UnitTexts,
+    span: tuple[int, int, int, int],
+    short: bool = False,
+) -> tuple[float, str, float]:
     """The text check of one candidate: the unit's text tokens placed in the document's text around its
-    span [t0, t1) (as many tokens as the unit, or its longest rival, has text tokens, plus 8, on each
-    side, within the document [ds, de)); (edits, conflict, join edits): edits and conflict of
-    align.text_check; a rival (a wrong continuation of the same item) placed there with at most as many
+    span [t0, t1) (`span`: t0, t1, ds, de; as many tokens as the unit, or its longest rival, has text
+    tokens, plus 8, on each side, within the document [ds, de)); (edits, conflict, join edits): edits
+    (weighed by what they change) and conflict of align.text_check (a key term replaced counts for a
+    `short` unit); a rival (a wrong continuation of the same item) placed there with at most as many
     edits is a conflict (the text is no closer to the gold answer than to a wrong one); an answer unit's
     join tokens placed there give the join edits (-1: no join, or a conflict)."""
     unit_toks, rivals, join = texts
+    t0, t1, ds, de = span
     room = max(len(t[0]) for t in [unit_toks, *rivals]) + 8
-    region = cached_text_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
-    edits, conflict = text_check(unit_toks, region)
+    region = cached_region_tokens(tables.text(tokens[max(ds, t0 - room) : min(de, t1 + room)]))
+    edits, conflict = text_check(unit_toks, region, tables.ranks, key_terms=short)
     if not conflict:
         for r in rivals:
-            other, _ = text_check(r, region)
+            other, _ = text_check(r, region, tables.ranks)
             # fewer edits wins; a tie is the gold's only when the wrong choice is a run of the gold one
             # (the text holds it inside the gold): else both are there (a page listing the choices)
             if other < edits or (other == edits and not _sub_run(r[0], unit_toks[0])):
@@ -218,7 +238,7 @@ def text_edits(
                     f"as close to a wrong choice ({other} vs {edits} edits): {' '.join(r[0][:12])!r}",
                     -1,
                 )
-    joined = text_check(join, region)[0] if join is not None and not conflict else -1
+    joined = text_check(join, region, tables.ranks)[0] if join is not None and not conflict else -1
     return edits, conflict, joined
 
 

@@ -9,7 +9,9 @@ and planted into stdlib code and pydoc prose) at seed 1, one run for both tests 
   several documents reported with all of them;
 - paraphrase candidates (the report's `paraphrase_candidates`, a lower-confidence kind reported apart):
   recall and precision at least PARAPHRASE_FLOORS (every reported item of a negative kind is a false
-  one).
+  one);
+- worked solutions (alone, edited, operators written out) and long prefixes: every item flagged; the same
+  solution with other numbers, a key term replaced and a common answer phrase: none (exactly).
 
 Each test lists every kind that misses its bound, not only the first."""
 
@@ -68,3 +70,14 @@ def test_calibration_paraphrase_candidates(summary):
     if p["precision"] is None or p["precision"] < cal.PARAPHRASE_FLOORS["precision"]:
         missed.append(("precision", p["precision"], p["reported"], p["other_kinds"]))
     assert not missed, (missed, p["kinds"])
+
+
+# The worked solutions, long prefixes, key terms replaced and common answer phrases at seed 1: every item
+# of those positive kinds flagged and none of those negative kinds, as docs/leaks.md#calibration states.
+SOLUTION_KINDS = {k: PER_KIND for k in cal.SOLUTION_POSITIVE} | {k: 0 for k in cal.SOLUTION_NEGATIVE}
+
+
+@pytest.mark.slow
+def test_calibration_solutions_prefixes_and_key_terms(summary):
+    got = {k: (summary["kinds"][k]["items"], summary["kinds"][k]["flagged"]) for k in SOLUTION_KINDS}
+    assert got == {k: (PER_KIND, n) for k, n in SOLUTION_KINDS.items()}

@@ -1,7 +1,7 @@
 """`olmax audit leaks --runner beam` (Apache Beam, DirectRunner with 2 worker processes, and the DaskRunner
 on a loopback dask.distributed cluster) against the local
 runner: the same report on real text (stdlib code and pydoc prose shards, tests/audit/conftest.py) with
-eval items taken from it (verbatim, one word in nine substituted, half copied, short) and items it does not
+eval items taken from it (verbatim, one word in nine substituted, half copied in short runs, short) and items it does not
 hold; training files and eval sets as fsspec URLs (`file://`, `memory://`); bad input as a one-line error
 from the driver and from a worker."""
 
@@ -29,6 +29,16 @@ BEAM = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi
 SHARDS = ("code-0", "code-1", "code-2", "prose-0")
 
 
+def _run(words: list[str], most: int) -> list[str]:
+    """The first of `words` that hold at most `most` letter-and-digit runs (code: `f(x, y)` is three)."""
+    out: list[str] = []
+    for w in words:
+        if len(re.findall(r"[A-Za-z0-9]+", " ".join(out + [w]))) > most:
+            break
+        out.append(w)
+    return out
+
+
 def _words(tokenizer, ids) -> list[str]:
     return tokenizer.decode(ids).split()
 
@@ -47,8 +57,14 @@ def leak_data(corpus, tokenizer, tmp_path_factory) -> dict:
     for j in range(6):  # verbatim
         code_items.append({"id": f"verbatim-{j}", "text": " ".join(code[2 * j][60:100])})
     code_items.append({"id": "verbatim-0-again", "text": code_items[0]["text"].upper()})  # same words
-    for j in range(3):  # half the item copied: a near miss
-        code_items.append({"id": f"half-{j}", "text": " ".join(code[2 * j + 1][80:100] + outside[j][:20])})
+    for j in range(3):  # half the item copied, in runs of <= 10 words (a partial match needs 13): a near miss
+        src, other = code[2 * j + 1][80:], outside[j][:20]
+        code_items.append(
+            {
+                "id": f"half-{j}",
+                "text": " ".join(_run(src, 10) + other[:10] + _run(src[40:], 10) + other[10:]),
+            }
+        )
     for j in range(4):  # one word in nine substituted
         words = [("zebra" if m % 9 == 4 else w) for m, w in enumerate(prose[2 * j][40:85])]
         prose_items.append({"id": f"edited-{j}", "text": " ".join(words)})

@@ -64,9 +64,9 @@ def planted(tokenizer, tmp_path_factory, corpus):
     for j in range(10):  # short items inside prose
         i, t = docs_b[j]
         docs_b[j] = (i, t[:800] + "\n" + short[j].text + "\n" + t[800:])
-    for j in range(8):  # the boilerplate sentence in many documents
-        i, t = docs_b[20 + j]
-        docs_b[20 + j] = (i, BOILER + "\n" + t)
+    for j in [*range(20, 28), *range(50, 54)]:  # the boilerplate sentence in 12 documents
+        i, t = docs_b[j]
+        docs_b[j] = (i, BOILER + "\n" + t)
     for j in range(30, 35):  # copied onto four documents each
         for m in range(4):
             i, t = docs_b[30 + 4 * (j - 30) + m]
@@ -166,10 +166,11 @@ def test_exit_codes_and_gating(planted, tmp_path, capsys):
 
 
 def test_templates_and_the_alignment_threshold_protect_hard_negatives(planted):
-    # The ten hard negatives share one boilerplate sentence, which 8 training documents also carry. Two
-    # protections: (1) ten eval items share its windows, so by default they are templates of the eval
+    # The ten hard negatives share one boilerplate sentence, which 12 training documents also carry.
+    # Protections: (1) ten eval items share its windows, so by default they are templates of the eval
     # side and retrieve nothing; (2) counted as evidence, the sentence is only its share of each item's
-    # words (0.57 to 0.76 here): clean at a threshold above that share, flagged at one below it.
+    # words (0.57 to 0.76 here): clean at a threshold above that share, flagged at one below it; its 16
+    # words are no partial match either, as its windows are in >= PARTIAL_MAX_DOCS documents.
     def hard(**kw):
         rep = audit_leaks(LeakConfig(StreamSpec(mix=planted["mix"]), evals=planted["evals"][1:], **kw))
         return {c["id"] for c in rep["contaminated"] if c["id"].startswith("hard-")}, rep
