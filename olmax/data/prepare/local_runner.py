@@ -473,6 +473,7 @@ def _manifest(
             "file": os.path.basename(tok_path),
             "sha256": tok.sha256,
             "engine": tok.engine,
+            "engine_reason": tok.engine_reason,
             "vocab_size": tok.vocab_size,
             "eos_token_id": tok.eos_token_id,
             "pad_token_id": tok.pad_token_id,
@@ -504,7 +505,8 @@ def _manifest(
 
 
 def _hashed_settings(cfg: PrepareConfig) -> dict:
-    d = asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None}
+    # the engine does not change a byte (every engine gives `tokenizers`' ids): hashed as the default
+    d = asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None, "engine": "auto"}
     if d["dedup"] is None:
         del d["dedup"]  # a run without --dedup hashes as it did before the option existed
     return d
