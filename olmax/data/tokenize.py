@@ -173,10 +173,11 @@ class Tokenizer:
         """Token ids of each text (no EOS appended), identical to `tokenizers` for the same file."""
         return self._impl.encode(_check_text(texts), num_threads)
 
-    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(self, texts: Sequence[str], utf8_checked: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every text's ids concatenated (uint32) and the offsets where each starts (len(texts) + 1
-        values), on the calling thread: what prepare's workers write."""
-        texts = _check_text(texts)
+        values), on the calling thread: what prepare's workers write. `utf8_checked`: the caller has
+        encoded every text to UTF-8 already (no lone surrogate), so it is not checked again."""
+        texts = list(texts) if utf8_checked else _check_text(texts)
         if hasattr(self._impl, "encode_flat"):
             return self._impl.encode_flat(texts)
         return _flat(self._impl.encode(texts))

@@ -5,7 +5,6 @@ into a staging folder that is uploaded to an object-store URL when complete (mix
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,7 +44,6 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
     )
     tok_path = tokenizer_path(cfg.tokenizer)
     tok = load_tokenizer(str(tok_path), cfg.engine)
-    print(f"olmax: tokenizer engine {tok.engine_reason}", file=sys.stderr)
     files = {
         s.label: [f for pattern in s.inputs for f in readers.expand_inputs(pattern)] for s in cfg.sources
     }

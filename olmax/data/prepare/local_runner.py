@@ -444,6 +444,7 @@ def finish_prepare(
     if decisions is not None:
         manifest["dedup"] = manifest_entry(decisions)
         write_removed(out, decisions)
+    print(f"olmax: tokenizer engine {tok.engine_reason}", file=sys.stderr)
     print(
         f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
         f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}",
