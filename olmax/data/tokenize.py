@@ -26,6 +26,7 @@ from functools import lru_cache
 from importlib import metadata
 
 import numpy as np
+import orjson
 
 from olmax.data.tokenize_probe import probe_texts
 from olmax.errors import OlmaxError
@@ -269,7 +270,7 @@ def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
     try:
         with open(path, "rb") as f:
             raw = f.read()
-        spec = json.loads(raw)
+        spec = orjson.loads(raw)  # 5 MB for dolma2: a tenth of a second with json
     except OSError as e:
         raise OlmaxError(f"cannot read tokenizer {path}: {e}") from e
     except json.JSONDecodeError as e:
