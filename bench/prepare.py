@@ -358,6 +358,16 @@ def dump_texts(corpus: Corpus) -> Path:
     return folder
 
 
+def startup_input(corpus: Corpus) -> Corpus:
+    """A one-document input (the corpus's first): what `olmax data prepare` costs before and after its
+    documents, its start-up (imports, the tokenizer's load and probe, the engine's first call, the manifest)."""
+    root = OUT / "startup-input"
+    first = next(iter(gzip.open(sorted(corpus.root.glob("*.jsonl.gz"))[0], "rb")))
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "one.jsonl.gz").write_bytes(gzip.compress(first, mtime=0))
+    return Corpus(root, len(first), (root / "one.jsonl.gz").stat().st_size, 1, {})
+
+
 def run_engine(texts: Path, tokenizer: str, dst: Path) -> tuple[Timing, dict]:
     """The chosen engine alone on the same texts, as its own process (bench/engine_ceiling.py)."""
     dst.mkdir(parents=True, exist_ok=True)
@@ -662,6 +672,10 @@ def main(argv: list[str] | None = None) -> int:
             f"olmax-w{w}", lambda w=w: run_olmax(corpus, args.tokenizer, olmax_dst[w], w)
         )
     sides["engine"] = timed("engine", engine)
+    one = startup_input(corpus)
+    sides["olmax-startup"] = timed(
+        "olmax-startup", lambda: run_olmax(one, args.tokenizer, run_dir / "startup", 1)
+    )
     print(f"{reps} interleaved rounds of {', '.join(sides)}; load average before: {os.getloadavg()[0]:.1f}")
     interleaved(sides, reps=reps)
 
@@ -748,6 +762,9 @@ def main(argv: list[str] | None = None) -> int:
     per_cpu: dict[str, list[float]] = {}
     for name, ts in timings.items():
         side = "dolma" if name == "dolma" else "engine" if name == "engine" else "olmax"
+        if name == "olmax-startup":
+            rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
+            continue
         n = dolma_side.tokens if name == "dolma" else tokens
         rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
         rec.timings(f"{name}.wall", side, [t.wall_s for t in ts], "s", PROCESS_WALL)
@@ -773,6 +790,21 @@ def main(argv: list[str] | None = None) -> int:
             about="tokens per CPU-second, both whole processes",
         )
         lines.append(f"olmax --workers {w} / engine alone, per CPU-s: {format_figure(fig, 2)}")
+        start = [t.cpu_s for t in timings["olmax-startup"]]
+        steady = [tokens / (t.cpu_s - s0) / 1e6 for t, s0 in zip(timings[key], start)]
+        rec.figure(
+            f"olmax_w{w}_steady_tokens_per_cpu_s",
+            steady,
+            "M tokens/CPU-s",
+            about="start-up excluded: CPU seconds minus the same command's on a one-document input, same round",
+        )
+        fig = rec.figure(
+            f"olmax_w{w}_steady_over_engine_encode",
+            [a / (tokens / r["warm_cpu_s"] / 1e6) for a, r in zip(steady, runs)],
+            "x",
+            about="start-up excluded on both sides: olmax as above, the engine's encode calls alone",
+        )
+        lines.append(f"olmax --workers {w} start-up excluded / engine encode calls: {format_figure(fig, 2)}")
         if not args.skip_dolma:
             fig = rec.figure(f"olmax_w{w}_over_dolma", pairwise_ratio(per_cpu[key], per_cpu["dolma"]), "x")
             lines.append(f"olmax --workers {w} / dolma, per CPU-s: {format_figure(fig)}")
@@ -792,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"record: {rec.write()}")
     print("\n".join(lines))
     if not args.keep:
-        for d in [*olmax_dst.values(), dolma_dst, run_dir / "olmax-beam"]:
+        for d in [*olmax_dst.values(), dolma_dst, run_dir / "olmax-beam", run_dir / "startup"]:
             shutil.rmtree(d, ignore_errors=True)
     return 1 if failed else 0
 
