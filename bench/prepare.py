@@ -5,14 +5,20 @@ What it does, in one run:
      source from the stdlib and from .venv's site-packages, and prose (pydoc topics, package READMEs
      and METADATA), shuffled with a fixed seed and split over a few `.jsonl.gz` files so each worker
      has files to take;
-  2. runs `dolma tokens` (dolma==1.2.1 in its own venv, built by bench/setup_dolma.sh when missing)
-     and `olmax data prepare` on it with the same tokenizer file and the same number of workers;
-  3. reads both outputs only through their `.csv.gz` sidecars (`start,end,id,src,loc`, end exclusive;
-     olmax's shards are found through its mix.txt) and compares the tokens of every document by id;
-  4. prints wall and CPU seconds, tokens and tokens/s per tool, the agreement, and as its last line
-     `prepare tokens/s olmax/dolma = N.Nx`.
+  2. runs, interleaved (A B C A B C ...), `dolma tokens` (dolma==1.2.1 in its own venv, built by
+     bench/setup_dolma.sh when missing) with `--workers` processes, `olmax data prepare --dolma-compat`
+     at each of `--olmax-workers`, and the tokenizer engine prepare chose, alone, on the very texts
+     prepare tokenizes (bench/engine_ceiling.py: no JSON, no decompression, no shards: the ceiling);
+     every side is one process tree timed the same way (CPU and wall seconds, start to exit);
+  3. reads dolma's and olmax's outputs only through their `.csv.gz` sidecars (`start,end,id,src,loc`, end
+     exclusive; olmax's shards are found through its mix.txt) and compares the tokens of every document
+     by id; checks olmax's outputs at every worker count are the same bytes;
+  4. prints tokens per CPU-second and per wall second per side, olmax over the engine and over dolma,
+     and writes the record (bench/record.py) to bench/results/tok.json (`--smoke`: a 5 MB corpus, one
+     round, the record under bench/out/results/).
 
-Exits non-zero when any document differs or is missing on one side, or when a tool fails.
+Exits non-zero when any document differs or is missing on one side, when olmax's outputs differ between
+worker counts, or when a tool fails.
 The corpus depends only on the files installed on this machine, so reruns reuse it.
 """
 
@@ -25,6 +31,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from record import (
+    PROCESS_WALL,
+    WARM_CPU,
+    Record,
+    add_arguments,
+    format_figure,
+    interleaved,
+    package_version,
+    pairwise_ratio,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -222,16 +239,29 @@ class _TreeCpu:
         return sum(self.ticks.values()) / os.sysconf("SC_CLK_TCK")
 
 
+def _children_cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+# how every side's CPU seconds are taken (the same for all: prepare, dolma and the engine alone)
+TREE_CPU = (
+    "whole-process-tree CPU seconds (user + system), start to exit: the larger of the reaped children's "
+    "rusage and the tree's /proc samples (each can only miss time, never add it)"
+)
+
+
 def _run_timed(name: str, cmd: list[str], log: Path) -> Timing:
     """Run `cmd` with its output sent to `log`: wall seconds and its process tree's CPU seconds."""
     print(f"running {name}: {' '.join(cmd)}", flush=True)
+    before = _children_cpu()
     t0 = time.perf_counter()
     with open(log, "wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
         cpu = _TreeCpu(proc.pid)
         rc = proc.wait()
     wall = time.perf_counter() - t0
-    cpu_s = cpu.stop()
+    cpu_s = max(cpu.stop(), _children_cpu() - before)
     if rc != 0:
         tail = log.read_text(errors="replace")[-4000:]
         sys.exit(f"{name} failed with exit code {rc}; last lines of {log}:\n{tail}")
@@ -302,6 +332,56 @@ def run_olmax(corpus: Corpus, tokenizer: str, dst: Path, workers: int, beam: str
         cmd += ["--runner", "beam", f"--pipeline-options={beam}"]
         return _run_timed("olmax data prepare --runner beam", cmd, dst.parent / "olmax-beam.log")
     return _run_timed("olmax data prepare", cmd, dst.parent / "olmax.log")
+
+
+def dump_texts(corpus: Corpus) -> Path:
+    """The texts prepare --dolma-compat tokenizes (stripped, empty ones left out), in input order, as
+    `texts.bin` + `offsets.npy` for bench/engine_ceiling.py; read with olmax's own reader, built once."""
+    folder = corpus.root / "texts"
+    if (folder / "offsets.npy").exists():
+        return folder
+    from olmax.data import readers
+
+    tmp = corpus.root / "texts.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    offsets = [0]
+    with open(tmp / "texts.bin", "wb") as f:
+        for path in sorted(corpus.root.glob("*.jsonl.gz")):
+            for doc in readers.read_documents(str(path), "text", "id", False, 0, readers.ReadStats()):
+                text = doc.text.strip().encode("utf-8")
+                if text:
+                    f.write(text)
+                    offsets.append(offsets[-1] + len(text))
+    np.save(tmp / "offsets.npy", np.array(offsets, dtype=np.int64))
+    tmp.rename(folder)
+    return folder
+
+
+def startup_input(corpus: Corpus) -> Corpus:
+    """A one-document input (the corpus's first): what `olmax data prepare` costs before and after its
+    documents, its start-up (imports, the tokenizer's load and probe, the engine's first call, the manifest)."""
+    root = OUT / "startup-input"
+    first = next(iter(gzip.open(sorted(corpus.root.glob("*.jsonl.gz"))[0], "rb")))
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "one.jsonl.gz").write_bytes(gzip.compress(first, mtime=0))
+    return Corpus(root, len(first), (root / "one.jsonl.gz").stat().st_size, 1, {})
+
+
+def run_engine(texts: Path, tokenizer: str, dst: Path) -> tuple[Timing, dict]:
+    """The chosen engine alone on the same texts, as its own process (bench/engine_ceiling.py)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    out = dst / "engine.json"
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "engine_ceiling.py"),
+        str(texts),
+        str(out),
+        "--tokenizer",
+        tokenizer,
+    ]
+    t = _run_timed("the engine alone", cmd, dst / "engine.log")
+    return t, json.loads(out.read_text())
 
 
 def same_bytes(a: Path, b: Path) -> list[str]:
@@ -504,25 +584,28 @@ def _report(name: str, t: Timing, side: Side) -> float:
     return rate
 
 
+def _olmax_tokens(dst: Path) -> int:
+    return sum(src["tokens"] for src in json.loads((dst / "manifest.json").read_text())["sources"].values())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description="Run AI2's `dolma tokens` and `olmax data prepare` on the same Dolma-format corpus, check "
-        "that every document's tokens agree, and compare throughput. The last line printed is "
-        "`prepare tokens/s olmax/dolma = N.Nx`. Exits 1 when any document differs or is missing on one side."
+        description="Run AI2's `dolma tokens`, `olmax data prepare` and prepare's tokenizer engine alone on the "
+        "same Dolma-format corpus, interleaved; check that every document's tokens agree and compare tokens "
+        "per CPU-second. Exits 1 when any document differs or is missing on one side."
     )
     ap.add_argument(
         "--input-mb",
         type=float,
         default=160,
-        help="corpus size in MB (10^6 bytes) of UTF-8 text; built once under bench/out/ and "
-        "reused (default 160, at least 150 MiB)",
+        help="corpus size in MB (10^6 bytes) of UTF-8 text; built once under bench/out/ and reused (default "
+        "160; 5 with --smoke)",
     )
+    ap.add_argument("--workers", type=int, default=2, help="dolma's --processes (default 2)")
     ap.add_argument(
-        "--workers",
-        type=int,
-        default=2,
-        help="parallel workers for each tool: dolma --processes, olmax --workers (default 2)",
+        "--olmax-workers", default="1,2", help="olmax --workers values to run, comma-separated (default 1,2)"
     )
+    ap.add_argument("--reps", type=int, default=3, help="interleaved rounds (default 3; 1 with --smoke)")
     ap.add_argument(
         "--tokenizer",
         default="dolma2",
@@ -531,129 +614,218 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--keep",
         action="store_true",
-        help="keep both tools' outputs under bench/out/run-<MB>mb/ (deleted by default); a kept "
-        "dolma output is what --skip-dolma compares against",
+        help="keep the outputs under bench/out/run-<MB>mb/ (deleted by default)",
     )
-    ap.add_argument(
-        "--skip-dolma",
-        action="store_true",
-        help="do not run dolma; compare with a kept dolma run of the same corpus if there is one",
-    )
-    ap.add_argument("--skip-olmax", action="store_true", help="run dolma only (to build a kept reference)")
+    ap.add_argument("--skip-dolma", action="store_true", help="do not run dolma (no peer figures)")
     ap.add_argument(
         "--beam-options",
-        default="--runner=DirectRunner --direct_num_workers={workers} --direct_running_mode=multi_processing",
-        help="also run `olmax data prepare --runner beam` with these pipeline options (reference only: "
-        "the DirectRunner is Beam's local test runner) and check its output is byte-identical to the "
-        "local runner's; '' skips it",
+        default="",
+        help="also run `olmax data prepare --runner beam` once with these pipeline options (e.g. "
+        "'--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing') and check "
+        "its output is byte-identical to the local runner's; default: skipped",
     )
+    add_arguments(ap)
     args = ap.parse_args(argv)
+    input_mb = 5 if args.smoke and args.input_mb == 160 else args.input_mb
+    reps = 1 if args.smoke else args.reps
+    olmax_workers = [int(w) for w in args.olmax_workers.split(",")]
 
     tok_path = resolve_tokenizer(args.tokenizer).resolve()
     digest = hashlib.sha256(tok_path.read_bytes()).hexdigest()
     note = "dolma2" if digest == DOLMA2_SHA256 else f"NOT dolma2 (sha256 {digest[:12]}...)"
     print(f"tokenizer: {tok_path} ({note})")
-
-    corpus = build_corpus(args.input_mb)
+    corpus = build_corpus(input_mb)
+    texts = dump_texts(corpus)
     print(
         f"input: {corpus.root}: {corpus.text_bytes:,} bytes of text ({corpus.text_bytes / 1e6:,.1f} MB) in "
         f"{corpus.docs:,} docs ({', '.join(f'{k} {v:,}' for k, v in sorted(corpus.per_source.items()))}); "
         f"{N_INPUT_FILES} .jsonl.gz files, {corpus.gz_bytes / 1e6:,.1f} MB"
     )
-    for p in sorted(corpus.root.glob("*.jsonl.gz")):  # warm the page cache so neither tool pays for it
+    for p in sorted(corpus.root.glob("*.jsonl.gz")):  # warm the page cache so no side pays for it
         p.read_bytes()
-    print(
-        f"workers: {args.workers} each; load average before: {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} CPUs (other work on this machine slows both tools)"
-    )
 
-    run_dir = OUT / f"run-{args.input_mb:g}mb"
+    run_dir = OUT / f"run-{input_mb:g}mb"
     run_dir.mkdir(parents=True, exist_ok=True)
-    dolma_dst, olmax_dst = run_dir / "dolma", run_dir / "olmax"
-    timing_file = dolma_dst / "bench-timing.json"
-    key = {"corpus": str(corpus.root), "docs": corpus.docs, "tokenizer": digest, "workers": args.workers}
+    dolma_dst = run_dir / "dolma"
+    olmax_dst = {w: run_dir / f"olmax-w{w}" for w in olmax_workers}
+    timings: dict[str, list[Timing]] = {}
+    engine_info: dict = {}
 
-    dolma_t: Timing | None = None
+    def timed(name: str, fn) -> Callable[[], float]:
+        def call() -> float:
+            t = fn()
+            timings.setdefault(name, []).append(t)
+            return t.cpu_s
+
+        return call
+
+    def engine() -> Timing:
+        t, info = run_engine(texts, args.tokenizer, run_dir / "engine")
+        engine_info.setdefault("runs", []).append(info)
+        return t
+
+    sides: dict[str, Callable[[], float]] = {}
     if not args.skip_dolma:
-        dolma_t = run_dolma(corpus, tok_path, dolma_dst, args.workers)
-        timing_file.write_text(json.dumps({**key, "wall_s": dolma_t.wall_s, "cpu_s": dolma_t.cpu_s}))
-    elif (
-        timing_file.exists()
-        and {k: v for k, v in json.loads(timing_file.read_text()).items() if k in key} == key
-    ):
-        saved = json.loads(timing_file.read_text())
-        dolma_t = Timing(saved["wall_s"], saved["cpu_s"])
-        print(f"dolma: reusing the kept run in {dolma_dst}")
-    olmax_t = None if args.skip_olmax else run_olmax(corpus, args.tokenizer, olmax_dst, args.workers)
-    beam_line = None
-    if olmax_t and args.beam_options:
-        opts = args.beam_options.format(workers=args.workers)
-        beam_dst = run_dir / "olmax-beam"
-        beam_t = run_olmax(corpus, args.tokenizer, beam_dst, args.workers, beam=opts)
-        diff = same_bytes(olmax_dst, beam_dst)
-        tokens = json.loads((olmax_dst / "manifest.json").read_text())["sources"]["bench"]["tokens"]
-        beam_line = (
-            f"olmax --runner beam ({opts}): {beam_t.wall_s:.1f} s wall, {tokens / beam_t.wall_s / 1e6:.2f} M "
-            f"tokens/s = {olmax_t.wall_s / beam_t.wall_s:.2f}x the local runner's "
-            f"{tokens / olmax_t.wall_s / 1e6:.2f} M; output "
-            + (
-                "byte-identical to the local runner's"
-                if not diff
-                else f"DIFFERS in {len(diff)} files: {diff[:3]}"
-            )
+        sides["dolma"] = timed("dolma", lambda: run_dolma(corpus, tok_path, dolma_dst, args.workers))
+    for w in olmax_workers:
+        sides[f"olmax-w{w}"] = timed(
+            f"olmax-w{w}", lambda w=w: run_olmax(corpus, args.tokenizer, olmax_dst[w], w)
         )
-        failed_beam = bool(diff)
-        if not args.keep:
-            shutil.rmtree(beam_dst, ignore_errors=True)
-    else:
-        failed_beam = False
+    sides["engine"] = timed("engine", engine)
+    one = startup_input(corpus)
+    sides["olmax-startup"] = timed(
+        "olmax-startup", lambda: run_olmax(one, args.tokenizer, run_dir / "startup", 1)
+    )
+    print(f"{reps} interleaved rounds of {', '.join(sides)}; load average before: {os.getloadavg()[0]:.1f}")
+    interleaved(sides, reps=reps)
+
+    failed = False
+    first = olmax_dst[olmax_workers[0]]
+    for w in olmax_workers[1:]:
+        diff = same_bytes(first, olmax_dst[w])
+        print(
+            f"olmax --workers {w} output vs --workers {olmax_workers[0]}: "
+            + (f"DIFFERS in {diff[:3]}" if diff else "byte-identical")
+        )
+        failed = failed or bool(diff)
+    tokens = _olmax_tokens(first)
+    runs = engine_info["runs"]
+    if any(r["tokens"] != tokens for r in runs):
+        print(f"the engine alone made {runs[0]['tokens']:,} tokens, prepare {tokens:,}: not the same texts")
+        failed = True
+    beam_line = None
+    if args.beam_options:
+        beam_dst = run_dir / "olmax-beam"
+        beam_t = run_olmax(corpus, args.tokenizer, beam_dst, olmax_workers[-1], beam=args.beam_options)
+        diff = same_bytes(olmax_dst[olmax_workers[-1]], beam_dst)
+        beam_line = f"olmax --runner beam ({args.beam_options}): {beam_t.wall_s:.1f} s wall, output " + (
+            "byte-identical to the local runner's"
+            if not diff
+            else f"DIFFERS in {len(diff)} files: {diff[:3]}"
+        )
+        failed = failed or bool(diff)
+        print(beam_line)
 
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tok_path))
+    hf = Tokenizer.from_file(str(tok_path))
 
     def decode(ids: np.ndarray) -> str:
-        return tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        return hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
-    dolma = read_side("dolma tokens", dolma_shards(dolma_dst)) if dolma_t else None
-    olmax = read_side("olmax prepare", olmax_shards(olmax_dst)) if olmax_t else None
-    dolma_rate = _report("dolma tokens", dolma_t, dolma) if dolma and dolma_t else None
-    olmax_rate = _report("olmax prepare", olmax_t, olmax) if olmax and olmax_t else None
-    failed = failed_beam or any(s is not None and (s.problems or s.duplicates) for s in (dolma, olmax))
-    if beam_line:
-        print(beam_line)
-
-    if dolma and olmax:
-        # ids of the tokenizer's added tokens ('<|endoftext|>', '|||EMAIL_ADDRESS|||', ...): `tokenizers`
-        # (and so dolma) turns these strings into single ids even inside a document's text.
-        added = np.array(sorted(tok.get_added_tokens_decoder()), dtype=np.uint32)
-        ag = compare(dolma, olmax, decode, added)
+    olmax_side = read_side("olmax prepare", olmax_shards(first))
+    failed = failed or bool(olmax_side.problems or olmax_side.duplicates)
+    agreement = None
+    if not args.skip_dolma:
+        dolma_side = read_side("dolma tokens", dolma_shards(dolma_dst))
+        failed = failed or bool(dolma_side.problems or dolma_side.duplicates)
+        added = np.array(sorted(hf.get_added_tokens_decoder()), dtype=np.uint32)
+        ag = compare(dolma_side, olmax_side, decode, added)
+        agreement = f"{ag.equal:,} / {ag.total:,} docs equal"
         print(
-            f"agreement: {ag.equal:,} / {ag.total:,} docs equal; {len(ag.mismatched):,} differ; "
+            f"agreement: {agreement}; {len(ag.mismatched):,} differ; "
             f"{len(ag.only['dolma']):,} only in dolma, {len(ag.only['olmax']):,} only in olmax"
         )
-        examined = sum(ag.causes.values())
         for cause, n in sorted(ag.causes.items(), key=lambda kv: -kv[1]):
-            print(f"  {n:,} of the {examined:,} differing docs examined (in id order): {cause}")
-        for side_name, missing in ag.only.items():
-            if missing:
-                print(f"  first only in {side_name}: {missing[0]!r}")
+            print(f"  {n:,} differing docs: {cause}")
         if ag.mismatched:
-            show_mismatch(ag.mismatched[0], dolma, olmax, decode)
+            show_mismatch(ag.mismatched[0], dolma_side, olmax_side, decode)
         failed = failed or ag.equal != ag.total
-    if not args.keep:
-        shutil.rmtree(olmax_dst, ignore_errors=True)
+        for t in timings["dolma"]:
+            _report("dolma tokens", t, dolma_side)
+    for w in olmax_workers:
+        for t in timings[f"olmax-w{w}"]:
+            _report(f"olmax prepare --workers {w}", t, olmax_side)
+
+    rec = Record(
+        "tok",
+        argv=[str(Path(__file__))] + list(argv if argv is not None else sys.argv[1:]),
+        smoke=args.smoke,
+        results=args.results,
+    )
+    info = runs[0]
+    rec.side(
+        "olmax",
+        version=package_version("olmax"),
+        setting=f"data prepare --dolma-compat --workers {'/'.join(map(str, olmax_workers))}; engine "
+        f"{info['engine']} (auto)",
+    )
+    rec.side(
+        "engine",
+        version=f"{info['engine']} {info['engine_version']}",
+        setting="bench/engine_ceiling.py: load_tokenizer + Tokenizer.encode_flat on one thread, 4 MB batches "
+        "of the texts prepare tokenizes, already in memory",
+        reason=info["engine_reason"],
+    )
+    if not args.skip_dolma:
+        rec.side("dolma", version="1.2.1", setting=f"dolma tokens --processes {args.workers} --dtype uint32")
+    per_cpu: dict[str, list[float]] = {}
+    for name, ts in timings.items():
+        side = "dolma" if name == "dolma" else "engine" if name == "engine" else "olmax"
+        if name == "olmax-startup":
+            rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
+            continue
+        n = dolma_side.tokens if name == "dolma" else tokens
+        rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
+        rec.timings(f"{name}.wall", side, [t.wall_s for t in ts], "s", PROCESS_WALL)
+        per_cpu[name] = [n / t.cpu_s / 1e6 for t in ts]
+        key = name.replace("-", "_")
+        rec.figure(f"{key}_tokens_per_cpu_s", per_cpu[name], "M tokens/CPU-s")
+        rec.figure(f"{key}_tokens_per_wall_s", [n / t.wall_s / 1e6 for t in ts], "M tokens/s")
+    rec.timings("engine.encode", "engine", [r["warm_cpu_s"] for r in runs], "s", WARM_CPU)
+    warm = rec.figure(
+        "engine_encode_tokens_per_cpu_s", [tokens / r["warm_cpu_s"] / 1e6 for r in runs], "M tokens/CPU-s"
+    )
+    lines = [f"engine alone, encode calls only: {format_figure(warm)} ({info['engine_reason']})"]
+    for name in per_cpu:
+        lines.append(
+            f"{name}: {format_figure(rec.data['figures'][name.replace('-', '_') + '_tokens_per_cpu_s'])}"
+        )
+    for w in olmax_workers:
+        key = f"olmax-w{w}"
+        fig = rec.figure(
+            f"olmax_w{w}_over_engine",
+            pairwise_ratio(per_cpu[key], per_cpu["engine"]),
+            "x",
+            about="tokens per CPU-second, both whole processes",
+        )
+        lines.append(f"olmax --workers {w} / engine alone, per CPU-s: {format_figure(fig, 2)}")
+        start = [t.cpu_s for t in timings["olmax-startup"]]
+        steady = [tokens / (t.cpu_s - s0) / 1e6 for t, s0 in zip(timings[key], start)]
+        rec.figure(
+            f"olmax_w{w}_steady_tokens_per_cpu_s",
+            steady,
+            "M tokens/CPU-s",
+            about="start-up excluded: CPU seconds minus the same command's on a one-document input, same round",
+        )
+        fig = rec.figure(
+            f"olmax_w{w}_steady_over_engine_encode",
+            [a / (tokens / r["warm_cpu_s"] / 1e6) for a, r in zip(steady, runs)],
+            "x",
+            about="start-up excluded on both sides: olmax as above, the engine's encode calls alone",
+        )
+        lines.append(f"olmax --workers {w} start-up excluded / engine encode calls: {format_figure(fig, 2)}")
         if not args.skip_dolma:
-            shutil.rmtree(dolma_dst, ignore_errors=True)
-    if dolma and olmax and dolma_t and olmax_t and dolma.tokens and olmax_t.cpu_s:
-        # Other work on a shared machine stretches wall time; tokens per CPU-second is the steadier figure.
-        per_cpu = (olmax.tokens / olmax_t.cpu_s) / (dolma.tokens / dolma_t.cpu_s)
-        print(f"prepare tokens per CPU-s olmax/dolma = {per_cpu:.1f}x")
-    if dolma_rate is not None and olmax_rate is not None:
-        ratio = f"{olmax_rate / dolma_rate:.1f}x" if dolma_rate > 0 else "n/a (dolma wrote no tokens)"
-    else:
-        ratio = f"n/a ({'dolma' if dolma_rate is None else 'olmax'} not run)"
-    print(f"prepare tokens/s olmax/dolma = {ratio}")
+            fig = rec.figure(f"olmax_w{w}_over_dolma", pairwise_ratio(per_cpu[key], per_cpu["dolma"]), "x")
+            lines.append(f"olmax --workers {w} / dolma, per CPU-s: {format_figure(fig)}")
+    rec.note(
+        "corpus",
+        {
+            "root": str(corpus.root.relative_to(REPO)),
+            "text_bytes": corpus.text_bytes,
+            "docs": corpus.docs,
+            "tokens": tokens,
+        },
+    )
+    if agreement:
+        rec.note("agreement_with_dolma", agreement)
+    if beam_line:
+        rec.note("beam", beam_line)
+    print(f"record: {rec.write()}")
+    print("\n".join(lines))
+    if not args.keep:
+        for d in [*olmax_dst.values(), dolma_dst, run_dir / "olmax-beam", run_dir / "startup"]:
+            shutil.rmtree(d, ignore_errors=True)
     return 1 if failed else 0
 
 

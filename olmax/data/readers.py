@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from olmax import storage
 from olmax.errors import OlmaxError
 from olmax.jsonio import json_error
@@ -132,7 +134,10 @@ def _open_binary(path: str) -> io.BufferedIOBase:
             "leave it out of the inputs"
         )
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        # ISA-L's inflate: the same bytes as zlib's at 2-3x the speed (prepare reads .gz at the tokenizer's pace)
+        from isal import igzip
+
+        return igzip.open(path, "rb")
     if path.endswith(".zst"):
         return io.BufferedReader(_ZstdFrames(path), buffer_size=1 << 20)
     return open(path, "rb")
@@ -142,15 +147,37 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
     """What a corrupt or truncated .gz/.zst raises while it is read."""
 
     import zstandard
+    from isal import isal_zlib
 
-    return (EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile, ValueError)
+    return (EOFError, zlib.error, isal_zlib.error, zstandard.ZstdError, gzip.BadGzipFile, ValueError)
+
+
+def _fast_object(raw: bytes, id_field: str) -> dict | None:
+    """The object of a JSON line by orjson (UTF-8 checked and parsed in one pass, at twice json's speed)
+    when it is exactly what `json.loads` gives; None sends the line down the json path (which also gives
+    the same errors as ever): a line not starting with `{`, any orjson error (NaN, 1e400 and lone surrogate
+    escapes are json's extensions), and an id orjson read as a float (it reads an integer past 64 bits as
+    one)."""
+    if raw[:1] != b"{":
+        return None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return None if isinstance(obj.get(id_field), float) else obj
 
 
 def _jsonl_objects(
-    path: str, fix: str, skip_bad_lines: bool = False, start_after: int = 0, stats: ReadStats | None = None
+    path: str,
+    fix: str,
+    skip_bad_lines: bool = False,
+    start_after: int = 0,
+    stats: ReadStats | None = None,
+    fast_id_field: str | None = None,
 ) -> Iterator[tuple[int, dict]]:
     """(1-based line, object) of every non-blank line of a jsonl file after line `start_after`; a bad line
-    raises OlmaxError naming the file, the line (and the byte offset for bad UTF-8), ending with `fix`."""
+    raises OlmaxError naming the file, the line (and the byte offset for bad UTF-8), ending with `fix`.
+    `fast_id_field`: parse with orjson where it gives json's result (`_fast_object`), this being the id."""
     stats = stats if stats is not None else ReadStats()
     offset, lineno = 0, 0
     with _open_binary(path) as f:
@@ -169,6 +196,10 @@ def _jsonl_objects(
             lineno += 1
             line_offset, offset = offset, offset + len(raw)
             if lineno <= start_after:
+                continue
+            obj = None if fast_id_field is None else _fast_object(raw, fast_id_field)
+            if obj is not None:
+                yield lineno, obj
                 continue
             try:
                 line = raw.decode("utf-8")
@@ -208,7 +239,7 @@ def read_jsonl(
     """Documents of a Dolma-format jsonl file, from line `start_after + 1` on."""
     base = os.path.basename(path)
     fix = "fix it or pass --skip-bad-lines to skip and count such lines"
-    for lineno, obj in _jsonl_objects(path, fix, skip_bad_lines, start_after, stats):
+    for lineno, obj in _jsonl_objects(path, fix, skip_bad_lines, start_after, stats, id_field):
         text = obj.get(text_field)
         if not isinstance(text, str):
             what = "has no" if text is None else "has a non-string"

@@ -33,14 +33,6 @@ from olmax.data import readers
 from olmax.data.index import TokenFields, data_fingerprint
 from olmax.data.prepare.batches import Encoded, encode_docs, prefetch, read_batches
 from olmax.data.prepare.config import PrepareConfig, SourceSpec
-from olmax.data.prepare.dedup_stages import (
-    DECISIONS_FILE,
-    apply_edits,
-    edits_of,
-    load_or_plan,
-    manifest_entry,
-    write_removed,
-)
 from olmax.data.prepare.mixspec import plan_mix
 from olmax.data.shards import PREPARE_JOURNAL, ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer
@@ -68,6 +60,14 @@ class SourceResult:
     @property
     def docs(self) -> int:
         return sum(s.docs for s in self.shards)
+
+
+def dedup_stages():
+    """The --dedup stages' module, imported on first use: a run without --dedup never loads their numba
+    kernels (a third of prepare's start-up)."""
+    from olmax.data.prepare import dedup_stages as module
+
+    return module
 
 
 def tokenizer_id(tok: Tokenizer) -> str:
@@ -298,7 +298,7 @@ def _prepare_source(
 
     batches = read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats)
     if edits is not None:
-        batches = apply_edits(batches, edits)
+        batches = dedup_stages().apply_edits(batches, edits)
     try:
         for batch in prefetch(batches, depth=4):
             pending.append(pool.submit(encode_docs, tok, batch, cfg.dolma_compat))
@@ -382,7 +382,7 @@ def discard_unstarted(out: Path, journal: Journal, created: bool) -> None:
     if any(entry["shards"] for entry in journal.labels.values()):
         return
     journal.path.unlink(missing_ok=True)
-    (out / DECISIONS_FILE).unlink(missing_ok=True)
+    (out / dedup_stages().DECISIONS_FILE).unlink(missing_ok=True)
     for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         if not any(d.iterdir()):
             d.rmdir()
@@ -405,10 +405,10 @@ def prepare_into(
     decisions = None
     try:
         if cfg.dedup is not None:
-            decisions = load_or_plan(cfg, out, files)
+            decisions = dedup_stages().load_or_plan(cfg, out, files)
         with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-tok") as pool:
             for si, spec in enumerate(cfg.sources):
-                edits = edits_of(decisions, si) if decisions is not None else None
+                edits = dedup_stages().edits_of(decisions, si) if decisions is not None else None
                 results.append(_prepare_source(target, spec, files[spec.label], pool, edits))
     except OlmaxError:
         discard_unstarted(out, journal, created)
@@ -442,8 +442,9 @@ def finish_prepare(
     mix_text += "".join(f"{label},{{TOKENIZER}}{path[len(tid) :]}\n" for label, path in mix_lines)
     manifest = _manifest(cfg, tok, tok_path, results, plan, mix_lines, out)
     if decisions is not None:
-        manifest["dedup"] = manifest_entry(decisions)
-        write_removed(out, decisions)
+        manifest["dedup"] = dedup_stages().manifest_entry(decisions)
+        dedup_stages().write_removed(out, decisions)
+    print(f"olmax: tokenizer engine {tok.engine_reason}", file=sys.stderr)
     print(
         f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
         f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}",
@@ -473,6 +474,7 @@ def _manifest(
             "file": os.path.basename(tok_path),
             "sha256": tok.sha256,
             "engine": tok.engine,
+            "engine_reason": tok.engine_reason,
             "vocab_size": tok.vocab_size,
             "eos_token_id": tok.eos_token_id,
             "pad_token_id": tok.pad_token_id,
@@ -504,7 +506,8 @@ def _manifest(
 
 
 def _hashed_settings(cfg: PrepareConfig) -> dict:
-    d = asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None}
+    # the engine does not change a byte (every engine gives `tokenizers`' ids): hashed as the default
+    d = asdict(cfg) | {"workers": None, "progress": None, "overwrite": None, "out": None, "engine": "auto"}
     if d["dedup"] is None:
         del d["dedup"]  # a run without --dedup hashes as it did before the option existed
     return d

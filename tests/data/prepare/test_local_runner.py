@@ -514,3 +514,72 @@ def test_parquet_folder_and_split_shard_keep_arrayrecords_aligned(tmp_path, dolm
         assert [r["id"] for r in records] == [row.id for row in read_sidecar(shard)]
         assert all(np.array_equal(r["input_ids"], docs[r["id"]]) for r in records)
     assert not list(out.rglob("docs-00000.*"))  # the unsplit originals are gone
+
+
+@pytest.fixture(scope="module")
+def varied_inputs(tmp_path_factory) -> Path:
+    """Real text of every kind prepare sees, with what prepare skips, cuts and records: code and prose,
+    eval-set-like questions, many scripts and emoji, long words, whitespace runs, added tokens written in
+    the text (a text ending in EOS too), empty texts, an exact duplicate and a bad line."""
+    d = tmp_path_factory.mktemp("varied")
+    code = stdlib_texts(30, start=40)
+    hard = [
+        (
+            "scripts",
+            "Привет мир; مرحبا; नमस्ते; こんにちは世界; 你好; 안녕; ＡＢＣ 𝐀𝐁𝐂; 👨\u200d👩\u200d👧 🇯🇵\u200b",
+        ),
+        ("long", "x" * 20_000 + " " + "supercalifragilistic" * 500),
+        ("spaces", " " * 5000 + "\n" * 3000 + "\t \r\n" * 1000 + "end   "),
+        ("added", "a<|endoftext|>b |||EMAIL_ADDRESS||| <|pad|><|extra_id_3|> <|endoftext"),
+        ("ends-in-eos", "the text ends in EOS<|endoftext|>"),
+        ("blank", " \n\t "),
+        ("empty", ""),
+        ("question", "Question: Which gas do plants take in?\nA. oxygen\nB. carbon dioxide\nAnswer: B"),
+    ]
+    write_jsonl(d / "a.jsonl.gz", code[:15] + hard, extra=['{"id": "bad", "text": '])
+    write_jsonl(d / "b.jsonl.zst", code[15:] + [("copy", code[0][1])])
+    write_jsonl(d / "prose.jsonl", pydoc_texts()[:40])
+    return d
+
+
+def test_every_engine_and_worker_count_gives_the_same_bytes(tmp_path, varied_inputs, dolma2, capsys):
+    """Shards, sidecars, mix.txt, removed.jsonl and the manifest (but its engine fields) are the same bytes
+    whichever engine tokenizes and however many workers run; tokenizers itself is one of the engines."""
+    outputs = {}
+    for compat in ((), ("--dolma-compat",)):
+        for engine, workers in (
+            ("tokenizers", "1"),
+            ("gigatoken", "1"),
+            ("gigatoken", "2"),
+            ("tiktoken", "2"),
+        ):
+            out = tmp_path / f"{engine}-{workers}{''.join(compat)}"
+            flags = (
+                "--engine",
+                engine,
+                "--workers",
+                workers,
+                "--dedup",
+                "exact",
+                "--skip-bad-lines",
+                *compat,
+            )
+            rc = run("--tokenizer", dolma2, "--out", str(out), "--shard-size", "128KB", *flags,
+                     f"code={varied_inputs}/*.jsonl.*", f"prose={varied_inputs}/prose.jsonl")  # fmt: skip
+            assert rc == 0
+            assert f"olmax: tokenizer engine {engine} " in capsys.readouterr().err
+            files = read_folder_bytes(out)
+            manifest = json.loads(files.pop("manifest.json"))
+            tokenizer = manifest.pop("tokenizer")
+            assert tokenizer.pop("engine") == engine
+            assert tokenizer.pop("engine_reason").startswith(f"{engine} ")
+            outputs[engine, workers, compat] = files, manifest | {"tokenizer": tokenizer}
+        want = outputs["tokenizers", "1", compat]
+        assert len(want[0]) > 8 and "removed.jsonl" in want[0]
+        assert want[1]["sources"]["code"]["skipped"]["bad_lines"] == 1
+        for key, got in outputs.items():
+            if key[2] == compat:
+                assert got[0].keys() == want[0].keys(), key
+                assert [k for k in want[0] if got[0][k] != want[0][k]] == [], key
+                assert got[1] == want[1], key
+    assert outputs["gigatoken", "1", ()][0] != outputs["gigatoken", "1", ("--dolma-compat",)][0]
