@@ -151,11 +151,11 @@ def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict])
         nonlocal group, data, size, partitions
         if not group:
             return
-        d, a, b, kept = repeated_spans(data, st.substring_min_bytes)
-        for k in range(d.size):
-            g = group[int(d[k])]
-            rec = removed.setdefault(g, {"stage": "substring", "kept": group[int(kept[k])], "spans": []})
-            rec["spans"].append([int(a[k]), int(b[k])])
+        for k, rec in substring_records(cfg, data).items():
+            removed[group[k]] = rec | {
+                "kept": group[rec["kept"]],
+                "span_kept": [group[x] for x in rec["span_kept"]],
+            }
         partitions += 1
         group, data, size = [], [], 0
 
@@ -173,29 +173,83 @@ def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict])
     return partitions
 
 
+def substring_records(cfg: PrepareConfig, data: list[bytes]) -> dict[int, dict]:
+    """The substring stage over one partition's documents `data` (input order): per edited document
+    (its number in `data`), {"stage", "kept", "spans", "span_kept", "emptied"}, keepers as numbers."""
+    d, a, b, kept = repeated_spans(data, cfg.dedup.substring_min_bytes)
+    found: dict[int, dict] = {}
+    for k in range(d.size):
+        rec = found.setdefault(
+            int(d[k]), {"stage": "substring", "kept": int(kept[k]), "spans": [], "span_kept": []}
+        )
+        rec["spans"].append([int(a[k]), int(b[k])])
+        rec["span_kept"].append(int(kept[k]))
+    for k, rec in found.items():
+        text = cut(data[k], rec["spans"]).decode("utf-8")
+        rec["emptied"] = not (text.strip() if cfg.dolma_compat else text)
+    return found
+
+
 def _decisions(
     cfg: PrepareConfig, docs: _Docs, removed: dict[int, dict], candidates: int, partitions: int
 ) -> dict:
+    def at(g: int) -> tuple:
+        return (docs.source[g], docs.file[g], docs.loc[g])
+
     found = []
     for g, r in removed.items():
-        at = (docs.source[g], docs.file[g], docs.loc[g])
-        found.append((at, r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]]}))
+        r = r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]], "kept_at": at(r["kept"])}
+        if "span_kept" in r:
+            r["span_kept_at"] = [at(x) for x in r["span_kept"]]
+            r["span_kept"] = [docs.ids[x] for x in r["span_kept"]]
+        found.append((at(g), r))
     return decisions_of(cfg, found, len(docs.ids), candidates, partitions)
+
+
+def _pass_on(found: list[tuple[tuple, dict]]) -> dict[tuple, tuple[tuple, str]]:
+    """For the keeper of each exact or minhash record, the (position, id) of the document whose output
+    stands for its text: itself when it reached the output (an edited one's record says where its cut
+    spans are kept), else, along the chain, the keeper of a document removed in turn, or the first
+    span's keeper of one cut to nothing (keepers are always earlier documents: the chain ends)."""
+    by_at = {tuple(a): r for a, r in found}
+    ids: dict[tuple, str] = {}
+    for a, r in found:
+        ids[tuple(a)] = r["id"]
+        ids[tuple(r["kept_at"])] = r["kept"]
+        for x, i in zip(r.get("span_kept_at", []), r.get("span_kept", [])):
+            ids[tuple(x)] = i
+    out = {}
+    for _, r in found:
+        if r["stage"] == "substring":
+            continue
+        start = here = tuple(r["kept_at"])
+        while (q := by_at.get(here)) is not None and (q["stage"] != "substring" or q["emptied"]):
+            here = tuple(q["kept_at"] if q["stage"] != "substring" else q["span_kept_at"][0])
+        out[start] = (here, ids[here])
+    return out
 
 
 def decisions_of(
     cfg, found: list[tuple[tuple, dict]], documents: int, candidates: int, partitions: int
 ) -> dict:
     """The decisions file's content (either runner) from `found`: (input position (source, file, line),
-    {"id", "stage", "kept": kept id, "jaccard"?, "spans"?}) per removed or edited document, any order."""
+    {"id", "stage", "kept": kept id, "kept_at": its position, "jaccard"?, "spans"?, "span_kept"?,
+    "span_kept_at"?, "emptied"?}) per removed or edited document, any order."""
     labels = [s.label for s in cfg.sources]
+    found = [(tuple(at), r) for at, r in found]
+    passed = _pass_on(found)
     records = []
     for at, r in sorted(found, key=lambda x: x[0]):
         rec = {"id": r["id"], "source": labels[at[0]], "stage": r["stage"], "kept": r["kept"]}
+        if r["stage"] != "substring" and passed[tuple(r["kept_at"])][0] != tuple(r["kept_at"]):
+            rec["kept"], rec["kept_via"] = passed[tuple(r["kept_at"])][1], r["kept"]
         if "jaccard" in r:
             rec["jaccard"] = r["jaccard"]
         if "spans" in r:
             rec["spans"] = r["spans"]
+            rec["span_kept"] = r["span_kept"]
+            if r["emptied"]:
+                rec["emptied"] = True
         rec["at"] = list(at)
         records.append(rec)
     counts = {s: sum(1 for r in records if r["stage"] == s) for s in cfg.dedup.stages}
@@ -231,8 +285,12 @@ def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], pla
 
 
 def edits_of(decisions: dict, source: int) -> dict[tuple[int, int], list | None]:
-    """A source's (file, line) → spans to cut, or None for a removed document."""
-    return {(r["at"][1], r["at"][2]): r.get("spans") for r in decisions["records"] if r["at"][0] == source}
+    """A source's (file, line) → spans to cut, or None for a removed document (or one cut to nothing)."""
+    return {
+        (r["at"][1], r["at"][2]): None if r.get("emptied") else r.get("spans")
+        for r in decisions["records"]
+        if r["at"][0] == source
+    }
 
 
 def apply_edits(batches, edits: dict):
