@@ -52,6 +52,7 @@ class _Docs:
     file: list[int] = field(default_factory=list)
     loc: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
 
 
 def utf8(doc: readers.Doc) -> bytes:
@@ -95,7 +96,6 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
     parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
     pending: list = []
-    text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
         for si, batch in _documents(cfg, files):
             texts = []
@@ -103,7 +103,7 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
                 g = len(docs.ids)
                 docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
                 data = utf8(d)
-                text_bytes += len(data)
+                docs.nbytes.append(len(data))
                 if "exact" in st.stages:
                     h = xxhash.xxh3_128_intdigest(data)
                     first = seen.setdefault(h, g)
@@ -135,7 +135,7 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
     partitions = 0
     if "substring" in st.stages:
         partitions = _substring(cfg, files, docs, removed)
-    return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
+    return _decisions(cfg, docs, removed, candidates, partitions)
 
 
 def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict]) -> int:
@@ -198,12 +198,21 @@ def _decisions(
 
     found = []
     for g, r in removed.items():
-        r = r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]], "kept_at": at(r["kept"])}
+        r = r | {
+            "id": docs.ids[g],
+            "kept": docs.ids[r["kept"]],
+            "kept_at": at(r["kept"]),
+            "bytes": docs.nbytes[g],
+        }
         if "span_kept" in r:
             r["span_kept_at"] = [at(x) for x in r["span_kept"]]
             r["span_kept"] = [docs.ids[x] for x in r["span_kept"]]
         found.append((at(g), r))
-    return decisions_of(cfg, found, len(docs.ids), candidates, partitions)
+    seen = [[0, 0] for _ in cfg.sources]
+    for si, n in zip(docs.source, docs.nbytes):
+        seen[si][0] += 1
+        seen[si][1] += n
+    return decisions_of(cfg, found, seen, candidates, partitions)
 
 
 def _pass_on(found: list[tuple[tuple, dict]]) -> dict[tuple, tuple[tuple, str]]:
@@ -229,12 +238,11 @@ def _pass_on(found: list[tuple[tuple, dict]]) -> dict[tuple, tuple[tuple, str]]:
     return out
 
 
-def decisions_of(
-    cfg, found: list[tuple[tuple, dict]], documents: int, candidates: int, partitions: int
-) -> dict:
+def decisions_of(cfg, found: list[tuple[tuple, dict]], seen: list, candidates: int, partitions: int) -> dict:
     """The decisions file's content (either runner) from `found`: (input position (source, file, line),
-    {"id", "stage", "kept": kept id, "kept_at": its position, "jaccard"?, "spans"?, "span_kept"?,
-    "span_kept_at"?, "emptied"?}) per removed or edited document, any order."""
+    {"id", "stage", "kept": kept id, "kept_at": its position, "bytes": the document's UTF-8 bytes,
+    "jaccard"?, "spans"?, "span_kept"?, "span_kept_at"?, "emptied"?}) per removed or edited document,
+    any order; `seen`: per source, [documents, text bytes] that took part."""
     labels = [s.label for s in cfg.sources]
     found = [(tuple(at), r) for at, r in found]
     passed = _pass_on(found)
@@ -256,13 +264,96 @@ def decisions_of(
     cut_bytes = sum(b - a for r in records for a, b in r.get("spans", []))
     return {
         "settings": asdict(cfg.dedup),
-        "documents": documents,
+        "documents": sum(n for n, _ in seen),
+        "text_bytes": sum(b for _, b in seen),
         "counts": counts,
+        "outcomes": _outcomes(cfg, found),
+        "sources": _source_stats(cfg, found, seen),
+        **_clusters(found, passed),
         "minhash_candidate_pairs": candidates,
         "substring_bytes_removed": cut_bytes,
         "substring_partitions": partitions,
         "records": records,
     }
+
+
+def _outcomes(cfg, found) -> dict:
+    """Per stage what happened to its documents: exact and minhash remove them; substring edits them,
+    or empties them (cut to nothing: they leave the output too)."""
+    out = {s: ({"edited": 0, "emptied": 0} if s == "substring" else {"removed": 0}) for s in cfg.dedup.stages}
+    for _, r in found:
+        if r["stage"] == "substring":
+            out["substring"]["emptied" if r["emptied"] else "edited"] += 1
+        else:
+            out[r["stage"]]["removed"] += 1
+    return out
+
+
+def _source_stats(cfg, found, seen) -> dict:
+    """Per source: documents and text bytes that took part, and per stage the documents it removed (or
+    cut to nothing) and the bytes it removed (olmax.dedup.gates' stats)."""
+    stats = {
+        spec.label: {
+            "documents": seen[si][0],
+            "text_bytes": seen[si][1],
+            "stages": {s: {"documents": 0, "text_bytes": 0} for s in cfg.dedup.stages},
+        }
+        for si, spec in enumerate(cfg.sources)
+    }
+    for at, r in found:
+        st = stats[cfg.sources[at[0]].label]["stages"][r["stage"]]
+        if r["stage"] == "substring":
+            st["documents"] += int(r["emptied"])
+            st["text_bytes"] += sum(b - a for a, b in r["spans"])
+        else:
+            st["documents"] += 1
+            st["text_bytes"] += r["bytes"]
+    return stats
+
+
+def _clusters(found, passed, top: int = 10, shown: int = 3) -> dict:
+    """The biggest clusters: a kept document and every document exact or minhash removed in its favour
+    (through the chains `_pass_on` follows), largest first (then by the kept one's position)."""
+    members: dict[tuple, list[tuple]] = {}
+    kept_id: dict[tuple, str] = {}
+    for at, r in found:
+        if r["stage"] == "substring":
+            continue
+        k, kid = passed[tuple(r["kept_at"])]
+        members.setdefault(k, []).append((at, r["id"]))
+        kept_id[k] = kid
+    ranked = sorted(members.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    clusters = []
+    for k, ms in ranked[:top]:
+        ms = sorted(ms)[:shown]
+        clusters.append(
+            {
+                "kept": kept_id[k],
+                "size": 1 + len(members[k]),
+                "members": [i for _, i in ms],
+                "at": [list(k)] + [list(a) for a, _ in ms],
+            }
+        )
+    return {"largest_cluster": clusters[0]["size"] if clusters else 1, "clusters": clusters}
+
+
+def first_lines(cfg: PrepareConfig, files: dict[str, list[str]], decisions: dict) -> None:
+    """Add to each of `decisions`' clusters the first line of the documents it shows (kept one first),
+    read back from their input files."""
+    want: dict[tuple, set] = {}
+    for c in decisions["clusters"]:
+        for si, fi, loc in c["at"]:
+            want.setdefault((si, fi), set()).add(loc)
+    text: dict[tuple, str] = {}
+    for (si, fi), locs in sorted(want.items()):
+        path = files[cfg.sources[si].label][fi]
+        for batch in stage_batches(cfg, si, [path], first_file=fi):
+            for _, d in batch:
+                if d.loc in locs:
+                    line = next((x for x in d.text.splitlines() if x.strip()), "")
+                    text[(si, fi, d.loc)] = line.strip()[:200]
+    for c in decisions["clusters"]:
+        c["first_lines"] = [text.get(tuple(a), "") for a in c["at"]]
 
 
 def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], planner=None) -> dict:
@@ -274,6 +365,7 @@ def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], pla
             return saved
     t0, c0 = time.monotonic(), time.process_time()
     decisions = (planner or plan)(cfg, files)
+    first_lines(cfg, files, decisions)
     write_json(path, decisions)
     print(
         f"olmax: dedup decisions for {decisions['documents']:,} documents "
@@ -324,6 +416,10 @@ def manifest_entry(decisions: dict) -> dict:
         "documents_seen": decisions["documents"],
         "text_bytes_seen": decisions["text_bytes"],
         "removed": decisions["counts"],
+        "outcomes": decisions["outcomes"],
+        "sources": decisions["sources"],
+        "largest_cluster": decisions["largest_cluster"],
+        "clusters": [{k: v for k, v in c.items() if k != "at"} for c in decisions["clusters"]],
         "minhash_candidate_pairs": decisions["minhash_candidate_pairs"],
         "substring_bytes_removed": decisions["substring_bytes_removed"],
         "substring_partitions": decisions["substring_partitions"],

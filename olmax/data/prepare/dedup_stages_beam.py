@@ -380,9 +380,20 @@ def plan_beam(cfg: PrepareConfig, files: dict[str, list[str]], options, tmp: str
         beam.raise_first_failure(done)
         found += [rec for part in done for rec in part]
         storage.remove_tree(folder)
-    documents = sum(int(s["locs"].size) for s in summaries)
-    text_bytes = sum(int(s["nbytes"].sum()) for s in summaries)
-    return decisions_of(cfg, found, documents, candidates, n_parts) | {"text_bytes": text_bytes}
+    seen = [[0, 0] for _ in cfg.sources]
+    need: dict[tuple, set] = {}
+    for at, _ in found:
+        need.setdefault((at[0], at[1]), set()).add(at[2])
+    size: dict[tuple, int] = {}  # the records' documents' sizes only
+    for s in summaries:
+        seen[s["source"]][0] += int(s["locs"].size)
+        seen[s["source"]][1] += int(s["nbytes"].sum())
+        locs = need.get((s["source"], s["file"]), set())
+        for loc, n in zip(s["locs"].tolist(), s["nbytes"].tolist()):
+            if loc in locs:
+                size[(s["source"], s["file"], loc)] = n
+    found = [(tuple(at), r | {"bytes": size[tuple(at)]}) for at, r in found]
+    return decisions_of(cfg, found, seen, candidates, n_parts)
 
 
 def planner(options, tmp: str, log_dir: str):
