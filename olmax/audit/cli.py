@@ -13,6 +13,7 @@ from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
+from olmax.dedup.gates_cli import add_gate_options
 from olmax.dedup.params import MinHashParams, NearSettings
 from olmax.evalsets.cli import add_eval_option
 
@@ -79,7 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "mix's distinct files; reports duplicates within and across sources. Exits 1 above the limits.",
     )
     add_stream_options(dd, seq_len=False, batch=False, order=False)
-    add_fields(dd, DedupConfig, groups={"near": add_near_options(dd)})
+    near = add_near_options(dd)
+    add_gate_options(near, "tokens (with --near)")
+    add_fields(dd, DedupConfig, groups={"near": near})
     add_runner_options(dd)
     _out(dd)
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
@@ -259,7 +262,11 @@ def _dedup(args: argparse.Namespace) -> int:
 
     stream = stream_from_args(args)
     cfg = DedupConfig(
-        stream=stream, near=near_params(args, stream.mix), **values_from_args(args, DedupConfig)
+        stream=stream,
+        near=near_params(args, stream.mix),
+        max_removed_frac=tuple(args.max_removed_frac) if args.max_removed_frac else None,
+        max_cluster_size=args.max_cluster_size,
+        **values_from_args(args, DedupConfig),
     )
     return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 

@@ -157,6 +157,10 @@ class DedupConfig:
     examples: int = setting(10, cli=False)  # examples listed per check
     near: NearSettings | None = setting(None, cli=False)  # --near: MinHash near-duplicate documents too
     max_near_dup_frac: float = setting(0.05, _NEAR_GATE, option=Option(group="near"))
+    # --max-removed-frac [SOURCE=]X (per source, the near stage's removable share) and
+    # --max-cluster-size N, registered with prepare's (olmax/dedup/gates_cli.py)
+    max_removed_frac: tuple[str, ...] | None = setting(None, cli=False)
+    max_cluster_size: int | None = setting(None, cli=False)
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,41 @@ def _file_shingles(path: str, params: MinHashParams, decode, min_doc_tokens: int
         sh, off = decoded_shingles(decode, tokens, docs.starts[keep], ends[keep], params.ngram)
         ids = [docs.id_of(int(i)) for i in keep]
         ntok = (docs.ends - docs.starts)[keep]
-    return sh, off, signatures(sh, off, params), ids, ntok
+        bounds = np.stack([docs.starts[keep], ends[keep]], axis=1)
+    return sh, off, signatures(sh, off, params), ids, ntok, bounds
+
+
+def _first_lines(paths: list[str], decode, wanted: list[tuple[int, int, int]]) -> dict:
+    """(file, start, end) → the first non-blank line of that document's decoded text."""
+    out = {}
+    by_file: dict[int, list] = {}
+    for f, a, b in wanted:
+        by_file.setdefault(f, []).append((a, b))
+    for f, spans in sorted(by_file.items()):
+        with local_tokens(paths[f]) as (_, tokens):
+            for a, b in spans:
+                head = decode(np.asarray(tokens[a : min(b, a + 64)]).tolist())
+                out[(f, a, b)] = next((x.strip() for x in head.splitlines() if x.strip()), "")[:200]
+    return out
+
+
+def _source_stats(labels, file_of, ntok, gone) -> dict:
+    """Per source: documents and tokens compared, and the near stage's removable ones (the gates' stats,
+    olmax.dedup.gates; exact copies are near-duplicates at Jaccard 1, so they count here too)."""
+    stats = {}
+    removed = np.zeros(ntok.size, bool)
+    removed[gone] = True
+    src = np.asarray([labels[f] for f in file_of.tolist()], dtype=object)
+    for name in dict.fromkeys(labels):
+        sel = src == name
+        stats[name] = {
+            "documents": int(sel.sum()),
+            "tokens": int(ntok[sel].sum()),
+            "stages": {
+                "near": {"documents": int((sel & removed).sum()), "tokens": int(ntok[sel & removed].sum())}
+            },
+        }
+    return stats
 
 
 def near_duplicates(
@@ -107,6 +141,7 @@ def near_duplicates(
     ntok = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, np.int64)
     file_of = np.repeat(np.arange(len(parts)), counts)
     ids = [i for p in parts for i in p[3]]
+    bounds = np.concatenate([p[5] for p in parts]) if parts else np.zeros((0, 2), np.int64)
     cl = cluster(sh, off, sig, params)
     gone = cl.removed
     per_file = np.bincount(file_of[gone], weights=ntok[gone], minlength=len(parts)).astype(np.int64)
@@ -123,9 +158,17 @@ def near_duplicates(
         for k, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     ]
     removable = int(ntok[gone].sum())
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:5]
+    shown = [(k, [k, *members[:3]]) for k, members in ranked]
+    where = {m: (int(file_of[m]), int(bounds[m, 0]), int(bounds[m, 1])) for _, ms in shown for m in ms}
+    lines = _first_lines(paths, decode, list(where.values()))
+    for c, (_, ms) in zip(clusters, shown):
+        c["first_lines"] = [lines[where[m]] for m in ms]
     return {
         "clusters": clusters[:max_clusters],
         "clusters_total": len(clusters),
+        "largest_cluster": 1 + len(ranked[0][1]) if ranked else 1,
+        "sources": _source_stats(labels, file_of, ntok, gone),
         "documents": int(ntok.size),
         "document_tokens": int(ntok.sum()),
         "removable_documents": int(gone.size),

@@ -170,3 +170,44 @@ def test_loader_reports_near_duplicate_exposure(corpus, tokenizer, tmp_path):
     frac = near["planned_removable_tokens"] / near["planned_tokens"]
     assert report["checks"]["near_duplicate_exposure"]["value"] == round(frac, 6)
     assert rc == 1 and not report["checks"]["near_duplicate_exposure"]["ok"]  # above the 5% default
+
+
+def test_audit_gates_on_removed_share_and_cluster_size(corpus, tokenizer, tmp_path, capsys):
+    a_docs, b_docs = planted(corpus, tokenizer)
+    a = write_shard(tmp_path / "a.npy", a_docs)
+    b = write_shard(tmp_path / "b.npy", b_docs)
+    mix = write_mix(tmp_path / "mix.txt", [("code", str(a)), ("prose", str(b))])
+    out = tmp_path / "r.json"
+    argv = ["audit", "dedup", "--mix", mix, "--out", str(out), "--work-dir", str(tmp_path), "--near"]
+    argv += ["--tokenizer", tokenizer.path, "--max-repeated-span-frac", "1", "--max-dup-doc-frac", "1"]
+    argv += ["--max-near-dup-frac", "1"]
+    assert main([*argv, "--max-removed-frac", "1", "--max-cluster-size", "2"]) == 0
+    report = json.loads(out.read_text())
+    near = report["near_duplicates"]
+    prose = near["sources"]["prose"]
+    removed = prose["stages"]["near"]
+    assert removed["documents"] == 4 and near["sources"]["code"]["stages"]["near"]["documents"] == 0
+    share = round(max(removed["documents"] / prose["documents"], removed["tokens"] / prose["tokens"]), 6)
+    assert report["checks"]["removed_frac[near/prose]"]["value"] == share
+    assert near["largest_cluster"] == 2 and report["checks"]["max_cluster_size"]["ok"]
+    code = dict(corpus["code"])
+    first = next(
+        x.strip() for x in tokenizer.decode(code[near["clusters"][0]["keep"]]).splitlines() if x.strip()
+    )
+    assert near["clusters"][0]["first_lines"][0] == first[:200]
+    assert any("biggest near-duplicate clusters" in x for x in report["summary"])
+    capsys.readouterr()
+    # failing gates: exit 1, the report written
+    out.unlink()
+    assert main([*argv, "--max-removed-frac", f"prose={share - 0.01}", "--max-cluster-size", "1"]) == 1
+    report = json.loads(out.read_text())
+    assert not report["checks"]["removed_frac[near/prose]"]["ok"] and not report["ok"]
+    assert "removed_frac[near/code]" not in report["checks"]  # no limit given for code
+    assert not report["checks"]["max_cluster_size"]["ok"]
+    # a gate without --near, a source not in the mix: one error line, no report
+    out.unlink()
+    plain = [x for x in argv if x != "--near"]
+    assert main([*plain, "--max-cluster-size", "3"]) == 2
+    assert main([*argv, "--max-removed-frac", "news=0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(x.startswith("olmax: error:") for x in err) and not out.exists()
