@@ -126,6 +126,19 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         "text (memory ~33 bytes per byte; default 128MiB)",
     )
     add_gate_options(d, "text bytes")
+    d.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --dedup: print each stage's memory, disk and time, estimated from the inputs' sizes "
+        "and measured per-byte rates, and the partitioning; write nothing",
+    )
+    d.add_argument(
+        "--max-memory",
+        type=parse_size,
+        metavar="SIZE",
+        help="with --dedup: refuse, before writing anything, a run whose estimated peak memory exceeds "
+        "SIZE (e.g. 64GiB; default: this machine's memory)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
     p.set_defaults(func=_prepare)
@@ -165,6 +178,20 @@ def _prepare(args: argparse.Namespace) -> int:
         dedup=_dedup_settings(args),
     )
     _check_gates(args, [s.label for s in cfg.sources])
+    if cfg.dedup is not None:
+        from olmax.data.prepare.dedup_stages_estimate import check_memory, estimate, lines, machine_memory
+
+        cfg.dedup.check()
+        est = estimate(cfg)
+        limit = args.max_memory or machine_memory()
+        if args.dry_run:
+            print("\n".join(lines(est, limit)))
+            return 0 if est.memory <= limit else 1
+        check_memory(est, limit)
+    elif args.dry_run or args.max_memory:
+        from olmax.errors import OlmaxError
+
+        raise OlmaxError("--dry-run and --max-memory estimate the dedup stages: add --dedup STAGES")
     manifest = prepare(cfg, beam_options=beam_options(args))
     for label, s in manifest["sources"].items():
         plan = manifest["mix"]["plan"][label]

@@ -132,6 +132,7 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
                 "kept": mh_docs[int(cl.keep[m])],
                 "jaccard": round(float(cl.jaccard[m]), 6),
             }
+    parts = sh = off = sig = cl = None  # the minhash tables go before the substring stage's partition
     partitions = 0
     if "substring" in st.stages:
         partitions = _substring(cfg, files, docs, removed)
