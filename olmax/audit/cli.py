@@ -14,7 +14,8 @@ from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
-from olmax.dedup.params import MinHashParams
+from olmax.dedup.gates_cli import add_gate_options
+from olmax.dedup.params import MinHashParams, NearSettings
 from olmax.evalsets.cli import add_eval_option
 
 
@@ -83,7 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(inconclusive) when no document is long enough to compare (--min-doc-tokens).",
     )
     add_stream_options(dd, seq_len=False, batch=False, order=False)
-    add_fields(dd, DedupConfig, groups={"near": add_near_options(dd)})
+    near = add_near_options(dd)
+    add_gate_options(near, "tokens (with --near)")
+    add_fields(dd, DedupConfig, groups={"near": near})
     add_runner_options(dd)
     _out(dd)
     dd.set_defaults(func=locked_out(_dedup, "olmax audit dedup"))
@@ -105,19 +108,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_near_options(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """`--near` and the MinHash settings (`MinHashParams`); returns the group, where the command's own
     near-duplicate gate goes too."""
-    g = p.add_argument_group("near-duplicates (MinHash over token-id n-grams; see docs/dedup.md)")
+    g = p.add_argument_group(
+        "near-duplicates (prepare's MinHash over word n-grams of the decoded text; see docs/dedup.md)"
+    )
     g.add_argument("--near", action="store_true", help="also find near-duplicate documents")
+    g.add_argument(
+        "--tokenizer",
+        help="tokenizer.json (or dolma2) the shards were prepared with, to decode them for --near "
+        "(default: the one manifest.json beside the mix names)",
+    )
     add_fields(g, MinHashParams, prefix="minhash_")
     return g
 
 
-def near_params(args: argparse.Namespace) -> MinHashParams | None:
-    """--near's MinHashParams (checked), or None without --near."""
+def near_params(args: argparse.Namespace, mix: str | None) -> NearSettings | None:
+    """--near's settings (checked; the tokenizer resolved to a file), or None without --near."""
     if not args.near:
         return None
     params = MinHashParams(**values_from_args(args, MinHashParams, prefix="minhash_"))
     params.check()
-    return params
+    from olmax.audit.near import near_tokenizer
+
+    return NearSettings(params, near_tokenizer(mix, args.tokenizer))
 
 
 def _finish(report: dict, out: str) -> int:
@@ -138,7 +150,7 @@ def _loader(args: argparse.Namespace) -> int:
 
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     cfg = LoaderAuditConfig(
-        stream=stream, near=near_params(args), **values_from_args(args, LoaderAuditConfig)
+        stream=stream, near=near_params(args, stream.mix), **values_from_args(args, LoaderAuditConfig)
     )
     return _finish(audit_loader(cfg, progress=True, beam_options=beam_options(args)), args.out)
 
@@ -252,8 +264,13 @@ def _exposure(args: argparse.Namespace) -> int:
 def _dedup(args: argparse.Namespace) -> int:
     from olmax.audit.dedup import audit_dedup
 
+    stream = stream_from_args(args)
     cfg = DedupConfig(
-        stream=stream_from_args(args), near=near_params(args), **values_from_args(args, DedupConfig)
+        stream=stream,
+        near=near_params(args, stream.mix),
+        max_removed_frac=tuple(args.max_removed_frac) if args.max_removed_frac else None,
+        max_cluster_size=args.max_cluster_size,
+        **values_from_args(args, DedupConfig),
     )
     return _finish(audit_dedup(cfg, beam_options=beam_options(args)), args.out)
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from olmax.cli_fields import Option, setting
 from olmax.data.stream import StreamSpec
-from olmax.dedup.params import MinHashParams
+from olmax.dedup.params import NearSettings
 
 _NEAR_GATE = "gate: fraction of document tokens in removable near-duplicates (default 0.05)"
 _THREADS = "files read and hashed at once (default 2; the compiled passes release the GIL)"
@@ -62,7 +62,7 @@ class LoaderAuditConfig:
     max_repeated_span_frac: float = setting(
         0.05, "allowed fraction of tokens inside a later copy of a repeated span (default 0.05)"
     )
-    near: MinHashParams | None = setting(None, cli=False)  # --near and --minhash-*: near-duplicate exposure
+    near: NearSettings | None = setting(None, cli=False)  # --near and --minhash-*: near-duplicate exposure
     max_near_dup_frac: float = setting(0.05, _NEAR_GATE, option=Option(group="near"))
 
 
@@ -150,8 +150,12 @@ class DedupConfig:
     chunk_tokens: int = setting(1 << 20, cli=False)  # tokens hashed per chunk of a file
     threads: int = setting(2, _THREADS)
     examples: int = setting(10, cli=False)  # examples listed per check
-    near: MinHashParams | None = setting(None, cli=False)  # --near: MinHash near-duplicate documents too
+    near: NearSettings | None = setting(None, cli=False)  # --near: MinHash near-duplicate documents too
     max_near_dup_frac: float = setting(0.05, _NEAR_GATE, option=Option(group="near"))
+    # --max-removed-frac [SOURCE=]X (per source, the near stage's removable share) and
+    # --max-cluster-size N, registered with prepare's (olmax/dedup/gates_cli.py)
+    max_removed_frac: tuple[str, ...] | None = setting(None, cli=False)
+    max_cluster_size: int | None = setting(None, cli=False)
 
 
 @dataclass(frozen=True)

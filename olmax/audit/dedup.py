@@ -35,6 +35,8 @@ from olmax.data.loader import file_index
 from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.tokenfile import read_tokens
+from olmax.dedup.gates import cluster_gate, cluster_lines, parse_removed_frac, removed_frac_gates
+from olmax.errors import OlmaxError
 from olmax.hashing import PrefixHasher
 
 SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
@@ -325,6 +327,12 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
             detail=f"{rep_tokens} tokens inside a later copy of a >= {cfg.span}-token span",
         ),
     ]
+    if cfg.near is None and (cfg.max_removed_frac or cfg.max_cluster_size is not None):
+        raise OlmaxError(
+            "--max-removed-frac and --max-cluster-size gate the near-duplicate clusters: add --near"
+        )
+    limits = parse_removed_frac(cfg.max_removed_frac)
+    cluster_gate(1, cfg.max_cluster_size)  # a bad limit fails before the passes
     near = None
     if cfg.near is not None:
         from olmax.audit.near import near_duplicates
@@ -348,6 +356,9 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
                 f"{near['clusters_total']} clusters beyond the first document of each",
             )
         )
+        gates = removed_frac_gates(near["sources"], limits, "tokens")
+        gates += cluster_gate(near["largest_cluster"], cfg.max_cluster_size)
+        checks += [Check(g.name, g.ok, g.value, g.threshold, detail=g.detail) for g in gates]
     report = {
         "command": "audit dedup",
         "settings": asdict(cfg),
@@ -377,4 +388,11 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     report["summary"] = summary_lines(
         f"olmax audit dedup: {cfg.stream.mix} ({sum(sizes):,} tokens, {len(paths)} files)", checks
     )
+    if near is not None and near["clusters"]:
+        shown = [
+            {"size": len(c["doc_ids"]), "kept": c["keep"], "first_lines": c["first_lines"]}
+            for c in near["clusters"][:5]
+        ]
+        report["summary"] += ["  biggest near-duplicate clusters (first lines, the kept one first):"]
+        report["summary"] += cluster_lines(shown)
     return report

@@ -1,18 +1,20 @@
 """Near-duplicate documents in existing shards (`olmax audit dedup --near`, and the loader audit's
-near-duplicate exposure): MinHash LSH over token-id n-grams, verified clusters (olmax.dedup.minhash).
+near-duplicate exposure): prepare's MinHash LSH and verified clusters (olmax.dedup.minhash) over
+prepare's shingles (olmax.dedup.shingles: normalized word n-grams) of each document's text, decoded
+from its tokens (EOS excluded) with the tokenizer the shards were prepared with. So the audit of a mix
+prepared without dedup finds the clusters `data prepare --dedup minhash` removes from the same
+documents: a re-wrapped or re-cased copy tokenizes differently but decodes to the same words.
 
-Shingles are n-grams of token ids (EOS excluded), not of detokenized words: no tokenizer is needed,
-so AI2's own shards or anyone's can be audited as they are, and one token pass per file suffices.
-A tokenizer maps a text to one token sequence, so copies and light edits of a text give the same
-token n-grams almost everywhere; the Jaccard is then over token n-grams (a 5-token gram is shorter
-than prepare's 5-word gram, so the same threshold is slightly stricter here). Documents are the
-sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order of first listing
-(then position): the first document of a cluster is the one kept, the others are removable.
-Memory: every document's shingle set (8 bytes per token) and signature (4 bytes per hash).
+Documents are the sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order
+of first listing (then position): the first document of a cluster is the one kept, the others are
+removable. Memory: every document's shingle set (8 bytes per word) and signature (4 bytes per hash),
+and one file's decoded text at a time per thread.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
@@ -22,15 +24,48 @@ from olmax.audit.checks import Check
 from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
 from olmax.data.shards import local_tokens
-from olmax.data.stream import DOLMA2_EOS
+from olmax.data.stream import DEMO_MIX, DOLMA2_EOS
 from olmax.dedup.minhash import cluster, signatures
-from olmax.dedup.params import MinHashParams
-from olmax.dedup.shingles import token_shingles
+from olmax.dedup.params import MinHashParams, NearSettings
+from olmax.dedup.shingles import NORMALIZATION, decoded_shingles
+from olmax.errors import OlmaxError
 
-SHINGLES = "token-id n-grams (EOS excluded), sorted unique per document"
+SHINGLES = f"word n-grams of the decoded text, sorted unique per document ({NORMALIZATION})"
 
 
-def _file_shingles(path: str, params: MinHashParams, min_doc_tokens: int, eos: int):
+def near_tokenizer(mix: str | None, explicit: str | None) -> str:
+    """The tokenizer.json to decode a mix's shards with: `explicit` (--tokenizer), else the one the
+    `manifest.json` beside the mix names (a prepare output; its sha256 checked), dolma2 for the demo mix."""
+    from olmax.assets import file_sha256, tokenizer_path
+
+    if explicit:
+        return str(tokenizer_path(explicit))
+    if mix == DEMO_MIX:
+        return str(tokenizer_path("dolma2"))
+    manifest = os.path.join(os.path.dirname(mix or ""), "manifest.json")
+    if not (mix and os.path.isfile(manifest)):
+        raise OlmaxError(
+            f"--near decodes the shards to text, but no manifest.json beside {mix} names the tokenizer "
+            "they were prepared with; pass --tokenizer FILE (dolma2 for AI2's mixes)"
+        )
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            info = json.load(f).get("tokenizer") or {}
+    except ValueError as e:
+        raise OlmaxError(f"{manifest}: invalid JSON ({e}); pass --tokenizer") from None
+    name, sha = info.get("name"), info.get("sha256")
+    if not name:
+        raise OlmaxError(f"{manifest}: no tokenizer.name; pass --tokenizer FILE")
+    path = tokenizer_path(name)
+    if sha and file_sha256(path) != sha:
+        raise OlmaxError(
+            f"{manifest}: the shards were prepared with {name} (sha256 {sha[:12]}...), but {path} "
+            "differs; pass --tokenizer with the original tokenizer.json"
+        )
+    return str(path)
+
+
+def _file_shingles(path: str, params: MinHashParams, decode, min_doc_tokens: int, eos: int):
     with local_tokens(path) as (local, tokens):
         docs = documents(local, tokens, eos)
         ends = docs.ends.copy()
@@ -38,16 +73,50 @@ def _file_shingles(path: str, params: MinHashParams, min_doc_tokens: int, eos: i
             tail = np.asarray(tokens)[np.maximum(ends - 1, 0)] == eos
             ends[tail & (ends > docs.starts)] -= 1
         keep = np.flatnonzero(ends - docs.starts >= min_doc_tokens)
-        sh, off = token_shingles(tokens, docs.starts[keep], ends[keep], params.ngram)
+        sh, off = decoded_shingles(decode, tokens, docs.starts[keep], ends[keep], params.ngram)
         ids = [docs.id_of(int(i)) for i in keep]
         ntok = (docs.ends - docs.starts)[keep]
-    return sh, off, signatures(sh, off, params), ids, ntok
+        bounds = np.stack([docs.starts[keep], ends[keep]], axis=1)
+    return sh, off, signatures(sh, off, params), ids, ntok, bounds
+
+
+def _first_lines(paths: list[str], decode, wanted: list[tuple[int, int, int]]) -> dict:
+    """(file, start, end) → the first non-blank line of that document's decoded text."""
+    out = {}
+    by_file: dict[int, list] = {}
+    for f, a, b in wanted:
+        by_file.setdefault(f, []).append((a, b))
+    for f, spans in sorted(by_file.items()):
+        with local_tokens(paths[f]) as (_, tokens):
+            for a, b in spans:
+                head = decode(np.asarray(tokens[a : min(b, a + 64)]).tolist())
+                out[(f, a, b)] = next((x.strip() for x in head.splitlines() if x.strip()), "")[:200]
+    return out
+
+
+def _source_stats(labels, file_of, ntok, gone) -> dict:
+    """Per source: documents and tokens compared, and the near stage's removable ones (the gates' stats,
+    olmax.dedup.gates; exact copies are near-duplicates at Jaccard 1, so they count here too)."""
+    stats = {}
+    removed = np.zeros(ntok.size, bool)
+    removed[gone] = True
+    src = np.asarray([labels[f] for f in file_of.tolist()], dtype=object)
+    for name in dict.fromkeys(labels):
+        sel = src == name
+        stats[name] = {
+            "documents": int(sel.sum()),
+            "tokens": int(ntok[sel].sum()),
+            "stages": {
+                "near": {"documents": int((sel & removed).sum()), "tokens": int(ntok[sel & removed].sum())}
+            },
+        }
+    return stats
 
 
 def near_duplicates(
     paths: list[str],
     labels: list[str],
-    params: MinHashParams,
+    near: NearSettings,
     *,
     min_doc_tokens: int = 32,
     max_clusters: int = 1000,
@@ -57,9 +126,13 @@ def near_duplicates(
     """The near-duplicate section of a report over distinct token files `paths` (in order; `labels`
     their sources): clusters (up to `max_clusters`, largest first), removable documents and tokens.
     Also returns, under "removable_tokens_per_file", each file's removable tokens (for exposure)."""
+    from olmax.data.tokenize import load_tokenizer
+
+    params = near.minhash
     params.check()
+    decode = load_tokenizer(near.tokenizer).decode
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="olmax-near") as pool:
-        parts = list(pool.map(lambda p: _file_shingles(p, params, min_doc_tokens, eos), paths))
+        parts = list(pool.map(lambda p: _file_shingles(p, params, decode, min_doc_tokens, eos), paths))
     counts = [p[1].size - 1 for p in parts]
     sh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
     off = np.zeros(sum(counts) + 1, np.int64)
@@ -68,6 +141,7 @@ def near_duplicates(
     ntok = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, np.int64)
     file_of = np.repeat(np.arange(len(parts)), counts)
     ids = [i for p in parts for i in p[3]]
+    bounds = np.concatenate([p[5] for p in parts]) if parts else np.zeros((0, 2), np.int64)
     cl = cluster(sh, off, sig, params)
     gone = cl.removed
     per_file = np.bincount(file_of[gone], weights=ntok[gone], minlength=len(parts)).astype(np.int64)
@@ -84,9 +158,17 @@ def near_duplicates(
         for k, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     ]
     removable = int(ntok[gone].sum())
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:5]
+    shown = [(k, [k, *members[:3]]) for k, members in ranked]
+    where = {m: (int(file_of[m]), int(bounds[m, 0]), int(bounds[m, 1])) for _, ms in shown for m in ms}
+    lines = _first_lines(paths, decode, list(where.values()))
+    for c, (_, ms) in zip(clusters, shown):
+        c["first_lines"] = [lines[where[m]] for m in ms]
     return {
         "clusters": clusters[:max_clusters],
         "clusters_total": len(clusters),
+        "largest_cluster": 1 + len(ranked[0][1]) if ranked else 1,
+        "sources": _source_stats(labels, file_of, ntok, gone),
         "documents": int(ntok.size),
         "document_tokens": int(ntok.sum()),
         "removable_documents": int(gone.size),
@@ -94,6 +176,7 @@ def near_duplicates(
         "removable_token_frac": round(removable / max(1, int(ntok.sum())), 6),
         "candidate_pairs": cl.candidates,
         "minhash": asdict(params),
+        "tokenizer": near.tokenizer,
         "min_doc_tokens": min_doc_tokens,
         "shingles": SHINGLES,
         "removable_tokens_per_file": per_file.tolist(),
@@ -102,7 +185,7 @@ def near_duplicates(
 
 def near_exposure(
     index,
-    params: MinHashParams,
+    params: NearSettings,
     *,
     min_doc_tokens: int,
     max_frac: float,

@@ -20,7 +20,7 @@ class MinHashParams:
     CONFIG_KEY: ClassVar[str] = "minhash"
 
     ngram: int = setting(
-        5, "n-gram shingle size: words in `data prepare --dedup`, token ids in the audits (default 5)"
+        5, "n-gram shingle size in normalized words (default 5; the audits decode the tokens first)"
     )
     bands: int = setting(26, "LSH bands (default 26)")
     rows: int = setting(11, "hashes per band (default 11)")
@@ -50,3 +50,12 @@ class MinHashParams:
             raise OlmaxError(
                 f"{name('threshold')} must be in (0, 1] (a Jaccard similarity); got {self.threshold}"
             )
+
+
+@dataclass(frozen=True)
+class NearSettings:
+    """`audit dedup/loader --near`: prepare's MinHash settings and the tokenizer.json the shards were
+    prepared with (their tokens are decoded to text and shingled as prepare shingles its input)."""
+
+    minhash: MinHashParams
+    tokenizer: str

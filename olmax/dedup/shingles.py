@@ -1,5 +1,7 @@
-"""The one home of dedup shingling: normalized words of a text, and n-gram shingle hashes over any
-sequence of 64-bit values (word hashes from text, or token ids from shards).
+"""The one home of the near-duplicate definition: normalized words of a text and their n-gram shingle
+hashes. `data prepare --dedup minhash` shingles the input texts, `audit dedup --near` and
+`audit loader --near` the texts decoded from the shards' tokens (`decoded_shingles`), so both find
+the same near-duplicates of the same documents.
 
 Normalization (text): Python's `str.lower()`, then, over the UTF-8 bytes in one compiled pass, words
 are maximal runs of ASCII letters and digits and non-ASCII characters; ASCII punctuation, whitespace
@@ -8,7 +10,7 @@ U+2000-U+206F (Unicode spaces, dashes, curly quotes, ellipsis) and U+3000-U+3003
 stops). Digits are kept (two tables that differ only in their numbers are different documents).
 A word is its FNV-1a 64-bit hash, finalized with splitmix64.
 
-Shingles: every run of n consecutive values of a document (a document with 1 <= m < n values gives
+Shingles: every run of n consecutive words of a document (a document with 1 <= m < n words gives
 one shingle of all m), hashed to 64 bits; each document's shingle set is sorted and unique (the set
 MinHash estimates and Jaccard verification compares). Two different shingles share a hash with
 probability ~2^-64 per pair.
@@ -83,8 +85,8 @@ def word_hashes(buf, offsets):
 
 @njit(cache=True, nogil=True)
 def shingle_sets(values, offsets, n):
-    """Sorted unique n-gram shingle hashes of each document values[offsets[d]:offsets[d+1]] (any
-    uint64 values: word hashes or token ids): (flat shingles, per-document offsets)."""
+    """Sorted unique n-gram shingle hashes of each document's word hashes values[offsets[d]:offsets[d+1]]:
+    (flat shingles, per-document offsets)."""
     ndocs = offsets.size - 1
     total = 0
     for d in range(ndocs):
@@ -127,12 +129,8 @@ def text_shingles(texts: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     return shingle_sets(words, woff, n)
 
 
-def token_shingles(tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int):
-    """Sorted unique token-id n-gram shingles of the documents tokens[starts[d]:ends[d]] (EOS excluded
-    by the caller's bounds)."""
-    lengths = (ends - starts).astype(np.int64)
-    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    parts = [np.asarray(tokens[int(a) : int(b)], dtype=np.uint64) for a, b in zip(starts, ends)]
-    values = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    return shingle_sets(values, offsets, n)
+def decoded_shingles(decode, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int):
+    """`text_shingles` of the documents tokens[starts[d]:ends[d]] (EOS excluded by the caller's bounds)
+    decoded to text by `decode(list_of_ids) -> str` (the tokenizer they were prepared with)."""
+    texts = [decode(np.asarray(tokens[int(a) : int(b)]).tolist()) for a, b in zip(starts, ends)]
+    return text_shingles(texts, n)

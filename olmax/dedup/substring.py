@@ -1,14 +1,16 @@
-"""Repeated byte spans (ExactSubstr, Dolma 3's suffix-array step): every span of at least L bytes that
-occurs more than once is removed from every document but the first (input order) that holds it.
+"""Repeated byte spans (ExactSubstr, Dolma 3's suffix-array step): a span of at least L bytes that an
+earlier document (input order) keeps in its output is cut from every later document that holds it;
+each cut span names the document that keeps its bytes.
 
-A byte lies in a repeated span of >= L bytes exactly when it lies in an L-byte window that occurs
-again, so windows give the suffix array's answer: each L-byte window inside one document gets a
-64-bit rolling hash; windows are sorted by hash (stably, so input order within a hash); a window
-whose hash was first seen in an earlier document is compared byte for byte with that first
-occurrence (one byte per window along a run, since the previous window matched) and, when equal, its
-L bytes are removed; a hash collision (different bytes) falls back to comparing the group's earlier
-windows, so nothing is removed without an exact match. The removed windows of a document merge into
-spans, shrunk to whole UTF-8 characters so each kept text is its input minus the spans.
+Documents are taken in input order. Each L-byte window inside one document gets a 64-bit rolling hash;
+only windows whose hash occurs twice are candidates. A window of document d is cut when an earlier
+document's output holds the same L bytes whole: the first such window (per hash) once its document
+is finished, compared byte for byte (a hash collision cuts nothing), or the next window of the run
+it continues (one byte compared). The cut windows of d merge into spans, one per run of one keeper's
+text (a span overlapping the previous one starts where it ends), shrunk to whole UTF-8 characters, so
+each kept text is its input minus the spans. Then d's windows that no span touches become holders
+for later documents. So every cut span is text its keeper still holds, and a document keeps its own
+repeats (the first holder of a span is never cut by it).
 
 Memory: about 25 bytes per input byte of a partition (the bytes, each window's hash and start, a
 sorted copy of the hashes; then as much again per window whose hash occurs twice); the caller cuts the corpus into partitions of
@@ -109,86 +111,87 @@ def _is_cont(c):
 
 
 @njit(cache=True, nogil=True)
-def _spans(buf, offsets, L, sorted_hashes, order, pos, doc_of):
-    nw = order.size
-    rank = np.empty(nw, dtype=np.int64)
-    first = np.empty(nw, dtype=np.int64)
+def _pieces(buf, offsets, L, pos, doc_of, grp, ngroups):
+    """The documents in input order, each against the windows that earlier documents kept whole: (doc,
+    start, end, keeper doc) of the pieces to cut, start and end relative to the document."""
+    nw = pos.size
+    holder = np.full(ngroups, -1, dtype=np.int64)  # per hash: the first window an earlier output holds
+    uncut = np.zeros(nw, dtype=np.bool_)
+    p_doc = np.empty(nw, dtype=np.int64)
+    p_a = np.empty(nw, dtype=np.int64)
+    p_b = np.empty(nw, dtype=np.int64)
+    p_kept = np.empty(nw, dtype=np.int64)
+    n = 0
     i = 0
     while i < nw:
-        j = i + 1
-        while j < nw and sorted_hashes[j] == sorted_hashes[i]:
+        d = doc_of[i]
+        j = i
+        while j < nw and doc_of[j] == d:
             j += 1
-        for t in range(i, j):
-            rank[order[t]] = t
-            first[order[t]] = order[i]
+        first = n
+        prev = -1  # the window the previous window matched (-1: none)
+        for w in range(i, j):
+            h = -1
+            if prev >= 0 and pos[w] == pos[w - 1] + 1 and prev + 1 < nw:
+                c = prev + 1  # the holder's next window, if it goes on with the same bytes, uncut
+                if (
+                    doc_of[c] == doc_of[prev]
+                    and pos[c] == pos[prev] + 1
+                    and uncut[c]
+                    and grp[c] == grp[w]
+                    and buf[pos[c] + L - 1] == buf[pos[w] + L - 1]
+                ):
+                    h = c
+            if h < 0:
+                g = holder[grp[w]]
+                if g >= 0 and _equal(buf, pos[w], pos[g], L):
+                    h = g  # else a hash collision (different bytes): nothing is cut
+            if h >= 0:
+                p, k = pos[w], doc_of[h]
+                goes_on = (
+                    prev >= 0
+                    and pos[w] == pos[w - 1] + 1
+                    and doc_of[h] == doc_of[prev]
+                    and pos[h] == pos[prev] + 1
+                )
+                if n > first and goes_on and p_kept[n - 1] == k and p <= p_b[n - 1]:
+                    p_b[n - 1] = p + L  # the same run of the keeper's text goes on
+                else:
+                    start = max(p, p_b[n - 1]) if n > first else p
+                    p_doc[n], p_a[n], p_b[n], p_kept[n] = d, start, p + L, k
+                    n += 1
+            prev = h
+        # whole UTF-8 characters only: a piece's ends move inwards to character starts
+        m = first
+        for s in range(first, n):
+            a, b = p_a[s], p_b[s]
+            while a < b and _is_cont(buf[a]):
+                a += 1
+            while b > a and b < offsets[d + 1] and _is_cont(buf[b]):
+                b -= 1
+            if b > a:
+                p_doc[m], p_a[m], p_b[m], p_kept[m] = d, a, b, p_kept[s]
+                m += 1
+        n = m
+        # this document's windows that its output holds whole become holders for later documents
+        s = first
+        for u in range(i, j):
+            while s < n and p_b[s] <= pos[u]:
+                s += 1
+            uncut[u] = not (s < n and p_a[s] < pos[u] + L)
+            if uncut[u] and holder[grp[u]] < 0:
+                holder[grp[u]] = u
+        for s in range(first, n):
+            p_a[s] -= offsets[d]
+            p_b[s] -= offsets[d]
         i = j
-    # candidate windows in position order; `prev_match`: the window the previous one matched (-1: none)
-    span_doc = np.empty(nw, dtype=np.int64)
-    span_a = np.empty(nw, dtype=np.int64)
-    span_b = np.empty(nw, dtype=np.int64)
-    span_kept = np.empty(nw, dtype=np.int64)
-    ns = 0
-    cur_doc, cur_a, cur_b, cur_kept = -1, 0, 0, -1
-    prev_match = -1
-    for w in range(nw):
-        f = first[w]
-        holder = -1
-        if f != w and doc_of[f] != doc_of[w]:
-            if (
-                prev_match >= 0
-                and w > 0
-                and doc_of[w] == doc_of[w - 1]
-                and pos[w] == pos[w - 1] + 1
-                and f == prev_match + 1
-                and pos[f] == pos[prev_match] + 1
-                and doc_of[f] == doc_of[prev_match]
-            ):
-                same = buf[pos[w] + L - 1] == buf[pos[f] + L - 1]
-            else:
-                same = _equal(buf, pos[w], pos[f], L)
-            if same:
-                holder = f
-            else:  # a hash collision: the first earlier window with these exact bytes, if any
-                g = rank[f]
-                while g < rank[w]:
-                    c = order[g]
-                    if _equal(buf, pos[w], pos[c], L):
-                        if doc_of[c] != doc_of[w]:
-                            holder = c
-                        break
-                    g += 1
-        prev_match = holder
-        if holder < 0:
-            continue
-        p = pos[w]
-        if doc_of[w] == cur_doc and p <= cur_b:
-            cur_b = max(cur_b, p + L)
-        else:
-            if cur_doc >= 0:
-                span_doc[ns], span_a[ns], span_b[ns], span_kept[ns] = cur_doc, cur_a, cur_b, cur_kept
-                ns += 1
-            cur_doc, cur_a, cur_b, cur_kept = doc_of[w], p, p + L, doc_of[holder]
-    if cur_doc >= 0:
-        span_doc[ns], span_a[ns], span_b[ns], span_kept[ns] = cur_doc, cur_a, cur_b, cur_kept
-        ns += 1
-    # whole UTF-8 characters only: a span's ends move inwards to character starts
-    k = 0
-    for s in range(ns):
-        a, b, d = span_a[s], span_b[s], span_doc[s]
-        while a < b and _is_cont(buf[a]):
-            a += 1
-        while b > a and b < offsets[d + 1] and _is_cont(buf[b]):
-            b -= 1
-        if b > a:
-            span_doc[k], span_a[k], span_b[k], span_kept[k] = d, a - offsets[d], b - offsets[d], span_kept[s]
-            k += 1
-    return span_doc[:k].copy(), span_a[:k].copy(), span_b[:k].copy(), span_kept[:k].copy()
+    return p_doc[:n].copy(), p_a[:n].copy(), p_b[:n].copy(), p_kept[:n].copy()
 
 
 def repeated_spans(data: list[bytes], min_bytes: int):
     """For documents `data` (UTF-8, input order): (doc, start, end, kept_doc) arrays of the byte spans
-    to remove, in document then position order; `kept_doc` is the first document holding the span's
-    first window."""
+    to remove, in document then position order; the span's bytes are a run of `kept_doc`'s text that
+    its output keeps whole (adjacent spans may have different keepers)."""
     offsets = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in data], out=offsets[1:])
     buf = np.frombuffer(b"".join(data), dtype=np.uint8)
@@ -196,16 +199,15 @@ def repeated_spans(data: list[bytes], min_bytes: int):
     empty = np.zeros(0, np.int64)
     if hashes.size < 2:
         return empty, empty, empty, empty
-    # only windows whose hash occurs twice can be repeats: find those hashes with one unstable sort,
-    # then order just those windows stably (by hash, then position)
+    # only windows whose hash occurs twice can be repeats: find those hashes with one unstable sort
     twice = _repeated_values(np.sort(hashes))
     if twice.size == 0:
         return empty, empty, empty, empty
-    cand = _members(hashes, twice)
-    h, pos = hashes[cand], pos[cand]
-    order = np.argsort(h, kind="stable")
+    cand = _members(hashes, twice)  # ascending: the windows in position order
+    uniq, grp = np.unique(hashes[cand], return_inverse=True)
+    pos = pos[cand]
     doc_of = (np.searchsorted(offsets, pos, side="right") - 1).astype(np.int64)
-    return _spans(buf, offsets, min_bytes, h[order], order, pos, doc_of)
+    return _pieces(buf, offsets, min_bytes, pos, doc_of, grp.astype(np.int64), uniq.size)
 
 
 def cut(text_bytes: bytes, spans: list[tuple[int, int]]) -> bytes:

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
+from olmax.assets import tokenizer_path
 from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.cli import build_parser
 from olmax.data.stream import StreamSpec
-from olmax.dedup.params import MinHashParams
+from olmax.dedup.params import MinHashParams, NearSettings
 
 # command -> (config, the argv it needs besides the option under test, the fields given another way:
 # field -> the option that gives it)
@@ -101,16 +102,19 @@ def test_options_become_the_config():
 
     argv = ["audit", "loader", "--mix", "m.txt", "--seq-len", "16", "--global-batch-size", "4", "--out", "r"]
     argv += ["--steps", "3", "--resume-at", "1", "2", "--no-content", "--near", "--minhash-rows", "7"]
+    argv += ["--tokenizer", "dolma2"]
     args = build_parser().parse_args(argv)
     cfg = LoaderAuditConfig(
-        stream=stream_from_args(args), near=near_params(args), **values_from_args(args, LoaderAuditConfig)
+        stream=stream_from_args(args),
+        near=near_params(args, "m.txt"),
+        **values_from_args(args, LoaderAuditConfig),
     )
     want = LoaderAuditConfig(
         stream=StreamSpec(mix="m.txt", seq_len=16, global_batch_size=4),
         steps=3,
         resume_at=(1, 2),
         content=False,
-        near=MinHashParams(rows=7),
+        near=NearSettings(MinHashParams(rows=7), str(tokenizer_path("dolma2"))),
     )
     assert cfg == want
 

@@ -10,7 +10,7 @@ import pytest
 from olmax.dedup.components import min_labels
 from olmax.dedup.minhash import cluster, jaccard, signatures
 from olmax.dedup.params import MinHashParams
-from olmax.dedup.shingles import text_shingles, token_shingles
+from olmax.dedup.shingles import decoded_shingles, text_shingles
 from olmax.errors import OlmaxError
 
 
@@ -45,10 +45,18 @@ def test_shingle_sets_match_python_sets():
             assert got == pytest.approx(reference_jaccard(texts[i], texts[j]), abs=1e-12), (i, j)
 
 
-def test_token_shingles_are_ngrams_of_ids():
-    tokens = np.array([1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 7], dtype=np.uint32)
-    sh, off = token_shingles(tokens, np.array([0, 7]), np.array([6, 13]), 3)
-    # {123,234,345,456} vs {123,234,345,457}: 3 shared of 5 (the EOS-like 9 lies between the documents)
+def test_decoded_shingles_are_the_texts_shingles():
+    """The audits' shingles of token documents are prepare's shingles of the decoded texts."""
+    vocab = ["Alpha ", "beta\n", "GAMMA  ", "delta, ", "eps ", "zeta ", "<eos>"]
+    tokens = np.array([0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 0, 6], dtype=np.uint32)
+
+    def decode(ids):
+        return "".join(vocab[i] for i in ids)
+
+    sh, off = decoded_shingles(decode, tokens, np.array([0, 7]), np.array([6, 13]), 3)
+    want_sh, want_off = text_shingles([decode(range(6)), decode([0, 1, 2, 3, 4, 0])], 3)
+    assert np.array_equal(sh, want_sh) and np.array_equal(off, want_off)
+    # {abg, bgd, gde, dez} vs {abg, bgd, gde, dea}: 3 shared of 5
     assert jaccard(sh, off, np.array([0]), np.array([1]))[0] == pytest.approx(3 / 5)
 
 

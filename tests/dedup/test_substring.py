@@ -8,7 +8,8 @@ from olmax.dedup.substring import cut, repeated_spans
 
 
 def brute_force(data: list[bytes], L: int) -> list[np.ndarray]:
-    """Per document, a mask of bytes inside an L-byte window that occurs in an earlier document."""
+    """Per document (ASCII), a mask of the bytes inside an L-byte window that an earlier document's
+    output holds whole (one of its windows that none of its own cuts touches)."""
     seen: set[bytes] = set()
     masks = []
     for d in data:
@@ -16,9 +17,20 @@ def brute_force(data: list[bytes], L: int) -> list[np.ndarray]:
         for p in range(len(d) - L + 1):
             if d[p : p + L] in seen:
                 m[p : p + L] = True
-        seen.update(d[p : p + L] for p in range(len(d) - L + 1))
+        seen.update(d[p : p + L] for p in range(len(d) - L + 1) if not m[p : p + L].any())
         masks.append(m)
     return masks
+
+
+def outputs_hold_the_cuts(data: list[bytes], L: int) -> None:
+    """Every cut span's bytes lie whole in its keeper's output, an earlier document."""
+    d, a, b, kept = repeated_spans(data, L)
+    out = []
+    for k in range(len(data)):
+        sel = d == k
+        out.append(cut(data[k], list(zip(a[sel].tolist(), b[sel].tolist()))))
+    for k in range(d.size):
+        assert kept[k] < d[k] and data[d[k]][a[k] : b[k]] in out[kept[k]], k
 
 
 def masks_of(data: list[bytes], L: int) -> list[np.ndarray]:
@@ -42,6 +54,19 @@ def test_matches_brute_force_on_random_repeats():
     for L in (1, 8, 20):
         got, want = masks_of(data, L), brute_force(data, L)
         assert all(np.array_equal(g, w) for g, w in zip(got, want)), L
+        outputs_hold_the_cuts(data, L)
+
+
+def test_a_keeper_cut_in_turn_passes_nothing_on():
+    """B holds P, C holds P with context B also had: C's copy of P lies whole in B's output, and D's
+    copy is held by B (not by C, whose copy was cut)."""
+    rng = np.random.default_rng(5)
+    P = bytes(rng.integers(97, 123, size=40, dtype=np.uint8))
+    X = bytes(rng.integers(97, 123, size=12, dtype=np.uint8))
+    data = [b"a" * 3 + X + P + b"z", X + P + b"y" * 9, b"_" + X + P + b"!", b"q" + P]
+    d, a, b, kept = repeated_spans(data, 10)
+    outputs_hold_the_cuts(data, 10)
+    assert d.tolist() == [1, 2, 3] and kept.tolist() == [0, 0, 0]
 
 
 def test_first_holder_keeps_its_own_repeats_and_kept_names_it():

@@ -8,6 +8,7 @@ import sys
 
 from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
+from olmax.dedup.gates_cli import add_gate_options
 from olmax.dedup.params import MinHashParams
 
 _UNITS = {
@@ -127,6 +128,20 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         help="the substring stage finds repeats within partitions of consecutive documents of this much "
         "text (memory ~33 bytes per byte; default 128MiB)",
     )
+    add_gate_options(d, "text bytes")
+    d.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --dedup: print each stage's memory, disk and time, estimated from the inputs' sizes "
+        "and measured per-byte rates, and the partitioning; write nothing",
+    )
+    d.add_argument(
+        "--max-memory",
+        type=parse_size,
+        metavar="SIZE",
+        help="with --dedup: refuse, before writing anything, a run whose estimated peak memory exceeds "
+        "SIZE (e.g. 64GiB; default: this machine's memory)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
     p.set_defaults(func=_prepare)
@@ -165,6 +180,21 @@ def _prepare(args: argparse.Namespace) -> int:
         dolma_compat=args.dolma_compat,
         dedup=_dedup_settings(args),
     )
+    _check_gates(args, [s.label for s in cfg.sources])
+    if cfg.dedup is not None:
+        from olmax.data.prepare.dedup_stages_estimate import check_memory, estimate, lines, machine_memory
+
+        cfg.dedup.check()
+        est = estimate(cfg)
+        limit = args.max_memory or machine_memory()
+        if args.dry_run:
+            print("\n".join(lines(est, limit)))
+            return 0 if est.memory <= limit else 1
+        check_memory(est, limit)
+    elif args.dry_run or args.max_memory:
+        from olmax.errors import OlmaxError
+
+        raise OlmaxError("--dry-run and --max-memory estimate the dedup stages: add --dedup STAGES")
     manifest = prepare(cfg, beam_options=beam_options(args))
     # the human summary follows the headline on stderr, in order; stdout holds only the mix path
     for label, s in manifest["sources"].items():
@@ -175,11 +205,46 @@ def _prepare(args: argparse.Namespace) -> int:
             f"skipped {s['skipped']['empty_docs']} empty, {s['skipped']['bad_lines']} bad lines",
             file=sys.stderr,
         )
+    ok = True
     if "dedup" in manifest:
-        removed = ", ".join(f"{n:,} {stage}" for stage, n in manifest["dedup"]["removed"].items())
-        print(f"dedup: {removed} (documents; see {args.out}/removed.jsonl)", file=sys.stderr)
+        ok = _dedup_summary(manifest["dedup"], args)
     print(f"{args.out}/mix.txt")
-    return 0
+    return 0 if ok else 1
+
+
+def _dedup_summary(dd: dict, args: argparse.Namespace) -> bool:
+    """Print what each stage did, the biggest clusters and the gates; False when a gate fails."""
+    from olmax.dedup.gates import cluster_gate, cluster_lines, parse_removed_frac, removed_frac_gates
+
+    parts = []
+    for stage, o in dd["outcomes"].items():
+        parts.append(f"{stage} " + ", ".join(f"{what} {n:,}" for what, n in o.items()))
+    print(f"dedup (documents): {'; '.join(parts)} (see {args.out}/removed.jsonl)", file=sys.stderr)
+    if dd["clusters"]:
+        print("dedup: biggest clusters (first lines, the kept document first):", file=sys.stderr)
+        print("\n".join(cluster_lines(dd["clusters"][:5])), file=sys.stderr)
+    gates = removed_frac_gates(dd["sources"], parse_removed_frac(args.max_removed_frac), "text_bytes")
+    gates += cluster_gate(dd["largest_cluster"], args.max_cluster_size)
+    for g in gates:
+        print(f"  {'PASS' if g.ok else 'FAIL'} {g.name}: {g.value} (limit {g.threshold}) — {g.detail}", file=sys.stderr)
+    bad = [g.name for g in gates if not g.ok]
+    if bad:
+        print(f"dedup: gate failed: {', '.join(bad)} (the output is complete; see {args.out}/removed.jsonl)", file=sys.stderr)
+    return not bad
+
+
+def _check_gates(args: argparse.Namespace, labels: list[str]) -> None:
+    """Bad gate options fail before anything is read or written."""
+    from olmax.dedup.gates import cluster_gate, parse_removed_frac, removed_frac_gates
+    from olmax.errors import OlmaxError
+
+    if args.dedup is None and (args.max_removed_frac or args.max_cluster_size is not None):
+        raise OlmaxError(
+            "--max-removed-frac and --max-cluster-size gate the dedup stages: add --dedup STAGES"
+        )
+    empty = {x: {"documents": 0, "text_bytes": 0, "stages": {}} for x in labels}
+    removed_frac_gates(empty, parse_removed_frac(args.max_removed_frac), "text_bytes")
+    cluster_gate(1, args.max_cluster_size)
 
 
 def _dedup_settings(args: argparse.Namespace):

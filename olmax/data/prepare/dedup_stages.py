@@ -53,6 +53,7 @@ class _Docs:
     file: list[int] = field(default_factory=list)
     loc: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
 
 
 def utf8(doc: readers.Doc) -> bytes:
@@ -96,7 +97,6 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
     parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
     pending: list = []
-    text_bytes = 0
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
         for si, batch in _documents(cfg, files):
             texts = []
@@ -104,7 +104,7 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
                 g = len(docs.ids)
                 docs.source.append(si), docs.file.append(fi), docs.loc.append(d.loc), docs.ids.append(d.id)
                 data = utf8(d)
-                text_bytes += len(data)
+                docs.nbytes.append(len(data))
                 if "exact" in st.stages:
                     h = xxhash.xxh3_128_intdigest(data)
                     first = seen.setdefault(h, g)
@@ -133,10 +133,11 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
                 "kept": mh_docs[int(cl.keep[m])],
                 "jaccard": round(float(cl.jaccard[m]), 6),
             }
+    parts = sh = off = sig = cl = None  # the minhash tables go before the substring stage's partition
     partitions = 0
     if "substring" in st.stages:
         partitions = _substring(cfg, files, docs, removed)
-    return _decisions(cfg, docs, removed, candidates, partitions) | {"text_bytes": text_bytes}
+    return _decisions(cfg, docs, removed, candidates, partitions)
 
 
 def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict]) -> int:
@@ -152,11 +153,11 @@ def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict])
         nonlocal group, data, size, partitions
         if not group:
             return
-        d, a, b, kept = repeated_spans(data, st.substring_min_bytes)
-        for k in range(d.size):
-            g = group[int(d[k])]
-            rec = removed.setdefault(g, {"stage": "substring", "kept": group[int(kept[k])], "spans": []})
-            rec["spans"].append([int(a[k]), int(b[k])])
+        for k, rec in substring_records(cfg, data).items():
+            removed[group[k]] = rec | {
+                "kept": group[rec["kept"]],
+                "span_kept": [group[x] for x in rec["span_kept"]],
+            }
         partitions += 1
         group, data, size = [], [], 0
 
@@ -174,42 +175,187 @@ def _substring(cfg: PrepareConfig, files, docs: _Docs, removed: dict[int, dict])
     return partitions
 
 
+def substring_records(cfg: PrepareConfig, data: list[bytes]) -> dict[int, dict]:
+    """The substring stage over one partition's documents `data` (input order): per edited document
+    (its number in `data`), {"stage", "kept", "spans", "span_kept", "emptied"}, keepers as numbers."""
+    d, a, b, kept = repeated_spans(data, cfg.dedup.substring_min_bytes)
+    found: dict[int, dict] = {}
+    for k in range(d.size):
+        rec = found.setdefault(
+            int(d[k]), {"stage": "substring", "kept": int(kept[k]), "spans": [], "span_kept": []}
+        )
+        rec["spans"].append([int(a[k]), int(b[k])])
+        rec["span_kept"].append(int(kept[k]))
+    for k, rec in found.items():
+        text = cut(data[k], rec["spans"]).decode("utf-8")
+        rec["emptied"] = not (text.strip() if cfg.dolma_compat else text)
+    return found
+
+
 def _decisions(
     cfg: PrepareConfig, docs: _Docs, removed: dict[int, dict], candidates: int, partitions: int
 ) -> dict:
+    def at(g: int) -> tuple:
+        return (docs.source[g], docs.file[g], docs.loc[g])
+
     found = []
     for g, r in removed.items():
-        at = (docs.source[g], docs.file[g], docs.loc[g])
-        found.append((at, r | {"id": docs.ids[g], "kept": docs.ids[r["kept"]]}))
-    return decisions_of(cfg, found, len(docs.ids), candidates, partitions)
+        r = r | {
+            "id": docs.ids[g],
+            "kept": docs.ids[r["kept"]],
+            "kept_at": at(r["kept"]),
+            "bytes": docs.nbytes[g],
+        }
+        if "span_kept" in r:
+            r["span_kept_at"] = [at(x) for x in r["span_kept"]]
+            r["span_kept"] = [docs.ids[x] for x in r["span_kept"]]
+        found.append((at(g), r))
+    seen = [[0, 0] for _ in cfg.sources]
+    for si, n in zip(docs.source, docs.nbytes):
+        seen[si][0] += 1
+        seen[si][1] += n
+    return decisions_of(cfg, found, seen, candidates, partitions)
 
 
-def decisions_of(
-    cfg, found: list[tuple[tuple, dict]], documents: int, candidates: int, partitions: int
-) -> dict:
+def _pass_on(found: list[tuple[tuple, dict]]) -> dict[tuple, tuple[tuple, str]]:
+    """For the keeper of each exact or minhash record, the (position, id) of the document whose output
+    stands for its text: itself when it reached the output (an edited one's record says where its cut
+    spans are kept), else, along the chain, the keeper of a document removed in turn, or the first
+    span's keeper of one cut to nothing (keepers are always earlier documents: the chain ends)."""
+    by_at = {tuple(a): r for a, r in found}
+    ids: dict[tuple, str] = {}
+    for a, r in found:
+        ids[tuple(a)] = r["id"]
+        ids[tuple(r["kept_at"])] = r["kept"]
+        for x, i in zip(r.get("span_kept_at", []), r.get("span_kept", [])):
+            ids[tuple(x)] = i
+    out = {}
+    for _, r in found:
+        if r["stage"] == "substring":
+            continue
+        start = here = tuple(r["kept_at"])
+        while (q := by_at.get(here)) is not None and (q["stage"] != "substring" or q["emptied"]):
+            here = tuple(q["kept_at"] if q["stage"] != "substring" else q["span_kept_at"][0])
+        out[start] = (here, ids[here])
+    return out
+
+
+def decisions_of(cfg, found: list[tuple[tuple, dict]], seen: list, candidates: int, partitions: int) -> dict:
     """The decisions file's content (either runner) from `found`: (input position (source, file, line),
-    {"id", "stage", "kept": kept id, "jaccard"?, "spans"?}) per removed or edited document, any order."""
+    {"id", "stage", "kept": kept id, "kept_at": its position, "bytes": the document's UTF-8 bytes,
+    "jaccard"?, "spans"?, "span_kept"?, "span_kept_at"?, "emptied"?}) per removed or edited document,
+    any order; `seen`: per source, [documents, text bytes] that took part."""
     labels = [s.label for s in cfg.sources]
+    found = [(tuple(at), r) for at, r in found]
+    passed = _pass_on(found)
     records = []
     for at, r in sorted(found, key=lambda x: x[0]):
         rec = {"id": r["id"], "source": labels[at[0]], "stage": r["stage"], "kept": r["kept"]}
+        if r["stage"] != "substring" and passed[tuple(r["kept_at"])][0] != tuple(r["kept_at"]):
+            rec["kept"], rec["kept_via"] = passed[tuple(r["kept_at"])][1], r["kept"]
         if "jaccard" in r:
             rec["jaccard"] = r["jaccard"]
         if "spans" in r:
             rec["spans"] = r["spans"]
+            rec["span_kept"] = r["span_kept"]
+            if r["emptied"]:
+                rec["emptied"] = True
         rec["at"] = list(at)
         records.append(rec)
     counts = {s: sum(1 for r in records if r["stage"] == s) for s in cfg.dedup.stages}
     cut_bytes = sum(b - a for r in records for a, b in r.get("spans", []))
     return {
         "settings": asdict(cfg.dedup),
-        "documents": documents,
+        "documents": sum(n for n, _ in seen),
+        "text_bytes": sum(b for _, b in seen),
         "counts": counts,
+        "outcomes": _outcomes(cfg, found),
+        "sources": _source_stats(cfg, found, seen),
+        **_clusters(found, passed),
         "minhash_candidate_pairs": candidates,
         "substring_bytes_removed": cut_bytes,
         "substring_partitions": partitions,
         "records": records,
     }
+
+
+def _outcomes(cfg, found) -> dict:
+    """Per stage what happened to its documents: exact and minhash remove them; substring edits them,
+    or empties them (cut to nothing: they leave the output too)."""
+    out = {s: ({"edited": 0, "emptied": 0} if s == "substring" else {"removed": 0}) for s in cfg.dedup.stages}
+    for _, r in found:
+        if r["stage"] == "substring":
+            out["substring"]["emptied" if r["emptied"] else "edited"] += 1
+        else:
+            out[r["stage"]]["removed"] += 1
+    return out
+
+
+def _source_stats(cfg, found, seen) -> dict:
+    """Per source: documents and text bytes that took part, and per stage the documents it removed (or
+    cut to nothing) and the bytes it removed (olmax.dedup.gates' stats)."""
+    stats = {
+        spec.label: {
+            "documents": seen[si][0],
+            "text_bytes": seen[si][1],
+            "stages": {s: {"documents": 0, "text_bytes": 0} for s in cfg.dedup.stages},
+        }
+        for si, spec in enumerate(cfg.sources)
+    }
+    for at, r in found:
+        st = stats[cfg.sources[at[0]].label]["stages"][r["stage"]]
+        if r["stage"] == "substring":
+            st["documents"] += int(r["emptied"])
+            st["text_bytes"] += sum(b - a for a, b in r["spans"])
+        else:
+            st["documents"] += 1
+            st["text_bytes"] += r["bytes"]
+    return stats
+
+
+def _clusters(found, passed, top: int = 10, shown: int = 3) -> dict:
+    """The biggest clusters: a kept document and every document exact or minhash removed in its favour
+    (through the chains `_pass_on` follows), largest first (then by the kept one's position)."""
+    members: dict[tuple, list[tuple]] = {}
+    kept_id: dict[tuple, str] = {}
+    for at, r in found:
+        if r["stage"] == "substring":
+            continue
+        k, kid = passed[tuple(r["kept_at"])]
+        members.setdefault(k, []).append((at, r["id"]))
+        kept_id[k] = kid
+    ranked = sorted(members.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    clusters = []
+    for k, ms in ranked[:top]:
+        ms = sorted(ms)[:shown]
+        clusters.append(
+            {
+                "kept": kept_id[k],
+                "size": 1 + len(members[k]),
+                "members": [i for _, i in ms],
+                "at": [list(k)] + [list(a) for a, _ in ms],
+            }
+        )
+    return {"largest_cluster": clusters[0]["size"] if clusters else 1, "clusters": clusters}
+
+
+def first_lines(cfg: PrepareConfig, files: dict[str, list[str]], decisions: dict) -> None:
+    """Add to each of `decisions`' clusters the first line of the documents it shows (kept one first),
+    read back from their input files."""
+    want: dict[tuple, set] = {}
+    for c in decisions["clusters"]:
+        for si, fi, loc in c["at"]:
+            want.setdefault((si, fi), set()).add(loc)
+    text: dict[tuple, str] = {}
+    for (si, fi), locs in sorted(want.items()):
+        path = files[cfg.sources[si].label][fi]
+        for batch in stage_batches(cfg, si, [path], first_file=fi):
+            for _, d in batch:
+                if d.loc in locs:
+                    line = next((x for x in d.text.splitlines() if x.strip()), "")
+                    text[(si, fi, d.loc)] = line.strip()[:200]
+    for c in decisions["clusters"]:
+        c["first_lines"] = [text.get(tuple(a), "") for a in c["at"]]
 
 
 def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], planner=None) -> dict:
@@ -221,6 +367,7 @@ def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], pla
             return saved
     t0, c0 = time.monotonic(), time.process_time()
     decisions = (planner or plan)(cfg, files)
+    first_lines(cfg, files, decisions)
     write_json(path, decisions)
     print(
         f"olmax: dedup decisions for {decisions['documents']:,} documents "
@@ -232,8 +379,12 @@ def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], pla
 
 
 def edits_of(decisions: dict, source: int) -> dict[tuple[int, int], list | None]:
-    """A source's (file, line) → spans to cut, or None for a removed document."""
-    return {(r["at"][1], r["at"][2]): r.get("spans") for r in decisions["records"] if r["at"][0] == source}
+    """A source's (file, line) → spans to cut, or None for a removed document (or one cut to nothing)."""
+    return {
+        (r["at"][1], r["at"][2]): None if r.get("emptied") else r.get("spans")
+        for r in decisions["records"]
+        if r["at"][0] == source
+    }
 
 
 def apply_edits(batches, edits: dict):
@@ -267,6 +418,10 @@ def manifest_entry(decisions: dict) -> dict:
         "documents_seen": decisions["documents"],
         "text_bytes_seen": decisions["text_bytes"],
         "removed": decisions["counts"],
+        "outcomes": decisions["outcomes"],
+        "sources": decisions["sources"],
+        "largest_cluster": decisions["largest_cluster"],
+        "clusters": [{k: v for k, v in c.items() if k != "at"} for c in decisions["clusters"]],
         "minhash_candidate_pairs": decisions["minhash_candidate_pairs"],
         "substring_bytes_removed": decisions["substring_bytes_removed"],
         "substring_partitions": decisions["substring_partitions"],

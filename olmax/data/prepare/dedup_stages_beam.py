@@ -38,10 +38,9 @@ import xxhash
 from olmax import beam, storage
 from olmax.beam import Failed
 from olmax.data.prepare.config import PrepareConfig
-from olmax.data.prepare.dedup_stages import decisions_of, stage_batches, utf8
+from olmax.data.prepare.dedup_stages import decisions_of, stage_batches, substring_records, utf8
 from olmax.dedup.minhash import band_keys, bucket_pairs, jaccard, signatures
 from olmax.dedup.shingles import text_shingles
-from olmax.dedup.substring import repeated_spans
 
 FIRST_ROUNDS = 4  # propagation rounds of the first try (each doubles a chain's reach, roughly)
 
@@ -102,7 +101,7 @@ def _exact_group(kv):
     first = members[0]
     yield "keep", first
     for doc in members[1:]:
-        yield "rec", (doc[0], {"id": doc[1], "stage": "exact", "kept": first[1]})
+        yield "rec", (doc[0], {"id": doc[1], "stage": "exact", "kept": first[1], "kept_at": first[0]})
 
 
 def _bucket_entries(doc):
@@ -213,7 +212,13 @@ def components(bm, edges, rounds: int):
 
 def _minhash_record(row):
     kept, pos, sim, kept_id, doc_id = row
-    return pos, {"id": doc_id, "stage": "minhash", "kept": kept_id, "jaccard": round(sim, 6)}
+    return pos, {
+        "id": doc_id,
+        "stage": "minhash",
+        "kept": kept_id,
+        "kept_at": kept,
+        "jaccard": round(sim, 6),
+    }
 
 
 def _build_stages(bm, p, cfg: PrepareConfig, tasks, folder: str, rounds: int) -> None:
@@ -267,7 +272,6 @@ def _build_stages(bm, p, cfg: PrepareConfig, tasks, folder: str, rounds: int) ->
 
 def substring_partition(cfg: PrepareConfig, part: Partition) -> list:
     """Map: one partition → its substring records (position, record), by the local `repeated_spans`."""
-    st = cfg.dedup
     at, ids, data = [], [], []
     for si, fi, path, lines in part.segments:
         want = set(lines)
@@ -277,14 +281,15 @@ def substring_partition(cfg: PrepareConfig, part: Partition) -> list:
                     at.append((si, fi, d.loc))
                     ids.append(d.id)
                     data.append(utf8(d))
-    d, a, b, kept = repeated_spans(data, st.substring_min_bytes)
-    found: dict[int, dict] = {}
-    for k in range(d.size):
-        g = int(d[k])
-        rec = found.setdefault(
-            g, {"id": ids[g], "stage": "substring", "kept": ids[int(kept[k])], "spans": []}
+    found = substring_records(cfg, data)
+    for g, r in found.items():
+        r.update(
+            id=ids[g],
+            kept=ids[r["kept"]],
+            kept_at=at[r["kept"]],
+            span_kept_at=[at[x] for x in r["span_kept"]],
+            span_kept=[ids[x] for x in r["span_kept"]],
         )
-        rec["spans"].append([int(a[k]), int(b[k])])
     return [(at[g], r) for g, r in found.items()]
 
 
@@ -375,9 +380,20 @@ def plan_beam(cfg: PrepareConfig, files: dict[str, list[str]], options, tmp: str
         beam.raise_first_failure(done)
         found += [rec for part in done for rec in part]
         storage.remove_tree(folder)
-    documents = sum(int(s["locs"].size) for s in summaries)
-    text_bytes = sum(int(s["nbytes"].sum()) for s in summaries)
-    return decisions_of(cfg, found, documents, candidates, n_parts) | {"text_bytes": text_bytes}
+    seen = [[0, 0] for _ in cfg.sources]
+    need: dict[tuple, set] = {}
+    for at, _ in found:
+        need.setdefault((at[0], at[1]), set()).add(at[2])
+    size: dict[tuple, int] = {}  # the records' documents' sizes only
+    for s in summaries:
+        seen[s["source"]][0] += int(s["locs"].size)
+        seen[s["source"]][1] += int(s["nbytes"].sum())
+        locs = need.get((s["source"], s["file"]), set())
+        for loc, n in zip(s["locs"].tolist(), s["nbytes"].tolist()):
+            if loc in locs:
+                size[(s["source"], s["file"], loc)] = n
+    found = [(tuple(at), r | {"bytes": size[tuple(at)]}) for at, r in found]
+    return decisions_of(cfg, found, seen, candidates, n_parts)
 
 
 def planner(options, tmp: str, log_dir: str):

@@ -88,10 +88,24 @@ def test_removed_records_are_exact(tmp_path, corpus, dolma2):
             "kept": "w1",
             "jaccard": round(jaccard(docs["w1"], docs["w3"]), 6),
         },
-        {"id": "w5", "source": "web", "stage": "substring", "kept": "w4", "spans": [[p5, p5 + 700]]},
-        {"id": "w6", "source": "web", "stage": "exact", "kept": "w3"},
+        {
+            "id": "w5",
+            "source": "web",
+            "stage": "substring",
+            "kept": "w4",
+            "spans": [[p5, p5 + 700]],
+            "span_kept": ["w4"],
+        },
+        {"id": "w6", "source": "web", "stage": "exact", "kept": "w1", "kept_via": "w3"},
         {"id": "b1", "source": "books", "stage": "exact", "kept": "w4"},
-        {"id": "b2", "source": "books", "stage": "substring", "kept": "w4", "spans": [[pb, pb + 700]]},
+        {
+            "id": "b2",
+            "source": "books",
+            "stage": "substring",
+            "kept": "w4",
+            "spans": [[pb, pb + 700]],
+            "span_kept": ["w4"],
+        },
     ]
     assert 0.8 <= records[1]["jaccard"] < 1
     manifest = json.loads((out / "manifest.json").read_text())
