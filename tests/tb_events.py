@@ -1,20 +1,16 @@
-"""Reading TensorBoard event files back in tests (no TensorFlow needed)."""
+"""Reading TensorBoard event files back in tests with TensorBoard's own reader (`EventAccumulator`, the
+code behind TensorBoard's scalar dashboard), so a test sees what a person opening the run would see."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
-
-from tensorboardX.proto.event_pb2 import Event
 
 
 def tensorboard_scalars(path: Path) -> list[tuple[str, int, float]]:
-    """(tag, step, value) of every scalar in a TensorBoard event file (TFRecord framing: length, its CRC,
-    the Event proto, its CRC)."""
-    data, pos, out = path.read_bytes(), 0, []
-    while pos < len(data):
-        (n,) = struct.unpack("<Q", data[pos : pos + 8])
-        event = Event.FromString(data[pos + 12 : pos + 12 + n])
-        pos += 12 + n + 4
-        out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
-    return out
+    """(tag, step, value) of every scalar in a TensorBoard event file or run folder, tag by tag, each tag's
+    points in the order written."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0})  # 0: keep every point, no sampling
+    acc.Reload()
+    return [(tag, e.step, e.value) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)]
