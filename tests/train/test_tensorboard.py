@@ -15,7 +15,9 @@ from olmax.train.metrics import olmo_core_scalars
 @pytest.mark.slow
 def test_tensorboard_reads_every_train_scalar_of_metrics_jsonl(tmp_path):
     mix = write_mix(tmp_path / "mix")
-    cfg = write_config(tmp_path / "exp.yaml", mix, steps=4, every=2, train={"tensorboard": True, "log_every": 1})
+    cfg = write_config(
+        tmp_path / "exp.yaml", mix, steps=4, every=2, train={"tensorboard": True, "log_every": 1}
+    )
     run_train(cfg, tmp_path / "run")
     [events] = (tmp_path / "run" / "tb").glob("events.out.tfevents.*")
     got = {(tag, step): value for tag, step, value in tensorboard_scalars(events)}

@@ -226,10 +226,16 @@ def _dedup_summary(dd: dict, args: argparse.Namespace) -> bool:
     gates = removed_frac_gates(dd["sources"], parse_removed_frac(args.max_removed_frac), "text_bytes")
     gates += cluster_gate(dd["largest_cluster"], args.max_cluster_size)
     for g in gates:
-        print(f"  {'PASS' if g.ok else 'FAIL'} {g.name}: {g.value} (limit {g.threshold}) — {g.detail}", file=sys.stderr)
+        print(
+            f"  {'PASS' if g.ok else 'FAIL'} {g.name}: {g.value} (limit {g.threshold}) — {g.detail}",
+            file=sys.stderr,
+        )
     bad = [g.name for g in gates if not g.ok]
     if bad:
-        print(f"dedup: gate failed: {', '.join(bad)} (the output is complete; see {args.out}/removed.jsonl)", file=sys.stderr)
+        print(
+            f"dedup: gate failed: {', '.join(bad)} (the output is complete; see {args.out}/removed.jsonl)",
+            file=sys.stderr,
+        )
     return not bad
 
 
