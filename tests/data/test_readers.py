@@ -66,7 +66,9 @@ def test_bad_lines_give_the_same_errors(tmp_path):
     with pytest.raises(OlmaxError, match=r"b\.jsonl:2: invalid UTF-8 at byte offset 47 \(invalid"):
         list(readers.read_jsonl(str(path)))
     path.write_bytes(b'{"id": "a", "text": "ok"}\n{"id": "b", "text": "cut\n')
-    with pytest.raises(OlmaxError, match=r"b\.jsonl:2: malformed JSON line \(column 25: Invalid control"):
+    with pytest.raises(
+        OlmaxError, match=r"b\.jsonl:2: malformed JSON line \(column 21: a string starts here and never"
+    ):
         list(readers.read_jsonl(str(path)))
     gz = tmp_path / "c.jsonl.gz"
     gz.write_bytes(gzip.compress(b'{"id": "a", "text": "ok"}\n' * 2000, mtime=0)[:-30])

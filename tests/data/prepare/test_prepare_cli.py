@@ -24,5 +24,8 @@ def test_the_summary_is_on_stderr_in_order_and_stdout_holds_only_the_mix_path(tm
     assert p.returncode == 0, p.stderr
     assert p.stdout == f"{out}/mix.txt\n"
     lines = p.stderr.splitlines()
-    assert [ln.split(" ", 1)[0] for ln in lines] == ["olmax:", "code:", "more:"], p.stderr
-    assert lines[0].startswith("olmax: prepared ") and lines[1].startswith("code: 3 docs, ")
+    # the engine line, the headline, then one line per source, all on stderr and in that order
+    assert [ln.split(" ", 1)[0] for ln in lines] == ["olmax:", "olmax:", "code:", "more:"], p.stderr
+    assert lines[0].startswith("olmax: tokenizer engine ") and lines[1].startswith("olmax: prepared ")
+    lines = lines[1:]
+    assert lines[1].startswith("code: 3 docs, ")
