@@ -180,8 +180,8 @@ def test_bad_input_is_one_line_and_leaves_no_output(tmp_path, dolma2):
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("olmax: error:")]
     assert errors == [
-        f"olmax: error: {tmp_path}/in/bad.jsonl:2: malformed JSON line (column 1: Expecting ',' "
-        "delimiter); fix it or pass --skip-bad-lines to skip and count such lines"
+        f"olmax: error: {tmp_path}/in/bad.jsonl:2: malformed JSON line (column 25: expecting ',' "
+        "delimiter, found the end of the line); fix it or pass --skip-bad-lines to skip and count such lines"
     ]
     assert "Traceback" not in proc.stderr
     assert not out.exists()
