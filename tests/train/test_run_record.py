@@ -234,7 +234,8 @@ def test_eval_commands_show_progress_and_name_the_checkpoint_step(base, tmp_path
         "g.json",
         **common,
     )
-    assert p.returncode in (0, 1), p.stderr[-3000:]
+    # a verdict: 0 clean, 1 flagged, 3 inconclusive (one checkpoint cannot show a gain); this test is about progress
+    assert p.returncode in (0, 1, 3), p.stderr[-3000:]
     assert f"scored {run} at checkpoint step(s) 2" in p.stdout and "eval gains" in p.stderr
     p = olmax(
         "eval",
@@ -249,5 +250,5 @@ def test_eval_commands_show_progress_and_name_the_checkpoint_step(base, tmp_path
         "m.json",
         **common,
     )
-    assert p.returncode in (0, 1), p.stderr[-3000:]
+    assert p.returncode in (0, 1, 3), p.stderr[-3000:]
     assert f"scored {run / 'checkpoints'} step 2" in p.stdout and "memorization checks" in p.stderr
