@@ -46,7 +46,9 @@ try:
 except SystemExit as e:
     rc = e.code or 0
 u = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"rc": rc, "rss": u.ru_maxrss * 1024, "cpu": u.ru_utime + u.ru_stime}))
+# VmHWM: this address space's peak (ru_maxrss would carry over the size of the process that forked it)
+hwm = next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+print(json.dumps({"rc": rc, "rss": int(hwm.split()[1]) * 1024, "cpu": u.ru_utime + u.ru_stime}))
 """
 
 
