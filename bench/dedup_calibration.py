@@ -6,7 +6,7 @@ only through its CLI (`python -m olmax.cli data prepare ... --dedup minhash`) an
 OUT/removed.jsonl. Printed: the hard negatives' true Jaccard, recall per kind and true-Jaccard band,
 removals per kind (false ones counted), the cluster-size distribution, and a threshold sweep.
 
-Goals (issue 35): recall >= 0.95 on pairs at true Jaccard >= 0.87, no hard negative removed, false
+Goals: recall >= 0.95 on pairs at true Jaccard >= 0.87, no hard negative removed, false
 removals <= 0.5% of removals, and no cluster larger than the largest planted group. Exits 1 when one
 fails (2 when olmax itself fails). Same seed, same machine: the same corpus.
 

@@ -84,7 +84,7 @@ BASE_POSITIVE = (
     "rewrap",
 )
 BASE_NEGATIVE = ("unplanted", "generic_sentence", "training_boilerplate")
-# the kinds of short items, symbols and written-out forms (issue 29), planted after the others with a
+# the kinds of short items, symbols and written-out forms, planted after the others with a
 # generator of their own, so the earlier kinds draw the same items, plants and hosts as before
 SYMBOL_POSITIVE = ("short_edit", "math_verbatim", "math_edit", "written_out", "written_numbers")
 SYMBOL_NEGATIVE = ("sign_flip", "other_number", "template_values")
