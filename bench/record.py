@@ -108,8 +108,9 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 
 
 def format_figure(fig: dict[str, Any], digits: int = 1) -> str:
-    """`median unit (min–max)` as the docs write it, e.g. `412.0 M tokens/s (398.2–420.5)`."""
-    text = f"{fig['median']:.{digits}f} {fig['unit']}".rstrip()
+    """`median unit (min–max)` as the docs write it, e.g. `412.0 M tokens/s (398.2–420.5)`, `4.2x (3.9–4.4)`."""
+    sep = "" if fig["unit"] in ("x", "%") else " "
+    text = f"{fig['median']:.{digits}f}{sep}{fig['unit']}".rstrip()
     if fig["n"] > 1:
         text += f" ({fig['min']:.{digits}f}–{fig['max']:.{digits}f})"
     return text
