@@ -51,6 +51,7 @@ from pathlib import Path
 
 import leak_plants as lp
 from dask_cluster import dask_cluster
+from record import add_arguments, shrink
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 20260301
@@ -288,7 +289,8 @@ def main() -> None:
         default="1,2",
         help="worker counts of the loopback Dask clusters the DaskRunner runs on ('' for none)",
     )
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), code_files=20, dask_workers="1")
     workers = [int(w) for w in args.dask_workers.split(",") if w.strip()]
 
     t_start = time.perf_counter()

@@ -85,6 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def shrink(args: argparse.Namespace, **small: Any) -> argparse.Namespace:
+    """With `--smoke`, set each option in `small` to its smoke value (the whole benchmark, a small input)."""
+    if getattr(args, "smoke", False):
+        for name, value in small.items():
+            if not hasattr(args, name):
+                raise ValueError(f"--smoke sets {name!r}, which the benchmark has no option for")
+            setattr(args, name, value)
+    return args
+
+
 def package_version(dist: str) -> str:
     """The installed version of distribution `dist`, or "not installed"."""
     try:

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import add_arguments, shrink
+
 L, G, SEED, STAGE1_TOKENS = 8192, 512, 34521, 5_930_000_000_000
 CHILDREN = ("audit", "plan", "where", "exposure", "which", "loader", "olmo-core")
 
@@ -213,7 +215,10 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(
+        ap.parse_args(), out="bench/out/stage1-smoke", tokens=2e9, files=20, step=100, exposure_items=20
+    )
     if args.child:
         print(json.dumps(child(args.child, args.mix, args.work, args)))
         return
