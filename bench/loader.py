@@ -245,6 +245,7 @@ def resume_bench(out: str, rec: Record) -> None:
         build_s = time.perf_counter() - t
         built = f"prebuilt and cached on disk by this run before timing (build: {build_s:.1f} s)"
         rec.note("stage1_order_build_s", round(build_s, 3))
+        rec.figure("stage1_order_build_s", [build_s], "s", instances=index.num_instances)
     print(
         f"stage-1 order file: {index.num_instances:,} instances, {os.path.getsize(path) / 2**30:.2f} GiB, {built}"
     )
