@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import xxhash
+from record import add_arguments, shrink
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 
@@ -61,7 +62,8 @@ def main() -> None:
     ap.add_argument("--ngram", type=int, default=8)
     ap.add_argument("--plants", type=int, default=2000, help="eval items pasted into training documents")
     ap.add_argument("--work", default=None, help="folder for the corpus (default a temp dir)")
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), tokens=2e6, plants=50)
 
     from olmax.assets import EVAL_SETS, tokenizer_path
     from olmax.audit.leaks.eval_side import index_evals

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import leak_plants as lp
 from dask_cluster import dask_cluster
+from record import add_arguments, shrink
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 20260301
@@ -263,11 +264,13 @@ def json_diff(a, b, where: str = "", out: list[str] | None = None) -> list[str]:
 
 
 def compare_reports(local: Path, beam: Path, root: Path) -> tuple[dict, dict, list[str], set[str]]:
-    """Both reports without "timing" (the Beam one with the `file://` spelling of `root` undone): (local,
-    beam, differing paths, fields where the spelling was undone)."""
+    """Both reports without what says how the run went rather than what it found ("timing", "performance",
+    "checks_ran": where each check ran, and "summary": the printed lines, which carry each phase's seconds
+    and memory), the Beam one with the `file://` spelling of `root` undone: (local, beam, differing paths,
+    fields where the spelling was undone)."""
     a = json.loads(local.read_text())
     b = json.loads(beam.read_text())
-    for k in ("timing", "performance"):
+    for k in ("timing", "performance", "checks_ran", "summary"):
         a.pop(k, None)
         b.pop(k, None)
     rewritten: set[str] = set()
@@ -288,7 +291,8 @@ def main() -> None:
         default="1,2",
         help="worker counts of the loopback Dask clusters the DaskRunner runs on ('' for none)",
     )
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), code_files=20, dask_workers="")
     workers = [int(w) for w in args.dask_workers.split(",") if w.strip()]
 
     t_start = time.perf_counter()

@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dedup_calibration as cal  # noqa: E402
 import dedup_corpus as dc  # noqa: E402
+from record import add_arguments, shrink  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -283,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-substring", action="store_true", help="skip the --dedup substring run")
     ap.add_argument("--work", type=Path, default=OUT, help="corpus cache and scratch folder (bench/out)")
     ap.add_argument("--setup-peers", action="store_true", help="build the peers' venv when it is missing")
-    args = ap.parse_args(argv)
+    add_arguments(ap)
+    args = shrink(ap.parse_args(argv), per_kind=5, singles=50, work=OUT / "smoke")
 
     corpus, planted = dc.cached(args.work, args.seed, args.per_kind, args.singles)
     files = input_folder(planted, args.filler_mb, args.work)

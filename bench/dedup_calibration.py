@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dedup_corpus as dc  # noqa: E402
+from record import add_arguments, shrink  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         help="--minhash-threshold values for the sweep, comma-separated ('' skips it; 0.8 always runs)",
     )
     ap.add_argument("--work", type=Path, default=OUT, help="where the corpus and the outputs go (bench/out)")
-    args = ap.parse_args(argv)
+    add_arguments(ap)
+    args = shrink(ap.parse_args(argv), per_kind=5, singles=50, sweep="0.75", work=OUT / "smoke")
 
     t0 = time.perf_counter()
     corpus, files = dc.cached(args.work, args.seed, args.per_kind, args.singles)

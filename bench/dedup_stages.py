@@ -24,9 +24,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 
 from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl  # noqa: E402
+from record import add_arguments, shrink  # noqa: E402
 
 from olmax.data.prepare.dedup_stages import DedupSettings, plan  # noqa: E402
-from olmax.data.prepare.local_runner import PrepareConfig, read_batches  # noqa: E402
+from olmax.data.prepare.local_runner import PrepareConfig  # noqa: E402
 from olmax.data.prepare.mixspec import SourceSpec  # noqa: E402
 from olmax.dedup.minhash import cluster, signatures  # noqa: E402
 from olmax.dedup.params import MinHashParams  # noqa: E402
@@ -40,9 +41,9 @@ def timed(fn, *args):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
-def corpus(copies: int) -> list[tuple[str, str]]:
+def corpus(copies: int, files: int = 10_000) -> list[tuple[str, str]]:
     """The stdlib + pydoc texts, and `copies` lightly edited copies of every tenth one (planted work)."""
-    docs = stdlib_texts(10_000) + pydoc_texts()
+    docs = stdlib_texts(files) + pydoc_texts()
     extra = []
     for k in range(copies):
         for i, t in docs[::10]:
@@ -53,8 +54,10 @@ def corpus(copies: int) -> list[tuple[str, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=1, help="edited copies of every tenth document")
-    args = ap.parse_args()
-    docs = corpus(args.copies)
+    ap.add_argument("--docs", type=int, default=10_000, help="stdlib files read (pydoc topics are added)")
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), docs=40)
+    docs = corpus(args.copies, args.docs)
     texts = [t for _, t in docs]
     mb = sum(len(t.encode()) for t in texts) / 1e6
     p = MinHashParams()
@@ -84,7 +87,7 @@ def main() -> None:
         for stages in (("minhash",), ("exact", "minhash", "substring")):
             cfg = replace(base, dedup=DedupSettings(stages=stages))
             tracemalloc.start()
-            dec, w, c = timed(plan, cfg, files, read_batches)
+            dec, w, c = timed(plan, cfg, files)
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             name = "prepare pass: jsonl -> " + ",".join(stages)

@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import numpy as np
+from record import add_arguments, shrink
 
 
 def time_blocks(fns: dict, iters: int, rounds: int = 2) -> dict[str, list[float]]:
@@ -47,7 +48,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--iters", type=int, default=3, help="timed calls per block (2 blocks each)")
     parser.add_argument("--d-model", type=int, default=512)
-    args = parser.parse_args()
+    add_arguments(parser)
+    args = shrink(parser.parse_args(), layers=1, batch=1, seq=128, iters=1, d_model=128)
 
     import jax
     import jax.numpy as jnp

@@ -78,6 +78,7 @@ from collections import namedtuple
 from pathlib import Path
 
 import leak_plants as lp
+from record import add_arguments, shrink
 
 BASE_POSITIVE = (
     "verbatim_one",
@@ -854,7 +855,9 @@ def main() -> None:
     ap.add_argument("--per-kind", type=int, default=40)
     ap.add_argument("--png", default=str(Path(__file__).resolve().parent / "leak_calibration.png"))
     ap.add_argument("--work", help="keep each seed's training shards and eval files under WORK/seed-N")
-    args = ap.parse_args()
+    add_arguments(ap)
+    smoke_png = str(Path(__file__).resolve().parent / "out" / "leak_calibration-smoke.png")
+    args = shrink(ap.parse_args(), seeds="0", per_kind=3, png=smoke_png)
 
     seeds = parse_seeds(args.seeds)
     records: list[dict] = []

@@ -13,17 +13,22 @@ one iterator, and before each timed round it first consumes `DRAIN` batches unti
 prefetch buffer filled while the other settings ran is gone when the clock starts (a full buffer at t0
 is never counted); an iterator that would reach the end of epoch 1 inside a round is reopened first.
 A round is by default the whole of epoch 1 after the first batch and the drain (191 of its 200
-batches, 100 M tokens), so even the fastest setting is timed over a few tenths of a second. Best round
-per setting (the median is printed beside it). The dtype of each one's `input_ids` is printed (OLMo-core int64 tensors, olmax
-int32 arrays: OLMo-core writes twice the bytes per token).
+batches, 100 M tokens), so even the fastest setting is timed over a few tenths of a second. Each round's
+rate is in the record; a setting's figure is its median round with the min-max. The dtype of each one's
+`input_ids` is printed (OLMo-core int64 tensors, olmax int32 arrays: OLMo-core writes twice the bytes
+per token).
 
 Then the time to the first batch when resuming at step 1,000,000 of an index sized like the 5.93T-token
 stage-1 mix (sparse files of the real shape, G = 512), in a fresh process, with the order file prebuilt
 and cached on disk (its one-time build is not in the figure), and the order's resident memory.
 
-The last line is `loader tokens/s olmax/olmo-core = N.Nx`, best vs best.
+Ratios are per round (the settings ran interleaved, so round i of each saw the same load): the best
+olmax setting's rate over the best OLMo-core setting's in that round, and the equal-parallelism pairs.
+The record is bench/results/loader.json; the last line is `loader tokens/s olmax/olmo-core = N.Nx`, the
+median best-vs-best round.
 
-    .venv/bin/python bench/loader.py [--batches 40] [--rounds 3] [--threads 2] [--skip-resume] [--out bench/out/loader]
+    .venv/bin/python bench/loader.py [--batches 40] [--rounds 3] [--threads 2] [--skip-resume] [--out DIR]
+    .venv/bin/python bench/loader.py --smoke     # 2 small shards and a 1,000x smaller stage-1 index
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
+from record import WARM_WALL, Record, add_arguments, format_figure, package_version, pairwise_ratio
 
 from olmax.data.loader import open_loader
 
@@ -196,6 +202,7 @@ RESUME_CHILD = r"""
 import os, sys, time
 t0 = time.perf_counter()
 import grain  # noqa: F401  (imported lazily by the loader; counted with the imports)
+from olmax.data.loader import open_loader, stream_index
 from olmax.data.order import order_file_path
 from olmax.data.stream import StreamSpec
 t1 = time.perf_counter()
@@ -221,7 +228,7 @@ print(f"RESULT {t2 - t1:.3f} {t2 - t0:.3f} {rss_order} {rss} {index.num_instance
 """
 
 
-def resume_bench(out: str) -> None:
+def resume_bench(out: str, rec: Record) -> None:
     from olmax.data.index import build_index
     from olmax.data.mixfile import read_mix
     from olmax.data.order import CachedOrder, order_file_path
@@ -235,9 +242,10 @@ def resume_bench(out: str) -> None:
     else:
         t = time.perf_counter()
         CachedOrder(work, index.num_instances, SEED, 1)
-        built = (
-            f"prebuilt and cached on disk by this run before timing (build: {time.perf_counter() - t:.1f} s)"
-        )
+        build_s = time.perf_counter() - t
+        built = f"prebuilt and cached on disk by this run before timing (build: {build_s:.1f} s)"
+        rec.note("stage1_order_build_s", round(build_s, 3))
+        rec.figure("stage1_order_build_s", [build_s], "s", instances=index.num_instances)
     print(
         f"stage-1 order file: {index.num_instances:,} instances, {os.path.getsize(path) / 2**30:.2f} GiB, {built}"
     )
@@ -248,15 +256,31 @@ def resume_bench(out: str) -> None:
         [sys.executable, "-c", RESUME_CHILD, mix, work, str(RESUME_STEP), str(STAGE1_G)],
         capture_output=True,
         text=True,
-        check=True,
     )
+    if child.returncode != 0:
+        raise SystemExit(f"bench/loader.py: the resume child failed:\n{child.stderr[-3000:]}")
     line = [x for x in child.stdout.splitlines() if x.startswith("RESULT")][0].split()
+    first, with_imports = float(line[1]), float(line[2])
+    order_mib, rss_mib = int(line[3]) / 1024, int(line[4]) / 1024
     print(
         f"resume at step {RESUME_STEP:,} of a {index.num_instances:,}-instance stage-1 index "
         f"({STAGE1_FILES} files, G={STAGE1_G}), order file prebuilt and cached (its build not counted): "
-        f"first batch {float(line[1]):.2f} s after imports ({float(line[2]):.2f} s with imports); "
-        f"order resident {int(line[3]) / 1024:.2f} MiB; process RSS {int(line[4]) / 1024:.0f} MiB"
+        f"first batch {first:.2f} s after imports ({with_imports:.2f} s with imports); "
+        f"order resident {order_mib:.2f} MiB; process RSS {rss_mib:.0f} MiB"
     )
+    rec.note("stage1_resume", {"instances": index.num_instances, "files": STAGE1_FILES, "G": STAGE1_G})
+    rec.figure("resume_first_batch_s", [first], "s", step=RESUME_STEP, what="first batch after imports")
+    rec.figure("resume_first_batch_with_imports_s", [with_imports], "s", step=RESUME_STEP)
+    rec.figure("resume_order_resident_mib", [order_mib], "MiB")
+    rec.figure("resume_rss_mib", [rss_mib], "MiB")
+
+
+def shrink_for_smoke() -> None:
+    """A smoke run: 2 shards of 12 batches' tokens and a stage-1-shaped index 1,000x smaller (seconds)."""
+    global FILES, TOKENS_PER_FILE, BATCHES_PER_EPOCH, STAGE1_TOKENS, STAGE1_FILES, RESUME_STEP
+    FILES, TOKENS_PER_FILE = 2, 6 * G * L
+    BATCHES_PER_EPOCH = FILES * TOKENS_PER_FILE // L // G
+    STAGE1_TOKENS, STAGE1_FILES, RESUME_STEP = STAGE1_TOKENS // 1000, 95, 1_000
 
 
 def main() -> None:
@@ -264,25 +288,33 @@ def main() -> None:
     parser.add_argument(
         "--batches",
         type=int,
-        default=BATCHES_PER_EPOCH - DRAIN - 1,
+        default=None,
         help="batches per timed round (default: the rest of epoch 1 after the drain)",
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--threads", type=int, default=2, help="olmax Grain read threads (its prefetched setting)"
     )
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out", "loader"))
+    parser.add_argument("--out", default=None, help="shards and order files (default bench/out/loader)")
     parser.add_argument("--skip-resume", action="store_true")
+    add_arguments(parser)
     args = parser.parse_args()
-    if args.batches + DRAIN + 1 > BATCHES_PER_EPOCH:
+    if args.smoke:
+        shrink_for_smoke()
+    out = args.out or os.path.join(
+        os.path.dirname(__file__), "out", "loader-smoke" if args.smoke else "loader"
+    )
+    batches = BATCHES_PER_EPOCH - DRAIN - 1 if args.batches is None else args.batches
+    if batches + DRAIN + 1 > BATCHES_PER_EPOCH:
         parser.error(
             f"--batches must be at most {BATCHES_PER_EPOCH - DRAIN - 1} (one epoch is "
             f"{BATCHES_PER_EPOCH} batches)"
         )
+    rec = Record("loader", argv=sys.argv, smoke=args.smoke, results=args.results)
 
-    paths = make_shards(os.path.join(args.out, "shards"))
-    work = os.path.join(args.out, "work")
-    mix = os.path.join(args.out, "shards", "mix.txt")
+    paths = make_shards(os.path.join(out, "shards"))
+    work = os.path.join(out, "work")
+    mix = os.path.join(out, "shards", "mix.txt")
     oc, ox = "olmo-core NumpyFSLDataLoader", "olmax Loader"
     settings = {
         "oc-sync": Setting(
@@ -301,54 +333,79 @@ def main() -> None:
             ox, f"num_threads={args.threads}, prefetch_buffer_size=4", olmax_opener(mix, work, args.threads)
         ),
     }
+    versions = {
+        oc: package_version("ai2-olmo-core"),
+        ox: package_version("olmax"),
+        "bare numpy gather loop": "",
+    }
+    for key, setting in settings.items():
+        rec.side(
+            key,
+            version=versions[setting.side] or f"numpy {np.__version__}",
+            setting=f"{setting.side}: {setting.label}",
+        )
+    tokens = FILES * TOKENS_PER_FILE
+    rec.note(
+        "input",
+        f"{FILES} shards of {TOKENS_PER_FILE:,} random uint32 tokens ({tokens * 4 / 1e6:.0f} MB), page cache warm",
+    )
+    rec.note("shape", {"L": L, "G": G, "batches_per_round": batches, "rounds": args.rounds, "drain": DRAIN})
     print(
-        f"{FILES} shards, {FILES * TOKENS_PER_FILE * 4 / 1e6:.0f} MB uint32, L={L}, G={G}; per setting "
-        f"{args.rounds} rounds x {args.batches} batches, rounds interleaved across settings, each timed after "
-        f"draining {DRAIN} batches untimed; best round (median)"
+        f"{FILES} shards, {tokens * 4 / 1e6:.0f} MB uint32, L={L}, G={G}; per setting "
+        f"{args.rounds} rounds x {batches} batches, rounds interleaved across settings, each timed after "
+        f"draining {DRAIN} batches untimed; median round (min-max)"
     )
     try:
         for _ in range(args.rounds):
             for setting in settings.values():
-                setting.round(args.batches)
+                setting.round(batches)
     finally:
         for setting in settings.values():
             setting.close()
-    for setting in settings.values():
-        print(
-            f"{setting.side:28s} {setting.label:52s} {setting.best / 1e6:7.1f} M tokens/s (median "
-            f"{float(np.median(setting.rates)) / 1e6:6.1f})  input_ids {setting.dtype}"
+    for key, setting in settings.items():
+        rec.timings("round", key, [batches * G * L / r for r in setting.rates], "s", WARM_WALL)
+        fig = rec.figure(
+            f"{key}_tokens_per_s", [r / 1e6 for r in setting.rates], "M tokens/s", dtype=setting.dtype
         )
+        print(f"{setting.side:28s} {setting.label:52s} {format_figure(fig):>30s}  input_ids {setting.dtype}")
 
-    def best_of(keys: list[str]) -> tuple[float, str]:
-        key = max(keys, key=lambda k: settings[k].best)
-        return settings[key].best, settings[key].label
+    def ratio(name: str, ox_keys: list[str], oc_keys: list[str], about: str) -> None:
+        """Per round: the best of `ox_keys` over the best of `oc_keys` (the rounds ran interleaved)."""
+        num = [max(settings[k].rates[i] for k in ox_keys) for i in range(args.rounds)]
+        den = [max(settings[k].rates[i] for k in oc_keys) for i in range(args.rounds)]
+        fig = rec.figure(name, pairwise_ratio(num, den), "x", about=about)
+        print(f"{about}: olmax/olmo-core = {format_figure(fig)}")
 
-    def ratio(a: float, b: float) -> str:
-        return f"{a / b:.1f}x"
-
-    sync_ox, sync_oc = settings["ox-sync"].best, settings["oc-sync"].best
-    print(
-        f"equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0): "
-        f"olmax/olmo-core = {ratio(sync_ox, sync_oc)}"
+    ratio(
+        "ratio_sync",
+        ["ox-sync"],
+        ["oc-sync"],
+        "equal parallelism, synchronous (olmax num_threads=0 vs olmo-core num_workers=0, num_threads=0)",
     )
     if args.threads == 2:
-        print(
-            f"equal parallelism, 2 read threads (olmax num_threads=2 vs olmo-core num_workers=0, "
-            f"num_threads=2): olmax/olmo-core = {ratio(settings['ox-threads'].best, settings['oc-t2'].best)}"
+        ratio(
+            "ratio_two_threads",
+            ["ox-threads"],
+            ["oc-t2"],
+            "equal parallelism, 2 read threads (olmax num_threads=2 vs olmo-core num_workers=0, num_threads=2)",
         )
-    print(
-        f"olmax synchronous vs olmo-core default (num_workers=0, 4 threads): olmax/olmo-core = "
-        f"{ratio(sync_ox, settings['oc-default'].best)}"
+    ratio(
+        "ratio_sync_vs_default",
+        ["ox-sync"],
+        ["oc-default"],
+        "olmax synchronous vs olmo-core default (num_workers=0, 4 threads)",
     )
-    best_ox, label_ox = best_of(["ox-sync", "ox-threads"])
-    best_oc, label_oc = best_of(["oc-sync", "oc-t2", "oc-default", "oc-w2"])
-    print(
-        f"best vs best on {os.cpu_count()} cores: olmax {best_ox / 1e6:.1f} M tokens/s ({label_ox}) vs olmo-core "
-        f"{best_oc / 1e6:.1f} M tokens/s ({label_oc}): olmax/olmo-core = {ratio(best_ox, best_oc)}"
+    ratio(
+        "ratio_best",
+        ["ox-sync", "ox-threads"],
+        ["oc-sync", "oc-t2", "oc-default", "oc-w2"],
+        f"best vs best on {os.cpu_count()} cores, per round",
     )
     if not args.skip_resume:
-        resume_bench(args.out)
-    print(f"loader tokens/s olmax/olmo-core = {best_ox / best_oc:.1f}x")
+        resume_bench(out, rec)
+    print(f"wrote {rec.write()}")
+    best = rec.data["figures"]["ratio_best"]
+    print(f"loader tokens/s olmax/olmo-core = {best['median']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import gc
 import time
 
 import numpy as np
+from record import add_arguments, shrink
 
 from olmax.data.packing import obfd
 
@@ -52,7 +53,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2_000_000)
     ap.add_argument("--oc-docs", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), docs=20_000, oc_docs=2_000)
     raw = stage3_lengths(args.docs, args.seed)
     print(
         f"{args.docs:,} docs, lognormal(7, 1.5): median {int(np.median(raw)):,}, "

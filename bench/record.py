@@ -85,6 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def shrink(args: argparse.Namespace, **small: Any) -> argparse.Namespace:
+    """With `--smoke`, set each option in `small` to its smoke value (the whole benchmark, a small input)."""
+    if getattr(args, "smoke", False):
+        for name, value in small.items():
+            if not hasattr(args, name):
+                raise ValueError(f"--smoke sets {name!r}, which the benchmark has no option for")
+            setattr(args, name, value)
+    return args
+
+
 def package_version(dist: str) -> str:
     """The installed version of distribution `dist`, or "not installed"."""
     try:
@@ -108,8 +118,9 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 
 
 def format_figure(fig: dict[str, Any], digits: int = 1) -> str:
-    """`median unit (min–max)` as the docs write it, e.g. `412.0 M tokens/s (398.2–420.5)`."""
-    text = f"{fig['median']:.{digits}f} {fig['unit']}".rstrip()
+    """`median unit (min–max)` as the docs write it, e.g. `412.0 M tokens/s (398.2–420.5)`, `4.2x (3.9–4.4)`."""
+    sep = "" if fig["unit"] in ("x", "%") else " "
+    text = f"{fig['median']:.{digits}f}{sep}{fig['unit']}".rstrip()
     if fig["n"] > 1:
         text += f" ({fig['min']:.{digits}f}–{fig['max']:.{digits}f})"
     return text

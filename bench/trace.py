@@ -27,7 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import loader  # noqa: E402
 from loader import SEED, STAGE1_G, L, make_stage1_index  # noqa: E402
+from record import add_arguments, shrink  # noqa: E402
 
 
 def olmax(*args: str) -> tuple[dict, float]:
@@ -45,7 +47,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/out/loader")
     ap.add_argument("--step", type=int, default=1_000_000)
-    args = ap.parse_args()
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), out="bench/out/loader-smoke", step=1_000)
+    if args.smoke:
+        loader.shrink_for_smoke()
 
     from olmax.data.index import build_index
     from olmax.data.mixfile import read_mix

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from record import add_arguments, shrink
 
 
 def median_pair(fns: dict, iters: int) -> dict[str, float]:
@@ -62,7 +63,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     parser.add_argument("--probe-iters", type=int, default=3, help="steps per AdamW path in the torch probe")
-    args = parser.parse_args()
+    parser.add_argument("--vocab", type=int, default=100_278, help="vocabulary size (dolma2's by default)")
+    add_arguments(parser)
+    args = shrink(parser.parse_args(), seq=64, layers=1, iters=1, no_compile=True, probe_iters=1, vocab=4096)
     compile_on = not args.no_compile
 
     import jax
@@ -80,7 +83,7 @@ def main() -> None:
     from olmax.train.optim import apply_update
     from olmax.train.step import default_ce_chunk, make_init, model_graphdef
 
-    b, seq, d, vocab = args.batch, args.seq, 512, 100_278
+    b, seq, d, vocab = args.batch, args.seq, 512, args.vocab
     mlp = int(d * 8 / 3 / 32 + 0.999) * 32
     rng = np.random.default_rng(0)
     ids = rng.integers(0, vocab, size=(b, seq))
@@ -105,8 +108,8 @@ def main() -> None:
         num_key_value_heads=d // 64,
         sliding_window=4096,
         max_position_embeddings=8192,
-        eos_token_id=100_257,
-        pad_token_id=100_277,
+        eos_token_id=min(100_257, vocab - 2),
+        pad_token_id=min(100_277, vocab - 1),
     ).train()
     hf.config._attn_implementation = "sdpa"
     rows = {}

@@ -25,15 +25,18 @@ faster AdamW; the torch.compile ratio is the line before it.
 
 At --batch 1 each step updates 116 M parameters for 1,024 tokens, so AdamW's memory traffic is a large
 share of the step; --batch 4 is closer to training, where one optimizer step serves millions of
-tokens. The README gives both.
+tokens. The README gives both. The record is bench/results/train_step_bN.json (N = --batch); its ratio is
+each interleaved step's HF time over olmax's, as median and min-max.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
+from record import WARM_WALL, Record, add_arguments, format_figure, package_version, pairwise_ratio, shrink
 
 
 def time_interleaved(fns: dict, iters: int, between=None) -> dict[str, list[float]]:
@@ -128,7 +131,11 @@ def main() -> None:
     parser.add_argument("--olmax-only", action="store_true", help="skip the HF side")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     parser.add_argument("--probe-iters", type=int, default=3, help="steps per AdamW path in the torch probe")
-    args = parser.parse_args()
+    add_arguments(parser)
+    args = shrink(
+        parser.parse_args(), seq=128, layers=1, iters=2, d_model=128, no_compile=True, probe_iters=1
+    )
+    rec = Record(f"train_step_b{args.batch}", argv=sys.argv, smoke=args.smoke, results=args.results)
 
     import jax
     import torch
@@ -236,7 +243,20 @@ def main() -> None:
         f"fp32 matmul peak (2048^3, best of {5 + 3 * args.iters} spread over the run): "
         f"torch {peaks.best['hf-torch'] / 1e9:.1f} GFLOP/s, jax {peaks.best['olmax'] / 1e9:.1f} GFLOP/s"
     )
+    rec.note(
+        "shape", {"layers": args.layers, "d_model": d, "batch": args.batch, "seq": args.seq, "fp32": True}
+    )
+    rec.note("matmul_peak_gflops", {k: round(v / 1e9, 1) for k, v in peaks.best.items()})
     for name, secs in times.items():
+        version = f"jax {jax.__version__}" if name == "olmax" else f"torch {torch.__version__}"
+        setting = "jit train step" if name == "olmax" else f"{name}, AdamW({choice}=True), clip foreach"
+        rec.side(
+            name,
+            version=f"{package_version('olmax') if name == 'olmax' else 'transformers ' + package_version('transformers')}, {version}",
+            setting=setting,
+        )
+        rec.timings("step", name, secs, "s", WARM_WALL)
+        rec.figure(f"{name}_tokens_per_s", [tokens / s for s in secs], "tokens/s")
         sec = float(np.median(secs))
         results[name] = tokens / sec
         peak = peaks.best["olmax" if name == "olmax" else "hf-torch"]
@@ -245,13 +265,17 @@ def main() -> None:
             f"tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s = {flop / sec / peak:.0%} of its matmul peak"
         )
     if args.olmax_only:
+        print(f"wrote {rec.write()}")
         return
     if "hf-torch.compile" in results:
+        fig = rec.figure("ratio_compile", pairwise_ratio(times["hf-torch.compile"], times["olmax"]), "x")
         print(
-            f"train tokens/s olmax/hf-torch.compile = {results['olmax'] / results['hf-torch.compile']:.1f}x "
-            f"(torch.compile(model) + AdamW({choice}=True))"
+            f"train tokens/s olmax/hf-torch.compile = {format_figure(fig, 2)} "
+            f"(torch.compile(model) + AdamW({choice}=True), per interleaved step)"
         )
-    print(f"train tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
+    fig = rec.figure("ratio", pairwise_ratio(times["hf-torch"], times["olmax"]), "x")
+    print(f"wrote {rec.write()}")
+    print(f"train tokens/s olmax/hf-torch = {format_figure(fig, 2)} (per interleaved step: median, min-max)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # dask_c
 
 @pytest.fixture(scope="session")
 def dask_address():
-    """A scheduler and two single-threaded worker processes on 127.0.0.1 (one cluster per session)."""
+    """A scheduler and two single-threaded worker processes on 127.0.0.1 (one cluster per test run)."""
     pytest.importorskip("apache_beam")
     pytest.importorskip("distributed")
     from dask_cluster import dask_cluster

@@ -1,5 +1,6 @@
 """Every docs/ reference in the README, code, configs and benches resolves inside the repository."""
 
+import json
 import re
 from pathlib import Path
 
@@ -28,7 +29,9 @@ def _files() -> list[Path]:
 
 
 def _anchors(md: Path) -> set[str]:
-    """GitHub-style heading slugs of a markdown file."""
+    """GitHub-style heading slugs of a markdown file; a benchmark record's (bench/results/*.json) figure names."""
+    if md.suffix == ".json":
+        return set(json.loads(md.read_text(encoding="utf-8")).get("figures", {}))
     slugs = set()
     for line in md.read_text(encoding="utf-8").splitlines():
         if m := re.match(r"#{1,6}\s+(.*)", line):

@@ -149,7 +149,7 @@ def test_span_intervals_merge_like_a_mask():
     assert (merged["start"][1:][same_file] > merged["end"][:-1][same_file]).all()  # disjoint, sorted
 
 
-@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+@pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(planted, dask_address, tmp_path):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback): the map's
     records reach the combine keyed by (kind, partition), whatever the runner does with tagged outputs."""

@@ -82,7 +82,7 @@ def test_beam_gives_the_local_report(repeats, local):
     assert json.dumps(_without_timing(rep)) == json.dumps(_without_timing(local))  # examples in order too
 
 
-@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+@pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(repeats, local, dask_address, tmp_path):
     from dask_cluster import dask_options
 

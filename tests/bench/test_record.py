@@ -129,5 +129,6 @@ def test_format_figure_writes_median_then_min_max():
     fig = {"median": 412.04, "min": 398.2, "max": 420.55, "n": 3, "unit": "M tokens/s"}
     assert record.format_figure(fig) == "412.0 M tokens/s (398.2–420.6)"
     assert record.format_figure({**fig, "n": 1}, digits=0) == "412 M tokens/s"
+    assert record.format_figure({**fig, "unit": "x"}, digits=2) == "412.04x (398.20–420.55)"
     with pytest.raises(ValueError, match="same repetitions"):
         record.pairwise_ratio([1.0], [1.0, 2.0])

@@ -255,7 +255,7 @@ def _(tmp):
 
 @pytest.mark.slow
 def test_a_200_mb_single_line_cut_short_is_one_short_error(tmp_path: Path, capsys) -> None:
-    """The issue's size: one 200 MB line, cut short (the 20 MB case runs in the default suite)."""
+    """The size a user met: one 200 MB line, cut short (the 20 MB case runs in the default suite)."""
     data = b'{"id": "x", "text": "' + b"abcdefgh " * (200 * 1024 * 1024 // 9)
     c = prepare_case(tmp_path, "a.jsonl", jsonl_bytes(DOCS[:1]) + data, offset=r":2: malformed JSON")
     del data

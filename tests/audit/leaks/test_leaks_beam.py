@@ -113,7 +113,7 @@ def test_beam_gives_the_local_report(leak_data, local_report):
     assert _without(beam, "timing") == _without(rep, "timing")
 
 
-@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+@pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(leak_data, local_report, dask_address, tmp_path):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback); the eval index
     and word tables reach the workers as .npz and JSON under --temp_location, never a pickle."""

@@ -112,7 +112,7 @@ def test_all_three_stages_on_beam_give_the_local_bytes(tmp_path, corpus, dolma2)
     assert dedup["substring_partitions"] > 1
 
 
-@pytest.mark.slow  # a dask.distributed cluster (started once a session) and the dedup pipelines on it
+@pytest.mark.slow  # a dask.distributed cluster (started once per test run) and the dedup pipelines on it
 def test_the_dask_runner_gives_the_local_bytes_for_all_three_stages(tmp_path, corpus, dolma2, dask_address):
     """The dedup pipelines (exact, minhash with its propagation rounds, substring partitions) on Beam's
     DaskRunner over a scheduler and two worker processes on loopback: the local runner's bytes."""

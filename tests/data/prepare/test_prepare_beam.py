@@ -104,7 +104,7 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
     assert not (tmp_path / "beam" / ".olmax-beam").exists()
 
 
-@pytest.mark.slow  # a dask.distributed cluster (started once a session) and a pipeline on it: ~30-60 s
+@pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_writes_the_local_runners_bytes(tmp_path, raw, dolma2, dask_address):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback), byte for byte."""
     from dask_cluster import dask_options
