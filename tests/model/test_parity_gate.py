@@ -112,9 +112,19 @@ BUGS = {
 def test_faithful_conversion_passes_with_margin(checkpoint):
     report = run_parity(checkpoint)  # fp32 both sides, seq 3 x window
     assert report["passed"] and report["over_limits"] == [] and report["thresholds"] == THRESHOLDS["float32"]
-    # rounding only: far inside both bars (measured ~1e-14 and ~1e-6)
-    assert report["mean_kl"] <= FP32_MAX_MEAN_KL / 100, report
-    assert report["max_abs_logit_diff"] <= FP32_MAX_ABS_LOGIT_DIFF / 10, report
+    # rounding only, far inside both bars: the figures docs/benchmarks.md gives (mean KL <= 1e-14,
+    # max |dlogit| <= 1e-6)
+    assert report["mean_kl"] <= 1e-14, report
+    assert report["max_abs_logit_diff"] <= 1e-6, report
+
+# each bug's mean KL and max |dlogit| on this checkpoint, as docs/benchmarks.md gives them (lower bounds)
+BUG_FLOORS = {
+    "rope-theta-1pct": (1e-8, 9e-4),
+    "norm-weights-swapped": (8e-3, 0.5),
+    "pre-norm-order": (2e-2, 1.0),
+    "q_proj-transposed": (5e-3, 0.5),
+    "o_proj-transposed": (5e-3, 0.5),
+}
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
@@ -126,6 +136,9 @@ def test_planted_conversion_bug_fails_the_fp32_gate(checkpoint, monkeypatch, bug
     assert report["mean_kl"] > FP32_MAX_MEAN_KL and report["max_abs_logit_diff"] > FP32_MAX_ABS_LOGIT_DIFF, (
         report
     )
+    # at least what docs/benchmarks.md gives for each bug
+    kl_floor, diff_floor = BUG_FLOORS[bug]
+    assert report["mean_kl"] >= kl_floor and report["max_abs_logit_diff"] >= diff_floor, report
     assert any(m.startswith("mean KL") for m in report["over_limits"])
     assert any(m.startswith("max |dlogit|") for m in report["over_limits"])
     if bug == "rope-theta-1pct":
