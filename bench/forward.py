@@ -5,9 +5,9 @@ i % 4 != 3) with the real dolma2 vocabulary (100,278; olmax pads its embedding t
 8 heads x 64, MLP 1,376, a few layers; fp32 on both sides. One random HF checkpoint is saved to a temp
 dir and loaded by both (olmax through `olmax.model.from_hf`), their logits are checked to agree, then
 each runs two blocks of `--iters` timed forward passes, hf/olmax then olmax/hf, each block after one
-untimed call (jit compilation for olmax), and the medians are compared. HF uses its default SDPA
-attention under `torch.inference_mode`. The last line is
-`forward tokens/s olmax/hf-torch = N.Nx`.
+untimed call (jit compilation for olmax); the ratio pairs the i-th timed call of each side. HF uses its
+default SDPA attention under `torch.inference_mode`. The record goes to bench/results/forward.json; the
+last lines are `forward tokens/s olmax/hf-torch = N.Nx (MIN–MAX)` and the record's path.
 
     .venv/bin/python bench/forward.py [--layers 4] [--batch 2] [--seq 1024] [--iters 3]
 """
@@ -15,11 +15,12 @@ attention under `torch.inference_mode`. The last line is
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 
 import numpy as np
-from record import add_arguments, shrink
+from record import WARM_WALL, Record, add_arguments, format_figure, package_version, pairwise_ratio, shrink
 
 
 def time_blocks(fns: dict, iters: int, rounds: int = 2) -> dict[str, list[float]]:
@@ -101,15 +102,43 @@ def main() -> None:
         f"({jax.devices()[0].platform}); max |dlogit| first 64 positions {diff:.2e}"
     )
     flop = forward_flops(model.cfg, args.seq).total * args.batch
-    results = {}
-    for name, secs in time_blocks({"hf-torch": run_hf, "olmax": run_olmax}, args.iters).items():
-        sec = float(np.median(secs))
-        results[name] = tokens / sec
-        print(
-            f"{name:9s} {sec * 1e3:9.1f} ms/forward (median of {len(secs)}, best {min(secs) * 1e3:.1f})  "
-            f"{tokens / sec:10.1f} tokens/s  {flop / sec / 1e9:6.1f} GFLOP/s (matmul FLOPs, attended keys)"
-        )
-    print(f"forward tokens/s olmax/hf-torch = {results['olmax'] / results['hf-torch']:.1f}x")
+    rec = Record("forward", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec.side(
+        "olmax",
+        version="this tree",
+        setting=f"jax {jax.__version__} jit over the split state, fp32, {jax.devices()[0].platform}",
+    )
+    rec.side(
+        "hf-torch",
+        version=package_version("transformers"),
+        setting=f"torch {torch.__version__}, {torch.get_num_threads()} threads, sdpa attention, "
+        "inference_mode, fp32",
+    )
+    rec.note(
+        "shape",
+        {
+            "layers": args.layers,
+            "d_model": d,
+            "batch": args.batch,
+            "seq": args.seq,
+            "max_abs_logit_diff": diff,
+        },
+    )
+    times = time_blocks({"hf-torch": run_hf, "olmax": run_olmax}, args.iters)
+    for name, secs in times.items():
+        rec.timings("forward", name, secs, "s", WARM_WALL)
+        key = name.replace("-", "_")
+        rate = rec.figure(f"{key}_tokens_per_s", [tokens / t / 1e3 for t in secs], "k tokens/s")
+        gflops = rec.figure(f"{key}_gflop_per_s", [flop / t / 1e9 for t in secs], "GFLOP/s")
+        print(f"{name:9s} {format_figure(rate)}  {format_figure(gflops)} (matmul FLOPs, attended keys)")
+    ratio = rec.figure(
+        "olmax_over_hf",
+        pairwise_ratio(times["hf-torch"], times["olmax"]),
+        "x",
+        about="tokens/s olmax / hf-torch, the i-th timed call of each side",
+    )
+    print(f"forward tokens/s olmax/hf-torch = {format_figure(ratio)}")
+    print(f"record: {rec.write()}")
 
 
 if __name__ == "__main__":

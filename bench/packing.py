@@ -14,10 +14,20 @@ from __future__ import annotations
 
 import argparse
 import gc
+import sys
 import time
 
 import numpy as np
-from record import add_arguments, shrink
+from record import (
+    WARM_WALL,
+    Record,
+    add_arguments,
+    format_figure,
+    interleaved,
+    package_version,
+    pairwise_ratio,
+    shrink,
+)
 
 from olmax.data.packing import obfd
 
@@ -53,33 +63,74 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2_000_000)
     ap.add_argument("--oc-docs", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=3, help="interleaved rounds (default 3; 1 with --smoke)")
     add_arguments(ap)
-    args = shrink(ap.parse_args(), docs=20_000, oc_docs=2_000)
+    args = shrink(ap.parse_args(), docs=20_000, oc_docs=2_000, reps=1)
+    rec = Record("packing", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec.side("olmax", version="this tree", setting="olmax.data.packing.obfd, one process")
+    rec.side(
+        "olmo-core",
+        version=package_version("ai2-olmo-core"),
+        setting="olmo_core.data.utils.InstancePacker(max_len).pack_documents, one process",
+    )
     raw = stage3_lengths(args.docs, args.seed)
+    rec.note("input", {"docs": args.docs, "olmo_core_docs": args.oc_docs, "seed": args.seed})
     print(
         f"{args.docs:,} docs, lognormal(7, 1.5): median {int(np.median(raw)):,}, "
         f"mean {raw.mean():,.0f}, >8192: {(raw > 8192).mean():.1%}, >65536: {(raw > 65536).mean():.2%}"
     )
+    print(f"both sides: {WARM_WALL}, {args.reps} interleaved rounds")
     for max_len in (65536, 8192):
         lengths = np.minimum(raw, max_len)
         sub = lengths[: args.oc_docs]
-        t_oc, instances, sorted_idx = olmo_core_pack(sub, max_len)
-        t_sub, (order, offsets, docs) = olmax_pack(sub, max_len)
+        # untimed warm-up of both sides, and the check that they agree
+        _, instances, sorted_idx = olmo_core_pack(sub, max_len)
+        _, (order, offsets, docs) = olmax_pack(sub, max_len)
         assert np.array_equal(sub[order], (sorted_idx[:, 1] - sorted_idx[:, 0]).astype(np.int64))
         assert docs.tolist() == [d for b in instances for d in b]
         assert offsets.size - 1 == len(instances)
-        t_full, (_, full_offsets, _) = olmax_pack(lengths, max_len)
-        print(
-            f"L={max_len}: olmo-core InstancePacker on {sub.size:,} docs (subsample): {t_oc:.2f} s, "
-            f"{sub.size / t_oc:,.0f} docs/s; olmax obfd same docs: {t_sub:.3f} s, {sub.size / t_sub:,.0f} "
-            f"docs/s (identical result); ratio {t_oc / t_sub:.1f}x"
+        del instances, sorted_idx
+        runs = interleaved(
+            {
+                "olmo-core": lambda sub=sub, max_len=max_len: olmo_core_pack(sub, max_len)[0],
+                "olmax": lambda sub=sub, max_len=max_len: olmax_pack(sub, max_len)[0],
+                "olmax-full": lambda lengths=lengths, max_len=max_len: olmax_pack(lengths, max_len)[0],
+            },
+            reps=args.reps,
+        )
+        k = max_len // 1024
+        rec.timings(f"pack_{k}k_subsample", "olmo-core", runs["olmo-core"], "s", WARM_WALL)
+        rec.timings(f"pack_{k}k_subsample", "olmax", runs["olmax"], "s", WARM_WALL)
+        rec.timings(f"pack_{k}k_full", "olmax", runs["olmax-full"], "s", WARM_WALL)
+        oc = rec.figure(
+            f"olmo_core_{k}k_docs_per_s", [sub.size / t / 1e3 for t in runs["olmo-core"]], "k documents/s"
+        )
+        ox = rec.figure(
+            f"olmax_{k}k_docs_per_s", [sub.size / t / 1e3 for t in runs["olmax"]], "k documents/s"
+        )
+        full = rec.figure(
+            f"olmax_{k}k_full_docs_per_s",
+            [lengths.size / t / 1e6 for t in runs["olmax-full"]],
+            "M documents/s",
+        )
+        ratio = rec.figure(
+            f"ratio_{k}k",
+            pairwise_ratio(runs["olmo-core"], runs["olmax"]),
+            "x",
+            about="OLMo-core seconds / olmax seconds, same documents",
+        )
+        _, (_, full_offsets, _) = olmax_pack(lengths, max_len)
+        pad = padding(lengths, full_offsets.size - 1, max_len)
+        rec.note(
+            f"pack_{k}k",
+            {"instances": int(full_offsets.size - 1), "padding": pad, "identical_on_subsample": True},
         )
         print(
-            f"L={max_len}: olmax obfd on all {lengths.size:,} docs: {t_full:.2f} s, "
-            f"{lengths.size / t_full:,.0f} docs/s, {full_offsets.size - 1:,} instances, padding "
-            f"{padding(lengths, full_offsets.size - 1, max_len):.4%} (subsample: "
-            f"{padding(sub, offsets.size - 1, max_len):.4%})"
+            f"L={max_len}: on {sub.size:,} docs (identical result) olmo-core {format_figure(oc)}, "
+            f"olmax {format_figure(ox)}: {format_figure(ratio)}; olmax on all {lengths.size:,} docs "
+            f"{format_figure(full, 2)}, {full_offsets.size - 1:,} instances, padding {pad:.4%}"
         )
+    print(f"record: {rec.write()}")
 
 
 if __name__ == "__main__":
