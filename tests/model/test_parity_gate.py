@@ -117,6 +117,7 @@ def test_faithful_conversion_passes_with_margin(checkpoint):
     assert report["mean_kl"] <= 1e-14, report
     assert report["max_abs_logit_diff"] <= 1e-6, report
 
+
 # each bug's mean KL and max |dlogit| on this checkpoint, as docs/benchmarks.md gives them (lower bounds)
 BUG_FLOORS = {
     "rope-theta-1pct": (1e-8, 9e-4),
