@@ -136,13 +136,6 @@ ANSWER_KIND_SETS = {
     "wrong_ending_alone": ("hellaswag", "piqa"),
 }
 ANSWER_MIN_WORDS = 10
-# Kinds that fall short of the 0.95 recall target, with the floor the slow test holds them to (none: the
-# reworded templated maths question is found through its template's core run).
-SHORT_OF_TARGET: dict[str, float] = {}
-# Paraphrase candidates are a lower-confidence kind of their own (the same numbers and names in other
-# words): the slow test holds their recall and precision to these floors, below what seeds 0-3 measure
-# (0.86 and 0.77), not to the copies' 0.95.
-PARAPHRASE_FLOORS = {"recall": 0.8, "precision": 0.6}
 SHORT_MAX_WORDS = 20
 MANY = tuple(k for k in POSITIVE if k.endswith("_many"))
 SETS = ("sciq", "arc_easy", "boolq", "openbookqa")
