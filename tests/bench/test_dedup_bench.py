@@ -157,3 +157,22 @@ def test_dedup_bench_tiny_with_peers(tmp_path):
     assert re.fullmatch(
         r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx", proc.stdout.strip().splitlines()[-1]
     )
+
+
+# The calibration's figures as docs/dedup-benchmarks.md and the README give them, at the docs' sizes:
+# (seed, pairs caught at true J >= 0.87, removals), every removal right, no hard negative, largest 8.
+DOCS_CALIBRATION = [(0, "660/660", 717), (1, "618/619", 693)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("seed", "caught", "removals"), DOCS_CALIBRATION)
+def test_calibration_at_the_docs_size_gives_the_docs_figures(seed, caught, removals, tmp_path):
+    proc = run("dedup_calibration.py", "--seed", str(seed), "--sweep", "", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(rf"^all +{caught} ", out, re.M), out[-3000:]
+    assert re.search(rf"^all +{removals} +0  \(0\.00% of removals.*hard negatives removed: 0$", out, re.M), (
+        out[-3000:]
+    )
+    assert re.search(r"largest 8, largest planted group 8$", out, re.M), out[-3000:]
+    assert out.strip().splitlines()[-1].endswith(": MET")
