@@ -1,11 +1,59 @@
-"""Fixtures shared by every test area: a dask.distributed cluster on loopback for the DaskRunner tests."""
+"""Fixtures shared by every test area (a dask.distributed cluster on loopback for the DaskRunner tests), and
+the switch CI runs under: with `OLMAX_REQUIRE_ALL=1` a skipped test is a failure, so a missing package or
+peer environment (Beam, Dask, OLMo-core, the dedup peers' venv) cannot pass as a skip. A test whose skip
+does not mean a broken install (it needs files only some machines have) says so with `may_skip`."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+REQUIRE_ALL = os.environ.get("OLMAX_REQUIRE_ALL") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (REQUIRE_ALL and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    if item.get_closest_marker("may_skip") is not None:
+        return
+    _fail_the_skip(report)
+
+
+_SKIPPED_MODULES: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped at import (`pytest.importorskip` at its top) fails the run too, at its end (a
+    collection error would stop every other test)."""
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_ALL and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPPED_MODULES.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _SKIPPED_MODULES:
+        terminalreporter.write_line(f"FAILED (module skipped under OLMAX_REQUIRE_ALL=1) {line}", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SKIPPED_MODULES and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def _fail_the_skip(report) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped under OLMAX_REQUIRE_ALL=1, where nothing may be missing: {reason}"
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # dask_cluster.py
 
