@@ -13,9 +13,17 @@ through bench/dedup_peer.py. For every run: wall and CPU seconds of the whole pr
 resident memory (summed over the tree, sampled), documents/s and MB/s per core.
 
 "Per core" is given two ways: MB / (wall s x cores the tool was given) and MB per CPU-second; on a
-shared machine the second is the steadier one. The last line: `dedup minhash MB per CPU-s olmax/rensa = N.Nx`.
+shared machine the second is the steadier one.
+
+The record (bench/results/dedup.json or `--record NAME`, `--reps` interleaved rounds, 0 for none) is the like-for-like
+comparison: olmax's MinHash stage as the CPU seconds of `prepare --dedup minhash` minus those of a plain
+prepare of the documents it keeps (the removed ones are never tokenized), against each peer's whole
+pipeline (read, shingle, sign, LSH, check, components, removals written), every side a whole process tree
+from start to output, in the same round. The last line: `dedup minhash MB per CPU-s olmax/rensa = N.Nx
+(MIN–MAX)`.
 
   python bench/dedup.py [--workers 2] [--per-kind 100] [--singles 1000] [--filler-mb 0] [--peers datatrove,rensa,datasketch]
+        [--reps 3]
 
 Measured figures and the commands that printed them: docs/dedup-benchmarks.md.
 """
@@ -38,7 +46,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dedup_calibration as cal  # noqa: E402
 import dedup_corpus as dc  # noqa: E402
-from record import add_arguments, shrink  # noqa: E402
+from record import (  # noqa: E402
+    PROCESS_CPU,
+    Record,
+    add_arguments,
+    format_figure,
+    interleaved,
+    pairwise_ratio,
+    shrink,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -269,6 +285,140 @@ def pool_estimate(text_bytes: int, docs: int, plain: Run, stage_runs: dict[str, 
     return lines
 
 
+def peer_version(tool: str) -> str:
+    """The peer's version in the peers' venv."""
+    proc = subprocess.run(
+        [
+            str(PEERS_VENV / "bin" / "python"),
+            "-c",
+            f"import importlib.metadata as m; print(m.version({tool!r}))",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip() or "unknown"
+
+
+def write_kept(files: list[Path], removed: set[str], folder: Path) -> list[Path]:
+    """The input files without the `removed` documents, one file each, in `folder` (what a plain prepare of
+    the documents `--dedup minhash` keeps reads)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    out = []
+    for p in files:
+        dst = folder / p.name
+        with gzip.open(p, "rt", encoding="utf-8") as src, open(dst, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as g:
+                for line in src:
+                    if line.strip() and json.loads(line)["id"] not in removed:
+                        g.write(line.encode())
+        out.append(dst)
+    return out
+
+
+def like_for_like(
+    args: argparse.Namespace,
+    argv: list[str],
+    files: list[Path],
+    work: Path,
+    corpus: dc.Corpus,
+    peers: list[str],
+    mb: float,
+) -> dict | None:
+    """The record: olmax's MinHash stage as `prepare --dedup minhash` minus a plain prepare of the documents
+    it keeps, against each peer's whole pipeline, every side a whole process tree in CPU seconds, `--reps`
+    interleaved rounds. Returns the rensa ratio's figure (None without rensa)."""
+    rec = Record(args.record, argv=argv, smoke=args.smoke, results=args.results)
+    rec.side(
+        "olmax",
+        version="this tree",
+        setting=f"olmax data prepare --workers {args.workers} --dedup minhash (Dolma 3's defaults: 5-grams, "
+        "26 x 11, verified at 0.8), minus olmax data prepare of the documents it keeps",
+    )
+    probe = work / "olmax-minhash-removals"
+    shutil.rmtree(probe, ignore_errors=True)
+    subprocess.run(
+        cal.olmax_cmd(probe, files, "minhash", ["--workers", str(args.workers)]),
+        env=cal.olmax_env(),
+        capture_output=True,
+        check=True,
+    )
+    removed = {r["id"] for r in cal.read_removed(probe / "removed.jsonl")}
+    shutil.rmtree(probe, ignore_errors=True)
+    kept = write_kept(files, removed, work / "kept-input")
+    runs: dict[str, list[Run]] = {}
+
+    def side(name: str, fn):
+        def call() -> float:
+            run = fn()
+            runs.setdefault(name, []).append(run)
+            return run.cpu_s
+
+        return call
+
+    fns = {
+        "olmax minhash": side(
+            "olmax minhash", lambda: run_olmax(files, work, args.workers, "minhash", corpus)
+        ),
+        "olmax plain of kept": side(
+            "olmax plain of kept", lambda: run_olmax(kept, work, args.workers, None, corpus)
+        ),
+    }
+    for tool in peers:
+        fns[tool] = side(tool, lambda tool=tool: run_peer(tool, files, work, args.workers, corpus))
+    cpu = interleaved(fns, reps=args.reps)
+    stage = [a - b for a, b in zip(cpu["olmax minhash"], cpu["olmax plain of kept"], strict=True)]
+    rec.timings("prepare_minhash", "olmax", cpu["olmax minhash"], "s", PROCESS_CPU)
+    rec.timings("prepare_plain_of_kept", "olmax", cpu["olmax plain of kept"], "s", PROCESS_CPU)
+    olmax_rate = rec.figure(
+        "olmax_mb_per_cpu_s", [mb / t for t in stage], "MB/CPU-s", about="the MinHash stage alone"
+    )
+    rec.note(
+        "input",
+        {
+            "documents": sum(1 for p in files for line in gzip.open(p, "rt") if line.strip()),
+            "text_mb": mb,
+            "removed_by_olmax": len(removed),
+            "filler_mb": args.filler_mb,
+            "seed": args.seed,
+        },
+    )
+    print(f"\nlike for like, {args.reps} interleaved rounds, every side {PROCESS_CPU}, {mb:.2f} MB:")
+    print(
+        f"  olmax minhash stage (prepare --dedup minhash minus a plain prepare of the documents it keeps, "
+        f"{len(removed):,} removed): {format_figure(olmax_rate, 2)}"
+    )
+    rensa = None
+    for tool in peers:
+        rec.side(tool, version=peer_version(tool), setting=runs[tool][0].setting)
+        rec.timings("pipeline", tool, cpu[tool], "s", PROCESS_CPU)
+        rate = rec.figure(f"{tool}_mb_per_cpu_s", [mb / t for t in cpu[tool]], "MB/CPU-s")
+        ratio = rec.figure(
+            f"ratio_{tool}",
+            pairwise_ratio(cpu[tool], stage),
+            "x",
+            about=f"{tool} CPU-s / olmax stage CPU-s, same round",
+        )
+        score = runs[tool][0].score
+        ours = runs["olmax minhash"][0].score
+        rec.note(
+            f"{tool}_decisions",
+            {
+                "removals": score.removals,
+                "false": score.false_removals,
+                "olmax_removals": ours.removals,
+                "olmax_false": ours.false_removals,
+            },
+        )
+        print(
+            f"  {tool}: {format_figure(rate, 2)}; olmax/{tool} = {format_figure(ratio)} (removals {score.removals}, false {score.false_removals}; olmax {ours.removals}, false {ours.false_removals})"
+        )
+        if tool == "rensa":
+            rensa = ratio
+    print(f"record: {rec.write()}")
+    return rensa
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="cores for olmax and datatrove")
@@ -284,8 +434,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-substring", action="store_true", help="skip the --dedup substring run")
     ap.add_argument("--work", type=Path, default=OUT, help="corpus cache and scratch folder (bench/out)")
     ap.add_argument("--setup-peers", action="store_true", help="build the peers' venv when it is missing")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=3,
+        help="interleaved rounds of the like-for-like comparison that writes the record (default 3; 1 with "
+        "--smoke; 0: none, the one-shot tables only)",
+    )
+    ap.add_argument("--record", default="dedup", help="the record's name: RESULTS/NAME.json (default dedup)")
     add_arguments(ap)
-    args = shrink(ap.parse_args(argv), per_kind=5, singles=50, work=OUT / "smoke")
+    args = shrink(ap.parse_args(argv), per_kind=5, singles=50, work=OUT / "smoke", reps=1)
 
     corpus, planted = dc.cached(args.work, args.seed, args.per_kind, args.singles)
     files = input_folder(planted, args.filler_mb, args.work)
@@ -384,13 +542,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{max(substring.peak_rss - plain.peak_rss, 0) / text_bytes:.1f} above plain prepare"
         )
         print(f"  {EXACTSUBSTR}")
-    print("\nratios, MB per CPU-second (olmax minhash alone / peer; whole prepare / peer in brackets):")
-    for r in runs[1:]:
-        print(f"  olmax/{r.name} = {r.cpu_s / alone.cpu_s:.1f}x ({r.cpu_s / minhash.cpu_s:.1f}x)")
     stage_runs = {"exact": exact, "minhash": minhash, "substring": substring}
     print("\n".join(pool_estimate(text_bytes, docs, plain, stage_runs)))
-    rensa = next((r for r in runs if r.name == "rensa"), None)
-    ratio = f"{rensa.cpu_s / alone.cpu_s:.1f}x" if rensa else "n/a (rensa not run)"
+    rensa = None
+    if args.reps:
+        rensa = like_for_like(
+            args,
+            ["bench/dedup.py", *(sys.argv[1:] if argv is None else argv)],
+            files,
+            work,
+            corpus,
+            peers,
+            mb,
+        )
+    ratio = format_figure(rensa) if rensa else "n/a (rensa not run like for like)"
     print(f"dedup minhash MB per CPU-s olmax/rensa = {ratio}")
     failed = bool(cal.goals(minhash.score)) if minhash.score else True
     return 1 if failed else 0

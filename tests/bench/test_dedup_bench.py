@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 import re
@@ -139,10 +140,26 @@ def test_calibration_tiny_runs_olmax_and_meets_the_goals(tmp_path):
 
 @pytest.mark.slow
 def test_dedup_bench_tiny_olmax_side(tmp_path):
-    proc = run("dedup.py", "--per-kind", "5", "--singles", "20", "--peers", "", tmp_path=tmp_path)
+    proc = run(
+        "dedup.py",
+        "--per-kind",
+        "5",
+        "--singles",
+        "20",
+        "--peers",
+        "",
+        "--reps",
+        "1",
+        "--results",
+        str(tmp_path),
+        tmp_path=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "olmax minhash alone" in proc.stdout and "substring (--dedup substring" in proc.stdout
-    assert proc.stdout.strip().endswith("olmax/rensa = n/a (rensa not run)")
+    assert proc.stdout.strip().endswith("olmax/rensa = n/a (rensa not run like for like)")
+    rec = json.loads((tmp_path / "dedup.json").read_text())
+    assert set(rec["timings"]) == {"olmax.prepare_minhash", "olmax.prepare_plain_of_kept"}
+    assert rec["figures"]["olmax_mb_per_cpu_s"]["n"] == 1
 
 
 @pytest.mark.slow
@@ -150,13 +167,43 @@ def test_dedup_bench_tiny_olmax_side(tmp_path):
     not (PEERS_VENV / "bin" / "python").exists(), reason="no peers' venv: bench/setup_dedup_peers.sh"
 )
 def test_dedup_bench_tiny_with_peers(tmp_path):
-    proc = run("dedup.py", "--per-kind", "5", "--singles", "20", "--no-substring", tmp_path=tmp_path)
+    proc = run(
+        "dedup.py",
+        "--per-kind",
+        "5",
+        "--singles",
+        "20",
+        "--no-substring",
+        "--reps",
+        "2",
+        "--results",
+        str(tmp_path),
+        tmp_path=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for tool in ("datatrove", "rensa", "datasketch", "rensa no check"):
         assert re.search(rf"^{tool} +\d", proc.stdout, re.M), tool
-    assert re.fullmatch(
-        r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx", proc.stdout.strip().splitlines()[-1]
-    )
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx \(\d+\.\d–\d+\.\d\)", last), last
+    rec = json.loads((tmp_path / "dedup.json").read_text())
+    for tool in (
+        "datatrove",
+        "rensa",
+        "datasketch",
+    ):  # each peer's whole pipeline, interleaved with olmax's runs
+        assert rec["timings"][f"{tool}.pipeline"]["how"] == rec["timings"]["olmax.prepare_minhash"]["how"]
+        assert len(rec["timings"][f"{tool}.pipeline"]["values"]) == 2
+        ratio = rec["figures"][f"ratio_{tool}"]
+        olmax_stage = [
+            a - b
+            for a, b in zip(
+                rec["timings"]["olmax.prepare_minhash"]["values"],
+                rec["timings"]["olmax.prepare_plain_of_kept"]["values"],
+                strict=True,
+            )
+        ]
+        peer = rec["timings"][f"{tool}.pipeline"]["values"]
+        assert ratio["values"] == pytest.approx([p / o for p, o in zip(peer, olmax_stage, strict=True)])
 
 
 # The calibration's figures as docs/dedup-benchmarks.md and the README give them, at the docs' sizes:
