@@ -23,6 +23,9 @@ $(STAMP): $(BASE)
 	# torch is pinned: the CPU build of 2.13.0 is what this machine serves; an unpinned torch pulls CUDA.
 	$(PY) -m pip install -q 'torch==2.13.0'
 	$(PY) -m pip install -q -e '.[test]'
+	# the report's browser test drives Debian's chromium through Playwright (tests/demo/test_report_browser.py)
+	test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+		|| echo "setup: could not install chromium (apt-get install chromium); the browser test will fail" >&2
 	touch $(STAMP)
 
 demo: setup-base
