@@ -32,7 +32,9 @@ PATTERNS = (
 )
 HISTORY = re.compile("|".join(PATTERNS), re.IGNORECASE)
 # Spellings that use the words for something else: pytest's fixture scope.
-ALLOWED = re.compile(r"""scope\s*=\s*["']session["']|\bpytest_sessionfinish\(session\b|\bsession\.exitstatus\b""")
+ALLOWED = re.compile(
+    r"""scope\s*=\s*["']session["']|\bpytest_sessionfinish\(session\b|\bsession\.exitstatus\b"""
+)
 
 
 def history_hits(line: str) -> list[str]:

@@ -31,7 +31,10 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "stage1_plan.py": (["--smoke"], []),
     "leak_calibration.py": (["--smoke"], []),
     "beam_parity.py": (["--smoke"], []),
-    "prepare.py": (["--smoke", "--input-mb", "2"], ["tok"]),  # against `dolma tokens` (its venv built on first use)
+    "prepare.py": (
+        ["--smoke", "--input-mb", "2"],
+        ["tok"],
+    ),  # against `dolma tokens` (its venv built on first use)
 }
 RUN_ELSEWHERE = {
     "gpu_mfu.py": "tests/bench/test_gpu_mfu_smoke.py::test_smoke_prints_a_row_and_the_last_line",
