@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            raise
+            return _storage_failure(e, argv)
         # a full disk (or a file-size limit) is the machine's state, not a bug: one line, no traceback;
         # every output is written to a temporary name and renamed, so what was there before is intact
         print(
@@ -69,7 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("olmax: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        return _storage_failure(e, argv)
     return int(rc or 0)
+
+
+def _storage_failure(e: Exception, argv: list[str] | None) -> int:
+    """An object store's failure that no library call named a URL for (no credentials, a missing bucket,
+    access denied): one line naming the command's URL of that store and the fix; anything else is a bug
+    and keeps its traceback."""
+    from olmax import storage
+
+    mapped = storage.failure_in(e, list(sys.argv[1:] if argv is None else argv))
+    if mapped is None:
+        raise e
+    print(f"olmax: error: {mapped}", file=sys.stderr)
+    return mapped.code
 
 
 if __name__ == "__main__":

@@ -67,3 +67,49 @@ def dask_address():
 
     with dask_cluster(workers=2) as address:
         yield address
+
+
+@pytest.fixture(scope="session")
+def object_servers():
+    """moto's S3 server and the GCS emulator on loopback (tests/object_stores.py), each started on first
+    use and stopped at the end of the test run."""
+    from contextlib import ExitStack
+
+    from object_stores import object_store
+
+    started: dict = {}
+    with ExitStack() as stack:
+
+        def get(scheme: str):
+            if scheme not in started:
+                started[scheme] = stack.enter_context(object_store(scheme))
+            return started[scheme]
+
+        yield get
+
+
+class Bucket:
+    """A fresh bucket on a loopback server: `url` (`s3://NAME` or `gs://NAME`), `fs` (the tests' own fsspec
+    filesystem on it), `server` (the `object_stores.Store`)."""
+
+    def __init__(self, server, url: str):
+        self.server, self.url, self.scheme = server, url, server.scheme
+
+    @property
+    def fs(self):
+        return self.server.fs
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.url, *parts])
+
+
+@pytest.fixture(params=["s3", "gs"])
+def store(request, object_servers, monkeypatch) -> Bucket:
+    """A fresh, empty bucket on moto's S3 server or the GCS emulator; the environment (credentials and
+    endpoint) is set in os.environ, so `python -m olmax.cli` subprocesses reach the same server."""
+    pytest.importorskip({"s3": "s3fs", "gs": "gcsfs"}[request.param])
+    pytest.importorskip({"s3": "moto.server", "gs": "gcp_storage_emulator.server"}[request.param])
+    server = object_servers(request.param)
+    for k, v in server.env.items():
+        monkeypatch.setenv(k, v)
+    return Bucket(server, server.bucket())

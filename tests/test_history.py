@@ -31,7 +31,7 @@ PATTERNS = (
     r"\bthe lead\b",
 )
 HISTORY = re.compile("|".join(PATTERNS), re.IGNORECASE)
-# Spellings that use the words for something else: pytest's fixture scope.
+# Spellings that use the words for something else: pytest's fixture scope and its Session object in hooks.
 ALLOWED = re.compile(
     r"""scope\s*=\s*["']session["']|\bpytest_sessionfinish\(session\b|\bsession\.exitstatus\b"""
 )
@@ -86,6 +86,7 @@ def test_the_matcher_flags_history_wording(line: str) -> None:
         '@pytest.fixture(scope="session")',
         "def pytest_sessionfinish(session, exitstatus):",
         "    if failed and session.exitstatus == 0:",
+        "    session.exitstatus = 1",
         "subprocess.Popen(cmd, start_new_session=True)",
         "an error names the file and the offset; tissue 35 is a word, not a number",
         "allenai/duplodocus#4 (https://github.com/allenai/duplodocus/issues/4)",

@@ -132,6 +132,13 @@ def near_params(args: argparse.Namespace, mix: str | None) -> NearSettings | Non
     return NearSettings(params, near_tokenizer(mix, args.tokenizer))
 
 
+def _check_out(out: str) -> None:
+    """A report URL's bucket must exist before the audit runs (not found out when it is written)."""
+    from olmax import storage
+
+    storage.require_bucket(out)
+
+
 def _finish(report: dict, out: str) -> int:
     from olmax import storage
     from olmax.jsonio import dumps, write_json
@@ -148,6 +155,7 @@ def _finish(report: dict, out: str) -> int:
 def _loader(args: argparse.Namespace) -> int:
     from olmax.audit.loader_audit import audit_loader
 
+    _check_out(args.out)
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))
     cfg = LoaderAuditConfig(
         stream=stream, near=near_params(args, stream.mix), **values_from_args(args, LoaderAuditConfig)
@@ -158,6 +166,7 @@ def _loader(args: argparse.Namespace) -> int:
 def _leaks(args: argparse.Namespace) -> int:
     from olmax.audit.leaks.run import audit_leaks
 
+    _check_out(args.out)
     cfg = LeakConfig(
         stream=stream_from_args(args), evals=tuple(args.eval), **values_from_args(args, LeakConfig)
     )
@@ -264,6 +273,7 @@ def _exposure(args: argparse.Namespace) -> int:
 def _dedup(args: argparse.Namespace) -> int:
     from olmax.audit.dedup import audit_dedup
 
+    _check_out(args.out)
     stream = stream_from_args(args)
     cfg = DedupConfig(
         stream=stream,
@@ -278,6 +288,7 @@ def _dedup(args: argparse.Namespace) -> int:
 def _stream(args: argparse.Namespace) -> int:
     from olmax.audit.emitted import audit_stream
 
+    _check_out(args.out)
     stream = stream_from_args(args, required=("mix", "seq_len"))
     return _finish(
         audit_stream(StreamConfig(stream=stream, **values_from_args(args, StreamConfig))), args.out

@@ -88,20 +88,43 @@ def _read_text(mix: str) -> tuple[str, str | None]:
             ) from e
         return text, None
     if is_url(mix):
-        import fsspec
-
-        try:
-            with fsspec.open(mix, "rt") as f:
-                text = f.read()
-        except (FileNotFoundError, OSError) as e:
-            raise OlmaxError(f"{mix}: cannot read the mix file ({e})") from e
-        return text, mix.rsplit("/", 1)[0]
+        return _read_url(mix), mix.rsplit("/", 1)[0]
     if not os.path.isfile(mix):
         raise missing_mix(mix)
     with open(mix, "rb") as f:
         data = f.read()
     try:
         return data.decode("utf-8"), os.path.dirname(os.path.abspath(mix))
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise OlmaxError(
+            f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
+            f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines"
+        ) from None
+
+
+def _read_url(mix: str) -> str:
+    """A mix file's text from an fsspec URL. Beside it, a prepare journal without manifest.json (uploaded
+    last) is an unfinished `olmax data prepare` output: refused, whether its mix.txt is there or not."""
+    from olmax import storage
+    from olmax.data.shards import PREPARE_JOURNAL
+
+    folder = mix.rsplit("/", 1)[0]
+    if not storage.exists(storage.join(folder, "manifest.json")) and storage.exists(
+        storage.join(folder, PREPARE_JOURNAL)
+    ):
+        raise OlmaxError(
+            f"{mix}: {folder} is an unfinished `olmax data prepare` output (its {PREPARE_JOURNAL} is there, "
+            "manifest.json is uploaded last and is not); rerun the `olmax data prepare` command with "
+            "--overwrite to write it again"
+        )
+    try:
+        data = storage.read_bytes(mix)
+    except OlmaxError as e:
+        reason = str(e).removeprefix(f"{mix}: ")
+        raise OlmaxError(f"{mix}: cannot read the mix file: {reason}") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise OlmaxError(

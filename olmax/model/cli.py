@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     convert.add_argument(
         "src", help="source: run folder, RUN/checkpoints/STEP, HF or olmax checkpoint directory"
     )
-    convert.add_argument("out", help="output directory (must not exist yet)")
+    convert.add_argument(
+        "out", help="output directory (must not exist yet) or an s3:// / gs:// URL (must be empty)"
+    )
     convert.add_argument("--to", choices=("hf", "olmax"), required=True, help="output format")
     convert.add_argument(
         "--dtype",
@@ -85,6 +87,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from olmax import storage
+
+    # OUT may be an object-store URL: built in a local staging folder, uploaded when complete with
+    # config.json (what loaders open first) last; a non-empty destination is refused before any work
+    with storage.staged_output(args.out, last=("config.json", "model_config.json")) as out:
+        return _convert_into(args, out)
+
+
+def _convert_into(args: argparse.Namespace, out: str) -> int:
     from olmax.errors import OlmaxError
     from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
     from olmax.train.export import export_hf, restore_run_model, run_checkpoint
@@ -92,7 +103,7 @@ def _convert(args: argparse.Namespace) -> int:
     src = Path(args.src)
     if (found := run_checkpoint(src)) is not None:
         if args.to == "hf":
-            info = export_hf(src, args.out, dtype=args.dtype, tokenizer=args.tokenizer)
+            info = export_hf(src, out, dtype=args.dtype, tokenizer=args.tokenizer)
             print(
                 f"wrote hf checkpoint {args.out} (run {info['source_run']}, step {info['step']}, "
                 f"{info['dtype']}, data fingerprint {info['data_fingerprint']})"
@@ -113,13 +124,13 @@ def _convert(args: argparse.Namespace) -> int:
 
         to_hf(
             model,
-            args.out,
+            out,
             dtype=args.dtype,
             tokenizer_from=tokenizer_from,
             tokenizer_json=tokenizer_path(args.tokenizer) if args.tokenizer else None,
         )
     else:
-        save_olmax(model, args.out)
+        save_olmax(model, out)
     print(f"wrote {args.to} checkpoint {args.out}")
     return 0
 

@@ -5,6 +5,8 @@ into a staging folder that is uploaded to an object-store URL when complete (mix
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +14,13 @@ from olmax import storage
 from olmax.assets import tokenizer_path
 from olmax.atomic import exclusive
 from olmax.data import readers
-from olmax.data.prepare.local_runner import STATE_FILE, PrepareConfig, check_label, prepare_into
+from olmax.data.prepare.local_runner import (
+    STATE_FILE,
+    PrepareConfig,
+    check_label,
+    prepare_into,
+    settings_of,
+)
 from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
 
@@ -42,6 +50,7 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
             replace(s, inputs=tuple(storage.local_path(i) or i for i in s.inputs)) for s in cfg.sources
         ),
     )
+    storage.require_bucket(cfg.out)  # a missing bucket is found before anything is read or written
     tok_path = tokenizer_path(cfg.tokenizer)
     tok = load_tokenizer(str(tok_path), cfg.engine)
     files = {
@@ -58,10 +67,7 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
             return prepare_into(cfg, out, tok, tok_path, files)
     existing = storage.list_files(cfg.out)
     if existing and not cfg.overwrite:
-        raise OlmaxError(
-            f"output {cfg.out} is not empty ({len(existing)} files, e.g. {existing[0]}); pass "
-            "--overwrite to replace its contents, or choose a new --out"
-        )
+        return finished_remote_output(cfg.out, existing, settings_of(cfg, tok, files))
     if existing:
         storage.remove_tree(cfg.out)
     staged = storage.StagedDir(cfg.out)
@@ -76,3 +82,39 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
         return manifest
     finally:
         staged.cleanup()
+
+
+def finished_remote_output(out: str, existing: list[str], settings: dict) -> dict:
+    """A non-empty object-store output, never written to here: a finished run of these very settings and
+    inputs is the result (its manifest; nothing to do); anything else is refused with what it is. An
+    output without its manifest.json (uploaded last) is unfinished, never taken as complete."""
+    if STATE_FILE not in existing:
+        raise OlmaxError(
+            f"output {out} is not empty ({len(existing)} files, e.g. {existing[0]}); pass "
+            "--overwrite to replace its contents, or choose a new --out"
+        )
+    if "manifest.json" not in existing:
+        raise OlmaxError(
+            f"output {out} holds an unfinished prepare output (its {STATE_FILE} but no manifest.json, which "
+            "is uploaded last: a run into it stopped before the end); pass --overwrite to start over, or "
+            "choose a new --out"
+        )
+    try:
+        saved = json.loads(storage.read_bytes(storage.join(out, STATE_FILE)))
+        manifest = json.loads(storage.read_bytes(storage.join(out, "manifest.json")))
+    except ValueError as e:
+        raise OlmaxError(
+            f"output {out}: its {STATE_FILE} or manifest.json is not valid JSON ({e}); pass --overwrite to "
+            "start over, or choose a new --out"
+        ) from None
+    if saved.get("settings") != settings:
+        raise OlmaxError(
+            f"output {out} holds a finished prepare output with other settings or changed inputs (see "
+            f"{storage.join(out, STATE_FILE)}); pass --overwrite to replace it, or choose a new --out"
+        )
+    print(
+        f"olmax: {out} is already prepared from these inputs with these settings: nothing to do "
+        "(nothing was written)",
+        file=sys.stderr,
+    )
+    return manifest
