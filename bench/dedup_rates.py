@@ -31,15 +31,15 @@ from record import PROCESS_CPU, Record, add_arguments, package_version  # noqa: 
 # peak RSS (bytes) and CPU seconds (user + system) as one JSON line on stdout at the end.
 CHILD = """
 import json, resource, sys
-from olmax.data.prepare import local_runner
+from olmax.data.prepare import dedup_stages
 stop = sys.argv[1] == "stop"
-orig = local_runner.load_or_plan
+orig = dedup_stages.load_or_plan
 def measured(*a, **k):
     out = orig(*a, **k)
     if stop:
         raise SystemExit(0)
     return out
-local_runner.load_or_plan = measured
+dedup_stages.load_or_plan = measured  # the local runner calls it through the module
 from olmax.cli import main
 try:
     rc = main(sys.argv[2:])
@@ -59,7 +59,10 @@ def child(argv: list[str], stop: bool) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, "stop" if stop else "go", *argv], capture_output=True, text=True
     )
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise SystemExit(f"{argv}: the child printed nothing (exit {proc.returncode})\n{proc.stderr[-3000:]}")
+    got = json.loads(lines[-1])
     if got["rc"] != 0:
         raise SystemExit(f"{argv}: exit {got['rc']}\n{proc.stderr}")
     decided = DECIDED.search(proc.stderr)  # the decision pass's own CPU, as prepare prints it

@@ -96,6 +96,8 @@ def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
             "--skip-resume",
             "--out",
             str(tmp_path),
+            "--results",
+            str(tmp_path),  # never over the committed bench/results/loader.json
         ],
         capture_output=True,
         text=True,
@@ -113,7 +115,7 @@ def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line():
+def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
@@ -129,6 +131,8 @@ def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line():
             "--probe-iters",
             "1",
             "--no-compile",
+            "--results",
+            str(tmp_path),  # never over the committed bench/results/train_step_b1.json
         ],
         capture_output=True,
         text=True,
@@ -136,4 +140,10 @@ def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"using AdamW\((fused|foreach)=True\)", proc.stdout), proc.stdout
-    assert re.fullmatch(r"train tokens/s olmax/hf-torch = \d+\.\dx", proc.stdout.strip().splitlines()[-1])
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"train tokens/s olmax/hf-torch = \d+\.\d+x \(per interleaved step: median, min-max\)", last
+    ), last
+    assert (tmp_path / "train_step_b1.json").exists() or list(tmp_path.glob("train_step*.json")), (
+        "no record written"
+    )

@@ -31,6 +31,10 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "stage1_plan.py": (["--smoke"], []),
     "leak_calibration.py": (["--smoke"], []),
     "beam_parity.py": (["--smoke"], []),
+    "audit_mix.py": (["--smoke"], ["audit_mix"]),
+    "leak_speed.py": (["--smoke"], ["leaks"]),
+    "dedup_rates.py": (["--smoke"], ["dedup_rates"]),
+    "tokenizer_engines.py": (["--smoke"], ["tok-engines"]),
     "prepare.py": (
         ["--smoke", "--input-mb", "2"],
         ["tok"],
@@ -38,11 +42,18 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
 }
 RUN_ELSEWHERE = {
     "gpu_mfu.py": "tests/bench/test_gpu_mfu_smoke.py::test_smoke_prints_a_row_and_the_last_line",
-    "memorization_power.py": "tests/bench/test_memorization_power.py::test_a_16x_replay_is_flagged_and_clean_is_not",
+    "memorization_power.py": "tests/bench/test_memorization_power.py::test_a_16x_dose_is_flagged_and_clean_is_not",
     "dedup.py": "tests/bench/test_dedup_bench.py::test_dedup_bench_tiny_olmax_side",
     "dedup_calibration.py": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
 }
-MODULES = {"record.py", "dedup_corpus.py", "dedup_peer.py", "leak_plants.py", "dask_cluster.py"}
+MODULES = {
+    "engine_ceiling.py",
+    "record.py",
+    "dedup_corpus.py",
+    "dedup_peer.py",
+    "leak_plants.py",
+    "dask_cluster.py",
+}
 
 
 def test_every_bench_script_is_accounted_for() -> None:
