@@ -93,14 +93,7 @@ def _read_text(mix: str) -> tuple[str, str | None]:
         raise missing_mix(mix)
     with open(mix, "rb") as f:
         data = f.read()
-    try:
-        return data.decode("utf-8"), os.path.dirname(os.path.abspath(mix))
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise OlmaxError(
-            f"{mix}:{line}: invalid UTF-8 at byte offset {e.start} "
-            f"({e.reason}); a mix file is UTF-8 text of 'label,path' lines"
-        ) from None
+    return _decode(mix, data), os.path.dirname(os.path.abspath(mix))
 
 
 def _read_url(mix: str) -> str:
@@ -123,6 +116,11 @@ def _read_url(mix: str) -> str:
     except OlmaxError as e:
         reason = str(e).removeprefix(f"{mix}: ")
         raise OlmaxError(f"{mix}: cannot read the mix file: {reason}") from None
+    return _decode(mix, data)
+
+
+def _decode(mix: str, data: bytes) -> str:
+    """A mix file's bytes as text; invalid UTF-8 is an error naming the line and the byte offset."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
