@@ -7,22 +7,24 @@ BASE    := .venv/.olmax-base-installed
 STAMP   := .venv/.olmax-installed
 OUT     ?= demo-out
 
-.PHONY: setup setup-base demo test test-slow test-all bench lint
+.PHONY: setup setup-base demo test test-slow test-all bench lint lock
 
 setup-base: $(BASE)
 
 setup: $(STAMP)
 
-$(BASE): pyproject.toml
+# constraints.txt holds one resolved version of every package: pip alone cannot resolve the test extra from
+# scratch (OLMo-core, Beam, s3fs and moto each bound botocore, boto3 or protobuf, and the resolver gives up).
+$(BASE): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -c constraints.txt -e .
 	touch $(BASE)
 
 $(STAMP): $(BASE)
 	# torch is pinned: the CPU build of 2.13.0 is what this machine serves; an unpinned torch pulls CUDA.
 	$(PY) -m pip install -q 'torch==2.13.0'
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	# the report's browser test drives Debian's chromium through Playwright (tests/demo/test_report_browser.py)
 	test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
 		|| echo "setup: could not install chromium (apt-get install chromium); the browser test will fail" >&2
@@ -54,3 +56,9 @@ bench: setup
 lint: setup
 	.venv/bin/ruff check olmax tests bench
 	.venv/bin/ruff format --check olmax tests bench
+
+# after changing pyproject.toml's dependencies: install the new set into .venv (pip install -e '.[test]' with
+# the changed pins), check it (make test-all), then write what is installed as the new constraints.txt
+lock:
+	{ sed -n '1,3p' constraints.txt; $(PY) -m pip list --format=freeze --exclude-editable --exclude pip --exclude setuptools; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
