@@ -14,7 +14,7 @@ setup-base: $(BASE)
 setup: $(STAMP)
 
 # constraints.txt holds one resolved version of every package: pip alone cannot resolve the test extra from
-# scratch (OLMo-core, Beam, s3fs and moto each bound botocore, boto3 or protobuf, and the resolver gives up).
+# scratch (its resolver backtracks until it gives up, docs/design.md).
 $(BASE): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
