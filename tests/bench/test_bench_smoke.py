@@ -33,6 +33,7 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "beam_parity.py": (["--smoke"], []),
     "audit_mix.py": (["--smoke"], ["audit_mix"]),
     "leak_speed.py": (["--smoke"], ["leaks"]),
+    "audit_dedup.py": (["--smoke"], ["audit_dedup"]),
     "dedup_rates.py": (["--smoke"], ["dedup_rates"]),
     "tokenizer_engines.py": (["--smoke"], ["tok-engines"]),
     "prepare.py": (
