@@ -316,6 +316,79 @@ def write_kept(files: list[Path], removed: set[str], folder: Path) -> list[Path]
     return out
 
 
+def stage_figures(
+    rec: Record,
+    cpu: dict[str, list[float]],
+    runs: dict[str, list[Run]],
+    peers: list[str],
+    mb: float,
+    docs: int,
+) -> None:
+    """The record's per-stage figures, one value a round: olmax's plain prepare and each dedup stage alone
+    (its prepare minus the plain prepare of the same round), the memory each stage holds above plain
+    prepare, each peer's own stage timers and peak, and the Dolma 3 pool estimate at 4 KB a document."""
+    text_bytes = mb * 1e6
+    plain = cpu["olmax plain"]
+    rec.timings("prepare_plain", "olmax", plain, "s", PROCESS_CPU)
+    rec.figure("olmax_plain_mb_per_cpu_s", [mb / t for t in plain], "MB/CPU-s", about="read, tokenize, write")
+    alone = {
+        "minhash": [a - b for a, b in zip(cpu["olmax minhash"], cpu["olmax plain of kept"], strict=True)]
+    }
+    for stage in ("exact", "substring"):
+        if f"olmax {stage}" in cpu:
+            rec.timings(f"prepare_{stage}", "olmax", cpu[f"olmax {stage}"], "s", PROCESS_CPU)
+            alone[stage] = [max(a - b, 1e-9) for a, b in zip(cpu[f"olmax {stage}"], plain, strict=True)]
+            rec.figure(
+                f"olmax_{stage}_mb_per_cpu_s",
+                [mb / t for t in alone[stage]],
+                "MB/CPU-s",
+                about=f"the {stage} stage alone: prepare --dedup {stage} minus plain prepare, same round",
+            )
+    for stage in ("minhash", "substring"):
+        if f"olmax {stage}" in runs:
+            above = [
+                max(a.peak_rss - b.peak_rss, 0) / text_bytes
+                for a, b in zip(runs[f"olmax {stage}"], runs["olmax plain"], strict=True)
+            ]
+            rec.figure(
+                f"olmax_{stage}_rss_per_byte",
+                above,
+                "bytes/byte",
+                about="peak resident memory above plain prepare's, per input byte",
+            )
+    for tool in peers:
+        rec.figure(
+            f"{tool}_kb_per_doc",
+            [r.peak_rss / docs / 1e3 for r in runs[tool]],
+            "KB/doc",
+            about="the whole process tree's peak resident memory per document",
+        )
+        for stage in runs[tool][0].stages:
+            key = re.sub(r"[^a-z0-9]+", "_", stage.lower()).strip("_")
+            clock = "task_s" if "task_s" in runs[tool][0].stages[stage] else "cpu_s"
+            rec.figure(
+                f"{tool}_{key}_mb_per_{clock.replace('_s', '')}_s",
+                [mb / max(r.stages[stage][clock], 1e-9) for r in runs[tool]],
+                "MB/task-s" if clock == "task_s" else "MB/CPU-s",
+                about=f"{tool}'s own timer of its {stage} stage"
+                + (" (its tasks' seconds summed)" if clock == "task_s" else ""),
+            )
+    per_byte = 4000.0 / text_bytes / 3600  # vCPU-hours per CPU-second measured, per document of 4 KB
+    total = [0.0] * len(plain)
+    for stage, n in POOL_DOCS:
+        if stage in alone:
+            hours = [n * per_byte * t for t in alone[stage]]
+            total = [a + b for a, b in zip(total, hours, strict=True)]
+            rec.figure(f"pool_{stage}_vcpu_h", hours, "vCPU-h", about=f"{int(n):,} documents of 4 KB")
+    rec.figure("pool_dedup_vcpu_h", total, "vCPU-h", about="the stages above summed, documents of 4 KB")
+    rec.figure(
+        "pool_prepare_kept_vcpu_h",
+        [POOL_DOCS[-1][1] * per_byte * t for t in plain],
+        "vCPU-h",
+        about="reading, tokenizing and writing the documents kept, 4 KB each",
+    )
+
+
 def like_for_like(
     args: argparse.Namespace,
     argv: list[str],
@@ -357,14 +430,17 @@ def like_for_like(
 
         return call
 
+    def olmax(name: str, inputs: list[Path], stages: str | None):
+        return side(name, lambda: run_olmax(inputs, work, args.workers, stages, corpus))
+
     fns = {
-        "olmax minhash": side(
-            "olmax minhash", lambda: run_olmax(files, work, args.workers, "minhash", corpus)
-        ),
-        "olmax plain of kept": side(
-            "olmax plain of kept", lambda: run_olmax(kept, work, args.workers, None, corpus)
-        ),
+        "olmax minhash": olmax("olmax minhash", files, "minhash"),
+        "olmax plain of kept": olmax("olmax plain of kept", kept, None),
+        "olmax plain": olmax("olmax plain", files, None),
+        "olmax exact": olmax("olmax exact", files, "exact"),
     }
+    if not args.no_substring:
+        fns["olmax substring"] = olmax("olmax substring", files, "substring")
     for tool in peers:
         fns[tool] = side(tool, lambda tool=tool: run_peer(tool, files, work, args.workers, corpus))
     cpu = interleaved(fns, reps=args.reps)
@@ -374,6 +450,7 @@ def like_for_like(
     olmax_rate = rec.figure(
         "olmax_mb_per_cpu_s", [mb / t for t in stage], "MB/CPU-s", about="the MinHash stage alone"
     )
+    stage_figures(rec, cpu, runs, peers, mb, docs)
     rec.note(
         "input",
         {

@@ -158,8 +158,19 @@ def test_dedup_bench_tiny_olmax_side(tmp_path):
     assert "olmax minhash alone" in proc.stdout and "substring (--dedup substring" in proc.stdout
     assert proc.stdout.strip().endswith("olmax/rensa = n/a (rensa not run like for like)")
     rec = json.loads((tmp_path / "dedup.json").read_text())
-    assert set(rec["timings"]) == {"olmax.prepare_minhash", "olmax.prepare_plain_of_kept"}
-    assert rec["figures"]["olmax_mb_per_cpu_s"]["n"] == 1
+    assert set(rec["timings"]) == {
+        "olmax.prepare_minhash",
+        "olmax.prepare_plain_of_kept",
+        "olmax.prepare_plain",
+        "olmax.prepare_exact",
+        "olmax.prepare_substring",
+    }
+    figs = rec["figures"]
+    assert figs["olmax_mb_per_cpu_s"]["n"] == 1
+    for name in ("plain", "exact", "substring"):
+        assert figs[f"olmax_{name}_mb_per_cpu_s"]["median"] > 0
+    stages = sum(figs[f"pool_{s}_vcpu_h"]["median"] for s in ("exact", "minhash", "substring"))
+    assert figs["pool_dedup_vcpu_h"]["median"] == pytest.approx(stages)
 
 
 @pytest.mark.slow
