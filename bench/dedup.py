@@ -42,6 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dedup_calibration as cal  # noqa: E402
@@ -253,6 +254,19 @@ def quality_table(runs: list[Run]) -> list[str]:
             f"{s.hard_negatives_removed:>9}{max(s.cluster_sizes, default=0):>8}"
         )
     return lines
+
+
+def quality_note(s: dc.Score) -> dict[str, Any]:
+    """One tool's decisions on the planted documents, as the record keeps them (the quality table's row)."""
+    (c, n), (c2, n2) = s.recall_at(), s.recall_at("0.80-0.87")
+    return {
+        "removals": s.removals,
+        "false": s.false_removals,
+        "hard_negatives_removed": s.hard_negatives_removed,
+        "recall_at_0.87": f"{c}/{n}",
+        "recall_0.80_to_0.87": f"{c2}/{n2}",
+        "largest_cluster": max(s.cluster_sizes, default=0),
+    }
 
 
 # Dolma 3's pool through its three stages (allenai/dolma3 pool README; OLMo 3 report): 38.7 B documents
@@ -479,15 +493,7 @@ def like_for_like(
         )
         score = runs[tool][0].score
         ours = runs["olmax minhash"][0].score
-        rec.note(
-            f"{tool}_decisions",
-            {
-                "removals": score.removals,
-                "false": score.false_removals,
-                "olmax_removals": ours.removals,
-                "olmax_false": ours.false_removals,
-            },
-        )
+        rec.note(f"{tool}_decisions", {**quality_note(score), "olmax": quality_note(ours)})
         print(
             f"  {tool}: {format_figure(rate, 2)}; olmax/{tool} = {format_figure(ratio)} (removals {score.removals}, false {score.false_removals}; olmax {ours.removals}, false {ours.false_removals})"
         )

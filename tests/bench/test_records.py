@@ -41,10 +41,7 @@ CODE = re.compile(r"`[^`\n]*`")
 
 # Sections whose speed figures are not yet record citations: file -> exact count (lower it as they move).
 UNCITED = {
-    "docs/benchmarks.md": 2,  # the DirectRunner prepare rate and the cost table's dedup row: no record yet
     "docs/dedup-benchmarks.md": 8,  # one-shot per-stage rates of bench/dedup.py (its record holds the ratios)
-    "docs/design.md": 1,  # RMSNorm's backward on the 2-D view, from a profile
-    "docs/field-notes.md": 4,  # CPU matmul peaks and HF's rate on other machines, MaxText's loader
 }
 
 
