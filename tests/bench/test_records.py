@@ -41,7 +41,7 @@ CODE = re.compile(r"`[^`\n]*`")
 
 # Sections whose speed figures are not yet record citations: file -> exact count (lower it as they move).
 UNCITED = {
-    "docs/dedup-benchmarks.md": 8,  # one-shot per-stage rates of bench/dedup.py (its record holds the ratios)
+    "docs/dedup-benchmarks.md": 1,  # Google ExactSubstr's published figure (Lee et al. 2022), not measured here
 }
 
 
