@@ -79,6 +79,9 @@ def _fold_bytes(raw: bytes) -> bytes:
     NBSP, ...) into ASCII spaces. A token holding part of a character keeps its bytes
     (ASCII-lowercased): they stay word bytes. A space and a written-out operator or numeral (_SPOKEN)
     folds to a space and its symbol's word bytes (none for an operator, the digits for a numeral)."""
+    if raw.isascii():  # nothing for NFKC or the accents to fold, no Unicode punctuation: most tokens
+        spoken = _SPOKEN.get(raw[1:].lower()) if raw[:1] == b" " else None
+        return raw.lower() if spoken is None else b" " + spoken
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -92,6 +95,19 @@ def _fold_bytes(raw: bytes) -> bytes:
         " " if unicodedata.category(ch)[0] in "PZS" and ord(ch) > 127 else ch
         for ch in unicodedata.normalize("NFKC", text).lower()
     ).encode("utf-8")
+
+
+def _run_hashes(runs: list[bytes], base: int) -> np.ndarray:
+    """uint64 per run: sum of byte_j * base^j mod 2^31 - 1 (0 for an empty run), all runs at once."""
+    lens = np.fromiter(map(len, runs), dtype=np.int64, count=len(runs))
+    flat = np.array(bytearray(b"".join(runs)), dtype=np.uint64)
+    starts = np.cumsum(lens) - lens
+    pos = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lens)
+    terms = flat * powers_mod(base, int(lens.max(initial=0)) + 1)[pos] % np.uint64(MERSENNE31)
+    # a run's terms are terms[start:start + len]; the appended 0 gives an empty run (and the last) its sum
+    sums = np.add.reduceat(np.append(terms, np.uint64(0)), np.minimum(starts, len(terms)))
+    sums[lens == 0] = 0
+    return sums % np.uint64(MERSENNE31)
 
 
 class WordTables:
@@ -129,32 +145,32 @@ class WordTables:
         ends_word = np.zeros(size, dtype=bool)
         digits_end = np.zeros(size, dtype=bool)  # its last run is all digits
         letter = np.zeros(size, dtype=bool)  # the token is one letter, a-z, and nothing else
-        h1, h2, lens = [], [], []
+        all_runs: list[bytes] = []  # every token's runs in token order; b"" stands for a boundary
         for i, raw in enumerate(token_bytes):
             if raw is None:
                 n_runs[i] = 1
-                h1.append(BOUNDARY_VALUE)
-                h2.append(BOUNDARY_VALUE)
-                lens.append(1)
+                all_runs.append(b"")
                 continue
-            runs = [m.group() for m in _WORD.finditer(raw)]
+            runs = _WORD.findall(raw)
             n_runs[i] = len(runs)
             if runs:
                 starts_word[i] = _WORD.match(raw) is not None
                 ends_word[i] = raw[-1:] != b"" and _WORD.fullmatch(raw[-1:]) is not None
                 digits_end[i] = runs[-1].isdigit()
                 letter[i] = len(raw) == 1 and b"a" <= raw <= b"z"
-            for r in runs:
-                for out, base in ((h1, WORD_BASES[0]), (h2, WORD_BASES[1])):
-                    out.append(sum(byte * pow(base, j, MERSENNE31) for j, byte in enumerate(r)) % MERSENNE31)
-                lens.append(len(r))
+            all_runs.extend(runs)
+        h1, h2 = (_run_hashes(all_runs, base) for base in WORD_BASES)
+        lens = np.fromiter(map(len, all_runs), dtype=np.int64, count=len(all_runs))
+        is_boundary = lens == 0
+        h1[is_boundary] = h2[is_boundary] = BOUNDARY_VALUE
+        lens[is_boundary] = 1
         boundary = np.asarray([b is None for b in token_bytes], dtype=bool)
         self.size = size
         # Per run: its hash under both bases in one uint64, (base 1 << 32) | base 2, and its length;
         # a token's runs are run_ptr[token]:run_ptr[token + 1].
         self.run_ptr = np.concatenate([[0], np.cumsum(n_runs)]).astype(np.int64)
-        self.run_hh = (np.asarray(h1, dtype=np.uint64) << _S32) | np.asarray(h2, dtype=np.uint64)
-        self.run_len = np.asarray(lens, dtype=np.int64)
+        self.run_hh = (h1 << _S32) | h2
+        self.run_len = lens
         # Per token: its first run's hash and length (0 for a token with no run), and the powers of the
         # word-byte bases, both bases in one uint64 (one gather for both).
         first = np.minimum(self.run_ptr[:-1], max(0, len(lens) - 1))
