@@ -87,9 +87,20 @@ COMMON = frozenset(
 )
 _CAPITAL = re.compile(r"\b[A-Z][a-z]+(?:'s)?\b")
 _LOWER = re.compile(r"\b[a-z]+\b")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+SENTENCE_ENDS = ".!?:;"
 _GLUED = re.compile(r"(?<![\w.])(\d+)[A-Za-z](?![A-Za-z])")  # 59x, 3n: a number and its variable
 VARIABLE_MARK = "xvar"  # a letter run no text token reads otherwise after a number
+
+
+def starts_sentence(text: str, at: int) -> bool:
+    """Whether a word at `at` opens a sentence: at the text's start, after a line end (spaces between
+    allowed), or after one of SENTENCE_ENDS and whitespace. Looks back over the whitespace run only."""
+    i = at
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+        if text[i] == "\n":
+            return True
+    return at == 0 or (0 < i < at and text[i - 1] in SENTENCE_ENDS)
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ def names_of(texts: list[str], tokenizer) -> set[str]:
         for m in _CAPITAL.finditer(t):
             w = m.group().removesuffix("'s").lower()
             capital[w] += 1
-            if not _SENTENCE_START.search(t[: m.start()]):
+            if not starts_sentence(t, m.start()):
                 inside[w] += 1
     proper = {w for w, k in capital.items() if 4 * lower[w] < k}
     named = {w for w in proper if 4 * inside[w] >= capital[w]}

@@ -6,6 +6,8 @@ reported, and an item found as a copy not reported again as a paraphrase."""
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from olmax.audit.leaks.paraphrase import (
     names_of,
     retrieval_words,
     signature,
+    starts_sentence,
 )
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.data.stream import StreamSpec
@@ -30,6 +33,19 @@ ITEM = "Natalia sold clips to 48 of her friends in April, and then she sold 24 c
 PARAPHRASE = (
     "In April Natalia sold 48 clips to friends; in May she managed 24 more clips. What was her clip total?"
 )
+
+
+def test_starts_sentence_reads_the_prefix_as_the_sentence_rule_does() -> None:
+    # the rule as a regex over everything before the word; starts_sentence looks back over whitespace only
+    rule = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+    rng = random.Random(7)
+    alphabet = "ab .!?:;,\n\t\u00a0\u2028X"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        at = rng.randint(0, len(text))
+        assert starts_sentence(text, at) == bool(rule.search(text[:at])), (text, at)
+    assert starts_sentence("Bob met Ann. Then", 13) and not starts_sentence("Bob met Ann", 8)
+    assert starts_sentence("end\n  Next", 6) and not starts_sentence("  Lead", 2)
 
 
 def _tables():
