@@ -286,23 +286,45 @@ def _open_table(path: str):
 
 def _load_table(path: str):
     if os.path.isdir(path):
-        import datasets
-
-        ds = datasets.load_from_disk(path)
-        if isinstance(ds, datasets.DatasetDict):
-            raise OlmaxError(
-                f"{path} is a DatasetDict with splits {list(ds.keys())}; pass one split's folder"
-            )
-        if ds._indices is not None:
-            ds = ds.flatten_indices()
-        return ds.data.table
+        return _datasets_folder_table(path)
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         return pq.read_table(path)
-    import datasets
+    return _arrow_stream(path)
 
-    return datasets.Dataset.from_file(path).data.table
+
+def _arrow_stream(path: str):
+    """One Arrow stream file (what `datasets` writes), memory-mapped: `datasets.Dataset.from_file`'s table
+    without importing `datasets` (a second of start-up)."""
+    import pyarrow as pa
+
+    with pa.memory_map(path) as src:
+        return pa.ipc.open_stream(src).read_all()
+
+
+def _datasets_folder_table(path: str):
+    """A `Dataset.save_to_disk` folder's table: the Arrow stream files its state.json lists, in order, as
+    `datasets.load_from_disk` reads them."""
+    import pyarrow as pa
+
+    if os.path.exists(os.path.join(path, "dataset_dict.json")):
+        splits = json.loads(Path(path, "dataset_dict.json").read_text(encoding="utf-8")).get("splits")
+        raise OlmaxError(f"{path} is a DatasetDict with splits {splits}; pass one split's folder")
+    state = json.loads(Path(path, "state.json").read_text(encoding="utf-8"))
+    json.loads(Path(path, "dataset_info.json").read_text(encoding="utf-8"))
+    if state.get("_indices_data_files"):  # a view through an indices mapping: datasets applies it
+        import datasets
+
+        return datasets.load_from_disk(path).flatten_indices().data.table
+    try:
+        files = [str(f["filename"]) for f in state.get("_data_files") or []]
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError("state.json's _data_files are not {filename: ...} entries") from None
+    if not files:
+        raise ValueError("state.json lists no _data_files")
+    tables = [_arrow_stream(os.path.join(path, name)) for name in files]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def read_table(
