@@ -172,7 +172,7 @@ def _leaks(args: argparse.Namespace) -> int:
     )
     report = audit_leaks(cfg, beam_options=beam_options(args))
     rc = _finish(report, args.out)
-    lines = leak_lines(report, tuple(args.eval))
+    lines = leak_lines(report)
     if lines:
         print("\n".join(lines))
     return rc
@@ -180,7 +180,7 @@ def _leaks(args: argparse.Namespace) -> int:
 
 # the fields of a contaminated item printed on its own lines; any other field (which part of the item
 # leaked and how, when the report says it) is printed as it is
-ITEM_FIELDS = {"eval", "id", "kind", "item_words", "score", "n_documents", "documents", "same_as"}
+ITEM_FIELDS = {"eval", "id", "kind", "item_words", "opening", "score", "n_documents", "documents", "same_as"}
 
 
 def short_value(v: object, most: int = 160) -> str:
@@ -188,29 +188,19 @@ def short_value(v: object, most: int = 160) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
-def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str]:
-    """The contaminated items of a leak report for a person: set, id, first words of the item (read again
-    from its set), kind, documents and where the first one holds it, and the leaked part when the report
-    says it; then the paraphrase candidates (reported apart, not counted); the first `most` of each, the
-    rest in the JSON."""
-    from olmax.evalsets.read import load_eval
-
+def leak_lines(report: dict, most: int = 20) -> list[str]:
+    """The contaminated items of a leak report for a person: set, id, the item's opening words, kind,
+    documents and where the first one holds it, and the leaked part when the report says it; then the
+    paraphrase candidates (reported apart, not counted); the first `most` of each, the rest in the JSON."""
     items = report.get("contaminated") or []
     paras = report.get("paraphrase_candidates") or []
     if not items and not paras:
         return []
-    words: dict[tuple[str, str], str] = {}
-    wanted = {c["eval"] for c in items[:most] + paras[:most]}
-    for spec in specs:
-        name = spec.partition("=")[0]
-        if name in wanted:
-            for it in load_eval(spec)[1]:
-                words[(name, str(it.report_id))] = " ".join(it.text.split()[:10])
     out = []
     if items:
         out.append(f"contaminated items ({len(items)}):")
     for c in items[:most]:
-        out += _entry_lines(c, words, f"{c.get('kind', '?')} match")
+        out += _entry_lines(c, f"{c.get('kind', '?')} match")
         for key in sorted(set(c) - ITEM_FIELDS):
             if c[key] not in (None, "", [], {}):
                 out.append(f"    {key.replace('_', ' ')}: {short_value(c[key])}")
@@ -219,21 +209,21 @@ def leak_lines(report: dict, specs: tuple[str, ...], most: int = 20) -> list[str
     if paras:
         out.append(f"paraphrase candidates ({len(paras)}; reported apart, not counted as contaminated):")
     for c in paras[:most]:
-        out += _entry_lines(c, words, "paraphrase candidate")
+        out += _entry_lines(c, "paraphrase candidate")
         out.append(f"    signature: {short_value(c.get('signature', {}))}")
     if len(paras) > most:
         out.append(f"  ... and {len(paras) - most} more in the report")
     return out
 
 
-def _entry_lines(c: dict, words: dict, what: str) -> list[str]:
+def _entry_lines(c: dict, what: str) -> list[str]:
     """An item's two lines: set, id and first words; what matched, its score and the first document."""
     first = (c.get("documents") or [{}])[0]
     where = (
         f"{first.get('source', '?')} {Path(str(first.get('file', '?'))).name} doc {first.get('doc', '?')}, file "
         f"tokens {first.get('token_start', '?')}-{first.get('token_end', '?')}"
     )
-    text = words.get((c["eval"], str(c["id"])))
+    text = c.get("opening")
     return [
         f"  {c['eval']} {c['id']}: {text + ' ...' if text else '(text not found)'}"
         + (f"  [same as {c['same_as']['eval']} {c['same_as']['id']}]" if c.get("same_as") else ""),

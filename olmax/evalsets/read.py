@@ -149,6 +149,11 @@ class EvalItem:
     def report_id(self) -> object:
         return self.id if self.raw_id is None else self.raw_id
 
+    @property
+    def opening(self) -> str:
+        """The item's first ten words, as a report shows which item it is."""
+        return " ".join(self.text.split()[:10])
+
 
 def item_answer(row: Mapping[str, Any]) -> str:
     """The correct answer's text for the common multiple-choice schemas ('' when not derivable); reported

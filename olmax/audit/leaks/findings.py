@@ -106,6 +106,7 @@ def assemble(
             "id": ev.items[item].report_id,
             "kind": "short" if k <= cfg.short_words else "aligned",
             "item_words": k,
+            "opening": ev.items[item].opening,
             "parts": [p for p in PARTS if p in parts],
             "score": 0.0 if conflict[g_best] else round(float(score[g_best]), 4),
             "n_documents": len(passed),
@@ -128,6 +129,7 @@ def assemble(
                     **src,
                     "eval": ev.sets[int(ev.set_of[i])][0],
                     "id": ev.items[i].report_id,
+                    "opening": ev.items[i].opening,
                     "same_as": {"eval": src["eval"], "id": src["id"]},
                 }
             )

@@ -461,6 +461,7 @@ def paraphrase_entries(
             {
                 "eval": ev.sets[int(ev.set_of[item])][0],
                 "id": ev.items[item].report_id,
+                "opening": ev.items[item].opening,
                 "score": docs_found[0]["score"],
                 "signature": {
                     "numbers": list(sig.numbers),

@@ -37,20 +37,21 @@ def test_leaks_lists_each_contaminated_item(tokenizer, corpus, tmp_path, capsys)
     assert [c["id"] for c in report["contaminated"]] == ["q-1"]
 
 
-def test_a_field_saying_which_part_leaked_is_printed_when_the_report_has_one(tmp_path):
+def test_a_field_saying_which_part_leaked_is_printed_when_the_report_has_one():
     from olmax.audit.cli import leak_lines
 
-    (tmp_path / "quiz.jsonl").write_text(json.dumps({"id": "q-1", "text": PLANT}) + "\n")
     item = {
         "eval": "quiz",
         "id": "q-1",
         "kind": "aligned",
+        "opening": "Which gas do plants absorb",
         "score": 0.93,
         "n_documents": 2,
         "documents": [{"source": "web", "file": "/x/a.npy", "doc": "d7", "token_start": 3, "token_end": 40}],
         "leaked_part": {"part": "question+answer", "kind": "paraphrase"},
     }
-    lines = leak_lines({"contaminated": [item]}, (f"quiz={tmp_path / 'quiz.jsonl'}",))
+    lines = leak_lines({"contaminated": [item]})
     assert lines[0] == "contaminated items (1):"
+    assert lines[1] == "  quiz q-1: Which gas do plants absorb ..."
     assert "in 2 document(s); first: web a.npy doc d7, file tokens 3-40" in lines[2]
     assert lines[3] == '    leaked part: {"part": "question+answer", "kind": "paraphrase"}'
