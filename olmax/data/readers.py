@@ -312,6 +312,7 @@ def _datasets_folder_table(path: str):
         splits = json.loads(Path(path, "dataset_dict.json").read_text(encoding="utf-8")).get("splits")
         raise OlmaxError(f"{path} is a DatasetDict with splits {splits}; pass one split's folder")
     state = json.loads(Path(path, "state.json").read_text(encoding="utf-8"))
+    # load_from_disk needs dataset_info.json whole too: a corrupt one is an error here as there
     json.loads(Path(path, "dataset_info.json").read_text(encoding="utf-8"))
     if state.get("_indices_data_files"):  # a view through an indices mapping: datasets applies it
         import datasets
