@@ -97,17 +97,22 @@ def _fold_bytes(raw: bytes) -> bytes:
     ).encode("utf-8")
 
 
-def _run_hashes(runs: list[bytes], base: int) -> np.ndarray:
-    """uint64 per run: sum of byte_j * base^j mod 2^31 - 1 (0 for an empty run), all runs at once."""
+def _run_hashes(runs: list[bytes], bases: tuple[int, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(length per run, [uint64 per run: sum of byte_j * base^j mod 2^31 - 1, 0 for an empty run, per base]),
+    all runs at once."""
     lens = np.fromiter(map(len, runs), dtype=np.int64, count=len(runs))
     flat = np.array(bytearray(b"".join(runs)), dtype=np.uint64)
     starts = np.cumsum(lens) - lens
     pos = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lens)
-    terms = flat * powers_mod(base, int(lens.max(initial=0)) + 1)[pos] % np.uint64(MERSENNE31)
-    # a run's terms are terms[start:start + len]; the appended 0 gives an empty run (and the last) its sum
-    sums = np.add.reduceat(np.append(terms, np.uint64(0)), np.minimum(starts, len(terms)))
-    sums[lens == 0] = 0
-    return sums % np.uint64(MERSENNE31)
+    cut = np.minimum(starts, len(flat))
+    hashes = []
+    for base in bases:
+        terms = flat * powers_mod(base, int(lens.max(initial=0)) + 1)[pos] % np.uint64(MERSENNE31)
+        # a run's terms are terms[start:start + len]; the appended 0 gives an empty run (and the last) its sum
+        sums = np.add.reduceat(np.append(terms, np.uint64(0)), cut)
+        sums[lens == 0] = 0
+        hashes.append(sums % np.uint64(MERSENNE31))
+    return lens, hashes
 
 
 class WordTables:
@@ -159,8 +164,7 @@ class WordTables:
                 digits_end[i] = runs[-1].isdigit()
                 letter[i] = len(raw) == 1 and b"a" <= raw <= b"z"
             all_runs.extend(runs)
-        h1, h2 = (_run_hashes(all_runs, base) for base in WORD_BASES)
-        lens = np.fromiter(map(len, all_runs), dtype=np.int64, count=len(all_runs))
+        lens, (h1, h2) = _run_hashes(all_runs, WORD_BASES)
         is_boundary = lens == 0
         h1[is_boundary] = h2[is_boundary] = BOUNDARY_VALUE
         lens[is_boundary] = 1
