@@ -269,10 +269,16 @@ removed by the trainer's retention before it was read is recorded as skipped. Ex
 final step (train.steps, or --until-step) is evaluated, or after one pass with --once; exit 2 with one
 line on a bad eval set, a checkpoint of another model, or a full disk (the previous evals.jsonl is kept).
 
-Run folders: local paths and file:// URLs only; for a bucket, mount it (gcsfuse, s3fs) and pass the
-mounted path.""",
+Run folders: a local path, a file:// URL, or an s3:// / gs:// URL (`pip install 'olmax[cloud]'`): a bucket
+run is followed through a local mirror ($OLMAX_RUN_STAGING, else ~/.cache/olmax/runs): a step is read once
+the bucket holds it whole (its seal and every file it lists), and OUT defaults to the bucket's RUN/evals/,
+uploaded after each step.""",
     )
-    w.add_argument("--run", required=True, help="run folder of `olmax train` (a path or a file:// URL)")
+    w.add_argument(
+        "--run",
+        required=True,
+        help="run folder of `olmax train` (a path, a file:// URL or an s3:// / gs:// URL)",
+    )
     add_eval_option(
         w,
         "held-out set (as `olmax eval heldout --eval`; default: the run's in-loop sets)",

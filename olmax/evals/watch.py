@@ -26,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from olmax.jsonio import read_json, read_jsonl, write_jsonl
 from olmax.train.config import load_run_config, run_config_path
 from olmax.train.export import read_step_model
 
+EVALS = "evals"  # the results folder in the run folder (the default OUT)
 RECORDS = "evals.jsonl"
 SUMMARY = "summary.md"
 CURVES = "curves.png"
@@ -57,7 +59,7 @@ CURVES = "curves.png"
 class WatchSettings:
     """What `olmax eval watch` was asked; None fields default to the run's own in-loop eval settings."""
 
-    run: str  # run folder: a path or a file:// URL
+    run: str  # run folder: a path, a file:// URL or an object-store URL (followed through a local mirror)
     out: str | None = None  # results folder; None: RUN/evals
     evals: tuple[
         str, ...
@@ -87,16 +89,42 @@ class WatchSettings:
 
 
 def run_folder(run: str) -> Path:
-    """A local folder for `run` (a path or a file:// URL); other URL schemes are refused."""
-    import fsspec
+    """The local folder the job reads `run` from: the folder itself (a path or a file:// URL), or for a run in
+    object storage its local mirror (olmax.train.run_mirror)."""
+    from olmax import storage
+    from olmax.train.run_mirror import is_remote_run, staging_folder
 
-    protocol, _ = fsspec.core.split_protocol(run)
-    if protocol in (None, "file", "local"):
-        return Path(fsspec.core.url_to_fs(run)[1]) if protocol else Path(run)
-    raise OlmaxError(
-        f"--run {run}: only local folders and file:// URLs are supported ({protocol}:// is not: "
-        "checkpoints are read in place); mount the bucket (gcsfuse, s3fs, ...) and pass the mounted path"
-    )
+    if is_remote_run(run):
+        return staging_folder(run.rstrip("/"), "watch")
+    return Path(storage.local_path(run))
+
+
+def open_mirror(run: str):
+    """A bucket run's mirror (None for a local one), with the run's files (config.yaml, evals/ when the
+    mirror has none yet: a restarted job continues the bucket's records) pulled."""
+    from olmax import storage
+    from olmax.train.run_mirror import RunMirror, is_remote_run
+
+    if not is_remote_run(run):
+        return None
+    storage.require_bucket(run)
+    mirror = RunMirror(run, "watch")
+    mirror.pull(want=lambda step: False, keep_local=(EVALS,))
+    return mirror
+
+
+def sync(job: Job) -> None:
+    """A bucket run: download the complete steps still to evaluate and the run's changed files."""
+    if job.mirror is None:
+        return
+    done = done_steps(job)
+    job.mirror.pull(want=lambda step: step <= job.target and step not in done, keep_local=(EVALS,))
+
+
+def publish(job: Job) -> None:
+    """A bucket run whose results folder is the mirror's evals/: upload what changed in it."""
+    if job.mirror is not None and job.out.resolve() == (job.mirror.local / EVALS).resolve():
+        job.mirror.push_files(EVALS)
 
 
 @dataclass
@@ -115,9 +143,10 @@ class Job:
     records: list[dict] = field(default_factory=list)
     tb: Any = None
     downstream: list = field(default_factory=list)  # olmax.evals.downstream.Task, built once
+    mirror: Any = None  # a bucket run's olmax.train.run_mirror.RunMirror; None for a local run
 
 
-def prepare(settings: WatchSettings) -> Job:
+def prepare(settings: WatchSettings, mirror=None) -> Job:
     """Read the run's config and the existing records, tokenize the sets once; OlmaxError on a bad input."""
     from olmax.evals.heldout import SetReading, prepare_eval_sets
 
@@ -143,7 +172,7 @@ def prepare(settings: WatchSettings) -> Job:
     # the in-loop hook's batch: B x L x V fp32 logits within its budget (rows are independent, but one
     # batch shape keeps the numbers bitwise those of the trainer's records)
     batch_size = settings.batch_size or eval_batch_size(seq_len, cfg.model.vocab_size)
-    out = Path(settings.out) if settings.out else run / "evals"
+    out = Path(settings.out) if settings.out else run / EVALS
     job = Job(
         run,
         out,
@@ -156,6 +185,7 @@ def prepare(settings: WatchSettings) -> Job:
         settings,
     )
     job.downstream = run_tasks(cfg, tok, seq_len, settings.downstream, settings.downstream_limit)
+    job.mirror = mirror
     job.records = read_records(out)
     check_compatible(job)
     return job
@@ -306,6 +336,8 @@ def commit(job: Job, new: list[dict]) -> None:
     write_views(job)
     if job.tb is not None:
         tensorboard_scalars(job.tb, fresh)
+        job.tb.flush()
+    publish(job)
 
 
 def write_views(job: Job) -> None:
@@ -406,29 +438,33 @@ def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
             continue
         new = evaluate_step(job, model, step)
         commit(job, new)
+        if job.mirror is not None:  # evaluated: the mirror's copy of the step is not needed again
+            shutil.rmtree(job.run / "checkpoints" / str(step), ignore_errors=True)
         shown = ", ".join(f"{record_name(r)} CE {r['ce']:.4f}" for r in new if r.get("kind") == "heldout")
         log(f"step {step}: {shown} ({time.perf_counter() - t0:.1f} s)")
     return len(steps)
 
 
-def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> Job:
+def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log, mirror=None) -> Job:
     """Evaluate the run's committed checkpoints until its final step (or `until_step`) is done, or once.
+    `mirror`: a bucket run's (`open_mirror`), synchronised before each poll.
 
     The caller holds `exclusive(job.out)` (see `watch`)."""
-    wait_for_config(settings, log)
-    job = prepare(settings)
+    wait_for_config(settings, log, mirror)
+    job = prepare(settings, mirror)
     job.out.mkdir(parents=True, exist_ok=True)
     use_tb = settings.tensorboard if settings.tensorboard is not None else job.cfg.train.tensorboard
     job.tb = open_tensorboard(job) if use_tb else None
     done = sorted(done_steps(job))
     log(
-        f"{job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
+        f"{job.mirror.url if job.mirror is not None else job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
         f"{job.sets[0].seq_len}, batch {job.batch_size}; until step {job.target}"
         + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else "")
     )
     idle_since = time.monotonic()
     try:
         while True:
+            sync(job)
             if evaluate_pending(job, log):
                 idle_since = time.monotonic()
             if settings.once or reached_target(job) and not pending_steps(job):
@@ -448,14 +484,19 @@ def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> 
     return job
 
 
-def wait_for_config(settings: WatchSettings, log: Callable[[str], None]) -> None:
+def wait_for_config(settings: WatchSettings, log: Callable[[str], None], mirror=None) -> None:
     """Started before the trainer: wait (polling) until the run folder holds its config.yaml."""
     config = run_folder(settings.run) / "config.yaml"
     if config.is_file() or settings.once:
         return  # --once on a folder without one: prepare() says what is missing
-    log(f"waiting for {config} (the trainer writes it at start)")
+    shown = f"{mirror.url}/config.yaml" if mirror is not None else config
+    log(f"waiting for {shown} (the trainer writes it at start)")
     t0 = time.monotonic()
     while not config.is_file():
+        if mirror is not None:
+            mirror.pull(want=lambda step: False, keep_local=(EVALS,))
+            if config.is_file():
+                break
         if settings.max_idle_seconds is not None and time.monotonic() - t0 > settings.max_idle_seconds:
             raise OlmaxError(
                 f"{config}: not written within {settings.max_idle_seconds:g} s; is `olmax train "
@@ -466,9 +507,10 @@ def wait_for_config(settings: WatchSettings, log: Callable[[str], None]) -> None
 
 def watch(settings: WatchSettings, log: Callable[[str], None] = stderr_log) -> Job:
     """`follow` holding the writer's lock of the output folder: a second watcher refuses at once."""
+    mirror = open_mirror(settings.run)
     run = run_folder(settings.run)
     if settings.once:
         run_config_path(run)  # a mistyped folder is an error before the lock creates anything
-    out = Path(settings.out) if settings.out else run / "evals"
+    out = Path(settings.out) if settings.out else run / EVALS
     with exclusive(out, "olmax eval watch"):
-        return follow(settings, log)
+        return follow(settings, log, mirror)

@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("overrides", nargs="*", metavar="AREA.KEY=VALUE", help="dotted config overrides")
     p.add_argument("--config", required=True, help="a preset name (configs/NAME.yaml) or a YAML path")
-    p.add_argument("--run-dir", help="run folder (required unless --dry-run)")
+    p.add_argument(
+        "--run-dir",
+        help="run folder (required unless --dry-run): a local path, or an s3:// / gs:// URL, trained in a local "
+        "mirror ($OLMAX_RUN_STAGING, else ~/.cache/olmax/runs) and uploaded after each checkpoint; a rerun "
+        "on any machine resumes from the bucket's newest complete step",
+    )
     p.add_argument("--steps", type=int, help="absolute step to train to (train.steps)")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint period in steps (checkpoint.every)")
     p.add_argument("--mix", help="mix file to train on (data.mix); the tiny recipe defaults to the demo mix")
@@ -142,6 +147,31 @@ def _some(names: list[str], n: int = 8) -> str:
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+def _bucket_run(args: argparse.Namespace):
+    """For a `--run-dir` URL in object storage: its local mirror (olmax.train.run_mirror), brought to the
+    bucket's newest complete checkpoint when the bucket is further than the mirror (a resume on another
+    machine), and `args.run_dir` pointed at it; None for a local folder."""
+    from olmax import storage
+    from olmax.train.checkpoint import complete_steps
+    from olmax.train.run_mirror import RunMirror, is_remote_run
+
+    if not is_remote_run(args.run_dir):
+        return None
+    storage.require_bucket(args.run_dir)
+    mirror = RunMirror(args.run_dir, "train")
+    remote = mirror.complete_remote_steps()
+    local = complete_steps(mirror.local / "checkpoints")
+    if remote and (not local or remote[0] > local[0]):
+        print(
+            f"olmax train: resuming {mirror.url} from its step {remote[0]} (downloaded to {mirror.local})",
+            file=sys.stderr,
+            flush=True,
+        )
+        mirror.pull(newest_only=True)
+    args.run_dir = str(mirror.local)
+    return mirror
+
+
 def run(args: argparse.Namespace) -> int:
     from olmax.data.loader import resolve_mix
     from olmax.data.prepare.demo_mix import ensure_stream_mix
@@ -152,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     # every default the run reads from the environment is filled in here, so the dry run and the record
     # show it (docs/runs.md)
     cfg = with_eval_defaults(load_config(args.config, _overrides(args)))
+    mirror = _bucket_run(args) if args.run_dir else None
     if args.run_dir:  # a dry run on a run folder shows what resuming it would train with
         cfg = _resume_config(cfg, args)
     if args.dry_run:
@@ -167,6 +198,13 @@ def run(args: argparse.Namespace) -> int:
 
     import jax
 
+    if mirror is not None and jax.process_count() > 1:
+        raise OlmaxError(
+            f"--run-dir {mirror.url}: a bucket run folder is written by one process (its local mirror is a "
+            "folder of this machine); for a multi-process run give a shared local folder and copy it to the "
+            "bucket"
+        )
+
     from olmax.atomic import exclusive
     from olmax.train.loop import train
 
@@ -176,9 +214,19 @@ def run(args: argparse.Namespace) -> int:
     with lock:
         ensure_stream_mix(cfg.data)  # the demo mix (`mix: demo`) is prepared here, never by the loader
         resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
+        push = (lambda: mirror.push(keep=cfg.checkpoint.keep)) if mirror is not None else None
         summary = train(
-            cfg, args.run_dir, eval_hook=_eval_hook(cfg), resume_note=getattr(args, "resume_note", "")
+            cfg,
+            args.run_dir,
+            eval_hook=_eval_hook(cfg),
+            resume_note=getattr(args, "resume_note", ""),
+            after_save=push,
         )
+        if mirror is not None:  # the last step, sealed when the checkpointer closed, and the final record
+            push()
+            summary["run_dir"] = mirror.url
+            if summary.get("checkpoint"):
+                summary["checkpoint"] = f"{mirror.url}/checkpoints/{Path(summary['checkpoint']).name}"
     if jax.process_index() == 0:
         if args.json:
             print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)

@@ -77,9 +77,12 @@ def train(
     mix: str | None = None,
     eval_hook: EvalHook | None = None,
     resume_note: str = "",
+    after_save: Callable[[], None] | None = None,
 ) -> dict:
     """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
     `resume_note` (the CLI's word on how it built `cfg`) goes to stderr once the resume checks pass.
+    `after_save()` is called on process 0 after each checkpoint save is launched (a bucket run's upload of
+    the steps sealed so far, olmax.train.run_mirror).
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
@@ -189,6 +192,7 @@ def train(
             ckpt=ckpt,
             n_micro=n_micro,
             per_device=per_device,
+            after_save=after_save if jax.process_index() == 0 else None,
         )
         steps = _Steps(cfg, parts, eval_hook, peak)
         summary["last"] = steps.run(state, start)
@@ -258,6 +262,7 @@ class RunParts:
     ckpt: Any
     n_micro: int  # microbatches per step
     per_device: int  # rows per device in a microbatch
+    after_save: Callable[[], None] | None = None  # called after each checkpoint save is launched
 
 
 class _Steps:
@@ -278,6 +283,7 @@ class _Steps:
             monitor,
         )
         self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
+        self.after_save = run.after_save
         self.train_step = make_train_step(
             cfg.model,
             cfg.optim,
@@ -339,6 +345,8 @@ class _Steps:
                         step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra}
                     )
                     self.saved = step
+                    if self.after_save is not None:
+                        self.after_save()
                     self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
         except BaseException:
             if pending is not None:  # a step the device finished is logged even when the next one fails
@@ -454,7 +462,7 @@ def summary_table(summary: dict) -> str:
         ("time", f"{_duration(seconds)} ({tokens_run / seconds:,.0f} tokens/s)" if seconds else "-"),
     ]
     if summary.get("run_dir"):
-        rows.append(("metrics", str(Path(summary["run_dir"]) / "metrics.jsonl")))
+        rows.append(("metrics", f"{str(summary['run_dir']).rstrip('/')}/metrics.jsonl"))  # a path or a URL
     width = max(len(k) for k, _ in rows)
     return "\n".join(["olmax train: done"] + [f"  {k:<{width}}  {v}" for k, v in rows])
 

@@ -246,12 +246,26 @@ def test_second_watcher_refuses(run, tokenizer_file, capsys):
     assert not (run / "evals" / "evals.jsonl").exists()
 
 
-def test_file_url_run_folder_and_other_schemes_refused(run, full, tokenizer_file, capsys):
+def test_file_url_and_object_store_run_folders(run, full, tokenizer_file, capsys, tmp_path, monkeypatch):
+    """A file:// URL is read in place; a run in an object store (fsspec's memory:// here; s3:// and gs:// in
+    tests/train/test_train_bucket.py) through a local mirror, its records written back to the store."""
+    import fsspec
+
     assert watch(f"file://{run.resolve()}", tokenizer_file, "--once") == 0
     assert (run / "evals" / "evals.jsonl").read_bytes() == full
-    capsys.readouterr()
-    assert watch("gs://bucket/run", tokenizer_file, "--once") == 2
-    assert "only local folders and file:// URLs are supported" in capsys.readouterr().err
+    monkeypatch.setenv("OLMAX_RUN_STAGING", str(tmp_path / "staging"))
+    fs = fsspec.filesystem("memory")
+    url = f"memory://watch-{tmp_path.name}/run"
+    for p in sorted(run.rglob("*")):
+        if p.is_file() and "evals" not in p.relative_to(run).parts and not p.name.endswith(".lock"):
+            fs.put_file(str(p), f"{url}/{p.relative_to(run).as_posix()}")
+    try:
+        capsys.readouterr()
+        assert watch(url, tokenizer_file, "--once") == 0
+        assert url in capsys.readouterr().err
+        assert fs.cat_file(f"{url}/evals/evals.jsonl") == full
+    finally:
+        fs.rm(url.split("://", 1)[1].split("/", 1)[0], recursive=True)
 
 
 def test_bad_eval_set_and_checkpoint_of_another_model_exit_2_in_one_line(run, tokenizer_file, capsys):
