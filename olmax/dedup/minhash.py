@@ -116,6 +116,13 @@ def bucket_pairs(members: np.ndarray) -> np.ndarray:
     return np.stack([a, b], axis=1)
 
 
+def band_pairs(keys: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One band's candidate pairs (a[i], b[i]) of `members` (document numbers, ascending) given their
+    bucket keys in that band: each member with the first `ANCHORS` before it in its bucket."""
+    order = np.argsort(keys, kind="stable")  # stable: members of a bucket stay in input order
+    return _bucket_pairs(keys[order], np.asarray(members, np.int64)[order], ANCHORS)
+
+
 def candidate_pairs(sig: np.ndarray, params: MinHashParams, eligible: np.ndarray) -> np.ndarray:
     """Unique candidate pairs (i < j) of the eligible documents, as an (n, 2) int64 array in order."""
     idx = np.flatnonzero(eligible)
@@ -124,9 +131,7 @@ def candidate_pairs(sig: np.ndarray, params: MinHashParams, eligible: np.ndarray
     sub = np.ascontiguousarray(sig[idx])
     parts = []
     for band in range(params.bands):
-        keys = _band_keys(sub, band, params.rows)
-        order = np.argsort(keys, kind="stable")  # stable: members of a bucket stay in input order
-        a, b = _bucket_pairs(keys[order], idx[order], ANCHORS)
+        a, b = band_pairs(_band_keys(sub, band, params.rows), idx)
         if a.size:
             parts.append(a * np.int64(sig.shape[0]) + b)
     if not parts:
@@ -189,9 +194,15 @@ def cluster(
     eligible = eligible & (np.diff(offsets) > 0)  # no shingles: nothing to compare
     pairs = candidate_pairs(sig, params, eligible)
     sim = jaccard(shingles, offsets, pairs[:, 0], pairs[:, 1])
-    edges = pairs[sim >= params.threshold]
+    return components(shingles, offsets, pairs[sim >= params.threshold], int(pairs.shape[0]))
+
+
+def components(shingles: np.ndarray, offsets: np.ndarray, edges: np.ndarray, candidates: int) -> Clusters:
+    """The clusters of the verified edges (pairs i < j, in code order): each component kept by its first
+    document, a removed one's exact Jaccard with it."""
+    n = offsets.size - 1
     keep = min_labels(n, edges[:, 0], edges[:, 1])
     j = np.ones(n, dtype=np.float64)
     gone = np.flatnonzero(keep != np.arange(n))
     j[gone] = jaccard(shingles, offsets, keep[gone], gone)
-    return Clusters(keep, j, edges, int(pairs.shape[0]))
+    return Clusters(keep, j, edges, candidates)

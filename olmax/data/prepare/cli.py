@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 
@@ -139,8 +140,9 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
         "--max-memory",
         type=parse_size,
         metavar="SIZE",
-        help="with --dedup: refuse, before writing anything, a run whose estimated peak memory exceeds "
-        "SIZE (e.g. 64GiB; default: this machine's memory)",
+        help="with --dedup: the memory the run may use (e.g. 64GiB; default: this machine's memory): the "
+        "MinHash tables move to scratch disk in the output folder once they pass a third of it (the same "
+        "decisions), and a run whose estimated peak still exceeds it is refused before anything is written",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runner_options(p)
@@ -185,8 +187,9 @@ def _prepare(args: argparse.Namespace) -> int:
         from olmax.data.prepare.dedup_stages_estimate import check_memory, estimate, lines, machine_memory
 
         cfg.dedup.check()
-        est = estimate(cfg)
         limit = args.max_memory or machine_memory()
+        cfg = dataclasses.replace(cfg, max_memory=limit)  # the MinHash tables go to disk past a third
+        est = estimate(cfg)
         if args.dry_run:
             print("\n".join(lines(est, limit)))
             return 0 if est.memory <= limit else 1

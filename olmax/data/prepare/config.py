@@ -45,6 +45,9 @@ class PrepareConfig:
         False  # tokenize text.strip() and skip EOS after a trailing EOS, as `dolma tokens` does
     )
     dedup: DedupSettings | None = None  # --dedup stages (dedup_stages.py); None: none
+    # --max-memory (bytes): with --dedup, the MinHash tables move to scratch disk before the run would
+    # pass `spill_threshold(max_memory)`, the same decisions in bounded memory (None: they stay in memory)
+    max_memory: int | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ edited document, in input order) and the manifest's counts are written at the en
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from olmax.data.prepare.batches import read_batches
 from olmax.data.prepare.config import DedupSettings, PrepareConfig
 from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
+from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled, remove_stale
 from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
 from olmax.dedup.substring import cut, repeated_spans
@@ -88,8 +90,27 @@ def _shingle_batch(texts: list[str], params: MinHashParams):
     return sh, np.diff(off), signatures(sh, off, params)
 
 
-def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
-    """Run the stages over every document: {"records": [...], "counts": {...}, ...} (module docstring)."""
+def spill_threshold(max_memory: int) -> int:
+    """The resident memory (bytes) past which the MinHash tables move to scratch: 60% of `max_memory`,
+    counting the process's resident memory plus the tables once more (the in-memory clustering joins them
+    into one copy); the rest is for the clustering's own arrays."""
+    return int(max_memory * 0.6)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (0 where /proc is not there: the tables alone then count)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def plan(cfg: PrepareConfig, files: dict[str, list[str]], work_dir: str | None = None) -> dict:
+    """Run the stages over every document: {"records": [...], "counts": {...}, ...} (module docstring).
+    With `cfg.max_memory`, the MinHash tables move to a scratch folder under `work_dir` (default: the
+    system's temporary folder) once the resident memory and the tables pass `spill_threshold`
+    (olmax.dedup.minhash_spill: the same decisions)."""
     st: DedupSettings = cfg.dedup
     docs = _Docs()
     removed: dict[int, dict] = {}
@@ -97,6 +118,30 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
     mh_docs: list[int] = []  # document numbers that reach the minhash stage
     parts: list = []  # per batch: (shingles, shingles per document, signatures), in input order
     pending: list = []
+    limit = spill_threshold(cfg.max_memory) if cfg.max_memory else None
+    held, spilled = 0, None
+    remove_stale(work_dir)
+
+    def keep(part) -> None:
+        nonlocal held, spilled, parts
+        if spilled is not None:
+            spilled.add(*part)
+            return
+        parts.append(part)
+        held += sum(a.nbytes for a in part)
+        if limit is not None and resident_bytes() + held > limit:
+            spilled = SpilledTables(st.minhash, work_dir=work_dir)
+            print(
+                f"olmax: dedup: with the MinHash tables ({held / 2**20:,.0f} MiB so far) the run would pass "
+                f"{limit / 2**20:,.0f} MiB (60% of --max-memory): continuing with them on scratch disk "
+                f"({spilled.dir})",
+                file=sys.stderr,
+                flush=True,
+            )
+            for p in parts:
+                spilled.add(*p)
+            parts = []
+
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers), thread_name_prefix="olmax-dedup") as pool:
         for si, batch in _documents(cfg, files):
             texts = []
@@ -117,16 +162,22 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]]) -> dict:
             if texts:
                 pending.append(pool.submit(_shingle_batch, texts, st.minhash))
             while len(pending) > cfg.workers:  # bounded: the texts of a few batches in flight at most
-                parts.append(pending.pop(0).result())
-        parts += [p.result() for p in pending]
+                keep(pending.pop(0).result())
+        for p in pending:
+            keep(p.result())
     candidates = 0
-    if mh_docs:
+    if spilled is not None:
+        with spilled:
+            cl = cluster_spilled(spilled)
+        candidates = cl.candidates
+    elif mh_docs:
         sh = np.concatenate([p[0] for p in parts])
         off = np.zeros(len(mh_docs) + 1, np.int64)
         np.cumsum(np.concatenate([p[1] for p in parts]), out=off[1:])
         sig = np.concatenate([p[2] for p in parts])
         cl = cluster(sh, off, sig, st.minhash)
         candidates = cl.candidates
+    if mh_docs:
         for m in cl.removed.tolist():
             removed[mh_docs[m]] = {
                 "stage": "minhash",
@@ -366,7 +417,7 @@ def load_or_plan(cfg: PrepareConfig, out: Path, files: dict[str, list[str]], pla
         if saved.get("settings") == json.loads(json.dumps(asdict(cfg.dedup))):
             return saved
     t0, c0 = time.monotonic(), time.process_time()
-    decisions = (planner or plan)(cfg, files)
+    decisions = planner(cfg, files) if planner is not None else plan(cfg, files, work_dir=str(out))
     first_lines(cfg, files, decisions)
     write_json(path, decisions)
     print(

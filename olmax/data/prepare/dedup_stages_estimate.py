@@ -6,7 +6,8 @@ exceeds `--max-memory` (default: this machine's memory) is refused before anythi
 
 Model (the local runner; input bytes B are the inputs' decompressed sizes, JSON included):
 - the decision pass's first read (documents, exact hashes) and, with minhash, its shingle sets and
-  signatures: peak RSS base + rss_minhash * B; the substring stage then holds one partition,
+  signatures: peak RSS base + rss_minhash * B, or, when that passes `spill_threshold(--max-memory)`
+  (the tables then move to scratch disk), the threshold + SPILLED_RSS_SHARE of the tables; the substring stage then holds one partition,
   base + rss_substring * min(B, partition bytes); the peak is the larger, the shard pass's own
   (`plain_rss`, bounded batches) if that is larger still;
 - CPU: a fixed start, read * B for the first pass, minhash * B, substring * B (its own re-read
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from olmax.data import readers
 from olmax.data.prepare.config import PrepareConfig
+from olmax.data.prepare.dedup_stages import spill_threshold
 from olmax.errors import OlmaxError
 
 RECORD = "bench/results/dedup_rates.json"
@@ -61,6 +63,14 @@ RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus
     shard_disk=0.890942,
     decisions_disk=0.00311154,
 )
+
+
+# The share of the in-memory MinHash tables' growth that stays in memory once they are on scratch disk:
+# per document 8 bytes of shingle offsets, ~40 bytes while a band is bucketed, and the documents' own
+# table (ids, positions, exact hashes: ~150 bytes), against 1.1 KB of signature and 8 bytes a shingle
+# (about 2.9 bytes per byte of text in all) in memory. An allowance from those sizes for documents of a
+# few KB; bench/dedup_pool.py measures the whole run against it.
+SPILLED_RSS_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,14 @@ def estimate(cfg: PrepareConfig, rates: Rates = RATES) -> Estimate:
     ]
     if "minhash" in st.stages:
         cpu = rates.cpu_minhash * b
-        stages.append(StageEstimate("minhash", rates.base_rss + rates.rss_minhash * b, 0.0, cpu, cpu))
+        tables = rates.rss_minhash * b
+        if cfg.max_memory is not None and rates.base_rss + tables > spill_threshold(cfg.max_memory):
+            # the tables move to scratch disk near the threshold (dedup_stages.plan); what stays in
+            # memory grows with the documents (their table, one band's keys), a part of the measured rate
+            peak = spill_threshold(cfg.max_memory) + SPILLED_RSS_SHARE * tables
+            stages.append(StageEstimate("minhash (tables on disk)", peak, 0.0, cpu, cpu))
+        else:
+            stages.append(StageEstimate("minhash", rates.base_rss + tables, 0.0, cpu, cpu))
     if "substring" in st.stages:
         cpu = rates.cpu_substring * b
         stages.append(StageEstimate("substring", rates.base_rss + rates.rss_substring * part, 0.0, cpu, cpu))

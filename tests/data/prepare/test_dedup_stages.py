@@ -196,6 +196,20 @@ def test_workers_and_resume_give_the_same_bytes(tmp_path, big, dolma2):
     assert read_folder_bytes(prepare_big(out, big, dolma2)) == ref
 
 
+def test_minhash_tables_on_scratch_disk_give_the_same_bytes(tmp_path, big, dolma2, monkeypatch, capsys):
+    """Past the spill threshold (a third of --max-memory; here 0, so from the first batch) the MinHash
+    tables move to scratch disk: every output byte as in memory, and no scratch folder left."""
+    from olmax.data.prepare import dedup_stages
+
+    ref = read_folder_bytes(prepare_big(tmp_path / "ref", big, dolma2))
+    capsys.readouterr()
+    monkeypatch.setattr(dedup_stages, "spill_threshold", lambda max_memory: 0)
+    out = prepare_big(tmp_path / "spilled", big, dolma2, "--workers", "2")
+    assert "continuing with them on scratch disk" in capsys.readouterr().err
+    assert read_folder_bytes(out) == ref
+    assert not [p for p in out.iterdir() if p.name.startswith(".olmax-minhash-")]
+
+
 @pytest.mark.slow
 def test_sigkill_then_rerun_gives_same_bytes(tmp_path, big, dolma2):
     ref = read_folder_bytes(prepare_big(tmp_path / "ref", big, dolma2, "--shard-size", "16KB"))

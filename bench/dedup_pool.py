@@ -1,0 +1,231 @@
+"""`olmax data prepare --dedup exact,minhash` on a pool larger than its memory budget: the MinHash tables move
+to scratch disk, the peak stays under --max-memory, every planted near-copy is removed, and the dry-run
+estimate is set against the measured memory and time.
+
+The pool: `--gb` GB (10^9 bytes) of document text, each document about 4 KB of lines drawn at random from
+the Python standard library's sources and pydoc topics (distinct lines; two such documents share almost no
+word 5-gram), written as Dolma-format jsonl files of about 1 GB. A `--planted` share of the documents are
+near-copies of an earlier document placed later in the pool, of three kinds in turn: re-wrapped and
+upper-cased, one word in 50 edited, and a verbatim copy with a new trailing line. The ground truth is
+their ids; the pool is built once per setting and reused (`--out`).
+
+The run: `--dry-run` first (its estimate), then the whole prepare in a fresh child process with
+`--max-memory` (default 4 GiB) and `--workers`, reporting its peak RSS (VmHWM), its CPU and wall seconds,
+and the decision pass's CPU seconds as prepare prints them. Then removed.jsonl is set against the plants.
+
+    PYTHONPATH=. .venv/bin/python bench/dedup_pool.py [--gb 10] [--max-memory 4GiB] [--workers 2]
+    PYTHONPATH=. .venv/bin/python bench/dedup_pool.py --smoke         # 0.1 GB, a budget that still spills
+
+Record: bench/results/dedup_pool.json (bench/record.py; `--smoke` elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import PROCESS_CPU, Record, add_arguments, package_version, shrink  # noqa: E402
+
+DOC_BYTES = 4000
+FILE_BYTES = 1_000_000_000
+KINDS = ("rewrapped", "edited", "trailer")
+
+CHILD = """
+import json, resource, sys
+from olmax.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code or 0
+u = resource.getrusage(resource.RUSAGE_SELF)
+hwm = next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+print(json.dumps({"rc": rc, "rss": int(hwm.split()[1]) * 1024, "cpu": u.ru_utime + u.ru_stime}))
+"""
+DECIDED = re.compile(r"dedup decisions for .* in ([0-9.]+)s \(([0-9.]+)s CPU\)")
+PEAK = re.compile(r"peak / total\s+([0-9,.]+)\s+([0-9,.]+)\s+([0-9,.]+)\s+([0-9,.]+)")
+
+
+def line_pool() -> list[str]:
+    """Distinct lines of real text (20+ characters) in a fixed order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    seen: dict[str, None] = {}
+    for path in sorted(root.rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for ln in text.splitlines():
+            if len(ln.strip()) >= 20:
+                seen.setdefault(ln, None)
+    from pydoc_data.topics import topics
+
+    for t in topics.values():
+        for ln in t.splitlines():
+            if len(ln.strip()) >= 20:
+                seen.setdefault(ln, None)
+    return list(seen)
+
+
+def near_copy(text: str, kind: str, rng: np.random.Generator) -> str:
+    words = text.split()
+    if kind == "rewrapped":
+        return "\n".join(" ".join(words[k : k + 9]) for k in range(0, len(words), 9)).upper()
+    if kind == "edited":
+        for k in rng.choice(len(words), size=max(1, len(words) // 50), replace=False).tolist():
+            words[k] = words[k] + "x"
+        return " ".join(words)
+    return text + "\n# copied from an earlier page"
+
+
+def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
+    """Write the pool (or reuse it); returns its description with the planted ids."""
+    stamp = folder / "pool.json"
+    want = {"gb": gb, "planted": planted, "seed": seed, "doc_bytes": DOC_BYTES, "version": 1}
+    if stamp.exists():
+        meta = json.loads(stamp.read_text())
+        if meta["setting"] == want:
+            return meta
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "input").mkdir(parents=True)
+    lines = line_pool()
+    rng = np.random.default_rng(seed)
+    mean_line = sum(map(len, lines[:20000])) / min(20000, len(lines)) + 1
+    per_doc = max(2, int(DOC_BYTES / mean_line))
+    target, written, docs, f, fi, in_file = int(gb * 1e9), 0, 0, None, 0, 0
+    recent: list[str] = []  # documents a near-copy may copy (the last 1,000)
+    plants: dict[str, str] = {}
+    t0 = time.monotonic()
+    while written < target:
+        if f is None or in_file >= FILE_BYTES:
+            if f is not None:
+                f.close()
+            f = open(folder / "input" / f"part-{fi:04d}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+            fi, in_file = fi + 1, 0
+        if recent and rng.random() < planted:
+            kind = KINDS[len(plants) % len(KINDS)]
+            text = near_copy(recent[int(rng.integers(len(recent)))], kind, rng)
+            doc_id = f"plant-{len(plants)}"
+            plants[doc_id] = kind
+        else:
+            text = "\n".join(lines[i] for i in rng.integers(0, len(lines), per_doc).tolist())
+            doc_id = f"doc-{docs}"
+            recent.append(text)
+            if len(recent) > 1000:
+                recent.pop(0)
+        line = json.dumps({"id": doc_id, "text": text}) + "\n"
+        f.write(line)
+        written += len(text.encode("utf-8"))
+        in_file += len(line)
+        docs += 1
+        if docs % 200_000 == 0:
+            print(f"  pool: {written / 1e9:.2f} of {gb:g} GB ({time.monotonic() - t0:.0f} s)", flush=True)
+    f.close()
+    meta = {"setting": want, "documents": docs, "text_bytes": written, "files": fi, "plants": plants}
+    stamp.write_text(json.dumps(meta))
+    return meta
+
+
+def run(cmd: list[str], log: Path) -> tuple[dict, str, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", CHILD, *cmd], capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    log.write_text(proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise SystemExit(f"the child printed nothing (exit {proc.returncode}); see {log}")
+    return json.loads(lines[-1]), proc.stderr + proc.stdout, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gb", type=float, default=10.0, help="GB of document text (default 10)")
+    ap.add_argument("--planted", type=float, default=0.01, help="share of near-copies (default 0.01)")
+    ap.add_argument("--max-memory", default="4GiB", help="prepare's --max-memory (default 4GiB)")
+    ap.add_argument("--workers", type=int, default=2, help="prepare's --workers (default 2)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/olmax-dedup-pool"), help="pool and output folder")
+    add_arguments(ap)
+    args = shrink(ap.parse_args(), gb=0.1, max_memory="600MiB")
+    print(f"building the pool in {args.out} ({args.gb:g} GB of text) ...", flush=True)
+    pool = build_pool(args.out / f"pool-{args.gb:g}", args.gb, args.planted)
+    inputs = f"pool={args.out / f'pool-{args.gb:g}' / 'input'}"
+    shards = args.out / "shards"
+    shutil.rmtree(shards, ignore_errors=True)
+    base = ["data", "prepare", "--no-progress", "--tokenizer", "dolma2", "--out", str(shards)]
+    base += ["--dedup", "exact,minhash", "--max-memory", args.max_memory, "--workers", str(args.workers)]
+
+    rec = Record("dedup_pool", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec.side(
+        "olmax",
+        version=package_version("olmax"),
+        setting=f"data prepare --dedup exact,minhash --max-memory {args.max_memory} --workers {args.workers}",
+    )
+    dry, out, _ = run([*base, "--dry-run", inputs], args.out / "dry-run.log")
+    peak = PEAK.search(out)
+    if dry["rc"] != 0 or peak is None:
+        raise SystemExit(f"the dry run refused or printed no estimate:\n{out[-3000:]}")
+    est_mem, _, est_cpu, est_wall = (
+        float(x.replace(",", "")) * s for x, s in zip(peak.groups(), (1e6, 1e6, 1, 1))
+    )
+    print(out.strip())
+    got, out, wall = run([*base, inputs], args.out / "prepare.log")
+    if got["rc"] != 0:
+        raise SystemExit(f"prepare failed (exit {got['rc']}):\n{out[-3000:]}")
+    decided = DECIDED.search(out)
+    spilled = "continuing with them on scratch disk" in out
+    removed = [json.loads(x) for x in (shards / "removed.jsonl").read_text().splitlines()]
+    by_id = {r["id"]: r["stage"] for r in removed}
+    plants = pool["plants"]
+    found = {k: sum(1 for i, kk in plants.items() if kk == k and i in by_id) for k in KINDS}
+    planted_n = {k: sum(1 for kk in plants.values() if kk == k) for k in KINDS}
+    false = sorted(i for i in by_id if i not in plants)
+    mb = pool["text_bytes"] / 1e6
+    rec.timings("prepare", "olmax", [got["cpu"]], "s", PROCESS_CPU)
+    rec.figure("input_gb", [pool["text_bytes"] / 1e9], "GB of text")
+    rec.figure("peak_rss", [got["rss"] / 2**30], "GiB")
+    rec.figure("prepare_cpu", [got["cpu"]], "s")
+    rec.figure("prepare_wall", [wall], "s")
+    rec.figure("prepare_mb_per_cpu_s", [mb / got["cpu"]], "MB/CPU-s")
+    if decided:
+        rec.figure("decisions_wall", [float(decided.group(1))], "s")
+        rec.figure("decisions_mb_per_cpu_s", [mb / float(decided.group(2))], "MB/CPU-s")
+    rec.figure("estimate_memory_ratio", [got["rss"] / est_mem], "x", about="measured peak RSS / estimate")
+    rec.figure("estimate_cpu_ratio", [got["cpu"] / est_cpu], "x", about="measured CPU / estimate")
+    rec.figure("estimate_wall_ratio", [wall / est_wall], "x", about="measured wall / estimate")
+    rec.note("documents", pool["documents"])
+    rec.note("planted", planted_n)
+    rec.note("planted_removed", found)
+    rec.note("false_removals", len(false))
+    rec.note("false_examples", false[:5])
+    rec.note("spilled", spilled)
+    rec.note("estimate", {"memory_bytes": est_mem, "cpu_s": est_cpu, "wall_s": est_wall})
+    rec.note("max_memory", args.max_memory)
+    path = rec.write()
+    print(
+        f"{mb / 1e3:,.2f} GB of text, {pool['documents']:,} documents: peak RSS {got['rss'] / 2**30:.2f} GiB "
+        f"(--max-memory {args.max_memory}; estimate {est_mem / 2**30:.2f} GiB), CPU {got['cpu']:,.0f} s "
+        f"(estimate {est_cpu:,.0f}), wall {wall:,.0f} s (estimate {est_wall:,.0f}); tables on disk: {spilled}\n"
+        f"plants removed: {found} of {planted_n}; other documents removed: {len(false)}\nrecord: {path}"
+    )
+    ok = spilled and found == planted_n and not false and got["rss"] <= _size(args.max_memory)
+    shutil.rmtree(shards, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _size(text: str) -> int:
+    from olmax.data.prepare.cli import parse_size
+
+    return parse_size(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
