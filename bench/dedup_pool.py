@@ -34,23 +34,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dedup_rates import CHILD  # noqa: E402  (prepare in-process; prints its VmHWM and CPU at the end)
 from record import PROCESS_CPU, Record, add_arguments, package_version, shrink  # noqa: E402
 
 DOC_BYTES = 4000
 FILE_BYTES = 1_000_000_000
 KINDS = ("rewrapped", "edited", "trailer")
 
-CHILD = """
-import json, resource, sys
-from olmax.cli import main
-try:
-    rc = main(sys.argv[1:])
-except SystemExit as e:
-    rc = e.code or 0
-u = resource.getrusage(resource.RUSAGE_SELF)
-hwm = next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
-print(json.dumps({"rc": rc, "rss": int(hwm.split()[1]) * 1024, "cpu": u.ru_utime + u.ru_stime}))
-"""
 DECIDED = re.compile(r"dedup decisions for .* in ([0-9.]+)s \(([0-9.]+)s CPU\)")
 PEAK = re.compile(r"peak / total\s+([0-9,.]+)\s+([0-9,.]+)\s+([0-9,.]+)\s+([0-9,.]+)")
 
@@ -137,7 +127,7 @@ def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
 
 def run(cmd: list[str], log: Path) -> tuple[dict, str, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", CHILD, *cmd], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", CHILD, "go", *cmd], capture_output=True, text=True)
     wall = time.monotonic() - t0
     log.write_text(proc.stderr)
     lines = proc.stdout.strip().splitlines()

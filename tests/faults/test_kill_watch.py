@@ -5,7 +5,6 @@ heldout` and of the trainer's in-loop eval on each checkpoint, byte-identical to
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -22,17 +21,9 @@ from olmax.cli import main
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "train"))
 
-from train_testdata import train_cmd, train_env, write_config, write_mix  # noqa: E402
+from train_testdata import make_tokenizer, train_cmd, train_env, write_config, write_mix  # noqa: E402
 
 STEPS, EVERY = 40, 4
-
-
-def make_tokenizer(path: Path) -> Path:
-    """The evals tests' small byte-level BPE (ids < 400, inside the tiny model's vocabulary)."""
-    spec = importlib.util.spec_from_file_location("evals_conftest", TESTS / "evals" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tokenizer(path)
 
 
 def read_records(run: Path) -> list[dict]:

@@ -8,29 +8,18 @@ elsewhere adds nothing; a missing bucket is one error line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
+from train_testdata import losses, make_tokenizer, run_train, train_cmd, train_env, write_config, write_mix
 
 pytestmark = pytest.mark.slow  # three short trainings and three watchers per store: about a minute each
 
-TESTS = Path(__file__).resolve().parents[1]
 STEPS, EVERY, KEEP = 16, 2, 2
-
-
-def make_tokenizer(path: Path) -> Path:
-    """The evals tests' small byte-level BPE (ids < 400, inside the tiny model's vocabulary)."""
-    spec = importlib.util.spec_from_file_location("evals_conftest", TESTS / "evals" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tokenizer(path)
 
 
 def cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -32,7 +32,7 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.data.prepare.batches import read_batches
+from olmax.data.prepare.batches import read_batches, return_freed_arrays
 from olmax.data.prepare.config import DedupSettings, PrepareConfig
 from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
@@ -121,6 +121,7 @@ def plan(cfg: PrepareConfig, files: dict[str, list[str]], work_dir: str | None =
     limit = spill_threshold(cfg.max_memory) if cfg.max_memory else None
     held, spilled = 0, None
     remove_stale(work_dir)
+    return_freed_arrays()
 
     def keep(part) -> None:
         nonlocal held, spilled, parts

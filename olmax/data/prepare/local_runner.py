@@ -31,7 +31,7 @@ from olmax.assets import DOLMA2_HUB_REPO, DOLMA2_SHA256
 from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.index import TokenFields, data_fingerprint
-from olmax.data.prepare.batches import Encoded, encode_docs, prefetch, read_batches
+from olmax.data.prepare.batches import Encoded, encode_docs, prefetch, read_batches, return_freed_arrays
 from olmax.data.prepare.config import PrepareConfig, SourceSpec
 from olmax.data.prepare.mixspec import plan_mix
 from olmax.data.shards import PREPARE_JOURNAL, ShardInfo, ShardWriter, read_sidecar
@@ -394,6 +394,7 @@ def prepare_into(
     cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]
 ) -> dict:
     """`prepare` once it holds the output folder's writer lock."""
+    return_freed_arrays()  # the batches' freed arrays go back to the system: memory stays bounded
     created = not out.exists()
     journal = Journal(out, settings_of(cfg, tok, files))
     journal.load_or_init(cfg.overwrite)
