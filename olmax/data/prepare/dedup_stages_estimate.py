@@ -51,16 +51,16 @@ class Rates:
 
 
 RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus)
-    base_rss=2.58499e08,
-    plain_rss=1.686e08,
-    rss_minhash=2.87259,
-    rss_substring=33.8538,
-    cpu_fixed=0.49,
-    cpu_read=4.87702e-09,
-    cpu_minhash=3.08878e-08,
-    cpu_substring=7.80324e-08,
-    shard_cpu=6.28102e-08,
-    shard_disk=0.890942,
+    base_rss=3.21905e+08,
+    plain_rss=2.79749e+08,
+    rss_minhash=3.28543,
+    rss_substring=33.5342,
+    cpu_fixed=0.61,
+    cpu_read=6.5027e-09,
+    cpu_minhash=3.25135e-08,
+    cpu_substring=1.72321e-07,
+    shard_cpu=1.56325e-08,
+    shard_disk=0.890965,
     decisions_disk=0.00311154,
 )
 
