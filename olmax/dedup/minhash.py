@@ -197,12 +197,15 @@ def cluster(
     return components(shingles, offsets, pairs[sim >= params.threshold], int(pairs.shape[0]))
 
 
-def components(shingles: np.ndarray, offsets: np.ndarray, edges: np.ndarray, candidates: int) -> Clusters:
+def components(
+    shingles: np.ndarray | None, offsets: np.ndarray, edges: np.ndarray, candidates: int, similarity=None
+) -> Clusters:
     """The clusters of the verified edges (pairs i < j, in code order): each component kept by its first
-    document, a removed one's exact Jaccard with it."""
+    document, a removed one's exact Jaccard with it (`similarity(a, b)`, default `jaccard` on `shingles`)."""
     n = offsets.size - 1
     keep = min_labels(n, edges[:, 0], edges[:, 1])
     j = np.ones(n, dtype=np.float64)
     gone = np.flatnonzero(keep != np.arange(n))
-    j[gone] = jaccard(shingles, offsets, keep[gone], gone)
+    sim = similarity or (lambda a, b: jaccard(shingles, offsets, a, b))
+    j[gone] = sim(keep[gone], gone)
     return Clusters(keep, j, edges, candidates)

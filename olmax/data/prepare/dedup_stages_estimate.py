@@ -7,7 +7,8 @@ exceeds `--max-memory` (default: this machine's memory) is refused before anythi
 Model (the local runner; input bytes B are the inputs' decompressed sizes, JSON included):
 - the decision pass's first read (documents, exact hashes) and, with minhash, its shingle sets and
   signatures: peak RSS base + rss_minhash * B, or, when that passes `spill_threshold(--max-memory)`
-  (the tables then move to scratch disk), the threshold + SPILLED_RSS_SHARE of the tables; the substring stage then holds one partition,
+  (the tables then move to scratch disk), the larger of the threshold and base + SPILLED_RSS_SHARE of
+  the tables; the substring stage then holds one partition,
   base + rss_substring * min(B, partition bytes); the peak is the larger, the shard pass's own
   (`plain_rss`, bounded batches) if that is larger still;
 - CPU: a fixed start, read * B for the first pass, minhash * B, substring * B (its own re-read
@@ -66,10 +67,10 @@ RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus
 
 
 # The share of the in-memory MinHash tables' growth that stays in memory once they are on scratch disk:
-# per document 8 bytes of shingle offsets, ~40 bytes while a band is bucketed, and the documents' own
-# table (ids, positions, exact hashes: ~150 bytes), against 1.1 KB of signature and 8 bytes a shingle
-# (about 2.9 bytes per byte of text in all) in memory. An allowance from those sizes for documents of a
-# few KB; bench/dedup_pool.py measures the whole run against it.
+# per document its id, position and exact hash, 8 bytes of shingle offsets and ~40 bytes while a band is
+# bucketed (about 650 bytes a document in all, measured on bench/dedup_pool.py's pool of 4 KB documents),
+# against ~3.3 bytes a byte of text (`rss_minhash`) in memory; bench/dedup_pool.py sets the whole
+# estimate against a measured run.
 SPILLED_RSS_SHARE = 0.05
 
 
@@ -145,9 +146,10 @@ def estimate(cfg: PrepareConfig, rates: Rates = RATES) -> Estimate:
         cpu = rates.cpu_minhash * b
         tables = rates.rss_minhash * b
         if cfg.max_memory is not None and rates.base_rss + tables > spill_threshold(cfg.max_memory):
-            # the tables move to scratch disk near the threshold (dedup_stages.plan); what stays in
-            # memory grows with the documents (their table, one band's keys), a part of the measured rate
-            peak = spill_threshold(cfg.max_memory) + SPILLED_RSS_SHARE * tables
+            # the tables move to scratch disk at the threshold (dedup_stages.plan), which is then the peak
+            # unless what stays in memory, growing with the documents (their table, one band's keys),
+            # passes it by the end
+            peak = max(spill_threshold(cfg.max_memory), rates.base_rss + SPILLED_RSS_SHARE * tables)
             stages.append(StageEstimate("minhash (tables on disk)", peak, 0.0, cpu, cpu))
         else:
             stages.append(StageEstimate("minhash", rates.base_rss + tables, 0.0, cpu, cpu))
