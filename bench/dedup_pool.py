@@ -7,11 +7,15 @@ the Python standard library's sources and pydoc topics (distinct lines; two such
 word 5-gram), written as Dolma-format jsonl files of about 1 GB. A `--planted` share of the documents are
 near-copies of an earlier document placed later in the pool, of three kinds in turn: re-wrapped and
 upper-cased, one word in 50 edited, and a verbatim copy with a new trailing line. The ground truth is
-their ids; the pool is built once per setting and reused (`--out`).
+their ids and the ids they copy; after the run each plant's exact Jaccard with its source on prepare's
+shingles says whether it is a near-duplicate by prepare's definition (>= 0.8: every one must be removed;
+an edited copy can fall under it). The pool is built once per setting and reused (`--out`).
 
 The run: `--dry-run` first (its estimate), then the whole prepare in a fresh child process with
 `--max-memory` (default 4 GiB) and `--workers`, reporting its peak RSS (VmHWM), its CPU and wall seconds,
 and the decision pass's CPU seconds as prepare prints them. Then removed.jsonl is set against the plants.
+Exits 1 unless the tables went to disk, the peak stayed under --max-memory, every near-duplicate plant
+and no other document was removed, and the estimate is within 1.5x of the measured memory, CPU and wall.
 
     PYTHONPATH=. .venv/bin/python bench/dedup_pool.py [--gb 10] [--max-memory 4GiB] [--workers 2]
     PYTHONPATH=. .venv/bin/python bench/dedup_pool.py --smoke         # 0.1 GB, a budget that still spills
@@ -80,7 +84,7 @@ def near_copy(text: str, kind: str, rng: np.random.Generator) -> str:
 def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
     """Write the pool (or reuse it); returns its description with the planted ids."""
     stamp = folder / "pool.json"
-    want = {"gb": gb, "planted": planted, "seed": seed, "doc_bytes": DOC_BYTES, "version": 1}
+    want = {"gb": gb, "planted": planted, "seed": seed, "doc_bytes": DOC_BYTES, "version": 2}
     if stamp.exists():
         meta = json.loads(stamp.read_text())
         if meta["setting"] == want:
@@ -92,8 +96,8 @@ def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
     mean_line = sum(map(len, lines[:20000])) / min(20000, len(lines)) + 1
     per_doc = max(2, int(DOC_BYTES / mean_line))
     target, written, docs, f, fi, in_file = int(gb * 1e9), 0, 0, None, 0, 0
-    recent: list[str] = []  # documents a near-copy may copy (the last 1,000)
-    plants: dict[str, str] = {}
+    recent: list[tuple[str, str]] = []  # (id, text) of the documents a near-copy may copy (the last 1,000)
+    plants: dict[str, list[str]] = {}  # plant id -> [kind, the id it copies]
     t0 = time.monotonic()
     while written < target:
         if f is None or in_file >= FILE_BYTES:
@@ -103,13 +107,14 @@ def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
             fi, in_file = fi + 1, 0
         if recent and rng.random() < planted:
             kind = KINDS[len(plants) % len(KINDS)]
-            text = near_copy(recent[int(rng.integers(len(recent)))], kind, rng)
+            source_id, source = recent[int(rng.integers(len(recent)))]
+            text = near_copy(source, kind, rng)
             doc_id = f"plant-{len(plants)}"
-            plants[doc_id] = kind
+            plants[doc_id] = [kind, source_id]
         else:
             text = "\n".join(lines[i] for i in rng.integers(0, len(lines), per_doc).tolist())
             doc_id = f"doc-{docs}"
-            recent.append(text)
+            recent.append((doc_id, text))
             if len(recent) > 1000:
                 recent.pop(0)
         line = json.dumps({"id": doc_id, "text": text}) + "\n"
@@ -123,6 +128,27 @@ def build_pool(folder: Path, gb: float, planted: float, seed: int = 11) -> dict:
     meta = {"setting": want, "documents": docs, "text_bytes": written, "files": fi, "plants": plants}
     stamp.write_text(json.dumps(meta))
     return meta
+
+
+def plant_jaccards(folder: Path, plants: dict[str, list[str]]) -> dict[str, float]:
+    """Each plant's exact Jaccard with the document it copies, on prepare's shingles (word 5-grams of the
+    normalized text): whether it is a near-duplicate by the definition prepare applies (>= 0.8)."""
+    from olmax.dedup.minhash import jaccard
+    from olmax.dedup.shingles import text_shingles
+
+    wanted = set(plants) | {src for _, src in plants.values()}
+    texts: dict[str, str] = {}
+    for path in sorted((folder / "input").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                doc_id = line[8 : line.index('"', 8)]  # {"id": "...": the writer's own layout
+                if doc_id in wanted:
+                    texts[doc_id] = json.loads(line)["text"]
+    ids = sorted(plants)
+    pairs = [t for i in ids for t in (texts[i], texts[plants[i][1]])]
+    sh, off = text_shingles(pairs, 5)
+    idx = np.arange(0, len(pairs), 2)
+    return dict(zip(ids, jaccard(sh, off, idx, idx + 1).tolist()))
 
 
 def run(cmd: list[str], log: Path) -> tuple[dict, str, float]:
@@ -175,8 +201,14 @@ def main() -> int:
     removed = [json.loads(x) for x in (shards / "removed.jsonl").read_text().splitlines()]
     by_id = {r["id"]: r["stage"] for r in removed}
     plants = pool["plants"]
-    found = {k: sum(1 for i, kk in plants.items() if kk == k and i in by_id) for k in KINDS}
-    planted_n = {k: sum(1 for kk in plants.values() if kk == k) for k in KINDS}
+    sims = plant_jaccards(args.out / f"pool-{args.gb:g}", plants)
+    near = {i for i, j in sims.items() if j >= 0.8}  # near-duplicates by prepare's definition
+    found = {
+        k: sum(1 for i, (kk, _) in plants.items() if kk == k and i in by_id and i in near) for k in KINDS
+    }
+    planted_n = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i in near) for k in KINDS}
+    under = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i not in near) for k in KINDS}
+    under_removed = sorted(i for i in plants if i not in near and i in by_id)
     false = sorted(i for i in by_id if i not in plants)
     mb = pool["text_bytes"] / 1e6
     rec.timings("prepare", "olmax", [got["cpu"]], "s", PROCESS_CPU)
@@ -192,8 +224,10 @@ def main() -> int:
     rec.figure("estimate_cpu_ratio", [got["cpu"] / est_cpu], "x", about="measured CPU / estimate")
     rec.figure("estimate_wall_ratio", [wall / est_wall], "x", about="measured wall / estimate")
     rec.note("documents", pool["documents"])
-    rec.note("planted", planted_n)
-    rec.note("planted_removed", found)
+    rec.note("planted_near_duplicates", planted_n)
+    rec.note("planted_near_duplicates_removed", found)
+    rec.note("planted_under_threshold", under)
+    rec.note("planted_under_threshold_removed", len(under_removed))
     rec.note("false_removals", len(false))
     rec.note("false_examples", false[:5])
     rec.note("spilled", spilled)
@@ -204,9 +238,13 @@ def main() -> int:
         f"{mb / 1e3:,.2f} GB of text, {pool['documents']:,} documents: peak RSS {got['rss'] / 2**30:.2f} GiB "
         f"(--max-memory {args.max_memory}; estimate {est_mem / 2**30:.2f} GiB), CPU {got['cpu']:,.0f} s "
         f"(estimate {est_cpu:,.0f}), wall {wall:,.0f} s (estimate {est_wall:,.0f}); tables on disk: {spilled}\n"
-        f"plants removed: {found} of {planted_n}; other documents removed: {len(false)}\nrecord: {path}"
+        f"plants at Jaccard >= 0.8 with their source removed: {found} of {planted_n}; under 0.8: {under} "
+        f"({len(under_removed)} removed); other documents removed: {len(false)}\nrecord: {path}"
     )
     ok = spilled and found == planted_n and not false and got["rss"] <= _size(args.max_memory)
+    ok = ok and all(
+        1 / 1.5 <= r <= 1.5 for r in (got["rss"] / est_mem, got["cpu"] / est_cpu, wall / est_wall)
+    )
     shutil.rmtree(shards, ignore_errors=True)
     return 0 if ok else 1
 

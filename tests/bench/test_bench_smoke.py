@@ -35,6 +35,8 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "leak_speed.py": (["--smoke"], ["leaks"]),
     "audit_dedup.py": (["--smoke"], ["audit_dedup"]),
     "dedup_rates.py": (["--smoke"], ["dedup_rates"]),
+    "dedup_pool.py": (["--smoke"], ["dedup_pool"]),
+    "dedup_beam.py": (["--smoke"], ["dedup_beam"]),
     "tokenizer_engines.py": (["--smoke"], ["tok-engines"]),
     "prepare.py": (
         ["--smoke", "--input-mb", "2"],

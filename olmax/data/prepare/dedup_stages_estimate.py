@@ -7,12 +7,13 @@ exceeds `--max-memory` (default: this machine's memory) is refused before anythi
 Model (the local runner; input bytes B are the inputs' decompressed sizes, JSON included):
 - the decision pass's first read (documents, exact hashes) and, with minhash, its shingle sets and
   signatures: peak RSS base + rss_minhash * B, or, when that passes `spill_threshold(--max-memory)`
-  (the tables then move to scratch disk), the larger of the threshold and base + SPILLED_RSS_SHARE of
-  the tables; the substring stage then holds one partition,
+  (the tables then move to scratch disk), the larger of the resident memory at the switch, about
+  (threshold + base) / 2, and base + SPILLED_RSS_SHARE of the tables; the substring stage then holds one partition,
   base + rss_substring * min(B, partition bytes); the peak is the larger, the shard pass's own
   (`plain_rss`, bounded batches) if that is larger still;
-- CPU: a fixed start, read * B for the first pass, minhash * B, substring * B (its own re-read
-  included), then the shard pass (tokenize and write) shard_cpu * B spread over --workers;
+- CPU: a fixed start, read * B for the first pass, minhash * B (its wall time spread over --workers
+  threads), substring * B (its own re-read included), then the shard pass (tokenize and write)
+  shard_cpu * B spread over --workers;
 - disk: the shards (shard_disk * B) and the decisions file (decisions_disk * B) in the output folder;
   the local runner spills nothing else.
 The rates hold for text like the calibration corpus (stdlib sources and pydoc topics); per-document
@@ -144,15 +145,19 @@ def estimate(cfg: PrepareConfig, rates: Rates = RATES) -> Estimate:
     ]
     if "minhash" in st.stages:
         cpu = rates.cpu_minhash * b
+        wall = cpu / max(1, cfg.workers)  # the shingling and signatures run on --workers threads
         tables = rates.rss_minhash * b
         if cfg.max_memory is not None and rates.base_rss + tables > spill_threshold(cfg.max_memory):
             # the tables move to scratch disk at the threshold (dedup_stages.plan), which is then the peak
             # unless what stays in memory, growing with the documents (their table, one band's keys),
             # passes it by the end
-            peak = max(spill_threshold(cfg.max_memory), rates.base_rss + SPILLED_RSS_SHARE * tables)
-            stages.append(StageEstimate("minhash (tables on disk)", peak, 0.0, cpu, cpu))
+            # the switch comes when the resident memory (base + held tables) plus the held tables reach
+            # the threshold: resident then about (threshold + base) / 2
+            switch = (spill_threshold(cfg.max_memory) + rates.base_rss) / 2
+            peak = max(switch, rates.base_rss + SPILLED_RSS_SHARE * tables)
+            stages.append(StageEstimate("minhash (tables on disk)", peak, 0.0, cpu, wall))
         else:
-            stages.append(StageEstimate("minhash", rates.base_rss + tables, 0.0, cpu, cpu))
+            stages.append(StageEstimate("minhash", rates.base_rss + tables, 0.0, cpu, wall))
     if "substring" in st.stages:
         cpu = rates.cpu_substring * b
         stages.append(StageEstimate("substring", rates.base_rss + rates.rss_substring * part, 0.0, cpu, cpu))
