@@ -14,8 +14,10 @@ an edited copy can fall under it). The pool is built once per setting and reused
 The run: `--dry-run` first (its estimate), then the whole prepare in a fresh child process with
 `--max-memory` (default 4 GiB) and `--workers`, reporting its peak RSS (VmHWM), its CPU and wall seconds,
 and the decision pass's CPU seconds as prepare prints them. Then removed.jsonl is set against the plants.
-Exits 1 unless the tables went to disk, the peak stayed under --max-memory, every near-duplicate plant
-and no other document was removed, and the estimate is within 1.5x of the measured memory, CPU and wall.
+Exits 1 unless the tables went to disk, the peak stayed under --max-memory, no document but the plants
+was removed, the near-duplicate plants missed are no more than LSH's banding predicts (a pair at Jaccard
+j is a candidate with probability 1 - (1 - j^11)^26; + 3 sigma + 1), and the estimate is within 1.5x of
+the measured memory, CPU and wall.
 
     PYTHONPATH=. .venv/bin/python bench/dedup_pool.py [--gb 10] [--max-memory 4GiB] [--workers 2]
     PYTHONPATH=. .venv/bin/python bench/dedup_pool.py --smoke         # 0.1 GB, a budget that still spills
@@ -209,6 +211,13 @@ def main() -> int:
     planted_n = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i in near) for k in KINDS}
     under = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i not in near) for k in KINDS}
     under_removed = sorted(i for i in plants if i not in near and i in by_id)
+    # LSH finds a pair at Jaccard j with probability 1 - (1 - j^rows)^bands (Dolma 3's 26 x 11): the
+    # misses a run of these plants should expect, beside the misses it had
+    expected = {
+        k: sum((1 - sims[i] ** 11) ** 26 for i, (kk, _) in plants.items() if kk == k and i in near)
+        for k in KINDS
+    }
+    missed = {k: planted_n[k] - found[k] for k in KINDS}
     false = sorted(i for i in by_id if i not in plants)
     mb = pool["text_bytes"] / 1e6
     rec.timings("prepare", "olmax", [got["cpu"]], "s", PROCESS_CPU)
@@ -226,6 +235,8 @@ def main() -> int:
     rec.note("documents", pool["documents"])
     rec.note("planted_near_duplicates", planted_n)
     rec.note("planted_near_duplicates_removed", found)
+    rec.note("planted_near_duplicates_missed", missed)
+    rec.note("planted_misses_expected_by_lsh", {k: round(v, 2) for k, v in expected.items()})
     rec.note("planted_under_threshold", under)
     rec.note("planted_under_threshold_removed", len(under_removed))
     rec.note("false_removals", len(false))
@@ -238,13 +249,15 @@ def main() -> int:
         f"{mb / 1e3:,.2f} GB of text, {pool['documents']:,} documents: peak RSS {got['rss'] / 2**30:.2f} GiB "
         f"(--max-memory {args.max_memory}; estimate {est_mem / 2**30:.2f} GiB), CPU {got['cpu']:,.0f} s "
         f"(estimate {est_cpu:,.0f}), wall {wall:,.0f} s (estimate {est_wall:,.0f}); tables on disk: {spilled}\n"
-        f"plants at Jaccard >= 0.8 with their source removed: {found} of {planted_n}; under 0.8: {under} "
+        f"plants at Jaccard >= 0.8 with their source removed: {found} of {planted_n} (misses LSH's "
+        f"banding predicts: {', '.join(f'{k} {v:.1f}' for k, v in expected.items())}); under 0.8: {under} "
         f"({len(under_removed)} removed); other documents removed: {len(false)}\nrecord: {path}"
     )
-    ok = spilled and found == planted_n and not false and got["rss"] <= _size(args.max_memory)
-    ok = ok and all(
-        1 / 1.5 <= r <= 1.5 for r in (got["rss"] / est_mem, got["cpu"] / est_cpu, wall / est_wall)
-    )
+    # every plant LSH could miss is a coin toss: more misses than expected + 3 sigma + 1 is a failure
+    lucky = all(missed[k] <= expected[k] + 3 * expected[k] ** 0.5 + 1 for k in KINDS)
+    ok = spilled and lucky and not false and got["rss"] <= _size(args.max_memory)
+    ratios = (got["rss"] / est_mem, got["cpu"] / est_cpu, wall / est_wall)
+    ok = ok and (args.smoke or all(1 / 1.5 <= r <= 1.5 for r in ratios))  # a smoke run is mostly start-up
     shutil.rmtree(shards, ignore_errors=True)
     return 0 if ok else 1
 
