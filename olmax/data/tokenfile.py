@@ -73,13 +73,16 @@ def decode(data: bytes | bytearray | memoryview, dtype: str | np.dtype | type = 
     return np.frombuffer(data, dtype=token_dtype(dtype))
 
 
-def encode(tokens: np.ndarray, dtype: str | np.dtype | type = DEFAULT_DTYPE) -> bytes:
-    """The bytes of `tokens` in a token file; OlmaxError when an id does not fit the dtype."""
+def encode(tokens: np.ndarray, dtype: str | np.dtype | type = DEFAULT_DTYPE) -> memoryview:
+    """The bytes of `tokens` in a token file, as a read-only buffer over `tokens` itself when it is already
+    contiguous in the file's dtype (no copy: prepare writes every token through here); OlmaxError when an
+    id does not fit the dtype (not checked when the array's own dtype is the file's: every id fits)."""
     dt = token_dtype(dtype)
     arr = np.asarray(tokens)
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > np.iinfo(dt).max):
+    if arr.size and arr.dtype != dt and (int(arr.min()) < 0 or int(arr.max()) > np.iinfo(dt).max):
         raise OlmaxError(f"token ids {int(arr.min())}..{int(arr.max())} do not fit {dt.name} token files")
-    return np.ascontiguousarray(arr, dtype=dt).tobytes()
+    out = np.ascontiguousarray(arr, dtype=dt)
+    return memoryview(out.reshape(-1).view(np.uint8)).toreadonly()
 
 
 def write_tokens(
