@@ -384,6 +384,16 @@ def run_engine(texts: Path, tokenizer: str, dst: Path) -> tuple[Timing, dict]:
     return t, json.loads(out.read_text())
 
 
+def run_reader(corpus: Corpus, dst: Path) -> tuple[Timing, dict]:
+    """prepare's reader alone on the corpus files, as its own process (bench/engine_ceiling.py --reader):
+    what reading .jsonl.gz costs before any token exists."""
+    dst.mkdir(parents=True, exist_ok=True)
+    out = dst / "reader.json"
+    cmd = [sys.executable, str(REPO / "bench" / "engine_ceiling.py"), "--reader", corpus.glob, str(out)]
+    t = _run_timed("the reader alone", cmd, dst / "reader.log")
+    return t, json.loads(out.read_text())
+
+
 def same_bytes(a: Path, b: Path) -> list[str]:
     """Relative paths whose bytes differ between two prepare outputs (or exist in one only): every file,
     the manifest (prepare writes no timing into it) and the resume journal included."""
@@ -672,6 +682,14 @@ def main(argv: list[str] | None = None) -> int:
             f"olmax-w{w}", lambda w=w: run_olmax(corpus, args.tokenizer, olmax_dst[w], w)
         )
     sides["engine"] = timed("engine", engine)
+    reader_info: list[dict] = []
+
+    def reader() -> Timing:
+        t, info = run_reader(corpus, run_dir / "reader")
+        reader_info.append(info)
+        return t
+
+    sides["reader"] = timed("reader", reader)
     one = startup_input(corpus)
     sides["olmax-startup"] = timed(
         "olmax-startup", lambda: run_olmax(one, args.tokenizer, run_dir / "startup", 1)
@@ -762,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     per_cpu: dict[str, list[float]] = {}
     for name, ts in timings.items():
         side = "dolma" if name == "dolma" else "engine" if name == "engine" else "olmax"
-        if name == "olmax-startup":
+        if name in ("olmax-startup", "reader"):
             rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
             continue
         n = dolma_side.tokens if name == "dolma" else tokens
@@ -777,6 +795,15 @@ def main(argv: list[str] | None = None) -> int:
         "engine_encode_tokens_per_cpu_s", [tokens / r["warm_cpu_s"] / 1e6 for r in runs], "M tokens/CPU-s"
     )
     lines = [f"engine alone, encode calls only: {format_figure(warm)} ({info['engine_reason']})"]
+    rec.timings("reader.read", "olmax", [r["read_cpu_s"] for r in reader_info], "s", WARM_CPU)
+    fig = rec.figure(
+        "reader_over_engine_encode",
+        [r["read_cpu_s"] / e["warm_cpu_s"] for r, e in zip(reader_info, runs)],
+        "x",
+        about="prepare's reader alone (decompression, JSON, documents), CPU seconds over the engine's encode "
+        "calls, same round: what reading costs before any token",
+    )
+    lines.append(f"reader alone / engine encode calls, CPU seconds: {format_figure(fig, 2)}")
     for name in per_cpu:
         lines.append(
             f"{name}: {format_figure(rec.data['figures'][name.replace('-', '_') + '_tokens_per_cpu_s'])}"
