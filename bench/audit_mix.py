@@ -1,5 +1,6 @@
-"""The whole loader audit (plan and content) on a generated mix of >= 2 B tokens with planted copies: time,
-memory high-water mark, every plant found, locally and on Beam's DaskRunner with 1 and 2 workers.
+"""The whole pre-launch audit on a generated mix of >= 2 B tokens with planted copies and planted eval items:
+`audit loader` (plan and content) and `audit leaks` (every bundled held-out set), time, memory high-water
+mark, every plant found, locally and on Beam's DaskRunner with 1 and 2 workers.
 
 The mix: real-shaped text, the Python standard library and pydoc topics tokenized with dolma2, cut into
 documents of at most 4,000 tokens, drawn at random into --files shards (4 source labels) until --tokens;
@@ -8,14 +9,19 @@ each drawn copy is made unique by its first two tokens (the copy's ordinal), so 
 - a copied shard: shard 3 again under another name and label (identical file; its windows and documents);
 - duplicate documents: 100 documents of shard 5 appended to shard 6;
 - repeated windows: 4 aligned windows of shard 7 written over 4 aligned windows of shard 8 (and the whole
-  documents inside them, which are then duplicate documents too).
+  documents inside them, which are then duplicate documents too);
+- leaked eval items: one more shard (label `leaks`) of --leaks documents, each a base document with one
+  bundled held-out item of >= 25 words pasted in on a line of its own (items drawn at random from every
+  set, each once); `audit leaks` must report every one of them contaminated, and any other item it flags
+  must lie in a planted document (one that shares a passage with a planted item: BoolQ, MMLU).
 Expected counts follow from the construction; the bench checks the report's equal them (`plants_found`).
 
 Each audit runs in a fresh process (`--child`) and reports its phases (olmax/audit/phases.py: the driver's
 memory; the Dask workers' own memory is not in it). The DaskRunner runs are on a loopback cluster
 (bench/dask_cluster.py) of single-threaded workers; their reports must equal the local one but for timing.
+The leak audit's runs are named `leaks`, `leaks-dask1` and `leaks-dask2`, the same way.
 
-    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --out /tmp/audit-mix [--tokens 2e9] [--runs local,dask1,dask2]
+    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --out /tmp/audit-mix [--tokens 2e9] [--runs local,dask1,leaks,...]
     PYTHONPATH=. .venv/bin/python bench/audit_mix.py --smoke          # 20 M tokens, seconds
 """
 
@@ -38,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 L, G, SEED, EOS, MAX_DOC = 8192, 512, 17, 100257, 4000
 LABELS = ("web", "code", "books", "papers")
 COPIED, DOCS_FROM, DOCS_TO, WIN_FROM, WIN_TO, PLANTED_DOCS, PLANTED_WINDOWS = 3, 5, 6, 7, 8, 100, 4
+LEAK_MIN_WORDS = 25
+RUNS = "local,dask1,dask2,leaks,leaks-dask1,leaks-dask2"
 
 
 def base_documents(cache: Path) -> list[np.ndarray]:
@@ -65,7 +73,42 @@ def base_documents(cache: Path) -> list[np.ndarray]:
     return docs
 
 
-def generate(folder: Path, tokens: int, files: int) -> tuple[str, dict]:
+def leak_items(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """(set, report id, text) of `n` bundled held-out items of >= LEAK_MIN_WORDS words, drawn at random from
+    all the sets, each item once."""
+    from olmax.assets import EVAL_SETS
+    from olmax.evalsets.read import load_eval
+
+    pool = [
+        (name, str(it.report_id), it.text)
+        for name in sorted(EVAL_SETS)
+        for it in load_eval(name)[1]
+        if len(it.text.split()) >= LEAK_MIN_WORDS
+    ]
+    rng = np.random.default_rng(seed)
+    return [pool[i] for i in sorted(rng.choice(len(pool), size=min(n, len(pool)), replace=False).tolist())]
+
+
+def leak_shard(base: list[np.ndarray], n: int, ordinal: int) -> tuple[np.ndarray, list[list[str]]]:
+    """The `leaks` shard: `n` base documents (made unique by their ordinal as the others are), each with one
+    held-out item pasted in at a token boundary inside it, on a line of its own; and the planted (set, id)."""
+    from olmax.assets import tokenizer_path
+    from olmax.data.tokenize import load_tokenizer
+
+    items = leak_items(n, SEED)
+    tok = load_tokenizer(str(tokenizer_path("dolma2", quiet=True)))
+    pasted = tok.encode_batch([f"\n{text}\n" for _, _, text in items])
+    rng = np.random.default_rng(SEED + 1)
+    docs = []
+    for k, ids in enumerate(pasted):
+        host = base[int(rng.integers(len(base)))].copy()
+        host[0], host[1] = 10 + (ordinal + k) // 90_000, 10 + (ordinal + k) % 90_000
+        at = int(rng.integers(2, host.size - 1))  # after the ordinal, before the EOS
+        docs.append(np.concatenate([host[:at], np.asarray(ids, dtype=np.uint32), host[at:]]))
+    return np.concatenate(docs), sorted([name, item_id] for name, item_id, _ in items)
+
+
+def generate(folder: Path, tokens: int, files: int, leaks: int = 0) -> tuple[str, dict]:
     """Write the mix (module docstring) shard by shard; returns its mix file and the plants' expected counts."""
     folder.mkdir(parents=True, exist_ok=True)
     base = base_documents(folder / "base-docs.npy")
@@ -109,6 +152,10 @@ def generate(folder: Path, tokens: int, files: int) -> tuple[str, dict]:
     copy = folder / f"copy-of-shard-{COPIED:04d}.npy"
     shutil.copy(folder / f"shard-{COPIED:04d}.npy", copy)
     lines.append(f"plant,{copy.name}\n")
+    if leaks:
+        buf, expected["leaks"] = leak_shard(base, leaks, ordinal)
+        buf.tofile(folder / "leaks.npy")
+        lines.append("leaks,leaks.npy\n")
     mix = folder / "mix.txt"
     mix.write_text("".join(lines))
     return str(mix), {**expected, "identical_files": [[str(copy), str(folder / f"shard-{COPIED:04d}.npy")]]}
@@ -127,6 +174,8 @@ def child(mix: str, work: str, runner: str) -> dict:
     from olmax.data.stream import StreamSpec
 
     spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=work)
+    if runner.startswith("leaks"):
+        return leaks_child(spec, runner.removeprefix("leaks").removeprefix("-") or "local")
     config = LoaderAuditConfig(stream=spec, epochs=1, threads=2)
     if runner == "local":
         return audit_loader(config, progress=True)
@@ -138,9 +187,33 @@ def child(mix: str, work: str, runner: str) -> dict:
         )
 
 
+def leaks_child(spec, runner: str) -> dict:
+    """`audit leaks` against every bundled set, default rule, with the driver's time and memory (Phases)."""
+    from olmax.assets import EVAL_SETS
+    from olmax.audit.config import LeakConfig
+    from olmax.audit.leaks.run import audit_leaks
+    from olmax.audit.phases import Phases
+
+    cfg = LeakConfig(stream=spec, evals=tuple(sorted(EVAL_SETS)), threads=2)
+    with Phases() as phases:
+        with phases.phase("audit leaks"):
+            if runner == "local":
+                report = audit_leaks(cfg)
+            else:
+                from dask_cluster import dask_cluster, dask_options
+
+                with dask_cluster(workers=int(runner.removeprefix("dask"))) as address:
+                    report = audit_leaks(
+                        cfg, beam_options=dask_options(address, f"--temp_location={spec.work_dir}")
+                    )
+    report["performance"] = phases.summary()
+    return report
+
+
 def comparable(report: dict) -> str:
     """The report but where and how fast it ran (as tests/audit/test_loader_beam.py compares them)."""
     out = {k: v for k, v in report.items() if k not in ("timing", "performance", "checks_ran")}
+    out.get("settings", {}).pop("stream", None)  # the leak report names its work dir
     lines = report["summary"]
     out["summary"] = lines[
         : next((i for i, x in enumerate(lines) if x.startswith("checks ran:")), len(lines))
@@ -149,6 +222,20 @@ def comparable(report: dict) -> str:
 
 
 def found(report: dict, expected: dict) -> dict:
+    if report.get("command") == "audit leaks":
+        flagged = {(c["eval"], str(c["id"])): c for c in report["contaminated"]}
+        planted = {tuple(x) for x in expected["leaks"]}
+        others = [c for k, c in flagged.items() if k not in planted]
+        # an item not planted is flagged rightly when a planted document holds its words: it shares the
+        # planted item's passage (BoolQ and MMLU ask several questions of one passage) or its text
+        in_planted = [c for c in others if all(d["source"] == "leaks" for d in c["documents"])]
+        return {
+            "leaks": planted <= set(flagged) and len(in_planted) == len(others),
+            "leaks_found": len(planted & set(flagged)),
+            "leaks_planted": len(planted),
+            "also_flagged_in_planted_documents": len(in_planted),
+            "flagged_elsewhere": len(others) - len(in_planted),
+        }
     c = report["content"]
     return {
         "identical_files": [[d["file"], d["same_as_file"]] for d in c["identical_files"]]
@@ -165,7 +252,8 @@ def main() -> None:
     ap.add_argument("--out", default="bench/out/audit-mix")
     ap.add_argument("--tokens", type=float, default=None, help="default 2e9 (--smoke: 20e6)")
     ap.add_argument("--files", type=int, default=40)
-    ap.add_argument("--runs", default="local,dask1,dask2")
+    ap.add_argument("--runs", default=RUNS, help=f"default {RUNS}")
+    ap.add_argument("--leaks", type=int, default=None, help="eval items planted (default 200; --smoke: 40)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -179,15 +267,18 @@ def main() -> None:
     rec = Record("audit_mix", argv=sys.argv, smoke=args.smoke, results=args.results)
     tokens = int(args.tokens if args.tokens is not None else 20e6 if args.smoke else 2e9)
     t = time.perf_counter()
-    mix, expected = generate(Path(args.out, f"mix-{tokens}-{args.files}").resolve(), tokens, args.files)
+    leaks = args.leaks if args.leaks is not None else 40 if args.smoke else 200
+    folder = Path(args.out, f"mix-{tokens}-{args.files}-{leaks}").resolve()
+    mix, expected = generate(folder, tokens, args.files, leaks)
     print(
-        f"mix: {tokens:,} tokens in {args.files} shards + 1 copy ({time.perf_counter() - t:.1f} s); expected {expected}"
+        f"mix: {tokens:,} tokens in {args.files} shards + 1 copy + {leaks} leaked items "
+        f"({time.perf_counter() - t:.1f} s); expected { ({k: v for k, v in expected.items() if k != 'leaks'}) }"
     )
     rec.side(
         "olmax",
         version=package_version("olmax"),
-        setting="audit loader --epochs 1 (plan and content), --threads 2 locally; --runner beam on a loopback "
-        "DaskRunner of 1 and 2 single-threaded workers",
+        setting="audit loader --epochs 1 (plan and content) and audit leaks (every bundled set, default rule), "
+        "--threads 2 locally; --runner beam on a loopback DaskRunner of 1 and 2 single-threaded workers",
     )
     reports = {}
     for run in args.runs.split(","):
@@ -205,20 +296,28 @@ def main() -> None:
         )
         for p in perf["phases"]:
             print(f"  {p['phase']}: {p['seconds']:.1f} s, anon {p['peak_anon_mib']} MiB")
+        key = run.replace("-", "_")
         rec.timings(f"{run}.process", "olmax", [wall], "s", PROCESS_WALL)
-        rec.figure(f"{run}_seconds", [wall], "s", about="whole process, start to report")
+        rec.figure(f"{key}_seconds", [wall], "s", about="whole process, start to report")
         rec.figure(
-            f"{run}_peak_anon", [perf["peak_anon_mib"] / 1024], "GiB", about="the driver's high-water mark"
+            f"{key}_peak_anon", [perf["peak_anon_mib"] / 1024], "GiB", about="the driver's high-water mark"
         )
-        content_s = rep["timing"]["content_seconds"]
-        rec.figure(f"{run}_content_seconds", [content_s], "s", about="content map, reduce and window checks")
-        rec.figure(f"{run}_content_rate", [tokens / content_s / 1e6], "M tokens/s")
         rec.note(f"{run}.phases", perf["phases"])
         rec.note(f"{run}.plants_found", ok)
+        if run.startswith("leaks"):
+            scan_s = rep["timing"]["probe_s"] + rep["timing"]["verify_s"]
+            rec.figure(f"{key}_scan_seconds", [scan_s], "s", about="probe and verify (the report's timing)")
+            rec.figure(f"{key}_rate", [rep["training"]["tokens"] / scan_s / 1e6], "M tokens/s")
+            rec.note(f"{run}.training", rep["training"])
+            rec.note(f"{run}.candidates", rep["candidates"])
+            continue
+        content_s = rep["timing"]["content_seconds"]
+        rec.figure(f"{key}_content_seconds", [content_s], "s", about="content map, reduce and window checks")
+        rec.figure(f"{key}_content_rate", [tokens / content_s / 1e6], "M tokens/s")
         rec.note(f"{run}.content", {k: v for k, v in rep["content"].items() if not k.endswith("examples")})
-    base = reports.get("local")
     for run, rep in reports.items():
-        if run != "local" and base is not None:
+        base = reports.get("leaks" if run.startswith("leaks") else "local")
+        if run not in ("local", "leaks") and base is not None:
             same = comparable(rep) == comparable(base)
             rec.note(f"{run}.report_equals_local", same)
             print(f"{run}: report equals the local one: {same}")
@@ -230,8 +329,26 @@ def main() -> None:
             "dask_content_speedup_2_workers", [speedup], "x", about="content seconds, 1 worker / 2 workers"
         )
         print(f"DaskRunner content phase, 1 worker / 2 workers: {speedup:.2f}x")
+    if "leaks-dask1" in reports and "leaks-dask2" in reports:
+        one, two = (reports[r]["timing"] for r in ("leaks-dask1", "leaks-dask2"))
+        speedup = (one["probe_s"] + one["verify_s"]) / (two["probe_s"] + two["verify_s"])
+        rec.figure(
+            "leaks_dask_speedup_2_workers",
+            [speedup],
+            "x",
+            about="probe and verify seconds, 1 worker / 2 workers",
+        )
+        print(f"DaskRunner leak scan, 1 worker / 2 workers: {speedup:.2f}x")
     rec.note(
-        "shape", {"tokens": tokens, "files": args.files, "seq_len": L, "global_batch_size": G, "seed": SEED}
+        "shape",
+        {
+            "tokens": tokens,
+            "files": args.files,
+            "leaks": leaks,
+            "seq_len": L,
+            "global_batch_size": G,
+            "seed": SEED,
+        },
     )
     rec.note("expected", expected)
     print(f"record: {rec.write()}")

@@ -343,7 +343,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
             cfg.near,
             min_doc_tokens=cfg.min_doc_tokens,
             threads=cfg.threads,
-            eos=cfg.stream.eos_token_id,
+            stream=cfg.stream,
         )
         del near["removable_tokens_per_file"]
         checks.append(

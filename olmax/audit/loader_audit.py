@@ -144,7 +144,7 @@ def audit_loader(
                     max_frac=config.max_near_dup_frac,
                     threads=config.threads,
                     checks=checks,
-                    eos=config.stream.eos_token_id,
+                    stream=config.stream,
                 )
         if config.exposure_out:
             with phases.phase("exposure file"):

@@ -7,8 +7,11 @@ documents: a re-wrapped or re-cased copy tokenizes differently but decodes to th
 
 Documents are the sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order
 of first listing (then position): the first document of a cluster is the one kept, the others are
-removable. Memory: every document's shingle set (8 bytes per word) and signature (4 bytes per hash),
-and one file's decoded text at a time per thread.
+removable. Memory: the files are read a few at a time (threads + 1 ahead), each file's shingles and
+signatures go to prepare's scratch tables (olmax.dedup.minhash_spill, in the work dir) as it is read, and
+the clusters are found there; what stays in memory grows with the documents only: about 50 bytes a
+document (its token count, place and shingle count, and the clustering's ~40 bytes for the band being
+bucketed) plus its id, and one file's decoded text per thread.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from olmax.audit.checks import Check
 from olmax.audit.spans import physical_ids
 from olmax.data.documents import documents
 from olmax.data.shards import local_tokens
-from olmax.data.stream import DEMO_MIX, DOLMA2_EOS
-from olmax.dedup.minhash import cluster, signatures
+from olmax.data.stream import DEMO_MIX, DOLMA2_EOS, StreamSpec
+from olmax.dedup.minhash import signatures
+from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled
 from olmax.dedup.params import MinHashParams, NearSettings
 from olmax.dedup.shingles import NORMALIZATION, decoded_shingles
 from olmax.errors import OlmaxError
+from olmax.pools import in_order
 
 SHINGLES = f"word n-grams of the decoded text, sorted unique per document ({NORMALIZATION})"
 
@@ -121,30 +126,42 @@ def near_duplicates(
     min_doc_tokens: int = 32,
     max_clusters: int = 1000,
     threads: int = 2,
-    eos: int = DOLMA2_EOS,
+    stream: StreamSpec | None = None,
 ) -> dict:
     """The near-duplicate section of a report over distinct token files `paths` (in order; `labels`
     their sources): clusters (up to `max_clusters`, largest first), removable documents and tokens.
-    Also returns, under "removable_tokens_per_file", each file's removable tokens (for exposure)."""
+    Also returns, under "removable_tokens_per_file", each file's removable tokens (for exposure).
+    `stream`: the stream the files are from, for its EOS id (default dolma2's) and its work dir, where the
+    scratch tables go (a temporary folder of their own inside; none: the system's)."""
     from olmax.data.tokenize import load_tokenizer
 
+    eos = stream.eos_token_id if stream is not None else DOLMA2_EOS
+    work_dir = stream.work_dir if stream is not None else None
     params = near.minhash
     params.check()
     decode = load_tokenizer(near.tokenizer).decode
-    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="olmax-near") as pool:
-        parts = list(pool.map(lambda p: _file_shingles(p, params, decode, min_doc_tokens, eos), paths))
-    counts = [p[1].size - 1 for p in parts]
-    sh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
-    off = np.zeros(sum(counts) + 1, np.int64)
-    np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]) if parts else [], out=off[1:])
-    sig = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, params.hashes), np.uint32)
-    ntok = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, np.int64)
-    file_of = np.repeat(np.arange(len(parts)), counts)
-    ids = [i for p in parts for i in p[3]]
-    bounds = np.concatenate([p[5] for p in parts]) if parts else np.zeros((0, 2), np.int64)
-    cl = cluster(sh, off, sig, params)
+    counts, ntoks, ids, bounds_of = [], [], [], []
+    threads = max(1, threads)
+    with (
+        SpilledTables(params, work_dir) as tables,
+        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="olmax-near") as pool,
+    ):
+        files = in_order(
+            pool, lambda p: _file_shingles(p, params, decode, min_doc_tokens, eos), paths, threads + 1
+        )
+        for sh, off, sig, file_ids, ntok, bounds in files:
+            tables.add(sh, np.diff(off), sig)
+            counts.append(len(file_ids))
+            ntoks.append(ntok)
+            ids.extend(file_ids)
+            bounds_of.append(bounds)
+            del sh, off, sig
+        cl = cluster_spilled(tables)
+    ntok = np.concatenate(ntoks) if ntoks else np.zeros(0, np.int64)
+    bounds = np.concatenate(bounds_of) if bounds_of else np.zeros((0, 2), np.int64)
+    file_of = np.repeat(np.arange(len(counts)), counts)
     gone = cl.removed
-    per_file = np.bincount(file_of[gone], weights=ntok[gone], minlength=len(parts)).astype(np.int64)
+    per_file = np.bincount(file_of[gone], weights=ntok[gone], minlength=len(counts)).astype(np.int64)
     groups: dict[int, list[int]] = {}
     for m in gone.tolist():
         groups.setdefault(int(cl.keep[m]), []).append(m)
@@ -191,7 +208,7 @@ def near_exposure(
     max_frac: float,
     threads: int,
     checks,
-    eos: int = DOLMA2_EOS,
+    stream: StreamSpec | None = None,
 ) -> dict:
     """The loader audit's near-duplicate section: the near-duplicates of the mix's distinct files, and
     the removable tokens the mix plans to serve (a file listed k times serves its removable tokens k
@@ -203,7 +220,9 @@ def near_exposure(
         first.setdefault(p, f)
     paths = [index.paths[first[p]] for p in range(len(first))]
     labels = [index.labels[first[p]] for p in range(len(first))]
-    near = near_duplicates(paths, labels, params, min_doc_tokens=min_doc_tokens, threads=threads, eos=eos)
+    near = near_duplicates(
+        paths, labels, params, min_doc_tokens=min_doc_tokens, threads=threads, stream=stream
+    )
     per_file = np.asarray(near.pop("removable_tokens_per_file"), np.int64)
     planned = int(per_file[phys].sum()) if per_file.size else 0
     frac = round(planned / max(1, int(index.num_tokens)), 6)

@@ -10,7 +10,6 @@ docs/leaks.md#how-the-audit-runs.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ from olmax.audit.spans import documents
 from olmax.data.loader import file_index
 from olmax.data.shards import local_shard
 from olmax.data.tokenfile import read_tokens
+from olmax.pools import in_order
 
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
@@ -139,18 +139,6 @@ class HitSet:
         """The kept hits, sorted by (key, file, doc, cpos)."""
         self._merge()
         return self.kept
-
-
-def _in_order(pool: ThreadPoolExecutor, fn, items, ahead: int):
-    """pool.map, but with at most `ahead` files submitted and not yet consumed: a slow file never
-    lets the finished ones behind it pile up."""
-    waiting: deque = deque()
-    for it in items:
-        waiting.append(pool.submit(fn, it))
-        if len(waiting) >= ahead:
-            yield waiting.popleft().result()
-    while waiting:
-        yield waiting.popleft().result()
 
 
 def cap_hits(hits: np.ndarray, cap_docs: int, pair_from: int | None = None) -> np.ndarray:
@@ -430,7 +418,7 @@ class LocalRunner:
     ) -> Iterator[tuple[np.ndarray, int]]:
         threads = max(1, cfg.threads)
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            yield from _in_order(
+            yield from in_order(
                 pool,
                 lambda task: probe_path(
                     task, eidx, tables, cap_docs=cfg.max_docs_per_key, chunk_tokens=cfg.chunk_tokens
