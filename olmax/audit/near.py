@@ -7,11 +7,12 @@ documents: a re-wrapped or re-cased copy tokenizes differently but decodes to th
 
 Documents are the sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order
 of first listing (then position): the first document of a cluster is the one kept, the others are
-removable. Memory: the files are read a few at a time (threads + 1 ahead), each file's shingles and
-signatures go to prepare's scratch tables (olmax.dedup.minhash_spill, in the work dir) as it is read, and
-the clusters are found there; what stays in memory grows with the documents only: about 50 bytes a
-document (its token count, place and shingle count, and the clustering's ~40 bytes for the band being
-bucketed) plus its id, and one file's decoded text per thread.
+removable. Memory: the files are read in order, each in runs of documents of about CHUNK_TOKENS tokens
+(threads + 1 runs in flight at most), and each run's shingles and signatures go to prepare's scratch tables
+(olmax.dedup.minhash_spill, in the work dir) as soon as it is done; the clusters are found there. What stays
+in memory grows with the documents only: about 70 bytes a document (its token count, bounds and shingle
+count, and the clustering's ~40 bytes for the band being bucketed) plus its id; beside it, threads + 1 runs'
+decoded text, shingles and signatures (a few tens of MB each) and one file's document index.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from functools import partial
 
 import numpy as np
 
@@ -70,19 +72,35 @@ def near_tokenizer(mix: str | None, explicit: str | None) -> str:
     return str(path)
 
 
-def _file_shingles(path: str, params: MinHashParams, decode, min_doc_tokens: int, eos: int):
-    with local_tokens(path) as (local, tokens):
-        docs = documents(local, tokens, eos)
-        ends = docs.ends.copy()
-        if ends.size:
-            tail = np.asarray(tokens)[np.maximum(ends - 1, 0)] == eos
-            ends[tail & (ends > docs.starts)] -= 1
-        keep = np.flatnonzero(ends - docs.starts >= min_doc_tokens)
-        sh, off = decoded_shingles(decode, tokens, docs.starts[keep], ends[keep], params.ngram)
-        ids = [docs.id_of(int(i)) for i in keep]
-        ntok = (docs.ends - docs.starts)[keep]
-        bounds = np.stack([docs.starts[keep], ends[keep]], axis=1)
-    return sh, off, signatures(sh, off, params), ids, ntok, bounds
+CHUNK_TOKENS = 1 << 22  # tokens of a file decoded, shingled and signed at once by one thread
+
+
+def _compared(local: str, tokens: np.ndarray, min_doc_tokens: int, eos: int):
+    """A file's documents that are compared: ids, token counts and (start, end) bounds, EOS excluded."""
+    docs = documents(local, tokens, eos)
+    ends = docs.ends.copy()
+    if ends.size:
+        tail = np.asarray(tokens)[np.maximum(ends - 1, 0)] == eos
+        ends[tail & (ends > docs.starts)] -= 1
+    keep = np.flatnonzero(ends - docs.starts >= min_doc_tokens)
+    ids = [docs.id_of(int(i)) for i in keep]
+    return ids, (docs.ends - docs.starts)[keep], np.stack([docs.starts[keep], ends[keep]], axis=1)
+
+
+def _chunks(bounds: np.ndarray) -> list[tuple[int, int]]:
+    """Runs [a, b) of a file's documents of about CHUNK_TOKENS tokens each (a longer document alone)."""
+    if not len(bounds):
+        return []
+    cum = np.cumsum(bounds[:, 1] - bounds[:, 0])
+    cuts = np.searchsorted(cum, np.arange(CHUNK_TOKENS, int(cum[-1]), CHUNK_TOKENS), side="left") + 1
+    edges = np.unique(np.concatenate([[0], cuts, [len(bounds)]]))
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+def _shingled(tokens: np.ndarray, params: MinHashParams, decode, bounds: np.ndarray):
+    """Shingles (and offsets) and signatures of the documents `bounds` of one file's tokens."""
+    sh, off = decoded_shingles(decode, tokens, bounds[:, 0], bounds[:, 1], params.ngram)
+    return sh, off, signatures(sh, off, params)
 
 
 def _first_lines(paths: list[str], decode, wanted: list[tuple[int, int, int]]) -> dict:
@@ -146,16 +164,18 @@ def near_duplicates(
         SpilledTables(params, work_dir) as tables,
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="olmax-near") as pool,
     ):
-        files = in_order(
-            pool, lambda p: _file_shingles(p, params, decode, min_doc_tokens, eos), paths, threads + 1
-        )
-        for sh, off, sig, file_ids, ntok, bounds in files:
-            tables.add(sh, np.diff(off), sig)
+        for path in paths:  # in order; a file's chunks on the threads, threads + 1 in flight at most
+            with local_tokens(path) as (local, tokens):
+                file_ids, ntok, bounds = _compared(local, tokens, min_doc_tokens, eos)
+                runs = [bounds[a:b] for a, b in _chunks(bounds)]
+                done = in_order(pool, partial(_shingled, tokens, params, decode), runs, threads + 1)
+                for sh, off, sig in done:
+                    tables.add(sh, np.diff(off), sig)
+                    del sh, off, sig
             counts.append(len(file_ids))
             ntoks.append(ntok)
             ids.extend(file_ids)
             bounds_of.append(bounds)
-            del sh, off, sig
         cl = cluster_spilled(tables)
     ntok = np.concatenate(ntoks) if ntoks else np.zeros(0, np.int64)
     bounds = np.concatenate(bounds_of) if bounds_of else np.zeros((0, 2), np.int64)

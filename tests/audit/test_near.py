@@ -213,37 +213,44 @@ def test_audit_gates_on_removed_share_and_cluster_size(corpus, tokenizer, tmp_pa
     assert len(err) == 2 and all(x.startswith("olmax: error:") for x in err) and not out.exists()
 
 
-def test_near_tables_go_to_the_work_dir_file_by_file_and_leave_nothing(corpus, tokenizer, tmp_path, monkeypatch):
-    """--near streams: each file's shingles reach the scratch tables (in --work-dir) before more than
-    threads + 1 files are read, and the scratch folder is gone after the report."""
+def test_near_streams_runs_of_documents_to_the_work_dir_and_leaves_nothing(
+    corpus, tokenizer, tmp_path, monkeypatch
+):
+    """--near streams: runs of about CHUNK_TOKENS tokens are shingled on the threads, each reaches the
+    scratch tables (in --work-dir) before more than threads + 1 runs are started, and the scratch folder is
+    gone after the report; the clusters are those of one run a file (the same documents, the same order)."""
     import olmax.audit.near as near_mod
     from olmax.dedup import minhash_spill
 
     a_docs, b_docs = planted(corpus, tokenizer)
-    files = [write_shard(tmp_path / f"s{k}.npy", (a_docs + b_docs)[k::6]) for k in range(6)]
+    files = [write_shard(tmp_path / f"s{k}.npy", (a_docs + b_docs)[k::3]) for k in range(3)]
     mix = write_mix(tmp_path / "mix.txt", [("code", str(f)) for f in files])
-    read, added, dirs = [], [], []
-    file_shingles, add = near_mod._file_shingles, minhash_spill.SpilledTables.add
+    work = tmp_path / "work"
+    argv = ["audit", "dedup", "--mix", mix, "--work-dir", str(work), "--near", "--threads", "2"]
+    argv += ["--tokenizer", tokenizer.path, "--max-repeated-span-frac", "1", "--max-dup-doc-frac", "1"]
+    argv += ["--max-near-dup-frac", "1"]
+    assert main([*argv, "--out", str(tmp_path / "whole.json")]) == 0
+    started, added, dirs = [], [], []
+    shingled, add = near_mod._shingled, minhash_spill.SpilledTables.add
 
-    def reading(path, *a):
-        read.append(path)
-        return file_shingles(path, *a)
+    def shingling(*a):
+        started.append(1)
+        return shingled(*a)
 
     def adding(self, *a):
         dirs.append(self.dir)
-        added.append(len(read))
+        added.append(len(started))
         return add(self, *a)
 
-    monkeypatch.setattr(near_mod, "_file_shingles", reading)
+    monkeypatch.setattr(near_mod, "CHUNK_TOKENS", 3000)
+    monkeypatch.setattr(near_mod, "_shingled", shingling)
     monkeypatch.setattr(minhash_spill.SpilledTables, "add", adding)
-    work = tmp_path / "work"
-    out = tmp_path / "r.json"
-    argv = ["audit", "dedup", "--mix", mix, "--out", str(out), "--work-dir", str(work), "--near", "--threads", "1"]
-    argv += ["--tokenizer", tokenizer.path, "--max-repeated-span-frac", "1", "--max-dup-doc-frac", "1"]
-    assert main([*argv, "--max-near-dup-frac", "1"]) == 0
-    assert len(added) == 6 and all(n <= k + 2 for k, n in enumerate(added))  # at most threads + 1 ahead
+    assert main([*argv, "--out", str(tmp_path / "runs.json")]) == 0
+    assert len(added) > 2 * len(files)  # several runs a file
+    assert all(n <= k + 3 for k, n in enumerate(added, start=1))  # at most threads + 1 ahead
     assert {str(work)} == {d.rsplit("/", 1)[0] for d in dirs}
     assert not any(p.name.startswith(minhash_spill.SCRATCH_PREFIX) for p in work.rglob("*"))
-    assert json.loads(out.read_text())["near_duplicates"]["documents"] == sum(
-        1 for _, t in a_docs + b_docs if len(t) + 1 >= 32
+    whole, runs = (
+        json.loads((tmp_path / f).read_text())["near_duplicates"] for f in ("whole.json", "runs.json")
     )
+    assert runs == whole and runs["clusters"]
