@@ -14,7 +14,8 @@ each drawn copy is made unique by its first two tokens (the copy's ordinal), so 
   bundled held-out item of >= 25 words pasted in on a line of its own (items drawn at random from every
   set, each once); `audit leaks` must report every one of them contaminated, and any other item it flags
   must lie in a planted document (one that shares a passage with a planted item: BoolQ, MMLU).
-Expected counts follow from the construction; the bench checks the report's equal them (`plants_found`).
+Expected counts follow from the construction; the bench checks the report's equal them (`plants_found`)
+and exits 1 when a plant is missed or a DaskRunner report differs from the local one.
 
 Each audit runs in a fresh process (`--child`) and reports its phases (olmax/audit/phases.py: the driver's
 memory; the Dask workers' own memory is not in it). The DaskRunner runs are on a loopback cluster
@@ -246,7 +247,7 @@ def found(report: dict, expected: dict) -> dict:
     }
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(ap)
     ap.add_argument("--out", default="bench/out/audit-mix")
@@ -260,7 +261,7 @@ def main() -> None:
     if args.child:
         rep = child(args.mix, os.path.join(args.out, "work"), args.child)
         Path(args.out, f"report-{args.child}.json").write_text(json.dumps(rep))
-        return
+        return 0
 
     from record import PROCESS_WALL, Record, package_version
 
@@ -280,7 +281,7 @@ def main() -> None:
         setting="audit loader --epochs 1 (plan and content) and audit leaks (every bundled set, default rule), "
         "--threads 2 locally; --runner beam on a loopback DaskRunner of 1 and 2 single-threaded workers",
     )
-    reports = {}
+    reports, failed = {}, []
     for run in args.runs.split(","):
         shutil.rmtree(os.path.join(args.out, "work"), ignore_errors=True)
         cmd = [sys.executable, __file__, "--child", run, "--mix", mix, "--out", args.out]
@@ -291,6 +292,8 @@ def main() -> None:
         reports[run] = rep
         perf = rep["performance"]
         ok = found(rep, expected)
+        if not all(v for v in ok.values() if isinstance(v, bool)):
+            failed.append(f"{run}: plants not found {ok}")
         print(
             f"\n{run}: {wall:.1f} s whole process, peak anonymous {perf['peak_anon_mib']} MiB; plants found {ok}"
         )
@@ -320,6 +323,8 @@ def main() -> None:
         if run not in ("local", "leaks") and base is not None:
             same = comparable(rep) == comparable(base)
             rec.note(f"{run}.report_equals_local", same)
+            if not same:
+                failed.append(f"{run}: the report differs from the local one")
             print(f"{run}: report equals the local one: {same}")
     if "dask1" in reports and "dask2" in reports:
         speedup = (
@@ -352,7 +357,10 @@ def main() -> None:
     )
     rec.note("expected", expected)
     print(f"record: {rec.write()}")
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -217,6 +217,9 @@ class Workspace:
                 f"--runner beam on {describe(options)} needs a folder its workers can reach: add "
                 "--temp_location=URL (e.g. gs://BUCKET/tmp, or a folder every worker mounts) to Beam's flags"
             )
+        if temp and not storage.is_url(temp):
+            # the workers run in folders of their own: a relative folder would be another one on each
+            temp = os.path.abspath(temp)
         slug = f"olmax-{what.removeprefix('olmax ').replace(' ', '-')}"
         if local_dir:
             os.makedirs(local_dir, exist_ok=True)

@@ -75,3 +75,17 @@ def test_pipeline_options_defaults_per_runner():
     assert dask.view_as(DaskOptions).partition_size == 1  # one element per task, not 128
     kept = pipeline_options("--runner=DaskRunner --dask_npartitions=3").view_as(DaskOptions)
     assert kept.npartitions == 3 and kept.partition_size is None
+
+
+def test_a_relative_temp_location_is_made_absolute(tmp_path, monkeypatch):
+    """A cluster's workers run in folders of their own: a relative --temp_location must not reach them as
+    is (the DaskRunner's workers then wrote their results where the driver never looked)."""
+    pytest.importorskip("apache_beam")
+    from olmax.beam import Workspace, pipeline_options
+
+    monkeypatch.chdir(tmp_path)
+    opts = pipeline_options(
+        "--runner=DaskRunner --dask_client_address=tcp://127.0.0.1:1 --temp_location=scratch"
+    )
+    with Workspace(opts, "audit leaks", local_dir=str(tmp_path / "logs")) as ws:
+        assert ws.files.startswith(str(tmp_path / "scratch") + "/")
