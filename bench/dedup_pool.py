@@ -153,6 +153,17 @@ def plant_jaccards(folder: Path, plants: dict[str, list[str]]) -> dict[str, floa
     return dict(zip(ids, jaccard(sh, off, idx, idx + 1).tolist()))
 
 
+def lsh_miss(j: float) -> float:
+    """The chance LSH's banding (Dolma 3's 26 x 11) never makes a pair at Jaccard j a candidate:
+    (1 - j^rows)^bands."""
+    return (1 - j**11) ** 26
+
+
+def within_lsh_misses(missed: dict[str, int], expected: dict[str, float]) -> bool:
+    """Every kind's misses at most what LSH predicts + 3 sigma + 1 (each miss a coin toss)."""
+    return all(missed[k] <= expected[k] + 3 * expected[k] ** 0.5 + 1 for k in expected)
+
+
 def run(cmd: list[str], log: Path) -> tuple[dict, str, float]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", CHILD, "go", *cmd], capture_output=True, text=True)
@@ -211,11 +222,9 @@ def main() -> int:
     planted_n = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i in near) for k in KINDS}
     under = {k: sum(1 for i, (kk, _) in plants.items() if kk == k and i not in near) for k in KINDS}
     under_removed = sorted(i for i in plants if i not in near and i in by_id)
-    # LSH finds a pair at Jaccard j with probability 1 - (1 - j^rows)^bands (Dolma 3's 26 x 11): the
-    # misses a run of these plants should expect, beside the misses it had
+    # the misses a run of these plants should expect (lsh_miss), beside the misses it had
     expected = {
-        k: sum((1 - sims[i] ** 11) ** 26 for i, (kk, _) in plants.items() if kk == k and i in near)
-        for k in KINDS
+        k: sum(lsh_miss(sims[i]) for i, (kk, _) in plants.items() if kk == k and i in near) for k in KINDS
     }
     missed = {k: planted_n[k] - found[k] for k in KINDS}
     false = sorted(i for i in by_id if i not in plants)
@@ -254,7 +263,7 @@ def main() -> int:
         f"({len(under_removed)} removed); other documents removed: {len(false)}\nrecord: {path}"
     )
     # every plant LSH could miss is a coin toss: more misses than expected + 3 sigma + 1 is a failure
-    lucky = all(missed[k] <= expected[k] + 3 * expected[k] ** 0.5 + 1 for k in KINDS)
+    lucky = within_lsh_misses(missed, expected)
     ok = spilled and lucky and not false and got["rss"] <= _size(args.max_memory)
     ratios = (got["rss"] / est_mem, got["cpu"] / est_cpu, wall / est_wall)
     ok = ok and (args.smoke or all(1 / 1.5 <= r <= 1.5 for r in ratios))  # a smoke run is mostly start-up
