@@ -313,6 +313,69 @@ def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str
     return out, seconds
 
 
+def window_effect(model, reference, sp: Split, st: Setting) -> dict[str, float]:
+    """What the checks must see a dose through: the dosed windows' CE gain over the as-planned windows they
+    are compared with, the spread of the as-planned windows' CE (their difficulty: what a check without a
+    reference must see past) and of their CE net of the reference run's on the same windows (two runs of one
+    recipe: what a check with a reference must see past)."""
+    planned = sp.fresh[st.clean_items : st.clean_items + st.per_stratum]
+    over_ce, plan_ce = window_ce(model, sp.dosed), window_ce(model, planned)
+    return {
+        "gain_nats": float(plan_ce.mean() - over_ce.mean()),
+        "sd_windows_nats": float(plan_ce.std(ddof=1)),
+        "sd_net_of_reference_nats": float((window_ce(reference, planned) - plan_ce).std(ddof=1)),
+    }
+
+
+def windows_needed(effect: float, sd: float, z: float = 3.0, ratio: float = 2.0) -> float | None:
+    """Over-served windows (with `ratio` times as many as-planned ones) at which a mean gain `effect` over a
+    per-window spread `sd` is expected to reach standard score `z`: n = (1 + 1/ratio) (z sd / effect)^2."""
+    return (1 + 1 / ratio) * (z * sd / effect) ** 2 if effect > 0 else None
+
+
+def effect_table(runs: list[dict], doses: list[int]) -> dict:
+    """Per dose, the dose's own effect on the dosed windows' loss: each seed's gain at that dose less the
+    same seed's clean run's (the same windows, served once: their difficulty cancels), averaged over the
+    seeds; the clean runs' spreads; and the over-served windows each kind of check would need to expect z 3
+    at that effect (without a reference through the windows' difficulty, with one through two runs' spread)."""
+    clean = {r["seed"]: r["effect"] for r in runs if r["dose"] == 0}
+    sd_raw = float(np.mean([e["sd_windows_nats"] for e in clean.values()]))
+    sd_net = float(np.mean([e["sd_net_of_reference_nats"] for e in clean.values()]))
+    out = {"sd_windows_nats": sd_raw, "sd_net_of_reference_nats": sd_net}
+    for d in doses:
+        paired = [r["effect"]["gain_nats"] - clean[r["seed"]]["gain_nats"] for r in runs if r["dose"] == d]
+        gain = float(np.mean(paired)) if paired else float("nan")
+        out[str(d)] = {
+            "gain_nats": gain,
+            "per_seed": paired,
+            "windows_needed_without_reference": windows_needed(gain, sd_raw),
+            "windows_needed_with_reference": windows_needed(gain, sd_net),
+        }
+    return out
+
+
+def format_effect(effect: dict, doses: list[int]) -> str:
+    """The dose's own effect on a window's loss and the windows a check would need to see it at z 3."""
+
+    def n(v):
+        return f"{v:,.0f}" if v is not None else "none (no gain)"
+
+    lines = [
+        f"\nper-window spread of the as-planned windows' CE: {effect['sd_windows_nats']:.3f} nats (their "
+        f"difficulty), {effect['sd_net_of_reference_nats']:.3f} net of the reference run's CE",
+        "| dose | CE gain of the dosed windows (nats, less the clean run's) | over-served windows for z 3 "
+        "without a reference | with a reference |",
+        "|---|---|---|---|",
+    ]
+    for d in doses:
+        e = effect[str(d)]
+        lines.append(
+            f"| {d}x | {e['gain_nats']:+.4f} | {n(e['windows_needed_without_reference'])} | "
+            f"{n(e['windows_needed_with_reference'])} |"
+        )
+    return "\n".join(lines)
+
+
 def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: int, reference) -> dict:
     """Train one run (dose 0: clean) and return each check's verdict on it."""
     sp = split(pool, st, seed)
@@ -330,6 +393,7 @@ def one_run(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int, dose: in
         "seed": seed,
         "dose": dose,
         "final_loss": float(losses[-20:].mean()),
+        "effect": window_effect(model, reference, sp, st),
         "seconds": seconds,
         "checks": {
             k: {
@@ -452,6 +516,7 @@ def run_power(
         "doses": doses,
         "runs": runs,
         "table": power_table(runs, doses),
+        "effect": effect_table(runs, doses),
         "seconds": time.monotonic() - t0,
     }
 
@@ -488,6 +553,7 @@ def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
     rec.note("clean_seeds", result["clean_seeds"])
     rec.note("doses", result["doses"])
     rec.note("table", result["table"])
+    rec.note("effect", result["effect"])
     rec.note(
         "runs",
         [
@@ -495,6 +561,7 @@ def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
                 "seed": r["seed"],
                 "dose": r["dose"],
                 "final_loss": r["final_loss"],
+                "effect": r["effect"],
                 "checks": {
                     k: {"flagged": v["flagged"], "statistic": v["statistic"]} for k, v in r["checks"].items()
                 },
@@ -506,6 +573,15 @@ def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
         for dose, c in t["by_dose"].items():
             name = f"{check}.flagged_at_{dose}x" if dose != "0" else f"{check}.flagged_clean"
             rec.figure(name, [c["flagged"]], f"of {c['runs']} runs", runs=c["runs"])
+    eff = result["effect"]
+    rec.figure("sd_windows", [eff["sd_windows_nats"]], "nats")
+    rec.figure("sd_net_of_reference", [eff["sd_net_of_reference_nats"]], "nats")
+    for dose in result["doses"]:
+        e = eff[str(dose)]
+        rec.figure(f"gain_at_{dose}x", e["per_seed"], "nats")
+        for side in ("without_reference", "with_reference"):
+            if e[f"windows_needed_{side}"] is not None:
+                rec.figure(f"windows_needed_{side}_at_{dose}x", [e[f"windows_needed_{side}"]], "windows")
     rec.figure("seconds", [result["seconds"]], "s")
     return rec.write()
 
@@ -545,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         "source served that many times its plan."
     )
     print(format_table(result["table"], doses))
+    print(format_effect(result["effect"], doses))
     if args.out:
         from olmax.jsonio import write_json
 

@@ -78,6 +78,30 @@ def test_any_check_verdicts():
     assert table["any_without_reference"]["by_dose"]["0"]["flagged"] == 0
 
 
+def test_effect_is_paired_by_seed_and_windows_needed_follow_the_normal_approximation():
+    mp = load()
+
+    def run(seed, dose, gain, sd=0.4, sd_net=0.05):
+        effect = {"gain_nats": gain, "sd_windows_nats": sd, "sd_net_of_reference_nats": sd_net}
+        return {"seed": seed, "dose": dose, "effect": effect}
+
+    # seed 1's dosed windows are harder (-0.10 when served once): its 2x gain is 0.02 over that, not -0.08
+    runs = [run(0, 0, 0.05), run(1, 0, -0.10, sd=0.6, sd_net=0.07), run(0, 2, 0.06), run(1, 2, -0.08)]
+    runs += [run(0, 4, 0.05), run(1, 4, -0.10)]
+    eff = mp.effect_table(runs, [2, 4])
+    assert eff["2"]["per_seed"] == pytest.approx([0.01, 0.02])
+    assert eff["2"]["gain_nats"] == pytest.approx(0.015)
+    assert eff["sd_windows_nats"] == pytest.approx(0.5) and eff["sd_net_of_reference_nats"] == pytest.approx(
+        0.06
+    )
+    # n (1 + 1/2) over-served windows with twice as many as-planned: z = gain / (sd sqrt(1/n + 1/(2n))) = 3
+    n = eff["2"]["windows_needed_with_reference"]
+    assert 0.015 / (0.06 * np.sqrt(1 / n + 1 / (2 * n))) == pytest.approx(3.0)
+    assert eff["2"]["windows_needed_without_reference"] == pytest.approx(n * (0.5 / 0.06) ** 2)
+    assert eff["4"]["windows_needed_with_reference"] is None  # no gain: no sample size reaches z 3
+    assert "none (no gain)" in mp.format_effect(eff, [2, 4])
+
+
 def test_streams_serve_each_window_as_dosed_and_the_exposure_says_so():
     mp = load()
     st = mp.Setting(seq_len=16, batch=4, steps=30, replayed=5, twice=4, clean_items=6, per_stratum=7)
