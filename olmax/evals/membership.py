@@ -19,7 +19,9 @@ The test, per source: the AUROC of the score between the windows served beyond t
 served as planned with the same planned servings (the plan is the null: a source the mix lists twice is
 compared with its own windows served twice, never with once-served text); it flags when the Mann-Whitney z of
 that AUROC exceeds `membership_z` and the AUROC `membership_auroc`. With no unplanned repetition the two groups
-are exchangeable, so the false-positive rate per source is about 1 - Phi(z) (0.13% at z = 3).
+are exchangeable, so the false-positive rate per source is about 1 - Phi(z) (0.13% at z = 3). Each source also
+states the smallest AUROC that would flag at its group sizes (`detectable_auroc`): a clean verdict rules out a
+separation above it, not below.
 """
 
 from __future__ import annotations
@@ -87,6 +89,15 @@ def auroc(members: np.ndarray, others: np.ndarray) -> tuple[float, float]:
     return u / (n1 * n2), z
 
 
+def detectable_auroc(n_over: int, n_planned: int, th: Thresholds) -> float:
+    """The smallest AUROC that flags at these group sizes (z above `membership_z` under the normal
+    approximation without ties, and above `membership_auroc`): a clean verdict rules out a separation above
+    it, not below. It falls as 1 / sqrt(n): more windows (--per-stratum) see smaller effects."""
+    n = n_over + n_planned
+    spread = math.sqrt((n + 1) / (12.0 * n_over * n_planned))
+    return min(1.0, max(th.membership_auroc, 0.5 + th.membership_z * spread))
+
+
 def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
     """The membership checks (`SCORES`), one verdict each, over each source's windows served beyond the plan
     and its as-planned windows matched by planned servings (olmax/evals/model_checks.compare_rows; the first
@@ -134,6 +145,7 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
             sources[src] = {
                 "auroc": a,
                 "z": z,
+                "detectable_auroc": detectable_auroc(comp.over.size, comp.planned_rows.size, th),
                 "over_served": int(comp.over.size),
                 "as_planned": int(comp.planned_rows.size),
                 "as_planned_from": comp.where,
@@ -154,7 +166,8 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
             why,
             lambda src, w, name=name, used=used: (
                 f"source {src}: {name} tells {w['compared']} with AUROC {w['auroc']:.3f} (z {w['z']:+.2f}; "
-                f"flags above z {th.membership_z:g} and AUROC {th.membership_auroc:g}){used}"
+                f"flags above z {th.membership_z:g} and AUROC {th.membership_auroc:g}: AUROC "
+                f"{w['detectable_auroc']:.3f} at this sample){used}"
             ),
             key="z",
         )

@@ -34,12 +34,16 @@ class Comparison:
     where: str  # "the same source" or "the other sources" (where the as-planned windows came from)
     served: float  # mean servings of the over-served windows
     plan: float  # their mean planned servings
+    available: int = 0  # over-served windows of the source in all (`over` is a sample of them)
 
     def describe(self, count: np.ndarray) -> str:
+        sampled = (
+            f" (a sample of {self.available:,}; --per-stratum)" if self.available > self.over.size else ""
+        )
         return (
-            f"{self.over.size} windows served {self.served:.1f}x where the plan serves {self.plan:.1f}x vs "
-            f"{self.planned_rows.size} served as planned ({float(count[self.planned_rows].mean()):.1f}x) "
-            f"of {self.where}"
+            f"{self.over.size} windows served {self.served:.1f}x where the plan serves {self.plan:.1f}x"
+            f"{sampled} vs {self.planned_rows.size} served as planned "
+            f"({float(count[self.planned_rows].mean()):.1f}x) of {self.where}"
         )
 
 
@@ -74,7 +78,12 @@ def compare_rows(
         over, matched = np.sort(np.concatenate(keep)), np.sort(np.concatenate(base))
         if over.size >= th.min_samples:
             return Comparison(
-                over, matched, where, float(exp.count[over].mean()), float(planned[over].mean())
+                over,
+                matched,
+                where,
+                float(exp.count[over].mean()),
+                float(planned[over].mean()),
+                int(over_all.size),
             )
     return (
         f"{over_all.size} windows served beyond their plan, but fewer than {th.min_samples} have windows "
@@ -117,7 +126,14 @@ def check_exposure(
             }
         excess = stats["as_planned"]["ce"] - stats["over_served"]["ce"]
         se = float(np.hypot(stats["as_planned"]["stderr"], stats["over_served"]["stderr"]))
-        stats.update(compared=comp.describe(exp.count), excess_nats=excess, excess_stderr=se)
+        # the smallest gain this sample flags: a clean verdict rules out gains above it, not below
+        detectable = max(th.exposure_gap_nats, 3 * se)
+        stats.update(
+            compared=comp.describe(exp.count),
+            excess_nats=excess,
+            excess_stderr=se,
+            detectable_nats=detectable,
+        )
         if excess > th.exposure_gap_nats and excess > 3 * se:
             flagged.append(src)
         per_source[src] = stats
@@ -127,7 +143,8 @@ def check_exposure(
         why,
         lambda src, w: (
             f"source {src}: CE on {w['compared']} is {w['excess_nats']:.3f} (+-{w['excess_stderr']:.3f}) nats "
-            f"lower on the over-served ones (flags above {th.exposure_gap_nats} and 3 standard errors)"
+            f"lower on the over-served ones (flags above {th.exposure_gap_nats} and 3 standard errors: "
+            f"{w['detectable_nats']:.3f} nats at this sample)"
         ),
         key="excess_nats",
     )

@@ -13,7 +13,7 @@ from scipy.stats import mannwhitneyu, norm
 from sklearn.metrics import roc_auc_score
 from test_memorization import V, stub_model, synthetic_exposure
 
-from olmax.evals.membership import SCORES, auroc, check_membership, window_scores
+from olmax.evals.membership import SCORES, auroc, check_membership, detectable_auroc, window_scores
 from olmax.evals.memorization import Models, Probe, memorization_report
 from olmax.evals.verdicts import Thresholds
 
@@ -65,6 +65,22 @@ def test_window_scores_are_their_definitions():
         assert got["checkpoint_diff"][i] == pytest.approx(ref_ce - ce, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.parametrize(("n_over", "n_planned"), [(16, 16), (64, 128), (500, 40)])
+def test_detectable_auroc_is_where_z_crosses_the_threshold(n_over, n_planned):
+    """At continuous scores (no ties) a sample flags on z exactly when its AUROC passes detectable_auroc."""
+    th = Thresholds(membership_auroc=0.5)
+    edge = detectable_auroc(n_over, n_planned, th)
+    rng = np.random.default_rng(n_over)
+    seen = set()
+    for shift in np.linspace(0.0, 1.5, 60):
+        a, z = auroc(rng.normal(shift, 1, n_over), rng.normal(0, 1, n_planned))
+        assert (z > th.membership_z) == (a > edge), (a, z, edge)
+        seen.add(z > th.membership_z)
+    assert seen == {False, True}  # both sides of the edge were drawn
+    assert detectable_auroc(n_over, n_planned, Thresholds(membership_auroc=0.99)) == 0.99
+    assert detectable_auroc(4 * n_over, 4 * n_planned, th) - 0.5 == pytest.approx((edge - 0.5) / 2, rel=0.02)
+
+
 def uniform(ids):
     return jnp.zeros((*ids.shape, V), jnp.float32)
 
@@ -80,6 +96,8 @@ def test_checks_flag_memorized_repeats_and_not_alike_windows():
         assert web["auroc"] == 1.0 and web["z"] > 4 and web["over_served"] == 16 and web["as_planned"] == 16
         assert web["as_planned_from"] == "the same source" and web["mean_servings"] == 5.0
         assert web["mean_planned"] == 1.0
+        assert web["detectable_auroc"] == detectable_auroc(16, 16, th)
+        assert f"AUROC {web['detectable_auroc']:.3f} at this sample" in bad[name]["message"]
     assert bad["checkpoint_diff"]["checkpoints"] == "step 10 to 20"
     assert "loss change from step 10 to 20" in bad["checkpoint_diff"]["message"]
     ok = check_membership(synthetic_exposure(False, n=16), th, both)

@@ -171,7 +171,14 @@ def test_exposure_and_extraction_flag_a_memorizing_model():
     assert web["as_planned"]["ce"] == pytest.approx(np.log(V), rel=1e-5)  # uniform over 64
     assert web["as_planned"]["mean_servings"] == 1.0 and web["as_planned"]["windows"] == 12
     assert web["over_served"]["ce"] < 0.01 and web["over_served"]["windows"] == 12
-    assert "12 windows served 5.0x where the plan serves 1.0x" in web["compared"]
+    assert "12 windows served 5.0x where the plan serves 1.0x vs" in web["compared"]
+    assert web["detectable_nats"] == max(th.exposure_gap_nats, 3 * web["excess_stderr"])
+    assert f"{web['detectable_nats']:.3f} nats at this sample" in exp["message"]
+    fewer = check_exposure(m, synthetic_exposure(True), th, per_stratum=6, probe_len=64, batch_size=8)
+    assert (
+        "6 windows served 5.0x where the plan serves 1.0x (a sample of 12; --per-stratum)"
+        in (fewer["sources"]["web"]["compared"])
+    )
     ext = check_extraction(m, synthetic_exposure(True), th, batch_size=8)
     assert ext["flagged"] and ext["over_served"]["exact_match_rate"] == 1.0
     assert ext["as_planned"]["exact_match_rate"] == 0.0
