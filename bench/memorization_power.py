@@ -540,11 +540,12 @@ SMOKE = {
 }
 
 
-def write_record(result: dict, argv: list[str], smoke: bool, results) -> Path:
-    """bench/results/mem.json: the setting, the sizes and every check's flag counts per dose."""
+def write_record(result: dict, argv: list[str], smoke: bool, results, name: str = "mem") -> Path:
+    """bench/results/NAME.json (mem.json): the setting, the sizes, every check's flag counts per dose and
+    each dose's effect on the dosed windows' loss."""
     from record import Record, package_version
 
-    rec = Record("mem", argv=argv, smoke=smoke, results=results)
+    rec = Record(name, argv=argv, smoke=smoke, results=results)
     rec.side(
         "olmax", version=package_version("olmax"), setting="default Thresholds (olmax/evals/verdicts.py)"
     )
@@ -598,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     p.add_argument("--out", default=None, help="also write the runs and the table as JSON")
     p.add_argument("--record", action="store_true", help="write the record (bench/record.py)")
+    p.add_argument("--name", default="mem", help="the record's name: bench/results/NAME.json (default mem)")
     add_arguments(p)
     args = p.parse_args(argv)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)}
@@ -629,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}")
     if args.record or args.smoke:
         print(
-            f"wrote {write_record(result, sys.argv if argv is None else ['bench/memorization_power.py', *argv], args.smoke, args.results)}"
+            f"wrote {write_record(result, sys.argv if argv is None else ['bench/memorization_power.py', *argv], args.smoke, args.results, args.name)}"
         )
     return 0
 
