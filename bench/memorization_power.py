@@ -37,8 +37,11 @@ checkpoints, bootstrap 95% interval above 0), 7 min_k_pp, 8 zlib, 9 checkpoint_d
 Printed: per check, the runs flagged per dose and among the clean runs, the smallest dose from which the
 check flags in >= 80% of the seeds at that dose and every larger one, the AUROC of the check's statistic
 (dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly) and the seconds each check took;
-then the same for "any check without the reference" and "any check with it". `--record` writes
-bench/results/mem.json (bench/record.py; `--smoke` elsewhere). Deterministic for fixed arguments.
+then the same for "any check without the reference" and "any check with it"; then each dose's own effect
+on the dosed windows' CE (each seed's gain over the as-planned windows less its clean run's: the same
+windows, so their difficulty cancels), the as-planned windows' spread without and net of the reference,
+and the over-served windows a mean test would need to expect z 3 at that effect. `--record` writes
+bench/results/mem.json (`--name`; bench/record.py; `--smoke` elsewhere). Deterministic for fixed arguments.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ CITATION = re.compile(
 )
 NUM = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 FIGURE_TEXT = re.compile(
-    rf"(?P<median>{NUM})\s?(?P<unit>[^()0-9][^()]*?)?(?:\s\((?P<min>{NUM})–(?P<max>{NUM})\))?"
+    rf"(?P<median>-?{NUM})\s?(?P<unit>[^()0-9][^()]*?)?(?:\s\((?P<min>-?{NUM})–(?P<max>-?{NUM})\))?"
 )
 # A speed figure written by hand: a rate or a ratio (`x` right after the number; `×` is a dose, not a ratio).
 SPEED = re.compile(
@@ -103,6 +103,12 @@ def test_figure_text_reads_median_unit_and_range() -> None:
     assert figure_text("7.8x (6.3–9.0)") == {"median": "7.8", "unit": "x", "min": "6.3", "max": "9.0"}
     assert figure_text("779 M tokens/s (752–790)")["unit"] == "M tokens/s"
     assert figure_text("0.07 s") == {"median": "0.07", "unit": "s", "min": None, "max": None}
+    assert figure_text("0.015 nats (-0.001–0.033)") == {
+        "median": "0.015",
+        "unit": "nats",
+        "min": "-0.001",
+        "max": "0.033",
+    }
     assert figure_text("fast") is None
 
 
