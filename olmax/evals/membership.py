@@ -92,7 +92,8 @@ def auroc(members: np.ndarray, others: np.ndarray) -> tuple[float, float]:
 def detectable_auroc(n_over: int, n_planned: int, th: Thresholds) -> float:
     """The smallest AUROC that flags at these group sizes (z above `membership_z` under the normal
     approximation without ties, and above `membership_auroc`): a clean verdict rules out a separation above
-    it, not below. It falls as 1 / sqrt(n): more windows (--per-stratum) see smaller effects."""
+    it, not below. Its distance from 0.5 falls as 1 / sqrt(n) down to that floor: more windows
+    (--per-stratum) see smaller effects up to it."""
     n = n_over + n_planned
     spread = math.sqrt((n + 1) / (12.0 * n_over * n_planned))
     return min(1.0, max(th.membership_auroc, 0.5 + th.membership_z * spread))

@@ -37,9 +37,7 @@ class Comparison:
     available: int = 0  # over-served windows of the source in all (`over` is a sample of them)
 
     def describe(self, count: np.ndarray) -> str:
-        sampled = (
-            f" (a sample of {self.available:,}; --per-stratum)" if self.available > self.over.size else ""
-        )
+        sampled = f" (a sample of {self.available:,})" if self.available > self.over.size else ""
         return (
             f"{self.over.size} windows served {self.served:.1f}x where the plan serves {self.plan:.1f}x"
             f"{sampled} vs {self.planned_rows.size} served as planned "

@@ -176,7 +176,7 @@ def test_exposure_and_extraction_flag_a_memorizing_model():
     assert f"{web['detectable_nats']:.3f} nats at this sample" in exp["message"]
     fewer = check_exposure(m, synthetic_exposure(True), th, per_stratum=6, probe_len=64, batch_size=8)
     assert (
-        "6 windows served 5.0x where the plan serves 1.0x (a sample of 12; --per-stratum)"
+        "6 windows served 5.0x where the plan serves 1.0x (a sample of 12)"
         in (fewer["sources"]["web"]["compared"])
     )
     ext = check_extraction(m, synthetic_exposure(True), th, batch_size=8)
