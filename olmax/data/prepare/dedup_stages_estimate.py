@@ -53,15 +53,15 @@ class Rates:
 
 
 RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus)
-    base_rss=3.21905e08,
-    plain_rss=2.79749e08,
-    rss_minhash=3.28543,
-    rss_substring=33.5342,
-    cpu_fixed=0.61,
-    cpu_read=6.5027e-09,
-    cpu_minhash=3.25135e-08,
-    cpu_substring=1.72321e-07,
-    shard_cpu=1.56325e-08,
+    base_rss=3.12926e08,
+    plain_rss=2.79253e08,
+    rss_minhash=3.53913,
+    rss_substring=33.5921,
+    cpu_fixed=0.42,
+    cpu_read=3.25135e-09,
+    cpu_minhash=2.60108e-08,
+    cpu_substring=7.80324e-08,
+    shard_cpu=1.62922e-08,
     shard_disk=0.890965,
     decisions_disk=0.00311154,
 )
@@ -70,7 +70,7 @@ RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus
 # The share of the in-memory MinHash tables' growth that stays in memory once they are on scratch disk:
 # per document its id, position and exact hash, 8 bytes of shingle offsets and ~40 bytes while a band is
 # bucketed (about 650 bytes a document in all, measured on bench/dedup_pool.py's pool of 4 KB documents),
-# against ~3.3 bytes a byte of text (`rss_minhash`) in memory; bench/dedup_pool.py sets the whole
+# against ~3.5 bytes a byte of text (`rss_minhash`) in memory; bench/dedup_pool.py sets the whole
 # estimate against a measured run.
 SPILLED_RSS_SHARE = 0.05
 
