@@ -246,6 +246,12 @@ class Trained:
     item_ce: list[np.ndarray]
 
 
+def as_planned(sp: Split, st: Setting) -> np.ndarray:
+    """The fresh windows the checks compare the dosed ones with: served once, as planned, in every run (the
+    first `clean_items` fresh windows are check 6's clean items)."""
+    return sp.fresh[st.clean_items : st.clean_items + st.per_stratum]
+
+
 def exposure_of(sp: Split, st: Setting, dose: int):
     """What exposure counts say of a run (or, for a clean run, claim): the dosed windows served `dose` (the
     clean run: `control_label`) times where the plan serves them once, the planned-2x windows twice as
@@ -253,7 +259,7 @@ def exposure_of(sp: Split, st: Setting, dose: int):
     from olmax.evals.exposure_file import Exposure
 
     label = dose if dose else st.control_label
-    fresh = sp.fresh[st.clean_items : st.clean_items + st.per_stratum]  # served once in every run
+    fresh = as_planned(sp, st)
     tokens = np.concatenate([sp.dosed, sp.twice, fresh, sp.unseen])
     sizes = [len(sp.dosed), len(sp.twice), len(fresh), len(sp.unseen)]
     counts = np.repeat([label, 2, 1, 0], sizes).astype(np.int64)
@@ -321,7 +327,7 @@ def window_effect(model, reference, sp: Split, st: Setting) -> dict[str, float]:
     are compared with, the spread of the as-planned windows' CE (their difficulty: what a check without a
     reference must see past) and of their CE net of the reference run's on the same windows (two runs of one
     recipe: what a check with a reference must see past)."""
-    planned = sp.fresh[st.clean_items : st.clean_items + st.per_stratum]
+    planned = as_planned(sp, st)
     over_ce, plan_ce = window_ce(model, sp.dosed), window_ce(model, planned)
     return {
         "gain_nats": float(plan_ce.mean() - over_ce.mean()),
