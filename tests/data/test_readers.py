@@ -1,11 +1,14 @@
-"""Reading Dolma jsonl: the fast path (ISA-L inflate, orjson) gives exactly the documents and errors of
-gzip + `json.loads`, on every line orjson reads differently or not at all; and a malformed JSON line is one
-`olmax: error:` line with the file, the line, the column and the whole reason, with no output left behind."""
+"""Reading Dolma jsonl: the fast path (ISA-L inflate, lines cut from blocks in place, simdjson) gives exactly
+the documents and errors of gzip + `json.loads`, on every line simdjson reads differently or not at all,
+on thousands of lines mutated at random and on lines that straddle the reader's blocks; and a malformed
+JSON line is one `olmax: error:` line with the file, the line, the column and the whole reason, with no
+output left behind."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import random
 import subprocess
 import sys
 
@@ -15,7 +18,7 @@ from prepare_testdata import pydoc_texts, stdlib_texts
 from olmax.data import readers
 from olmax.errors import OlmaxError
 
-# lines where orjson and json part ways; json's reading is what prepare has always given
+# lines where a fast parser and json part ways; json's reading is what prepare has always given
 ODD_LINES = [
     '{"id": 123456789012345678901234567890, "text": "a big integer id"}',
     '{"id": 1e400, "text": "an id json reads as inf"}',
@@ -28,6 +31,14 @@ ODD_LINES = [
     '{"id": "esc", "text": "\\u00e9\\ud83d\\ude00\\n\\t\\"\\\\ \\u2028"}',
     '{"id": "deep", "text": "nested", "x": ' + "[" * 300 + "]" * 300 + "}",
     '{"id": 7, "text": "an int id"}',
+    '{"id": "k", "text": "first", "te\\u0078t": "an escaped duplicate key wins too"}',
+    '{"id": [1, 2], "text": "an array id"}',
+    '{"id": {"a": 1}, "text": "an object id"}',
+    '{"id": true, "text": "a boolean id"}',
+    '{"id": 18446744073709551615, "text": "the largest 64-bit id"}',
+    '{"id": -9223372036854775809, "text": "past the smallest 64-bit id"}',
+    '{"id": 1E2, "text": "an exponent id"}',
+    '{"id": "nul", "text": "a \\u0000 inside"}',
 ]
 
 
@@ -59,6 +70,148 @@ def test_fast_reading_equals_json_on_real_and_odd_lines(tmp_path, suffix):
     assert got[len(docs) + 1][0] == "inf"
 
 
+def _json_fields(line: bytes) -> tuple[str, object] | None:
+    """What `json.loads` makes of a line: (text, id) when it is an object with a string text, else None."""
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        return None
+    return obj["text"], obj.get("id")
+
+
+# bytes a mutation inserts or writes over: JSON's structure, escapes, numbers, literals, whitespace, control
+# characters, a byte-order mark and broken or overlong UTF-8
+ALPHABET = [bytes([c]) for c in b'"\\{}[],:.-+eE0159untrfal \t\r\x00\x1f\x7f'] + [
+    b"\\u",
+    b"\\ud800",
+    b"\\udc00",
+    b"\\ud83d\\ude00",
+    b"\xef\xbb\xbf",
+    b"\xff",
+    b"\xc3",
+    b"\xc3\xa9",
+    b"\xed\xa0\x80",
+    b"\xc0\x80",
+    b"\xf4\x90\x80\x80",
+    b"NaN",
+    b"Infinity",
+    b"1e400",
+    b"123456789012345678901234567890",
+    b'"text":',
+    b'"id":',
+]
+
+
+def _mutants(seed: int, n: int) -> list[bytes]:
+    """`n` lines made from real Dolma-shaped ones by one to three random byte edits each."""
+    rng = random.Random(seed)
+    texts = [t for _, t in stdlib_texts(3)] + [t for _, t in pydoc_texts()[:3]]
+    bases = []
+    for k, t in enumerate(texts):
+        t = t[: rng.randrange(20, 400)] + "é😀\u2028"
+        doc = {"id": [f"doc-{k}", k, None, 2**70, 1.5][k % 5], "text": t, "meta": {"n": [1, 2.5, None]}}
+        bases.append(json.dumps(doc, ensure_ascii=bool(k % 2)).encode())
+    out = []
+    for _ in range(n):
+        line = bytearray(rng.choice(bases))
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(len(line) + 1)
+            what = rng.random()
+            if what < 0.3 and at < len(line):
+                del line[at : at + rng.randrange(1, 4)]
+            elif what < 0.65:
+                line[at:at] = rng.choice(ALPHABET)
+            else:
+                piece = rng.choice(ALPHABET)
+                line[at : at + len(piece)] = piece
+        out.append(bytes(line))
+    return out
+
+
+def test_the_fast_path_answers_only_what_json_answers():
+    """Whenever simdjson's reading of a line is taken, `json.loads` gives the same text and id; otherwise
+    the line goes down the json path. Thousands of real lines edited at random, many of them malformed."""
+    import simdjson
+
+    parser = simdjson.Parser()
+    taken = 0
+    for line in _mutants(seed=20261205, n=6000):
+        if line[:1] != b"{":
+            continue  # read by json alone
+        fast = readers._fast_fields(parser, memoryview(line), "text", "id")
+        if fast is None:
+            continue
+        taken += 1
+        want = _json_fields(line)
+        assert want is not None, line
+        assert fast[0] == want[0] and type(fast[1]) is type(want[1]) and str(fast[1]) == str(want[1]), line
+    assert taken > 1000  # most lines stay readable by both: the fast path is really exercised
+
+
+@pytest.mark.parametrize("read_bytes", [7, 64, 4096])
+def test_lines_straddling_blocks_give_the_same_documents_and_errors(tmp_path, monkeypatch, read_bytes):
+    """Blocks smaller than a line (the line is put together from pieces), a few lines, many lines: the
+    same documents as one whole read; a bad line's error names the same line and byte offset."""
+    docs = stdlib_texts(5) + pydoc_texts()[:5]
+    lines = [json.dumps({"id": i, "text": t}, ensure_ascii=False) for i, t in docs] + ODD_LINES + ["", "  "]
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(gzip.compress(data, mtime=0))
+    want = [(d.id, d.text, d.loc) for d in readers.read_jsonl(str(path))]
+    monkeypatch.setattr(readers, "READ_BYTES", read_bytes)
+    assert [(d.id, d.text, d.loc) for d in readers.read_jsonl(str(path))] == want
+    assert [(d.id, d.text, d.loc) for d in readers.read_jsonl(str(path), start_after=7)] == want[7:]
+    bad = data + b'{"id": "x", "text": "caf\xe9"}\n'
+    path.write_bytes(gzip.compress(bad, mtime=0))
+    with pytest.raises(
+        OlmaxError, match=rf"s\.jsonl\.gz:{len(lines) + 1}: invalid UTF-8 at byte offset {len(data) + 24} "
+    ):
+        list(readers.read_jsonl(str(path)))
+
+
+def test_mutated_files_read_as_json_reads_them(tmp_path):
+    """Whole files of mutated lines, with --skip-bad-lines: the same documents and bad-line count as
+    reading every line with `json.loads` (the fast path switched off)."""
+    path = tmp_path / "m.jsonl"
+    # what stops prepare rather than being skipped and counted is left out: invalid UTF-8, and a line json
+    # reads as an object without a string text
+    keep = []
+    for ln in _mutants(seed=7, n=3000):
+        ln = ln.replace(b"\n", b" ").replace(b"\r", b" ")  # one line each
+        try:
+            obj = json.loads(ln.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+        except ValueError:
+            keep.append(ln)  # malformed: skipped and counted by both
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            keep.append(ln)
+    path.write_bytes(b"\n".join(keep) + b"\n")
+
+    def read(fast: bool):
+        stats = readers.ReadStats()
+        try:
+            got = [
+                (d.id, d.text, d.loc) for d in readers.read_jsonl(str(path), skip_bad_lines=True, stats=stats)
+            ]
+        except OlmaxError as e:
+            return str(e), stats.bad_lines
+        return got, stats.bad_lines
+
+    fast = read(True)
+    real = readers._fast_fields
+    try:
+        readers._fast_fields = lambda *a: None
+        slow = read(False)
+    finally:
+        readers._fast_fields = real
+    assert fast == slow
+    assert isinstance(fast[0], list) and len(fast[0]) > 500 and fast[1] > 100
+
+
 def test_bad_lines_give_the_same_errors(tmp_path):
     path = tmp_path / "b.jsonl"
     path.write_bytes(b'{"id": "a", "text": "ok"}\n{"id": "b", "text": "\xc3("}\n')
@@ -69,6 +222,10 @@ def test_bad_lines_give_the_same_errors(tmp_path):
     with pytest.raises(
         OlmaxError, match=r"b\.jsonl:2: malformed JSON line \(column 21: a string starts here and never"
     ):
+        list(readers.read_jsonl(str(path)))
+    # a byte-order mark before a line's object: json refuses it (simdjson would skip it)
+    path.write_bytes(b'{"id": "a", "text": "ok"}\n\xef\xbb\xbf{"id": "b", "text": "bom"}\n')
+    with pytest.raises(OlmaxError, match=r"b\.jsonl:2: malformed JSON line \(column 1: unexpected UTF-8 BOM"):
         list(readers.read_jsonl(str(path)))
     gz = tmp_path / "c.jsonl.gz"
     gz.write_bytes(gzip.compress(b'{"id": "a", "text": "ok"}\n' * 2000, mtime=0)[:-30])
