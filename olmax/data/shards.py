@@ -128,6 +128,10 @@ class ShardWriter:
         self.tokens = start
         self.utf8_bytes += utf8_bytes
 
+    def ids(self) -> list[str]:
+        """The document ids added so far, in order."""
+        return [row[2] for row in self._rows]
+
     def _write_error(self, e: OSError) -> OlmaxError:
         """A failed write (disk full, a file-size limit): the temporaries go, the error names the shard."""
         self.abort()

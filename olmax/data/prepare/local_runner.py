@@ -52,6 +52,9 @@ class SourceResult:
     bad_lines: int = 0
     bad_line_examples: list[str] = field(default_factory=list)
     duplicate_ids: dict = field(default_factory=dict)
+    # the xxh3 hashes of the document ids of each shard written by this run (the first pass of
+    # `duplicate_ids`); a shard finished by an earlier run is hashed from its sidecar
+    id_hashes: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -216,7 +219,9 @@ class _SourceWriter:
     def finish(self, pos: tuple[int, int], empty: int, bad_lines: int) -> None:
         """Close the open shard; `pos` = (file index, loc of its last document) is where a resume continues,
         `empty` and `bad_lines` what was skipped before that position (a resume reads what follows again)."""
+        hashes = id_hashes(self.shard.ids())
         info = self.shard.close()
+        self.result.id_hashes[info.path] = hashes
         if self.records is not None:
             self.records.close()
         self.shard = self.records = None
@@ -360,11 +365,29 @@ def _sidecar_ids(out: Path, result: SourceResult):
     return ids
 
 
-def duplicate_ids(ids) -> dict:
+def id_hashes(ids) -> np.ndarray:
+    """The 64-bit xxh3 hash of each document id's UTF-8 bytes."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids), dtype=np.uint64)
+
+
+def _source_id_hashes(out: Path, result: SourceResult) -> np.ndarray:
+    """The id hashes of every shard of a source, in order: kept from writing, or read from the sidecar of a
+    shard an earlier run finished."""
+    parts = [
+        result.id_hashes[s.path]
+        if s.path in result.id_hashes
+        else id_hashes(row.id for row in read_sidecar(out / s.path))
+        for s in result.shards
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def duplicate_ids(ids, hashes: np.ndarray | None = None) -> dict:
     """Document ids that occur more than once within a source (reported, not fatal); `ids()` iterates
-    over them. One pass keeps 8-byte hashes (bounded memory); a second pass names the ids behind
-    repeated hashes."""
-    hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids()), dtype=np.uint64)
+    over them. One pass keeps 8-byte hashes (bounded memory; `hashes`: that pass's result, already made);
+    a second pass names the ids behind repeated hashes."""
+    if hashes is None:
+        hashes = id_hashes(ids())
     uniq, counts = np.unique(hashes, return_counts=True)
     suspect = set(uniq[counts > 1].tolist())
     seen: dict[str, int] = {}
@@ -419,7 +442,7 @@ def prepare_into(
         discard_unstarted(out, journal, created)
         raise
     for r in results:
-        r.duplicate_ids = duplicate_ids(_sidecar_ids(out, r))
+        r.duplicate_ids = duplicate_ids(_sidecar_ids(out, r), _source_id_hashes(out, r))
     return finish_prepare(target, results, t0, decisions)
 
 

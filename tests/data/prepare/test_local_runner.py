@@ -425,6 +425,32 @@ def test_duplicate_ids_are_reported(tmp_path, dolma2, capsys):
     assert dup == {"count": 1, "examples": ["same"]}
 
 
+def test_duplicate_ids_across_a_resume_are_reported_as_without_one(tmp_path, dolma2):
+    """An id written once before a kill (its shard's hashes read back from the sidecar) and again after the
+    rerun (hashed as it is written) is the same duplicate an uninterrupted run reports."""
+    docs = stdlib_texts(12)
+    docs[1] = ("twice", docs[1][1])
+    docs[10] = ("twice", docs[10][1])
+    write_jsonl(tmp_path / "d.jsonl", docs)
+    out = tmp_path / "out"
+    args = ["--tokenizer", dolma2, "--out", str(out), "--shard-size", "64KB", f"src={tmp_path / 'd.jsonl'}"]
+    assert run(*args) == 0
+    want = json.loads((out / "manifest.json").read_text())
+    assert want["sources"]["src"]["duplicate_ids"] == {"count": 1, "examples": ["twice"]}
+    state = json.loads((out / ".olmax-prepare.json").read_text())
+    shards = state["labels"]["src"]["shards"]
+    ids = [[row.id for row in read_sidecar(out / rec["info"]["path"])] for rec in shards]
+    assert "twice" in ids[0] and "twice" in sum(ids[1:], [])  # one before the cut, one after
+    for rec in shards[1:]:
+        Path(out, rec["info"]["path"]).unlink()
+    state["labels"]["src"].update(shards=shards[:1], done=False)
+    (out / ".olmax-prepare.json").write_text(json.dumps(state))
+    for f in (out / "mix.txt", out / "manifest.json"):
+        f.unlink()
+    assert run(*args) == 0
+    assert json.loads((out / "manifest.json").read_text()) == want
+
+
 def test_custom_tokenizer_gets_its_own_folder_and_mix_resolves(tmp_path, dolma2):
     spec = json.loads(open(dolma2).read())
     spec["added_tokens"].append(
