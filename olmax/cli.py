@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # numpy (imported by the parsers' modules) starts OpenBLAS's thread pool, whose threads spin for ~0.12
+    # CPU-seconds after the import; nothing olmax runs on numpy uses BLAS (the model runs on XLA)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
