@@ -428,7 +428,7 @@ def prepare_into(
     target = Target(cfg, out, tok, tok_path, journal)
     for f in (out / "mix.txt", out / "manifest.json"):
         f.unlink(missing_ok=True)  # rewritten at the end of this run; removed first so an error leaves none
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     results = []
     decisions = None
     try:
@@ -443,14 +443,19 @@ def prepare_into(
         raise
     for r in results:
         r.duplicate_ids = duplicate_ids(_sidecar_ids(out, r), _source_id_hashes(out, r))
-    return finish_prepare(target, results, t0, decisions)
+    return finish_prepare(target, results, t0, decisions, cpu0)
 
 
 def finish_prepare(
-    target: Target, results: list[SourceResult], t0: float, decisions: dict | None = None
+    target: Target,
+    results: list[SourceResult],
+    t0: float,
+    decisions: dict | None = None,
+    cpu0: float | None = None,
 ) -> dict:
     """After every source's shards are written (by either runner): warn about duplicate ids, plan the mix,
-    write mix.txt and manifest.json (last: they mark the output complete)."""
+    write mix.txt and manifest.json (last: they mark the output complete). `t0` (time.monotonic) and `cpu0`
+    (time.process_time, when this process did all the work) are when the run began, for its summary line."""
     cfg, out, tok, tok_path, journal = target.cfg, target.out, target.tok, target.tok_path, target.journal
 
     for r in results:
@@ -473,9 +478,14 @@ def finish_prepare(
         manifest["dedup"] = dedup_stages().manifest_entry(decisions)
         dedup_stages().write_removed(out, decisions)
     print(f"olmax: tokenizer engine {tok.engine_reason}", file=sys.stderr)
+    tokens = sum(r.tokens for r in results)
+    cost = ""
+    if cpu0 is not None:  # every thread of this process: reading, tokenizing, writing, hashing
+        cpu = max(time.process_time() - cpu0, 1e-9)
+        cost = f", {cpu:.1f} CPU-s ({tokens / cpu / 1e6:.1f} M tokens per CPU-second)"
     print(
-        f"olmax: prepared {sum(r.tokens for r in results):,} tokens in {sum(r.docs for r in results):,} docs "
-        f"in {time.monotonic() - t0:.1f}s → {storage.join(cfg.out, 'mix.txt')}",
+        f"olmax: prepared {tokens:,} tokens in {sum(r.docs for r in results):,} docs "
+        f"in {time.monotonic() - t0:.1f}s{cost} → {storage.join(cfg.out, 'mix.txt')}",
         file=sys.stderr,
     )
     write_text(out / "mix.txt", mix_text)
