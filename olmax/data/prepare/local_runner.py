@@ -482,7 +482,7 @@ def finish_prepare(
     cost = ""
     if cpu0 is not None:  # every thread of this process: reading, tokenizing, writing, hashing
         cpu = max(time.process_time() - cpu0, 1e-9)
-        cost = f", {cpu:.1f} CPU-s ({tokens / cpu / 1e6:.1f} M tokens per CPU-second)"
+        cost = f", {cpu:.2f} CPU-s ({tokens / cpu / 1e6:.1f} M tokens per CPU-second)"
     print(
         f"olmax: prepared {tokens:,} tokens in {sum(r.docs for r in results):,} docs "
         f"in {time.monotonic() - t0:.1f}s{cost} → {storage.join(cfg.out, 'mix.txt')}",
