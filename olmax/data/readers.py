@@ -187,8 +187,8 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
 
 
 def _fast_fields(parser, line: memoryview, text_field: str, id_field: str) -> tuple[str, object] | None:
-    """(text, id) of a JSON line by simdjson (UTF-8 checked and parsed in one pass, ~2x orjson's speed on
-    Dolma lines: the other fields are validated but never made into Python objects) when that is exactly
+    """(text, id) of a JSON line by simdjson (UTF-8 checked and parsed in one pass; the other fields are
+    validated but never made into Python objects) when that is exactly
     what `json.loads` gives; None sends the line down the json path (which also gives the same errors as
     ever): any simdjson error (NaN, 1e400, integers past 64 bits and lone surrogate escapes are json's
     extensions), a line that is not an object, a key written twice (simdjson finds the first, json keeps
