@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import simdjson
+
 from olmax import storage
 from olmax.errors import OlmaxError
 from olmax.jsonio import json_error
@@ -188,9 +190,8 @@ def _decode_errors() -> tuple[type[BaseException], ...]:
 
 def _fast_fields(parser, line: memoryview, text_field: str, id_field: str) -> tuple[str, object] | None:
     """(text, id) of a JSON line by simdjson (UTF-8 checked and parsed in one pass; the other fields are
-    validated but never made into Python objects) when that is exactly
-    what `json.loads` gives; None sends the line down the json path (which also gives the same errors as
-    ever): any simdjson error (NaN, 1e400, integers past 64 bits and lone surrogate escapes are json's
+    validated but never made into Python objects) when that is exactly what `json.loads` gives; None sends
+    the line down the json path (which also gives the same errors as ever): any simdjson error (NaN, 1e400, integers past 64 bits and lone surrogate escapes are json's
     extensions), a line that is not an object, a key written twice (simdjson finds the first, json keeps
     the last), a text that is not a string, an id that is a float, an array or an object. The caller makes
     sure the line starts with `{` (simdjson skips a byte-order mark, json refuses it)."""
@@ -198,7 +199,7 @@ def _fast_fields(parser, line: memoryview, text_field: str, id_field: str) -> tu
         obj = parser.parse(line)
     except Exception:  # noqa: BLE001 - whatever simdjson refuses, json decides (and names the error)
         return None
-    if not isinstance(obj, _simdjson().Object):
+    if not isinstance(obj, simdjson.Object):
         return None
     keys = list(obj.keys())
     if len(set(keys)) != len(keys):
@@ -207,12 +208,6 @@ def _fast_fields(parser, line: memoryview, text_field: str, id_field: str) -> tu
     if not isinstance(text, str) or not (doc_id is None or isinstance(doc_id, str | int)):
         return None  # (bool is an int: str(True) is json's "True" too)
     return text, doc_id
-
-
-def _simdjson():
-    import simdjson
-
-    return simdjson
 
 
 def _jsonl_lines(path: str, start_after: int = 0) -> Iterator[tuple[int, int, bytes, int, int]]:
@@ -300,7 +295,7 @@ def read_jsonl(
     base = os.path.basename(path)
     fix = "fix it or pass --skip-bad-lines to skip and count such lines"
     stats = stats if stats is not None else ReadStats()
-    parser = _simdjson().Parser()
+    parser = simdjson.Parser()
     view_of, view = None, memoryview(b"")
     for lineno, line_offset, buf, start, end in _jsonl_lines(path, start_after):
         fields = None
