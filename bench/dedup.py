@@ -330,6 +330,30 @@ def write_kept(files: list[Path], removed: set[str], folder: Path) -> list[Path]
     return out
 
 
+def stage_alone(with_stage: list[float], without: list[float]) -> list[float] | None:
+    """Each round's CPU seconds of a stage alone (the run with it minus the run without it, same round), or
+    None where the difference is lost in the noise: a round at or below zero, or the smallest difference
+    no bigger than the two sides' spreads over the rounds together. A ratio to such a difference would
+    be noise (negative, or tens of times off), so the benchmark says so instead of publishing it."""
+    alone = [a - b for a, b in zip(with_stage, without, strict=True)]
+    noise = (max(with_stage) - min(with_stage)) + (max(without) - min(without))
+    if min(alone) <= 0 or min(alone) <= noise:
+        return None
+    return alone
+
+
+def unresolved(rec: Record, stage: str, with_stage: list[float], without: list[float]) -> str:
+    """Note in the record why a stage has no figure; the line to print."""
+    rec.note(f"unresolved_{stage}", {"with_cpu_s": with_stage, "without_cpu_s": without})
+    return (
+        f"n/a ({stage} alone is within the rounds' noise at this size: with it "
+        + ", ".join(f"{t:.2f}" for t in with_stage)
+        + " CPU-s, without "
+        + ", ".join(f"{t:.2f}" for t in without)
+        + "; use a bigger input, e.g. --filler-mb 96)"
+    )
+
+
 def stage_figures(
     rec: Record,
     cpu: dict[str, list[float]],
@@ -337,21 +361,24 @@ def stage_figures(
     peers: list[str],
     mb: float,
     docs: int,
+    minhash: list[float] | None,
 ) -> None:
     """The record's per-stage figures, one value a round: olmax's plain prepare and each dedup stage alone
-    (its prepare minus the plain prepare of the same round), the memory each stage holds above plain
-    prepare, each peer's own stage timers and peak, and the Dolma 3 pool estimate at 4 KB a document."""
+    (its prepare minus the plain prepare of the same round; `minhash` is that stage's, None when it was
+    lost in the noise), the memory each stage holds above plain prepare, each peer's own stage timers and
+    peak, and the Dolma 3 pool estimate at 4 KB a document (only when every stage run was resolved)."""
     text_bytes = mb * 1e6
     plain = cpu["olmax plain"]
     rec.timings("prepare_plain", "olmax", plain, "s", PROCESS_CPU)
     rec.figure("olmax_plain_mb_per_cpu_s", [mb / t for t in plain], "MB/CPU-s", about="read, tokenize, write")
-    alone = {
-        "minhash": [a - b for a, b in zip(cpu["olmax minhash"], cpu["olmax plain of kept"], strict=True)]
-    }
+    alone: dict[str, list[float] | None] = {"minhash": minhash}
     for stage in ("exact", "substring"):
         if f"olmax {stage}" in cpu:
             rec.timings(f"prepare_{stage}", "olmax", cpu[f"olmax {stage}"], "s", PROCESS_CPU)
-            alone[stage] = [max(a - b, 1e-9) for a, b in zip(cpu[f"olmax {stage}"], plain, strict=True)]
+            alone[stage] = stage_alone(cpu[f"olmax {stage}"], plain)
+            if alone[stage] is None:
+                print(f"  olmax {stage} stage: {unresolved(rec, stage, cpu[f'olmax {stage}'], plain)}")
+                continue
             rec.figure(
                 f"olmax_{stage}_mb_per_cpu_s",
                 [mb / t for t in alone[stage]],
@@ -387,6 +414,8 @@ def stage_figures(
                 about=f"{tool}'s own timer of its {stage} stage"
                 + (" (its tasks' seconds summed)" if clock == "task_s" else ""),
             )
+    if any(v is None for v in alone.values()):
+        return
     per_byte = 4000.0 / text_bytes / 3600  # vCPU-hours per CPU-second measured, per document of 4 KB
     total = [0.0] * len(plain)
     for stage, n in POOL_DOCS:
@@ -412,10 +441,10 @@ def like_for_like(
     peers: list[str],
     mb: float,
     docs: int,
-) -> dict | None:
+) -> str | None:
     """The record: olmax's MinHash stage as `prepare --dedup minhash` minus a plain prepare of the documents
     it keeps, against each peer's whole pipeline, every side a whole process tree in CPU seconds, `--reps`
-    interleaved rounds. Returns the rensa ratio's figure (None without rensa)."""
+    interleaved rounds. Returns the rensa ratio as printed, or why there is none (None without rensa)."""
     rec = Record(args.record, argv=argv, smoke=args.smoke, results=args.results)
     rec.side(
         "olmax",
@@ -458,13 +487,11 @@ def like_for_like(
     for tool in peers:
         fns[tool] = side(tool, lambda tool=tool: run_peer(tool, files, work, args.workers, corpus))
     cpu = interleaved(fns, reps=args.reps)
-    stage = [a - b for a, b in zip(cpu["olmax minhash"], cpu["olmax plain of kept"], strict=True)]
+    stage = stage_alone(cpu["olmax minhash"], cpu["olmax plain of kept"])
     rec.timings("prepare_minhash", "olmax", cpu["olmax minhash"], "s", PROCESS_CPU)
     rec.timings("prepare_plain_of_kept", "olmax", cpu["olmax plain of kept"], "s", PROCESS_CPU)
-    olmax_rate = rec.figure(
-        "olmax_mb_per_cpu_s", [mb / t for t in stage], "MB/CPU-s", about="the MinHash stage alone"
-    )
-    stage_figures(rec, cpu, runs, peers, mb, docs)
+    print(f"\nlike for like, {args.reps} interleaved rounds, every side {PROCESS_CPU}, {mb:.2f} MB:")
+    stage_figures(rec, cpu, runs, peers, mb, docs, stage)
     rec.note(
         "input",
         {
@@ -475,27 +502,40 @@ def like_for_like(
             "seed": args.seed,
         },
     )
-    print(f"\nlike for like, {args.reps} interleaved rounds, every side {PROCESS_CPU}, {mb:.2f} MB:")
+    if stage is None:
+        olmax_rate = unresolved(rec, "minhash", cpu["olmax minhash"], cpu["olmax plain of kept"])
+    else:
+        olmax_rate = format_figure(
+            rec.figure(
+                "olmax_mb_per_cpu_s", [mb / t for t in stage], "MB/CPU-s", about="the MinHash stage alone"
+            ),
+            2,
+        )
     print(
         f"  olmax minhash stage (prepare --dedup minhash minus a plain prepare of the documents it keeps, "
-        f"{len(removed):,} removed): {format_figure(olmax_rate, 2)}"
+        f"{len(removed):,} removed): {olmax_rate}"
     )
     rensa = None
     for tool in peers:
         rec.side(tool, version=peer_version(tool), setting=runs[tool][0].setting)
         rec.timings("pipeline", tool, cpu[tool], "s", PROCESS_CPU)
         rate = rec.figure(f"{tool}_mb_per_cpu_s", [mb / t for t in cpu[tool]], "MB/CPU-s")
-        ratio = rec.figure(
-            f"ratio_{tool}",
-            pairwise_ratio(cpu[tool], stage),
-            "x",
-            about=f"{tool} CPU-s / olmax stage CPU-s, same round",
-        )
+        if stage is None:
+            ratio = olmax_rate
+        else:
+            ratio = format_figure(
+                rec.figure(
+                    f"ratio_{tool}",
+                    pairwise_ratio(cpu[tool], stage),
+                    "x",
+                    about=f"{tool} CPU-s / olmax stage CPU-s, same round",
+                )
+            )
         score = runs[tool][0].score
         ours = runs["olmax minhash"][0].score
         rec.note(f"{tool}_decisions", {**quality_note(score), "olmax": quality_note(ours)})
         print(
-            f"  {tool}: {format_figure(rate, 2)}; olmax/{tool} = {format_figure(ratio)} (removals {score.removals}, false {score.false_removals}; olmax {ours.removals}, false {ours.false_removals})"
+            f"  {tool}: {format_figure(rate, 2)}; olmax/{tool} = {ratio} (removals {score.removals}, false {score.false_removals}; olmax {ours.removals}, false {ours.false_removals})"
         )
         if tool == "rensa":
             rensa = ratio
@@ -640,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             mb,
             docs,
         )
-    ratio = format_figure(rensa) if rensa else "n/a (rensa not run like for like)"
+    ratio = rensa or "n/a (rensa not run like for like)"
     print(f"dedup minhash MB per CPU-s olmax/rensa = {ratio}")
     failed = bool(cal.goals(minhash.score)) if minhash.score else True
     return 1 if failed else 0

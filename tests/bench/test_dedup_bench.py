@@ -27,6 +27,7 @@ def load(name: str):
 
 
 dc = load("dedup_corpus")
+bench_dedup = load("dedup")
 
 
 def small_corpus():
@@ -127,6 +128,18 @@ def run(script: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_a_stage_within_the_rounds_noise_gets_no_figure():
+    # 5 CPU-s against rounds that agree to a fifth of a second: each round's difference
+    assert bench_dedup.stage_alone([7.6, 7.2, 7.6], [2.3, 2.2, 2.4]) == pytest.approx([5.3, 5.0, 5.2])
+    # one round below zero: a ratio to it would be negative
+    assert bench_dedup.stage_alone([3.1, 2.9], [3.0, 3.0]) is None
+    # every round positive but smaller than the spreads: a ratio to it would be tens of times off
+    assert bench_dedup.stage_alone([3.3, 3.0], [3.0, 2.8]) is None
+    # one round: only the sign can be checked
+    assert bench_dedup.stage_alone([3.1], [3.0]) == pytest.approx([0.1])
+    assert bench_dedup.stage_alone([2.9], [3.0]) is None
+
+
 @pytest.mark.slow
 def test_calibration_tiny_runs_olmax_and_meets_the_goals(tmp_path):
     proc = run(
@@ -166,11 +179,22 @@ def test_dedup_bench_tiny_olmax_side(tmp_path):
         "olmax.prepare_substring",
     }
     figs = rec["figures"]
-    assert figs["olmax_mb_per_cpu_s"]["n"] == 1
-    for name in ("plain", "exact", "substring"):
-        assert figs[f"olmax_{name}_mb_per_cpu_s"]["median"] > 0
-    stages = sum(figs[f"pool_{s}_vcpu_h"]["median"] for s in ("exact", "minhash", "substring"))
-    assert figs["pool_dedup_vcpu_h"]["median"] == pytest.approx(stages)
+    assert figs["olmax_plain_mb_per_cpu_s"]["median"] > 0
+    # at this size a stage may be lost in the noise: then it has no figure and the note says why
+    stage_figure = {"minhash": "olmax_mb_per_cpu_s", "exact": "olmax_exact_mb_per_cpu_s"}
+    stage_figure["substring"] = "olmax_substring_mb_per_cpu_s"
+    for stage, name in stage_figure.items():
+        note = rec["notes"].get(f"unresolved_{stage}")
+        assert (name in figs) != (note is not None), stage
+        if note is None:
+            assert figs[name]["n"] == 1 and figs[name]["median"] > 0
+        else:
+            assert bench_dedup.stage_alone(note["with_cpu_s"], note["without_cpu_s"]) is None
+    if "pool_dedup_vcpu_h" in figs:
+        stages = sum(figs[f"pool_{s}_vcpu_h"]["median"] for s in ("exact", "minhash", "substring"))
+        assert figs["pool_dedup_vcpu_h"]["median"] == pytest.approx(stages)
+    else:
+        assert any(k.startswith("unresolved_") for k in rec["notes"])
 
 
 @pytest.mark.slow
@@ -195,8 +219,16 @@ def test_dedup_bench_tiny_with_peers(tmp_path):
     for tool in ("datatrove", "rensa", "datasketch", "rensa no check"):
         assert re.search(rf"^{tool} +\d", proc.stdout, re.M), tool
     last = proc.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx \(\d+\.\d–\d+\.\d\)", last), last
     rec = json.loads((tmp_path / "dedup.json").read_text())
+    if "unresolved_minhash" in rec["notes"]:  # the stage lost in the noise at this size: no ratio at all
+        assert re.fullmatch(
+            r"dedup minhash MB per CPU-s olmax/rensa = n/a \(minhash alone is within .*\)", last
+        )
+        assert not any(k.startswith("ratio_") for k in rec["figures"])
+        note = rec["notes"]["unresolved_minhash"]
+        assert bench_dedup.stage_alone(note["with_cpu_s"], note["without_cpu_s"]) is None
+        return
+    assert re.fullmatch(r"dedup minhash MB per CPU-s olmax/rensa = \d+\.\dx \(\d+\.\d–\d+\.\d\)", last), last
     for tool in (
         "datatrove",
         "rensa",
