@@ -162,14 +162,24 @@ def with_eos(ids: np.ndarray, offsets: np.ndarray, add_eos: np.ndarray, eos: int
     return out
 
 
+# CPython's own UTF-8 form of a str, made once and kept with the str: the engine reads the same one
+_as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+_as_utf8.restype = ctypes.c_void_p
+_as_utf8.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
+
+
 def utf8_length(text: str, doc: readers.Doc) -> int:
-    """The UTF-8 size of a document's text; a lone surrogate (not valid Unicode) is an error naming it."""
+    """The UTF-8 size of a document's text; a lone surrogate (not valid Unicode) is an error naming it.
+    A non-ASCII text's size comes from the UTF-8 copy CPython keeps with the str, which the engine then
+    reads instead of encoding the text a second time."""
     if text.isascii():
         return len(text)
+    size = ctypes.c_ssize_t()
     try:
-        return len(text.encode("utf-8"))
+        _as_utf8(text, ctypes.byref(size))
     except UnicodeEncodeError as e:
         raise OlmaxError(
             f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
             f"character {e.start} (not valid Unicode); fix the escape in the JSON"
         ) from None
+    return size.value
