@@ -178,8 +178,13 @@ def utf8_length(text: str, doc: readers.Doc) -> int:
     try:
         _as_utf8(text, ctypes.byref(size))
     except UnicodeEncodeError as e:
-        raise OlmaxError(
-            f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
-            f"character {e.start} (not valid Unicode); fix the escape in the JSON"
-        ) from None
+        raise lone_surrogate(doc, e) from None
     return size.value
+
+
+def lone_surrogate(doc: readers.Doc, e: UnicodeEncodeError) -> OlmaxError:
+    """The error for a document whose text holds a lone surrogate (`e`: its UTF-8 encoding's failure)."""
+    return OlmaxError(
+        f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+        f"character {e.start} (not valid Unicode); fix the escape in the JSON"
+    )

@@ -32,7 +32,7 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.data.prepare.batches import read_batches, return_freed_arrays
+from olmax.data.prepare.batches import lone_surrogate, read_batches, return_freed_arrays
 from olmax.data.prepare.config import DedupSettings, PrepareConfig
 from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
@@ -40,7 +40,6 @@ from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled, remove_sta
 from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import NORMALIZATION, text_shingles
 from olmax.dedup.substring import cut, repeated_spans
-from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
 
 REMOVED_FILE = DEDUP_RECORD
@@ -62,10 +61,7 @@ def utf8(doc: readers.Doc) -> bytes:
     try:
         return doc.text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise OlmaxError(
-            f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
-            f"character {e.start} (not valid Unicode); fix the escape in the JSON"
-        ) from None
+        raise lone_surrogate(doc, e) from None
 
 
 def _documents(cfg: PrepareConfig, files: dict[str, list[str]]):

@@ -365,9 +365,14 @@ def _sidecar_ids(out: Path, result: SourceResult):
     return ids
 
 
+def _id_hash(doc_id: str) -> int:
+    """The 64-bit xxh3 hash of a document id's UTF-8 bytes."""
+    return xxhash.xxh3_64_intdigest(doc_id.encode("utf-8"))
+
+
 def id_hashes(ids) -> np.ndarray:
-    """The 64-bit xxh3 hash of each document id's UTF-8 bytes."""
-    return np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids), dtype=np.uint64)
+    """`_id_hash` of each document id."""
+    return np.fromiter(map(_id_hash, ids), dtype=np.uint64)
 
 
 def _source_id_hashes(out: Path, result: SourceResult) -> np.ndarray:
@@ -393,7 +398,7 @@ def duplicate_ids(ids, hashes: np.ndarray | None = None) -> dict:
     seen: dict[str, int] = {}
     if suspect:
         for i in ids():
-            if xxhash.xxh3_64_intdigest(i.encode("utf-8")) in suspect:
+            if _id_hash(i) in suspect:
                 seen[i] = seen.get(i, 0) + 1
     dups = sorted(i for i, n in seen.items() if n > 1)
     return {"count": len(dups), "examples": dups[:10]}
