@@ -1,9 +1,9 @@
 """The project's files say what the code does, never how it was made: no sessions, issue numbers or loans.
 
 A reader of the README, docs/, the package, the tests or the benchmarks needs what holds now and the
-command that shows it; "issue 35 asked for", "the issue measured", "no GPU has been lent" or "load from
-other sessions" are notes about the work, not about olmax. The matcher is tested on bad and good lines
-below, so a pattern that stops matching fails here too.
+command that shows it; wording about tickets, the work's past or who measured what is about the work,
+not about olmax. The matcher is tested on bad and good lines below (the examples of each pattern), so a
+pattern that stops matching fails here too.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ SELF = Path(__file__).resolve()
 
 # Each pattern is wording about the work's history; `HISTORY.search(line)` is a hit.
 PATTERNS = (
-    r"\bissues?\s*#?\d+",  # "issue 35", "issues 7 and 9", "issue #12"
-    r"\(#\d+\)",  # "(#35)"
-    r"\b(?:the|this|that|an earlier|a later)\s+issue\b",  # "the issue measured", "this issue asks"
+    r"\bissues?\s*#?\d+",
+    r"\(#\d+\)",
+    r"\b(?:the|this|that|an earlier|a later)\s+issue\b",
     r"\bissue's\b",
     r"\bfiled by\b",
-    r"\blent\b",  # "no GPU has been lent"
-    r"\bsessions?\b",  # "other sessions", "helper session" (pytest's scope="session" is allowed below)
+    r"\blent\b",
+    r"\bsessions?\b",  # pytest's fixture scope and Session object are allowed below
     r"\bhelpers?\s+(?:ran|wrote|measured|found|sessions?)\b",
     r"\bthe lead\b",
 )
