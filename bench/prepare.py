@@ -7,8 +7,10 @@ What it does, in one run:
      has files to take;
   2. runs, interleaved (A B C A B C ...), `dolma tokens` (dolma==1.2.1 in its own venv, built by
      bench/setup_dolma.sh when missing) with `--workers` processes, `olmax data prepare --dolma-compat`
-     at each of `--olmax-workers`, and the tokenizer engine prepare chose, alone, on the very texts
-     prepare tokenizes (bench/engine_ceiling.py: no JSON, no decompression, no shards: the ceiling);
+     at each of `--olmax-workers`, the tokenizer engine prepare chose, alone, on the very texts
+     prepare tokenizes (bench/engine_ceiling.py: no JSON, no decompression, no shards: the ceiling),
+     prepare's reader alone, and prepare's own pieces called one after the other in a bare loop
+     (bench/engine_ceiling.py --pieces: the same shard bytes with nothing of prepare around them);
      every side is one process tree timed the same way (CPU and wall seconds, start to exit); past
      start-up, prepare's own CPU-seconds from its tokenizer's load to its manifest (its summary line:
      `time.process_time`, every thread) are set against the engine's encode calls (the same clock);
@@ -399,6 +401,17 @@ def run_reader(corpus: Corpus, dst: Path) -> tuple[Timing, dict]:
     return t, json.loads(out.read_text())
 
 
+def run_pieces(corpus: Corpus, dst: Path) -> tuple[Timing, dict]:
+    """prepare's own pieces in one bare loop on the corpus files, as its own process
+    (bench/engine_ceiling.py --pieces): the least a pipeline made of them spends."""
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    out = dst / "pieces.json"
+    cmd = [sys.executable, str(REPO / "bench" / "engine_ceiling.py"), "--pieces", corpus.glob, str(out)]
+    t = _run_timed("prepare's pieces in a bare loop", cmd, dst / "pieces.log")
+    return t, json.loads(out.read_text())
+
+
 def same_bytes(a: Path, b: Path) -> list[str]:
     """Relative paths whose bytes differ between two prepare outputs (or exist in one only): every file,
     the manifest (prepare writes no timing into it) and the resume journal included."""
@@ -695,6 +708,14 @@ def main(argv: list[str] | None = None) -> int:
         return t
 
     sides["reader"] = timed("reader", reader)
+    pieces_info: list[dict] = []
+
+    def pieces() -> Timing:
+        t, info = run_pieces(corpus, run_dir / "pieces")
+        pieces_info.append(info)
+        return t
+
+    sides["pieces"] = timed("pieces", pieces)
     print(f"{reps} interleaved rounds of {', '.join(sides)}; load average before: {os.getloadavg()[0]:.1f}")
     interleaved(sides, reps=reps)
 
@@ -712,6 +733,19 @@ def main(argv: list[str] | None = None) -> int:
     if any(r["tokens"] != tokens for r in runs):
         print(f"the engine alone made {runs[0]['tokens']:,} tokens, prepare {tokens:,}: not the same texts")
         failed = True
+    shards = [
+        s
+        for src in json.loads((first / "manifest.json").read_text())["sources"].values()
+        for s in src["shards"]
+    ]
+    for info in pieces_info:
+        same = info["tokens"] == tokens and (len(shards) != 1 or info["xxh64"] == shards[0]["xxh64"])
+        if not same:
+            print(
+                f"prepare's pieces in a bare loop wrote {info['tokens']:,} tokens (xxh64 {info['xxh64']}), "
+                f"prepare {tokens:,}: not prepare's work"
+            )
+            failed = True
     beam_line = None
     if args.beam_options:
         beam_dst = run_dir / "olmax-beam"
@@ -781,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     per_cpu: dict[str, list[float]] = {}
     for name, ts in timings.items():
         side = "dolma" if name == "dolma" else "engine" if name == "engine" else "olmax"
-        if name == "reader":
+        if name in ("reader", "pieces"):
             rec.timings(f"{name}.cpu", side, [t.cpu_s for t in ts], "s", TREE_CPU)
             continue
         n = dolma_side.tokens if name == "dolma" else tokens
@@ -805,6 +839,16 @@ def main(argv: list[str] | None = None) -> int:
         "calls, same round: what reading costs before any token",
     )
     lines.append(f"reader alone / engine encode calls, CPU seconds: {format_figure(fig, 2)}")
+    rec.timings("pieces.run", "olmax", [r["warm_cpu_s"] for r in pieces_info], "s", WARM_CPU)
+    fig = rec.figure(
+        "pieces_over_engine_encode",
+        [e["warm_cpu_s"] / r["warm_cpu_s"] for r, e in zip(pieces_info, runs)],
+        "x",
+        about="prepare's own pieces in one bare loop on one thread (bench/engine_ceiling.py --pieces: read, "
+        "parse, strip, encode, EOS, write, xxh64, sidecar; the same shard bytes), the engine's encode CPU "
+        "seconds over theirs, same round: the best ratio a pipeline made of these pieces can show",
+    )
+    lines.append(f"prepare's pieces in a bare loop / engine encode calls: {format_figure(fig, 2)}")
     for name in per_cpu:
         lines.append(
             f"{name}: {format_figure(rec.data['figures'][name.replace('-', '_') + '_tokens_per_cpu_s'])}"
@@ -842,6 +886,16 @@ def main(argv: list[str] | None = None) -> int:
             "alone (both time.process_time inside the process)",
         )
         lines.append(f"olmax --workers {w} start-up excluded / engine encode calls: {format_figure(fig, 2)}")
+        fig = rec.figure(
+            f"olmax_w{w}_steady_over_pieces",
+            [r["warm_cpu_s"] / t.run_cpu_s for r, t in zip(pieces_info, timings[key])],
+            "x",
+            about="start-up excluded, same round: the bare loop of prepare's pieces, CPU seconds, over "
+            "prepare's (what prepare's threads, queues, journal and checks cost or save)",
+        )
+        lines.append(
+            f"olmax --workers {w} start-up excluded / its pieces in a bare loop: {format_figure(fig, 2)}"
+        )
         if not args.skip_dolma:
             fig = rec.figure(f"olmax_w{w}_over_dolma", pairwise_ratio(per_cpu[key], per_cpu["dolma"]), "x")
             lines.append(f"olmax --workers {w} / dolma, per CPU-s: {format_figure(fig)}")
