@@ -100,6 +100,99 @@ def local_tokens(path: str) -> Iterator[tuple[str, np.ndarray]]:
         yield local, tokens
 
 
+# direct I/O (Linux's O_DIRECT): a shard's bytes go from a reused buffer to the disk, not through the page cache
+DIRECT_ALIGN = 4096  # what every device's logical block size divides
+DIRECT_BUFFER = 8 << 20
+direct_io = hasattr(os, "O_DIRECT")  # False: every shard is written through the page cache (tests set it)
+
+
+class _DirectFile:
+    """A new file written with O_DIRECT: bytes gather in a page-aligned buffer and go to the disk in whole
+    blocks, the last one padded and cut back by `ftruncate` at `flush()`. Skipping the page cache saves the
+    kernel's copy of every byte (a tenth of prepare's CPU) and keeps a many-GB shard from pushing everything
+    else out of the cache. `open()` gives None where the filesystem refuses O_DIRECT (tmpfs, say)."""
+
+    def __init__(self, fd: int):
+        import mmap
+
+        self._fd = fd
+        self._buf = mmap.mmap(-1, DIRECT_BUFFER)
+        self._view = memoryview(self._buf)
+        self._fill = 0
+        self._size = 0  # bytes on disk
+
+    @classmethod
+    def open(cls, path: Path) -> _DirectFile | None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                return None
+            raise
+        f = cls(fd)
+        try:  # a filesystem may take the flag at open and refuse the first write
+            with f._view[:DIRECT_ALIGN] as block:  # (released even on an error: the buffer can close)
+                os.write(fd, block)
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError as e:
+            f.close()
+            if e.errno == errno.EINVAL:
+                return None
+            raise
+        return f
+
+    def write(self, data) -> None:
+        data = memoryview(data).cast("B")
+        while len(data):
+            n = min(len(data), DIRECT_BUFFER - self._fill)
+            self._view[self._fill : self._fill + n] = data[:n]
+            self._fill += n
+            data = data[n:]
+            if self._fill == DIRECT_BUFFER:
+                self._put(DIRECT_BUFFER)
+
+    def _put(self, n: int) -> None:
+        done = 0
+        while done < n:
+            with self._view[done:n] as block:
+                done += os.write(self._fd, block)
+        self._size += n
+        rest = self._fill - n
+        self._view[:rest] = self._view[n : self._fill]
+        self._fill = rest
+
+    def flush(self) -> None:
+        """Everything written onto the disk (the last block padded, then the file cut to its size)."""
+        if self._fill:
+            size = self._size + self._fill
+            padded = -(-self._fill // DIRECT_ALIGN) * DIRECT_ALIGN
+            self._view[self._fill : padded] = bytes(padded - self._fill)
+            self._fill = padded
+            self._put(padded)
+            os.ftruncate(self._fd, size)
+            self._size = size
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._view.release()
+        self._buf.close()
+
+
+def _open_tokens(path: Path):
+    """A new token file for writing: direct I/O where the system and filesystem allow it, else buffered."""
+    if direct_io:
+        f = _DirectFile.open(path)
+        if f is not None:
+            return f
+    return open(path, "wb")
+
+
 class ShardWriter:
     """Appends documents to one shard; `close()` renames the finished files into place."""
 
@@ -107,7 +200,7 @@ class ShardWriter:
         self.path, self.root = path, root
         self.tmp = path.with_name(path.name + ".tmp")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.tmp, "wb")
+        self._f = _open_tokens(self.tmp)
         self._hash = xxhash.xxh64()
         self._rows: list[tuple[int, int, str, str, int]] = []
         self.tokens = 0
