@@ -1,5 +1,6 @@
-"""An installed wheel (not the editable checkout) finds its presets from any folder: the OLMo 3 recipes and
-`tiny` ship as package data, so `olmax train --config tiny` works after a plain `pip install`."""
+"""An installed wheel (not the editable checkout) finds its presets from any folder (the OLMo 3 recipes and
+`tiny` ship as package data, so `olmax train --config tiny` works after a plain `pip install`) and carries
+prepare's compiled JSON-lines reader, built from setup.py."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ try:
     find_config("no_such_preset")
 except OlmaxError as e:
     out["unknown"] = str(e)
+from olmax.data import readers
+out["compiled_reader"] = readers.native_jsonl is not None and readers.native_jsonl.__file__
 print(json.dumps(out))
 """
 
@@ -40,8 +43,10 @@ def installed(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     # a copy, so a stale build/ of the checkout cannot hide a file the wheel would miss
-    shutil.copytree(REPO / "olmax", src / "olmax", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md"):
+    shutil.copytree(
+        REPO / "olmax", src / "olmax", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+    )
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
@@ -78,6 +83,8 @@ def test_installed_wheel_loads_every_preset_from_root(installed):
         assert Path(path).is_relative_to(installed) and Path(path).name == f"{name}.yaml"
         assert run_name and seq_len > 0
     assert out["configs"]["tiny"][2] == "tiny"
+    # prepare's compiled JSON-lines reader is built into the wheel (this machine has a C compiler)
+    assert out["compiled_reader"] and out["compiled_reader"].startswith(str(installed)), out
     assert out["configs"]["olmo3_7b_stage1"][2].startswith("olmo3_7b")
     # the error for an unknown name lists what the wheel ships, not an empty list
     assert all(name in out["unknown"] for name in PRESETS), out["unknown"]

@@ -19,11 +19,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import simdjson
 
 from olmax import storage
 from olmax.errors import OlmaxError
 from olmax.jsonio import json_error
+
+try:  # prepare's compiled JSON-lines reader (olmax/data/_jsonl.c), built by `pip install` where a C compiler is
+    from olmax.data import _jsonl as native_jsonl
+except ImportError:  # none: every line is read by simdjson / json.loads, with the same documents and errors
+    native_jsonl = None
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".json")
 TABLE_SUFFIXES = (".arrow", ".parquet")
@@ -210,6 +216,158 @@ def _fast_fields(parser, line: memoryview, text_field: str, id_field: str) -> tu
     return text, doc_id
 
 
+@dataclass
+class Utf8Docs:
+    """Documents of a stretch of one jsonl file with their texts as UTF-8, back to back: `docs[i]`'s text is
+    `utf8[offsets[i]:offsets[i + 1]]` (its `Doc.text` is "" and never read), followed by the end-of-text
+    token's text where `eos[i]` (see `read_jsonl_utf8`); `bad[i]` is the bad lines the reader had counted
+    when it read `docs[i]`."""
+
+    docs: list[Doc]
+    bad: list[int]
+    utf8: bytes
+    offsets: np.ndarray
+    eos: np.ndarray  # bool, one per document
+
+
+def corrupt_stream(path: str, lineno: int, offset: int, e: BaseException) -> OlmaxError:
+    return OlmaxError(
+        f"{path}: corrupt or truncated {path.rsplit('.', 1)[-1]} data after line {lineno}, "
+        f"at byte offset {offset} of the decompressed stream ({e}); re-download or "
+        "re-compress the file"
+    )
+
+
+def lone_surrogate(doc: Doc, e: UnicodeEncodeError) -> OlmaxError:
+    """The error for a document whose text holds a lone surrogate (`e`: its UTF-8 encoding's failure)."""
+    return OlmaxError(
+        f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
+        f"character {e.start} (not valid Unicode); fix the escape in the JSON"
+    )
+
+
+def read_jsonl_utf8(
+    path: str,
+    text_field: str = "text",
+    id_field: str = "id",
+    skip_bad_lines: bool = False,
+    start_after: int = 0,
+    stats: ReadStats | None = None,
+    strip: bool = False,
+    eos: bytes = b"",
+    eos_once: bool = False,
+) -> Iterator[Utf8Docs]:
+    """`read_jsonl`'s documents (the same ids, locs, texts, skipped lines and errors), with their texts as
+    UTF-8 (`str.strip()`ped when `strip`) and no Python string per text, a block of the file at a time: the
+    compiled reader (`native_jsonl`, which must be there) reads every line it can read exactly as
+    `json.loads` would and hands back the others, which `json.loads` reads here as in `read_jsonl`. A text
+    with a lone surrogate escape (not valid Unicode) is an error naming it.
+
+    `eos`: the end-of-text token's text, written after every non-empty text (`eos_once`: not after one that
+    ends with it already) so that the engine gives each document's tokens with EOS in one piece."""
+    base = os.path.basename(path)
+    fix = "fix it or pass --skip-bad-lines to skip and count such lines"
+    stats = stats if stats is not None else ReadStats()
+    rule = (2 if eos_once else 1) if eos else 0
+    keys = (text_field.encode("utf-8"), id_field.encode("utf-8"))
+    lineno, offset, head = 0, 0, b""  # lines read, their decompressed bytes, a line begun and not ended
+    with _open_binary(path) as f:
+        while True:
+            try:
+                block = f.read(READ_BYTES)
+            except _decode_errors() as e:
+                raise corrupt_stream(path, lineno, offset, e) from None
+            # read up to the block's last newline; at the end of the file, what is left (a last line
+            # with no newline)
+            last = block.rfind(b"\n") + 1
+            if block and not last:
+                head += block  # a line longer than the block
+                continue
+            start = 0
+            while lineno < start_after and (head or start < last):  # a resumed run skips what it wrote
+                nl = block.find(b"\n", start, last)
+                end = nl + 1 if nl >= 0 else last
+                offset += len(head) + end - start
+                lineno, head, start = lineno + 1, b"", end
+            if head or start < last:
+                texts, ends, items, added = native_jsonl.scan(
+                    block, start, last, head, *keys, strip, eos, rule
+                )
+                yield from _utf8_docs(
+                    path,
+                    base,
+                    fix,
+                    lineno,
+                    offset,
+                    (texts, ends, items, added),
+                    stats,
+                    (strip, eos, rule),
+                    text_field,
+                    id_field,
+                    skip_bad_lines,
+                )
+                lineno += len(items)
+                offset += len(head) + last - start
+            if not block:
+                return
+            head = block[last:]
+
+
+def _utf8_docs(
+    path, base, fix, lineno, offset, scanned, stats, how, text_field, id_field, skip_bad_lines
+) -> Iterator[Utf8Docs]:
+    """The documents of one `native_jsonl.scan` (`scanned`: what it returned; its lines start after line
+    `lineno`, at decompressed byte `offset`; `how`: strip, eos, eos rule as passed to it); the lines it handed
+    back are read by json.loads, as `read_jsonl` reads them."""
+    texts, ends, items, added = scanned
+    strip, eos, rule = how
+    docs, bad = [], []
+    others: dict[int, tuple[bytes, bool]] = {}  # a document read by json.loads: place in `docs` → UTF-8, EOS
+    for n, item in enumerate(items, lineno + 1):
+        if type(item) is not tuple:
+            docs.append(Doc(f"{base}:{n}" if item is None else item, "", path, n))
+            bad.append(stats.bad_lines)
+            continue
+        pos, raw = item
+        obj = _json_object(path, n, offset + pos, raw, fix, skip_bad_lines, stats)
+        if obj is None:
+            continue
+        text, doc_id = obj.get(text_field), obj.get(id_field)
+        if not isinstance(text, str):
+            raise _no_text(path, n, text_field, text, obj)
+        doc = Doc(f"{base}:{n}" if doc_id is None else str(doc_id), "", path, n)
+        text = text.strip() if strip else text
+        try:
+            utf8 = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise lone_surrogate(doc, e) from None
+        add = bool(rule and utf8 and (rule == 1 or not utf8.endswith(eos)))
+        others[len(docs)] = (utf8 + eos if add else utf8, add)
+        docs.append(doc)
+        bad.append(stats.bad_lines)
+    if not docs:
+        return
+    ends = np.frombuffer(ends, dtype=np.int64)
+    flags = np.frombuffer(added, dtype=np.bool_)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    if not others:
+        offsets[1:] = ends
+        yield Utf8Docs(docs, bad, texts, offsets, flags)
+        return
+    # the texts json.loads read go between the others (a copy of the block's texts: rare)
+    view, parts, eos_at, k = memoryview(texts), [], [], 0
+    for i in range(len(docs)):
+        if i in others:
+            utf8, add = others[i]
+        else:
+            utf8, add = view[int(ends[k - 1]) if k else 0 : int(ends[k])], bool(flags[k])
+            k += 1
+        parts.append(utf8)
+        eos_at.append(add)
+    offsets[1:] = np.cumsum([len(part) for part in parts])
+    yield Utf8Docs(docs, bad, b"".join(parts), offsets, np.array(eos_at, dtype=np.bool_))
+
+
 def _jsonl_lines(path: str, start_after: int = 0) -> Iterator[tuple[int, int, bytes, int, int]]:
     """(1-based line, byte offset, buffer, start, end) of every line of a jsonl file after line
     `start_after` (the offset is the line's in the decompressed stream); a corrupt or truncated .gz/.zst
@@ -223,11 +381,7 @@ def _jsonl_lines(path: str, start_after: int = 0) -> Iterator[tuple[int, int, by
             except StopIteration:
                 return
             except _decode_errors() as e:
-                raise OlmaxError(
-                    f"{path}: corrupt or truncated {path.rsplit('.', 1)[-1]} data after line {lineno}, "
-                    f"at byte offset {offset} of the decompressed stream ({e}); re-download or "
-                    "re-compress the file"
-                ) from None
+                raise corrupt_stream(path, lineno, offset, e) from None
             lineno += 1
             line_offset, offset = offset, offset + end - start
             if lineno > start_after:
@@ -311,12 +465,16 @@ def read_jsonl(
                 continue
             text, doc_id = obj.get(text_field), obj.get(id_field)
             if not isinstance(text, str):
-                what = "has no" if text is None else "has a non-string"
-                raise OlmaxError(
-                    f"{path}:{lineno}: document {what} {text_field!r} field "
-                    f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another"
-                )
+                raise _no_text(path, lineno, text_field, text, obj)
         yield Doc(f"{base}:{lineno}" if doc_id is None else str(doc_id), text, path, lineno)
+
+
+def _no_text(path: str, lineno: int, text_field: str, text: object, obj: dict) -> OlmaxError:
+    what = "has no" if text is None else "has a non-string"
+    return OlmaxError(
+        f"{path}:{lineno}: document {what} {text_field!r} field "
+        f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another"
+    )
 
 
 def _open_table(path: str):

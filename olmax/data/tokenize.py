@@ -128,10 +128,24 @@ class _GigatokenEngine:
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         # one call on this thread (prepare runs its own workers); the awkward array's buffers, no copy
-        layout = self.tok.encode_batch(texts, parallel=False).layout
-        offsets = np.asarray(layout.offsets.data, dtype=np.int64)
-        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
-        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
+        return _flat_layout(self.tok.encode_batch(texts, parallel=False).layout)
+
+    def encode_utf8(self, utf8: bytes, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # the texts as an awkward array of strings over the buffer itself: no Python object per text
+        import awkward as ak
+
+        chars = ak.contents.NumpyArray(np.frombuffer(utf8, dtype=np.uint8), parameters={"__array__": "char"})
+        strings = ak.contents.ListOffsetArray(
+            ak.index.Index64(np.asarray(offsets, dtype=np.int64)), chars, parameters={"__array__": "string"}
+        )
+        return _flat_layout(self.tok.encode_batch(ak.Array(strings), parallel=False).layout)
+
+
+def _flat_layout(layout) -> tuple[np.ndarray, np.ndarray]:
+    """gigatoken's output (an awkward list array of ids) as (ids, offsets from 0), without a copy."""
+    offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+    ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+    return ids.astype(np.uint32, copy=False), offsets - offsets[0]
 
 
 def _flat(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -169,6 +183,9 @@ class Tokenizer:
     _hf: object | None = None
     engine_reason: str = ""
     engine_version: str = field(default="")
+    # the EOS token's text when the engine, given a text with it written after, gives the text's ids and
+    # EOS (`_eos_text`); prepare then writes it after each text instead of inserting EOS among the ids
+    eos_text: str | None = None
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """Token ids of each text (no EOS appended), identical to `tokenizers` for the same file."""
@@ -182,6 +199,16 @@ class Tokenizer:
         if hasattr(self._impl, "encode_flat"):
             return self._impl.encode_flat(texts)
         return _flat(self._impl.encode(texts))
+
+    def encode_utf8(self, utf8: bytes, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_flat` of texts given as valid UTF-8 back to back, text i at `utf8[offsets[i]:offsets[i +
+        1]]`: the same ids. gigatoken reads the buffer itself; another engine gets each text as a str."""
+        if hasattr(self._impl, "encode_utf8"):
+            return self._impl.encode_utf8(utf8, offsets)
+        bounds = np.asarray(offsets).tolist()
+        view = memoryview(utf8)
+        texts = [str(view[a:b], "utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
+        return self.encode_flat(texts, utf8_checked=True)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._hf.decode(list(ids), skip_special_tokens=False)
@@ -262,6 +289,33 @@ def _probe(engine, probe: list[str], want: list[list[int]]) -> str | None:
     return None
 
 
+def _eos_text(spec: dict, eos: int, hf, engine, probe: list[str], want: list[list[int]]) -> str | None:
+    """The EOS token's text when writing it after any text gives that text's ids and then EOS: an added
+    special token matched as written (not normalized, no stripping or word rule around it) that no other
+    added token can overlap from the text's side, with the reference and the engine both giving the probe
+    texts' ids and EOS for each probe text with it written after. None otherwise."""
+    added = spec.get("added_tokens", [])
+    tok = next((t for t in added if int(t["id"]) == eos), None)
+    if tok is None or not tok.get("special") or any(tok.get(k) for k in ("normalized", "lstrip", "rstrip")):
+        return None
+    if tok.get("single_word"):
+        return None
+    text = tok["content"]
+    for other in (t["content"] for t in added if t["content"] != text):
+        # a match begun in the text could run into the EOS text: a suffix of `other` that starts it
+        if text in other[1:] or any(other.endswith(text[:k]) for k in range(1, len(text))):
+            return None
+    with_eos = [p + text for p in probe]
+    ref = [e.ids for e in hf.encode_batch(with_eos, add_special_tokens=False)]
+    if any(r != w + [eos] for r, w in zip(ref, want)):
+        return None
+    try:
+        got = engine.encode(with_eos)
+    except Exception:  # noqa: BLE001 - an engine that fails here is not asked to
+        return None
+    return text if all(list(g) == r for g, r in zip(got, ref)) else None
+
+
 def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
     """Load a tokenizer.json; `engine` is "auto" (the first of ENGINES that is exact for it) or one of
     ENGINES (an error when that one is not exact for this file)."""
@@ -314,7 +368,8 @@ def load_tokenizer(path: str, engine: str = "auto") -> Tokenizer:
         )
         if skipped:
             reason += "; not used: " + "; ".join(skipped)
-        return Tokenizer(path, sha, name, vocab_size, eos, pad, impl, hf, reason, version)
+        eos_text = _eos_text(spec, eos, hf, impl, probe, want)
+        return Tokenizer(path, sha, name, vocab_size, eos, pad, impl, hf, reason, version, eos_text)
     raise OlmaxError(
         f"{path} cannot run exactly on engine {engine!r}: {skipped[0].split(': ', 1)[1]}; use --engine auto"
     )

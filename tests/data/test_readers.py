@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from prepare_testdata import pydoc_texts, stdlib_texts
 
@@ -272,3 +273,177 @@ def test_a_line_cut_short_names_its_own_column_not_the_next_line(tmp_path, dolma
         f":1: malformed JSON line (column {len(cut) + 1}: expecting value, found the end of the line)"
         in p.stderr
     )
+
+
+# ------------------------------------------------------------------------------ the compiled reader
+needs_native = pytest.mark.skipif(
+    readers.native_jsonl is None, reason="olmax.data._jsonl is not built (no C compiler at install)"
+)
+
+
+def _scan(buf: bytes, head: bytes = b"", strip: bool = False, eos: bytes = b"", rule: int = 0):
+    """The compiled reader over buf (after head), as (items, texts of the lines it read, EOS flags)."""
+    texts, ends, items, added = readers.native_jsonl.scan(
+        buf, 0, len(buf), head, b"text", b"id", strip, eos, rule
+    )
+    bounds = [0, *np.frombuffer(ends, dtype=np.int64).tolist()]
+    return items, [texts[a:b] for a, b in zip(bounds, bounds[1:])], list(added)
+
+
+@needs_native
+def test_the_compiled_reader_answers_only_what_json_answers():
+    """Whenever the compiled reader reads a line itself, `json.loads` gives the same text (stripped too, as
+    `str.strip` strips) and id; every other line comes back whole, at its place. Thousands of real lines
+    edited at random, many of them malformed, the lines json and simdjson part ways on, and real ones."""
+    real = [json.dumps({"id": i, "text": t}, ensure_ascii=k % 2 == 0).encode() for k, (i, t) in
+            enumerate(stdlib_texts(20) + pydoc_texts()[:20])]  # fmt: skip
+    lines = _mutants(seed=20261206, n=6000) + [ln.encode() for ln in ODD_LINES] + real
+    taken = 0
+    for strip in (False, True):
+        for line in lines:
+            if b"\n" in line:
+                continue
+            (item,), texts, _ = _scan(line + b"\n", strip=strip)
+            if type(item) is tuple:
+                assert item == (0, line + b"\n")
+                continue
+            taken += 1
+            want = _json_fields(line)
+            assert want is not None, line
+            text = want[0].strip() if strip else want[0]
+            assert texts == [text.encode("utf-8")], line
+            assert item == (None if want[1] is None else str(want[1])), line
+    assert taken > 2500  # most lines stay readable: the compiled reader is really exercised
+    for line in real:  # every plain Dolma line is read by it, none handed back
+        assert type(_scan(line + b"\n")[0][0]) is not tuple
+
+
+@needs_native
+def test_the_compiled_reader_strips_what_str_strip_strips():
+    """Every code point that `str.isspace` calls whitespace, every one below U+3100 and a sample of the
+    rest, at both ends of a text: the same text as `str.strip`."""
+    rng = random.Random(5)
+    points = {c for c in range(0x110000) if chr(c).isspace()} | set(range(0x3100))
+    points |= {rng.randrange(0x3100, 0x110000) for _ in range(3000)}
+    points = sorted(c for c in points if not 0xD800 <= c <= 0xDFFF)
+    texts = [chr(c) * 2 + "x" + chr(c) + "y" + chr(c) * 3 for c in points]
+    buf = "".join(
+        json.dumps({"text": t}, ensure_ascii=k % 2 == 0) + "\n" for k, t in enumerate(texts)
+    ).encode()
+    items, got, _ = _scan(buf, strip=True)
+    assert all(type(i) is not tuple for i in items)
+    assert got == [t.strip().encode("utf-8") for t in texts]
+
+
+@needs_native
+def test_the_compiled_reader_writes_eos_after_texts_by_its_rule():
+    buf = b"".join(json.dumps({"text": t}).encode() + b"\n" for t in ["a", "", " b<E> ", "c<E>", "<E>"])
+    items, texts, added = _scan(buf, strip=True, eos=b"<E>", rule=2)  # not after a text ending in it
+    assert texts == [b"a<E>", b"", b"b<E>", b"c<E>", b"<E>"] and added == [1, 0, 0, 0, 0]
+    items, texts, added = _scan(buf, eos=b"<E>", rule=1)  # after every non-empty text
+    assert texts == [b"a<E>", b"", b" b<E> <E>", b"c<E><E>", b"<E><E>"] and added == [1, 0, 1, 1, 1]
+    assert _scan(buf)[1] == [b"a", b"", b" b<E> ", b"c<E>", b"<E>"]
+    # a text with a line read by json.loads around it: the same rule in Python
+    mixed = b'{"text": "x"}\n{"text": "y", "n": NaN}\n{"text": "z<E>"}\n'
+    path = readers.__file__  # any name: only the documents matter here
+    (part,) = readers._utf8_docs(path, "m", "fix", 0, 0, readers.native_jsonl.scan(
+        mixed, 0, len(mixed), b"", b"text", b"id", False, b"<E>", 2), readers.ReadStats(),
+        (False, b"<E>", 2), "text", "id", False)  # fmt: skip
+    bounds = part.offsets.tolist()
+    assert [part.utf8[a:b] for a, b in zip(bounds, bounds[1:])] == [b"x<E>", b"y<E>", b"z<E>"]
+    assert part.eos.tolist() == [True, True, False]
+
+
+@needs_native
+@pytest.mark.parametrize("read_bytes", [7, 64, 4096, readers.READ_BYTES])
+def test_utf8_reading_gives_read_jsonl_documents_and_errors(tmp_path, monkeypatch, read_bytes):
+    """`read_jsonl_utf8` (the compiled reader, json.loads for the lines it hands back) against `read_jsonl`:
+    the same ids, lines, texts (stripped, with EOS written after, as asked), bad-line counts and skipped
+    lines, with blocks that cut lines anywhere, after a resume point, and the same errors."""
+    docs = stdlib_texts(5) + pydoc_texts()[:5]
+    lines = [json.dumps({"id": i, "text": t}, ensure_ascii=False) for i, t in docs] + ODD_LINES + ["", "  "]
+    lines += ['{"id": "bad", "text": ', json.dumps({"id": "end", "text": "the last line, no newline"})]
+    data = "\n".join(lines).encode()
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(gzip.compress(data, mtime=0))
+    monkeypatch.setattr(readers, "READ_BYTES", read_bytes)
+
+    def utf8_docs(**kw):
+        stats = readers.ReadStats()
+        out = []
+        for part in readers.read_jsonl_utf8(str(path), skip_bad_lines=True, stats=stats, **kw):
+            bounds = part.offsets.tolist()
+            for k, doc in enumerate(part.docs):
+                text = part.utf8[bounds[k] : bounds[k + 1]]
+                if part.eos[k]:
+                    assert text.endswith(kw["eos"])
+                    text = text[: -len(kw["eos"])]
+                out.append((doc.id, text.decode("utf-8"), doc.loc, part.bad[k]))
+        return out, stats.bad_lines
+
+    for after in (0, 7, len(lines) - 1):
+        stats = readers.ReadStats()
+        want = [(d.id, d.text, d.loc, stats.bad_lines)
+                for d in readers.read_jsonl(str(path), skip_bad_lines=True, stats=stats, start_after=after)]  # fmt: skip
+        assert utf8_docs(start_after=after) == (want, stats.bad_lines)
+        stripped = [(i, t.strip(), n, b) for i, t, n, b in want]
+        assert utf8_docs(start_after=after, strip=True, eos=b"<|endoftext|>") == (stripped, stats.bad_lines)
+    # the errors: a bad line not skipped, invalid UTF-8, a lone surrogate in a text, a truncated stream
+    good = "\n".join(ln for ln in lines if not ln.startswith('{"id": "bad"')).encode() + b"\n"
+    n = good.count(b"\n") + 1
+    for raw, error in [
+        (b'{"id": "x", "text": \n', rf"s\.jsonl\.gz:{n}: malformed JSON line \(column 21: expecting value"),
+        (
+            b'{"id": "x", "text": "caf\xe9"}\n',
+            rf"s\.jsonl\.gz:{n}: invalid UTF-8 at byte offset {len(good) + 24} ",
+        ),
+        (
+            b'{"id": "x", "text": "\\ud800"}\n',
+            rf"s\.jsonl\.gz:{n}: document 'x' holds a lone surrogate escape at",
+        ),
+    ]:
+        path.write_bytes(gzip.compress(good + raw, mtime=0))
+        with pytest.raises(OlmaxError, match=error):
+            list(readers.read_jsonl_utf8(str(path)))
+        if "surrogate" not in error:
+            with pytest.raises(OlmaxError, match=error):
+                list(readers.read_jsonl(str(path)))
+    path.write_bytes(gzip.compress(b'{"id": "a", "text": "ok"}\n' * 2000, mtime=0)[:-30])
+    with pytest.raises(OlmaxError, match=r"s\.jsonl\.gz: corrupt or truncated gz data after line \d+"):
+        list(readers.read_jsonl_utf8(str(path)))
+
+
+@needs_native
+def test_mutated_files_read_as_json_reads_them_by_the_compiled_reader_too(tmp_path):
+    """Whole files of mutated lines with --skip-bad-lines: `read_jsonl_utf8` gives `read_jsonl`'s documents
+    and bad-line count."""
+    keep = []
+    for ln in _mutants(seed=11, n=3000):
+        ln = ln.replace(b"\n", b" ").replace(b"\r", b" ")
+        try:
+            obj = json.loads(ln.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+        except ValueError:
+            keep.append(ln)
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            try:
+                obj["text"].encode("utf-8")
+            except UnicodeEncodeError:
+                continue  # a lone surrogate in a text stops prepare: not a skipped line
+            keep.append(ln)
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b"\n".join(keep) + b"\n")
+    stats = readers.ReadStats()
+    want = [
+        (d.id, d.text.encode(), d.loc)
+        for d in readers.read_jsonl(str(path), skip_bad_lines=True, stats=stats)
+    ]
+    got_stats = readers.ReadStats()
+    got = []
+    for part in readers.read_jsonl_utf8(str(path), skip_bad_lines=True, stats=got_stats):
+        bounds = part.offsets.tolist()
+        got += [(d.id, part.utf8[bounds[k] : bounds[k + 1]], d.loc) for k, d in enumerate(part.docs)]
+    assert got == want and got_stats.bad_lines == stats.bad_lines
+    assert len(got) > 500 and stats.bad_lines > 100

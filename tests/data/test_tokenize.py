@@ -131,8 +131,46 @@ def test_engine_equals_tokenizers_on_every_kind_of_text(dolma2_path, reference, 
         assert not bad, f"{engine}, {kind}: {len(bad)} of {len(texts)} differ, first {texts[bad[0]][:80]!r}"
         assert tok.encode_batch(texts, num_threads=2) == want[kind], f"{engine}, {kind}: encode_batch"
         assert ids.dtype == np.uint32 and offsets[-1] == ids.size
+        # the same texts as UTF-8 back to back (what prepare's compiled reader hands the engine)
+        utf8 = [t.encode("utf-8") for t in texts]
+        bounds = np.cumsum([0] + [len(u) for u in utf8])
+        got_ids, got_offsets = tok.encode_utf8(b"".join(utf8), bounds)
+        assert np.array_equal(got_ids, ids) and np.array_equal(got_offsets, offsets), (
+            f"{engine}, {kind}: utf8"
+        )
+        # with EOS's text written after each: each text's ids, then EOS
+        assert tok.eos_text == "<|endoftext|>"
+        eos = tok.eos_text.encode()
+        bounds = np.cumsum([0] + [len(u) + len(eos) for u in utf8])
+        got_ids, got_offsets = tok.encode_utf8(b"".join(u + eos for u in utf8), bounds)
+        split = [got_ids[got_offsets[i] : got_offsets[i + 1]].tolist() for i in range(len(texts))]
+        assert split == [w + [tok.eos_token_id] for w in want[kind]], f"{engine}, {kind}: EOS as text"
     assert sum(len(w) for v in want.values() for w in v) > 1_400_000  # a real amount of text was compared
     assert len(kinds["eval sets"]) > 4000
+
+
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        ({"lstrip": True}, "EOS takes the whitespace before it"),
+        ({"normalized": True}, "EOS matched after normalization"),
+        ({"special": False}, "EOS not special"),
+    ],
+)
+def test_eos_is_written_as_text_only_where_that_gives_eos(dolma2_path, tmp_path, change, why):
+    """`eos_text` (prepare writes it after each text instead of inserting EOS among the ids) only for an EOS
+    token matched as written that no other added token can run into; else None and EOS is inserted."""
+    spec = json.loads(open(dolma2_path).read())
+    for t in spec["added_tokens"]:
+        if t["id"] == 100257:
+            t.update(change)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(spec))
+    assert load_tokenizer(str(path)).eos_text is None, why
+    spec = json.loads(open(dolma2_path).read())
+    spec["added_tokens"].append({**spec["added_tokens"][0], "id": 100400, "content": "x<|endof"})
+    path.write_text(json.dumps(spec))
+    assert load_tokenizer(str(path)).eos_text is None  # a text ending in "x" would run into EOS's text
 
 
 @pytest.mark.parametrize("engine", ENGINES)

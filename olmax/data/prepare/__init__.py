@@ -3,7 +3,7 @@
 Modules:
   config.py             the settings as plain data: `PrepareConfig`, `SourceSpec`, `DedupSettings`
   entry.py              the entry point `prepare(cfg, beam_options)`: checks, input expansion, the runner
-  batches.py            the documents in input order, in ~1 MB batches (`read_batches`), and their tokens
+  batches.py            the documents in input order, in ~4 MB batches (`read_batches`), and their tokens
   local_runner.py       threads on one machine (the default): shards, journal, resume, manifest
   beam_runner.py        the same bytes from Apache Beam pipelines (`--runner beam`)
   dedup_stages.py       `--dedup exact,minhash,substring`: the decisions, made before any shard is written

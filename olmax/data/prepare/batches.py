@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmax import storage
 from olmax.data import readers
 from olmax.data.prepare.config import PrepareConfig
 from olmax.data.tokenize import Tokenizer
-from olmax.errors import OlmaxError
 
 # ~4 MB of text per tokenizer task: gigatoken's per-call cost is a tenth of a 1 MB call and near nothing
 # of a 4 MB one; small enough that reading, the workers and writing still overlap
@@ -38,6 +39,29 @@ def return_freed_arrays() -> None:
         pass
 
 
+@dataclass
+class Utf8Batch:
+    """A batch whose texts are UTF-8 back to back (the compiled reader's, `readers.read_jsonl_utf8`):
+    `docs[i]`'s text is `utf8[offsets[i]:offsets[i + 1]]`, already `strip()`ped for `--dolma-compat`; its
+    `Doc.text` is "" and never read."""
+
+    docs: list[BatchDoc]
+    utf8: bytes
+    offsets: np.ndarray
+    eos: np.ndarray  # bool per document: its text is followed by the end-of-text token's text
+    eos_bytes: int  # the UTF-8 size of that text (0: no EOS in the texts)
+
+
+def _utf8_input(path: str) -> bool:
+    """Whether `read_batches(utf8=True)` reads this input with the compiled reader: a local jsonl file."""
+    return (
+        readers.native_jsonl is not None
+        and storage.local_path(path) is not None
+        and not os.path.isdir(path)
+        and path.endswith(readers.JSONL_SUFFIXES)
+    )
+
+
 def read_batches(
     files: list[str],
     cfg: PrepareConfig,
@@ -45,14 +69,52 @@ def read_batches(
     start: tuple[int, int],
     stats: readers.ReadStats,
     first_file: int = 0,
-) -> Iterator[list[BatchDoc]]:
-    """Documents from input position `start` = (file index, last loc done), in batches of ~1 MB of text,
+    utf8: bool = False,
+    eos_text: str | None = None,
+) -> Iterator[list[BatchDoc] | Utf8Batch]:
+    """Documents from input position `start` = (file index, last loc done), in batches of ~4 MB of text,
     each with the number of bad lines `stats` had counted when it was read (so a count can be tied to a
-    position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`."""
+    position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`.
+
+    `utf8`: a local jsonl file comes as `Utf8Batch`es (texts as UTF-8, stripped for `cfg.dolma_compat`,
+    no Python string per text) when the compiled reader is built; any other input as lists of `BatchDoc`.
+    The same documents either way, with the same tokens once encoded (`encode_docs`). `eos_text`: the
+    tokenizer's `eos_text`, written after each text of a `Utf8Batch` (see `encode_docs`)."""
+    eos = (eos_text or "").encode("utf-8")
     batch: list[BatchDoc] = []
     size = 0
+    small: list[tuple[int, readers.Utf8Docs]] = []  # pieces of less than a batch, joined when they add up
+    small_size = 0
     for fi in range(start[0], len(files)):
         after = start[1] if fi == start[0] else 0
+        if utf8 and _utf8_input(files[fi]):
+            if batch:
+                yield batch
+                batch, size = [], 0
+            parts = readers.read_jsonl_utf8(
+                files[fi],
+                text_field,
+                cfg.id_field,
+                cfg.skip_bad_lines,
+                after,
+                stats,
+                cfg.dolma_compat,
+                eos,
+                eos_once=cfg.dolma_compat,
+            )
+            for part in parts:
+                if len(part.utf8) >= BATCH_TEXT_BYTES // 2 and not small:
+                    yield _utf8_batch([(fi + first_file, part)], len(eos))
+                    continue
+                small.append((fi + first_file, part))
+                small_size += len(part.utf8)
+                if small_size >= BATCH_TEXT_BYTES:
+                    yield _utf8_batch(small, len(eos))
+                    small, small_size = [], 0
+            continue
+        if small:
+            yield _utf8_batch(small, len(eos))
+            small, small_size = [], 0
         for doc in readers.read_documents(
             files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats
         ):
@@ -61,8 +123,22 @@ def read_batches(
             if size >= BATCH_TEXT_BYTES:
                 yield batch
                 batch, size = [], 0
+    if small:
+        yield _utf8_batch(small, len(eos))
     if batch:
         yield batch
+
+
+def _utf8_batch(parts: list[tuple[int, readers.Utf8Docs]], eos_bytes: int) -> Utf8Batch:
+    """One batch of the compiled reader's pieces (file index, piece); more than one are joined (a copy)."""
+    docs = [(fi, doc, bad) for fi, part in parts for doc, bad in zip(part.docs, part.bad)]
+    if len(parts) == 1:
+        part = parts[0][1]
+        return Utf8Batch(docs, part.utf8, part.offsets, part.eos, eos_bytes)
+    shifts = np.cumsum([0] + [len(part.utf8) for _, part in parts])
+    offsets = np.concatenate([[0]] + [part.offsets[1:] + shift for (_, part), shift in zip(parts, shifts)])
+    eos = np.concatenate([part.eos for _, part in parts])
+    return Utf8Batch(docs, b"".join(part.utf8 for _, part in parts), offsets, eos, eos_bytes)
 
 
 def prefetch(it: Iterator, depth: int) -> Iterator:
@@ -118,11 +194,26 @@ class Encoded:
         return bisect.bisect_left(self.empty_at, self.kept_at[j])
 
 
-def encode_docs(tok: Tokenizer, batch: list[BatchDoc], dolma_compat: bool = False) -> Encoded:
+def encode_docs(tok: Tokenizer, batch: list[BatchDoc] | Utf8Batch, dolma_compat: bool = False) -> Encoded:
     """Tokenize a batch (`Encoded`) in one engine call on this thread.
 
     `dolma_compat` reproduces `dolma tokens` (1.2.1): it tokenizes `text.strip()`, skips documents empty
     after stripping, and appends EOS only when the last token is not already EOS."""
+    if isinstance(batch, Utf8Batch):
+        sizes = np.diff(batch.offsets)
+        empty = sizes == 0
+        ids, offsets = tok.encode_utf8(batch.utf8, batch.offsets)
+        if empty.any():  # an empty text has no token: its document goes, the others' offsets stay
+            offsets = np.concatenate([offsets[:1], offsets[1:][~empty]])
+            kept = [d for d, e in zip(batch.docs, empty.tolist()) if not e]
+        else:
+            kept = batch.docs
+        kept_at, empty_at = np.flatnonzero(~empty).tolist(), np.flatnonzero(empty).tolist()
+        if not batch.eos_bytes:
+            return _encoded(tok, ids, offsets, kept, sizes[~empty].tolist(), kept_at, empty_at, dolma_compat)
+        # each text came with EOS written after it (`Tokenizer.eos_text`): the engine's ids are the shard's
+        nbytes = (sizes - batch.eos * batch.eos_bytes)[~empty].tolist()
+        return Encoded(ids, np.diff(offsets).tolist(), kept, nbytes, kept_at, empty_at)
     kept, texts, nbytes, kept_at, empty_at = [], [], [], [], []
     for at, (fi, doc, bad) in enumerate(batch):
         text = doc.text.strip() if dolma_compat else doc.text
@@ -134,8 +225,13 @@ def encode_docs(tok: Tokenizer, batch: list[BatchDoc], dolma_compat: bool = Fals
         kept_at.append(at)
         texts.append(text)
     ids, offsets = tok.encode_flat(texts, utf8_checked=True)
+    return _encoded(tok, ids, offsets, kept, nbytes, kept_at, empty_at, dolma_compat)
+
+
+def _encoded(tok, ids, offsets, kept, nbytes, kept_at, empty_at, dolma_compat) -> Encoded:
+    """The kept documents' tokens, each followed by EOS (see `encode_docs`), as an `Encoded`."""
     ends = offsets[1:]
-    add_eos = np.ones(len(texts), dtype=bool)
+    add_eos = np.ones(len(kept), dtype=bool)
     if dolma_compat and ids.size:
         # a text whose last token is EOS already (written as `<|endoftext|>`) gets no second one
         add_eos = ~((ends > offsets[:-1]) & (ids[np.maximum(ends - 1, 0)] == tok.eos_token_id))
@@ -178,13 +274,5 @@ def utf8_length(text: str, doc: readers.Doc) -> int:
     try:
         _as_utf8(text, ctypes.byref(size))
     except UnicodeEncodeError as e:
-        raise lone_surrogate(doc, e) from None
+        raise readers.lone_surrogate(doc, e) from None
     return size.value
-
-
-def lone_surrogate(doc: readers.Doc, e: UnicodeEncodeError) -> OlmaxError:
-    """The error for a document whose text holds a lone surrogate (`e`: its UTF-8 encoding's failure)."""
-    return OlmaxError(
-        f"{doc.src}:{doc.loc}: document {doc.id!r} holds a lone surrogate escape at "
-        f"character {e.start} (not valid Unicode); fix the escape in the JSON"
-    )

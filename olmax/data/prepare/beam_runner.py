@@ -91,7 +91,16 @@ def tokenize_file(
     stats = readers.ReadStats()
     parts, lengths, nbytes, ids, locs, empty_before, bad_before = [], [], [], [], [], [], []
     empties = 0
-    batches = read_batches([task.path], cfg, task.text_field, (0, 0), stats, first_file=task.file)
+    batches = read_batches(
+        [task.path],
+        cfg,
+        task.text_field,
+        (0, 0),
+        stats,
+        first_file=task.file,
+        utf8=edits is None,
+        eos_text=tok.eos_text,
+    )
     if edits is not None:
         batches = apply_edits(batches, edits)
     for batch in batches:

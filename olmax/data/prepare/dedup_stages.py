@@ -32,7 +32,7 @@ import xxhash
 
 from olmax.atomic import write_text
 from olmax.data import readers
-from olmax.data.prepare.batches import lone_surrogate, read_batches, return_freed_arrays
+from olmax.data.prepare.batches import read_batches, return_freed_arrays
 from olmax.data.prepare.config import DedupSettings, PrepareConfig
 from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
@@ -61,7 +61,7 @@ def utf8(doc: readers.Doc) -> bytes:
     try:
         return doc.text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise lone_surrogate(doc, e) from None
+        raise readers.lone_surrogate(doc, e) from None
 
 
 def _documents(cfg: PrepareConfig, files: dict[str, list[str]]):

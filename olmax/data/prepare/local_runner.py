@@ -301,7 +301,10 @@ def _prepare_source(
         progress.update(int(encoded.tokens.size), len(encoded.kept))
         sink.write(encoded)
 
-    batches = read_batches(files, cfg, spec.text_field or cfg.text_field, start, stats)
+    # without dedup edits (which rewrite texts as strings) the compiled reader's UTF-8 goes to the engine
+    batches = read_batches(
+        files, cfg, spec.text_field or cfg.text_field, start, stats, utf8=edits is None, eos_text=tok.eos_text
+    )
     if edits is not None:
         batches = dedup_stages().apply_edits(batches, edits)
     try:
@@ -422,6 +425,15 @@ def prepare_into(
     cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]
 ) -> dict:
     """`prepare` once it holds the output folder's writer lock."""
+    if readers.native_jsonl is None and any(
+        f.endswith(readers.JSONL_SUFFIXES) for fs in files.values() for f in fs
+    ):
+        print(
+            "olmax: note: prepare's compiled JSON-lines reader is not built (no C compiler when olmax was "
+            "installed): every line is read by simdjson, with the same output at more CPU; reinstall with "
+            "a C compiler (gcc or clang) to build it",
+            file=sys.stderr,
+        )
     if cfg.dedup is not None:
         # with the dedup tables held, freed batch arrays must go back to the system for memory to stay
         # bounded; without them glibc reuses its own (resident memory flat over 1 GB of text, and no

@@ -609,3 +609,59 @@ def test_every_engine_and_worker_count_gives_the_same_bytes(tmp_path, varied_inp
                 assert [k for k in want[0] if got[0][k] != want[0][k]] == [], key
                 assert got[1] == want[1], key
     assert outputs["gigatoken", "1", ()][0] != outputs["gigatoken", "1", ("--dolma-compat",)][0]
+
+
+def test_the_compiled_reader_eos_as_text_and_direct_io_change_no_byte(tmp_path, varied_inputs, dolma2,
+                                                                        monkeypatch):  # fmt: skip
+    """Without --dedup, prepare reads jsonl with the compiled reader (UTF-8 straight to the engine), writes
+    EOS's text after each text and writes shards with direct I/O; each of them off (and the engine
+    `tokenizers`, one worker, all off) gives the same bytes: shards, sidecars, mix.txt and the manifest (but
+    its engine fields), with a bad line skipped, blocks that cut lines, and both text rules."""
+    from olmax.data import readers, shards, tokenize
+
+    real_eos_text = tokenize._eos_text
+    native, scans = readers.native_jsonl, []
+
+    class Counted:  # the compiled reader, counting its calls and the EOS text each is given
+        def scan(self, *args):
+            scans.append(args[7])
+            return native.scan(*args)
+
+    settings = {
+        "all on": {},
+        "python reader": {"native": False},
+        "EOS inserted": {"eos": False},
+        "buffered writes": {"direct": False},
+        "small blocks": {"read_bytes": 4096},
+        "reference": {"native": False, "eos": False, "direct": False, "engine": "tokenizers", "workers": "1"},
+    }
+    for compat in ((), ("--dolma-compat",)):
+        outputs = {}
+        for name, s in settings.items():
+            monkeypatch.setattr(
+                readers, "native_jsonl", Counted() if native and s.get("native", True) else None
+            )
+            monkeypatch.setattr(
+                tokenize, "_eos_text", real_eos_text if s.get("eos", True) else lambda *a: None
+            )
+            monkeypatch.setattr(shards, "direct_io", shards.direct_io and s.get("direct", True))
+            monkeypatch.setattr(readers, "READ_BYTES", s.get("read_bytes", 4 << 20))
+            out = tmp_path / f"{name}{''.join(compat)}"
+            flags = ("--engine", s.get("engine", "gigatoken"), "--workers", s.get("workers", "2"), *compat)
+            rc = run("--tokenizer", dolma2, "--out", str(out), "--shard-size", "128KB", "--skip-bad-lines", *flags,
+                     f"code={varied_inputs}/*.jsonl.*", f"prose={varied_inputs}/prose.jsonl")  # fmt: skip
+            assert rc == 0, name
+            files = read_folder_bytes(out)
+            manifest = json.loads(files.pop("manifest.json"))
+            for key in ("engine", "engine_reason"):
+                manifest["tokenizer"].pop(key)
+            outputs[name] = files, manifest
+        want = outputs["reference"]
+        assert len(want[0]) > 8 and want[1]["sources"]["code"]["skipped"]["bad_lines"] == 1
+        # the settings are really in force: the compiled reader ran, given EOS's text or not
+        assert native is None or {b"", b"<|endoftext|>"} == set(scans)
+        scans.clear()
+        for name, got in outputs.items():
+            assert got[0].keys() == want[0].keys(), name
+            assert [k for k in want[0] if got[0][k] != want[0][k]] == [], name
+            assert got[1] == want[1], name
