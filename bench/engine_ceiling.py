@@ -8,23 +8,23 @@ TEXTS_DIR holds `texts.bin` (the UTF-8 texts back to back) and `offsets.npy` (wh
 than there are texts), written by bench/prepare.py from its corpus exactly as prepare would tokenize them
 (`--dolma-compat`: stripped, the empty ones left out). This process loads the engine as prepare does
 (`olmax.data.tokenize.load_tokenizer`, the probe included), cuts the texts into prepare's ~4 MB batches and
-encodes them on one thread with `Tokenizer.encode_flat`: no JSON, no decompression, no shards. It writes
-OUT.json: the engine and why, the tokens (ids plus one EOS a document, as a shard holds them), and the
+encodes them on one thread with `Tokenizer.encode_utf8`, the engine's fastest way in (gigatoken reads the
+UTF-8 buffer itself, with no Python string per text, for less CPU than a list of strings takes): no JSON, no
+decompression, no shards. It writes OUT.json: the engine and why, the tokens (ids plus one EOS a document, as a shard holds them), and the
 CPU seconds of the encode calls alone after an untimed warm-up call. bench/prepare.py times the whole
 process the same way it times prepare and dolma.
 
-`--reader GLOB`: prepare's reader alone instead (`olmax.data.prepare.batches.read_batches` over the files:
-decompression, JSON parsing, the documents and their batches, no engine): OUT.json gets its CPU seconds
+`--reader GLOB`: prepare's reader alone instead (`olmax.data.prepare.batches.read_batches` over the files as
+prepare reads them: decompression, the compiled reader where it is built, the documents and their batches,
+no engine): OUT.json gets its CPU seconds
 (`read_cpu_s`), what prepare spends before any token exists.
 
 `--pieces GLOB`: prepare's own pieces, called one after the other in one plain loop on one thread, with
-nothing of prepare's around them (no threads, no queues, no journal, no progress, no manifest, no check of
-a line beyond what simdjson gives): each file opened as prepare opens it, cut into lines, each line parsed
-by simdjson, its text stripped and sized, ~4 MB batches encoded by the engine, each document's EOS added,
-and the tokens written by prepare's `ShardWriter` (xxh64, fsync, the level-9 sidecar) into one shard under
-OUT.json's folder. OUT.json gets the CPU seconds past the tokenizer's load and warm-up call (`warm_cpu_s`,
-the engine's clock), the tokens and the shard's xxh64: the least any pipeline made of these pieces can
-spend, so the best ratio to the engine such a pipeline can show.
+nothing of prepare's around them (no threads, no queues, no journal, no progress, no manifest): its reader
+(`read_batches`: the compiled reader where it is built), `encode_docs` and its `ShardWriter` (xxh64, the
+write, fsync, the level-9 sidecar) into one shard under OUT.json's folder. OUT.json gets the CPU seconds past
+the tokenizer's load and warm-up call (`warm_cpu_s`, the engine's clock), the tokens and the shard's xxh64:
+what the pieces cost with no pipeline around them.
 """
 
 from __future__ import annotations
@@ -39,76 +39,38 @@ import numpy as np
 
 from olmax.assets import tokenizer_path
 from olmax.data import readers
-from olmax.data.prepare.batches import BATCH_TEXT_BYTES, read_batches, utf8_length, with_eos
+from olmax.data.prepare.batches import BATCH_TEXT_BYTES, Utf8Batch, encode_docs, read_batches
 from olmax.data.prepare.config import PrepareConfig
 from olmax.data.shards import ShardWriter
 from olmax.data.tokenize import Tokenizer, load_tokenizer
 
 
-def read_texts(folder: Path) -> list[str]:
-    data = (folder / "texts.bin").read_bytes()
-    offsets = np.load(folder / "offsets.npy").tolist()
-    return [data[a:b].decode("utf-8") for a, b in zip(offsets[:-1], offsets[1:])]
+def read_texts(folder: Path) -> tuple[bytes, np.ndarray]:
+    """The texts (UTF-8 back to back) and where each starts (one more offset than there are texts)."""
+    return (folder / "texts.bin").read_bytes(), np.load(folder / "offsets.npy")
 
 
-def batches(texts: list[str]) -> list[list[str]]:
-    """prepare's batching (olmax.data.prepare.batches.read_batches): a batch closes at ~4 MB of text."""
-    out, cur, size = [], [], 0
-    for t in texts:
-        cur.append(t)
-        size += len(t)
-        if size >= BATCH_TEXT_BYTES:
-            out.append(cur)
-            cur, size = [], 0
-    return out + ([cur] if cur else [])
+def batches(utf8: bytes, offsets: np.ndarray) -> list[tuple[bytes, np.ndarray]]:
+    """prepare's batching (olmax.data.prepare.batches.read_batches): a batch closes at ~4 MB of text; each
+    as its UTF-8 and its texts' offsets from 0."""
+    out, first = [], 0
+    bounds = offsets.tolist()
+    for i in range(1, len(bounds)):
+        if bounds[i] - bounds[first] >= BATCH_TEXT_BYTES or i == len(bounds) - 1:
+            out.append((utf8[bounds[first] : bounds[i]], offsets[first : i + 1] - bounds[first]))
+            first = i
+    return out
 
 
 def bare_pieces(files: list[str], tok: Tokenizer, folder: Path) -> dict:
-    """`--pieces`: prepare's pieces in one loop (see the module's docstring); `--dolma-compat`'s texts."""
-    import simdjson
-
+    """`--pieces`: prepare's pieces in one loop (see the module's docstring), `--dolma-compat`'s texts."""
+    cfg = PrepareConfig(tokenizer="", out="", sources=(), dolma_compat=True)
     writer = ShardWriter(folder / "pieces.npy", folder)
-    parser = simdjson.Parser()
-    docs: list[readers.Doc] = []
-    texts: list[str] = []
-    sizes: list[int] = []  # UTF-8 bytes, for the shard's record
-
-    def encode() -> None:
-        ids, offsets = tok.encode_flat(texts, utf8_checked=True)
-        # --dolma-compat: no second EOS after a text whose last token is EOS already
-        add_eos = ~((offsets[1:] > offsets[:-1]) & (ids[np.maximum(offsets[1:] - 1, 0)] == tok.eos_token_id))
-        tokens = with_eos(ids, offsets, add_eos, tok.eos_token_id)
-        writer.add_batch(tokens, (np.diff(offsets) + add_eos).tolist(), docs, sum(sizes))
-        docs.clear()
-        texts.clear()
-        sizes.clear()
-
-    for path in files:
-        with readers._open_binary(path) as f:
-            head, lineno, size = b"", 0, 0
-            while block := f.read(readers.READ_BYTES):
-                block = head + block if head else block
-                end = block.rfind(b"\n") + 1
-                head, view, start = block[end:], memoryview(block), 0
-                while start < end:
-                    stop = block.find(b"\n", start, end) + 1
-                    obj = parser.parse(view[start:stop])
-                    text, doc_id = obj.get("text").strip(), obj.get("id")
-                    del obj  # simdjson reuses its parser only once no object of the last parse is alive
-                    lineno, start = lineno + 1, stop
-                    if text:
-                        doc = readers.Doc(str(doc_id), text, path, lineno)
-                        docs.append(doc)
-                        texts.append(text)
-                        sizes.append(utf8_length(text, doc))
-                        size += len(text)
-                        if size >= BATCH_TEXT_BYTES:  # the engine's batches, as the ceiling cuts them
-                            encode()
-                            size = 0
-            if head:
-                raise SystemExit(f"{path}: the last line has no newline; --pieces reads whole lines only")
-    if texts:
-        encode()
+    stats = readers.ReadStats()
+    for batch in read_batches(files, cfg, "text", (0, 0), stats, utf8=True, eos_text=tok.eos_text):
+        encoded = encode_docs(tok, batch, dolma_compat=True)
+        docs = [doc for _, doc, _ in encoded.kept]
+        writer.add_batch(encoded.tokens, encoded.lengths, docs, sum(encoded.nbytes))
     info = writer.close()
     return {"tokens": info.tokens, "docs": info.docs, "xxh64": info.xxh64}
 
@@ -125,8 +87,10 @@ def main() -> None:
     if args.reader:
         files = sorted(glob.glob(args.reader))
         cfg = PrepareConfig(tokenizer=args.tokenizer, out="", sources=(), dolma_compat=True)
+        eos_text = load_tokenizer(str(tokenizer_path(args.tokenizer, quiet=True)), args.engine).eos_text
         start = time.process_time()
-        docs = sum(len(b) for b in read_batches(files, cfg, "text", (0, 0), readers.ReadStats()))
+        batches = read_batches(files, cfg, "text", (0, 0), readers.ReadStats(), utf8=True, eos_text=eos_text)
+        docs = sum(len(b.docs if isinstance(b, Utf8Batch) else b) for b in batches)
         result = {"files": len(files), "docs": docs, "read_cpu_s": time.process_time() - start}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
@@ -138,19 +102,20 @@ def main() -> None:
         result["warm_cpu_s"] = time.process_time() - start
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
-    texts = read_texts(args.texts)
+    utf8, offsets = read_texts(args.texts)
+    parts = batches(utf8, offsets)
     tok.encode_flat(["an untimed warm-up call: the engine's first call builds its tables"])
     tokens = 0
     start = time.process_time()
-    for batch in batches(texts):
-        tokens += int(tok.encode_flat(batch, utf8_checked=True)[0].size)
+    for part, bounds in parts:
+        tokens += int(tok.encode_utf8(part, bounds)[0].size)
     warm_cpu = time.process_time() - start
     result = {
         "engine": tok.engine,
         "engine_version": tok.engine_version,
         "engine_reason": tok.engine_reason,
-        "tokens": tokens + len(texts),
-        "docs": len(texts),
+        "tokens": tokens + len(offsets) - 1,
+        "docs": len(offsets) - 1,
         "warm_cpu_s": warm_cpu,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
