@@ -89,8 +89,8 @@ def main() -> None:
         cfg = PrepareConfig(tokenizer=args.tokenizer, out="", sources=(), dolma_compat=True)
         eos_text = load_tokenizer(str(tokenizer_path(args.tokenizer, quiet=True)), args.engine).eos_text
         start = time.process_time()
-        batches = read_batches(files, cfg, "text", (0, 0), readers.ReadStats(), utf8=True, eos_text=eos_text)
-        docs = sum(len(b.docs if isinstance(b, Utf8Batch) else b) for b in batches)
+        stream = read_batches(files, cfg, "text", (0, 0), readers.ReadStats(), utf8=True, eos_text=eos_text)
+        docs = sum(len(b.docs if isinstance(b, Utf8Batch) else b) for b in stream)
         result = {"files": len(files), "docs": docs, "read_cpu_s": time.process_time() - start}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
