@@ -89,12 +89,23 @@ class Run:
 DECISION_LINE = re.compile(r"olmax: dedup decisions for .* in ([\d.]+)s \(([\d.]+)s CPU\)")
 
 
-def stage_cost(run: Run, plain: Run) -> tuple[float, float, str]:
+def stage_cost(run: Run, plain: Run) -> tuple[float, float, str] | None:
     """(wall s, CPU s, how known) of an olmax dedup stage alone: the decision pass as olmax reports it,
-    else its run minus plain prepare."""
-    if run.decision:
-        return max(run.decision[0], 1e-9), max(run.decision[1], 1e-9), "olmax's own decision-pass line"
-    return max(run.wall_s - plain.wall_s, 1e-9), max(run.cpu_s - plain.cpu_s, 1e-9), "run minus plain prepare"
+    else its run minus plain prepare; None when that difference is not above zero (one run cannot tell the
+    stage from the noise: nothing is printed for it, see `stage_alone` for the record's rule)."""
+    if run.decision and min(run.decision) > 0:
+        return run.decision[0], run.decision[1], "olmax's own decision-pass line"
+    wall, cpu = run.wall_s - plain.wall_s, run.cpu_s - plain.cpu_s
+    if wall <= 0 or cpu <= 0:
+        return None
+    return wall, cpu, "run minus plain prepare"
+
+
+def _per_cpu_s(mb: float, cost: tuple[float, float, str] | None) -> str:
+    """A stage's MB per CPU-second as printed, or n/a when one run cannot resolve it."""
+    if cost is None:
+        return "n/a (within one run's noise at this size)"
+    return f"+{cost[1]:.1f} CPU-s ({mb / cost[1]:.2f} MB/CPU-s)"
 
 
 class TreeUsage:
@@ -282,18 +293,24 @@ def pool_estimate(text_bytes: int, docs: int, plain: Run, stage_runs: dict[str, 
         "alone; Beam's shuffle and I/O not included):"
     ]
     for size in (text_bytes / docs, 4000.0):
-        cells, total = [], 0.0
+        cells, total, whole = [], 0.0, True
         for stage, n in POOL_DOCS:
             run = stage_runs.get(stage)
             if run is None:
                 continue
-            hours = n * size * stage_cost(run, plain)[1] / text_bytes / 3600
+            cost = stage_cost(run, plain)
+            if cost is None:
+                cells.append(f"{stage} ({n / 1e9:.1f} B docs) n/a")
+                whole = False
+                continue
+            hours = n * size * cost[1] / text_bytes / 3600
             total += hours
             cells.append(f"{stage} ({n / 1e9:.1f} B docs) {hours:,.0f}")
         kept = POOL_DOCS[-1][1]
         tok = kept * size * plain.cpu_s / text_bytes / 3600
+        dedup = f"dedup total {total:,.0f} vCPU-h" if whole else "no dedup total (a stage is n/a)"
         lines.append(
-            f"  at {size / 1e3:.2f} KB/doc: " + ", ".join(cells) + f"; dedup total {total:,.0f} vCPU-h; "
+            f"  at {size / 1e3:.2f} KB/doc: " + ", ".join(cells) + f"; {dedup}; "
             f"reading, tokenizing and writing the {kept / 1e9:.2f} B documents kept {tok:,.0f} vCPU-h more"
         )
     return lines
@@ -618,30 +635,32 @@ def main(argv: list[str] | None = None) -> int:
     exact = run_olmax(files, work, args.workers, "exact", corpus)
 
     # olmax's minhash stage alone (text in -> removals decided), without prepare's tokenizing and writing
-    wall, cpu, how = stage_cost(minhash, plain)
-    alone = Run(
-        "olmax minhash alone",
-        f"the minhash decision pass ({how}); memory: the run's peak minus plain prepare's",
-        args.workers,
-        wall,
-        cpu,
-        max(minhash.peak_rss - plain.peak_rss, 0),
-    )
+    minhash_cost = stage_cost(minhash, plain)
+    alone = None
+    if minhash_cost is not None:
+        wall, cpu, how = minhash_cost
+        alone = Run(
+            "olmax minhash alone",
+            f"the minhash decision pass ({how}); memory: the run's peak minus plain prepare's",
+            args.workers,
+            wall,
+            cpu,
+            max(minhash.peak_rss - plain.peak_rss, 0),
+        )
     print("\nsettings:")
     for r in [plain, exact, *runs] + ([substring] if substring else []):
         print(f"  {r.name}: {r.setting}")
     print(
         f"\nspeed, end to end (text in -> removals out; olmax prepare also tokenizes and writes shards), {mb:.2f} MB:"
     )
-    print("\n".join(speed_table([plain, minhash, alone, *runs[1:]], mb, docs)))
+    print("\n".join(speed_table([plain, minhash, *([alone] if alone else []), *runs[1:]], mb, docs)))
     print(
         "\nper stage (peers' own stage timers; datatrove's as the seconds its tasks ran, summed; olmax's "
-        f"dedup stages from {stage_cost(minhash, plain)[2]}):"
+        "dedup stages from its own decision-pass line, else the run minus plain prepare):"
     )
-    ex = stage_cost(exact, plain)[1]
     print(
-        f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s ({mb / plain.cpu_s:.2f} MB/CPU-s); exact +{ex:.1f} "
-        f"CPU-s ({mb / ex:.2f} MB/CPU-s); minhash +{alone.cpu_s:.1f} CPU-s ({mb / alone.cpu_s:.2f} MB/CPU-s)"
+        f"  olmax: read+tokenize+write {plain.cpu_s:.1f} CPU-s ({mb / plain.cpu_s:.2f} MB/CPU-s); exact "
+        f"{_per_cpu_s(mb, stage_cost(exact, plain))}; minhash {_per_cpu_s(mb, minhash_cost)}"
     )
     for r in runs[1:]:
         cells = ", ".join(
@@ -657,11 +676,15 @@ def main(argv: list[str] | None = None) -> int:
         if r.score and r.score.cluster_sizes:
             print(f"  {r.name}: {dc.cluster_line(r.score)}")
     if substring:
-        extra = stage_cost(substring, plain)[1]
+        extra = stage_cost(substring, plain)
+        alone_line = (
+            f"{_per_cpu_s(mb, extra)} ({extra[1] / text_bytes * 1e9:.0f} CPU-ns per input byte)"
+            if extra
+            else _per_cpu_s(mb, extra)
+        )
         print(
             f"\nsubstring (--dedup substring, min 500 bytes): {substring.wall_s:.1f} s wall, {substring.cpu_s:.1f} CPU-s "
-            f"whole prepare; the stage alone +{extra:.1f} CPU-s = {mb / max(extra, 1e-9):.2f} MB/CPU-s "
-            f"({extra / text_bytes * 1e9:.0f} CPU-ns per input byte); peak {substring.peak_rss / 1e6:.0f} MB = "
+            f"whole prepare; the stage alone {alone_line}; peak {substring.peak_rss / 1e6:.0f} MB = "
             f"{substring.peak_rss / text_bytes:.1f} bytes per input byte whole prepare, "
             f"{max(substring.peak_rss - plain.peak_rss, 0) / text_bytes:.1f} above plain prepare"
         )
