@@ -133,32 +133,37 @@ static inline unsigned char *put_utf8(unsigned char *o, unsigned cp) {
     return o;
 }
 
-/* A JSON string at c->p (its opening quote), unescaped to UTF-8 at *out when out is not NULL (the output
-   is never longer than the input). Returns 0 when json.loads may read it otherwise or refuse it. */
-static int string(Cur *c, unsigned char **out) __attribute__((hot));
-static int string(Cur *c, unsigned char **out) {
+/* What a one-character escape stands for (0: not one; \u is read apart) */
+static const unsigned char UNESCAPE[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
+};
+
+/* A JSON string at c->p (its opening quote), unescaped to UTF-8 at *out when `write` (the output is never
+   longer than the input). Returns 0 when json.loads may read it otherwise or refuse it. Inlined twice, with
+   `write` a constant: once writing, once only checking. */
+static inline __attribute__((always_inline)) int string_at(Cur *c, unsigned char **out, const int write) {
     cptr p = c->p + 1, end = c->end;
-    unsigned char *o = out ? *out : NULL;
+    unsigned char *o = write ? *out : NULL;
     for (;;) {
         /* BLOCK bytes at a time while none needs care; when writing, they are stored whole (the buffer has
            SLACK bytes to spare past its end) and the pointer moves only past the plain ones */
         while (end - p >= BLOCK) {
             uint64_t m = special(p);
-            if (o)
+            if (write)
                 memcpy(o, p, BLOCK);
             if (m) {
                 int k = __builtin_ctzll(m) >> SHIFT;
                 p += k;
-                if (o)
+                if (write)
                     o += k;
                 goto care;
             }
             p += BLOCK;
-            if (o)
+            if (write)
                 o += BLOCK;
         }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') {
-            if (o)
+            if (write)
                 *o++ = *p;
             p++;
         }
@@ -166,40 +171,18 @@ static int string(Cur *c, unsigned char **out) {
         if (p >= end)
             return 0;
         unsigned char ch = *p;
-        if (ch == '"') {
-            c->p = p + 1;
-            if (out)
-                *out = o;
-            return 1;
-        }
-        if (ch < 0x20)
-            return 0; /* json.loads (strict) refuses a control character in a string */
-        if (ch >= 0x80) {
-            int n = utf8_seq(p, end);
-            if (!n)
+        if (ch == '\\') {
+            if (end - p < 2)
                 return 0;
-            if (o)
-                for (int i = 0; i < n; i++)
-                    *o++ = p[i];
-            p += n;
-            continue;
-        }
-        /* a backslash */
-        if (end - p < 2)
-            return 0;
-        unsigned char e = p[1], b;
-        switch (e) {
-        case '"': b = '"'; break;
-        case '\\': b = '\\'; break;
-        case '/': b = '/'; break;
-        case 'b': b = '\b'; break;
-        case 'f': b = '\f'; break;
-        case 'n': b = '\n'; break;
-        case 'r': b = '\r'; break;
-        case 't': b = '\t'; break;
-        case 'u': {
+            unsigned char b = UNESCAPE[p[1]];
+            if (b) {
+                if (write)
+                    *o++ = b;
+                p += 2;
+                continue;
+            }
             unsigned cp, lo;
-            if (end - p < 6 || !hex4(p + 2, &cp))
+            if (p[1] != 'u' || end - p < 6 || !hex4(p + 2, &cp))
                 return 0;
             p += 6;
             if (cp >= 0xDC00 && cp <= 0xDFFF)
@@ -211,17 +194,30 @@ static int string(Cur *c, unsigned char **out) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p += 6;
             }
-            if (o)
+            if (write)
                 o = put_utf8(o, cp);
             continue;
         }
-        default:
-            return 0;
+        if (ch == '"') {
+            c->p = p + 1;
+            if (write)
+                *out = o;
+            return 1;
         }
-        if (o)
-            *o++ = b;
-        p += 2;
+        if (ch < 0x20)
+            return 0; /* json.loads (strict) refuses a control character in a string */
+        int n = utf8_seq(p, end); /* ch >= 0x80 */
+        if (!n)
+            return 0;
+        if (write)
+            for (int i = 0; i < n; i++)
+                *o++ = p[i];
+        p += n;
     }
+}
+
+static int string(Cur *c, unsigned char **out) {
+    return out ? string_at(c, out, 1) : string_at(c, NULL, 0);
 }
 
 /* A JSON number at c->p; *integer says whether it has no fraction and no exponent */

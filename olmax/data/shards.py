@@ -193,6 +193,19 @@ def _open_tokens(path: Path):
     return open(path, "wb")
 
 
+def sidecar_csv(rows: list[tuple[int, int, str, str, int]]) -> str:
+    """The sidecar's CSV text, as `csv.writer(lineterminator="\n")` writes it: each row joined by commas
+    when no id or source holds a comma, a quote, a line break or a NUL (what the csv module quotes or
+    refuses; the usual case, several times faster than its row by row), else by the csv module itself."""
+    text = "".join([f"{a},{b},{i},{s},{n}\n" for a, b, i, s, n in rows])
+    plain = text.count(",") == 4 * len(rows) and text.count("\n") == len(rows)
+    if plain and not any(c in text for c in '"\r\x00'):
+        return text
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
 class ShardWriter:
     """Appends documents to one shard; `close()` renames the finished files into place."""
 
@@ -241,13 +254,11 @@ class ShardWriter:
             self._f.flush()
             os.fsync(self._f.fileno())
             self._f.close()
-            text = io.StringIO()
-            csv.writer(text, lineterminator="\n").writerows(self._rows)
             with (
                 open(side_tmp, "wb") as raw,
                 gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz,
             ):
-                gz.write(text.getvalue().encode("utf-8"))
+                gz.write(sidecar_csv(self._rows).encode("utf-8"))
         except OSError as e:
             side_tmp.unlink(missing_ok=True)
             raise self._write_error(e) from None

@@ -94,3 +94,24 @@ def test_a_full_disk_is_one_error_naming_the_shard(tmp_path, monkeypatch):
     ):
         w.add_batch(big, [len(big)], [Doc("a", "", "src", 1)], 1)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_sidecar_csv_is_the_csv_modules():
+    """Plain ids and sources (joined directly) and ones with commas, quotes, line breaks, spaces and
+    non-ASCII (left to the csv module): the csv module's text either way."""
+    import csv
+    import io
+    import random
+
+    rng = random.Random(3)
+    pieces = ["doc", "a,b", 'say "hi"', "line\nbreak", "cr\rhere", " pad ", "é中😀", "", "x" * 50, "\t", "'"]
+    for n in range(300):
+        rows = [
+            (k * 7, k * 7 + 7, "".join(rng.choices(pieces, k=rng.randrange(0, 3))), rng.choice(pieces), k + 1)
+            for k in range(rng.randrange(0, 6))
+        ]
+        if n % 3 == 0:  # most real sidecars: nothing to quote
+            rows = [(a, b, f"id-{k}", "/data/part-00.jsonl.gz", k) for k, (a, b, *_) in enumerate(rows)]
+        want = io.StringIO()
+        csv.writer(want, lineterminator="\n").writerows(rows)
+        assert shards.sidecar_csv(rows) == want.getvalue(), rows
