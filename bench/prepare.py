@@ -687,20 +687,18 @@ def main(argv: list[str] | None = None) -> int:
     dolma_dst = run_dir / "dolma"
     olmax_dst = {w: run_dir / f"olmax-w{w}" for w in olmax_workers}
     timings: dict[str, list[Timing]] = {}
-    engine_info: dict = {}
+    infos: dict[str, list[dict]] = {"engine": [], "reader": [], "pieces": []}  # what each round's run wrote
 
     def timed(name: str, fn) -> Callable[[], float]:
         def call() -> float:
             t = fn()
+            if isinstance(t, tuple):  # (timing, what the run wrote)
+                t, info = t
+                infos[name].append(info)
             timings.setdefault(name, []).append(t)
             return t.cpu_s
 
         return call
-
-    def engine() -> Timing:
-        t, info = run_engine(texts, args.tokenizer, run_dir / "engine")
-        engine_info.setdefault("runs", []).append(info)
-        return t
 
     sides: dict[str, Callable[[], float]] = {}
     if not args.skip_dolma:
@@ -709,23 +707,10 @@ def main(argv: list[str] | None = None) -> int:
         sides[f"olmax-w{w}"] = timed(
             f"olmax-w{w}", lambda w=w: run_olmax(corpus, args.tokenizer, olmax_dst[w], w)
         )
-    sides["engine"] = timed("engine", engine)
-    reader_info: list[dict] = []
-
-    def reader() -> Timing:
-        t, info = run_reader(corpus, run_dir / "reader")
-        reader_info.append(info)
-        return t
-
-    sides["reader"] = timed("reader", reader)
-    pieces_info: list[dict] = []
-
-    def pieces() -> Timing:
-        t, info = run_pieces(corpus, run_dir / "pieces")
-        pieces_info.append(info)
-        return t
-
-    sides["pieces"] = timed("pieces", pieces)
+    sides["engine"] = timed("engine", lambda: run_engine(texts, args.tokenizer, run_dir / "engine"))
+    sides["reader"] = timed("reader", lambda: run_reader(corpus, run_dir / "reader"))
+    sides["pieces"] = timed("pieces", lambda: run_pieces(corpus, run_dir / "pieces"))
+    reader_info, pieces_info = infos["reader"], infos["pieces"]
     print(f"{reps} interleaved rounds of {', '.join(sides)}; load average before: {os.getloadavg()[0]:.1f}")
     interleaved(sides, reps=reps)
 
@@ -739,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         failed = failed or bool(diff)
     tokens = _olmax_tokens(first)
-    runs = engine_info["runs"]
+    runs = infos["engine"]
     if any(r["tokens"] != tokens for r in runs):
         print(f"the engine alone made {runs[0]['tokens']:,} tokens, prepare {tokens:,}: not the same texts")
         failed = True
