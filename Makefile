@@ -15,8 +15,8 @@ setup: $(STAMP)
 
 # constraints.txt holds one resolved version of every package: pip alone cannot resolve the test extra from
 # scratch (its resolver backtracks until it gives up, docs/design.md).
-# (setup.py and olmax/data/_jsonl.c: a change to the compiled reader is built again)
-$(BASE): pyproject.toml constraints.txt setup.py olmax/data/_jsonl.c
+# (setup.py and olmax/data/jsonl_scan.c: a change to the compiled reader is built again)
+$(BASE): pyproject.toml constraints.txt setup.py olmax/data/jsonl_scan.c
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e .

@@ -67,7 +67,7 @@ def bare_pieces(files: list[str], tok: Tokenizer, folder: Path) -> dict:
     cfg = PrepareConfig(tokenizer="", out="", sources=(), dolma_compat=True)
     writer = ShardWriter(folder / "pieces.npy", folder)
     stats = readers.ReadStats()
-    for batch in read_batches(files, cfg, "text", (0, 0), stats, utf8=True, eos_text=tok.eos_text):
+    for batch in read_batches(files, cfg, "text", (0, 0), stats, utf8=tok.eos_text or ""):
         encoded = encode_docs(tok, batch, dolma_compat=True)
         docs = [doc for _, doc, _ in encoded.kept]
         writer.add_batch(encoded.tokens, encoded.lengths, docs, sum(encoded.nbytes))
@@ -89,7 +89,7 @@ def main() -> None:
         cfg = PrepareConfig(tokenizer=args.tokenizer, out="", sources=(), dolma_compat=True)
         eos_text = load_tokenizer(str(tokenizer_path(args.tokenizer, quiet=True)), args.engine).eos_text
         start = time.process_time()
-        stream = read_batches(files, cfg, "text", (0, 0), readers.ReadStats(), utf8=True, eos_text=eos_text)
+        stream = read_batches(files, cfg, "text", (0, 0), readers.ReadStats(), utf8=eos_text or "")
         docs = sum(len(b.docs if isinstance(b, Utf8Batch) else b) for b in stream)
         result = {"files": len(files), "docs": docs, "read_cpu_s": time.process_time() - start}
         args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -131,6 +131,8 @@ RAW_ARRAY_FILES = {
     "olmax.model.parity": "the bytes of a parity prompt's text",
     "olmax.dedup.shingles": "documents' UTF-8 text as bytes (word hashing)",
     "olmax.dedup.substring": "documents' UTF-8 text as bytes (byte windows)",
+    "olmax.data.readers": "the compiled JSON-lines reader's text ends and EOS flags, as bytes",
+    "olmax.data.tokenize": "texts' UTF-8 as bytes, handed to the engine whole",
 }
 RAW_ARRAY_CALLS = {"memmap", "fromfile", "frombuffer", "tofile"}
 

@@ -26,8 +26,8 @@ from olmax import storage
 from olmax.errors import OlmaxError
 from olmax.jsonio import json_error
 
-try:  # prepare's compiled JSON-lines reader (olmax/data/_jsonl.c), built by `pip install` where a C compiler is
-    from olmax.data import _jsonl as native_jsonl
+try:  # prepare's compiled JSON-lines reader (olmax/data/jsonl_scan.c), built by `pip install` where a C compiler is
+    from olmax.data import jsonl_scan as native_jsonl
 except ImportError:  # none: every line is read by simdjson / json.loads, with the same documents and errors
     native_jsonl = None
 
@@ -246,6 +246,31 @@ def lone_surrogate(doc: Doc, e: UnicodeEncodeError) -> OlmaxError:
     )
 
 
+@dataclass(frozen=True)
+class Utf8Form:
+    """How `read_jsonl_utf8` hands over texts: `str.strip()`ped when `strip`; followed by `eos` (the end-of-text
+    token's text, b"" for none) when not empty, and with `eos_once` not when the text ends with it already."""
+
+    strip: bool = False
+    eos: bytes = b""
+    eos_once: bool = False
+
+    @property
+    def rule(self) -> int:
+        """The compiled reader's EOS rule: 0 none, 1 after every non-empty text, 2 not twice."""
+        return (2 if self.eos_once else 1) if self.eos else 0
+
+    def text(self, text: str, doc: Doc) -> tuple[bytes, bool]:
+        """A text json.loads read, handed over as the compiled reader hands its own: (UTF-8, EOS added)."""
+        text = text.strip() if self.strip else text
+        try:
+            utf8 = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise lone_surrogate(doc, e) from None
+        add = bool(self.rule and utf8 and (self.rule == 1 or not utf8.endswith(self.eos)))
+        return (utf8 + self.eos if add else utf8), add
+
+
 def read_jsonl_utf8(
     path: str,
     text_field: str = "text",
@@ -253,23 +278,43 @@ def read_jsonl_utf8(
     skip_bad_lines: bool = False,
     start_after: int = 0,
     stats: ReadStats | None = None,
-    strip: bool = False,
-    eos: bytes = b"",
-    eos_once: bool = False,
+    form: Utf8Form = Utf8Form(),
 ) -> Iterator[Utf8Docs]:
     """`read_jsonl`'s documents (the same ids, locs, texts, skipped lines and errors), with their texts as
-    UTF-8 (`str.strip()`ped when `strip`) and no Python string per text, a block of the file at a time: the
-    compiled reader (`native_jsonl`, which must be there) reads every line it can read exactly as
+    UTF-8 (as `form` says: stripped, EOS after them) and no Python string per text, a block of the file at a
+    time: the compiled reader (`native_jsonl`, which must be there) reads every line it can read exactly as
     `json.loads` would and hands back the others, which `json.loads` reads here as in `read_jsonl`. A text
-    with a lone surrogate escape (not valid Unicode) is an error naming it.
-
-    `eos`: the end-of-text token's text, written after every non-empty text (`eos_once`: not after one that
-    ends with it already) so that the engine gives each document's tokens with EOS in one piece."""
+    with a lone surrogate escape (not valid Unicode) is an error naming it."""
     base = os.path.basename(path)
     fix = "fix it or pass --skip-bad-lines to skip and count such lines"
     stats = stats if stats is not None else ReadStats()
-    rule = (2 if eos_once else 1) if eos else 0
     keys = (text_field.encode("utf-8"), id_field.encode("utf-8"))
+
+    def documents(lineno: int, offset: int, scanned: tuple) -> Iterator[Utf8Docs]:
+        """The documents of one `native_jsonl.scan` (`scanned`: what it returned; its lines start after
+        line `lineno`, at decompressed byte `offset`); the lines it handed back are read by json.loads."""
+        texts, ends, items, added = scanned
+        docs, bad = [], []
+        others: dict[int, tuple[bytes, bool]] = {}  # a document json.loads read: its place → UTF-8, EOS
+        for n, item in enumerate(items, lineno + 1):
+            if type(item) is not tuple:
+                docs.append(Doc(f"{base}:{n}" if item is None else item, "", path, n))
+                bad.append(stats.bad_lines)
+                continue
+            pos, raw = item
+            obj = _json_object(path, n, offset + pos, raw, fix, skip_bad_lines, stats)
+            if obj is None:
+                continue
+            text, doc_id = obj.get(text_field), obj.get(id_field)
+            if not isinstance(text, str):
+                raise _no_text(path, n, text_field, text, obj)
+            doc = Doc(f"{base}:{n}" if doc_id is None else str(doc_id), "", path, n)
+            others[len(docs)] = form.text(text, doc)
+            docs.append(doc)
+            bad.append(stats.bad_lines)
+        if docs:
+            yield _utf8_docs(docs, bad, texts, ends, added, others)
+
     lineno, offset, head = 0, 0, b""  # lines read, their decompressed bytes, a line begun and not ended
     with _open_binary(path) as f:
         while True:
@@ -290,70 +335,24 @@ def read_jsonl_utf8(
                 offset += len(head) + end - start
                 lineno, head, start = lineno + 1, b"", end
             if head or start < last:
-                texts, ends, items, added = native_jsonl.scan(
-                    block, start, last, head, *keys, strip, eos, rule
-                )
-                yield from _utf8_docs(
-                    path,
-                    base,
-                    fix,
-                    lineno,
-                    offset,
-                    (texts, ends, items, added),
-                    stats,
-                    (strip, eos, rule),
-                    text_field,
-                    id_field,
-                    skip_bad_lines,
-                )
-                lineno += len(items)
+                scanned = native_jsonl.scan(block, start, last, head, *keys, form.strip, form.eos, form.rule)
+                yield from documents(lineno, offset, scanned)
+                lineno += len(scanned[2])
                 offset += len(head) + last - start
             if not block:
                 return
             head = block[last:]
 
 
-def _utf8_docs(
-    path, base, fix, lineno, offset, scanned, stats, how, text_field, id_field, skip_bad_lines
-) -> Iterator[Utf8Docs]:
-    """The documents of one `native_jsonl.scan` (`scanned`: what it returned; its lines start after line
-    `lineno`, at decompressed byte `offset`; `how`: strip, eos, eos rule as passed to it); the lines it handed
-    back are read by json.loads, as `read_jsonl` reads them."""
-    texts, ends, items, added = scanned
-    strip, eos, rule = how
-    docs, bad = [], []
-    others: dict[int, tuple[bytes, bool]] = {}  # a document read by json.loads: place in `docs` → UTF-8, EOS
-    for n, item in enumerate(items, lineno + 1):
-        if type(item) is not tuple:
-            docs.append(Doc(f"{base}:{n}" if item is None else item, "", path, n))
-            bad.append(stats.bad_lines)
-            continue
-        pos, raw = item
-        obj = _json_object(path, n, offset + pos, raw, fix, skip_bad_lines, stats)
-        if obj is None:
-            continue
-        text, doc_id = obj.get(text_field), obj.get(id_field)
-        if not isinstance(text, str):
-            raise _no_text(path, n, text_field, text, obj)
-        doc = Doc(f"{base}:{n}" if doc_id is None else str(doc_id), "", path, n)
-        text = text.strip() if strip else text
-        try:
-            utf8 = text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise lone_surrogate(doc, e) from None
-        add = bool(rule and utf8 and (rule == 1 or not utf8.endswith(eos)))
-        others[len(docs)] = (utf8 + eos if add else utf8, add)
-        docs.append(doc)
-        bad.append(stats.bad_lines)
-    if not docs:
-        return
+def _utf8_docs(docs, bad, texts: bytes, ends: bytes, added: bytes, others: dict) -> Utf8Docs:
+    """The `Utf8Docs` of one scan: the compiled reader's texts (`texts`, ending at `ends`, EOS after those
+    `added` says), with the texts json.loads read (`others`: place → (UTF-8, EOS added)) put in between."""
     ends = np.frombuffer(ends, dtype=np.int64)
     flags = np.frombuffer(added, dtype=np.bool_)
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     if not others:
         offsets[1:] = ends
-        yield Utf8Docs(docs, bad, texts, offsets, flags)
-        return
+        return Utf8Docs(docs, bad, texts, offsets, flags)
     # the texts json.loads read go between the others (a copy of the block's texts: rare)
     view, parts, eos_at, k = memoryview(texts), [], [], 0
     for i in range(len(docs)):
@@ -365,7 +364,7 @@ def _utf8_docs(
         parts.append(utf8)
         eos_at.append(add)
     offsets[1:] = np.cumsum([len(part) for part in parts])
-    yield Utf8Docs(docs, bad, b"".join(parts), offsets, np.array(eos_at, dtype=np.bool_))
+    return Utf8Docs(docs, bad, b"".join(parts), offsets, np.array(eos_at, dtype=np.bool_))
 
 
 def _jsonl_lines(path: str, start_after: int = 0) -> Iterator[tuple[int, int, bytes, int, int]]:

@@ -277,7 +277,7 @@ def test_a_line_cut_short_names_its_own_column_not_the_next_line(tmp_path, dolma
 
 # ------------------------------------------------------------------------------ the compiled reader
 needs_native = pytest.mark.skipif(
-    readers.native_jsonl is None, reason="olmax.data._jsonl is not built (no C compiler at install)"
+    readers.native_jsonl is None, reason="olmax.data.jsonl_scan is not built (no C compiler at install)"
 )
 
 
@@ -336,7 +336,7 @@ def test_the_compiled_reader_strips_what_str_strip_strips():
 
 
 @needs_native
-def test_the_compiled_reader_writes_eos_after_texts_by_its_rule():
+def test_the_compiled_reader_writes_eos_after_texts_by_its_rule(tmp_path):
     buf = b"".join(json.dumps({"text": t}).encode() + b"\n" for t in ["a", "", " b<E> ", "c<E>", "<E>"])
     items, texts, added = _scan(buf, strip=True, eos=b"<E>", rule=2)  # not after a text ending in it
     assert texts == [b"a<E>", b"", b"b<E>", b"c<E>", b"<E>"] and added == [1, 0, 0, 0, 0]
@@ -344,11 +344,10 @@ def test_the_compiled_reader_writes_eos_after_texts_by_its_rule():
     assert texts == [b"a<E>", b"", b" b<E> <E>", b"c<E><E>", b"<E><E>"] and added == [1, 0, 1, 1, 1]
     assert _scan(buf)[1] == [b"a", b"", b" b<E> ", b"c<E>", b"<E>"]
     # a text with a line read by json.loads around it: the same rule in Python
-    mixed = b'{"text": "x"}\n{"text": "y", "n": NaN}\n{"text": "z<E>"}\n'
-    path = readers.__file__  # any name: only the documents matter here
-    (part,) = readers._utf8_docs(path, "m", "fix", 0, 0, readers.native_jsonl.scan(
-        mixed, 0, len(mixed), b"", b"text", b"id", False, b"<E>", 2), readers.ReadStats(),
-        (False, b"<E>", 2), "text", "id", False)  # fmt: skip
+    mixed = tmp_path / "m.jsonl"
+    mixed.write_bytes(b'{"text": "x"}\n{"text": "y", "n": NaN}\n{"text": "z<E>"}\n')
+    form = readers.Utf8Form(eos=b"<E>", eos_once=True)
+    (part,) = readers.read_jsonl_utf8(str(mixed), form=form)
     bounds = part.offsets.tolist()
     assert [part.utf8[a:b] for a, b in zip(bounds, bounds[1:])] == [b"x<E>", b"y<E>", b"z<E>"]
     assert part.eos.tolist() == [True, True, False]
@@ -371,13 +370,14 @@ def test_utf8_reading_gives_read_jsonl_documents_and_errors(tmp_path, monkeypatc
     def utf8_docs(**kw):
         stats = readers.ReadStats()
         out = []
-        for part in readers.read_jsonl_utf8(str(path), skip_bad_lines=True, stats=stats, **kw):
+        form = readers.Utf8Form(strip=kw.pop("strip", False), eos=kw.pop("eos", b""), eos_once=True)
+        for part in readers.read_jsonl_utf8(str(path), skip_bad_lines=True, stats=stats, form=form, **kw):
             bounds = part.offsets.tolist()
             for k, doc in enumerate(part.docs):
                 text = part.utf8[bounds[k] : bounds[k + 1]]
                 if part.eos[k]:
-                    assert text.endswith(kw["eos"])
-                    text = text[: -len(kw["eos"])]
+                    assert text.endswith(form.eos)
+                    text = text[: -len(form.eos)]
                 out.append((doc.id, text.decode("utf-8"), doc.loc, part.bad[k]))
         return out, stats.bad_lines
 

@@ -53,7 +53,7 @@ class Utf8Batch:
 
 
 def _utf8_input(path: str) -> bool:
-    """Whether `read_batches(utf8=True)` reads this input with the compiled reader: a local jsonl file."""
+    """Whether `read_batches(utf8=...)` reads this input with the compiled reader: a local jsonl file."""
     return (
         readers.native_jsonl is not None
         and storage.local_path(path) is not None
@@ -69,38 +69,30 @@ def read_batches(
     start: tuple[int, int],
     stats: readers.ReadStats,
     first_file: int = 0,
-    utf8: bool = False,
-    eos_text: str | None = None,
+    utf8: str | None = None,
 ) -> Iterator[list[BatchDoc] | Utf8Batch]:
     """Documents from input position `start` = (file index, last loc done), in batches of ~4 MB of text,
     each with the number of bad lines `stats` had counted when it was read (so a count can be tied to a
     position in the input, whichever thread reads ahead). `first_file` numbers `files[0]`.
 
-    `utf8`: a local jsonl file comes as `Utf8Batch`es (texts as UTF-8, stripped for `cfg.dolma_compat`,
-    no Python string per text) when the compiled reader is built; any other input as lists of `BatchDoc`.
-    The same documents either way, with the same tokens once encoded (`encode_docs`). `eos_text`: the
-    tokenizer's `eos_text`, written after each text of a `Utf8Batch` (see `encode_docs`)."""
-    eos = (eos_text or "").encode("utf-8")
+    `utf8` (not None): a local jsonl file comes as `Utf8Batch`es (texts as UTF-8, stripped for
+    `cfg.dolma_compat`, no Python string per text) when the compiled reader is built, each text followed by
+    `utf8` (the tokenizer's `eos_text`; "" for nothing; see `encode_docs`); any other input as lists of
+    `BatchDoc`. The same documents either way, with the same tokens once encoded (`encode_docs`)."""
+    eos = (utf8 or "").encode("utf-8")
+    form = readers.Utf8Form(strip=cfg.dolma_compat, eos=eos, eos_once=cfg.dolma_compat)
     batch: list[BatchDoc] = []
     size = 0
     small: list[tuple[int, readers.Utf8Docs]] = []  # pieces of less than a batch, joined when they add up
     small_size = 0
     for fi in range(start[0], len(files)):
         after = start[1] if fi == start[0] else 0
-        if utf8 and _utf8_input(files[fi]):
+        if utf8 is not None and _utf8_input(files[fi]):
             if batch:
                 yield batch
                 batch, size = [], 0
             parts = readers.read_jsonl_utf8(
-                files[fi],
-                text_field,
-                cfg.id_field,
-                cfg.skip_bad_lines,
-                after,
-                stats,
-                cfg.dolma_compat,
-                eos,
-                eos_once=cfg.dolma_compat,
+                files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats, form
             )
             for part in parts:
                 if len(part.utf8) >= BATCH_TEXT_BYTES // 2 and not small:
@@ -210,7 +202,8 @@ def encode_docs(tok: Tokenizer, batch: list[BatchDoc] | Utf8Batch, dolma_compat:
             kept = batch.docs
         kept_at, empty_at = np.flatnonzero(~empty).tolist(), np.flatnonzero(empty).tolist()
         if not batch.eos_bytes:
-            return _encoded(tok, ids, offsets, kept, sizes[~empty].tolist(), kept_at, empty_at, dolma_compat)
+            tokens, lengths = _eos_after(tok, ids, offsets, dolma_compat)
+            return Encoded(tokens, lengths, kept, sizes[~empty].tolist(), kept_at, empty_at)
         # each text came with EOS written after it (`Tokenizer.eos_text`): the engine's ids are the shard's
         nbytes = (sizes - batch.eos * batch.eos_bytes)[~empty].tolist()
         return Encoded(ids, np.diff(offsets).tolist(), kept, nbytes, kept_at, empty_at)
@@ -225,19 +218,19 @@ def encode_docs(tok: Tokenizer, batch: list[BatchDoc] | Utf8Batch, dolma_compat:
         kept_at.append(at)
         texts.append(text)
     ids, offsets = tok.encode_flat(texts, utf8_checked=True)
-    return _encoded(tok, ids, offsets, kept, nbytes, kept_at, empty_at, dolma_compat)
+    tokens, lengths = _eos_after(tok, ids, offsets, dolma_compat)
+    return Encoded(tokens, lengths, kept, nbytes, kept_at, empty_at)
 
 
-def _encoded(tok, ids, offsets, kept, nbytes, kept_at, empty_at, dolma_compat) -> Encoded:
-    """The kept documents' tokens, each followed by EOS (see `encode_docs`), as an `Encoded`."""
+def _eos_after(tok: Tokenizer, ids: np.ndarray, offsets: np.ndarray, dolma_compat: bool):
+    """(tokens, lengths): each document's ids (at `offsets`) followed by EOS (see `encode_docs`)."""
     ends = offsets[1:]
-    add_eos = np.ones(len(kept), dtype=bool)
+    add_eos = np.ones(len(offsets) - 1, dtype=bool)
     if dolma_compat and ids.size:
         # a text whose last token is EOS already (written as `<|endoftext|>`) gets no second one
         add_eos = ~((ends > offsets[:-1]) & (ids[np.maximum(ends - 1, 0)] == tok.eos_token_id))
     tokens = with_eos(ids, offsets, add_eos, tok.eos_token_id)
-    lengths = (np.diff(offsets) + add_eos).tolist()
-    return Encoded(tokens, lengths, kept, nbytes, kept_at, empty_at)
+    return tokens, (np.diff(offsets) + add_eos).tolist()
 
 
 def with_eos(ids: np.ndarray, offsets: np.ndarray, add_eos: np.ndarray, eos: int) -> np.ndarray:

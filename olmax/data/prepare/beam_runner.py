@@ -98,8 +98,7 @@ def tokenize_file(
         (0, 0),
         stats,
         first_file=task.file,
-        utf8=edits is None,
-        eos_text=tok.eos_text,
+        utf8=(tok.eos_text or "") if edits is None else None,
     )
     if edits is not None:
         batches = apply_edits(batches, edits)

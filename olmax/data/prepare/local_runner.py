@@ -303,7 +303,12 @@ def _prepare_source(
 
     # without dedup edits (which rewrite texts as strings) the compiled reader's UTF-8 goes to the engine
     batches = read_batches(
-        files, cfg, spec.text_field or cfg.text_field, start, stats, utf8=edits is None, eos_text=tok.eos_text
+        files,
+        cfg,
+        spec.text_field or cfg.text_field,
+        start,
+        stats,
+        utf8=(tok.eos_text or "") if edits is None else None,
     )
     if edits is not None:
         batches = dedup_stages().apply_edits(batches, edits)

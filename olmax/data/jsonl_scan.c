@@ -1,4 +1,4 @@
-/* olmax.data._jsonl: prepare's JSON lines straight to UTF-8, with no Python string per text.
+/* olmax.data.jsonl_scan: prepare's JSON lines straight to UTF-8, with no Python string per text.
 
    scan(buf, start, end, head, text_key, id_key, strip, eos, eos_rule) reads the whole lines of
    head + buf[start:end] (`head`: the start of a line begun in an earlier buffer, or b""; the range ends
@@ -603,7 +603,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jsonl", "prepare's JSON lines to UTF-8", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "jsonl_scan", "prepare's JSON lines to UTF-8", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__jsonl(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_jsonl_scan(void) { return PyModule_Create(&module); }
