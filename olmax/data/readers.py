@@ -51,6 +51,11 @@ class ReadStats:
     bad_line_examples: list[str] = field(default_factory=list)
 
 
+def is_table(path: str) -> bool:
+    """Whether an input is read as a table (a `datasets` folder, `.arrow`, `.parquet`); else it is jsonl."""
+    return os.path.isdir(path) or path.endswith(TABLE_SUFFIXES)
+
+
 def _is_dataset_folder(names) -> bool:
     return "dataset_info.json" in names or "state.json" in names
 
@@ -286,7 +291,6 @@ def read_jsonl_utf8(
     `json.loads` would and hands back the others, which `json.loads` reads here as in `read_jsonl`. A text
     with a lone surrogate escape (not valid Unicode) is an error naming it."""
     base = os.path.basename(path)
-    fix = "fix it or pass --skip-bad-lines to skip and count such lines"
     stats = stats if stats is not None else ReadStats()
     keys = (text_field.encode("utf-8"), id_field.encode("utf-8"))
 
@@ -298,18 +302,15 @@ def read_jsonl_utf8(
         others: dict[int, tuple[bytes, bool]] = {}  # a document json.loads read: its place → UTF-8, EOS
         for n, item in enumerate(items, lineno + 1):
             if type(item) is not tuple:
-                docs.append(Doc(f"{base}:{n}" if item is None else item, "", path, n))
+                docs.append(Doc(_doc_id(base, n, item), "", path, n))
                 bad.append(stats.bad_lines)
                 continue
             pos, raw = item
-            obj = _json_object(path, n, offset + pos, raw, fix, skip_bad_lines, stats)
-            if obj is None:
+            fields = _json_fields(path, n, offset + pos, raw, skip_bad_lines, stats, (text_field, id_field))
+            if fields is None:
                 continue
-            text, doc_id = obj.get(text_field), obj.get(id_field)
-            if not isinstance(text, str):
-                raise _no_text(path, n, text_field, text, obj)
-            doc = Doc(f"{base}:{n}" if doc_id is None else str(doc_id), "", path, n)
-            others[len(docs)] = form.text(text, doc)
+            doc = Doc(_doc_id(base, n, fields[1]), "", path, n)
+            others[len(docs)] = form.text(fields[0], doc)
             docs.append(doc)
             bad.append(stats.bad_lines)
         if docs:
@@ -446,7 +447,6 @@ def read_jsonl(
     """Documents of a Dolma-format jsonl file, from line `start_after + 1` on. Each line is read by
     simdjson where that gives `json.loads`' result (`_fast_fields`), by `json.loads` otherwise."""
     base = os.path.basename(path)
-    fix = "fix it or pass --skip-bad-lines to skip and count such lines"
     stats = stats if stats is not None else ReadStats()
     parser = simdjson.Parser()
     view_of, view = None, memoryview(b"")
@@ -456,24 +456,40 @@ def read_jsonl(
             if buf is not view_of:
                 view_of, view = buf, memoryview(buf)
             fields = _fast_fields(parser, view[start:end], text_field, id_field)
-        if fields is not None:
-            text, doc_id = fields
-        else:
-            obj = _json_object(path, lineno, line_offset, buf[start:end], fix, skip_bad_lines, stats)
-            if obj is None:
+        if fields is None:
+            raw = buf[start:end]
+            fields = _json_fields(
+                path, lineno, line_offset, raw, skip_bad_lines, stats, (text_field, id_field)
+            )
+            if fields is None:
                 continue
-            text, doc_id = obj.get(text_field), obj.get(id_field)
-            if not isinstance(text, str):
-                raise _no_text(path, lineno, text_field, text, obj)
-        yield Doc(f"{base}:{lineno}" if doc_id is None else str(doc_id), text, path, lineno)
+        yield Doc(_doc_id(base, lineno, fields[1]), fields[0], path, lineno)
 
 
-def _no_text(path: str, lineno: int, text_field: str, text: object, obj: dict) -> OlmaxError:
-    what = "has no" if text is None else "has a non-string"
-    return OlmaxError(
-        f"{path}:{lineno}: document {what} {text_field!r} field "
-        f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another"
-    )
+_BAD_LINE_FIX = "fix it or pass --skip-bad-lines to skip and count such lines"
+
+
+def _json_fields(
+    path: str, lineno: int, line_offset: int, raw: bytes, skip_bad_lines: bool, stats: ReadStats, keys
+) -> tuple[str, object] | None:
+    """(text, id) of a document line read by `json.loads` (`keys`: the text and id fields' names), None for
+    a blank line or a bad one skipped and counted; a line with no string text is an error naming it."""
+    obj = _json_object(path, lineno, line_offset, raw, _BAD_LINE_FIX, skip_bad_lines, stats)
+    if obj is None:
+        return None
+    text, doc_id = obj.get(keys[0]), obj.get(keys[1])
+    if not isinstance(text, str):
+        what = "has no" if text is None else "has a non-string"
+        raise OlmaxError(
+            f"{path}:{lineno}: document {what} {keys[0]!r} field "
+            f"(keys: {', '.join(sorted(obj))[:200]}); use --text-field to name another"
+        )
+    return text, doc_id
+
+
+def _doc_id(base: str, lineno: int, doc_id: object) -> str:
+    """A document's id: its id field as `str` gives it, or FILE:LINE when it has none."""
+    return f"{base}:{lineno}" if doc_id is None else str(doc_id)
 
 
 def _open_table(path: str):
@@ -580,7 +596,7 @@ def read_table(
 def read_rows(path: str, batch_rows: int = 1024) -> Iterator[tuple[int, dict]]:
     """(loc, record) of every record of one input, whatever its fields: the 1-based line of a jsonl file
     or row of a table (`datasets` folder, `.arrow`, `.parquet`), each as a dict of all its fields."""
-    if not (os.path.isdir(path) or path.endswith(TABLE_SUFFIXES)):
+    if not is_table(path):
         yield from _jsonl_objects(path, "each line must be one JSON object")
         return
     table = _open_table(path)
@@ -611,7 +627,7 @@ def read_documents(
                 if stats is not None:
                     stats.bad_line_examples[:] = [m.replace(local, path) for m in stats.bad_line_examples]
         return
-    if os.path.isdir(path) or path.endswith(TABLE_SUFFIXES):
+    if is_table(path):
         yield from read_table(path, text_field, id_field, start_after)
     else:
         yield from read_jsonl(path, text_field, id_field, skip_bad_lines, start_after, stats)

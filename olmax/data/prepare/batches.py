@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -57,8 +56,7 @@ def _utf8_input(path: str) -> bool:
     return (
         readers.native_jsonl is not None
         and storage.local_path(path) is not None
-        and not os.path.isdir(path)
-        and path.endswith(readers.JSONL_SUFFIXES)
+        and not readers.is_table(path)
     )
 
 
@@ -79,8 +77,9 @@ def read_batches(
     `cfg.dolma_compat`, no Python string per text) when the compiled reader is built, each text followed by
     `utf8` (the tokenizer's `eos_text`; "" for nothing; see `encode_docs`); any other input as lists of
     `BatchDoc`. The same documents either way, with the same tokens once encoded (`encode_docs`)."""
-    eos = (utf8 or "").encode("utf-8")
-    form = readers.Utf8Form(strip=cfg.dolma_compat, eos=eos, eos_once=cfg.dolma_compat)
+    form = readers.Utf8Form(
+        strip=cfg.dolma_compat, eos=(utf8 or "").encode("utf-8"), eos_once=cfg.dolma_compat
+    )
     batch: list[BatchDoc] = []
     size = 0
     small: list[tuple[int, readers.Utf8Docs]] = []  # pieces of less than a batch, joined when they add up
@@ -96,16 +95,16 @@ def read_batches(
             )
             for part in parts:
                 if len(part.utf8) >= BATCH_TEXT_BYTES // 2 and not small:
-                    yield _utf8_batch([(fi + first_file, part)], len(eos))
+                    yield _utf8_batch([(fi + first_file, part)], len(form.eos))
                     continue
                 small.append((fi + first_file, part))
                 small_size += len(part.utf8)
                 if small_size >= BATCH_TEXT_BYTES:
-                    yield _utf8_batch(small, len(eos))
+                    yield _utf8_batch(small, len(form.eos))
                     small, small_size = [], 0
             continue
         if small:
-            yield _utf8_batch(small, len(eos))
+            yield _utf8_batch(small, len(form.eos))
             small, small_size = [], 0
         for doc in readers.read_documents(
             files[fi], text_field, cfg.id_field, cfg.skip_bad_lines, after, stats
@@ -116,7 +115,7 @@ def read_batches(
                 yield batch
                 batch, size = [], 0
     if small:
-        yield _utf8_batch(small, len(eos))
+        yield _utf8_batch(small, len(form.eos))
     if batch:
         yield batch
 

@@ -430,9 +430,7 @@ def prepare_into(
     cfg: PrepareConfig, out: Path, tok: Tokenizer, tok_path: Path, files: dict[str, list[str]]
 ) -> dict:
     """`prepare` once it holds the output folder's writer lock."""
-    if readers.native_jsonl is None and any(
-        f.endswith(readers.JSONL_SUFFIXES) for fs in files.values() for f in fs
-    ):
+    if readers.native_jsonl is None and any(not readers.is_table(f) for fs in files.values() for f in fs):
         print(
             "olmax: note: prepare's compiled JSON-lines reader is not built (no C compiler when olmax was "
             "installed): every line is read by simdjson, with the same output at more CPU; reinstall with "
