@@ -296,9 +296,9 @@ def _eos_text(spec: dict, eos: int, hf, engine, probe: list[str], want: list[lis
     texts' ids and EOS for each probe text with it written after. None otherwise."""
     added = spec.get("added_tokens", [])
     tok = next((t for t in added if int(t["id"]) == eos), None)
-    if tok is None or not tok.get("special") or any(tok.get(k) for k in ("normalized", "lstrip", "rstrip")):
+    if tok is None or not tok.get("special"):
         return None
-    if tok.get("single_word"):
+    if any(tok.get(k) for k in ("normalized", "lstrip", "rstrip", "single_word")):
         return None
     text = tok["content"]
     for other in (t["content"] for t in added if t["content"] != text):
