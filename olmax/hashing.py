@@ -281,3 +281,46 @@ def packed_row_hashes(index, chunk_tokens: int = 1 << 26) -> np.ndarray:
         for a in range(0, index.num_instances, chunk)
     ]
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+class StreamedSpans:
+    """`spans_hashes` of a token stream that arrives in consecutive blocks (the same values): `feed` hashes
+    the spans that end in a block, those inside it at once and the one carried in from earlier blocks
+    through an xxh3-64 state; `open_start` (where the span cut by the block's end starts, or None) starts
+    the next carried state, so no block is ever copied or kept."""
+
+    def __init__(self) -> None:
+        self._open: tuple[int, xxhash.xxh3_64] | None = None
+
+    def feed(
+        self, base: int, block: np.ndarray, starts: np.ndarray, ends: np.ndarray, open_start: int | None
+    ) -> np.ndarray:
+        """uint64: the hash of each span [starts[i], ends[i]) (file offsets, ascending, ending in this block;
+        only the first may start before `base`), `block` holding tokens [base, base + len(block))."""
+        tokens = np.ascontiguousarray(block, dtype="<u4")
+        buf = memoryview(tokens).cast("B")
+        out = np.empty(len(starts), dtype=np.uint64)
+        inside = 0
+        if len(starts) and starts[0] < base:
+            state = self._carried(int(starts[0]))
+            state.update(buf[: 4 * (int(ends[0]) - base)])
+            out[0] = state.intdigest()
+            self._open, inside = None, 1
+        out[inside:] = spans_hashes(
+            tokens, np.asarray(starts[inside:]) - base, np.asarray(ends[inside:]) - base
+        )
+        end = base + tokens.size
+        if open_start is None or open_start >= end:
+            self._open = None
+        elif open_start < base:
+            self._carried(open_start).update(buf)
+        else:
+            state = xxhash.xxh3_64()
+            state.update(buf[4 * (open_start - base) :])
+            self._open = (open_start, state)
+        return out
+
+    def _carried(self, start: int) -> xxhash.xxh3_64:
+        if self._open is None or self._open[0] != start:
+            raise ValueError(f"StreamedSpans: the span at {start} was not carried from the previous block")
+        return self._open[1]

@@ -78,11 +78,12 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _names(exc: BaseException) -> set[str]:
+def error_names(exc: BaseException) -> set[str]:
+    """`module.Class` of every exception class in `exc`'s chain (and their bases)."""
     return {f"{c.__module__}.{c.__name__}" for e in _chain(exc) for c in type(e).__mro__}
 
 
-def _codes(exc: BaseException) -> set[str]:
+def error_codes(exc: BaseException) -> set[str]:
     """The error codes a botocore ClientError or a gcsfs HttpError in `exc`'s chain carries."""
     out = set()
     for e in _chain(exc):
@@ -118,7 +119,7 @@ def failure(url: str, exc: BaseException) -> OlmaxError | None:
     None when `exc` is not a storage failure of a URL."""
     if isinstance(exc, OlmaxError) or not is_url(url):
         return None
-    names, codes = _names(exc), _codes(exc)
+    names, codes = error_names(exc), error_codes(exc)
     text = " ".join(str(e) for e in _chain(exc))
     if names & _NO_CREDENTIALS:
         return OlmaxError(f"{url}: no credentials found ({NO_CREDENTIALS_FIX})")

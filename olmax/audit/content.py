@@ -7,36 +7,31 @@ content; each reported pair is re-read and compared byte for byte, so a hash col
 counted. A path the mix lists twice is one physical file, hence never a duplicate here: planned
 repetition is told apart by construction, and a byte-identical copy under another name is not.
 
-`document_records` (the document map) and `reduce_documents` / `merge_documents` (the per-partition
-reduce and its assembly) are also `olmax audit dedup`'s, on either of its runners; `olmax.data.shards.local_shard` and
-`token_slice` read files given as fsspec URLs for it (`scan_content` itself, the loader audit's pass,
-refuses URLs).
+The map is file_pass.py's (one pass over each file, read where it is: a local memory map or a URL's
+byte ranges); `reduce_documents` / `merge_documents` (the per-partition reduce and its assembly) are also
+`olmax audit dedup`'s, on either of its runners. The byte-for-byte checks read their ranges in batches
+(`confirm_pairs`: every range of a batch in flight at once, ranges of one file close together in one
+request), so a mix in a bucket costs a few requests per batch, not one per pair.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
-import xxhash
 
-from olmax import storage
 from olmax.audit.config import LoaderAuditConfig
+from olmax.audit.file_pass import DOC_REC, INSTANCE_REC, PassSettings, PassTotals, file_pass
 from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition_bits
-from olmax.audit.spans import documents, physical_ids, require_local
+from olmax.audit.spans import physical_ids
 from olmax.data.index import TokenIndex
-from olmax.data.shards import local_tokens, read_sidecar, sidecar_path
-from olmax.data.stream import DOLMA2_EOS
-from olmax.data.tokenfile import read_slice
+from olmax.data.shards import sidecar_rows
+from olmax.data.token_reads import read_ranges, same_tokens
 from olmax.errors import OlmaxError
-from olmax.hashing import spans_hashes, window_spans_hashes
 
-INSTANCE_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("window", "<i8")])
-DOC_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("doc", "<i8"), ("start", "<i8"), ("ntok", "<i8")])
+CONFIRM_BATCH_TOKENS = 1 << 24  # tokens of the pairs one batch of byte-for-byte checks reads (64 MB)
 
 
 @dataclass
@@ -95,61 +90,6 @@ class DocDuplicates:
     examples: list[dict] = field(default_factory=list)
 
 
-def document_records(
-    path: str, tokens: np.ndarray, phys: int, min_doc_tokens: int, eos_token_id: int = DOLMA2_EOS
-) -> tuple[np.ndarray, int, int]:
-    """(DOC_REC of the documents of >= min_doc_tokens tokens, tokens in documents, documents) of token
-    file `path` (a local path: its sidecar, when present, gives the boundaries)."""
-    docs = documents(path, tokens, eos_token_id)
-    lengths = docs.ends - docs.starts
-    keep = np.flatnonzero(lengths >= min_doc_tokens)
-    d = np.empty(keep.size, dtype=DOC_REC)
-    d["hash"] = spans_hashes(tokens, docs.starts[keep], docs.ends[keep])
-    d["phys"], d["doc"], d["start"], d["ntok"] = phys, keep, docs.starts[keep], lengths[keep]
-    return d, int(lengths.sum()), int(lengths.size)
-
-
-@dataclass
-class FileContent:
-    """One physical file's map summary: tokens and documents in it, and its whole-content digest."""
-
-    doc_tokens: int
-    docs: int
-    digest: int  # xxh3-128 of its token bytes (0 when empty): identical files are compared by it first
-
-
-def content_records(
-    path: str,
-    tokens: np.ndarray,
-    phys: int,
-    seq_len: int | None,
-    min_doc_tokens: int,
-    eos_token_id: int = DOLMA2_EOS,
-):
-    """The content map over one physical file (`path` local, `tokens` its tokens): yields
-    ("instances", INSTANCE_REC of every L-token window, unless seq_len is None) and ("docs", DOC_REC);
-    returns its FileContent."""
-    whole = xxhash.xxh3_128_intdigest(np.ascontiguousarray(tokens)) if len(tokens) else 0
-    if seq_len:
-        h = window_spans_hashes(tokens, seq_len)
-        inst = np.empty(h.size, dtype=INSTANCE_REC)
-        inst["hash"], inst["phys"], inst["window"] = h, phys, np.arange(h.size)
-        yield "instances", inst
-    d, ntok, ndocs = document_records(path, tokens, phys, min_doc_tokens, eos_token_id)
-    yield "docs", d
-    return FileContent(ntok, ndocs, whole)
-
-
-def file_content(
-    item: tuple[int, str], *, seq_len: int | None, min_doc_tokens: int, eos_token_id: int = DOLMA2_EOS
-):
-    """`content_records` of (physical id, path or fsspec URL): a URL other than `file://` is read from a
-    scratch copy (with its sidecar)."""
-    phys, path = item
-    with local_tokens(path) as (local, tokens):
-        return (yield from content_records(local, tokens, phys, seq_len, min_doc_tokens, eos_token_id))
-
-
 @dataclass
 class InstanceDuplicates:
     """The duplicate instance windows of one hash partition: `pairs` (n, 4) int64 rows of (physical
@@ -168,39 +108,45 @@ def reduce_instances(
     of equal hashes the first window by (physical file, window) is the original, every later one with
     the same tokens (compared byte for byte) a duplicate of it."""
     part = part[np.argsort(part["hash"], kind="stable")]
-    pairs, out = [], InstanceDuplicates(np.zeros((0, 4), np.int64))
+    cands = []  # (later file, window, original file, window), in hash order
     starts, ends = equal_runs(part["hash"])
     for a, b in zip(starts.tolist(), ends.tolist()):
         group = part[a:b]
         group = group[np.lexsort((group["window"], group["phys"]))]
         hp, hw = int(group[0]["phys"]), int(group[0]["window"])
-        for rec in group[1:]:
-            rp, rw = int(rec["phys"]), int(rec["window"])
-            if not _same(paths, hp, hw * seq_len, rp, rw * seq_len, seq_len):
-                out.collisions += 1
-                continue
-            pairs.append((rp, rw, hp, hw))
-            if len(out.examples) < examples:
-                out.examples.append(
-                    {"file": paths[rp], "window": rw, "same_as_file": paths[hp], "same_as_window": hw}
-                )
-    if pairs:
-        out.pairs = np.asarray(pairs, dtype=np.int64)
+        cands += [(int(p), int(w), hp, hw) for p, w in zip(group["phys"][1:], group["window"][1:])]
+    c = np.asarray(cands, dtype=np.int64).reshape(-1, 4)
+    n = np.full(len(c), seq_len, dtype=np.int64)
+    same = confirm_pairs(paths, np.stack([c[:, 2], c[:, 3] * seq_len, c[:, 0], c[:, 1] * seq_len, n], 1))
+    out = InstanceDuplicates(c[same], collisions=int((~same).sum()))
+    for rp, rw, hp, hw in out.pairs[:examples].tolist():
+        out.examples.append(
+            {"file": paths[rp], "window": rw, "same_as_file": paths[hp], "same_as_window": hw}
+        )
     return out
 
 
-def token_slice(path: str, start: int, n: int) -> np.ndarray:
-    """Tokens [start, start + n) of token file `path` (a path or an fsspec URL: a ranged read)."""
-    try:
-        return read_slice(path, start, n)
-    except OlmaxError as e:
-        raise OlmaxError(f"{e}, while comparing duplicates") from None
-
-
-def _same(paths: list[str], a_phys: int, a_start: int, b_phys: int, b_start: int, n: int) -> bool:
-    a = token_slice(paths[a_phys], a_start, n)
-    b = token_slice(paths[b_phys], b_start, n)
-    return a.shape == b.shape and bool(np.array_equal(a, b))
+def confirm_pairs(paths: list[str], pairs: np.ndarray) -> np.ndarray:
+    """bool per row (a file, a start, b file, b start, n) of int64 `pairs`: whether the two files' tokens
+    [start, start + n) are equal (and both there). Read in batches of about CONFIRM_BATCH_TOKENS tokens,
+    each batch's ranges at once (olmax.data.token_reads.read_ranges)."""
+    out = np.zeros(len(pairs), dtype=bool)
+    i = 0
+    while i < len(pairs):
+        j, budget = i, 0
+        while j < len(pairs) and (j == i or budget + 2 * pairs[j, 4] <= CONFIRM_BATCH_TOKENS):
+            budget += 2 * int(pairs[j, 4])
+            j += 1
+        batch = pairs[i:j].tolist()
+        reads = [(paths[a], s, n) for a, s, _, _, n in batch] + [(paths[b], s, n) for _, _, b, s, n in batch]
+        try:
+            got = read_ranges(reads)
+        except OlmaxError as e:
+            raise OlmaxError(f"{e}, while comparing duplicates") from None
+        for k, (x, y) in enumerate(zip(got[: len(batch)], got[len(batch) :])):
+            out[i + k] = x.shape == y.shape == (batch[k][4],) and bool(np.array_equal(x, y))
+        i = j
+    return out
 
 
 def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> DocDuplicates:
@@ -213,31 +159,33 @@ def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> 
     hashes = np.ascontiguousarray(part["hash"])
     by_hash = np.argsort(hashes)  # the order within a hash is set below, by (file, position)
     starts, ends = equal_runs(hashes[by_hash])
+    cands = []  # (original record, later record) of the same length, in hash order
     for a, b in zip(starts.tolist(), ends.tolist()):
         group = part[by_hash[a:b]]
         group = group[np.lexsort((group["start"], group["phys"]))]
-        head = group[0]
-        hp, hs, hn = int(head["phys"]), int(head["start"]), int(head["ntok"])
-        original = None
-        for rec in group[1:]:
-            rp, rs, rn = int(rec["phys"]), int(rec["start"]), int(rec["ntok"])
-            if rn == hn and original is None:
-                original = token_slice(paths[hp], hs, hn)
-            if rn != hn or not np.array_equal(token_slice(paths[rp], rs, rn), original):
-                out.collisions += 1
-                continue
-            out.duplicates += 1
-            out.tokens += rn
-            if len(out.examples) < examples:
-                out.examples.append(
-                    {
-                        "file": paths[rp],
-                        "doc_index": int(rec["doc"]),
-                        "tokens": rn,
-                        "same_as_file": paths[hp],
-                        "same_as_doc_index": int(head["doc"]),
-                    }
-                )
+        same_length = group["ntok"][1:] == group["ntok"][0]
+        out.collisions += int((~same_length).sum())
+        cands += [(group[0], rec) for rec in group[1:][same_length]]
+    pairs = np.asarray(
+        [(h["phys"], h["start"], r["phys"], r["start"], r["ntok"]) for h, r in cands], dtype=np.int64
+    ).reshape(-1, 5)
+    same = confirm_pairs(paths, pairs)
+    out.collisions += int((~same).sum())
+    for (head, rec), ok in zip(cands, same.tolist()):
+        if not ok:
+            continue
+        out.duplicates += 1
+        out.tokens += int(rec["ntok"])
+        if len(out.examples) < examples:
+            out.examples.append(
+                {
+                    "file": paths[int(rec["phys"])],
+                    "doc_index": int(rec["doc"]),
+                    "tokens": int(rec["ntok"]),
+                    "same_as_file": paths[int(head["phys"])],
+                    "same_as_doc_index": int(head["doc"]),
+                }
+            )
     return out
 
 
@@ -255,20 +203,10 @@ def merge_documents(parts: Iterable[DocDuplicates], examples: int = 10) -> DocDu
 
 
 def sidecar_ids(path: str) -> list[str] | None:
-    """The document ids of token file `path` (a path or an fsspec URL) from its `.csv.gz` sidecar; None
-    without one (documents are then named by ordinal, "#i", as olmax.data.documents does)."""
-    local = storage.local_path(path)
-    if local is not None:
-        side = sidecar_path(local)
-        return [r.id for r in read_sidecar(side)] if side.exists() else None
-    folder, name = path[: path.rfind("/")], path[path.rfind("/") + 1 :]
-    side_url = storage.join(folder, sidecar_path(name).name)
-    if not storage.exists(side_url):
-        return None
-    with tempfile.TemporaryDirectory(prefix="olmax-sidecar-") as tmp:
-        side = Path(tmp) / sidecar_path(name).name
-        side.write_bytes(storage.read_bytes(side_url))
-        return [r.id for r in read_sidecar(side)]
+    """The document ids of token file `path` (a path or a URL) from its `.csv.gz` sidecar; None without one
+    (documents are then named by ordinal, "#i", as olmax.data.documents does)."""
+    rows = sidecar_rows(path)
+    return None if rows is None else [r.id for r in rows]
 
 
 def name_documents(examples: list[dict]) -> list[dict]:
@@ -314,7 +252,7 @@ def content_reduces(rep: ContentReport, seq_len: int, examples: int) -> dict:
 
 def assemble_content(
     rep: ContentReport,
-    totals: list[FileContent],
+    totals: list[PassTotals],
     instances: list[InstanceDuplicates],
     docs: list,
     examples: int,
@@ -325,7 +263,7 @@ def assemble_content(
     whole: dict[tuple[int, int], int] = {}
     for p, t in enumerate(totals):
         first_p = whole.setdefault((t.digest, t.doc_tokens), p)
-        if first_p != p and _same(rep.phys_paths, first_p, 0, p, 0, t.doc_tokens):
+        if first_p != p and same_tokens(rep.phys_paths[first_p], 0, rep.phys_paths[p], 0, t.doc_tokens):
             rep.identical_files.append({"file": rep.phys_paths[p], "same_as_file": rep.phys_paths[first_p]})
         rep.doc_tokens += t.doc_tokens
         rep.docs += t.docs
@@ -368,19 +306,18 @@ def scan_content(
     files and find duplicates (threads here; loader_beam.py runs the same map and reduces on Beam). From
     `config`: `min_doc_tokens`, `threads`, `examples`, the stream's work dir and EOS id."""
     examples, work_dir = config.examples, config.stream.work_dir
-    require_local(
-        index.paths, "the content pass", " (or --no-content to audit the plan only)" if instances else ""
-    )
     rep = content_layout(index)
     if bits is None:  # a partition of about 256 MB of instance records, whatever the mix's size
         bits = partition_bits(int(index.num_tokens) // max(1, index.seq_len if instances else 1), 24)
     totals, reduced = map_reduce(
         list(enumerate(rep.phys_paths)),
         partial(
-            file_content,
-            seq_len=index.seq_len if instances else None,
-            min_doc_tokens=config.min_doc_tokens,
-            eos_token_id=config.stream.eos_token_id,
+            file_pass,
+            settings=PassSettings(
+                seq_len=index.seq_len if instances else None,
+                min_doc_tokens=config.min_doc_tokens,
+                eos_token_id=config.stream.eos_token_id,
+            ),
         ),
         content_reduces(rep, index.seq_len, examples),
         bits=bits,

@@ -10,12 +10,11 @@ span's later occurrences mark their tokens as repeated; the report gives repeate
 within-source and cross-source occurrence counts, and examples. Two different spans share a hash
 with probability <= ((span - 1) / (2^31 - 1))^2 (5.2e-16 at 50): not re-checked.
 
-One pass over each file (`file_records`: the document and the span map) feeds both reduces
-(`reduce_documents` in content.py, `reduce_spans` here), one hash partition at a time, and the driver
-merges the partitions' results in partition order (`merge_documents`, `merge_spans`). The local runner
-(partition.map_reduce: threads, spill files) and `--runner beam` (dedup_beam.py: the same functions in
-an Apache Beam pipeline) give the same report. The mix's files may be fsspec URLs: `file://` is read
-in place, another URL copied to scratch (with its sidecar) while its map runs.
+One pass over each file (file_pass.py: the document and the span map, read where the file is, a local
+memory map or a URL's byte ranges) feeds both reduces (`reduce_documents` in content.py, `reduce_spans`
+here), one hash partition at a time, and the driver merges the partitions' results in partition order
+(`merge_documents`, `merge_spans`). The local runner (partition.map_reduce: threads, spill files) and
+`--runner beam` (dedup_beam.py: the same functions in an Apache Beam pipeline) give the same report.
 """
 
 from __future__ import annotations
@@ -28,35 +27,17 @@ import numpy as np
 
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import DedupConfig
-from olmax.audit.content import DOC_REC, document_records, merge_documents, reduce_documents
+from olmax.audit.content import merge_documents, reduce_documents
+from olmax.audit.file_pass import DOC_REC, SPAN_REC, PassSettings, file_pass
 from olmax.audit.partition import equal_runs, map_reduce, partition_bits
 from olmax.audit.spans import physical_ids
 from olmax.data.loader import file_index
-from olmax.data.shards import local_tokens
 from olmax.data.stream import DOLMA2_EOS
-from olmax.data.tokenfile import read_tokens
+from olmax.data.token_reads import TokenFile
 from olmax.dedup.gates import cluster_gate, cluster_lines, parse_removed_frac, removed_frac_gates
 from olmax.errors import OlmaxError
-from olmax.hashing import PrefixHasher
 
-SPAN_REC = np.dtype([("hash", "<u8"), ("phys", "<i4"), ("pos", "<i8")])
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])
-
-
-def span_records(
-    tokens: np.ndarray, phys: int, span: int, chunk_tokens: int = 1 << 20, eos_token_id: int = DOLMA2_EOS
-):
-    """Yield SPAN_REC arrays for every `span`-token window of `tokens` that holds no EOS."""
-    n = len(tokens)
-    for a in range(0, max(0, n - span + 1), chunk_tokens):
-        b = min(n, a + chunk_tokens + span - 1)
-        x = np.asarray(tokens[a:b])
-        h = PrefixHasher(x).windows(span)
-        eos = np.concatenate([[0], np.cumsum(x == eos_token_id)])
-        inside = np.flatnonzero(eos[span : span + h.size] - eos[: h.size] == 0)
-        rec = np.empty(inside.size, SPAN_REC)
-        rec["hash"], rec["phys"], rec["pos"] = h[inside], phys, inside + a
-        yield rec
 
 
 @dataclass
@@ -157,13 +138,6 @@ def repeated_tokens(intervals: np.ndarray, files: int) -> np.ndarray:
     ).astype(np.int64)
 
 
-def _span_file(item: tuple[int, str], span: int, chunk_tokens: int, eos_token_id: int):
-    p, path = item
-    yield from (
-        ("spans", rec) for rec in span_records(read_tokens(path), p, span, chunk_tokens, eos_token_id)
-    )
-
-
 def repeated_spans(
     paths: list[str],
     labels: list[str],
@@ -174,15 +148,16 @@ def repeated_spans(
     examples: int = 10,
     eos_token_id: int = DOLMA2_EOS,
 ) -> dict:
-    """Repeated `span`-token windows over distinct local files `paths` (labels: each file's source).
+    """Repeated `span`-token windows over distinct token files `paths` (labels: each file's source).
 
     Returns per-file boolean masks of tokens inside a later occurrence, counts of later occurrences
     within and across sources, and examples. The reduce is vectorized per partition."""
-    sizes = [len(read_tokens(p)) for p in paths]
+    sizes = [len(TokenFile(p)) for p in paths]
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
+    settings = PassSettings(docs=False, span=span, chunk_tokens=chunk_tokens, eos_token_id=eos_token_id)
     _, reduced = map_reduce(
         list(enumerate(paths)),
-        partial(_span_file, span=span, chunk_tokens=chunk_tokens, eos_token_id=eos_token_id),
+        partial(file_pass, settings=settings),
         {"spans": (SPAN_REC, span_reduce(paths, labels, span, examples))},
         bits=bits,
         threads=1,
@@ -217,37 +192,6 @@ def span_report(spans: SpanRepeats, sizes: list[int]) -> dict:
     }
 
 
-@dataclass(frozen=True)
-class FileTotals:
-    """What the map tells the driver about one physical file: its tokens in documents, documents, and
-    documents long enough to compare (>= min_doc_tokens)."""
-
-    doc_tokens: int
-    docs: int
-    compared: int = 0
-
-
-def file_records(
-    item: tuple[int, str],
-    *,
-    span: int,
-    min_doc_tokens: int,
-    chunk_tokens: int = 1 << 20,
-    eos_token_id: int = DOLMA2_EOS,
-):
-    """The map of `audit dedup` over one physical file `item` = (physical id, path or fsspec URL): yields
-    ("docs", DOC_REC) and ("spans", SPAN_REC per chunk) records, returns its FileTotals. A URL other than
-    `file://` is read from a scratch copy (with its sidecar)."""
-
-    phys, path = item
-    with local_tokens(path) as (local, tokens):
-        docs, doc_tokens, ndocs = document_records(local, tokens, phys, min_doc_tokens, eos_token_id)
-        yield "docs", docs
-        for rec in span_records(tokens, phys, span, chunk_tokens, eos_token_id):
-            yield "spans", rec
-    return FileTotals(doc_tokens, ndocs, int(docs.size))
-
-
 def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     """The dedup report of the mix; `beam_options` (Beam's flags, see olmax.beam.pipeline_options) runs
     the map and the reduces as an Apache Beam pipeline instead of threads here, with the same report."""
@@ -265,11 +209,13 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
     sizes = [int(index.sizes[first[p]]) // index.itemsize for p in range(len(paths))]
     bits = partition_bits(sum(sizes), SPAN_REC.itemsize)
     map_fn = partial(
-        file_records,
-        span=cfg.span,
-        min_doc_tokens=cfg.min_doc_tokens,
-        chunk_tokens=cfg.chunk_tokens,
-        eos_token_id=cfg.stream.eos_token_id,
+        file_pass,
+        settings=PassSettings(
+            min_doc_tokens=cfg.min_doc_tokens,
+            span=cfg.span,
+            chunk_tokens=cfg.chunk_tokens,
+            eos_token_id=cfg.stream.eos_token_id,
+        ),
     )
     reduces = {
         "docs": (DOC_REC, partial(reduce_documents, paths=paths, examples=cfg.examples)),
@@ -294,6 +240,7 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
             bits=bits,
             work_dir=cfg.stream.work_dir,
             what="olmax audit dedup",
+            paths=paths,
         )
     dups = merge_documents(reduced["docs"], cfg.examples)
     spans = merge_spans(reduced["spans"], cfg.examples)

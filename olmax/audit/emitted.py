@@ -37,10 +37,10 @@ import numpy as np
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import StreamConfig
 from olmax.audit.partition import PartitionSpill, equal_runs
-from olmax.audit.spans import physical_ids, require_local
+from olmax.audit.spans import physical_ids
 from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
-from olmax.data.tokenfile import read_tokens
+from olmax.data.token_reads import TokenFile
 from olmax.errors import OlmaxError
 from olmax.hashing import packed_row_hashes, row_hashes, window_hashes, window_spans_hashes
 
@@ -87,7 +87,6 @@ def audit_stream(cfg: StreamConfig) -> dict:
     hash group → checks → report."""
 
     index = stream_index(cfg.stream)
-    require_local(index.paths, "the stream audit")
     L, N = cfg.stream.seq_len, index.num_instances
     hosts = [_open_batches(p, L) for p in cfg.batches]
     steps = {h.shape[0] for h in hosts}
@@ -101,6 +100,14 @@ def audit_stream(cfg: StreamConfig) -> dict:
             tally.partition(part)
     checks = _stream_checks(tally.stats, epochs, steps)
     return _stream_report(cfg, index, hosts, tally, checks, epochs)
+
+
+def _window_hashes(path: str, L: int) -> np.ndarray:
+    """uint64: xxh3-64 of every whole L-token window of token file `path`, read block by block."""
+    f = TokenFile(path)
+    n = max(L, f.block_tokens() // L * L)  # whole windows in every block
+    parts = [window_spans_hashes(block, L) for _, block in f.blocks(n)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
@@ -118,7 +125,7 @@ def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     for f, path in enumerate(index.paths if not isinstance(index, PackedIndex) else ()):
         p = int(phys[f])
         if p not in hashed:
-            hashed[p] = window_spans_hashes(read_tokens(path), L)
+            hashed[p] = _window_hashes(path, L)
         h = hashed[p][: index.counts[f]]
         rec = np.zeros(h.size, REC)
         rec["hash"], rec["kind"], rec["a"] = h, 0, index.offsets[f] + np.arange(h.size)
@@ -171,7 +178,7 @@ class _Tally:
         if isinstance(self.index, PackedIndex):
             return self.index.read(np.asarray([i], np.int64))["input_ids"][0].view(np.uint32)
         f, start = self.index.locate(np.asarray([i]))
-        return read_tokens(self.index.paths[int(f[0])])[int(start[0]) : int(start[0]) + self.L]
+        return TokenFile(self.index.paths[int(f[0])]).read(int(start[0]), int(start[0]) + self.L)
 
     def group(self, inst: np.ndarray, rows: np.ndarray) -> None:
         stats, ex, index = self.stats, self.ex, self.index
@@ -363,7 +370,8 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
     whole: dict[int, tuple[int, int]] = {}  # foreign index -> (file, offset) where the whole row matches
     paths = list(dict.fromkeys(index.paths))
     for f, path in enumerate(paths):
-        tokens = read_tokens(path)
+        file = TokenFile(path)
+        tokens = file.forward()
         step = 1 << 20
         for a in range(0, max(0, len(tokens) - k + 1), step):
             h = window_hashes(np.asarray(tokens[a : a + step + k - 1]), k)
@@ -375,7 +383,7 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
                     if j in whole:
                         continue
                     where.setdefault(j, (f, a + off))
-                    if np.array_equal(np.asarray(tokens[a + off : a + off + L]), rows[j]):
+                    if np.array_equal(file.read(a + off, a + off + L), rows[j]):
                         whole[j] = where[j] = (f, a + off)
         if len(whole) == len(rows):
             break
@@ -385,8 +393,7 @@ def diagnose_foreign(index, hosts: list[np.ndarray], foreign: list[dict], probe:
             e["kind"] = "unknown"
         else:
             f, off = where[j]
-            tokens = read_tokens(paths[f])
-            same = np.array_equal(np.asarray(tokens[off : off + L]), rows[j])
+            same = np.array_equal(TokenFile(paths[f]).read(off, off + L), rows[j])
             e.update(
                 kind="misaligned" if same and off % L else "corrupted",
                 file=paths[f],

@@ -1,9 +1,9 @@
 """`olmax audit loader --runner beam`: the content checks' reads and hashing as one Apache Beam pipeline.
 
 The plan replay, the plan, label and share checks stay on the driver (they read no tokens). What reads
-every token runs on the workers, one physical file per task, in one pass over each file: the content
-map (content.py `content_records`: xxh3 of every L-token instance window and of every document, and the
-file's digest) and, with --span-tokens, the span map (dedup.py `span_records`). The records meet by hash
+every token runs on the workers, one physical file per task, in one pass over each file, read where it is
+(file_pass.py: xxh3 of every L-token instance window and of every document, the file's digest and, with
+--span-tokens, the span windows; a worker reads a bucket's objects itself). The records meet by hash
 partition in the reduces (content.py `reduce_instances` and `reduce_documents`, dedup.py's span reduce)
 on the workers, which re-read every equal-hash pair byte for byte; the driver assembles the partitions'
 results in partition order (content.py `assemble_content`, dedup.py `span_report`), the same report as
@@ -14,52 +14,14 @@ the same code as locally (window_content.py), so the content checks' counts cann
 
 from __future__ import annotations
 
+from functools import partial
+
 from olmax.audit.config import LoaderAuditConfig
-from olmax.audit.content import (
-    ContentReport,
-    FileContent,
-    assemble_content,
-    content_layout,
-    content_records,
-    content_reduces,
-)
-from olmax.audit.dedup import SPAN_REC, merge_spans, span_records, span_reduce, span_report
+from olmax.audit.content import ContentReport, assemble_content, content_layout, content_reduces
+from olmax.audit.dedup import merge_spans, span_reduce, span_report
 from olmax.audit.dedup_beam import map_reduce_beam
+from olmax.audit.file_pass import SPAN_REC, PassSettings, file_pass
 from olmax.audit.partition import partition_bits
-from olmax.data.shards import local_tokens
-from olmax.data.stream import DOLMA2_EOS
-
-
-class LoaderFileMap:
-    """The map over one (physical id, path or URL): the content records, then (span > 0) the span
-    records of the same tokens; returns the file's FileContent and its token count. Picklable."""
-
-    def __init__(
-        self,
-        seq_len: int | None,
-        min_doc_tokens: int,
-        span: int,
-        chunk_tokens: int = 1 << 20,
-        eos_token_id: int = DOLMA2_EOS,
-    ):
-        self.seq_len, self.min_doc_tokens, self.span, self.chunk_tokens = (
-            seq_len,
-            min_doc_tokens,
-            span,
-            chunk_tokens,
-        )
-        self.eos_token_id = eos_token_id
-
-    def __call__(self, item: tuple[int, str]):
-        phys, path = item
-        with local_tokens(path) as (local, tokens):
-            totals: FileContent = yield from content_records(
-                local, tokens, phys, self.seq_len, self.min_doc_tokens, self.eos_token_id
-            )
-            if self.span > 0:
-                for rec in span_records(tokens, phys, self.span, self.chunk_tokens, self.eos_token_id):
-                    yield "spans", rec
-            return totals, int(len(tokens))
 
 
 def content_on_beam(
@@ -81,20 +43,25 @@ def content_on_beam(
     summaries, reduced = map_reduce_beam(
         options,
         list(enumerate(rep.phys_paths)),
-        LoaderFileMap(
-            index.seq_len if instances else None,
-            config.min_doc_tokens,
-            span_tokens,
-            eos_token_id=config.stream.eos_token_id,
+        partial(
+            file_pass,
+            settings=PassSettings(
+                seq_len=index.seq_len if instances else None,
+                min_doc_tokens=config.min_doc_tokens,
+                span=span_tokens,
+                eos_token_id=config.stream.eos_token_id,
+            ),
         ),
         reduces,
         bits=bits,
         work_dir=config.stream.work_dir,
         what="olmax audit loader",
+        paths=rep.phys_paths,
     )
-    totals = [t for t, _ in summaries]
-    content = assemble_content(rep, totals, reduced.get("instances", []), reduced.get("docs", []), examples)
+    content = assemble_content(
+        rep, summaries, reduced.get("instances", []), reduced.get("docs", []), examples
+    )
     spans = None
     if span_tokens > 0:
-        spans = span_report(merge_spans(reduced.get("spans", []), examples), [n for _, n in summaries])
+        spans = span_report(merge_spans(reduced.get("spans", []), examples), [t.tokens for t in summaries])
     return content, spans

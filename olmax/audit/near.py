@@ -7,8 +7,9 @@ documents: a re-wrapped or re-cased copy tokenizes differently but decodes to th
 
 Documents are the sidecar's (else EOS-delimited) of every distinct physical file, in the mix's order
 of first listing (then position): the first document of a cluster is the one kept, the others are
-removable. Memory: the files are read in order, each in runs of documents of about CHUNK_TOKENS tokens
-(threads + 1 runs in flight at most), and each run's shingles and signatures go to prepare's scratch tables
+removable. Memory: the files are read in order, where they are (a local memory map or a URL's byte
+ranges, olmax.data.token_reads), each in runs of the whole documents of about CHUNK_TOKENS tokens
+(olmax.data.documents.document_runs; threads + 1 runs in flight at most), and each run's shingles and signatures go to prepare's scratch tables
 (olmax.dedup.minhash_spill, in the work dir) as soon as it is done; the clusters are found there. What stays
 in memory grows with the documents only: about 70 bytes a document (its token count, bounds and shingle
 count, and the clustering's ~40 bytes for the band being bucketed) plus its id; beside it, threads + 1 runs'
@@ -21,15 +22,15 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from functools import partial
 
 import numpy as np
 
+from olmax import storage
 from olmax.audit.checks import Check
 from olmax.audit.spans import physical_ids
-from olmax.data.documents import documents
-from olmax.data.shards import local_tokens
+from olmax.data.documents import DocumentRun, document_runs, sidecar_documents
 from olmax.data.stream import DEMO_MIX, DOLMA2_EOS, StreamSpec
+from olmax.data.token_reads import TokenFile
 from olmax.dedup.minhash import signatures
 from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled
 from olmax.dedup.params import MinHashParams, NearSettings
@@ -49,15 +50,16 @@ def near_tokenizer(mix: str | None, explicit: str | None) -> str:
         return str(tokenizer_path(explicit))
     if mix == DEMO_MIX:
         return str(tokenizer_path("dolma2"))
-    manifest = os.path.join(os.path.dirname(mix or ""), "manifest.json")
-    if not (mix and os.path.isfile(manifest)):
+    manifest = storage.join(
+        mix[: mix.rfind("/")] if mix and storage.is_url(mix) else os.path.dirname(mix or ""), "manifest.json"
+    )
+    if not (mix and storage.exists(manifest)):
         raise OlmaxError(
             f"--near decodes the shards to text, but no manifest.json beside {mix} names the tokenizer "
             "they were prepared with; pass --tokenizer FILE (dolma2 for AI2's mixes)"
         )
     try:
-        with open(manifest, encoding="utf-8") as f:
-            info = json.load(f).get("tokenizer") or {}
+        info = json.loads(storage.read_bytes(manifest)).get("tokenizer") or {}
     except ValueError as e:
         raise OlmaxError(f"{manifest}: invalid JSON ({e}); pass --tokenizer") from None
     name, sha = info.get("name"), info.get("sha256")
@@ -75,45 +77,33 @@ def near_tokenizer(mix: str | None, explicit: str | None) -> str:
 CHUNK_TOKENS = 1 << 22  # tokens of a file decoded, shingled and signed at once by one thread
 
 
-def _compared(local: str, tokens: np.ndarray, min_doc_tokens: int, eos: int):
-    """A file's documents that are compared: ids, token counts and (start, end) bounds, EOS excluded."""
-    docs = documents(local, tokens, eos)
-    ends = docs.ends.copy()
+def _compared(run: DocumentRun, known, min_doc_tokens: int, eos: int):
+    """A run's documents that are compared: ids, token counts and (start, end) bounds (file offsets), EOS
+    excluded (`known`: the file's sidecar documents, for their ids)."""
+    ends = run.ends.copy()
     if ends.size:
-        tail = np.asarray(tokens)[np.maximum(ends - 1, 0)] == eos
-        ends[tail & (ends > docs.starts)] -= 1
-    keep = np.flatnonzero(ends - docs.starts >= min_doc_tokens)
-    ids = [docs.id_of(int(i)) for i in keep]
-    return ids, (docs.ends - docs.starts)[keep], np.stack([docs.starts[keep], ends[keep]], axis=1)
+        tail = run.tokens[np.maximum(ends - 1 - run.base, 0)] == eos
+        ends[tail & (ends > run.starts)] -= 1
+    keep = np.flatnonzero(ends - run.starts >= min_doc_tokens)
+    ordinals = run.ordinals[keep].tolist()
+    ids = [known.id_of(i) for i in ordinals] if known is not None else [f"#{i}" for i in ordinals]
+    return ids, (run.ends - run.starts)[keep], np.stack([run.starts[keep], ends[keep]], axis=1)
 
 
-def _chunks(bounds: np.ndarray) -> list[tuple[int, int]]:
-    """Runs [a, b) of a file's documents of about CHUNK_TOKENS tokens each (a longer document alone)."""
-    if not len(bounds):
-        return []
-    cum = np.cumsum(bounds[:, 1] - bounds[:, 0])
-    cuts = np.searchsorted(cum, np.arange(CHUNK_TOKENS, int(cum[-1]), CHUNK_TOKENS), side="left") + 1
-    edges = np.unique(np.concatenate([[0], cuts, [len(bounds)]]))
-    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
-
-
-def _shingled(tokens: np.ndarray, params: MinHashParams, decode, bounds: np.ndarray):
-    """Shingles (and offsets) and signatures of the documents `bounds` of one file's tokens."""
-    sh, off = decoded_shingles(decode, tokens, bounds[:, 0], bounds[:, 1], params.ngram)
+def _shingled(run: DocumentRun, params: MinHashParams, decode, bounds: np.ndarray):
+    """Shingles (and offsets) and signatures of the documents `bounds` (file offsets) of one run."""
+    sh, off = decoded_shingles(
+        decode, run.tokens, bounds[:, 0] - run.base, bounds[:, 1] - run.base, params.ngram
+    )
     return sh, off, signatures(sh, off, params)
 
 
 def _first_lines(paths: list[str], decode, wanted: list[tuple[int, int, int]]) -> dict:
     """(file, start, end) → the first non-blank line of that document's decoded text."""
     out = {}
-    by_file: dict[int, list] = {}
     for f, a, b in wanted:
-        by_file.setdefault(f, []).append((a, b))
-    for f, spans in sorted(by_file.items()):
-        with local_tokens(paths[f]) as (_, tokens):
-            for a, b in spans:
-                head = decode(np.asarray(tokens[a : min(b, a + 64)]).tolist())
-                out[(f, a, b)] = next((x.strip() for x in head.splitlines() if x.strip()), "")[:200]
+        head = decode(TokenFile(paths[f]).read(a, min(b, a + 64)).tolist())
+        out[(f, a, b)] = next((x.strip() for x in head.splitlines() if x.strip()), "")[:200]
     return out
 
 
@@ -164,18 +154,26 @@ def near_duplicates(
         SpilledTables(params, work_dir) as tables,
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="olmax-near") as pool,
     ):
-        for path in paths:  # in order; a file's chunks on the threads, threads + 1 in flight at most
-            with local_tokens(path) as (local, tokens):
-                file_ids, ntok, bounds = _compared(local, tokens, min_doc_tokens, eos)
-                runs = [bounds[a:b] for a, b in _chunks(bounds)]
-                done = in_order(pool, partial(_shingled, tokens, params, decode), runs, threads + 1)
-                for sh, off, sig in done:
-                    tables.add(sh, np.diff(off), sig)
-                    del sh, off, sig
-            counts.append(len(file_ids))
-            ntoks.append(ntok)
-            ids.extend(file_ids)
-            bounds_of.append(bounds)
+        for path in paths:  # in order; a file's runs on the threads, threads + 1 in flight at most
+            file = TokenFile(path)
+            known = sidecar_documents(path, len(file))
+            counts.append(0)
+
+            def compared(run: DocumentRun, known=known) -> tuple:
+                file_ids, ntok, bounds = _compared(run, known, min_doc_tokens, eos)
+                counts[-1] += len(file_ids)
+                ids.extend(file_ids)
+                ntoks.append(ntok)
+                bounds_of.append(bounds)
+                return run, bounds
+
+            found = (compared(r) for r in document_runs(file, known, eos, CHUNK_TOKENS))
+            runs = (rb for rb in found if len(rb[1]))
+            for sh, off, sig in in_order(
+                pool, lambda rb: _shingled(rb[0], params, decode, rb[1]), runs, threads + 1
+            ):
+                tables.add(sh, np.diff(off), sig)
+                del sh, off, sig
         cl = cluster_spilled(tables)
     ntok = np.concatenate(ntoks) if ntoks else np.zeros(0, np.int64)
     bounds = np.concatenate(bounds_of) if bounds_of else np.zeros((0, 2), np.int64)

@@ -15,8 +15,6 @@ import errno
 import gzip
 import io
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import numpy as np
 import xxhash
 
 from olmax import storage
-from olmax.data.tokenfile import encode, read_tokens, token_dtype
+from olmax.data.tokenfile import encode, token_dtype
 from olmax.errors import OlmaxError
 
 # the files of an `olmax data prepare` output folder beside its shards, named here so that its readers
@@ -53,51 +51,6 @@ def sidecar_path(shard: str | Path) -> Path:
         if shard.name.endswith(".npy")
         else shard.with_name(shard.name + ".csv.gz")
     )
-
-
-@contextmanager
-def local_shard(path: str) -> Iterator[str]:
-    """A local path holding token file `path` (a path or an fsspec URL) for the block: plain paths and
-    `file://` URLs in place, any other URL copied to scratch (olmax.storage.local_copy) with its `.csv.gz`
-    sidecar beside it (the document boundaries and ids). An error inside names `path` (and the URL's folder
-    for the sidecar), not the copy; an unreadable file is an OlmaxError (a full disk stays an OSError)."""
-
-    local = storage.local_path(path)
-    with storage.local_copy(path) as here:
-        if local is None:
-            folder, name = path[: path.rfind("/")], path[path.rfind("/") + 1 :]
-            side = storage.join(folder, sidecar_path(name).name)
-            if storage.exists(side):
-                sidecar_path(here).write_bytes(storage.read_bytes(side))
-        try:
-            yield here
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # the machine's state, not the input's
-                raise
-            raise OlmaxError(
-                f"{path}: cannot read the token file ({e.strerror or e}); fix the path in the mix "
-                "(or --base-dir)"
-            ) from None
-        except OlmaxError as e:
-            if here == path:
-                raise
-            # the copy's (or a file:// URL's) folder, shard and sidecar, is named as the mix names it
-            folder = os.path.dirname(here)
-            raise OlmaxError(str(e).replace(folder + os.sep, path[: path.rfind("/")] + "/")) from None
-
-
-@contextmanager
-def local_tokens(path: str) -> Iterator[tuple[str, np.ndarray]]:
-    """(local path, its tokens) of mix token file `path` for the block, through `local_shard`; a missing file
-    is one error naming `path` and the fix."""
-    with local_shard(path) as local:
-        try:
-            tokens = read_tokens(local)
-        except FileNotFoundError:
-            raise OlmaxError(
-                f"{path}: token file not found; fix the path in the mix (or --base-dir)"
-            ) from None
-        yield local, tokens
 
 
 # direct I/O (Linux's O_DIRECT): a shard's bytes go from a reused buffer to the disk, not through the page cache
@@ -289,15 +242,38 @@ class SidecarRow:
     loc: int
 
 
-def read_sidecar(path: str | Path) -> list[SidecarRow]:
-    """Rows of a `.csv.gz` sidecar (also accepts a shard path and finds its sidecar)."""
-    path = Path(path)
-    if path.name.endswith(".npy"):
-        path = sidecar_path(path)
+def sidecar_of(shard: str) -> str:
+    """The sidecar's path or URL of token file `shard` (a path or a URL)."""
+    if storage.local_path(shard) is not None and not shard.startswith("file://"):
+        return str(sidecar_path(shard))
+    folder, name = shard[: shard.rfind("/")], shard[shard.rfind("/") + 1 :]
+    return storage.join(folder, sidecar_path(name).name)
+
+
+def sidecar_rows(shard: str) -> list[SidecarRow] | None:
+    """The sidecar rows of token file `shard` (a path or a URL; a URL's sidecar is read into memory);
+    None when it has no sidecar."""
+    side = sidecar_of(shard)
+    if not storage.is_url(side):
+        return read_sidecar(side) if os.path.exists(side) else None
+    if not storage.exists(side):
+        return None
+    return read_sidecar(side, storage.read_bytes(side))
+
+
+def read_sidecar(path: str | Path, data: bytes | None = None) -> list[SidecarRow]:
+    """Rows of a `.csv.gz` sidecar (also accepts a shard path and finds its sidecar); `data`: the sidecar's
+    bytes, read already (errors still name `path`)."""
+    if data is None:
+        path = Path(path)
+        if path.name.endswith(".npy"):
+            path = sidecar_path(path)
     rows = []
     lineno = 0
     try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+        with gzip.open(
+            io.BytesIO(data) if data is not None else path, "rt", encoding="utf-8", newline=""
+        ) as f:
             for lineno, rec in enumerate(csv.reader(f), start=1):
                 if len(rec) < 2:
                     raise OlmaxError(f"{path}:{lineno}: expected start,end,id,src,loc; got {rec!r}")
@@ -328,7 +304,7 @@ def check_sidecar(path: str | Path, rows: list[SidecarRow], tokens: int) -> None
     """Refuse sidecar rows that reach past the `tokens` of their shard (a sidecar of another shard)."""
     if rows and rows[-1].end > tokens:
         raise OlmaxError(
-            f"{sidecar_path(path)}:{len(rows)}: document ends at token {rows[-1].end} but the shard "
+            f"{sidecar_of(str(path))}:{len(rows)}: document ends at token {rows[-1].end} but the shard "
             f"{path} holds {tokens} tokens; the sidecar belongs to another shard: rerun `olmax "
             "data prepare` or delete the sidecar"
         )

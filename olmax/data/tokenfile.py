@@ -3,7 +3,8 @@
 OLMo-core's mixes come as uint32 (dolma2's 100k vocabulary) and uint16 (GPT-2-sized vocabularies); the dtype
 is the stream's (`StreamSpec.dtype`) or the manifest's, never guessed from the bytes. A file whose size is not
 a whole number of tokens is refused naming the byte where the last whole token ends. Local files are
-memory-mapped (reads touch only the pages used); an fsspec URL is read by byte range.
+memory-mapped (reads touch only the pages used); olmax.data.token_reads reads a URL's bytes by range and
+decodes them here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from olmax import storage
 from olmax.errors import OlmaxError
 
 DTYPES = ("uint16", "uint32")
@@ -51,21 +51,6 @@ def read_tokens(
     if mmap:
         return np.memmap(path, dtype=dt, mode="r", shape=(n,))
     return np.fromfile(path, dtype=dt)
-
-
-def read_slice(path: str, start: int, n: int, dtype: str | np.dtype | type = DEFAULT_DTYPE) -> np.ndarray:
-    """Tokens [start, start + n) of token file `path`, a path or an fsspec URL (one ranged read); fewer
-    when the file ends first."""
-    dt = token_dtype(dtype)
-    local = storage.local_path(path)
-    try:
-        if local is not None:
-            return np.array(read_tokens(local, dt)[start : start + n])
-        fs, p = storage.url_filesystem(path)
-        data = fs.cat_file(p, start=start * dt.itemsize, end=(start + n) * dt.itemsize)
-    except FileNotFoundError as e:
-        raise OlmaxError(f"{path}: token file not found ({e})") from None
-    return decode(data[: len(data) - len(data) % dt.itemsize], dt)
 
 
 def decode(data: bytes | bytearray | memoryview, dtype: str | np.dtype | type = DEFAULT_DTYPE) -> np.ndarray:

@@ -4,6 +4,7 @@ byte-identical copy of a shard, and a resume that replays a step, each against c
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -202,15 +203,40 @@ def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
     assert rep["content"]["duplicate_documents"] == repeated_docs([*corpus["shards"].values(), extra])
 
 
-def test_remote_files_need_a_mirror_for_the_content_pass(corpus, tmp_path):
-    from olmax.audit.config import LoaderAuditConfig
-    from olmax.audit.content import scan_content
-    from olmax.data.index import index_from_sizes
-    from olmax.errors import OlmaxError
+def test_remote_files_are_read_in_place(corpus, tmp_path):
+    """The mix's files in memory:// (one listed twice, one copied under another name): the content checks
+    give the local report, each file named as the mix names it."""
+    import uuid
 
-    index = index_from_sizes(["s3://bucket/a.npy"], ["web"], [4096], L)
-    with pytest.raises(OlmaxError, match="--base-dir to the mirror .or --no-content"):
-        scan_content(index, LoaderAuditConfig(StreamSpec()))
+    import fsspec
+
+    from olmax import ranged
+
+    fs, root = fsspec.filesystem("memory"), f"memory:///olmax-in-place-{uuid.uuid4().hex[:8]}"
+    local = lines(corpus, ("code", corpus["shards"]["code-0"]), ("copy", str(tmp_path / "copy.npy")))
+    shutil.copy(corpus["shards"]["code-0"], tmp_path / "copy.npy")
+    remote = []
+    for label, path in local:
+        url = f"{root}/{os.path.basename(path)}"
+        fs.put_file(path, url)
+        if os.path.exists(sidecar_path(path)):
+            fs.put_file(str(sidecar_path(path)), f"{root}/{sidecar_path(path).name}")
+        remote.append((label, url))
+    try:
+        want = audit(write_mix(tmp_path / "local.txt", local), tmp_path)["content"]
+        got = audit(write_mix(tmp_path / "remote.txt", remote), tmp_path)["content"]
+    finally:
+        fs.rm(root, recursive=True)
+        ranged.forget_pins()
+    named = {path: url for (_, path), (_, url) in zip(local, remote)}
+    text = json.dumps(want)
+    for path, url in named.items():
+        text = text.replace(json.dumps(path)[1:-1], url)
+    assert json.loads(text) == got
+    assert got["identical_files"] == [
+        {"file": named[str(tmp_path / "copy.npy")], "same_as_file": remote[0][1]}
+    ]
+    assert got["duplicate_instances"] == windows(corpus["shards"]["code-0"])  # the copy's, not the repeat's
 
 
 def test_ranks_sharing_rows_are_caught_at_every_step(corpus, tmp_path, monkeypatch):

@@ -9,10 +9,10 @@ import pytest
 
 from olmax.data.loader import file_index, open_loader, stream_index
 from olmax.data.stream import StreamSpec
+from olmax.data.token_reads import read_slice
 from olmax.data.tokenfile import (
     decode,
     encode,
-    read_slice,
     read_tokens,
     token_count,
     token_dtype,

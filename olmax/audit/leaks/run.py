@@ -47,9 +47,9 @@ from olmax.audit.leaks.verify import (
 )
 from olmax.audit.spans import documents
 from olmax.data.loader import file_index
-from olmax.data.shards import local_shard
-from olmax.data.tokenfile import read_tokens
+from olmax.data.token_reads import TokenFile
 from olmax.pools import in_order
+from olmax.ranged import WithPins, export_pins
 
 HIT_REC = np.dtype([("key", "<i8"), ("file", "<i4"), ("doc", "<i8"), ("cpos", "<i8"), ("pos", "<i8")])
 
@@ -67,8 +67,10 @@ def probe_file(
 
     Hit positions: `cpos` counts words from the file's start, `pos` is the token offset of the
     matched span's first word."""
-    tokens = read_tokens(path)
-    docs = None  # read on the first hit (an EOS scan of the file when there is no sidecar)
+    file = TokenFile(path)
+    tokens = file.forward()
+    # read on the first hit: the sidecar, else an EOS scan (of the memory map, or a URL's second pass)
+    docs = None
     carry = index.carry
     prev = np.zeros(0, np.uint64)
     prev_pos = np.zeros(0, np.int64)
@@ -86,7 +88,7 @@ def probe_file(
         key, start = index.probe(cc, prev.size)
         if key.size:
             if docs is None:
-                docs = documents(path, tokens)
+                docs = documents(path, None if file.remote else tokens)
             at = np.empty(start.size, dtype=np.int64)
             old = start < prev.size  # a window that starts in the carried words
             at[old] = prev_pos[start[old]]
@@ -262,10 +264,9 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
 def probe_path(
     task: tuple[int, str], index: EvalIndex, tables: WordTables, *, cap_docs: int, chunk_tokens: int = 1 << 20
 ) -> tuple[np.ndarray, int]:
-    """Map over (file index, path or URL): `probe_file` on a local copy of the file."""
+    """Map over (file index, path or URL): `probe_file` on the file, read where it is."""
     f, path = task
-    with local_shard(path) as local:
-        return probe_file(local, f, index, tables, cap_docs=cap_docs, chunk_tokens=chunk_tokens)
+    return probe_file(path, f, index, tables, cap_docs=cap_docs, chunk_tokens=chunk_tokens)
 
 
 def merge_probes(
@@ -444,7 +445,7 @@ class BeamPhases:
         return self.beam.map_files(
             "probe",
             list(enumerate(paths)),
-            probe_path,
+            WithPins(probe_path, export_pins(paths)),
             (eidx, tables),
             task_file,
             cap_docs=cfg.max_docs_per_key,
@@ -452,7 +453,8 @@ class BeamPhases:
         )
 
     def verify(self, tasks: list[FileCandidates], tables: WordTables) -> list[FileVerdicts]:
-        return self.beam.map_files("verify", tasks, verify_file, (tables,), task_file)
+        pinned = WithPins(verify_file, export_pins([t.path for t in tasks]))
+        return self.beam.map_files("verify", tasks, pinned, (tables,), task_file)
 
 
 def task_file(task: tuple[int, str] | FileCandidates) -> tuple[int]:

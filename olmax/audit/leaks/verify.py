@@ -18,8 +18,7 @@ from olmax.audit.leaks.eval_side import SIGN_CHARS, EvalSide, short_allowed
 from olmax.audit.leaks.normalize import WORD, WordTables, text_tokens
 from olmax.audit.leaks.paraphrase import ParaCandidate, verify_paraphrases
 from olmax.audit.spans import documents
-from olmax.data.shards import local_shard
-from olmax.data.tokenfile import read_tokens
+from olmax.data.token_reads import TokenFile
 
 TEXT_CHECK_FLOOR = 0.5  # candidates scoring below this are not read as text (no threshold goes lower)
 # A contiguous run of this many words of a unit (or all of a shorter one) in a document is a leak, as
@@ -131,13 +130,15 @@ def verify_file(task: FileCandidates, tables: WordTables) -> FileVerdicts:
     (`verify_copies`) and paraphrase candidates (paraphrase.verify_paraphrases)."""
     if not task.candidates and not task.paraphrases:
         return FileVerdicts([], [])
-    with local_shard(task.path) as local:
-        tokens = read_tokens(local)
-        docs = documents(local, tokens)
-        copies = verify_copies(task, tokens, docs, tables) if task.candidates else []
-        paras = verify_paraphrases(
-            tokens, docs, tables, task.paraphrases, task.paraphrase_ids, task.signatures, task.number_words
-        )
+    file = TokenFile(task.path)
+    docs = documents(task.path, None if file.remote else file.forward())
+    # a URL's candidate documents only, at their offsets (the checks read nothing outside them)
+    held = sorted({c.doc for c in task.candidates} | {c.doc for c in task.paraphrases})
+    tokens = file.sparse([(int(docs.starts[d]), int(docs.ends[d])) for d in held])
+    copies = verify_copies(task, tokens, docs, tables) if task.candidates else []
+    paras = verify_paraphrases(
+        tokens, docs, tables, task.paraphrases, task.paraphrase_ids, task.signatures, task.number_words
+    )
     return FileVerdicts(copies, paras)
 
 

@@ -18,9 +18,8 @@ from prepare_testdata import pydoc_texts
 
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.cli import main
-from olmax.data.shards import local_shard
 from olmax.data.stream import StreamSpec
-from olmax.data.tokenfile import read_tokens
+from olmax.data.token_reads import TokenFile
 from olmax.errors import OlmaxError
 
 pytest.importorskip("apache_beam")
@@ -227,5 +226,5 @@ def test_a_file_gone_by_the_time_it_is_read_is_named(tmp_path):
         f"file://{tmp_path}/gone.npy",
         "memory://olmax-leaks-beam/gone.npy",
     ):
-        with pytest.raises(OlmaxError, match=re.escape(path)), local_shard(path) as local:
-            read_tokens(local)
+        with pytest.raises(OlmaxError, match=re.escape(path)):
+            TokenFile(path)
