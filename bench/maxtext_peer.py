@@ -30,6 +30,9 @@ steps 3 .. N-1 (0-based, as MaxText numbers them; `timed_steps` lists them). Mem
 buffer plan for the train step (arguments + outputs - aliased + temporaries, MaxText's own sum), read
 from the compiled executable's memory analysis; the runtime's peak counts only arguments on the TPU.
 
+MaxText keeps its compilation cache in ~/jax_cache (base.yml's `jax_cache_dir`), so a row run again on
+the same machine compiles faster; the timed steps do not change.
+
 Each row runs in a child process (one program holds a TPU at a time; a crash or an out-of-memory
 cannot take the caller down); this process never imports JAX. The child imports MaxText from the
 install folder (`--site`, appended to PYTHONPATH so the interpreter's own JAX stays first), adds a no-op
@@ -68,6 +71,7 @@ MARK = "@@maxtext_peer "  # prefix of the lines the child prints for the parent 
 FIRST_TIMED_STEP = 3  # steps 0-2: compilation and the first one-step-late metric reads
 TAIL_LINES = 60
 GIB = 2**30
+FLAG_VARS = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")  # space-separated compiler flags
 DEVICE_SITE = Path("/tmp/site")  # where `bench/maxtext_setup.sh install` puts MaxText on the device
 CPU_SITE = REPO / ".venv-maxtext" / "site"  # where `fetch` puts it for the CPU venv
 
@@ -240,6 +244,24 @@ def _tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(lines[-n:])
 
 
+def child_environment(setting: str, env: dict[str, str] | None, site: Path) -> dict[str, str]:
+    """This process's environment with the setting's variables and `env` added, and `site` at the end of
+    PYTHONPATH."""
+    child_env = dict(os.environ)
+    for key, value in {**SETTINGS[setting].env, **(env or {})}.items():
+        # compiler flags add to any the caller already set; other variables replace
+        joined = key in FLAG_VARS and child_env.get(key)
+        child_env[key] = f"{child_env[key]} {value}" if joined else value
+    child_env["PYTHONUNBUFFERED"] = "1"
+    # MaxText relies on JAX's default implicit rank promotion (its RoPE divides (b, s, 1, 1) by (d,)):
+    # a stricter setting inherited from the caller (olmax's tests set it) would fail MaxText, not olmax
+    child_env.pop("JAX_NUMPY_RANK_PROMOTION", None)
+    # appended, so the interpreter's own JAX (first on the device's PYTHONPATH) stays in charge
+    paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    child_env["PYTHONPATH"] = os.pathsep.join([*paths, str(site)])
+    return child_env
+
+
 def run_peer(
     setting: str,
     layers: int,
@@ -279,13 +301,7 @@ def run_peer(
             "(bench/maxtext_setup.sh install, or fetch here)"
         )
         return rec
-    child_env = {**os.environ, **SETTINGS[setting].env, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    # MaxText relies on JAX's default implicit rank promotion (its RoPE divides (b, s, 1, 1) by (d,)):
-    # a stricter setting inherited from the caller (olmax's tests set it) would fail MaxText, not olmax
-    child_env.pop("JAX_NUMPY_RANK_PROMOTION", None)
-    # appended, so the interpreter's own JAX (first on the device's PYTHONPATH) stays in charge
-    paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    child_env["PYTHONPATH"] = os.pathsep.join([*paths, str(found)])
+    child_env = child_environment(setting, env, found)
     cmd = [python or sys.executable, str(Path(__file__).resolve()), "--child", rec["mode"], *args]
     rec["site"] = str(found)
     rec["command"] = cmd

@@ -100,6 +100,19 @@ def test_overrides_of_each_setting():
         mp.overrides_for("fast", 4, 1024, 8192, 1, 8)
 
 
+def test_child_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_a=1")
+    monkeypatch.setenv("PYTHONPATH", "/jax/here")
+    monkeypatch.setenv(
+        "JAX_NUMPY_RANK_PROMOTION", "raise"
+    )  # olmax's tests set it; MaxText needs JAX's default
+    env = mp.child_environment("launcher", {"TPU_X": "1"}, tmp_path)
+    assert env["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_tpu_scoped_vmem_limit_kib=65536"
+    assert env["PYTHONPATH"] == f"/jax/here{os.pathsep}{tmp_path}"  # the JAX already there stays first
+    assert env["TPU_X"] == "1" and "JAX_NUMPY_RANK_PROMOTION" not in env
+    assert mp.child_environment("cpu", None, tmp_path)["JAX_PLATFORMS"] == "cpu"
+
+
 def test_failures_come_back_as_records(tmp_path, monkeypatch):
     monkeypatch.delenv("MAXTEXT_SITE", raising=False)
     monkeypatch.setattr(mp, "DEVICE_SITE", tmp_path / "absent")
