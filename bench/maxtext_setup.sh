@@ -83,7 +83,8 @@ install() {
   PIP_CONFIG_FILE=/dev/null "$python" -m pip install --isolated --disable-pip-version-check -q \
     --no-deps --ignore-requires-python --only-binary=:all: --no-compile --upgrade \
     --index-url "$index" --find-links "$wheels" --target "$site" \
-    "${INDEX_PKGS[@]}" "${CARRIED_PY311[@]}" "${CARRIED_PY312[@]}"
+    "${INDEX_PKGS[@]}" "${CARRIED_PY311[@]}" "${CARRIED_PY312[@]}" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) # the carried names, absent there
   # Python 3.11 cannot parse PEP 695 `type X = ...` statements; MaxText has two on its import path
   # (type aliases OLMo 3 never uses). Plain assignments mean the same to everything that reads them.
   local f
