@@ -162,7 +162,9 @@ def child_row(spec: dict) -> dict:
         model_cfg, optim_cfg = recipe_configs(
             spec["layers"], spec["remat"], spec["attention"], spec["seq"], spec["smoke"]
         )
-        out["attention_resolved"] = resolve_impl(model_cfg.attention_impl, model_cfg.dtype)
+        out["attention_resolved"] = resolve_impl(
+            model_cfg.attention_impl, model_cfg.dtype, spec["seq"], model_cfg.head_dim
+        )
         dev = jax.devices()[0]
         mesh = make_mesh(MeshConfig(data=1, fsdp=1), devices=[dev])
         b, seq = spec["batch"], spec["seq"]

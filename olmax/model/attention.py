@@ -1,11 +1,14 @@
 """OLMo 3 self-attention: QK-norm over whole q/k, RoPE, causal or sliding-window softmax attention.
 
 Window semantics are HF's (`masking_utils.sliding_window_overlay`): with window W, query i sees keys
-j with i - W < j <= i, i.e. W keys including itself. Interchangeable kernels compute it: a plain XLA
-path (`attend_xla`, einsums and an explicit mask, with a hand-written VJP; `attend_blocks` unrolls it
-over query chunks that read only the keys they can see, `attend_chunked` scans it over query chunks
-for long sequences) and `jax.nn.dot_product_attention` (`attend_jax`, cuDNN flash attention on GPU).
-Optional `segment_ids` restrict attention to keys of the same document.
+j with i - W < j <= i, i.e. W keys including itself. Interchangeable kernels compute it, one module each,
+behind one dispatch (`attend`): the XLA path (`olmax.model.attention_xla`, the reference and the CPU
+default), `jax.nn.dot_product_attention` (`olmax.model.attention_jax`, cuDNN's fused kernel on a GPU) and
+splash attention (`olmax.model.attention_splash`, JAX's Pallas kernel, the TPU default). Every kernel
+takes q (B, L, N, H) and k, v (B, S, K, H) with grouped KV heads, and optional `segment_ids` that
+restrict attention to keys of the same document.
+
+The projections' outputs carry remat names (`olmax.model.remat`), so a remat policy can keep them.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from olmax.errors import OlmaxError
+from olmax.model import attention_splash
+from olmax.model.attention_jax import attend_jax
+from olmax.model.attention_xla import UNROLL_CHUNKS, attend_blocks, attend_chunked, attend_xla
 from olmax.model.config import ModelConfig
 from olmax.model.norm import RMSNorm
+from olmax.model.remat import tag
 from olmax.model.rope import apply_rope
 
 
@@ -32,234 +40,21 @@ def linear(x_BxLxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
     return out_NxF.reshape(*x_BxLxD.shape[:-1], w_DxF.shape[-1])
 
 
-def attention_mask(
-    q_len: int, k_len: int, window: int | None, segment_ids_BxL: jax.Array | None = None
-) -> jax.Array:
-    """Boolean mask (B or 1, 1, q_len, k_len): True where a query may attend to a key."""
-    q_idx = jnp.arange(q_len)[:, None] + (k_len - q_len)
-    k_idx = jnp.arange(k_len)[None, :]
-    mask_QxK = k_idx <= q_idx
-    if window is not None:
-        mask_QxK = mask_QxK & (k_idx > q_idx - window)
-    mask = mask_QxK[None, None]
-    if segment_ids_BxL is not None:
-        same_doc = segment_ids_BxL[:, -q_len:, None] == segment_ids_BxL[:, None, :]
-        mask = mask & same_doc[:, None]
-    return mask
-
-
-def _scores(q_BxLxKxGxH: jax.Array, k_BxSxKxH: jax.Array) -> jax.Array:
-    """Scaled fp32 scores (B, K, G, L, S). Operands are laid out [batch, free, contracted] x
-    [batch, contracted, free] first, so no (L, S)-sized matrix is ever transposed (on CPU those
-    transposes cost more than the matmuls)."""
-    head_dim = q_BxLxKxGxH.shape[-1]
-    q_BxKxGxLxH = q_BxLxKxGxH.transpose(0, 2, 3, 1, 4)
-    k_BxKxHxS = k_BxSxKxH.transpose(0, 2, 3, 1)
-    return jnp.einsum("bkglh,bkhs->bkgls", q_BxKxGxLxH, k_BxKxHxS, preferred_element_type=jnp.float32) * (
-        head_dim**-0.5
-    )
-
-
-def _attend_fwd(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
-    """(output B x L x K x G x H, unnormalised fp32 probabilities exp(s - max) B x K x G x L x S, and the
-    reciprocal of their row sums B x K x G x L x 1). The output is normalised after the PV matmul, on the
-    (L, H) result rather than the (L, S) probabilities: one fewer pass over the largest tensor."""
-    scores = jnp.where(mask_Bx1xLxS[:, :, None], _scores(q_BxLxKxGxH, k_BxSxKxH), jnp.finfo(jnp.float32).min)
-    exp_BxKxGxLxS = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
-    inv_sum_BxKxGxLx1 = 1.0 / jnp.sum(exp_BxKxGxLxS, axis=-1, keepdims=True)
-    v_BxKxSxH = v_BxSxKxH.transpose(0, 2, 1, 3)
-    out = (
-        jnp.einsum(
-            "bkgls,bksh->bkglh",
-            exp_BxKxGxLxS.astype(v_BxSxKxH.dtype),
-            v_BxKxSxH,
-            preferred_element_type=jnp.float32,
+def resolve_impl(
+    impl: str, dtype: jnp.dtype, seq_len: int, head_dim: int, platform: str | None = None
+) -> str:
+    """The kernel `impl` names; 'auto' picks by the backend (or `platform`): splash on a TPU where the
+    shape takes it (whole 128-wide tiles), cuDNN on a GPU for 16-bit compute, else the XLA path."""
+    platform = platform or jax.default_backend()
+    if impl == "splash" and platform == "gpu":
+        raise OlmaxError(
+            "model.attention_impl=splash runs on a TPU (or a CPU, interpreted); on a GPU use auto or cudnn"
         )
-        * inv_sum_BxKxGxLx1
-    )
-    return out.transpose(0, 3, 1, 2, 4).astype(q_BxLxKxGxH.dtype), exp_BxKxGxLxS, inv_sum_BxKxGxLx1
-
-
-@jax.custom_vjp
-def _grouped_attend(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS):
-    return _attend_fwd(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS)[0]
-
-
-def _grouped_attend_fwd(q, k, v, mask):
-    out, exp, inv_sum = _attend_fwd(q, k, v, mask)
-    return out, (q, k, v, mask, exp, inv_sum, out)
-
-
-def _grouped_attend_bwd(res, d_out_BxLxKxGxH):
-    """Softmax attention's gradients written out (as autodiff would derive them) so that every
-    contraction with the (L, S) matrices reads them in place: dK and dV are formed transposed.
-    With P = E / l (E the saved exponentials, 1/l per row): dV = E^T (dO / l) and
-    dS = P * (dP - rowsum(dO * O)) = E * ((dO / l) V^T - rowsum(dO * O) / l), so P is never formed."""
-    q, k, v, mask, exp, inv_sum, out = res
-    f32 = jnp.float32
-    scale = q.shape[-1] ** -0.5
-    d_out = d_out_BxLxKxGxH.astype(f32).transpose(0, 2, 3, 1, 4)  # B K G L H
-    d_out_l = d_out * inv_sum
-    d_probs_l = jnp.einsum("bkglh,bkhs->bkgls", d_out_l, v.astype(f32).transpose(0, 2, 3, 1))
-    row_dot_l = jnp.sum(d_out_l * out.astype(f32).transpose(0, 2, 3, 1, 4), axis=-1, keepdims=True)
-    # masked scores were replaced by a constant: no gradient reaches them (even in a fully masked row)
-    d_scores = jnp.where(mask[:, :, None], exp * (d_probs_l - row_dot_l), 0.0)
-    dq = jnp.einsum("bkgls,bksh->bkglh", d_scores, k.astype(f32).transpose(0, 2, 1, 3)) * scale
-    dk_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", q.astype(f32).transpose(0, 2, 4, 3, 1), d_scores) * scale
-    dv_BxKxHxS = jnp.einsum("bkhgl,bkgls->bkhs", d_out_l.transpose(0, 1, 4, 2, 3), exp)
-    return (
-        dq.transpose(0, 3, 1, 2, 4).astype(q.dtype),
-        dk_BxKxHxS.transpose(0, 3, 1, 2).astype(k.dtype),
-        dv_BxKxHxS.transpose(0, 3, 1, 2).astype(v.dtype),
-        None,
-    )
-
-
-_grouped_attend.defvjp(_grouped_attend_fwd, _grouped_attend_bwd)
-
-
-def _masked_softmax_attend(
-    q_BxLxNxH: jax.Array, k_BxSxKxH: jax.Array, v_BxSxKxH: jax.Array, mask_Bx1xLxS: jax.Array
-) -> jax.Array:
-    """Softmax attention under an explicit boolean mask, grouped KV heads, scores and softmax in fp32."""
-    b, q_len, n_heads, head_dim = q_BxLxNxH.shape
-    n_kv = k_BxSxKxH.shape[2]
-    # query head h reads KV head h // group, as HF's repeat_kv lays them out
-    q_BxLxKxGxH = q_BxLxNxH.reshape(b, q_len, n_kv, n_heads // n_kv, head_dim)
-    out_BxLxKxGxH = _grouped_attend(q_BxLxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_Bx1xLxS)
-    return out_BxLxKxGxH.reshape(b, q_len, n_heads, head_dim)
-
-
-def attend_xla(
-    q_BxLxNxH: jax.Array,
-    k_BxSxKxH: jax.Array,
-    v_BxSxKxH: jax.Array,
-    window: int | None,
-    segment_ids_BxS: jax.Array | None = None,
-) -> jax.Array:
-    """Plain softmax attention over the whole (L, S) score matrix with an explicit mask."""
-    mask = attention_mask(q_BxLxNxH.shape[1], k_BxSxKxH.shape[1], window, segment_ids_BxS)
-    return _masked_softmax_attend(q_BxLxNxH, k_BxSxKxH, v_BxSxKxH, mask)
-
-
-UNROLL_CHUNKS = 16  # at most this many query chunks run unrolled, each over only the keys it can see
-SAVE_PROBS_BYTES = 256 << 20  # unrolled chunks keep their probabilities for the backward up to this
-
-
-def attend_blocks(
-    q_BxLxNxH: jax.Array,
-    k_BxLxKxH: jax.Array,
-    v_BxLxKxH: jax.Array,
-    window: int | None,
-    segment_ids_BxL: jax.Array | None = None,
-    chunk: int = 256,
-) -> jax.Array:
-    """Self-attention over query chunks unrolled with static key ranges; same result as `attend_xla`.
-
-    Chunk [a, b) of queries reads only keys [max(0, a - W + 1), b): the causal (and window) triangle
-    above the diagonal is never computed, so a full layer does about half the work of `attend_xla`.
-    The chunks' probabilities are kept for the backward pass while they total at most
-    SAVE_PROBS_BYTES per layer; past that each chunk is rematerialised (`jax.checkpoint`).
-    """
-    b, seq, n_heads, _ = q_BxLxNxH.shape
-    starts = list(range(0, seq, chunk))
-    spans = [(a, min(a + chunk, seq), 0 if window is None else max(0, a - window + 1)) for a in starts]
-    saved_bytes = sum((hi - a) * (hi - lo) for a, hi, lo in spans) * b * n_heads * 4
-    attend_one = (
-        _masked_softmax_attend if saved_bytes <= SAVE_PROBS_BYTES else jax.checkpoint(_masked_softmax_attend)
-    )
-    outs = []
-    for a, hi, lo in spans:
-        # the chunk's queries are the last hi - a of its keys [lo, hi): attention_mask's own layout
-        seg = None if segment_ids_BxL is None else segment_ids_BxL[:, lo:hi]
-        mask = attention_mask(hi - a, hi - lo, window, seg)
-        outs.append(attend_one(q_BxLxNxH[:, a:hi], k_BxLxKxH[:, lo:hi], v_BxLxKxH[:, lo:hi], mask))
-    return jnp.concatenate(outs, axis=1)
-
-
-def attend_chunked(
-    q_BxLxNxH: jax.Array,
-    k_BxLxKxH: jax.Array,
-    v_BxLxKxH: jax.Array,
-    window: int | None,
-    segment_ids_BxL: jax.Array | None = None,
-    chunk: int = 1024,
-) -> jax.Array:
-    """Self-attention scanned over query chunks of `chunk` tokens; same result as `attend_xla`.
-
-    A chunk of queries [cC, cC + C) reads only the keys its window can reach, [cC - W, cC + C), so
-    sliding layers cost O(L * (C + W)) instead of O(L^2), and scores live one chunk at a time. Each
-    chunk is rematerialised in the backward pass, so training memory stays O(C * span) too.
-    """
-    b, seq, n_heads, head_dim = q_BxLxNxH.shape
-    n_chunks = -(-seq // chunk)
-    pad = n_chunks * chunk - seq
-    left = window if window is not None and window < seq else 0  # keys before a chunk it may still see
-    span = chunk + left if left else n_chunks * chunk
-
-    def pad_seq(x: jax.Array, before: int, after: int, value=0) -> jax.Array:
-        widths = [(0, 0)] * x.ndim
-        widths[1] = (before, after)
-        return jnp.pad(x, widths, constant_values=value)
-
-    q_NxBxCxNxH = pad_seq(q_BxLxNxH, 0, pad).reshape(b, n_chunks, chunk, n_heads, head_dim).swapaxes(0, 1)
-    k_pad, v_pad = pad_seq(k_BxLxKxH, left, pad), pad_seq(v_BxLxKxH, left, pad)
-    seg = jnp.zeros((b, seq), jnp.int32) if segment_ids_BxL is None else segment_ids_BxL
-    seg_q_NxBxC = pad_seq(seg, 0, pad).reshape(b, n_chunks, chunk).swapaxes(0, 1)
-    seg_k = pad_seq(seg, left, pad)
-
-    @jax.checkpoint
-    def one_chunk(c: jax.Array, q_BxCxNxH: jax.Array, seg_q_BxC: jax.Array) -> jax.Array:
-        # padded key p sits at absolute position p - left; full layers read every key from 0
-        k_start = c * chunk if left else 0
-        k_c = jax.lax.dynamic_slice_in_dim(k_pad, k_start, span, axis=1)
-        v_c = jax.lax.dynamic_slice_in_dim(v_pad, k_start, span, axis=1)
-        seg_k_c = jax.lax.dynamic_slice_in_dim(seg_k, k_start, span, axis=1)
-        q_pos = c * chunk + jnp.arange(chunk)[:, None]
-        k_pos = k_start - left + jnp.arange(span)[None, :]
-        allowed = (k_pos <= q_pos) & (k_pos >= 0)
-        if window is not None:
-            allowed = allowed & (k_pos > q_pos - window)
-        mask = allowed[None, None] & (seg_q_BxC[:, :, None] == seg_k_c[:, None, :])[:, None]
-        return _masked_softmax_attend(q_BxCxNxH, k_c, v_c, mask)
-
-    def body(carry: None, xs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[None, jax.Array]:
-        return None, one_chunk(*xs)
-
-    _, out_NxBxCxNxH = jax.lax.scan(body, None, (jnp.arange(n_chunks), q_NxBxCxNxH, seg_q_NxBxC))
-    out = out_NxBxCxNxH.swapaxes(0, 1).reshape(b, n_chunks * chunk, n_heads, head_dim)
-    return out[:, :seq]
-
-
-def attend_jax(
-    q_BxLxNxH: jax.Array,
-    k_BxSxKxH: jax.Array,
-    v_BxSxKxH: jax.Array,
-    window: int | None,
-    segment_ids_BxS: jax.Array | None = None,
-    implementation: str | None = None,
-) -> jax.Array:
-    """`jax.nn.dot_product_attention`: causal, window (W - 1 keys left, 0 right), documents as a mask."""
-    mask = None
-    if segment_ids_BxS is not None:
-        mask = (segment_ids_BxS[:, :, None] == segment_ids_BxS[:, None, :])[:, None]
-    return jax.nn.dot_product_attention(
-        q_BxLxNxH,
-        k_BxSxKxH,
-        v_BxSxKxH,
-        mask=mask,
-        is_causal=True,
-        local_window_size=None if window is None else (window - 1, 0),
-        implementation=implementation,
-    )
-
-
-def resolve_impl(impl: str, dtype: jnp.dtype) -> str:
-    """'auto' picks cuDNN flash attention on GPU for 16-bit compute, else the plain XLA path."""
     if impl != "auto":
         return impl
-    on_gpu = jax.default_backend() == "gpu"
-    return "cudnn" if on_gpu and jnp.dtype(dtype).itemsize == 2 else "xla"
+    if platform == "tpu" and attention_splash.supports(seq_len, head_dim):
+        return "splash"
+    return "cudnn" if platform == "gpu" and jnp.dtype(dtype).itemsize == 2 else "xla"
 
 
 def attend(
@@ -271,17 +66,22 @@ def attend(
     impl: str,
     chunk: int = 0,
 ) -> jax.Array:
-    """Dispatch to one attention kernel by name: 'xla' (in query chunks past `chunk` tokens: unrolled
-    with causal skipping up to UNROLL_CHUNKS chunks, scanned beyond), 'jax' or 'cudnn'."""
+    """Dispatch to one attention kernel by name. `chunk` is the kernel's tiling: for 'xla' the query chunk
+    past which it runs in chunks (unrolled with causal skipping up to UNROLL_CHUNKS chunks, scanned beyond),
+    for 'splash' the tile edge (0: the one measured best for the shape); 'jax' and 'cudnn' take none."""
     if impl == "xla":
         if 0 < chunk < q.shape[1]:
             if -(-q.shape[1] // chunk) <= UNROLL_CHUNKS:
                 return attend_blocks(q, k, v, window, segment_ids, chunk)
             return attend_chunked(q, k, v, window, segment_ids, chunk)
         return attend_xla(q, k, v, window, segment_ids)
+    if impl == "splash":
+        return attention_splash.attend_splash(
+            q, k, v, window, segment_ids, attention_splash.settings_for(q.shape[1], q.shape[-1], chunk)
+        )
     if impl in ("jax", "cudnn"):
         return attend_jax(q, k, v, window, segment_ids, None if impl == "jax" else "cudnn")
-    raise ValueError(f"unknown attention implementation {impl!r}; use auto, xla, jax or cudnn")
+    raise ValueError(f"unknown attention implementation {impl!r}; use auto, xla, splash, jax or cudnn")
 
 
 class Attention(nnx.Module):
@@ -307,14 +107,13 @@ class Attention(nnx.Module):
     ) -> jax.Array:
         cfg, dtype = self.cfg, x_BxLxD.dtype
         b, seq, _ = x_BxLxD.shape
-        q_BxLxQ = self.q_norm(linear(x_BxLxD, self.q_proj[...]))
-        k_BxLxK = self.k_norm(linear(x_BxLxD, self.k_proj[...]))
-        v_BxLxK = linear(x_BxLxD, self.v_proj[...])
+        q_BxLxQ = self.q_norm(tag(linear(x_BxLxD, self.q_proj[...]), "q"))
+        k_BxLxK = self.k_norm(tag(linear(x_BxLxD, self.k_proj[...]), "k"))
+        v_BxLxK = tag(linear(x_BxLxD, self.v_proj[...]), "v")
         q_BxLxNxH = apply_rope(q_BxLxQ.reshape(b, seq, cfg.n_heads, cfg.head_dim), cos_LxH, sin_LxH)
         k_BxLxKxH = apply_rope(k_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim), cos_LxH, sin_LxH)
         v_BxLxKxH = v_BxLxK.reshape(b, seq, cfg.n_kv_heads, cfg.head_dim)
-        impl = resolve_impl(cfg.attention_impl, dtype)
-        out_BxLxNxH = attend(
-            q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl, cfg.attention_chunk
-        )
-        return linear(out_BxLxNxH.reshape(b, seq, -1), self.o_proj[...])
+        impl = resolve_impl(cfg.attention_impl, dtype, seq, cfg.head_dim)
+        chunk = cfg.splash_block if impl == "splash" else cfg.attention_chunk
+        out_BxLxNxH = attend(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, window, segment_ids_BxL, impl, chunk)
+        return tag(linear(out_BxLxNxH.reshape(b, seq, -1), self.o_proj[...]), "o")

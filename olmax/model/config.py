@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from olmax.errors import OlmaxError
+from olmax.model import remat
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
-AttentionImpl = Literal["auto", "xla", "jax", "cudnn"]
-RematPolicy = Literal["none", "full", "dots", "dots_no_batch"]
+AttentionImpl = Literal["auto", "xla", "splash", "jax", "cudnn"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; params stay fp32
     attention_impl: AttentionImpl = "auto"
     attention_chunk: int = 256  # xla path: scan over query chunks past this length (0: never)
-    remat: RematPolicy = "none"
+    splash_block: int = 0  # splash kernel's tile edge (0: the measured best for the shape, attention_splash)
+    remat: str = "none"  # none, full, dots, a preset or save:NAME,... (olmax.model.remat)
     scan_group: int = 4  # layers per scanned group: one period of the attention pattern
     hf_dtype: str = "float32"  # dtype the HF checkpoint stored; `to_hf` writes it back
     extra_hf: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # passthrough keys
@@ -90,6 +92,11 @@ class ModelConfig:
             raise OlmaxError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise OlmaxError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.attention_impl not in typing.get_args(AttentionImpl):
+            raise OlmaxError(
+                f"model.attention_impl {self.attention_impl!r}: choose one of {', '.join(typing.get_args(AttentionImpl))}"
+            )
+        remat.check(self.remat)
         if self.vocab_padding not in ("olmo-core", "zero"):
             raise OlmaxError(f"vocab_padding {self.vocab_padding!r}: choose 'olmo-core' or 'zero'")
 

@@ -17,16 +17,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from olmax.model.attention import Attention, linear, truncated_normal
+from olmax.model import attention_splash, remat
+from olmax.model.attention import Attention, linear, resolve_impl, truncated_normal
 from olmax.model.config import FULL, SLIDING, ModelConfig
 from olmax.model.norm import RMSNorm
+from olmax.model.remat import tag
 from olmax.model.rope import rope_tables
-
-_REMAT_POLICIES = {
-    "full": None,  # save nothing: recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.dots_saveable,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
 
 
 class MLP(nnx.Module):
@@ -39,9 +35,9 @@ class MLP(nnx.Module):
         self.down_proj = nnx.Param(truncated_normal(rngs, (f, d), cfg.init_std))
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
-        gate_BxLxF = jax.nn.silu(linear(x_BxLxD, self.gate_proj[...]))
-        up_BxLxF = linear(x_BxLxD, self.up_proj[...])
-        return linear(gate_BxLxF * up_BxLxF, self.down_proj[...])
+        gate_BxLxF = jax.nn.silu(tag(linear(x_BxLxD, self.gate_proj[...]), "gate"))
+        up_BxLxF = tag(linear(x_BxLxD, self.up_proj[...]), "up")
+        return tag(linear(gate_BxLxF * up_BxLxF, self.down_proj[...]), "down")
 
 
 class Block(nnx.Module):
@@ -126,7 +122,7 @@ class Transformer(nnx.Module):
             return block(x, cos, sin, cfg.window(layer), segment_ids_BxL)
 
         if cfg.remat != "none":
-            run_layer = jax.checkpoint(run_layer, policy=_REMAT_POLICIES[cfg.remat], static_argnums=(2,))
+            run_layer = jax.checkpoint(run_layer, policy=remat.policy(cfg.remat), static_argnums=(2,))
 
         n_groups, g = scan_plan(cfg)
         if n_groups:
@@ -142,6 +138,27 @@ class Transformer(nnx.Module):
             x_BxLxD = run_layer(jax.tree.map(lambda a, i=layer: a[i], state), x_BxLxD, layer)
 
         return self.final_norm(x_BxLxD)
+
+
+def compute_summary(cfg: ModelConfig, seq_len: int) -> dict[str, str]:
+    """What a step of `cfg` at `seq_len` runs on this backend: the device, the attention kernel `auto`
+    resolves to (with the splash kernel's tiling) and the remat policy, as the trainer prints and logs it."""
+    device = jax.devices()[0]
+    impl = resolve_impl(cfg.attention_impl, jnp.dtype(cfg.dtype), seq_len, cfg.head_dim)
+    kernel = impl
+    if impl == "splash":
+        tiles = attention_splash.settings_for(seq_len, cfg.head_dim, cfg.splash_block)
+        sizes = tiles.block_sizes(seq_len, seq_len)
+        backward = "fused backward" if tiles.fused_bwd else "separate dq and dk/dv kernels"
+        kernel = f"splash ({sizes.block_q}x{sizes.block_kv} tiles, {backward})"
+    elif impl == "xla" and 0 < cfg.attention_chunk < seq_len:
+        kernel = f"xla (query chunks of {cfg.attention_chunk})"
+    return {
+        "device": f"{jax.device_count()} x {device.device_kind} ({device.platform})",
+        "attention": kernel,
+        "remat": remat.describe(cfg.remat),
+        "dtype": cfg.dtype,
+    }
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:

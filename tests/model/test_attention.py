@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
-import olmax.model.attention as attention_module
-from olmax.model.attention import attend_blocks, attend_chunked, attend_jax, attend_xla, attention_mask
+import olmax.model.attention_xla as attention_xla
+from olmax.model.attention_jax import attend_jax
+from olmax.model.attention_xla import attend_blocks, attend_chunked, attend_xla, attention_mask
 from olmax.model.convert import from_hf
 from olmax.model.hf_reference import random_hf_model
 from olmax.model.rope import rope_tables
@@ -180,7 +181,7 @@ def test_unrolled_blocks_equal_plain_values_and_gradients(window, chunk, remat, 
     shorter than the rest when 20 does not divide 48) give attend_xla's output and gradients, with
     probabilities kept or each chunk rematerialised."""
     if remat:
-        monkeypatch.setattr(attention_module, "SAVE_PROBS_BYTES", 0)
+        monkeypatch.setattr(attention_xla, "SAVE_PROBS_BYTES", 0)
     q, k, v = random_qkv(5, n_kv=2)
     seg = jnp.asarray(np.repeat(np.arange(4), SEQ // 4)[None].repeat(2, 0))
     cotangent = jnp.asarray(np.random.default_rng(6).normal(size=q.shape), jnp.float32)

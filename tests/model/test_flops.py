@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from olmax.model.attention import attention_mask
+from olmax.model.attention_xla import attention_mask
 from olmax.model.config import FULL, olmo3_7b, tiny
 from olmax.model.flops import forward_flops, keys_attended
 from olmax.model.transformer import init_model
