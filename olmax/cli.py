@@ -16,6 +16,7 @@ import os
 import sys
 
 from olmax.errors import OlmaxError
+from olmax.model.libtpu import libtpu_env
 
 # Areas whose `register(subparsers)` adds subcommands, in `olmax --help` order.
 _AREAS = (
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     # numpy (imported by the parsers' modules) starts OpenBLAS's thread pool, whose threads spin for ~0.12
     # CPU-seconds after the import; nothing olmax runs on numpy uses BLAS (the model runs on XLA)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the TPU compiler settings olmax's kernels need, read once by libtpu when JAX starts the chip
+    os.environ.update(libtpu_env(os.environ))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -29,6 +29,7 @@ from olmax.data.loader import open_loader, stream_index
 from olmax.data.reader import check_batch_ids
 from olmax.errors import OlmaxError
 from olmax.model.flops import flops_per_token
+from olmax.model.transformer import compute_summary
 from olmax.train import runrecord, wandb_log
 from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_dict
 from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
@@ -147,6 +148,8 @@ def train(
                     flush=True,
                 )
             return {**summary, "last": None}
+        compute = compute_summary(cfg.model, cfg.data.seq_len)  # the kernel and remat this run resolves to
+        summary["compute"] = compute
         if jax.process_index() == 0:
             if resume_note:
                 print(resume_note, file=sys.stderr, flush=True)
@@ -158,7 +161,7 @@ def train(
                     flush=True,
                 )
             runrecord.record_start(
-                cfg, run_dir, start=start, note=note, diff=diff, devices=jax.device_count()
+                cfg, run_dir, start=start, note=note, diff=diff, devices=jax.device_count(), compute=compute
             )
             horizon = horizon_mismatch(cfg.optim, cfg.train.steps)
             if horizon:  # before step 1, and in history.jsonl ("schedule")
@@ -169,6 +172,11 @@ def train(
             print(
                 f"olmax train: {note}; {describe(mesh)}; {n_micro} microbatch(es) of {per_device} row(s) per "
                 f"device; global batch {cfg.data.global_batch_size} x {cfg.data.seq_len}",
+                flush=True,
+            )
+            print(
+                f"olmax train: {compute['device']}; attention {compute['attention']}; remat {compute['remat']}; "
+                f"compute {compute['dtype']}",
                 flush=True,
             )
         # the MFU denominator, measured before the loader's threads start (every process, same point)

@@ -89,7 +89,14 @@ def describe(diff: dict[str, tuple]) -> str:
 
 
 def record_start(
-    cfg: ExperimentConfig, run_dir: Path, *, start: int, note: str, diff: dict[str, tuple], devices: int
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    *,
+    start: int,
+    note: str,
+    diff: dict[str, tuple],
+    devices: int,
+    compute: dict[str, str] | None = None,
 ) -> None:
     """Write `RUN/config.yaml` and append this start of training to `RUN/history.jsonl` (process 0)."""
 
@@ -104,6 +111,7 @@ def record_start(
         "to_step": cfg.train.steps,
         "note": note,
         "devices": devices,
+        "compute": compute or {},
         "changed": {k: {"from": old, "to": new} for k, (old, new) in diff.items()},
         "environment": environment(),
     }

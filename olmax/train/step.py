@@ -180,9 +180,27 @@ def make_train_step(
         return new_state, metrics
 
     metric_sharding = {k: replicated(mesh) for k in ("loss", "z_loss", "lr", "grad_norm", "skipped")}
-    return jax.jit(
+    jitted = jax.jit(
         step,
         in_shardings=(shardings, batch_sharding(mesh)),
         out_shardings=(shardings, metric_sharding),
         donate_argnums=(0,),
     )
+    return OnMesh(jitted, mesh)
+
+
+class OnMesh:
+    """A jitted function traced, lowered and run with its mesh set (`jax.set_mesh`): kernels that run per
+    device (splash attention's `shard_map`) read the mesh from there."""
+
+    def __init__(self, jitted: Callable, mesh: Mesh):
+        self.jitted, self.mesh = jitted, mesh
+
+    def __call__(self, *args: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.jitted(*args)
+
+    def lower(self, *args: Any) -> Any:
+        """`jax.jit(...).lower` under the mesh (ahead-of-time compiles, memory plans)."""
+        with jax.set_mesh(self.mesh):
+            return self.jitted.lower(*args)
