@@ -155,6 +155,35 @@ def forget_pins() -> None:
         _pins.clear()
 
 
+class _Stats:
+    """What this process asked of the stores: requests, bytes, retries and the most requests in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = self.bytes = self.retries = self.in_flight = self.most_in_flight = 0
+
+    def start(self) -> None:
+        with self.lock:
+            self.requests += 1
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    def end(self, nbytes: int, retried: bool) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.bytes += nbytes
+            self.retries += int(retried)
+
+
+_stats = _Stats()
+
+
+def stats() -> dict[str, int]:
+    """{requests, bytes, retries, most_in_flight} of this process's ranged reads so far."""
+    with _stats.lock:
+        return {k: getattr(_stats, k) for k in ("requests", "bytes", "retries", "most_in_flight")}
+
+
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
@@ -194,11 +223,15 @@ class Ranged:
         for attempt in range(ATTEMPTS):
             if attempt:
                 time.sleep(BACKOFF * 2 ** (attempt - 1))
+            _stats.start()
+            data = b""
             try:
                 data = self._request(start, end)
             except Exception as e:  # noqa: BLE001 - sorted below: retried, changed, removed or reported
                 why = self._sort(e)
                 continue
+            finally:
+                _stats.end(len(data), attempt > 0)
             if len(data) == end - start:
                 return data
             why = f"{len(data)} of {end - start} bytes came back"

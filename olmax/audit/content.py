@@ -28,10 +28,12 @@ from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition
 from olmax.audit.spans import physical_ids
 from olmax.data.index import TokenIndex
 from olmax.data.shards import sidecar_rows
-from olmax.data.token_reads import read_ranges, same_tokens
+from olmax.data.token_reads import MERGE_GAP_BYTES, read_ranges, same_tokens
 from olmax.errors import OlmaxError
 
-CONFIRM_BATCH_TOKENS = 1 << 24  # tokens of the pairs one batch of byte-for-byte checks reads (64 MB)
+# tokens one batch of byte-for-byte checks may hold: each side of a pair counted with the gap a ranged read
+# may join it over (token_reads.MERGE_GAP_BYTES), so a bucket's batch stays within 64 MB of uint32 tokens
+CONFIRM_BATCH_TOKENS = 1 << 24
 
 
 @dataclass
@@ -128,25 +130,40 @@ def reduce_instances(
 
 def confirm_pairs(paths: list[str], pairs: np.ndarray) -> np.ndarray:
     """bool per row (a file, a start, b file, b start, n) of int64 `pairs`: whether the two files' tokens
-    [start, start + n) are equal (and both there). Read in batches of about CONFIRM_BATCH_TOKENS tokens,
-    each batch's ranges at once (olmax.data.token_reads.read_ranges)."""
+    [start, start + n) are equal (and both there). Read in position order, in batches of at most
+    CONFIRM_BATCH_TOKENS tokens, each batch's ranges at once (olmax.data.token_reads.read_ranges)."""
     out = np.zeros(len(pairs), dtype=bool)
-    i = 0
-    while i < len(pairs):
-        j, budget = i, 0
-        while j < len(pairs) and (j == i or budget + 2 * pairs[j, 4] <= CONFIRM_BATCH_TOKENS):
-            budget += 2 * int(pairs[j, 4])
-            j += 1
-        batch = pairs[i:j].tolist()
-        reads = [(paths[a], s, n) for a, s, _, _, n in batch] + [(paths[b], s, n) for _, _, b, s, n in batch]
+    for batch in _batches(pairs, MERGE_GAP_BYTES // 4, CONFIRM_BATCH_TOKENS):
+        rows = pairs[batch].tolist()
+        reads = [(paths[a], s, n) for a, s, _, _, n in rows] + [(paths[b], s, n) for _, _, b, s, n in rows]
         try:
             got = read_ranges(reads)
         except OlmaxError as e:
             raise OlmaxError(f"{e}, while comparing duplicates") from None
-        for k, (x, y) in enumerate(zip(got[: len(batch)], got[len(batch) :])):
-            out[i + k] = x.shape == y.shape == (batch[k][4],) and bool(np.array_equal(x, y))
-        i = j
+        for k, (x, y) in zip(batch.tolist(), zip(got[: len(rows)], got[len(rows) :])):
+            out[k] = x.shape == y.shape == (pairs[k, 4],) and bool(np.array_equal(x, y))
     return out
+
+
+def _batches(pairs: np.ndarray, gap: int, budget: int):
+    """Row indices of `pairs` in (a file, a start) order, cut where the tokens the batch's reads cover
+    (each side's ranges, joined over gaps of up to `gap` tokens as read_ranges joins them) pass `budget`."""
+    order = np.lexsort((pairs[:, 1], pairs[:, 0])) if len(pairs) else np.zeros(0, np.int64)
+    start, cost, ends = 0, 0, {}  # ends: the last range's end per (side, file)
+    for i, k in enumerate(order.tolist()):
+        a, sa, b, sb, n = pairs[k].tolist()
+        add = 0
+        for key, s in (((0, a), sa), ((1, b), sb)):
+            end = ends.get(key)
+            add += n if end is None or not 0 <= s - end <= gap else max(0, s + n - end)
+            ends[key] = max(s + n, end or 0) if end is not None and 0 <= s - end <= gap else s + n
+        if i > start and cost + add > budget:
+            yield order[start:i]
+            start, cost, ends = i, 0, {(0, a): sa + n, (1, b): sb + n}
+            add = 2 * n
+        cost += add
+    if start < len(order):
+        yield order[start:]
 
 
 def reduce_documents(part: np.ndarray, paths: list[str], examples: int = 10) -> DocDuplicates:

@@ -231,16 +231,17 @@ def audit_dedup(cfg: DedupConfig, beam_options: str | None = None) -> dict:
         )
     else:
         from olmax.audit.dedup_beam import map_reduce_beam
+        from olmax.ranged import WithPins, export_pins
 
+        pins = export_pins(paths)  # the workers read the versions the driver planned with
         totals, reduced = map_reduce_beam(
             beam_options,
             items,
-            map_fn,
-            {k: fn for k, (_, fn) in reduces.items()},
+            WithPins(map_fn, pins),
+            {k: WithPins(fn, pins) for k, (_, fn) in reduces.items()},
             bits=bits,
             work_dir=cfg.stream.work_dir,
             what="olmax audit dedup",
-            paths=paths,
         )
     dups = merge_documents(reduced["docs"], cfg.examples)
     spans = merge_spans(reduced["spans"], cfg.examples)

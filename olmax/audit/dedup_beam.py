@@ -33,7 +33,6 @@ from olmax.beam import (
 )
 from olmax.data.order import work_dir_path
 from olmax.errors import OlmaxError
-from olmax.ranged import WithPins, export_pins
 
 beam = require_beam()
 
@@ -117,18 +116,13 @@ def map_reduce_beam(
     bits: int,
     work_dir: str | None,
     what: str,
-    paths: tuple[str, ...] | list[str] = (),
 ) -> tuple[list, dict[str, list]]:
     """partition.map_reduce on Apache Beam (`options`: Beam's flags): `reduces[kind](records)` per
     partition. Returns (the summaries in element order, {kind: the reduce results in partition order});
-    the first failure (in element order, then partition order) is raised as the usual OlmaxError.
-    `paths`: the files the map and the reduces read, whose objects the workers read at the versions
-    this process pinned (olmax.ranged)."""
+    the first failure (in element order, then partition order) is raised as the usual OlmaxError. Functions
+    that read objects in a bucket come wrapped in olmax.ranged.WithPins (the versions the driver pinned)."""
 
     opts = pipeline_options(options)
-    pins = export_pins(paths)
-    map_fn = WithPins(map_fn, pins)
-    reduces = {kind: WithPins(fn, pins) for kind, fn in reduces.items()}
     kinds = sorted(reduces)
     with Workspace(opts, what, str(work_dir_path(work_dir))) as space:
         folder = space.files

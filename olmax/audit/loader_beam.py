@@ -22,6 +22,7 @@ from olmax.audit.dedup import merge_spans, span_reduce, span_report
 from olmax.audit.dedup_beam import map_reduce_beam
 from olmax.audit.file_pass import SPAN_REC, PassSettings, file_pass
 from olmax.audit.partition import partition_bits
+from olmax.ranged import WithPins, export_pins
 
 
 def content_on_beam(
@@ -33,9 +34,11 @@ def content_on_beam(
     examples, span_tokens = config.examples, config.span_tokens
 
     rep = content_layout(index)
+    pins = export_pins(rep.phys_paths)  # the workers read the versions the driver planned with
     reduces = {kind: fn for kind, (_, fn) in content_reduces(rep, index.seq_len, examples).items()}
     if span_tokens > 0:
         reduces["spans"] = span_reduce(rep.phys_paths, labels or [], span_tokens, examples)
+    reduces = {kind: WithPins(fn, pins) for kind, fn in reduces.items()}
     # the partitioning never changes a result (partitions in order are hashes in order): sized for
     # the largest kind, the spans (one record per token) when asked for, else the instance windows
     per_token = SPAN_REC.itemsize if span_tokens > 0 else 24
@@ -43,20 +46,22 @@ def content_on_beam(
     summaries, reduced = map_reduce_beam(
         options,
         list(enumerate(rep.phys_paths)),
-        partial(
-            file_pass,
-            settings=PassSettings(
-                seq_len=index.seq_len if instances else None,
-                min_doc_tokens=config.min_doc_tokens,
-                span=span_tokens,
-                eos_token_id=config.stream.eos_token_id,
+        WithPins(
+            partial(
+                file_pass,
+                settings=PassSettings(
+                    seq_len=index.seq_len if instances else None,
+                    min_doc_tokens=config.min_doc_tokens,
+                    span=span_tokens,
+                    eos_token_id=config.stream.eos_token_id,
+                ),
             ),
+            pins,
         ),
         reduces,
         bits=bits,
         work_dir=config.stream.work_dir,
         what="olmax audit loader",
-        paths=rep.phys_paths,
     )
     content = assemble_content(
         rep, summaries, reduced.get("instances", []), reduced.get("docs", []), examples

@@ -114,3 +114,31 @@ def test_document_runs_are_the_files_documents(tmp_path, block):
         assert got == list(zip(range(len(want.starts)), want.starts.tolist(), want.ends.tolist())), path
         for r in runs:
             assert np.array_equal(r.tokens, tokens[r.base : int(r.ends[-1])])
+
+
+@pytest.mark.parametrize("budget", [1, 100, 1 << 24])
+def test_pairs_are_confirmed_in_batches_of_any_size(tmp_path, monkeypatch, budget):
+    """content.confirm_pairs: equal ranges true, unequal or cut off ones false, in any batch size, for a
+    local file and a memory:// one (its ranges read in batches)."""
+    import uuid
+
+    import fsspec
+
+    from olmax import ranged
+    from olmax.audit import content
+
+    monkeypatch.setattr(content, "CONFIRM_BATCH_TOKENS", budget)
+    tokens = np.random.default_rng(5).integers(0, 9, 5000).astype(np.uint32)
+    tokens[3000:3100] = tokens[100:200]
+    tokens.tofile(tmp_path / "t.npy")
+    url = f"memory:///olmax-pairs-{uuid.uuid4().hex[:8]}/t.npy"
+    fsspec.filesystem("memory").pipe(url, tokens.tobytes())
+    pairs = np.asarray(
+        [(0, 100, 1, 3000, 100), (1, 120, 0, 3020, 50), (0, 100, 0, 3001, 100), (0, 4990, 1, 100, 20)],
+        dtype=np.int64,
+    )
+    try:
+        got = content.confirm_pairs([str(tmp_path / "t.npy"), url], pairs)
+    finally:
+        ranged.forget_pins()
+    assert got.tolist() == [True, True, False, False]

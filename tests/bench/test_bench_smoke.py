@@ -32,6 +32,7 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "leak_calibration.py": (["--smoke"], []),
     "beam_parity.py": (["--smoke"], []),
     "audit_mix.py": (["--smoke"], ["audit_mix"]),
+    "audit_bucket.py": (["--smoke"], ["audit_bucket"]),
     "audit_near.py": (["--smoke"], ["audit_near"]),
     "leak_speed.py": (["--smoke"], ["leaks"]),
     "audit_dedup.py": (["--smoke"], ["audit_dedup"]),

@@ -1,0 +1,217 @@
+"""The loader audit's content pass over a mix in a bucket against the same mix on local disk, in one run:
+bench/audit_mix.py's generated mix (its planted copied shard, duplicate documents and repeated windows)
+served by moto's S3 server and by the GCS emulator on loopback, each in a process of its own, and read in
+place (olmax/data/token_reads.py: byte ranges, several requests in flight, read-ahead).
+
+Per store: start the server, upload the mix, then rounds of `local, bucket` (interleaved, so both see the
+same load), each audit in a fresh process (`--child`): `audit loader --epochs 1` with its content checks,
+two threads. Figures: each side's content rate (tokens / the report's `content_seconds`: the map, the
+reduces and the window checks), the bucket's over the local rate per round, the requests and bytes the
+bucket pass asked for and the most requests in flight (olmax.ranged.stats). Every bucket report must
+equal the local one but its timing (the plants found the same), else the run exits 1.
+
+The servers: moto keeps each object in memory (its key buffer set above the largest object; with its
+default 5 MB buffer every ranged GET re-reads the whole object from a temporary file, which a real store
+does not); the GCS emulator (gcp-storage-emulator) keeps them in memory and serves one request at a time.
+
+    PYTHONPATH=. .venv/bin/python bench/audit_bucket.py --out /tmp/audit-bucket [--tokens 2e9] [--stores s3,gs]
+    PYTHONPATH=. .venv/bin/python bench/audit_bucket.py --smoke          # 20 M tokens, both stores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from audit_mix import SEED, G, L, comparable, found, generate
+from record import PROCESS_WALL, Record, add_arguments, package_version
+
+ROOT = Path(__file__).resolve().parents[1]
+S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+GS_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(store: str, largest: int, log) -> tuple[subprocess.Popen, dict[str, str]]:
+    """The store's server in a process of its own on a free loopback port, and the environment that
+    reaches it."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    if store == "s3":
+        cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        server_env = {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(largest + (1 << 20))}
+        env = {**S3_ENV, "AWS_ENDPOINT_URL": endpoint}
+    else:
+        cmd = [sys.executable, "-m", "gcp_storage_emulator", "start", "-H", "127.0.0.1", "--port", str(port)]
+        cmd += ["--in-memory", "-q"]
+        server_env, env = {}, {**GS_ENV, "STORAGE_EMULATOR_HOST": endpoint}
+    proc = subprocess.Popen(cmd, env={**os.environ, **server_env}, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, env
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the {store} server did not start") from None
+            time.sleep(0.2)
+
+
+def upload(folder: Path, store: str, env: dict[str, str]) -> str:
+    """The mix's files (token files and mix.txt) into a new bucket; the bucket folder's URL."""
+    os.environ.update(env)
+    import fsspec
+
+    fs = fsspec.filesystem(store, skip_instance_cache=True, **({"token": "anon"} if store == "gs" else {}))
+    bucket = f"olmax-bench-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(bucket)
+    for p in sorted(folder.iterdir()):
+        if p.suffix == ".npy" and p.name != "base-docs.npy" or p.name == "mix.txt":
+            fs.put_file(str(p), f"{bucket}/mix/{p.name}")
+    return f"{store}://{bucket}/mix"
+
+
+def child(mix: str, work: str) -> dict:
+    """One content pass (audit loader --epochs 1, two threads) in this process; its report and what it
+    asked of the store."""
+    from olmax import ranged
+    from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
+    from olmax.data.stream import StreamSpec
+
+    spec = StreamSpec(mix=mix, seq_len=L, global_batch_size=G, seed=SEED, work_dir=work)
+    report = audit_loader(LoaderAuditConfig(stream=spec, epochs=1, threads=2))
+    report["ranged"] = ranged.stats()
+    return report
+
+
+def run_child(name: str, mix: str, out: Path, env: dict[str, str]) -> tuple[dict, float]:
+    shutil.rmtree(out / "work", ignore_errors=True)
+    cmd = [sys.executable, __file__, "--child", name, "--mix", mix, "--out", str(out)]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, env={**os.environ, **env, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}"})
+    wall = time.perf_counter() - t
+    return json.loads((out / f"report-{name}.json").read_text()), wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    ap.add_argument("--out", default="bench/out/audit-bucket")
+    ap.add_argument("--tokens", type=float, default=None, help="default 2e9 (--smoke: 20e6)")
+    ap.add_argument("--files", type=int, default=40)
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="local/bucket rounds per store (default 2; --smoke 1)"
+    )
+    ap.add_argument("--stores", default="s3,gs")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--mix", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    if args.child:
+        rep = child(args.mix, str(out / "work"))
+        (out / f"report-{args.child}.json").write_text(json.dumps(rep))
+        return 0
+
+    from olmax.data.token_reads import BLOCK_BYTES, INFLIGHT
+
+    rec = Record("audit_bucket", argv=sys.argv, smoke=args.smoke, results=args.results)
+    tokens = int(args.tokens if args.tokens is not None else 20e6 if args.smoke else 2e9)
+    rounds = args.rounds or (1 if args.smoke else 2)
+    folder = out / f"mix-{tokens}-{args.files}"
+    mix, expected = generate(folder, tokens, args.files)
+    largest = max(p.stat().st_size for p in folder.glob("*.npy"))
+    rec.side(
+        "olmax",
+        version=package_version("olmax"),
+        setting=f"audit loader --epochs 1 --threads 2, content checks; a bucket's files read in {BLOCK_BYTES >> 20} "
+        f"MiB ranges, {INFLIGHT} ahead of the one in use per reader",
+    )
+    rec.side("moto", version=package_version("moto"), setting="moto.server, objects in memory, own process")
+    rec.side(
+        "gcp-storage-emulator",
+        version=package_version("gcp-storage-emulator"),
+        setting="--in-memory, own process",
+    )
+    failed, log = [], open(out / "servers.log", "ab")
+    for store in args.stores.split(","):
+        server, env = start_server(store, largest, log)
+        try:
+            t = time.perf_counter()
+            url = upload(folder, store, env)
+            print(f"{store}: {tokens:,} tokens uploaded to {url} in {time.perf_counter() - t:.0f} s")
+            rates: dict[str, list[float]] = {"local": [], store: []}
+            for r in range(rounds):
+                for side, mix_path, side_env in (("local", mix, {}), (store, f"{url}/mix.txt", env)):
+                    rep, wall = run_child(side, mix_path, out, side_env)
+                    asked = rep.pop("ranged")
+                    if side != "local":  # the bucket's names as the local run names the same files
+                        rep = json.loads(json.dumps(rep).replace(url, str(folder)))
+                    rate = tokens / rep["timing"]["content_seconds"] / 1e6
+                    rates[side].append(rate)
+                    rec.timings(f"{store}.round{r}.{side}.process", "olmax", [wall], "s", PROCESS_WALL)
+                    ok = found(rep, expected)
+                    if not all(v for v in ok.values() if isinstance(v, bool)):
+                        failed.append(f"{store} round {r} {side}: plants not found {ok}")
+                    if side == "local":
+                        local = rep
+                        continue
+                    if comparable(rep) != comparable(local):
+                        failed.append(f"{store} round {r}: the report differs from the local one")
+                    rec.note(f"{store}.round{r}.asked", asked)
+                    print(
+                        f"{store} round {r}: local {rates['local'][-1]:.1f}, {store} {rate:.1f} M tokens/s; {asked}"
+                    )
+            rec.figure(
+                f"local_rate_{store}_run",
+                rates["local"],
+                "M tokens/s",
+                about="content pass, mix on local disk",
+            )
+            rec.figure(
+                f"{store}_rate",
+                rates[store],
+                "M tokens/s",
+                about=f"content pass, mix read from the {store} server",
+            )
+            ratio = [b / a for a, b in zip(rates["local"], rates[store])]
+            rec.figure(
+                f"{store}_over_local",
+                [100 * x for x in ratio],
+                "%",
+                about="bucket rate / local rate, per round",
+            )
+            rec.figure(
+                f"{store}_requests_in_flight", [asked["most_in_flight"]], "requests", about="most at once"
+            )
+            rec.figure(
+                f"{store}_requests_per_gb", [asked["requests"] / (asked["bytes"] / 1e9)], "requests/GB"
+            )
+        finally:
+            server.terminate()
+            server.wait(30)
+    rec.note(
+        "shape",
+        {"tokens": tokens, "files": args.files, "seq_len": L, "global_batch_size": G, "rounds": rounds},
+    )
+    rec.note("expected", expected)
+    print(f"record: {rec.write()}")
+    if failed:
+        print("FAILED: " + "; ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Faults while `olmax audit loader` reads a mix in a bucket (moto's S3 server and the GCS emulator, behind a
+proxy that breaks chosen requests: tests/fault_proxy.py): 503 slow-downs and reads cut mid-object are
+retried and the report is the local one; an object rewritten or removed while it is read, and one the
+mix lists that is not there, are one `olmax: error:` line naming it, with no report written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from audit_testdata import write_mix
+from fault_proxy import Fault, FaultProxy, ranged_get
+
+pytestmark = pytest.mark.slow  # two protocol servers and ~5 audits per store: about a minute
+
+STREAM = ["--seq-len", "64", "--global-batch-size", "8", "--seed", "7"]
+
+
+def olmax(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "olmax.cli", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def local(corpus, tmp_path_factory) -> dict:
+    """A mix of the corpus (code-1 copied under another name) in one folder, and its local report."""
+    root = tmp_path_factory.mktemp("bucket-faults")
+    data = root / "shards"
+    data.mkdir()
+    for name, path in corpus["shards"].items():
+        for suffix in (".npy", ".csv.gz"):
+            shutil.copy(path[: -len(".npy")] + suffix, data / f"{name}{suffix}")
+    shutil.copy(data / "code-1.npy", data / "copy.npy")
+    names = ["code-0", "code-1", "code-2", "prose-0", "copy"]
+    write_mix(data / "mix.txt", [("code", f"{n}.npy") for n in names])
+    proc = olmax(
+        "audit", "loader", "--mix", str(data / "mix.txt"), *STREAM, "--out", str(root / "r.json"), env=None
+    )
+    assert proc.returncode == 1, proc.stderr  # the copy fails the gate
+    return {"data": data, "report": json.loads((root / "r.json").read_text())}
+
+
+def comparable(report: dict, folder: str) -> str:
+    out = {k: v for k, v in report.items() if k not in ("timing", "performance", "checks_ran", "settings")}
+    lines = report["summary"]
+    out["summary"] = lines[
+        : next((i for i, x in enumerate(lines) if x.startswith("checks ran:")), len(lines))
+    ]
+    return json.dumps(out, sort_keys=True).replace(folder, "DATA")
+
+
+def audit(url: str, proxy: FaultProxy, out) -> subprocess.CompletedProcess:
+    import os
+
+    return olmax(
+        "audit",
+        "loader",
+        "--mix",
+        f"{url}/mix.txt",
+        *STREAM,
+        "--out",
+        str(out),
+        env={**os.environ, **proxy.env},
+    )
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("olmax: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def test_slow_downs_and_cut_reads_are_retried(store, local, tmp_path):
+    url = store.join("shards")
+    store.server.put_tree(local["data"], url)
+    with FaultProxy(store.server) as proxy:
+        proxy.faults = [
+            Fault("slowdown", ranged_get("code-"), times=3),
+            Fault("cut", ranged_get("prose-0"), times=2),
+            Fault("cut", ranged_get("copy"), times=1),
+        ]
+        proc = audit(url, proxy, tmp_path / "r.json")
+        assert [f.hits for f in proxy.faults] == [3, 2, 1]
+    assert proc.returncode == 1 and "olmax: error" not in proc.stderr, proc.stderr[-3000:]
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert comparable(got, url) == comparable(local["report"], str(local["data"]))
+
+
+def test_an_object_rewritten_or_removed_during_the_audit_is_one_error_line(store, local, tmp_path):
+    url = store.join("shards")
+    store.server.put_tree(local["data"], url)
+    key = f"{url.split('://', 1)[1]}/code-2.npy"
+    fs = store.fs
+    size = fs.size(key)
+    other = np.random.default_rng(0).integers(0, 1000, size // 4).astype(np.uint32).tobytes()
+    for what, before, says in (
+        ("rewritten", lambda: fs.pipe_file(key, other), "changed while it was being read"),
+        ("removed", lambda: fs.rm_file(key), "removed while it was being read"),
+    ):
+        with FaultProxy(store.server) as proxy:
+            proxy.faults = [Fault("before", ranged_get("code-2"), before=before)]
+            proc = audit(url, proxy, tmp_path / f"{what}.json")
+            assert proxy.faults[0].hits == 1
+        line = one_error_line(proc)
+        assert f"{url}/code-2.npy" in line and says in line, line
+        assert not (tmp_path / f"{what}.json").exists()
+        store.server.put_tree(local["data"], url)  # restored for the next case
+    store.fs.rm_file(f"{url.split('://', 1)[1]}/prose-0.npy")
+    with FaultProxy(store.server) as proxy:
+        line = one_error_line(audit(url, proxy, tmp_path / "missing.json"))
+    assert f"{url}/prose-0.npy" in line and "not found" in line, line
