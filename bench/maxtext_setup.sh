@@ -121,7 +121,7 @@ fetch() {
   esac
   local site="$venv/site"
   if [[ -x "$venv/bin/python" ]] && ls "$wheels"/maxtext-0.2.5-*.whl >/dev/null 2>&1 &&
-    JAX_PLATFORMS=cpu PYTHONPATH="$site" "$venv/bin/python" -c "$IMPORT_CHECK" 2>/dev/null &&
+    JAX_PLATFORMS=cpu PYTHONPATH="$site" "$venv/bin/python" -c "$IMPORT_CHECK" >/dev/null 2>&1 &&
     { ((with_libtpu == 0)) || "$venv/bin/python" -c 'import libtpu' 2>/dev/null; }; then
     echo "maxtext_setup: $venv already imports MaxText's train step"
     return 0
