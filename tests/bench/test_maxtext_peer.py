@@ -117,6 +117,7 @@ def test_failures_come_back_as_records(tmp_path, monkeypatch):
     monkeypatch.delenv("MAXTEXT_SITE", raising=False)
     monkeypatch.setattr(mp, "DEVICE_SITE", tmp_path / "absent")
     monkeypatch.setattr(mp, "CPU_SITE", tmp_path / "absent")
+    assert "at least 4" in mp.run_peer("cpu", 4, 256, 128, 1, 3)["error"]
     rec = mp.run_peer("cpu", 4, 256, 128, 1, 6)
     assert "not installed" in rec["error"] and rec["overrides"][0] == "model_name=olmo3-7b-pt"
     # a folder without MaxText: the child fails at its import; the parent reports, it does not raise
@@ -127,6 +128,14 @@ def test_failures_come_back_as_records(tmp_path, monkeypatch):
     assert "No module named" in rec["log_tail"], rec["log_tail"]
     rec = mp.run_peer("cpu", 4, 256, 128, 1, 6, timeout_s=0.2, site=empty)
     assert rec["error"] == "timed out after 0.2 s" and "log_tail" in rec
+    # a chip still held by the program before: one more try, then the error
+    busy = tmp_path / "busy"
+    busy.write_text("#!/bin/sh\necho 'Internal error when accessing libtpu multi-process lockfile'\nexit 1\n")
+    busy.chmod(0o755)
+    monkeypatch.setattr(mp, "BUSY_WAIT_S", 0.0)
+    rec = mp.run_peer("full", 4, 1024, 8192, 1, 8, timeout_s=30, site=empty, python=str(busy))
+    assert rec["retried_busy_chip"] and rec["error"] == "MaxText exited with status 1", rec
+    assert "lockfile" in rec["log_tail"]
 
 
 @pytest.mark.slow
