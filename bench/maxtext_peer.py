@@ -24,9 +24,10 @@ The exact overrides of each row are printed and kept in its record.
 
 How it is timed. MaxText logs `completed step: N, seconds: S` for each step, S being the host's wall
 time between the ends of consecutive step dispatches. Dispatch is asynchronous but MaxText reads each
-step's metrics one step later, so in the steady state S is the device's step time. Step 0 holds the
-compilation and steps 1-2 the first of those late reads, so a row's figure `step_s` is the median of
-steps 3 .. N-1 (0-based, as MaxText numbers them; `timed_steps` lists them). Memory is the compiler's
+step's metrics one step later, so in the steady state S is the device's step time. MaxText compiles
+the step before its loop; steps 0-2 still carry start-up costs (the first dispatches and the first of
+those late reads), so a row's figure `step_s` is the median of steps 3 .. N-1 (0-based, as MaxText
+numbers them; `timed_steps` lists them). Memory is the compiler's
 buffer plan for the train step (arguments + outputs - aliased + temporaries, MaxText's own sum), read
 from the compiled executable's memory analysis; the runtime's peak counts only arguments on the TPU.
 
@@ -68,7 +69,7 @@ from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "@@maxtext_peer "  # prefix of the lines the child prints for the parent (JSON after it)
-FIRST_TIMED_STEP = 3  # steps 0-2: compilation and the first one-step-late metric reads
+FIRST_TIMED_STEP = 3  # steps 0-2: the first dispatches and the first one-step-late metric reads
 TAIL_LINES = 60
 GIB = 2**30
 FLAG_VARS = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")  # space-separated compiler flags
