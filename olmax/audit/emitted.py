@@ -36,13 +36,14 @@ import numpy as np
 
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import StreamConfig
+from olmax.audit.file_pass import PassSettings, file_pass
 from olmax.audit.partition import PartitionSpill, equal_runs
 from olmax.audit.spans import physical_ids
 from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
 from olmax.data.token_reads import TokenFile
 from olmax.errors import OlmaxError
-from olmax.hashing import packed_row_hashes, row_hashes, window_hashes, window_spans_hashes
+from olmax.hashing import packed_row_hashes, row_hashes, window_hashes
 
 # What each count in the report means; written into every report as "definitions".
 DEFINITIONS = {
@@ -103,19 +104,14 @@ def audit_stream(cfg: StreamConfig) -> dict:
 
 
 def _window_hashes(path: str, L: int) -> np.ndarray:
-    """uint64: xxh3-64 of every whole L-token window of token file `path`, read block by block."""
-    f = TokenFile(path)
-    n = max(L, f.block_tokens() // L * L)  # whole windows in every block
-    parts = [window_spans_hashes(block, L) for _, block in f.blocks(n)]
+    """uint64: xxh3-64 of every whole L-token window of token file `path` in order (file_pass.py's)."""
+    parts = [rec["hash"] for _, rec in file_pass((0, path), PassSettings(seq_len=L, docs=False))]
     return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def _spill_hashes(index, hosts: list[np.ndarray], L: int, spill) -> None:
     """One REC per instance of the mix (kind 0) and per emitted row (kind 1), keyed by content hash."""
-
-    if isinstance(
-        index, PackedIndex
-    ):  # packed rows: read them as the loader does, hashed as emitted rows are
+    if isinstance(index, PackedIndex):  # packed rows: read as the loader does, hashed as emitted rows are
         h = packed_row_hashes(index)
         rec = np.zeros(h.size, REC)
         rec["hash"], rec["kind"], rec["a"] = h, 0, np.arange(h.size)

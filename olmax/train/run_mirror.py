@@ -212,17 +212,16 @@ class RunMirror:
             if step in complete:
                 continue
             folder = local_ckpt / str(step)
-            names = sorted(json.loads((folder / seal_name).read_text())["files"])
+            sizes = json.loads((folder / seal_name).read_text())["files"]
             with storage.errors_named(self.url):
-                for name in [*names, seal_name]:  # the seal last: only then is the step complete there
+                for name in sorted(sizes):
                     there = listing.get(f"{CHECKPOINTS}/{step}/{name}")
-                    if (
-                        name != seal_name
-                        and there
-                        and int(there.get("size") or 0) == ((folder / name).stat().st_size)
-                    ):
+                    if there and int(there.get("size") or 0) == sizes[name]:
                         continue  # uploaded by a push that was cut short
                     self.fs.put_file(str(folder / name), self._remote(CHECKPOINTS, str(step), name))
+                self._check_kept(step, sizes)
+                # the seal last: only then is the step complete there
+                self.fs.put_file(str(folder / seal_name), self._remote(CHECKPOINTS, str(step), seal_name))
             complete[step] = {}
             sent.append(step)
         stale = [s for s in incomplete if s not in sealed]
@@ -233,6 +232,21 @@ class RunMirror:
                 self.fs.rm(self._remote(CHECKPOINTS, str(step)), recursive=True)
         self._push_files()
         return sent
+
+    def _check_kept(self, step: int, sizes: dict[str, int]) -> None:
+        """Before a step is sealed in the bucket: every file of it is there at the size uploaded, else one
+        error (a store that kept other bytes would leave a step that no reader ever takes as complete)."""
+        self.fs.invalidate_cache()
+        base = self._remote(CHECKPOINTS, str(step)) + "/"
+        kept = {p[len(base) :]: int(i.get("size") or 0) for p, i in self.fs.find(base, detail=True).items()}
+        wrong = sorted(name for name, size in sizes.items() if kept.get(name) != size)
+        if wrong:
+            name = wrong[0]
+            raise OlmaxError(
+                f"{self.url}/{CHECKPOINTS}/{step}/{name}: the store holds {kept.get(name, 'no')} bytes where "
+                f"{sizes[name]} were uploaded ({len(wrong)} file(s) so); the step is not sealed there: check "
+                "the store, then rerun to upload it again"
+            )
 
     def _pushed(self) -> dict:
         return self._state.setdefault("pushed", {})

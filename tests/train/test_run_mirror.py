@@ -126,3 +126,24 @@ def test_a_mirror_of_another_run_is_refused(url, tmp_path):
     RunMirror(url, "train", tmp_path / "a")._write_state()
     with pytest.raises(OlmaxError, match="the local mirror of another run"):
         RunMirror(url + "-other", "train", tmp_path / "a")
+
+
+def test_a_store_that_keeps_other_bytes_leaves_the_step_unsealed_with_one_error(url, tmp_path, monkeypatch):
+    """A file the store keeps short (as an emulator once kept a file whose last byte was a CR) would leave a
+    step no reader takes: the push stops before the seal, naming the object and both sizes; the next push,
+    once the store keeps what it is sent, seals the step."""
+    a = RunMirror(url, "train", tmp_path / "a")
+    make_step(a.local, 2, payload=b"arrays ending in a carriage return\r")
+    real = a.fs.put_file
+
+    def short(lpath, rpath, **kw):
+        real(lpath, rpath, **kw)
+        if rpath.endswith("arrays"):
+            a.fs.pipe_file(rpath, Path(lpath).read_bytes()[:-1])
+
+    monkeypatch.setattr(a.fs, "put_file", short)
+    with pytest.raises(OlmaxError, match=r"checkpoints/2/state/d/arrays: the store holds 34 bytes where 35"):
+        a.push(keep=2)
+    assert not any(o.endswith(SEAL) for o in objects(url)) and a.complete_remote_steps() == []
+    monkeypatch.setattr(a.fs, "put_file", real)
+    assert a.push(keep=2) == [2] and a.complete_remote_steps() == [2]
