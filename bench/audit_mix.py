@@ -356,10 +356,7 @@ def main() -> int:
         },
     )
     rec.note("expected", expected)
-    print(f"record: {rec.write()}")
-    if failed:
-        print("FAILED: " + "; ".join(failed))
-    return 1 if failed else 0
+    return rec.finish(failed)
 
 
 if __name__ == "__main__":

@@ -312,6 +312,13 @@ class Record:
         write_text(self.path, json.dumps(plain(self.data), indent=1, sort_keys=True, allow_nan=False) + "\n")
         return self.path
 
+    def finish(self, failed: list[str]) -> int:
+        """Write the record, print its path and what failed; the benchmark's exit status (1 on a failure)."""
+        print(f"record: {self.write()}")
+        if failed:
+            print("FAILED: " + "; ".join(failed))
+        return 1 if failed else 0
+
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
     """A record from its file, checked for its schema version."""

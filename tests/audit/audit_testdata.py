@@ -30,6 +30,19 @@ def write_shard(path: str | os.PathLike, docs: list[tuple[str, list[int]]]) -> P
     return path
 
 
+def corpus_folder(corpus: dict, folder: Path) -> Path:
+    """The corpus's shards and sidecars copied into one folder, with `copy.npy`: code-1 again under another
+    name, without a sidecar (EOS documents); a mix there can name them by relative path."""
+    import shutil
+
+    folder.mkdir(parents=True)
+    for name, path in corpus["shards"].items():
+        for suffix in (".npy", ".csv.gz"):
+            shutil.copy(path[: -len(".npy")] + suffix, folder / f"{name}{suffix}")
+    shutil.copy(folder / "code-1.npy", folder / "copy.npy")
+    return folder
+
+
 def write_mix(path: str | os.PathLike, lines: list[tuple[str, str]]) -> str:
     Path(path).write_text("".join(f"{label},{p}\n" for label, p in lines))
     return str(path)

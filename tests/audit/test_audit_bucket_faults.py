@@ -6,13 +6,12 @@ mix lists that is not there, are one `olmax: error:` line naming it, with no rep
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix
+from audit_testdata import corpus_folder, write_mix
 from fault_proxy import Fault, FaultProxy, ranged_get
 
 pytestmark = pytest.mark.slow  # two protocol servers and ~5 audits per store: about a minute
@@ -30,12 +29,7 @@ def olmax(*args: str, env: dict) -> subprocess.CompletedProcess:
 def local(corpus, tmp_path_factory) -> dict:
     """A mix of the corpus (code-1 copied under another name) in one folder, and its local report."""
     root = tmp_path_factory.mktemp("bucket-faults")
-    data = root / "shards"
-    data.mkdir()
-    for name, path in corpus["shards"].items():
-        for suffix in (".npy", ".csv.gz"):
-            shutil.copy(path[: -len(".npy")] + suffix, data / f"{name}{suffix}")
-    shutil.copy(data / "code-1.npy", data / "copy.npy")
+    data = corpus_folder(corpus, root / "shards")
     names = ["code-0", "code-1", "code-2", "prose-0", "copy"]
     write_mix(data / "mix.txt", [("code", f"{n}.npy") for n in names])
     proc = olmax(

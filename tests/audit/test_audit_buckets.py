@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix, write_shard
+from audit_testdata import corpus_folder, write_mix, write_shard
 from prepare_testdata import pydoc_texts
 
 from olmax import ranged
@@ -41,12 +40,7 @@ def mix(corpus, tmp_path_factory) -> dict:
     """The plants' mix in one folder (relative paths: the same mix.txt works where the folder is copied),
     the eval set and two hosts' emitted rows with a repeated and a shifted row."""
     root = tmp_path_factory.mktemp("bucket-audits")
-    data = root / "shards"
-    data.mkdir()
-    for name, path in corpus["shards"].items():
-        for suffix in (".npy", ".csv.gz"):
-            shutil.copy(path[: -len(".npy")] + suffix, data / f"{name}{suffix}")
-    shutil.copy(data / "code-1.npy", data / "copy.npy")  # no sidecar: EOS documents
+    data = corpus_folder(corpus, root / "shards")
     code, prose = corpus["code"], corpus["prose"]
     write_shard(data / "mixed.npy", [code[0], ("y", code[40][1]), prose[3]])
     names = ["code-0", "code-1", "code-2", "prose-0", "copy", "mixed", "code-0"]
