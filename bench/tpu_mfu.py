@@ -378,6 +378,99 @@ def profile_summary(trace_dir: str) -> dict:
     }
 
 
+def hlo_ops(hlo_text: str) -> dict[str, dict]:
+    """Each instruction of a compiled module's text: its opcode, its JAX op path (metadata op_name) and
+    whether it is, or calls a computation holding, a matmul (convolution / dot)."""
+    import re
+
+    comps: dict[str, str] = {}
+    name, body = None, []
+    for line in hlo_text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) ", line)
+        if head and not line.startswith(" "):
+            if name:
+                comps[name] = "\n".join(body)
+            name, body = head.group(1), []
+        elif name:
+            body.append(line)
+    if name:
+        comps[name] = "\n".join(body)
+    has_dot = {c: bool(re.search(r" (convolution|dot)\(", b)) for c, b in comps.items()}
+    ops: dict[str, dict] = {}
+    inst = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = .*? ([a-z][\w\-]*)\(")
+    for body in comps.values():
+        for line in body.splitlines():
+            m = inst.match(line)
+            if not m:
+                continue
+            calls = re.search(r"calls=%([\w.\-]+)", line)
+            op_name = re.search(r'op_name="([^"]*)"', line)
+            ops[m.group(1)] = {
+                "opcode": m.group(2),
+                "op_name": op_name.group(1) if op_name else "",
+                "matmul": m.group(2) in ("convolution", "dot") or bool(calls and has_dot.get(calls.group(1))),
+            }
+    return ops
+
+
+def where_time_goes(trace_path: Path, hlo_path: Path, steps: int) -> dict:
+    """A traced step's device time by what the ops do, per step (ms): the layers' matmuls forward and
+    backward, the splash kernel, the LM head + loss, the AdamW update (the skip-step `cond`), layout copies
+    and the elementwise rest (norms, RoPE, SiLU, residual adds), from the trace's op events joined with the
+    compiled module's text by op name. Control-flow ops (while, cond) are containers, not counted."""
+    import gzip
+
+    with gzip.open(hlo_path, "rt") as f:
+        ops = hlo_ops(f.read())
+    with gzip.open(trace_path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    procs = {
+        e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    parts: dict[str, float] = {}
+    step_us = 0.0
+    for e in events:
+        if e.get("ph") != "X" or "TPU" not in procs.get(e.get("pid"), ""):
+            continue
+        track = threads.get((e["pid"], e.get("tid")), "")
+        if track == "Steps":
+            step_us += e["dur"]
+        if track != "XLA Ops":
+            continue
+        name = e["name"]
+        op = ops.get(name, {"opcode": "", "op_name": "", "matmul": False})
+        path = op["op_name"]
+        if op["opcode"] in ("while", "cond", "conditional", "call") or name.split(".")[0] in (
+            "while",
+            "cond",
+        ):
+            continue
+        backward = "transpose(" in path
+        if name.startswith("splash"):
+            kind = "attention kernel (splash)"
+        elif "/cond/" in path:
+            kind = "AdamW update"
+        elif op["opcode"].startswith("copy") or name.startswith("copy"):
+            kind = "layout copies"
+        elif op["matmul"] and "/while/" in path:
+            kind = "layer matmuls, backward" if backward else "layer matmuls, forward"
+        elif op["matmul"]:
+            kind = "LM head + loss matmuls"
+        elif "/while/" in path:
+            kind = "layer elementwise, backward" if backward else "layer elementwise, forward"
+        else:
+            kind = "other (loss, norms outside the layers, grad norm)"
+        parts[kind] = parts.get(kind, 0.0) + e["dur"]
+    per_step = {k: v / steps / 1e3 for k, v in sorted(parts.items(), key=lambda kv: -kv[1])}
+    return {"step_ms": step_us / steps / 1e3, "ms_per_step": per_step, "steps": steps}
+
+
 # ----- the parts: what one device command runs -----
 
 
@@ -520,119 +613,220 @@ def best_block_row(rows: list[dict]) -> dict | None:
     return min(ok, key=lambda r: r["step_s"]) if ok else None
 
 
+def load_inputs(paths: list[Path]) -> dict[str, list]:
+    """The device calls' outputs by kind: `peer` and `olmax` parts, MaxText records run on their own
+    (`bench/maxtext_peer.py --json`), `reference` losses computed here; each tagged with its file."""
+    kinds: dict[str, list] = {"peer": [], "olmax": [], "maxtext": [], "reference": []}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        kind = data.get("part") or ("maxtext" if "setting" in data else None)
+        if kind not in kinds:
+            raise SystemExit(f"tpu_mfu: {path}: neither a part nor a MaxText record")
+        kinds[kind].append({**data, "file": Path(path).name})
+    return kinds
+
+
+def parse_sweep_log(text: str) -> list[dict]:
+    """The attention sweep's lines as a part's log prints them (`attention HEADS window=W KERNEL BLOCK
+    fused=F: MS`), for a run whose JSON was cut off before the sweep's end."""
+    import re
+
+    line = re.compile(r"^attention (\S+) window=(\S+) (\w+) (\d+) fused=(\w+): ([0-9.]+)$")
+    rows = []
+    for m in map(line.match, text.splitlines()):
+        if m:
+            heads, window, kernel, block, fused, ms = m.groups()
+            rows.append(
+                {
+                    "heads": heads,
+                    "window": None if window == "None" else int(window),
+                    "kernel": kernel,
+                    "block": int(block),
+                    "fused_bwd": None if fused == "None" else fused == "True",
+                    "ms": float(ms),
+                }
+            )
+    return rows
+
+
+def table_line(r: dict, source: str, peak: float) -> dict:
+    s = r["spec"]
+    line = {
+        "source": source,
+        **s,
+        "status": r["status"],
+        "plan_gib": (r.get("plan_bytes") or 0) / GIB,
+        "kernel": r.get("kernel"),
+        "remat": r.get("remat"),
+        "compile_s": r.get("compile_s"),
+    }
+    if r["status"] == "ok":
+        line.update(
+            step_s=r["step_s"],
+            mfu=r["mfu_datasheet"],
+            mfu_measured_peak=r["flops_per_step"] / r["step_s"] / peak,
+            tokens_per_s=s["batch"] * s["seq"] / r["step_s"],
+            flops_per_step=r["flops_per_step"],
+            losses=r["losses"],
+        )
+    else:
+        line["error"] = r.get("error", "")[:300]
+    return line
+
+
 def merge(paths: list[Path], args: argparse.Namespace) -> Path:
+    """The record bench/results/tpu_mfu.json from the device calls' outputs (see --help)."""
     from record import Record
 
-    parts = [json.loads(Path(p).read_text()) for p in paths]
+    got = load_inputs(paths)
+    peer = got["peer"][0] if got["peer"] else None
+    from_peer = [{**peer["olmax"], "file": peer["file"]}] if peer and peer.get("olmax") else []
+    olmax_parts = from_peer + got["olmax"]  # the command that also ran MaxText first
     rec = Record("tpu_mfu", argv=sys.argv, smoke=args.smoke, results=args.results)
-    olmax_parts = [p for p in parts if p["part"] == "olmax"] + [
-        p["olmax"] for p in parts if p["part"] == "peer" and p.get("olmax")
-    ]
-    peer = next((p for p in parts if p["part"] == "peer"), None)
     facts = olmax_parts[0]
+    rec.note("chip", {k: facts.get(k) for k in ("device_kind", "jax", "bytes_limit", "libtpu_init_args")})
+    rec.note("inputs", [Path(p).name for p in paths])
+    peaks = [p["matmul_flops"] for p in olmax_parts if p.get("matmul_flops")]
+    rec.figure("matmul_peak_tflops", [x / 1e12 for x in peaks], "TFLOP/s", what="8192^3 bf16, best of 5 x 10")
     rec.side(
         "olmax",
-        version="checkout",
-        setting="make_train_step, 1-device mesh; per row: kernel, remat, batch (table)",
+        version="checkout (commit above)",
+        setting="make_train_step, 1-device mesh; kernel, remat and batch per row",
     )
-    rec.note("chip", {k: facts.get(k) for k in ("device_kind", "jax", "bytes_limit", "libtpu_init_args")})
-    peak = max(p["matmul_flops"] for p in olmax_parts if p.get("matmul_flops"))
-    rec.figure("matmul_peak_tflops", [peak / 1e12], "TFLOP/s", what="8192^3 bf16, best of 5 x 10")
-    table = []
-    for p_i, part in enumerate(olmax_parts):
-        for r in part.get("rows", []):
-            s = r["spec"]
-            line = {
-                "part": p_i,
-                **s,
-                "status": r["status"],
-                "plan_gib": (r.get("plan_bytes") or 0) / GIB,
-                "kernel": r.get("kernel"),
-                "remat": r.get("remat"),
-                "compile_s": r.get("compile_s"),
-            }
-            if r["status"] == "ok":
-                line.update(
-                    step_s=r["step_s"],
-                    mfu=r["mfu_datasheet"],
-                    mfu_measured_peak=r["flops_per_step"] / r["step_s"] / peak,
-                    tokens_per_s=s["batch"] * s["seq"] / r["step_s"],
-                    loss_first=r["losses"][0],
-                    loss_last=r["losses"][-1],
-                )
-                key = f"olmax_{s['name']}_p{p_i}"
-                rec.timings(
-                    key,
-                    "olmax",
-                    r["step_times"],
-                    "s",
-                    "warm in-process wall seconds per step, blocked, after warm-up steps",
-                )
-            else:
-                line["error"] = r.get("error", "")[:300]
-            table.append(line)
-    rec.note("rows", table)
-    for part in olmax_parts:
-        if part.get("attention"):
-            rec.note("attention_sweep", part["attention"])
-        for r in part.get("rows", []):
-            if r.get("profile"):
-                rec.note("profile", {"row": r["spec"]["name"], **r["profile"]})
+    rec.note("rows", merge_rows(rec, olmax_parts, max(peaks)))
     summary: dict[str, Any] = {}
-    same_cmd = peer["olmax"] if peer else None
-    best = (
-        best_block_row(same_cmd["rows"])
-        if same_cmd
-        else best_block_row([r for p in olmax_parts for r in p.get("rows", [])])
-    )
+    same_cmd = olmax_parts[0].get("rows", [])
+    best = best_block_row(same_cmd)
     if best:
-        rec.figure("block_step_s", best["step_times"], "s", row=best["spec"]["name"])
+        name = best["spec"]["name"]
+        rec.figure("block_step_s", best["step_times"], "s", row=name)
+        for fig, peak in (("block_mfu", PEAK_V5E), ("block_mfu_measured_peak", max(peaks))):
+            rec.figure(
+                fig, [100 * best["flops_per_step"] / t / peak for t in best["step_times"]], "%", row=name
+            )
+        summary.update(block_mfu=best["mfu_datasheet"], block_row=name, block_step_s=best["step_s"])
+    maxtext_runs = (peer["maxtext"] if peer else []) + got["maxtext"]
+    if maxtext_runs:
+        merge_peer(rec, maxtext_runs, best, summary, args.smoke)
+    merge_ablation(rec, olmax_parts, summary)
+    merge_sweep(rec, olmax_parts, args.sweep_log)
+    if args.trace and args.hlo:
+        profile = where_time_goes(Path(args.trace), Path(args.hlo), 3)
+        rec.note(
+            "profile",
+            {
+                "row": args.profile or (best and best["spec"]["name"]),
+                "trace": Path(args.trace).name,
+                **profile,
+            },
+        )
+    for ref in got["reference"]:
+        row = next((r for r in same_cmd if r["spec"]["name"] == ref["row"] and r["status"] == "ok"), None)
+        if row:
+            diff = abs(row["losses"][0] - ref["loss"]) / ref["loss"]
+            rec.note(
+                "first_loss_vs_xla_on_cpu",
+                {
+                    "row": ref["row"],
+                    "chip_splash": row["losses"][0],
+                    "cpu_xla": ref["loss"],
+                    "rel_diff": diff,
+                },
+            )
+            summary["first_loss_rel_diff_vs_xla"] = diff
+    rec.data["summary"] = summary
+    print_table(rec.data["notes"]["rows"], summary)
+    return rec.write()
+
+
+def merge_rows(rec, olmax_parts: list[dict], peak: float) -> list[dict]:
+    """The table's lines; each measured row's steps as a timing and its step time and MFU as figures
+    (`step_NAME`, `mfu_NAME`; a row measured again in a later command gets `NAME.N`)."""
+    how = "warm in-process wall seconds per step, blocked, after warm-up steps"
+    table = []
+    for part in olmax_parts:
+        for r in part.get("rows", []):
+            table.append(table_line(r, part["file"], peak))
+            if r["status"] != "ok":
+                continue
+            key = r["spec"]["name"]
+            if f"step_{key}" in rec.data["figures"]:
+                key = f"{key}.{len(table)}"
+            rec.timings(key, "olmax", r["step_times"], "s", how)
+            rec.figure(f"step_{key}", r["step_times"], "s", source=part["file"])
+            mfu = [100 * r["flops_per_step"] / t / PEAK_V5E for t in r["step_times"]]
+            rec.figure(f"mfu_{key}", mfu, "%", source=part["file"])
+    return table
+
+
+def merge_ablation(rec, olmax_parts: list[dict], summary: dict) -> None:
+    """16 x 256 heads over 32 x 128 at the same remat, batch and layers, from rows of the same command."""
+    for part in olmax_parts:
+        rows = [r for r in part.get("rows", []) if r["status"] == "ok"]
+        for r in (r for r in rows if r["spec"]["heads"] == "16x256"):
+            want = {k: v for k, v in r["spec"].items() if k not in ("name", "heads")}
+            twin = next(
+                (
+                    q
+                    for q in rows
+                    if q["spec"]["heads"] == "32x128" and all(q["spec"][k] == v for k, v in want.items())
+                ),
+                None,
+            )
+            if twin:
+                ratio = r["step_s"] / twin["step_s"]
+                names = [r["spec"]["name"], twin["spec"]["name"]]
+                rec.figure("hd256_over_hd128_step", [ratio], "x", rows=names, source=part["file"])
+                summary["hd256_over_hd128_step"] = ratio
+
+
+def merge_sweep(rec, olmax_parts: list[dict], sweep_log: str | None) -> None:
+    """The attention sweep: one figure per kernel, tiling, heads and mask (`attn_32x128_sliding_splash1024f`:
+    f a fused backward, s separate dq and dk/dv kernels)."""
+    sweep = [a for p in olmax_parts for a in p.get("attention", []) if a.get("status") == "ok"]
+    if sweep_log:
+        sweep += parse_sweep_log(Path(sweep_log).read_text())
+        rec.note("attention_sweep_source", Path(sweep_log).name)
+    for a in sweep:
+        mask = "full" if a["window"] is None else "sliding"
+        tiling = f"{a['block']}{'f' if a['fused_bwd'] else 's'}" if a["kernel"] == "splash" else ""
+        about = {k: a[k] for k in ("heads", "window", "kernel", "block", "fused_bwd")}
         rec.figure(
-            "block_mfu",
-            [best["flops_per_step"] / t / PEAK_V5E for t in best["step_times"]],
-            "fraction",
-            row=best["spec"]["name"],
+            f"attn_{a['heads']}_{mask}_{a['kernel']}{tiling}", a.get("times_ms") or [a["ms"]], "ms", **about
+        )
+    rec.note("attention_sweep", sweep)
+
+
+def merge_peer(rec, runs: list[dict], best: dict | None, summary: dict, smoke: bool) -> None:
+    """MaxText's side: its settings (each setting's exact overrides), step times, plans, the ratio."""
+    rec.side(
+        "maxtext",
+        version=str(runs[0].get("maxtext_version")),
+        setting="; ".join(
+            f"{m['setting']}: {' '.join(m.get('overrides', []))} {m.get('env_overrides') or ''}".strip()
+            for m in runs
+        ),
+    )
+    for m in runs:
+        if m.get("step_s"):
+            timed = [m["steps_s"][i] for i in m["timed_steps"]]
+            rec.timings(f"maxtext_{m['setting']}", "maxtext", timed, "s", "MaxText's logged seconds per step")
+            rec.figure(f"maxtext_step_{m['setting']}", timed, "s", plan_gib=m.get("hbm_estimate_gib"))
+    rec.note("maxtext_runs", [{k: v for k, v in m.items() if k != "log_tail"} for m in runs])
+    # the peer's best setting: its OLMo 3 launcher's (on a CPU smoke, the one setting there is)
+    launcher = next(
+        (m for m in runs if m["setting"] == ("cpu" if smoke else "launcher") and m.get("step_s")), None
+    )
+    if launcher and best:
+        ratio = launcher["step_s"] / best["step_s"]
+        rec.figure(
+            "vs_maxtext", [ratio], "x", olmax_row=best["spec"]["name"], maxtext="launcher", same_command=True
         )
         summary.update(
-            block_mfu=best["mfu_datasheet"], block_row=best["spec"]["name"], block_step_s=best["step_s"]
+            vs_maxtext=ratio,
+            maxtext_step_s=launcher["step_s"],
+            maxtext_mfu=best["flops_per_step"] / launcher["step_s"] / PEAK_V5E,
         )
-    if peer:
-        rec.side(
-            "maxtext",
-            version=str(peer["maxtext"][0].get("maxtext_version")),
-            setting="; ".join(f"{m['setting']}: {' '.join(m.get('overrides', []))}" for m in peer["maxtext"]),
-        )
-        for m in peer["maxtext"]:
-            if m.get("step_s"):
-                rec.timings(
-                    f"maxtext_{m['setting']}",
-                    "maxtext",
-                    m["steps_s"],
-                    "s",
-                    "MaxText's logged seconds per step",
-                )
-        # the peer's best setting: its OLMo 3 launcher's (on a CPU smoke, the one setting there is)
-        best_setting = "cpu" if args.smoke else "launcher"
-        launcher = next(
-            (m for m in peer["maxtext"] if m["setting"] == best_setting and m.get("step_s")), None
-        )
-        if launcher and best:
-            summary.update(
-                vs_maxtext=launcher["step_s"] / best["step_s"],
-                maxtext_step_s=launcher["step_s"],
-                maxtext_mfu=best["flops_per_step"] / launcher["step_s"] / PEAK_V5E,
-            )
-            rec.figure(
-                "vs_maxtext",
-                [launcher["step_s"] / best["step_s"]],
-                "x",
-                olmax_row=best["spec"]["name"],
-                maxtext="launcher",
-            )
-        rec.note("maxtext_runs", peer["maxtext"])
-    rec.data["summary"] = summary
-    print_table(table, summary)
-    return rec.write()
 
 
 def print_table(table: list[dict], summary: dict) -> None:
@@ -645,6 +839,30 @@ def print_table(table: list[dict], summary: dict) -> None:
         )
     if summary:
         print(json.dumps(summary, indent=1))
+
+
+# ----- here: the chip's first loss against this CPU's XLA path -----
+
+
+def reference_loss(spec: dict, smoke: bool) -> dict:
+    """The loss of a row's first step (its fresh state from seed 0 on its first batch, as `run_row` makes
+    them) computed on this CPU with the XLA attention path and no remat: the chip's splash path at the
+    same shapes must give the same value up to bf16 rounding (the two backends round matmuls differently).
+    """
+    import jax
+    import numpy as np
+
+    from olmax.train.step import init_state, make_loss_fn
+
+    spec = {**spec, "attention": "xla", "remat": "none"}
+    model_cfg, optim_cfg = model_configs(spec, smoke)
+    t0 = time.perf_counter()
+    params = jax.jit(lambda: init_state(model_cfg, optim_cfg, 0)["params"])()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, model_cfg.vocab_size, (spec["batch"], spec["seq"]), dtype=np.int32)
+    _, (ce, _) = jax.jit(make_loss_fn(model_cfg, optim_cfg))(params, {"input_ids": ids})
+    loss = float(ce) / (spec["batch"] * (spec["seq"] - 1))
+    return {"row": spec["name"], "kernel": "xla", "loss": loss, "seconds": time.perf_counter() - t0}
 
 
 # ----- here: plans compiled ahead of time for a v5e -----
@@ -700,10 +918,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--merge", nargs="+", type=Path, help="parts' JSON files: write the record bench/results/tpu_mfu.json"
     )
     p.add_argument(
+        "--reference-loss",
+        metavar="ROW",
+        default=None,
+        help="the row's first-step loss on this CPU through the XLA path (to check the chip's splash path)",
+    )
+    p.add_argument(
         "--plan",
         action="store_true",
         help="compile the rows for a v5e here, ahead of time, and print the plans",
     )
+    p.add_argument("--sweep-log", default=None, help="--merge: a part's log holding the attention sweep")
+    p.add_argument("--trace", default=None, help="--merge: the profiled row's perfetto trace (.json.gz)")
+    p.add_argument("--hlo", default=None, help="--merge: the profiled row's compiled module text (.txt.gz)")
     p.add_argument("--rows", default=None, help="comma-separated row names (default: all; see OLMAX_ROWS)")
     p.add_argument("--out", default=None, help="where a part writes its JSON")
     p.add_argument("--steps", type=int, default=8, help="timed steps per row (default 8)")
@@ -730,8 +957,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.smoke:  # the same rows at the smoke model's sequence length, fewer steps
+        args.steps, args.warmup = min(args.steps, 2), 1
+        global OLMAX_ROWS
+        OLMAX_ROWS = [dict(r, seq=256) for r in OLMAX_ROWS]
     if args.merge:
         print(f"wrote {merge(args.merge, args)}")
+        return 0
+    if args.reference_loss:
+        (spec,) = select_rows(args.reference_loss)
+        res = reference_loss(spec, args.smoke)
+        print(json.dumps(res))
+        if args.out:
+            write_part(args.out, {"part": "reference", **res})
         return 0
     if args.plan:
         res = plan(args)
@@ -744,10 +982,6 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(libtpu_env(dict(os.environ)))
     if not args.part or not args.out:
         raise SystemExit("tpu_mfu: give --part olmax|peer with --out PATH, or --merge PARTS, or --plan")
-    if args.smoke:
-        args.steps, args.warmup = min(args.steps, 2), 1
-        global OLMAX_ROWS
-        OLMAX_ROWS = [dict(r, seq=256) for r in OLMAX_ROWS]
     else:
         import jax
 
