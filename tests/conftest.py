@@ -5,8 +5,10 @@ does not mean a broken install (it needs files only some machines have) says so 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -59,13 +61,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # dask_c
 
 
 @pytest.fixture(scope="session")
-def dask_address():
-    """A scheduler and two single-threaded worker processes on 127.0.0.1 (one cluster per test run)."""
+def dask_address(object_servers):
+    """A scheduler and two single-threaded worker processes on 127.0.0.1 (one cluster per test run), whose
+    environment reaches the loopback object stores (`object_servers`), so workers read their buckets."""
     pytest.importorskip("apache_beam")
     pytest.importorskip("distributed")
     from dask_cluster import dask_cluster
 
-    with dask_cluster(workers=2) as address:
+    env = {}
+    for scheme, module in (("s3", "moto.server"), ("gs", "gcp_storage_emulator.server")):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue  # that store's bucket tests skip; the cluster serves the others
+        env.update(object_servers(scheme).env)
+    saved = {k: os.environ.get(k) for k in env}
+    with ExitStack() as stack:
+        os.environ.update(env)  # the workers inherit it when they start; this process gets it back
+        try:
+            address = stack.enter_context(dask_cluster(workers=2))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         yield address
 
 

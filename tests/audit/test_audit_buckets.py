@@ -10,7 +10,6 @@ served twice and a row shifted off the window grid."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -143,31 +142,13 @@ def test_bucket_audits_give_the_local_reports(store, mix, local, tmp_path):
     same_reports(got, url, tmp_path, local, mix)
 
 
-@pytest.fixture(scope="module")
-def dask_with_stores(object_servers):
-    """A dask.distributed cluster whose workers reach both servers (their endpoints in the environment)."""
-    pytest.importorskip("apache_beam")
-    pytest.importorskip("distributed")
-    from dask_cluster import dask_cluster
-
-    env = {**object_servers("s3").env, **object_servers("gs").env}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with dask_cluster(workers=2) as address:
-            yield address
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-
-
 def test_the_dask_runner_reads_the_bucket_and_gives_the_local_reports(
-    store, mix, local, dask_with_stores, tmp_path
+    store, mix, local, dask_address, tmp_path
 ):
     from dask_cluster import dask_options
 
     url = in_bucket(store, mix)
-    options = dask_options(dask_with_stores, f"--temp_location={tmp_path / 'temp'}")
+    options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")
     try:
         got = audits(f"{url}/mix.txt", mix, tmp_path, beam=options)
     finally:
