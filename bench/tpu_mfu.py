@@ -686,6 +686,8 @@ def merge(paths: list[Path], args: argparse.Namespace) -> Path:
     facts = olmax_parts[0]
     rec.note("chip", {k: facts.get(k) for k in ("device_kind", "jax", "bytes_limit", "libtpu_init_args")})
     rec.note("inputs", [Path(p).name for p in paths])
+    if args.ran_at:  # the device ran a copy of a working tree: the commit its library code equals
+        rec.note("ran_at", args.ran_at)
     peaks = [p["matmul_flops"] for p in olmax_parts if p.get("matmul_flops")]
     rec.figure("matmul_peak_tflops", [x / 1e12 for x in peaks], "TFLOP/s", what="8192^3 bf16, best of 5 x 10")
     rec.side(
@@ -928,6 +930,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="compile the rows for a v5e here, ahead of time, and print the plans",
     )
+    p.add_argument("--ran-at", default=None, help="--merge: the commit whose olmax/ the device calls ran")
     p.add_argument("--sweep-log", default=None, help="--merge: a part's log holding the attention sweep")
     p.add_argument("--trace", default=None, help="--merge: the profiled row's perfetto trace (.json.gz)")
     p.add_argument("--hlo", default=None, help="--merge: the profiled row's compiled module text (.txt.gz)")
