@@ -50,6 +50,8 @@ RUN_ELSEWHERE = {
     "memorization_power.py": "tests/bench/test_memorization_power.py::test_a_16x_dose_is_flagged_and_clean_is_not",
     "dedup.py": "tests/bench/test_dedup_bench.py::test_dedup_bench_tiny_olmax_side",
     "dedup_calibration.py": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
+    "maxtext_peer.py": "tests/bench/test_maxtext_peer.py::test_maxtext_cpu_smoke",
+    "tpu_mfu.py": "tests/bench/test_tpu_mfu.py::test_both_parts_run_on_a_cpu_and_merge_into_a_record",
 }
 MODULES = {
     "engine_ceiling.py",
