@@ -52,6 +52,8 @@ RUN_ELSEWHERE = {
     "dedup_calibration.py": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
     "maxtext_peer.py": "tests/bench/test_maxtext_peer.py::test_maxtext_cpu_smoke",
     "tpu_mfu.py": "tests/bench/test_tpu_mfu.py::test_both_parts_run_on_a_cpu_and_merge_into_a_record",
+    # in a venv holding only what the TPU machine holds, from a copy of the files a device call sends
+    "tpu_seed.py": "tests/bench/test_tpu_seed.py::test_smoke_runs_in_a_venv_holding_only_what_the_device_holds",
 }
 MODULES = {
     "engine_ceiling.py",
@@ -60,6 +62,7 @@ MODULES = {
     "dedup_peer.py",
     "leak_plants.py",
     "dask_cluster.py",
+    "tpu_seed_chip.py",  # what tpu_seed.py's child processes run
 }
 
 
