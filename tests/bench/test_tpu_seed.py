@@ -129,13 +129,14 @@ def test_the_device_command_fits_and_carries_only_ignored_folders():
 
 
 @pytest.mark.slow
-def test_the_seed_programs_compile_for_a_v5e_and_fit(tmp_path):
-    """The seed's train step (bench/tpu_seed.yaml as is) and its bf16 parity forward at 8,192 tokens,
-    compiled here for v5e:1x1 with libtpu: the Mosaic splash kernel in both, each plan under the chip's
-    memory."""
+def test_the_seed_train_step_compiles_for_a_v5e_and_fits():
+    """The seed's train step (bench/tpu_seed.yaml as it is: 4 x 8192 tokens, remat matmuls) compiled here for
+    v5e:1x1 with libtpu: the Mosaic splash kernel in it (forward and backward of each layer of the scanned
+    group), and a buffer plan under the chip's memory. (The parity forwards, `--plan --parts parity`, plan
+    4.6 GiB; their compile is left out here for time.)"""
     assert (LIBTPU / "libtpu").is_dir(), "run bench/setup_libtpu.sh (CI does)"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--plan", "--variants", "bf16"],
+        [sys.executable, str(SCRIPT), "--plan", "--parts", "train"],
         capture_output=True,
         text=True,
         timeout=3000,
@@ -143,11 +144,11 @@ def test_the_seed_programs_compile_for_a_v5e_and_fit(tmp_path):
         env={**os.environ, "PYTHONPATH": str(LIBTPU), "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "JAX_PLATFORMS": ""},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    plans = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [p["program"] for p in plans] == ["train_step", "parity_bf16"], plans
-    for p in plans:
-        assert 0 < p["plan_bytes"] < V5E_BYTES_LIMIT, p
-        assert p["tpu_custom_calls"] > 0, p  # the splash kernel lowered for the chip, not interpreted
+    (plan,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert plan["program"] == "train_step", plan
+    assert 0 < plan["plan_bytes"] < V5E_BYTES_LIMIT, plan
+    # 4 layers in a scanned group, each with a forward and a (fused) backward kernel
+    assert plan["tpu_custom_calls"] >= 8, plan
 
 
 def traveling_tree(dest: Path) -> None:
