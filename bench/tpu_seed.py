@@ -65,6 +65,9 @@ import tpu_seed_chip  # noqa: E402
 from record import PROCESS_WALL, Record, add_arguments  # noqa: E402
 from tpu_seed_chip import VARIANTS  # noqa: E402
 
+# The environment the command was started with, before anything here imports JAX (whose TPU set-up edits
+# os.environ): every child process starts from it, as the same command typed in a shell would.
+USER_ENV = dict(os.environ)
 CONFIG = BENCH / "tpu_seed.yaml"
 DATA = BENCH / "out" / "tpu_seed"  # what --prepare writes and the device call carries (git-ignored)
 MIX = DATA / "mix" / "shards" / "mix.txt"
@@ -170,7 +173,7 @@ def prepare(args: argparse.Namespace) -> int:
 def child_env(args: argparse.Namespace, work: Path, cpu: bool = False, parity: bool = False) -> dict:
     """The environment of every process this benchmark starts: the compile cache, the carried tokenizer,
     no network, the checkout (and the parity packages) on PYTHONPATH, and the CPU where asked."""
-    env = dict(os.environ)
+    env = dict(USER_ENV)
     path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO) not in path:
         path.append(str(REPO))
@@ -486,17 +489,14 @@ def start_parity_site(args, work: Path) -> None:
         return
     probe = subprocess.run(
         [sys.executable, "-c", "import torch, transformers"],
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), args.parity_site]),
-        },
+        env={**USER_ENV, "PYTHONPATH": os.pathsep.join([USER_ENV.get("PYTHONPATH", ""), args.parity_site])},
         capture_output=True,
     )
     if probe.returncode == 0:
         _parity_install["done"] = "already importable"
         return
     argv = ["bash", str(BENCH / "tpu_wheels.sh"), "install-parity", str(args.parity_site)]
-    _parity_install["proc"] = Proc(argv, dict(os.environ), work / "install-parity.log", "install-parity")
+    _parity_install["proc"] = Proc(argv, dict(USER_ENV), work / "install-parity.log", "install-parity")
 
 
 def wait_parity_site(args, box: dict) -> None:
@@ -674,12 +674,8 @@ class Bench:
 
     def finish(self) -> int:
         summarize(self.rec, self.parts)
-        say(f"record: {self.rec.write()}")
         say(f"summary: {json.dumps(self.rec.data['summary'])}")
-        if self.failed:
-            say(f"FAILED: {', '.join(dict.fromkeys(self.failed))}")
-            return 1
-        return 0
+        return self.rec.finish(list(dict.fromkeys(self.failed)))
 
 
 def run(args: argparse.Namespace) -> int:
