@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -150,9 +151,11 @@ class WithPins:
 
 
 def forget_pins() -> None:
-    """Drop every pin (tests, and a long-lived process starting a new audit of a changed mix)."""
+    """Drop every pin and every piece kept (tests, and a long-lived process starting a new audit of a
+    changed mix)."""
     with _pins_lock:
         _pins.clear()
+    PIECES.clear()
 
 
 class _Stats:
@@ -182,6 +185,44 @@ def stats() -> dict[str, int]:
     """{requests, bytes, retries, most_in_flight} of this process's ranged reads so far."""
     with _stats.lock:
         return {k: getattr(_stats, k) for k in ("requests", "bytes", "retries", "most_in_flight")}
+
+
+PIECE_BYTES = 512 << 20  # what `PIECES` keeps
+
+
+class Pieces:
+    """Pieces of objects read before, keyed by (canonical URL, version, piece number), within PIECE_BYTES
+    (the least recently used go first): a reader that comes back to the same parts of an object reads
+    them once."""
+
+    def __init__(self) -> None:
+        self.held: OrderedDict[tuple, bytes] = OrderedDict()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple) -> bytes | None:
+        with self.lock:
+            data = self.held.get(key)
+            if data is not None:
+                self.held.move_to_end(key)
+            return data
+
+    def put(self, key: tuple, data: bytes) -> None:
+        with self.lock:
+            if key in self.held:
+                return
+            self.held[key] = data
+            self.size += len(data)
+            while self.size > PIECE_BYTES and len(self.held) > 1:
+                self.size -= len(self.held.popitem(last=False)[1])
+
+    def clear(self) -> None:
+        with self.lock:
+            self.held.clear()
+            self.size = 0
+
+
+PIECES = Pieces()
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None

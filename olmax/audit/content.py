@@ -28,11 +28,11 @@ from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition
 from olmax.audit.spans import physical_ids
 from olmax.data.index import TokenIndex
 from olmax.data.shards import sidecar_rows
-from olmax.data.token_reads import MERGE_GAP_BYTES, read_ranges, same_tokens
+from olmax.data.token_reads import CACHE_BLOCK_BYTES, read_ranges, same_tokens
 from olmax.errors import OlmaxError
 
-# tokens one batch of byte-for-byte checks may hold: each side of a pair counted with the gap a ranged read
-# may join it over (token_reads.MERGE_GAP_BYTES), so a bucket's batch stays within 64 MB of uint32 tokens
+# tokens one batch of byte-for-byte checks may hold: each side of a pair counted with the piece a bucket's
+# read rounds it out to (token_reads.CACHE_BLOCK_BYTES), so a batch stays within 64 MB of uint32 tokens
 CONFIRM_BATCH_TOKENS = 1 << 24
 
 
@@ -133,7 +133,7 @@ def confirm_pairs(paths: list[str], pairs: np.ndarray) -> np.ndarray:
     [start, start + n) are equal (and both there). Read in position order, in batches of at most
     CONFIRM_BATCH_TOKENS tokens, each batch's ranges at once (olmax.data.token_reads.read_ranges)."""
     out = np.zeros(len(pairs), dtype=bool)
-    for batch in _batches(pairs, MERGE_GAP_BYTES // 4, CONFIRM_BATCH_TOKENS):
+    for batch in _batches(pairs, CACHE_BLOCK_BYTES // 4, CONFIRM_BATCH_TOKENS):
         rows = pairs[batch].tolist()
         reads = [(paths[a], s, n) for a, s, _, _, n in rows] + [(paths[b], s, n) for _, _, b, s, n in rows]
         try:
@@ -145,9 +145,10 @@ def confirm_pairs(paths: list[str], pairs: np.ndarray) -> np.ndarray:
     return out
 
 
-def _batches(pairs: np.ndarray, gap: int, budget: int):
-    """Row indices of `pairs` in (a file, a start) order, cut where the tokens the batch's reads cover
-    (each side's ranges, joined over gaps of up to `gap` tokens as read_ranges joins them) pass `budget`."""
+def _batches(pairs: np.ndarray, piece: int, budget: int):
+    """Row indices of `pairs` in (a file, a start) order, cut where the tokens the batch's reads cover pass
+    `budget`: each side's range rounded out to the `piece` tokens a bucket's read fetches (a range starting
+    within a piece of the previous one's end adds only its extension)."""
     order = np.lexsort((pairs[:, 1], pairs[:, 0])) if len(pairs) else np.zeros(0, np.int64)
     start, cost, ends = 0, 0, {}  # ends: the last range's end per (side, file)
     for i, k in enumerate(order.tolist()):
@@ -155,12 +156,13 @@ def _batches(pairs: np.ndarray, gap: int, budget: int):
         add = 0
         for key, s in (((0, a), sa), ((1, b), sb)):
             end = ends.get(key)
-            add += n if end is None or not 0 <= s - end <= gap else max(0, s + n - end)
-            ends[key] = max(s + n, end or 0) if end is not None and 0 <= s - end <= gap else s + n
+            near = end is not None and 0 <= s - end <= piece
+            add += max(0, s + n - end) if near else n + piece
+            ends[key] = max(s + n, end) if near else s + n
         if i > start and cost + add > budget:
             yield order[start:i]
             start, cost, ends = i, 0, {(0, a): sa + n, (1, b): sb + n}
-            add = 2 * n
+            add = 2 * (n + piece)
         cost += add
     if start < len(order):
         yield order[start:]

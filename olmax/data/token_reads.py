@@ -3,9 +3,11 @@
 A local file (or a `file://` URL) is memory-mapped (olmax.data.tokenfile); any other URL is read by byte
 range at its pinned version (olmax.ranged), never downloaded whole: `blocks` reads consecutive blocks with
 INFLIGHT requests ahead of the one in use, `forward` gives slices that move forward over them, `read` one
-range, `read_ranges` many ranges of many files at once (ranges close together in one request), `sparse` a
-file-sized array that holds only the ranges asked for. Memory: a reader holds its in-flight blocks
-(INFLIGHT x BLOCK_BYTES) and the one in use, whatever the file's size.
+range, `read_ranges` many small ranges of many files at once, `sparse` a file-sized array that holds only
+the ranges asked for. Memory: a reader holds its in-flight blocks (INFLIGHT x BLOCK_BYTES) and the one in
+use, whatever the file's size; `read_ranges` keeps the last olmax.ranged.PIECE_BYTES of what it read, in aligned
+CACHE_BLOCK_BYTES pieces (the byte-for-byte checks of one hash partition after another come back to the
+same parts of a copied file: read once, not once a partition).
 
 `physical_key` says when two mix paths are one physical file: a local file's (device, inode); an object's
 canonical URL with its pinned size and version. So a path listed twice is one file (a planned repeat) and
@@ -26,7 +28,8 @@ from olmax.errors import OlmaxError
 
 BLOCK_BYTES = 16 << 20  # one request: its fixed cost (a round trip, the store's lookup) small beside it
 INFLIGHT = 4  # requests a reader keeps in flight ahead of the block in use
-MERGE_GAP_BYTES = 1 << 20  # `read_ranges`: ranges this close are read in one request
+MERGE_GAP_BYTES = 1 << 20  # `sparse`: ranges this close (and no further than their own length) read as one
+CACHE_BLOCK_BYTES = 1 << 20  # `read_many`: the aligned piece it fetches and keeps
 
 
 class TokenFile:
@@ -116,24 +119,43 @@ class TokenFile:
         return out
 
     def read_many(self, ranges: list[tuple[int, int]]) -> list[np.ndarray]:
-        """Tokens [a, b) for each (a, b) of `ranges`, in order: a URL's ranges all in flight at once, those
-        close together read in one request."""
+        """Tokens [a, b) for each (a, b) of `ranges`, in order. A URL's ranges are read in aligned pieces of
+        CACHE_BLOCK_BYTES (consecutive missing pieces in one request, every request in flight at once), kept
+        for the next calls (module docstring)."""
         clipped = [(max(0, int(a)), min(int(b), self._len)) for a, b in ranges]
         if self._object is None:
             return [self._tokens[a:b] for a, b in clipped]
-        got = self._fetch(clipped)
-        starts = np.asarray([a for a, _ in got], dtype=np.int64)
+        size, step = self.dtype.itemsize, CACHE_BLOCK_BYTES
+        pin = self._object.pin
+        wanted = sorted(
+            {i for a, b in clipped if b > a for i in range(a * size // step, ((b * size) - 1) // step + 1)}
+        )
+        have = {i: ranged.PIECES.get((pin.url, pin.version, i)) for i in wanted}
+        missing = [i for i in wanted if have[i] is None]
+        runs: list[list[int]] = []
+        for i in missing:  # consecutive pieces in one request of at most BLOCK_BYTES
+            if runs and i == runs[-1][-1] + 1 and (len(runs[-1]) + 1) * step <= BLOCK_BYTES:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        futures = [(run, self._object.submit(run[0] * step, (run[-1] + 1) * step)) for run in runs]
+        for run, future in futures:
+            data = future.result()
+            for k, i in enumerate(run):
+                have[i] = data[k * step : (k + 1) * step]
+                ranged.PIECES.put((pin.url, pin.version, i), have[i])
         out = []
         for a, b in clipped:
             if b <= a:
                 out.append(np.zeros(0, self.dtype))
                 continue
-            base, tokens = got[int(np.searchsorted(starts, a, side="right")) - 1]
-            out.append(tokens[a - base : b - base])
+            first, last = a * size // step, (b * size - 1) // step
+            joined = b"".join(have[i] for i in range(first, last + 1))
+            out.append(decode(joined, self.dtype)[(a * size - first * step) // size :][: b - a])
         return out
 
     def _fetch(self, ranges: list[tuple[int, int]]) -> list[tuple[int, np.ndarray]]:
-        """(start, tokens) of `ranges` merged (`_merged`), every request in flight at once."""
+        """(start, tokens) of `ranges` merged (`_merged`), every request in flight at once (`sparse`)."""
         size = self.dtype.itemsize
         merged = _merged(ranges, MERGE_GAP_BYTES // size, self.block_tokens())
         futures = [(a, self._object.submit(a * size, b * size)) for a, b in merged]
@@ -181,11 +203,12 @@ class ForwardView:
 
 
 def _merged(ranges: list[tuple[int, int]], gap: int, most: int) -> list[tuple[int, int]]:
-    """Token ranges sorted and joined where one starts within `gap` of the previous end, while the join
-    stays within `most` tokens (a longer range stays alone)."""
+    """Token ranges sorted and joined where one starts within `gap` of the previous end and no further from
+    it than its own length (so a join reads at most twice what was asked), while the join stays within
+    `most` tokens (a longer range stays alone)."""
     out: list[list[int]] = []
     for a, b in sorted((int(a), int(b)) for a, b in ranges if b > a):
-        if out and a - out[-1][1] <= gap and max(b, out[-1][1]) - out[-1][0] <= most:
+        if out and a - out[-1][1] <= min(gap, b - a) and max(b, out[-1][1]) - out[-1][0] <= most:
             out[-1][1] = max(out[-1][1], b)
         else:
             out.append([a, b])

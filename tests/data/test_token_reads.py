@@ -162,3 +162,20 @@ def test_physical_keys_name_files_not_paths(tmp_path, tokens, small_blocks):
     assert physical_key(mem) == physical_key(mem.replace("memory:///", "memory://"))
     assert physical_key(mem + ".copy") != physical_key(mem)
     assert physical_key(mem)[2:] == (tokens.nbytes, ranged.pin(mem).version)
+
+
+def test_many_small_ranges_read_each_piece_once(tmp_path, tokens, small_blocks, monkeypatch):
+    """read_many fetches aligned pieces (consecutive missing ones in one request) and keeps them: ranges
+    across piece boundaries come back right, and a second call over the same parts asks the store nothing."""
+    monkeypatch.setattr(token_reads, "CACHE_BLOCK_BYTES", 4 * 300)
+    url = urls_of(tmp_path, tokens)[2]
+    f = TokenFile(url)
+    ranges = [(0, 10), (295, 305), (299, 901), (5000, 5001), (9_990, 10_007), (40, 40)]
+    before = ranged.stats()["requests"]
+    got = f.read_many(ranges)
+    assert all(np.array_equal(x, tokens[a:b]) for x, (a, b) in zip(got, ranges))
+    # pieces 0-3 in one request (with BLOCK_BYTES 4000: at most 3 pieces a request, so two), 16, 33
+    assert ranged.stats()["requests"] - before == 4
+    again = TokenFile(url).read_many([(100, 200), (9_995, 10_000)])
+    assert [x.tolist() for x in again] == [tokens[100:200].tolist(), tokens[9_995:10_000].tolist()]
+    assert ranged.stats()["requests"] - before == 4
