@@ -587,11 +587,9 @@ def part_peer(args: argparse.Namespace) -> dict:
             if args.smoke:
                 cmd += ["--smoke"]
             proc = subprocess.run(cmd, env=env, cwd=REPO)
-            out["olmax"] = (
-                json.loads(child.read_text())
-                if child.exists()
-                else {"error": f"olmax child exited {proc.returncode}"}
-            )
+            out["olmax"] = json.loads(child.read_text()) if child.exists() else {}
+            if proc.returncode != 0:  # what it wrote before it stopped is kept, with why it stopped
+                out["olmax"]["error"] = f"olmax child exited {proc.returncode}"
             write_part(args.out, out)
     return out
 
@@ -988,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import jax
 
-        if args.part == "olmax" and jax.devices()[0].platform != "tpu":
+        if args.part == "olmax" and not args.smoke and jax.devices()[0].platform != "tpu":
             raise SystemExit(
                 "tpu_mfu: the olmax part measures a TPU; JAX's first device is "
                 f"{jax.devices()[0].platform} (use --smoke for the CPU path)"
@@ -996,7 +994,10 @@ def main(argv: list[str] | None = None) -> int:
     part = part_olmax(args) if args.part == "olmax" else part_peer(args)
     write_part(args.out, part)
     print(f"wrote {args.out}")
-    return 0
+    failed = (part.get("olmax") or {}).get("error") if args.part == "peer" else None
+    if failed:
+        print(f"tpu_mfu: {failed}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
