@@ -37,7 +37,7 @@ import uuid
 from pathlib import Path
 
 from audit_mix import SEED, G, L, comparable, found, generate
-from record import PROCESS_WALL, Record, add_arguments, package_version
+from record import PROCESS_WALL, Record, add_arguments, package_version, process_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -120,13 +120,26 @@ def child(mix: str, work: str) -> dict:
     return report
 
 
-def run_child(name: str, mix: str, out: Path, env: dict[str, str]) -> tuple[dict, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_child(name: str, mix: str, out: Path, env: dict[str, str], server: int | None) -> tuple[dict, dict]:
+    """One audit in a fresh process: its report, and its wall seconds, its CPU seconds and the server's
+    (process `server`, when one serves it) over the same time."""
     shutil.rmtree(out / "work", ignore_errors=True)
     cmd = [sys.executable, __file__, "--child", name, "--mix", mix, "--out", str(out)]
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, env={**os.environ, **env, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}"})
-    wall = time.perf_counter() - t
-    return json.loads((out / f"report-{name}.json").read_text()), wall
+    env = {**os.environ, **env, "PYTHONPATH": f"{ROOT}:{ROOT / 'bench'}"}
+    served = cpu_seconds(server) if server else 0.0
+    run = process_cpu(cmd, check=True, env=env)
+    cost = {
+        "wall": run.wall_s,
+        "cpu": run.cpu_s,
+        "server_cpu": cpu_seconds(server) - served if server else 0.0,
+    }
+    return json.loads((out / f"report-{name}.json").read_text()), cost
 
 
 def main() -> int:
@@ -180,9 +193,15 @@ def main() -> int:
             url = upload(folder, store, env)
             print(f"{store}: {tokens:,} tokens uploaded to {url} in {time.perf_counter() - t:.0f} s")
             rates: dict[str, list[float]] = {"local": [], store: []}
+            cpu: dict[str, list[float]] = {"local": [], store: [], "server": []}
             for r in range(rounds):
-                for side, mix_path, side_env in (("local", mix, {}), (store, f"{url}/mix.txt", env)):
-                    rep, wall = run_child(side, mix_path, out, side_env)
+                sides = (("local", mix, {}, None), (store, f"{url}/mix.txt", env, server.pid))
+                for side, mix_path, side_env, pid in sides:
+                    rep, cost = run_child(side, mix_path, out, side_env, pid)
+                    wall = cost["wall"]
+                    cpu[side].append(cost["cpu"])
+                    if pid:
+                        cpu["server"].append(cost["server_cpu"])
                     asked = rep.pop("ranged")
                     if side != "local":  # the bucket's names as the local run names the same files
                         rep = json.loads(json.dumps(rep).replace(url, str(folder)))
@@ -226,6 +245,20 @@ def main() -> int:
             rec.figure(
                 f"{store}_requests_per_gb", [asked["requests"] / (asked["bytes"] / 1e9)], "requests/GB"
             )
+            # where the bucket pass's time goes (both processes share the machine's cores), per GB of the mix
+            gb = tokens * 4 / 1e9
+            for key, side, about in (
+                (
+                    f"local_cpu_per_gb_{store}_run",
+                    "local",
+                    "the local audit process (hashing, reduces, plan)",
+                ),
+                (f"{store}_audit_cpu_per_gb", store, "the bucket audit process: the same work and its reads"),
+                (f"{store}_server_cpu_per_gb", "server", "the server process"),
+            ):
+                rec.figure(
+                    key, [c / gb for c in cpu[side]], "core-s/GB", about=about + ", CPU seconds per GB of mix"
+                )
         finally:
             server.terminate()
             server.wait(30)
