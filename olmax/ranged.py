@@ -9,6 +9,12 @@
   object is refused by the store rather than read. A store that cannot pin a read (an emulator that ignores
   the generation, memory://) is covered by `confirm`: after a whole pass, the object's version is read
   again and compared.
+- Transport: an s3:// or gs:// range is fetched with the standard library's HTTP client into a buffer of
+  its size (`_fetch_into`: the socket fills it outside the interpreter lock, one connection kept per
+  thread and host), the request signed by the store library itself (a presigned URL from s3fs's client,
+  gcsfs's URL and credential headers). The libraries' own async clients hand every chunk through the
+  interpreter and cost about twice the CPU a GB (docs/scale.md). A store behind a proxy, a requester-pays
+  bucket, another fsspec store, or OLMAX_RANGED_CLIENT=library reads through the library instead.
 - Faults: a body shorter than asked for (a connection cut mid-object), a connection error, a timeout and
   a 429 / 5xx / SlowDown answer are retried (ATTEMPTS tries with doubling waits, after the store library's
   own retries); what still fails, a changed object and an object removed while it was read are each one
@@ -17,12 +23,17 @@
 
 from __future__ import annotations
 
+import http.client
+import inspect
 import os
+import re
 import threading
 import time
+import urllib.request
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from olmax import storage
 from olmax.errors import OlmaxError
@@ -30,6 +41,8 @@ from olmax.errors import OlmaxError
 ATTEMPTS = 5  # tries of one range after the store library's own retries
 BACKOFF = 0.2  # seconds before the second try, doubled before each later one
 POOL_THREADS = 32  # ranged requests of the whole process in flight at most
+SOCKET_TIMEOUT = 60.0  # seconds one socket operation of a direct read may wait
+PRESIGN_SECONDS = 3600  # an S3 presigned URL's life; a new one is made after half of it
 
 # what a retry can cure: exceptions anywhere in the chain, and the codes of a store's answer
 _TRANSIENT_NAMES = {
@@ -238,6 +251,96 @@ def _executor() -> ThreadPoolExecutor:
         return _pool[1]
 
 
+class HttpError(Exception):
+    """A store's answer to a direct read that is not the range asked for. `code` is the HTTP status and
+    `response` the S3 error code in botocore's shape, so olmax.storage sorts it as it sorts the libraries'
+    own errors (retried, changed, denied, missing)."""
+
+    def __init__(self, code: int, body: bytes):
+        found = re.search(rb"<Code>([^<]{1,100})</Code>", body)
+        name = found.group(1).decode("ascii", "replace") if found else str(code)
+        self.code = code
+        self.response = {"Error": {"Code": name}}
+        super().__init__(f"HTTP {code} {name}")
+
+
+_held = threading.local()  # this thread's open connections, by (scheme, host)
+
+
+def _connection(scheme: str, host: str, fresh: bool) -> http.client.HTTPConnection:
+    conns = getattr(_held, "conns", None)
+    if conns is None:
+        conns = _held.conns = {}
+    conn = conns.get((scheme, host))
+    if conn is not None and fresh:
+        conn.close()
+        conn = None
+    if conn is None:
+        kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        conn = conns[(scheme, host)] = kind(host, timeout=SOCKET_TIMEOUT)
+    return conn
+
+
+def _drop(scheme: str, host: str) -> None:
+    conn = getattr(_held, "conns", {}).pop((scheme, host), None)
+    if conn is not None:
+        conn.close()
+
+
+def _fetch_into(url: str, headers: dict[str, str], n: int) -> memoryview:
+    """GET `url` with `headers` (a Range of `n` bytes) into a new buffer: a read-only view of its bytes, shorter
+    than `n` when the body was. A kept connection the server had closed is opened again once, silently."""
+    parts = urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    for fresh in (False, True):
+        conn = _connection(parts.scheme, parts.netloc, fresh)
+        reused = conn.sock is not None
+        try:
+            conn.request("GET", target, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            _drop(parts.scheme, parts.netloc)
+            if reused and not fresh:
+                continue
+            raise
+        except BaseException:
+            _drop(parts.scheme, parts.netloc)
+            raise
+        break
+    try:
+        if resp.status not in (200, 206):
+            raise HttpError(resp.status, resp.read(1 << 16))
+        length = resp.getheader("Content-Length")
+        if length is not None and int(length) > n:
+            raise OlmaxError(
+                f"{url.split('?', 1)[0]}: the store answered a request for {n} bytes with {length} (it "
+                "ignored the Range header); check AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST, or set "
+                "OLMAX_RANGED_CLIENT=library"
+            )
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = resp.readinto(view[got:])
+            if not k:
+                break
+            got += k
+        if got < n or not resp.isclosed():
+            _drop(parts.scheme, parts.netloc)
+        return view[:got].toreadonly()
+    except BaseException:
+        _drop(parts.scheme, parts.netloc)
+        raise
+
+
+def _proxied(url: str) -> bool:
+    """True when the environment routes `url` through a proxy (the libraries honour it; `_fetch_into` does not)."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(parts.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(
+        parts.hostname or ""
+    )
+
+
 class Ranged:
     """One object read by byte range at its pinned version (`pin`)."""
 
@@ -246,6 +349,9 @@ class Ranged:
         self.pin = pin(url)
         self.fs, self.path = storage.url_filesystem(url)
         self.store = _store(self.fs)
+        self._direct: bool | None = None  # decided on the first request
+        self._presigned: tuple[float, str] | None = None
+        self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
@@ -281,7 +387,12 @@ class Ranged:
             "and the network, then rerun"
         )
 
-    def _request(self, start: int, end: int) -> bytes:
+    def _request(self, start: int, end: int) -> bytes | memoryview:
+        if self._direct is None:
+            self._direct = self._can_go_direct()
+        if self._direct:
+            url, headers = self._signed(start, end)
+            return _fetch_into(url, headers, end - start)
         if self.store == "s3":
             from fsspec.asyn import sync
 
@@ -289,6 +400,41 @@ class Ranged:
         if self.store == "gs":
             return self.fs.cat_file(self.path, start=start, end=end, generation=self.pin.version)
         return self.fs.cat_file(self.path, start=start, end=end)
+
+    def _can_go_direct(self) -> bool:
+        """Whether this object's ranges are read by `_fetch_into` (the module docstring says when not)."""
+        if self.store not in ("s3", "gs") or os.environ.get("OLMAX_RANGED_CLIENT", "") == "library":
+            return False
+        if self.store == "s3" and getattr(self.fs, "req_kw", None):  # requester pays
+            return False
+        if self.store == "gs" and (getattr(self.fs, "requester_pays", False) or not hasattr(self.fs, "url")):
+            return False
+        url, _ = self._signed(0, 1)
+        return not _proxied(url)
+
+    def _signed(self, start: int, end: int) -> tuple[str, dict[str, str]]:
+        """The URL and headers of a GET of bytes [start, end) at the pinned version, signed by the library."""
+        span = f"bytes={start}-{end - 1}"
+        if self.store == "gs":
+            url = self.fs.url(self.path, generation=self.pin.version)
+            with self._lock:  # gcsfs refreshes an expired token in here
+                headers = self.fs._get_headers({"Range": span})
+            return url, headers
+        with self._lock:
+            if self._presigned is None or time.monotonic() - self._presigned[0] > PRESIGN_SECONDS / 2:
+                from fsspec.asyn import sync
+
+                self._presigned = (time.monotonic(), sync(self.fs.loop, self._presign))
+            url = self._presigned[1]
+        return url, {"Range": span, "If-Match": self.pin.version}
+
+    async def _presign(self) -> str:
+        await self.fs.set_session()
+        bucket, key, _ = self.fs.split_path(self.path)
+        url = self.fs.s3.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=PRESIGN_SECONDS
+        )
+        return await url if inspect.isawaitable(url) else url
 
     async def _s3_get(self, start: int, end: int) -> bytes:
         bucket, key, _ = self.fs.split_path(self.path)

@@ -142,7 +142,7 @@ class TokenFile:
         for run, future in futures:
             data = future.result()
             for k, i in enumerate(run):
-                have[i] = data[k * step : (k + 1) * step]
+                have[i] = bytes(data[k * step : (k + 1) * step])  # a piece kept holds its bytes alone
                 ranged.PIECES.put((pin.url, pin.version, i), have[i])
         out = []
         for a, b in clipped:
