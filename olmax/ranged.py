@@ -35,6 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from olmax import storage
 from olmax.errors import OlmaxError
 
@@ -317,8 +319,7 @@ def _fetch_into(url: str, headers: dict[str, str], n: int) -> memoryview:
                 "ignored the Range header); check AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST, or set "
                 "OLMAX_RANGED_CLIENT=library"
             )
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
+        view, got = memoryview(np.empty(n, np.uint8)), 0  # not zeroed first: every byte is received into
         while got < n:
             k = resp.readinto(view[got:])
             if not k:
