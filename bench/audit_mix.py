@@ -23,7 +23,7 @@ memory; the Dask workers' own memory is not in it). The DaskRunner runs are on a
 The leak audit's runs are named `leaks`, `leaks-dask1` and `leaks-dask2`, the same way.
 
     PYTHONPATH=. .venv/bin/python bench/audit_mix.py --out /tmp/audit-mix [--tokens 2e9] [--runs local,dask1,leaks,...]
-    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --smoke          # 20 M tokens, seconds
+    PYTHONPATH=. .venv/bin/python bench/audit_mix.py --smoke          # 20 M tokens, 2-worker runs only
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ LABELS = ("web", "code", "books", "papers")
 COPIED, DOCS_FROM, DOCS_TO, WIN_FROM, WIN_TO, PLANTED_DOCS, PLANTED_WINDOWS = 3, 5, 6, 7, 8, 100, 4
 LEAK_MIN_WORDS = 25
 RUNS = "local,dask1,dask2,leaks,leaks-dask1,leaks-dask2"
+SMOKE_RUNS = (
+    "local,dask2,leaks,leaks-dask2"  # --smoke: each audit on each runner, without the 1-worker scaling
+)
 
 
 def base_documents(cache: Path) -> list[np.ndarray]:
@@ -253,7 +256,7 @@ def main() -> int:
     ap.add_argument("--out", default="bench/out/audit-mix")
     ap.add_argument("--tokens", type=float, default=None, help="default 2e9 (--smoke: 20e6)")
     ap.add_argument("--files", type=int, default=40)
-    ap.add_argument("--runs", default=RUNS, help=f"default {RUNS}")
+    ap.add_argument("--runs", default=None, help=f"default {RUNS} (--smoke: {SMOKE_RUNS})")
     ap.add_argument("--leaks", type=int, default=None, help="eval items planted (default 200; --smoke: 40)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mix", help=argparse.SUPPRESS)
@@ -282,7 +285,7 @@ def main() -> int:
         "--threads 2 locally; --runner beam on a loopback DaskRunner of 1 and 2 single-threaded workers",
     )
     reports, failed = {}, []
-    for run in args.runs.split(","):
+    for run in (args.runs or (SMOKE_RUNS if args.smoke else RUNS)).split(","):
         shutil.rmtree(os.path.join(args.out, "work"), ignore_errors=True)
         cmd = [sys.executable, __file__, "--child", run, "--mix", mix, "--out", args.out]
         t = time.perf_counter()
