@@ -269,14 +269,12 @@ class HttpError(Exception):
 _held = threading.local()  # this thread's open connections, by (scheme, host)
 
 
-def _connection(scheme: str, host: str, fresh: bool) -> http.client.HTTPConnection:
+def _connection(scheme: str, host: str) -> http.client.HTTPConnection:
+    """This thread's kept connection to `host` (a new one when none is kept: `_drop` forgets a bad one)."""
     conns = getattr(_held, "conns", None)
     if conns is None:
         conns = _held.conns = {}
     conn = conns.get((scheme, host))
-    if conn is not None and fresh:
-        conn.close()
-        conn = None
     if conn is None:
         kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
         conn = conns[(scheme, host)] = kind(host, timeout=SOCKET_TIMEOUT)
@@ -294,15 +292,15 @@ def _fetch_into(url: str, headers: dict[str, str], n: int) -> memoryview:
     than `n` when the body was. A kept connection the server had closed is opened again once, silently."""
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
-    for fresh in (False, True):
-        conn = _connection(parts.scheme, parts.netloc, fresh)
-        reused = conn.sock is not None
+    while True:
+        conn = _connection(parts.scheme, parts.netloc)
+        reused = conn.sock is not None  # open since an earlier request
         try:
             conn.request("GET", target, headers=headers)
             resp = conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
             _drop(parts.scheme, parts.netloc)
-            if reused and not fresh:
+            if reused:  # the next turn opens a new connection, which is not retried again
                 continue
             raise
         except BaseException:
