@@ -168,9 +168,10 @@ _warned_above_one = False
 def mfu(flops_per_step: float, seconds: float, peak: float | None) -> float | None:
     """FLOPs per step / step time / peak, in [0, 1]; None without a peak, or when the ratio exceeds 1.
 
-    A ratio above 1 means the step ran faster than the peak it is held to, so the peak is wrong (on
-    CPU: measured while the machine was busier than during the step); the first time, a warning says
-    so, and None is returned rather than a clamped 1.0 that would report a utilisation nobody measured.
+    A ratio above 1 means either the peak is wrong (on CPU: measured while the machine was busier than
+    during the step) or the step was timed short (the host read the step before it back late, so part
+    of this step's time was booked there); the first time, a warning says both, and None is returned
+    rather than a clamped 1.0 that would report a utilisation nobody measured.
     """
     global _warned_above_one
     if not peak or seconds <= 0:
@@ -183,8 +184,10 @@ def mfu(flops_per_step: float, seconds: float, peak: float | None) -> float | No
         what = getattr(peak, "what", "the peak")
         warnings.warn(
             f"mfu: a step did {flops_per_step / seconds / 1e9:.3g} GFLOP/s, more than the "
-            f"{peak / 1e9:.3g} GFLOP/s peak it is held to ({what}); that peak is wrong, so `mfu` is "
-            "logged as null when it would exceed 1 (set train.peak_flops to fix the peak)",
+            f"{peak / 1e9:.3g} GFLOP/s peak it is held to ({what}), so `mfu` is logged as null when it "
+            "would exceed 1. A lone step is timed short when the host read the step before it back late "
+            "(a checkpoint written in the background, a busy CPU; the two steps' times add up); if most "
+            "steps do this, the peak is wrong: set train.peak_flops",
             RuntimeWarning,
             stacklevel=2,
         )
