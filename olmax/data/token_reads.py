@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -122,37 +122,51 @@ class TokenFile:
         """Tokens [a, b) for each (a, b) of `ranges`, in order. A URL's ranges are read in aligned pieces of
         CACHE_BLOCK_BYTES (consecutive missing pieces in one request, every request in flight at once), kept
         for the next calls (module docstring)."""
+        return self.ask_many(ranges)()
+
+    def ask_many(self, ranges: list[tuple[int, int]]) -> Callable[[], list[np.ndarray]]:
+        """`read_many` in two steps: this call puts the requests a URL's ranges need in flight, the
+        function it returns waits for them and gives `read_many`'s list (so several files' requests can
+        be in flight together)."""
         clipped = [(max(0, int(a)), min(int(b), self._len)) for a, b in ranges]
         if self._object is None:
-            return [self._tokens[a:b] for a, b in clipped]
+            return lambda: [self._tokens[a:b] for a, b in clipped]
         size, step = self.dtype.itemsize, CACHE_BLOCK_BYTES
         pin = self._object.pin
         wanted = sorted(
             {i for a, b in clipped if b > a for i in range(a * size // step, ((b * size) - 1) // step + 1)}
         )
         have = {i: ranged.PIECES.get((pin.url, pin.version, i)) for i in wanted}
-        missing = [i for i in wanted if have[i] is None]
         runs: list[list[int]] = []
-        for i in missing:  # consecutive pieces in one request of at most BLOCK_BYTES
+        for i in (
+            i for i in wanted if have[i] is None
+        ):  # consecutive pieces in one request of <= BLOCK_BYTES
             if runs and i == runs[-1][-1] + 1 and (len(runs[-1]) + 1) * step <= BLOCK_BYTES:
                 runs[-1].append(i)
             else:
                 runs.append([i])
         futures = [(run, self._object.submit(run[0] * step, (run[-1] + 1) * step)) for run in runs]
-        for run, future in futures:
-            data = future.result()
-            for k, i in enumerate(run):
-                have[i] = bytes(data[k * step : (k + 1) * step])  # a piece kept holds its bytes alone
-                ranged.PIECES.put((pin.url, pin.version, i), have[i])
-        out = []
-        for a, b in clipped:
-            if b <= a:
-                out.append(np.zeros(0, self.dtype))
-                continue
-            first, last = a * size // step, (b * size - 1) // step
-            joined = b"".join(have[i] for i in range(first, last + 1))
-            out.append(decode(joined, self.dtype)[(a * size - first * step) // size :][: b - a])
-        return out
+
+        def tokens() -> list[np.ndarray]:
+            for run, future in futures:
+                data = future.result()
+                for k, i in enumerate(run):
+                    have[i] = bytes(data[k * step : (k + 1) * step])  # a piece kept holds its bytes alone
+                    ranged.PIECES.put((pin.url, pin.version, i), have[i])
+            out = []
+            for a, b in clipped:
+                if b <= a:
+                    out.append(np.zeros(0, self.dtype))
+                    continue
+                lo, hi = a * size, b * size  # the range's bytes; each piece gives only its share of them
+                first, last = lo // step, (hi - 1) // step
+                parts = [
+                    memoryview(have[i])[max(lo - i * step, 0) : hi - i * step] for i in range(first, last + 1)
+                ]
+                out.append(decode(parts[0] if len(parts) == 1 else b"".join(parts), self.dtype))
+            return out
+
+        return tokens
 
     def _fetch(self, ranges: list[tuple[int, int]]) -> list[tuple[int, np.ndarray]]:
         """(start, tokens) of `ranges` merged (`_merged`), every request in flight at once (`sparse`)."""
@@ -225,12 +239,16 @@ def read_ranges(
     for i, (path, _, _) in enumerate(requests):
         by_path.setdefault(path, []).append(i)
     out: list[np.ndarray] = [np.zeros(0)] * len(requests)
-    for path, idx in by_path.items():
-        got = TokenFile(path, dtype).read_many(
-            [(requests[i][1], requests[i][1] + requests[i][2]) for i in idx]
+    asked = [  # every file's requests in flight before the first is waited for
+        (
+            idx,
+            TokenFile(path, dtype).ask_many([(requests[i][1], requests[i][1] + requests[i][2]) for i in idx]),
         )
-        for i, tokens in zip(idx, got):
-            out[i] = tokens
+        for path, idx in by_path.items()
+    ]
+    for idx, tokens in asked:
+        for i, got in zip(idx, tokens()):
+            out[i] = got
     return out
 
 
