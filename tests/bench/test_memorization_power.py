@@ -6,6 +6,7 @@ control, with its planned-2x source, is not flagged by any check."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -136,3 +137,133 @@ def test_a_16x_dose_is_flagged_and_clean_is_not():
         assert by[16][check]["flagged"], by[16][check]["message"]
     assert not any(c["flagged"] for c in by[0].values()), {k: c["message"] for k, c in by[0].items()}
     assert result["table"]["reference_ratio"]["by_dose"]["16"]["auroc"] == 1.0  # one run each: 16x > clean
+
+
+# ------------------------------------------------------------------------------------------ the chip's shape
+def small_tpu(mp):
+    """The tpu preset's wiring (bf16 compute, MHA, OLMo 3's window, the budget and resume paths) at a size a
+    CPU trains in well under a second a run."""
+    values = {**mp.SHAPES["tpu"], **mp.SMOKE}
+    values.update(
+        steps=16,
+        checkpoints=2,
+        keep=2,
+        warmup=4,
+        d_model=32,
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=4,
+        mlp_hidden=64,
+    )
+    return mp.Setting(**values)
+
+
+def test_tpu_shape_plan_fits_the_budget():
+    mp = load()
+    st = mp.Setting(**mp.SHAPES["tpu"])
+    assert st.model_config().dtype == "bfloat16" and st.model_config().n_kv_heads == 12
+    p = mp.plan(st, runs=19, references=10)
+    assert 50e6 < p["params_non_embedding"] < 60e6 and p["tokens_per_run"] == 200 * 8 * 1024
+    # tokens/s = 0.3 x 197e12 / train FLOPs per token, and the whole table inside the call
+    assert p["tokens_per_s"] == pytest.approx(0.3 * 197e12 / p["train_flops_per_token"])
+    assert p["total_s"] == pytest.approx(90 + 29 * p["train_s_per_run"] + 19 * p["check_s_per_run"])
+    assert 450 < p["total_s"] < 540
+    assert mp.fresh_rows(st, 8) >= st.clean_items + st.per_stratum
+
+
+def test_default_setting_builds_tiny():
+    mp = load()
+    from olmax.model import tiny
+
+    assert mp.Setting().model_config() == tiny(max_position_embeddings=256)
+
+
+def test_schedule_skips_done_runs_and_seeds():
+    mp = load()
+    assert mp.schedule([0, 1], [2, 4], [0, 1, 2]) == [(0, [0, 2, 4]), (1, [0, 2, 4]), (2, [0])]
+    done = [(0, 0), (0, 2), (0, 4), (1, 0)]
+    assert mp.schedule([0, 1], [2, 4], [0, 1, 2], done) == [(1, [2, 4]), (2, [0])]
+
+
+def fake_level(mp, dose, flagged, stat):
+    checks = {c: {"flagged": False, "status": "ok", "statistic": 0.0} for c in mp.CHECKS}
+    checks[mp.RUN_LEVEL] = {"flagged": flagged, "status": "flagged" if flagged else "ok", "statistic": stat}
+    return {"seed": 0, "dose": dose, "checks": checks, "seconds": {}}
+
+
+def test_run_level_is_check_3_on_train_and_heldout_loss():
+    mp = load()
+    st = mp.Setting(steps=40)
+    ref = mp.Reference(None, np.full(40, 2.0), heldout_ce=2.5)
+    # train loss 0.2 below the reference's, held-out 0.01 below: the gain is not shared -> flagged
+    v = mp.run_level(np.full(40, 1.8), 2.49, ref, st)
+    assert v["flagged"] and v["train_gain"] == pytest.approx(0.2) and v["statistic"] == pytest.approx(0.19)
+    # held-out follows (0.15 of 0.2: share 0.75 >= 0.5) -> not flagged
+    assert not mp.run_level(np.full(40, 1.8), 2.35, ref, st)["flagged"]
+    # a train-loss gain under reference_gain_nats (0.05) is noise, whatever held-out does
+    assert not mp.run_level(np.full(40, 1.97), 2.6, ref, st)["flagged"]
+    # only the last train_window (20) steps count: an early gain that closed by the end is not one
+    early = np.concatenate([np.full(20, 1.0), np.full(20, 2.0)])
+    assert mp.run_level(early, 2.5, ref, st)["train_gain"] == pytest.approx(0.0)
+    # tabulated beside the window checks and summarised as rates, outside the any-check verdicts
+    runs = [fake_level(mp, 0, s == 0, 0.1 * s) for s in range(4)]
+    runs += [fake_level(mp, 2, True, 1.0), fake_level(mp, 4, True, 1.0), fake_level(mp, 4, False, 0.05)]
+    table = mp.power_table(runs, [2, 4])
+    assert table[mp.RUN_LEVEL]["by_dose"]["4"]["flagged"] == 1
+    assert table["any_with_reference"]["by_dose"]["4"]["flagged"] == 0
+    result = {
+        "table": table,
+        "doses": [2, 4],
+        "effect": mp.effect_table([], [2, 4]),
+        "runs": runs,
+        "left": [],
+    }
+    s = mp.summary(result)
+    assert s["run_level"]["clean"] == [1, 4] and s["run_level"]["4x"] == [1, 2]
+    assert s["run_level"]["rate_dosed"] == pytest.approx(2 / 3)
+    assert s["run_level"]["false_alarm_rate"] == pytest.approx(0.25)
+    assert s["clean_noref"] == [0, 4] and s["4x_ref"] == [0, 2] and s["effect"]["2x"] is None
+
+
+def test_tpu_preset_runs_stops_on_its_budget_and_resumes(tmp_path):
+    mp = load()
+    sys.path.insert(0, str(BENCH))  # record.py, as main() does
+    st = small_tpu(mp)
+    assert st.dtype == "bfloat16" and st.window == 4096
+    ticks = iter(range(10**6))
+
+    def clock():  # 30 s a reading: where the budget stops is deterministic
+        return 30.0 * next(ticks)
+
+    kw = dict(seeds=[0], doses=[4], clean_seeds=[0], log=lambda *_: None, clock=clock)
+    saved = []
+    first = mp.run_power(st, **kw, budget_s=120, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
+    assert first["stopped"] and first["left"]  # the plan's first run alone (compile) is past 120 s
+    assert first["runs"] == [] and not saved
+    ticks = iter(range(10**6))
+    # the reference and the clean run (the plan: ~92 s each + the checks) fit; a run then takes 60 s a reading
+    part = mp.run_power(st, **kw, budget_s=260, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
+    got = [(r["seed"], r["dose"]) for r in part["runs"]]
+    assert part["stopped"] and got == [(0, 0)] and part["left"] == [[0, 4]]
+    assert saved[-1]["runs"] == part["runs"] and all(r["stamp"]["shape"] == "tpu" for r in part["runs"])
+    path = mp.write_record(part, ["bench/memorization_power.py"], True, tmp_path, "mem_tpu")
+    rec = json.loads(path.read_text())
+    assert rec["summary"]["clean_noref"][1] == 1 and rec["summary"]["complete"] is False
+    assert {"clean_noref", "4x_noref", "clean_ref", "4x_ref", "run_level", "effect", "device"} <= set(
+        rec["summary"]
+    )
+    done, calls = mp.read_runs(path, st)
+    assert len(done) == len(got) and len(calls) == 1
+    with pytest.raises(SystemExit, match="setting differs"):
+        mp.read_runs(path, mp.Setting())
+    rest = mp.run_power(st, seeds=[0], doses=[4], clean_seeds=[0], log=lambda *_: None, done=done)
+    assert [(r["seed"], r["dose"]) for r in rest["runs"]] == [(0, 0), (0, 4)]
+    assert rest["new_runs"] == 1 and not rest["left"] and rest["stopped"] is None
+    assert rest["table"]["any_with_reference"]["by_dose"]["0"]["runs"] == 1
+    assert rest["table"][mp.RUN_LEVEL]["by_dose"]["4"]["runs"] == 1
+    final = json.loads(mp.write_record(rest, ["x"], True, tmp_path, "mem_tpu", calls).read_text())
+    assert final["summary"]["complete"] and final["summary"]["clean_ref"][1] == 1
+    assert final["summary"]["effect"]["4x"]["per_serving_nats"] == pytest.approx(
+        final["summary"]["effect"]["4x"]["gain_nats"] / 3
+    )
+    assert len(final["notes"]["calls"]) == 2 and len(final["notes"]["runs"]) == 2
