@@ -4,7 +4,7 @@ per stage, and of the shard pass, each a fresh `olmax data prepare` process on t
 (the stdlib sources and pydoc topics, with an edited copy of every tenth document: bench/dedup_stages.py's)
 and on a one-document input (the fixed costs).
 
-    PYTHONPATH=. python bench/dedup_rates.py [--reps 3] [--smoke]
+    PYTHONPATH=. python bench/dedup_rates.py [--reps 3] [--smoke]      # --smoke: 40 documents, one repetition
 
 The decision pass is measured alone: the child stops right after the decisions are made (its peak RSS and
 CPU then are the pass's, with the tokenizer loaded as in a real run). Record: bench/results/dedup_rates.json.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data"))
 
 from dedup_stages import corpus  # noqa: E402
 from prepare_testdata import write_jsonl  # noqa: E402
-from record import PROCESS_CPU, Record, add_arguments, package_version  # noqa: E402
+from record import PROCESS_CPU, Record, add_arguments, package_version, shrink  # noqa: E402
 
 # The child: `olmax data prepare ARGV`, stopped after the dedup decisions when STOP is set; prints its
 # peak RSS (bytes) and CPU seconds (user + system) as one JSON line on stdout at the end.
@@ -81,7 +81,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(ap)
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
+    args = shrink(ap.parse_args(), reps=1)
     rec = Record("dedup_rates", argv=sys.argv, smoke=args.smoke, results=args.results)
     rec.side("olmax", version=package_version("olmax"), setting="local runner, --workers 1, dolma2")
     tmp = Path(tempfile.mkdtemp(prefix="olmax-dedup-rates-"))
