@@ -573,20 +573,19 @@ def power_table(runs: list[dict], doses: list[int]) -> dict:
     runs = with_any(runs) if runs and ANY.keys().isdisjoint(runs[0]["checks"]) else runs
     names = (*CHECKS, RUN_LEVEL, *ANY)
     for check in [c for c in names if any(c in r["checks"] for r in runs)] if runs else CHECKS:
+        having = [r for r in runs if check in r["checks"]]  # a resumed record's older runs may lack a check
         row = {}
         for d in [0, *doses]:
-            at = [r["checks"][check] for r in runs if r["dose"] == d and check in r["checks"]]
+            at = [r["checks"][check] for r in having if r["dose"] == d]
             row[str(d)] = {
                 "flagged": sum(c["flagged"] for c in at),
                 "runs": len(at),
                 "skipped": sum(c.get("status") == "skipped" for c in at),
             }
-        clean = [r["checks"][check].get("statistic") for r in runs if r["dose"] == 0 and check in r["checks"]]
+        clean = [r["checks"][check].get("statistic") for r in having if r["dose"] == 0]
         clean = np.asarray([v for v in clean if v is not None], np.float64)
         for d in doses:
-            dosed = [
-                r["checks"][check].get("statistic") for r in runs if r["dose"] == d and check in r["checks"]
-            ]
+            dosed = [r["checks"][check].get("statistic") for r in having if r["dose"] == d]
             dosed = np.asarray([v for v in dosed if v is not None], np.float64)
             row[str(d)]["auroc"] = float(auroc(dosed, clean)[0]) if dosed.size and clean.size else None
         rate = {d: row[str(d)]["flagged"] / max(row[str(d)]["runs"], 1) for d in doses}

@@ -137,10 +137,9 @@ class TokenFile:
             {i for a, b in clipped if b > a for i in range(a * size // step, ((b * size) - 1) // step + 1)}
         )
         have = {i: ranged.PIECES.get((pin.url, pin.version, i)) for i in wanted}
+        missing = [i for i in wanted if have[i] is None]
         runs: list[list[int]] = []
-        for i in (
-            i for i in wanted if have[i] is None
-        ):  # consecutive pieces in one request of <= BLOCK_BYTES
+        for i in missing:  # consecutive pieces in one request of at most BLOCK_BYTES
             if runs and i == runs[-1][-1] + 1 and (len(runs[-1]) + 1) * step <= BLOCK_BYTES:
                 runs[-1].append(i)
             else:
