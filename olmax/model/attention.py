@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from olmax.errors import OlmaxError
-from olmax.model import attention_splash
+from olmax.model import attention_splash, sharding
 from olmax.model.attention_jax import attend_jax
 from olmax.model.attention_xla import UNROLL_CHUNKS, attend_blocks, attend_chunked, attend_xla
 from olmax.model.config import ModelConfig
@@ -32,20 +32,47 @@ def truncated_normal(rngs: nnx.Rngs, shape: tuple[int, ...], std: float) -> jax.
     return jax.random.truncated_normal(rngs.params(), -3.0, 3.0, shape, jnp.float32) * std
 
 
+@jax.custom_vjp
 def linear(x_BxLxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
     """x @ w in x's dtype, computed on the (B*L, D) view: XLA's CPU backend forms the weight gradient
     of a 2-D matmul in place but transposes a fused copy of every 3-D activation gradient first
-    (measured: a SwiGLU backward takes half the time)."""
+    (measured: a SwiGLU backward takes half the time).
+
+    The weight's gradient comes out in fp32 (the matmul accumulates in fp32 and is not rounded to the
+    compute dtype): under FSDP each device's partial sum of it then crosses the devices in fp32, as
+    OLMo-core reduces gradients (reduce_dtype fp32), while the weight itself is gathered in the compute
+    dtype (XLA casts the shard before the all-gather)."""
+    return _matmul(x_BxLxD, w_DxF)
+
+
+def _matmul(x_BxLxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
     out_NxF = x_BxLxD.reshape(-1, x_BxLxD.shape[-1]) @ w_DxF.astype(x_BxLxD.dtype)
     return out_NxF.reshape(*x_BxLxD.shape[:-1], w_DxF.shape[-1])
+
+
+def _linear_fwd(x_BxLxD: jax.Array, w_DxF: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    return _matmul(x_BxLxD, w_DxF), (x_BxLxD, w_DxF)
+
+
+def _linear_bwd(res: tuple[jax.Array, jax.Array], g_BxLxF: jax.Array) -> tuple[jax.Array, jax.Array]:
+    x_BxLxD, w_DxF = res
+    x_NxD = x_BxLxD.reshape(-1, x_BxLxD.shape[-1])
+    g_NxF = g_BxLxF.reshape(-1, g_BxLxF.shape[-1])
+    dx_NxD = jnp.einsum("nf,df->nd", g_NxF, w_DxF.astype(g_NxF.dtype))
+    dw_DxF = jnp.einsum("nd,nf->df", x_NxD, g_NxF, preferred_element_type=jnp.float32)
+    return dx_NxD.reshape(x_BxLxD.shape).astype(x_BxLxD.dtype), dw_DxF.astype(w_DxF.dtype)
+
+
+linear.defvjp(_linear_fwd, _linear_bwd)
 
 
 def resolve_impl(
     impl: str, dtype: jnp.dtype, seq_len: int, head_dim: int, platform: str | None = None
 ) -> str:
-    """The kernel `impl` names; 'auto' picks by the backend (or `platform`): splash on a TPU where the
-    shape takes it (whole 128-wide tiles), cuDNN on a GPU for 16-bit compute, else the XLA path."""
-    platform = platform or jax.default_backend()
+    """The kernel `impl` names; 'auto' picks by the platform the step is built for (`platform`, else the
+    mesh's, `olmax.model.sharding`): splash on a TPU where the shape takes it (whole 128-wide tiles), cuDNN on
+    a GPU for 16-bit compute, else the XLA path."""
+    platform = platform or sharding.platform()
     if impl == "splash" and platform == "gpu":
         raise OlmaxError(
             "model.attention_impl=splash runs on a TPU (or a CPU, interpreted); on a GPU use auto or cudnn"

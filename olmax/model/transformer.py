@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from olmax.model import attention_splash, remat
+from olmax.model import attention_splash, remat, sharding
 from olmax.model.attention import Attention, linear, resolve_impl, truncated_normal
 from olmax.model.config import FULL, SLIDING, ModelConfig
 from olmax.model.norm import RMSNorm
@@ -103,11 +103,17 @@ class Transformer(nnx.Module):
         graphdef, state = nnx.split(self.blocks)
         return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], state))
 
-    def hidden(self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
-        """Final-normed hidden states (B, L, D) in the compute dtype: what the LM head reads."""
+    def hidden(
+        self, input_ids_BxL: jax.Array, segment_ids_BxL: jax.Array | None = None, *, repeat: int = 1
+    ) -> jax.Array:
+        """Final-normed hidden states (B, L, D) in the compute dtype: what the LM head reads.
+
+        `repeat` runs the scanned layer groups that many times over (the gradient of each weight then sums
+        its uses): a deep model's work and activations on the weights of a shallow one, which is how a
+        benchmark times the 7B's 32 layers on one chip (bench/chip/tpu_slice.py). Training uses 1."""
         cfg = self.cfg
         dtype = jnp.dtype(cfg.dtype)
-        x_BxLxD = jnp.take(self.embed[...], input_ids_BxL, axis=0).astype(dtype)
+        x_BxLxD = sharding.lookup(self.embed[...], input_ids_BxL, dtype)
         positions_L = jnp.arange(input_ids_BxL.shape[1])
         # YaRN (stage 3) rescales RoPE on the full-attention layers only
         rope = {
@@ -133,18 +139,28 @@ class Transformer(nnx.Module):
                     x = run_layer(jax.tree.map(lambda a, p=p: a[p], group_state), x, p)
                 return x, None
 
-            x_BxLxD, _ = jax.lax.scan(run_group, x_BxLxD, grouped)
+            def run_groups(x: jax.Array, _: None = None) -> tuple[jax.Array, None]:
+                return jax.lax.scan(run_group, x, grouped)[0], None
+
+            if repeat == 1:
+                x_BxLxD, _ = run_groups(x_BxLxD)
+            else:
+                x_BxLxD, _ = jax.lax.scan(run_groups, x_BxLxD, None, length=repeat)
+        elif repeat != 1:
+            raise ValueError(f"repeat={repeat} needs scanned layer groups (model.scan_group)")
         for layer in range(n_groups * g, cfg.n_layers):
             x_BxLxD = run_layer(jax.tree.map(lambda a, i=layer: a[i], state), x_BxLxD, layer)
 
         return self.final_norm(x_BxLxD)
 
 
-def compute_summary(cfg: ModelConfig, seq_len: int) -> dict[str, str]:
-    """What a step of `cfg` at `seq_len` runs on this backend: the device, the attention kernel `auto`
-    resolves to (with the splash kernel's tiling) and the remat policy, as the trainer prints and logs it."""
-    device = jax.devices()[0]
-    impl = resolve_impl(cfg.attention_impl, jnp.dtype(cfg.dtype), seq_len, cfg.head_dim)
+def compute_summary(cfg: ModelConfig, seq_len: int, devices: list | None = None) -> dict[str, str]:
+    """What a step of `cfg` at `seq_len` runs on `devices` (default: JAX's): the device, the attention kernel
+    `auto` resolves to there (with the splash kernel's tiling) and the remat policy, as the trainer prints and
+    logs it."""
+    devices = jax.devices() if devices is None else devices
+    device = devices[0]
+    impl = resolve_impl(cfg.attention_impl, jnp.dtype(cfg.dtype), seq_len, cfg.head_dim, device.platform)
     kernel = impl
     if impl == "splash":
         tiles = attention_splash.settings_for(seq_len, cfg.head_dim, cfg.splash_block)
@@ -154,7 +170,7 @@ def compute_summary(cfg: ModelConfig, seq_len: int) -> dict[str, str]:
     elif impl == "xla" and 0 < cfg.attention_chunk < seq_len:
         kernel = f"xla (query chunks of {cfg.attention_chunk})"
     return {
-        "device": f"{jax.device_count()} x {device.device_kind} ({device.platform})",
+        "device": f"{len(devices)} x {device.device_kind} ({device.platform})",
         "attention": kernel,
         "remat": remat.describe(cfg.remat),
         "dtype": cfg.dtype,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from olmax.model import sharding
+
 
 def shifted_labels(
     input_ids_BxL: jax.Array, label_mask_BxL: jax.Array | None = None
@@ -115,18 +117,29 @@ def _forward(h, w, labels, weights, vocab, chunk, store):
     return (jnp.sum((lse - label_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse, saved
 
 
+def _whole(w: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """The head in the compute dtype, whole on every device: under FSDP one all-gather of the cast shards
+    before the block loop, which then slices it in place (a loop slicing the sharded fp32 weight would
+    gather it in fp32 for every pass over the blocks)."""
+    return sharding.replicate(w.astype(dtype))
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def _fused(h, w, labels, weights, vocab, chunk, store):
-    return _forward(h, w, labels, weights, vocab, chunk, False)[0]
+    return _forward(h, _whole(w, h.dtype), labels, weights, vocab, chunk, False)[0]
 
 
 def _fused_fwd(h, w, labels, weights, vocab, chunk, store):
-    out, lse, saved = _forward(h, w, labels, weights, vocab, chunk, store)
-    return out, (h, w, labels, weights, lse, saved)
+    w_whole = _whole(w, h.dtype)
+    out, lse, saved = _forward(h, w_whole, labels, weights, vocab, chunk, store)
+    # the gathered head is kept for the backward pass (no second gather); `w`'s dtype rides along
+    return out, (h, w_whole, jnp.zeros((), w.dtype), labels, weights, lse, saved)
 
 
 def _fused_bwd(vocab, chunk, store, res, g):
-    h, w, labels, weights, lse, saved = res
+    """dh in the compute dtype; dW in fp32, each block's summed over this device's tokens in fp32 (the
+    gradient that then crosses the devices, reduce-scattered in fp32 as OLMo-core reduces)."""
+    h, w, w_dtype, labels, weights, lse, saved = res
     g_ce, g_zz = g
     # d/dlogits of w*(lse - label_logit) and of w*lse^2: w*p - w*onehot and 2*w*lse*p
     coef_N = (g_ce + 2.0 * g_zz * lse) * weights
@@ -139,7 +152,8 @@ def _fused_bwd(vocab, chunk, store, res, g):
         )
         w_DxC = jax.lax.dynamic_slice_in_dim(w, first, chunk, axis=1).astype(h.dtype)
         dh = jnp.einsum("nc,dc->nd", dlogits, w_DxC, preferred_element_type=jnp.float32)
-        return dh, jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32).astype(w.dtype)
+        dw_DxC = jnp.einsum("nd,nc->dc", h, dlogits, preferred_element_type=jnp.float32)
+        return dh, sharding.on_shards(dw_DxC, 0)  # under FSDP: reduce-scattered onto the head's rows here
 
     if store:  # p = exp(logits - m) * exp(m - lse): the forward's exp, rescaled
         dh, dw_blocks = jnp.zeros(h.shape, jnp.float32), []
@@ -155,9 +169,9 @@ def _fused_bwd(vocab, chunk, store, res, g):
             dh_c, dw_c = block(first, jnp.exp(_block_logits(h, w, first, chunk, vocab) - lse[:, None]))
             return (dh + dh_c, jax.lax.dynamic_update_slice_in_dim(dw, dw_c, first, axis=1)), None
 
-        init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(w.shape, w.dtype))
+        init = (jnp.zeros(h.shape, jnp.float32), sharding.on_shards(jnp.zeros(w.shape, jnp.float32), 0))
         (dh, dw), _ = jax.lax.scan(body, init, jnp.arange(0, w.shape[1], chunk))
-    return dh.astype(h.dtype), dw, None, None
+    return dh.astype(h.dtype), dw.astype(w_dtype.dtype), None, None
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
@@ -169,7 +183,7 @@ STORE_LIMIT_BYTES = 2 << 30
 def default_store(n_tokens: int, columns: int) -> bool:
     """Keep the forward's exp blocks (N x V fp32) for the backward pass on CPU, where host memory is
     plentiful and recomputing logits and exp is dear, up to 2 GiB per microbatch; recompute otherwise."""
-    return jax.default_backend() == "cpu" and 4 * n_tokens * columns <= STORE_LIMIT_BYTES
+    return sharding.platform() == "cpu" and 4 * n_tokens * columns <= STORE_LIMIT_BYTES
 
 
 def pick_chunk(size: int, want: int) -> int:

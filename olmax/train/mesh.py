@@ -2,8 +2,8 @@
 
 Contract. The mesh covers every device JAX sees (all processes). Batches are split over both axes
 together; parameters and optimizer moments are sharded on the fsdp axis along one dimension chosen
-from the array's shape alone (so a moment always shards like its parameter), and replicated over
-data. The global batch G never depends on the device count: with D devices and per-device batch b
+from the array's shape and name (`olmax.model.sharding.shard_spec`; a moment is named and shaped as its
+parameter, so it shards like it), and replicated over data. The global batch G never depends on the device count: with D devices and per-device batch b
 a step runs G / (D * b) microbatches (gradient accumulation), each holding b rows of every device.
 """
 
@@ -17,9 +17,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from olmax.errors import OlmaxError
+from olmax.model.sharding import BATCH_AXES, FSDP, shard_spec
 from olmax.train.config import MeshConfig
-
-BATCH_AXES = ("data", "fsdp")
 
 
 def mesh_shape(cfg: MeshConfig, n_devices: int) -> tuple[int, int]:
@@ -62,30 +61,16 @@ def microbatches(global_batch: int, n_devices: int, per_device_batch: int | None
     return per_device // b, b
 
 
-def shard_spec(shape: tuple[int, ...], fsdp: int) -> PartitionSpec:
-    """FSDP placement from the shape alone: the largest dim divisible by the fsdp size.
-
-    Stacked layer arrays (ndim >= 3) never shard their leading layer axis, which the scan slices.
-    Ties go to the later dim; arrays no dim of which divides stay replicated (norm scales, scalars).
-    """
-    if fsdp == 1 or len(shape) < 2:
-        return PartitionSpec()
-    first = 1 if len(shape) >= 3 else 0
-    best = None
-    for i in range(first, len(shape)):
-        if shape[i] % fsdp == 0 and (best is None or shape[i] >= shape[best]):
-            best = i
-    if best is None:
-        return PartitionSpec()
-    spec: list[Any] = [None] * len(shape)
-    spec[best] = "fsdp"
-    return PartitionSpec(*spec)
-
-
 def state_shardings(abstract: Any, mesh: Mesh) -> Any:
-    """NamedShardings for a pytree of arrays / ShapeDtypeStructs (params, moments, scalars alike)."""
-    fsdp = mesh.shape["fsdp"]
-    return jax.tree.map(lambda a: NamedSharding(mesh, shard_spec(tuple(a.shape), fsdp)), abstract)
+    """NamedShardings for a pytree of arrays / ShapeDtypeStructs (params, moments, scalars alike), each
+    placed by its shape and its name (the last key of its path: a moment is named as its parameter)."""
+    fsdp = mesh.shape[FSDP]
+
+    def place(path: tuple, a: Any) -> NamedSharding:
+        name = getattr(path[-1], "key", None) if path else None
+        return NamedSharding(mesh, shard_spec(tuple(a.shape), fsdp, name))
+
+    return jax.tree_util.tree_map_with_path(place, abstract)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

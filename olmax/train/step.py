@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from olmax.model import sharding
 from olmax.model.config import ModelConfig
 from olmax.model.transformer import Transformer
 from olmax.train.config import OptimConfig
@@ -75,8 +76,9 @@ def state_from_params(
 
 
 def default_ce_chunk() -> int:
-    """Vocabulary columns per fused LM-head/CE block: 100,352 = 28 x 3,584 (best measured on CPU) = 7 x 14,336."""
-    return 3584 if jax.default_backend() == "cpu" else 14_336
+    """Vocabulary columns per fused LM-head/CE block on the platform the step is built for: 100,352 =
+    28 x 3,584 (best measured on CPU) = 7 x 14,336."""
+    return 3584 if sharding.platform() == "cpu" else 14_336
 
 
 def make_loss_fn(
@@ -84,9 +86,9 @@ def make_loss_fn(
 ) -> Callable[[dict, jax.Array], tuple[jax.Array, tuple[jax.Array, jax.Array]]]:
     """loss(params, {input_ids[, segment_ids]}) -> (CE sum + z-loss sum, (CE sum, z-loss sum)), one microbatch."""
     graphdef, _ = model_graphdef(model_cfg)
-    chunk = default_ce_chunk() if ce_chunk is None else ce_chunk
 
     def loss_fn(params: dict, batch: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        chunk = default_ce_chunk() if ce_chunk is None else ce_chunk  # when traced: the mesh's platform
         ids_BxL, segment_ids_BxL = batch["input_ids"], batch.get("segment_ids")
         label_mask_BxL = batch.get("label_mask")  # packed rows: padding predicts nothing
         model = nnx.merge(graphdef, params)
@@ -191,14 +193,19 @@ def make_train_step(
 
 class OnMesh:
     """A jitted function traced, lowered and run with its mesh set (`jax.set_mesh`): kernels that run per
-    device (splash attention's `shard_map`) read the mesh from there."""
+    device (splash attention's `shard_map`) read the mesh from there, and the platform choices read the
+    mesh's devices (`olmax.model.sharding.platform`). With `compiled` (an executable of `lower(...).compile()`,
+    `with_compiled`) calls run it instead of compiling again."""
 
-    def __init__(self, jitted: Callable, mesh: Mesh):
-        self.jitted, self.mesh = jitted, mesh
+    def __init__(self, jitted: Callable, mesh: Mesh, compiled: Any = None):
+        self.jitted, self.mesh, self.compiled = jitted, mesh, compiled
 
     def __call__(self, *args: Any) -> Any:
         with jax.set_mesh(self.mesh):
-            return self.jitted(*args)
+            return (self.jitted if self.compiled is None else self.compiled)(*args)
+
+    def with_compiled(self, compiled: Any) -> OnMesh:
+        return OnMesh(self.jitted, self.mesh, compiled)
 
     def lower(self, *args: Any) -> Any:
         """`jax.jit(...).lower` under the mesh (ahead-of-time compiles, memory plans)."""
