@@ -11,22 +11,36 @@ needs (norms, RoPE, SiLU, the residual adds, any matmul not kept) is recomputed 
 - `full`: keep nothing but the layer's input, recompute the whole layer;
 - `dots` / `dots_no_batch`: JAX's policies that keep every matmul output (with / without batch dims);
 - `save:NAME,NAME,...`: keep exactly these names (any of NAMES);
-- a preset below, a `save:` list under a name.
+- a preset below, a `save:` list under a name;
+- `auto`: resolved before the step is built (`olmax.train.plan.choose`): the first policy of `LADDER` (and
+  per-device batch) whose compiled step fits the chip's memory.
 
 What a kept name costs per layer and token (bf16 compute): q/k/v/o/down d_model x 2 bytes each (8 KiB at
-d 4096), gate/up mlp_hidden x 2 bytes (21.5 KiB at 11,008), context d_model x 2 bytes + 4 bytes per head.
+d 4096), gate/up mlp_hidden x 2 bytes (21.5 KiB at 11,008), context d_model x 2 bytes + 4 bytes per head;
+the layer's input (d_model x 2 bytes) is kept by every policy but `none`. What a name not kept costs is
+its recompute: the backward pass needs every matmul's output (each feeds a norm, the SiLU, the attention
+kernel or the next matmul's weight gradient), so each one not kept runs again, and the attention forward
+runs again unless `context` is kept (`recompute_flops`). Per byte kept, `down` saves the most (its matmul
+is mlp_hidden wide, its output d_model), then `context` (the attention forward), then the rest alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from olmax.errors import OlmaxError
 
+if TYPE_CHECKING:
+    from olmax.model.config import ModelConfig
+
 NAMES = ("q", "k", "v", "context", "o", "gate", "up", "down")
+
+AUTO = "auto"
 
 PRESETS: dict[str, tuple[str, ...]] = {
     # every matmul and the attention output kept: the backward recomputes elementwise work only
@@ -58,14 +72,29 @@ def saved_names(spec: str) -> tuple[str, ...] | None:
     return None
 
 
+# `auto`'s candidates, fewest recomputed FLOPs first (at OLMo 3 7B's shapes, bf16): each adds the name
+# that saves the most recompute per byte kept, from `full` (the least memory) up to `none`.
+LADDER = (
+    "none",
+    "matmuls",
+    "matmuls_but_up",
+    "save:q,k,v,context,o,down",
+    "save:q,context,o,down",
+    "save:context,o,down",
+    "save:context,down",
+    "save:down",
+    "full",
+)
+
+
 def check(spec: str) -> None:
     """Raise an OlmaxError naming the fix if `spec` is not a remat policy."""
     names = saved_names(spec)
     if names is None:
-        if spec in ("none", *_JAX_POLICIES):
+        if spec in ("none", AUTO, *_JAX_POLICIES):
             return
         raise OlmaxError(
-            f"model.remat {spec!r} is not a remat policy; use none, full, dots, dots_no_batch, "
+            f"model.remat {spec!r} is not a remat policy; use auto, none, full, dots, dots_no_batch, "
             f"{', '.join(PRESETS)} or save:NAME,... with names from {', '.join(NAMES)}"
         )
     unknown = [n for n in names if n not in NAMES]
@@ -77,8 +106,11 @@ def check(spec: str) -> None:
 
 
 def policy(spec: str) -> Callable | None:
-    """The `jax.checkpoint` policy of a spec other than `none` (None: save nothing)."""
+    """The `jax.checkpoint` policy of a spec other than `none` (None: save nothing); `auto`, which a train
+    step resolves before it is built (olmax.train.plan.choose), reads as `full` anywhere else."""
     check(spec)
+    if spec == AUTO:  # unresolved (a forward pass, say, where remat changes nothing): the least memory
+        spec = "full"
     names = saved_names(spec)
     if names is None:
         return _JAX_POLICIES[spec]
@@ -92,6 +124,48 @@ def describe(spec: str) -> str:
         return "none (every activation kept)"
     if spec == "full":
         return "full (each layer recomputed from its input)"
+    if spec == AUTO:
+        return "auto (the fastest policy whose step fits the chip, chosen at start)"
     if names is None:
         return f"{spec} (JAX's checkpoint policy)"
     return f"{spec} (keeps {', '.join(names)}; the rest recomputed)"
+
+
+def _kept(spec: str) -> set[str]:
+    if spec == "none":
+        return set(NAMES)
+    if spec in ("full", AUTO):
+        return set()
+    names = saved_names(spec)
+    if names is None:  # JAX's dots policies keep every matmul output
+        return set(NAMES) - {"context"}
+    return set(names)
+
+
+def kept_bytes_per_token(cfg: ModelConfig, spec: str) -> int:
+    """Bytes one layer keeps for the backward pass per token under `spec`, its input included (`none`:
+    the named outputs only, a lower bound: it keeps every intermediate)."""
+    d, f = cfg.d_model, cfg.mlp_hidden
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    item = jnp.dtype(cfg.dtype).itemsize
+    size = {"q": qd, "k": kvd, "v": kvd, "o": d, "down": d, "gate": f, "up": f, "context": qd}
+    total = sum(size[n] * item for n in _kept(spec))
+    if "context" in _kept(spec):
+        total += 4 * cfg.n_heads  # the log-sum-exp, fp32 per head
+    return total + (0 if spec == "none" else d * item)
+
+
+def recompute_flops(cfg: ModelConfig, spec: str, seq_len: int) -> float:
+    """Forward FLOPs per token (all layers) the backward pass runs again under `spec`: every matmul whose
+    output is not kept, and the attention forward unless `context` is."""
+    from olmax.model.flops import forward_flops
+
+    fwd = forward_flops(cfg, seq_len)
+    kept = _kept(spec)
+    d, f = cfg.d_model, cfg.mlp_hidden
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    width = {"q": d * qd, "k": d * kvd, "v": d * kvd, "o": qd * d, "gate": d * f, "up": d * f, "down": f * d}
+    per_token = sum(2 * w for n, w in width.items() if n not in kept) * cfg.n_layers
+    if "context" not in kept:
+        per_token += fwd.attention / seq_len
+    return float(per_token)

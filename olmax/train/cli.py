@@ -45,8 +45,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
-        "--json", action="store_true", help="end with the run's summary as one JSON line, not the table"
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="end with the run's summary as one JSON line, not the table; with --plan, write the plan to PATH",
     )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="compile the step for --topology here, ahead of time (libtpu needed, no chip), and print its per-chip "
+        "plan: memory against the chip's HBM, kernel and remat resolved for the target, collectives, predicted "
+        "step time and MFU; exits 1 when it does not fit (naming what would)",
+    )
+    p.add_argument(
+        "--topology",
+        metavar="TYPE",
+        help="--plan: a Cloud TPU accelerator type, e.g. v5e-256, v5e-64, v5p-128, v6e-64",
+    )
+    p.add_argument("--num-slices", type=int, default=1, help="--plan: slices of --topology joined by DCN")
     p.add_argument(
         "--coordinator",
         default=os.environ.get("OLMAX_COORDINATOR"),
@@ -172,6 +189,45 @@ def _bucket_run(args: argparse.Namespace):
     return mirror
 
 
+def _json_path(args: argparse.Namespace) -> None:
+    """`--json` before an override takes the override as its PATH: give it back to the overrides."""
+    if args.json not in (None, "-") and "=" in args.json and "." in args.json.split("=", 1)[0]:
+        args.overrides.insert(0, args.json)
+        args.json = "-"
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """`olmax train --plan`: the step compiled for a slice here; exit 1 when it does not fit."""
+    import jax
+
+    from olmax.errors import OlmaxError
+    from olmax.jsonio import write_json
+    from olmax.train.config import load_config
+    from olmax.train.plan import format_report, parse_topology, plan_report, what_fits
+
+    if not args.topology:
+        raise OlmaxError("--plan needs --topology (a Cloud TPU accelerator type, e.g. v5e-256)")
+    topology = parse_topology(args.topology, args.num_slices)
+    if "JAX_PLATFORMS" not in os.environ:  # a plan needs no chip, and leaves one a run holds alone
+        jax.config.update("jax_platforms", "cpu")
+    overrides = _overrides(args) + ([] if args.mix else ["data.mix=plan"])  # a plan reads no data
+    cfg = load_config(args.config, overrides)
+
+    def say(line: str) -> None:
+        print(f"olmax plan: {line}", file=sys.stderr, flush=True)
+
+    say(
+        f"compiling {args.config} for {topology.name} ({topology.libtpu_name}) on this host; a 7B step takes minutes"
+    )
+    report = plan_report(cfg, topology, say=say)
+    if not report["fits"] and cfg.model.remat != "auto":
+        report["what_fits"] = what_fits(cfg, topology, say=say)
+    print(format_report(report), flush=True)
+    if args.json and args.json != "-":
+        write_json(args.json, report)
+    return 0 if report["fits"] else 1
+
+
 def run(args: argparse.Namespace) -> int:
     from olmax.data.loader import resolve_mix
     from olmax.data.prepare.demo_mix import ensure_stream_mix
@@ -179,6 +235,9 @@ def run(args: argparse.Namespace) -> int:
     from olmax.evals.hook import with_eval_defaults
     from olmax.train.config import load_config
 
+    _json_path(args)
+    if args.plan:
+        return _plan(args)
     # every default the run reads from the environment is filled in here, so the dry run and the record
     # show it (docs/runs.md)
     cfg = with_eval_defaults(load_config(args.config, _overrides(args)))

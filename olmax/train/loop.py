@@ -28,6 +28,7 @@ from olmax.audit.monitor import StreamMonitor
 from olmax.data.loader import open_loader, stream_index
 from olmax.data.reader import check_batch_ids
 from olmax.errors import OlmaxError
+from olmax.model import remat
 from olmax.model.flops import flops_per_token
 from olmax.model.transformer import compute_summary
 from olmax.train import runrecord, wandb_log
@@ -148,7 +149,13 @@ def train(
                     flush=True,
                 )
             return {**summary, "last": None}
-        compute = compute_summary(cfg.model, cfg.data.seq_len)  # the kernel and remat this run resolves to
+        run_cfg, step_fn = cfg, None
+        if cfg.model.remat == remat.AUTO:  # the fastest policy whose compiled step fits: compiled here, once
+            run_cfg, step_fn = _resolve_auto(cfg, mesh)
+            n_micro, per_device = step_fn.n_micro, step_fn.per_device_batch
+            summary.update(microbatches=n_micro, per_device_batch=per_device)
+        # the kernel and remat this run resolves to, for its mesh's devices
+        compute = compute_summary(run_cfg.model, cfg.data.seq_len, list(mesh.devices.flat))
         summary["compute"] = compute
         if jax.process_index() == 0:
             if resume_note:
@@ -201,14 +208,28 @@ def train(
             n_micro=n_micro,
             per_device=per_device,
             after_save=after_save if jax.process_index() == 0 else None,
+            compiled=step_fn.executable if step_fn is not None else None,
         )
-        steps = _Steps(cfg, parts, eval_hook, peak)
+        steps = _Steps(run_cfg, parts, eval_hook, peak)
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
     summary["eval"] = steps.last_eval
     summary["checkpoint"] = str(ckpt.directory / str(steps.saved)) if steps.saved is not None else None
     summary["run_dir"] = str(run_dir)
     return summary
+
+
+def _resolve_auto(cfg: ExperimentConfig, mesh) -> tuple[ExperimentConfig, Any]:
+    """`model.remat: auto` for this run's devices (olmax.train.plan.choose): the config with the policy and
+    rows per device that fit, and its compiled step; each candidate tried is printed by process 0."""
+    from olmax.train.plan import choose
+
+    def say(line: str) -> None:
+        if jax.process_index() == 0:
+            print(f"olmax train: remat auto: {line}", flush=True)
+
+    resolved, got, _ = choose(cfg, list(mesh.devices.flat), say=say)
+    return resolved, got
 
 
 def _restore_or_init(
@@ -271,6 +292,7 @@ class RunParts:
     n_micro: int  # microbatches per step
     per_device: int  # rows per device in a microbatch
     after_save: Callable[[], None] | None = None  # called after each checkpoint save is launched
+    compiled: Any = None  # the train step already compiled for this mesh (model.remat auto), else None
 
 
 class _Steps:
@@ -292,7 +314,7 @@ class _Steps:
         )
         self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
         self.after_save = run.after_save
-        self.train_step = make_train_step(
+        self.train_step = run.compiled or make_train_step(
             cfg.model,
             cfg.optim,
             mesh,

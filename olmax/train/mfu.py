@@ -38,17 +38,26 @@ import numpy as np
 
 from olmax.train.config import ExperimentConfig
 
-# bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets). CPUs have no datasheet
-# figure here: their peak is measured at start (`cpu_matmul_peak`), so CPU MFU = fraction of that.
+# bf16 dense peak FLOP/s per device by `device_kind` prefix (vendor datasheets), the first matching prefix
+# winning (a v5p reports "TPU v5", a v5e "TPU v5 lite"). CPUs have no datasheet figure here: their peak
+# is measured at start (`cpu_matmul_peak`), so CPU MFU = fraction of that.
 PEAK_FLOPS = {
     "NVIDIA H200": 989e12,
     "NVIDIA H100": 989e12,
     "NVIDIA A100": 312e12,
-    "TPU v5p": 459e12,
     "TPU v5 lite": 197e12,
+    "TPU v6 lite": 918e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
     "TPU v4": 275e12,
     "TPU7x": 2307e12,
 }
+
+
+def device_peak(device_kind: str) -> float | None:
+    """The datasheet bf16 peak of one device of this kind, None when the table has none."""
+    return next((flops for kind, flops in PEAK_FLOPS.items() if device_kind.startswith(kind)), None)
+
 
 # (M, K, N) matmuls timed for the CPU peak: square GEMMs large enough for XLA's best CPU throughput
 # (250-290 GFLOP/s at 2048^3 on an idle 2-core host of this project, README), small enough that a run
