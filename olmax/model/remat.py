@@ -21,7 +21,8 @@ the layer's input (d_model x 2 bytes) is kept by every policy but `none`. What a
 its recompute: the backward pass needs every matmul's output (each feeds a norm, the SiLU, the attention
 kernel or the next matmul's weight gradient), so each one not kept runs again, and the attention forward
 runs again unless `context` is kept (`recompute_flops`). Per byte kept, `down` saves the most (its matmul
-is mlp_hidden wide, its output d_model), then `context` (the attention forward), then the rest alike.
+is mlp_hidden wide, its output d_model), then `context` (the attention forward), then the rest alike; on the
+chip, keeping more than `context` and `down` bought less than it cost (`LADDER`).
 """
 
 from __future__ import annotations
@@ -72,17 +73,19 @@ def saved_names(spec: str) -> tuple[str, ...] | None:
     return None
 
 
-# `auto`'s candidates, fewest recomputed FLOPs first (at OLMo 3 7B's shapes, bf16): each adds the name
-# that saves the most recompute per byte kept, from `full` (the least memory) up to `none`.
+# `auto`'s candidates, fastest first. Measured per chip on a v5e at the 7B's shapes (bench/results/
+# tpu_slice.json: 32 layers and the real head, seq 8192): `save:context,down` at one row a microbatch
+# 60.0% MFU, `save:context,o,down` 56.9%, `full` at two rows 54.3% -- keeping `o` costs more than its
+# recompute (a d_model-square matmul) saves, and `down` and the attention output are the two names worth
+# their bytes. Above them, the policies that keep more (none of which fits a 7B on a 16 GiB chip);
+# below, `save:down` and `context` (16 KiB a token and layer, `save:down` recomputing less).
 LADDER = (
     "none",
     "matmuls",
     "matmuls_but_up",
-    "save:q,k,v,context,o,down",
-    "save:q,context,o,down",
-    "save:context,o,down",
     "save:context,down",
     "save:down",
+    "context",
     "full",
 )
 

@@ -233,3 +233,36 @@ def whole_gradient_all_reduces(
     """All-reduces of an array of a weight's full shape: a gradient summed whole on every device instead of
     reduce-scattered onto its shards."""
     return [c for c in found if c.kind == "all-reduce" and c.shape in weight_shapes]
+
+
+def compact(found: list[Collective]) -> list[dict]:
+    """The collectives as a record keeps them: identical ones (kind, dtype, shape, group, runs, inside a
+    loop or not) counted once with `count`; `expand` gives the list back for the step-time model."""
+    rows: dict[tuple, int] = {}
+    for c in found:
+        key = (c.kind, c.dtype, c.shape, c.group, c.runs, "while/body" in c.op_name)
+        rows[key] = rows.get(key, 0) + 1
+    return [
+        {"kind": k, "dtype": d, "shape": list(s), "group": g, "runs": r, "in_loop": loop, "count": n}
+        for (k, d, s, g, r, loop), n in sorted(rows.items(), key=lambda kv: -kv[1] * _size(kv[0]))
+    ]
+
+
+def _size(key: tuple) -> int:
+    return int(np.prod(key[2], dtype=np.int64)) * _DTYPE_BYTES.get(key[1], 4) * key[4]
+
+
+def expand(rows: list[dict]) -> list[Collective]:
+    """`compact`'s rows as Collectives again (a loop's collective named as inside one)."""
+    return [
+        Collective(
+            r["kind"],
+            r["dtype"],
+            tuple(r["shape"]),
+            r["group"],
+            r["runs"],
+            "while/body" if r["in_loop"] else "",
+        )
+        for r in rows
+        for _ in range(r["count"])
+    ]

@@ -423,6 +423,7 @@ def plan_report(cfg: ExperimentConfig, topology: Topology, *, say=None) -> dict:
         kept_activation_bytes_per_chip=kept,
         splash_kernel_calls=text.count("tpu_custom_call"),
         collectives=coll.summarize(found),
+        collective_list=coll.compact(found),
         fp32_weight_all_gathers=len(coll.fp32_weight_gathers(found, shapes)),
         whole_gradient_all_reduces=len(coll.whole_gradient_all_reduces(found, shapes)),
     )

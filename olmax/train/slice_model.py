@@ -33,7 +33,11 @@ from olmax.train.collectives import Collective
 # Fraction of the v5e's bf16 peak that one chip's step runs its executed FLOPs at (forward, backward and
 # recompute), by remat policy and rows per device, measured by bench/chip/tpu_slice.py on one v5e chip at
 # OLMo 3 7B's shapes (seq 8192, the 32 layers' work, the real head): bench/results/tpu_slice.json, `rates`.
-MEASURED_RATE: dict[tuple[str, int], float] = {}
+MEASURED_RATE: dict[tuple[str, int], float] = {
+    ("full", 2): 0.7149,
+    ("save:context,down", 1): 0.7301,
+    ("save:context,o,down", 1): 0.6791,
+}
 
 
 @dataclass(frozen=True)
