@@ -125,7 +125,7 @@ RAW_ARRAY_FILES = {
     "olmax.data.tokenfile": "token files",
     "olmax.data.order": "the order file: a uint32 permutation of instance ids",
     "olmax.data.trace": "the trace's inverse permutation (instance id -> position)",
-    "olmax.audit.partition": "the content audits' spilled hash records",
+    "olmax.dedup.spill": "spilled hash records (the content audits, MinHash out of core)",
     "olmax.audit.monitor": "arrays saved in the loader monitor's state",
     "olmax.model.safetensors_io": "safetensors files, mapped as bytes",
     "olmax.model.parity": "the bytes of a parity prompt's text",
