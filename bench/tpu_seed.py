@@ -266,7 +266,7 @@ def train_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 
 def metrics(run_dir: Path) -> dict[int, dict]:
-    from olmax.train.metrics import train_records
+    from olmax.metrics import train_records
 
     return train_records(run_dir) if (run_dir / "metrics.jsonl").is_file() else {}
 

@@ -96,7 +96,7 @@ def _read(path: Path) -> dict:
 
 def _metrics(run_dir: Path) -> dict[int, dict]:
     """The last train record of each step in a run's metrics.jsonl (a resumed run rewrites the replayed steps)."""
-    from olmax.train.metrics import train_records
+    from olmax.metrics import train_records
 
     return train_records(run_dir)
 

@@ -9,7 +9,7 @@ import pytest
 from tb_events import tensorboard_scalars
 from train_testdata import metrics, run_train, write_config, write_mix
 
-from olmax.train.metrics import olmo_core_scalars
+from olmax.metrics import olmo_core_scalars
 
 
 @pytest.mark.slow
