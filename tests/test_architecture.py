@@ -1,6 +1,7 @@
-"""The package's import graph: arrows point down (no cycle, the library never imports the CLI or the demo)
-and no private (`_name`) crosses a module boundary. Every import counts, also those inside functions;
-only `if TYPE_CHECKING:` imports (annotations, never executed) do not."""
+"""The package's import graph: arrows point down (the layers in `LAYERS`, no cycle, the library never imports
+the CLI or the demo) and no private (`_name`) crosses a module boundary. Every import counts, also those
+inside functions and those of the front ends; only `if TYPE_CHECKING:` imports (annotations, never
+executed) do not."""
 
 from __future__ import annotations
 
@@ -100,6 +101,75 @@ def test_no_import_cycle():
 def test_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The layers, bottom to top. A module imports from its own layer and the layers below, never from one above:
+# each area's front end (`cli.py`, `*_cli.py`) sits in its area's layer, and only the `olmax` command, the
+# top-level front ends and the demo sit on top. Where a command needs an area above its own, `olmax.cli`
+# hands it in (olmax train's in-loop evals, olmax model convert's reading of a run).
+LAYERS = (
+    "base",  # olmax's top-level modules: errors, atomic, jsonio, storage, recipe, metrics, beam, hashing, ...
+    "dedup",  # the dedup algorithms prepare and the audits share
+    "data",
+    "evalsets",
+    "audit",
+    "model",
+    "train",
+    "evals",
+    "top",  # olmax.cli, olmax.assets_cli, olmax.demo_cli, olmax.demo
+    "testing",  # generators and test-data builders for tests/ and bench/; nothing in the package imports them
+)
+TOP = {"olmax.cli", "olmax.assets_cli", "olmax.demo_cli", "olmax.demo"}
+
+
+def layer(name: str) -> str:
+    """The layer of module `name`: its area (the folder under olmax/), or base / top for a top-level one."""
+    parts = name.split(".")
+    if name in TOP or name.startswith("olmax.demo."):
+        return "top"
+    return parts[1] if len(parts) > 2 or parts[-1] in LAYERS else "base"
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import that climbs to a higher layer, as `module -> imported (layer -> layer)`."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return [
+        f"{m} -> {t} ({layer(m)} -> {layer(t)})"
+        for m, targets in sorted(edges.items())
+        for t in sorted(targets)
+        if rank[layer(t)] > rank[layer(m)]
+    ]
+
+
+def test_every_module_has_a_layer():
+    assert {layer(m) for m in MODULES} <= set(LAYERS), sorted({layer(m) for m in MODULES} - set(LAYERS))
+    assert layer("olmax.train.cli") == "train" and layer("olmax.errors") == "base"
+    assert layer("olmax.demo.pipeline") == "top" and layer("olmax.testing.leak_plants") == "testing"
+
+
+def test_no_import_runs_up():
+    bad = upward(graph())
+    assert not bad, "imports that run back up:\n" + "\n".join(bad)
+
+
+def test_upward_finder_finds_one():
+    assert upward({"olmax.data.loader": {"olmax.train.config"}}) == [
+        "olmax.data.loader -> olmax.train.config (data -> train)"
+    ]
+    assert upward({"olmax.train.cli": {"olmax.data.loader"}}) == []
+
+
+def test_nothing_in_the_package_imports_the_testing_package():
+    """olmax.testing (generators, test-data builders) serves tests/ and bench/; the library, its front ends
+    and the demo never import it."""
+    bad = [
+        f"{MODULES[m]}:{line} imports {t}"
+        for m in MODULES
+        if layer(m) != "testing"
+        for t, _, line in _imports(m)
+        if t == "olmax.testing" or t.startswith("olmax.testing.")
+    ]
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if not _is_front_end(m)))
