@@ -46,7 +46,6 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     ),  # against `dolma tokens` (its venv built on first use)
 }
 RUN_ELSEWHERE = {
-    "gpu_mfu.py": "tests/bench/test_gpu_mfu_smoke.py::test_smoke_prints_a_row_and_the_last_line",
     "memorization_power.py": "tests/bench/test_memorization_power.py::test_a_16x_dose_is_flagged_and_clean_is_not",
     "dedup.py": "tests/bench/test_dedup_bench.py::test_dedup_bench_tiny_olmax_side",
     "dedup_calibration.py": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
