@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
-from tb_events import tensorboard_scalars
 
 from olmax.errors import OlmaxError
 from olmax.metrics import TRAIN_FIELDS, MetricsLog, read_records, train_records
+from tests.tb_events import tensorboard_scalars
 
 
 def _lines(path):

@@ -90,7 +90,7 @@ def reference(token_bytes: dict[int, bytes], ids: list[int], joins_first: bool, 
 def _inputs(tokenizer, rng):
     """Real code and prose tokens, the same with ids past the vocabulary, special tokens and the
     tokens that hold two words ("½" reads "1 2") mixed in, and random ids."""
-    from prepare_testdata import pydoc_texts, stdlib_texts
+    from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
 
     texts = [t[:3000] for _, t in stdlib_texts(6)] + [t[:3000] for _, t in pydoc_texts()[:4]]
     texts.append(
