@@ -368,3 +368,28 @@ def test_no_library_function_takes_eight_parameters():
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _parameters(node) >= 8
     ]
     assert not wide, "\n".join(wide)
+
+
+def _top_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in `path` (`bench` for `from bench.harness import x`)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_package_and_bench_never_import_the_tests_and_the_package_never_imports_bench():
+    """tests/ sits on top of bench/, bench/ on top of olmax: builders both need live in olmax.testing."""
+    repo = ROOT.parent
+    bad = [
+        f"{p.relative_to(repo)}: tests" for p in (repo / "bench").rglob("*.py") if "tests" in _top_imports(p)
+    ]
+    bad += [
+        f"{p.relative_to(repo)}: {sorted(_top_imports(p) & {'bench', 'tests'})}"
+        for p in MODULES.values()
+        if _top_imports(p) & {"bench", "tests"}
+    ]
+    assert not bad, "\n".join(bad)
