@@ -46,13 +46,13 @@ test-all: setup
 	$(PY) -m pytest -q -m 'slow or not slow' --durations=25 || test $$? -eq 5
 
 bench: setup
-	$(PY) bench/prepare.py
-	$(PY) bench/beam_parity.py
-	$(PY) bench/loader.py
-	$(PY) bench/forward.py
-	$(PY) bench/train_step.py
-	$(PY) bench/audit.py
-	$(PY) bench/leak_calibration.py
+	$(PY) -m bench.peers.prepare
+	$(PY) -m bench.peers.beam_parity
+	$(PY) -m bench.peers.loader
+	$(PY) -m bench.peers.forward
+	$(PY) -m bench.peers.train_step
+	$(PY) -m bench.peers.audit
+	$(PY) -m bench.studies.leak_calibration
 
 lint: setup
 	.venv/bin/ruff check olmax tests bench

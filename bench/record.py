@@ -3,7 +3,8 @@
 A benchmark builds one `Record`, names each side it runs, adds every repetition's raw timings and the
 figures it publishes, and writes the file at the end:
 
-    from record import Record, add_arguments, interleaved
+    from bench.harness import WARM_WALL, interleaved
+    from bench.record import Record, add_arguments, package_version
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)                                   # --smoke, --results DIR
@@ -31,9 +32,7 @@ Smoke runs (`--smoke`: a small input, seconds) exercise the whole benchmark in C
 `--results DIR` or `bench/out/results/`, never over the committed full-size records in bench/results/.
 
 Timing like for like: both sides of a ratio are timed the same way, and each timing list says which
-(`how`): `PROCESS_CPU` (whole-process CPU seconds, children included, from start to output, taken with
-`process_cpu`) or `WARM_WALL` / `WARM_CPU` (in-process, after an untimed warm-up call). `interleaved`
-runs the sides A B A B ... so both see the same background load.
+(`how`: bench/harness.py's PROCESS_CPU, WARM_WALL, ...; its `interleaved` runs the sides A B A B ...).
 """
 
 from __future__ import annotations
@@ -43,32 +42,22 @@ import datetime
 import importlib.metadata
 import json
 import os
-import platform
 import re
-import resource
 import shlex
 import statistics
-import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from bench.harness import BENCH, ROOT, git_state, load_average, machine
 from olmax.atomic import write_text
 from olmax.jsonio import plain
 
 SCHEMA = 1
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
 RESULTS = BENCH / "results"  # the committed full-size records
 SMOKE_RESULTS = BENCH / "out" / "results"  # git-ignored: where smoke runs write unless told otherwise
 KEY = re.compile(r"[a-z0-9][a-z0-9_.-]*")
-
-# How a timing was taken (a timing list's `how`); both sides of a ratio must use the same one.
-PROCESS_CPU = "whole-process CPU seconds (user + system, children included), start to output"
-PROCESS_WALL = "whole-process wall seconds, start to output"
-WARM_WALL = "warm in-process wall seconds (after an untimed warm-up call)"
-WARM_CPU = "warm in-process CPU seconds (after an untimed warm-up call)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,117 +122,18 @@ def pairwise_ratio(num: Sequence[float], den: Sequence[float]) -> list[float]:
     return [a / b for a, b in zip(num, den, strict=True)]
 
 
-def interleaved(fns: dict[str, Callable[[], float | None]], reps: int = 3) -> dict[str, list[float]]:
-    """Call each fn once per repetition in the dict's order (A B A B ...); each side's list of results.
-
-    A fn returns its own measurement (seconds, a rate, a `process_cpu` figure); one that returns None
-    is timed here, in wall seconds around the call (perf_counter).
-    """
-    if reps < 1:
-        raise ValueError("reps must be at least 1")
-    out: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            value = fn()
-            out[name].append(time.perf_counter() - start if value is None else float(value))
-    return out
-
-
-class ProcessRun(NamedTuple):
-    """One command's cost: CPU seconds of it and its children, wall seconds, exit status and output."""
-
-    cpu_s: float
-    wall_s: float
-    rc: int
-    stdout: str | bytes | None
-    stderr: str | bytes | None
-
-
-def _children_cpu() -> float:
-    use = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return use.ru_utime + use.ru_stime
-
-
-def process_cpu(cmd: Sequence[str], **run_kw: Any) -> ProcessRun:
-    """Run `cmd` to its end (subprocess.run with `run_kw`) and measure it as PROCESS_CPU.
-
-    CPU is user + system seconds of the process and every descendant it waited for (the kernel adds a
-    reaped child's time to its parent's), read as the growth of this process's RUSAGE_CHILDREN. Run one
-    command at a time: a child of this process reaped concurrently would count too.
-    """
-    before, start = _children_cpu(), time.perf_counter()
-    proc = subprocess.run(list(cmd), **run_kw)
-    wall = time.perf_counter() - start
-    return ProcessRun(_children_cpu() - before, wall, proc.returncode, proc.stdout, proc.stderr)
-
-
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux, platform.processor() elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def memory_gib() -> float | None:
-    """Total memory in GiB (from /proc/meminfo), None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def machine() -> dict[str, Any]:
-    """The machine a record was taken on; `load_average` is the 1/5/15-minute load when the record opened."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "cores": os.cpu_count(),
-        "cores_usable": usable,
-        "cpu_model": cpu_model(),
-        "memory_gib": memory_gib(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "load_average": load_average(),
-    }
-
-
-def git_state(root: Path = ROOT) -> dict[str, Any]:
-    """The commit checked out at `root` and whether the tree differs from it outside bench/results/."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
-    try:
-        commit = git("rev-parse", "HEAD").strip()
-        changed = [
-            line for line in git("status", "--porcelain").splitlines() if "bench/results/" not in line[3:]
-        ]
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": bool(changed)}
-
-
 def command_line(argv: Sequence[str]) -> str:
-    """`python bench/NAME.py ARGS` as a shell line, the script's path relative to the project root."""
+    """The command as a shell line: `python -m bench.KIND.NAME ARGS` for a bench script (as it is run, from
+    the project's root), else `python SCRIPT ARGS` with the script's path relative to the root."""
     if not argv:
         return ""
     script = Path(argv[0])
+    rest = [str(a) for a in argv[1:]]
     if script.is_absolute() and script.resolve().is_relative_to(ROOT):
         script = script.resolve().relative_to(ROOT)
-    return shlex.join(["python", str(script), *[str(a) for a in argv[1:]]])
+        if script.parts[0] == "bench" and script.suffix == ".py":
+            return shlex.join(["python", "-m", ".".join(script.with_suffix("").parts), *rest])
+    return shlex.join(["python", str(script), *rest])
 
 
 class Record:

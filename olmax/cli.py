@@ -2,7 +2,9 @@
 
 The front end on top of the areas' front ends. Each area registers its own subcommands from its
 `olmax/<area>/cli.py` through `register(subparsers)` (one `cli.py` per area: the same concept, a front
-end, in each).
+end, in each). Where a command of one area needs another area above it, this module hands it in:
+`olmax train` gets the in-loop evals' builder (the evals area), `olmax model convert` the reading of a
+training run (the train area). So every area's front end imports only its own area and those below.
 Those modules import only argparse at module level, so `olmax --help` stays fast; heavy imports
 (jax, tokenizers, ...) happen inside the command functions.
 """
@@ -11,23 +13,25 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import os
 import sys
+from typing import Any
 
+from olmax import assets_cli, demo_cli
+from olmax.audit import cli as audit_cli
+from olmax.data import cli as data_cli
 from olmax.errors import OlmaxError
+from olmax.evals import cli as evals_cli
+from olmax.model import cli as model_cli
 from olmax.model.libtpu import libtpu_env
+from olmax.train import cli as train_cli
 
-# Areas whose `register(subparsers)` adds subcommands, in `olmax --help` order.
-_AREAS = (
-    "olmax.assets_cli",
-    "olmax.data.cli",
-    "olmax.audit.cli",
-    "olmax.model.cli",
-    "olmax.train.cli",
-    "olmax.evals.cli",
-    "olmax.demo_cli",
-)
+
+def _in_loop_evals(cfg: Any) -> Any:
+    """`olmax train`'s in-loop eval hook (olmax.evals.hook), built when a recipe evaluates in-loop."""
+    from olmax.evals.hook import train_hook
+
+    return train_hook(cfg)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,8 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
         "OLMo-core's order, audit the loader before launch, train, and evaluate held-out loss.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in _AREAS:
-        importlib.import_module(name).register(sub)
+    # in `olmax --help` order
+    assets_cli.register(sub)
+    data_cli.register(sub)
+    audit_cli.register(sub)
+    model_cli.register(sub, convert_run=train_cli.convert_run)
+    train_cli.register(sub, eval_hook=_in_loop_evals)
+    evals_cli.register(sub)
+    demo_cli.register(sub)
     return parser
 
 

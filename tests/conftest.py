@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
@@ -57,16 +55,13 @@ def _fail_the_skip(report) -> None:
     report.longrepr = f"skipped under OLMAX_REQUIRE_ALL=1, where nothing may be missing: {reason}"
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # dask_cluster.py
-
-
 @pytest.fixture(scope="session")
 def dask_address(object_servers):
     """A scheduler and two single-threaded worker processes on 127.0.0.1 (one cluster per test run), whose
     environment reaches the loopback object stores (`object_servers`), so workers read their buckets."""
     pytest.importorskip("apache_beam")
     pytest.importorskip("distributed")
-    from dask_cluster import dask_cluster
+    from olmax.testing.dask_cluster import dask_cluster
 
     env = {}
     for scheme, module in (("s3", "moto.server"), ("gs", "gcp_storage_emulator.server")):
@@ -92,7 +87,7 @@ def object_servers():
     use and stopped at the end of the test run."""
     from contextlib import ExitStack
 
-    from object_stores import object_store
+    from tests.object_stores import object_store
 
     started: dict = {}
     with ExitStack() as stack:

@@ -1,6 +1,7 @@
-"""The package's import graph: arrows point down (no cycle, the library never imports the CLI or the demo)
-and no private (`_name`) crosses a module boundary. Every import counts, also those inside functions;
-only `if TYPE_CHECKING:` imports (annotations, never executed) do not."""
+"""The package's import graph: arrows point down (the layers in `LAYERS`, no cycle, the library never imports
+the CLI or the demo) and no private (`_name`) crosses a module boundary. Every import counts, also those
+inside functions and those of the front ends; only `if TYPE_CHECKING:` imports (annotations, never
+executed) do not."""
 
 from __future__ import annotations
 
@@ -102,6 +103,75 @@ def test_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+# The layers, bottom to top. A module imports from its own layer and the layers below, never from one above:
+# each area's front end (`cli.py`, `*_cli.py`) sits in its area's layer, and only the `olmax` command, the
+# top-level front ends and the demo sit on top. Where a command needs an area above its own, `olmax.cli`
+# hands it in (olmax train's in-loop evals, olmax model convert's reading of a run).
+LAYERS = (
+    "base",  # olmax's top-level modules: errors, atomic, jsonio, storage, recipe, metrics, beam, hashing, ...
+    "dedup",  # the dedup algorithms prepare and the audits share
+    "data",
+    "evalsets",
+    "audit",
+    "model",
+    "train",
+    "evals",
+    "top",  # olmax.cli, olmax.assets_cli, olmax.demo_cli, olmax.demo
+    "testing",  # generators and test-data builders for tests/ and bench/; nothing in the package imports them
+)
+TOP = {"olmax.cli", "olmax.assets_cli", "olmax.demo_cli", "olmax.demo"}
+
+
+def layer(name: str) -> str:
+    """The layer of module `name`: its area (the folder under olmax/), or base / top for a top-level one."""
+    parts = name.split(".")
+    if name in TOP or name.startswith("olmax.demo."):
+        return "top"
+    return parts[1] if len(parts) > 2 or parts[-1] in LAYERS else "base"
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import that climbs to a higher layer, as `module -> imported (layer -> layer)`."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return [
+        f"{m} -> {t} ({layer(m)} -> {layer(t)})"
+        for m, targets in sorted(edges.items())
+        for t in sorted(targets)
+        if rank[layer(t)] > rank[layer(m)]
+    ]
+
+
+def test_every_module_has_a_layer():
+    assert {layer(m) for m in MODULES} <= set(LAYERS), sorted({layer(m) for m in MODULES} - set(LAYERS))
+    assert layer("olmax.train.cli") == "train" and layer("olmax.errors") == "base"
+    assert layer("olmax.demo.pipeline") == "top" and layer("olmax.testing.leak_plants") == "testing"
+
+
+def test_no_import_runs_up():
+    bad = upward(graph())
+    assert not bad, "imports that run back up:\n" + "\n".join(bad)
+
+
+def test_upward_finder_finds_one():
+    assert upward({"olmax.data.loader": {"olmax.train.config"}}) == [
+        "olmax.data.loader -> olmax.train.config (data -> train)"
+    ]
+    assert upward({"olmax.train.cli": {"olmax.data.loader"}}) == []
+
+
+def test_nothing_in_the_package_imports_the_testing_package():
+    """olmax.testing (generators, test-data builders) serves tests/ and bench/; the library, its front ends
+    and the demo never import it."""
+    bad = [
+        f"{MODULES[m]}:{line} imports {t}"
+        for m in MODULES
+        if layer(m) != "testing"
+        for t, _, line in _imports(m)
+        if t == "olmax.testing" or t.startswith("olmax.testing.")
+    ]
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if not _is_front_end(m)))
 def test_library_never_imports_the_cli_or_the_demo(name):
     bad = [(t, line) for t, _, line in _imports(name) if _is_front_end(t) or t == "olmax.cli"]
@@ -125,7 +195,7 @@ RAW_ARRAY_FILES = {
     "olmax.data.tokenfile": "token files",
     "olmax.data.order": "the order file: a uint32 permutation of instance ids",
     "olmax.data.trace": "the trace's inverse permutation (instance id -> position)",
-    "olmax.audit.partition": "the content audits' spilled hash records",
+    "olmax.dedup.spill": "spilled hash records (the content audits, MinHash out of core)",
     "olmax.audit.monitor": "arrays saved in the loader monitor's state",
     "olmax.model.safetensors_io": "safetensors files, mapped as bytes",
     "olmax.model.parity": "the bytes of a parity prompt's text",
@@ -204,9 +274,12 @@ def test_the_loader_never_imports_prepare():
 
 
 def test_prepare_lives_in_its_folder():
-    """Prepare's modules are under olmax/data/prepare/ and only the front ends call into them."""
+    """Prepare's modules are under olmax/data/prepare/ and only the front ends call into them (olmax.testing
+    builds test inputs for it, named after it)."""
     misplaced = [
-        m for m in MODULES if m.rsplit(".", 1)[-1].startswith("prepare") and ".data.prepare" not in m
+        m
+        for m in MODULES
+        if m.rsplit(".", 1)[-1].startswith("prepare") and ".data.prepare" not in m and layer(m) != "testing"
     ]
     assert not misplaced, misplaced
     assert _outside("olmax.data.prepare") == []
@@ -215,7 +288,11 @@ def test_prepare_lives_in_its_folder():
 def test_the_leak_audit_lives_in_its_folder():
     """The leak audit's modules are under olmax/audit/leaks/; the rest of the package reaches it only
     through the front ends (its report is read as JSON)."""
-    misplaced = [m for m in MODULES if "leak" in m.rsplit(".", 1)[-1] and ".audit.leaks" not in m]
+    misplaced = [
+        m
+        for m in MODULES
+        if "leak" in m.rsplit(".", 1)[-1] and ".audit.leaks" not in m and layer(m) != "testing"
+    ]
     assert not misplaced, misplaced
     assert _outside("olmax.audit.leaks") == []
 
@@ -291,3 +368,28 @@ def test_no_library_function_takes_eight_parameters():
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _parameters(node) >= 8
     ]
     assert not wide, "\n".join(wide)
+
+
+def _top_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in `path` (`bench` for `from bench.harness import x`)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_package_and_bench_never_import_the_tests_and_the_package_never_imports_bench():
+    """tests/ sits on top of bench/, bench/ on top of olmax: builders both need live in olmax.testing."""
+    repo = ROOT.parent
+    bad = [
+        f"{p.relative_to(repo)}: tests" for p in (repo / "bench").rglob("*.py") if "tests" in _top_imports(p)
+    ]
+    bad += [
+        f"{p.relative_to(repo)}: {sorted(_top_imports(p) & {'bench', 'tests'})}"
+        for p in MODULES.values()
+        if _top_imports(p) & {"bench", "tests"}
+    ]
+    assert not bad, "\n".join(bad)

@@ -13,24 +13,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "train"))
-
-from train_testdata import train_cmd, train_env, write_config, write_mix  # noqa: E402
-
-from olmax.atomic import file_mode, temp_path, write_text  # noqa: E402
-from olmax.data.prepare.demo_mix import write_mix_spec  # noqa: E402
-from olmax.jsonio import write_json  # noqa: E402
-
-
-def _tokenizer(path: Path) -> Path:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "evals_conftest", Path(__file__).resolve().parent / "evals" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.make_tokenizer(path)
+from olmax.atomic import file_mode, temp_path, write_text
+from olmax.data.prepare.demo_mix import write_mix_spec
+from olmax.jsonio import write_json
+from tests.evals.tokenizer_testdata import make_tokenizer
+from tests.train.train_testdata import train_cmd, train_env, write_config, write_mix
 
 
 def mode(p: Path) -> int:
@@ -64,7 +51,7 @@ def test_every_writer_of_a_run_and_its_export_is_0644_under_umask_022(tmp_path):
         "import os, runpy, sys; os.umask(0o022); sys.argv = ['olmax'] + sys.argv[1:]; "
         "runpy.run_module('olmax.cli', run_name='__main__')"
     )
-    tok = _tokenizer(tmp_path / "tokenizer.json")
+    tok = make_tokenizer(tmp_path / "tokenizer.json")
     for argv in (
         train_cmd(config, run)[3:],
         ["model", "convert", "--to", "hf", str(run), str(export), "--tokenizer", str(tok)],

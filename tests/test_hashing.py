@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.partition import equal_runs
+from olmax.dedup.spill import PartitionSpill
 from olmax.hashing import (
     BASES,
     MERSENNE31,

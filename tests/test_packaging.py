@@ -20,7 +20,8 @@ PRESETS = sorted(p.stem for p in (REPO / "olmax" / "configs").glob("*.yaml"))
 PROBE = """
 import json, sys
 import olmax
-from olmax.train.config import find_config, load_config
+from olmax.recipe import find_config
+from olmax.train.config import load_config
 from olmax.errors import OlmaxError
 names = json.loads(sys.argv[1])
 out = {"file": olmax.__file__, "configs": {}}

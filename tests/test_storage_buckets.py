@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
-from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl  # noqa: E402
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl
 
 pytestmark = pytest.mark.slow  # two protocol servers and ~10 CLI runs per store: about a minute
 

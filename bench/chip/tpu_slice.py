@@ -236,16 +236,19 @@ def run_row(spec: tuple, smoke: bool, seq: int, steps: int) -> dict[str, Any]:
 def chip_part(args: argparse.Namespace) -> dict[str, Any]:
     import jax
 
-    from olmax.train.mfu import device_peak
+    from bench.harness import chip_facts, datasheet_peak
 
     seq = 256 if args.smoke else SEQ
     device = jax.devices()[0]
-    peak = device_peak(device.device_kind) if device.platform == "tpu" else None
+    peak = datasheet_peak(device.device_kind) if device.platform == "tpu" else None
     rows = [r for r in ROWS if not args.rows or r[0] in args.rows.split(",")]
-    stats = device.memory_stats() or {}
-    chip = {"device_kind": device.device_kind, "platform": device.platform, "jax": jax.__version__}
-    chip.update(bytes_limit=stats.get("bytes_limit"), libtpu_init_args=os.environ.get("LIBTPU_INIT_ARGS", ""))
-    part: dict[str, Any] = {"part": "chip", "chip": chip, "peak_flops": peak, "smoke": args.smoke, "rows": []}
+    part: dict[str, Any] = {
+        "part": "chip",
+        "chip": chip_facts(),
+        "peak_flops": peak,
+        "smoke": args.smoke,
+        "rows": [],
+    }
     for spec in rows:
         r = run_row(spec, args.smoke, seq, args.steps)
         if peak and "step_s" in r:

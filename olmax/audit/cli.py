@@ -237,11 +237,11 @@ def _exposure(args: argparse.Namespace) -> int:
     from olmax.jsonio import read_json, write_json
 
     until = args.until_step
-    if args.run:
-        from olmax.train.config import run_config_path
-        from olmax.train.metrics import train_records
+    if args.run:  # the run's own recipe (RUN/config.yaml) and the last step it trained
+        from olmax.metrics import train_records
+        from olmax.recipe import run_config_path
 
-        args.config = run_config_path(args.run)
+        args = argparse.Namespace(**{**vars(args), "config": run_config_path(args.run)})
         steps = train_records(args.run)
         until = max(steps) if steps else 0
     stream = stream_from_args(args, required=("mix", "seq_len", "global_batch_size"))

@@ -24,11 +24,12 @@ import numpy as np
 
 from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.file_pass import DOC_REC, INSTANCE_REC, PassSettings, PassTotals, file_pass
-from olmax.audit.partition import MapProgress, equal_runs, map_reduce, partition_bits
+from olmax.audit.partition import MapProgress, equal_runs, map_reduce
 from olmax.audit.spans import physical_ids
 from olmax.data.index import TokenIndex
 from olmax.data.shards import sidecar_rows
 from olmax.data.token_reads import CACHE_BLOCK_BYTES, read_ranges, same_tokens
+from olmax.dedup.spill import partition_bits
 from olmax.errors import OlmaxError
 
 # tokens one batch of byte-for-byte checks may hold: each side of a pair counted with the piece a bucket's

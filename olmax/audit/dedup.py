@@ -29,12 +29,13 @@ from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdic
 from olmax.audit.config import DedupConfig
 from olmax.audit.content import merge_documents, reduce_documents
 from olmax.audit.file_pass import DOC_REC, SPAN_REC, PassSettings, file_pass
-from olmax.audit.partition import equal_runs, map_reduce, partition_bits
+from olmax.audit.partition import equal_runs, map_reduce
 from olmax.audit.spans import physical_ids
 from olmax.data.loader import file_index
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.token_reads import TokenFile
 from olmax.dedup.gates import cluster_gate, cluster_lines, parse_removed_frac, removed_frac_gates
+from olmax.dedup.spill import partition_bits
 from olmax.errors import OlmaxError
 
 INTERVAL_REC = np.dtype([("phys", "<i4"), ("start", "<i8"), ("end", "<i8")])

@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from olmax.audit.partition import split_partitions
 from olmax.beam import (
     Failed,
     Workspace,
@@ -32,6 +31,7 @@ from olmax.beam import (
     spread,
 )
 from olmax.data.order import work_dir_path
+from olmax.dedup.spill import split_partitions
 from olmax.errors import OlmaxError
 
 beam = require_beam()

@@ -37,11 +37,12 @@ import numpy as np
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
 from olmax.audit.config import StreamConfig
 from olmax.audit.file_pass import PassSettings, file_pass
-from olmax.audit.partition import PartitionSpill, equal_runs
+from olmax.audit.partition import equal_runs
 from olmax.audit.spans import physical_ids
 from olmax.data.loader import stream_index
 from olmax.data.packing import PackedIndex
 from olmax.data.token_reads import TokenFile
+from olmax.dedup.spill import PartitionSpill
 from olmax.errors import OlmaxError
 from olmax.hashing import packed_row_hashes, row_hashes, window_hashes
 

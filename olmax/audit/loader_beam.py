@@ -21,7 +21,7 @@ from olmax.audit.content import ContentReport, assemble_content, content_layout,
 from olmax.audit.dedup import merge_spans, span_reduce, span_report
 from olmax.audit.dedup_beam import map_reduce_beam
 from olmax.audit.file_pass import SPAN_REC, PassSettings, file_pass
-from olmax.audit.partition import partition_bits
+from olmax.dedup.spill import partition_bits
 from olmax.ranged import WithPins, export_pins
 
 

@@ -28,8 +28,8 @@ from collections import Counter
 import numpy as np
 
 from olmax.atomic import temp_path
-from olmax.audit.partition import PartitionSpill, ScratchColumn, partition_bits
 from olmax.audit.phases import Progress
+from olmax.dedup.spill import PartitionSpill, ScratchColumn, partition_bits
 from olmax.hashing import mix64_array
 from olmax.jsonio import write_json
 

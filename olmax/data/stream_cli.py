@@ -14,6 +14,7 @@ import argparse
 from olmax.cli_fields import add_fields, flag_of, values_from_args
 from olmax.data.stream import DEMO_MIX, StreamSpec
 from olmax.errors import OlmaxError
+from olmax.recipe import recipe_section
 
 # The stream fields each kind of command takes as options (help, type and choices: StreamSpec's fields)
 _MIX = ("mix", "base_dir", "tokenizer_id")
@@ -59,9 +60,7 @@ def stream_from_args(args: argparse.Namespace, *, required: tuple[str, ...] = ("
     names the demo mix finds it prepared."""
     given = values_from_args(args, StreamSpec, only=_FLAGS, given_only=True)
     if getattr(args, "config", None):
-        from olmax.train.config import load_config
-
-        base = load_config(args.config).data
+        base = recipe_section(args.config, "data", StreamSpec)
     else:
         base = StreamSpec()
         missing = [flag_of(StreamSpec, k) for k in required if k not in given]
@@ -71,8 +70,15 @@ def stream_from_args(args: argparse.Namespace, *, required: tuple[str, ...] = ("
                 f"{'them' if len(missing) > 1 else 'it'})"
             )
     spec = base.replace(**given)
-    if spec.mix == DEMO_MIX:  # `mix: demo` (the tiny recipe's): prepared here, before anything loads it
+    prepare_named_demo_mix(spec)
+    return spec
+
+
+def prepare_named_demo_mix(spec: StreamSpec) -> None:
+    """When the stream names the demo mix (`mix: demo`, the tiny recipe's), prepare it where the loader
+    finds it (olmax.data.prepare.demo_mix; only then is the preparation pipeline imported). Every command
+    that reads a stream calls this before loading, so loading itself never writes shards."""
+    if spec.mix == DEMO_MIX:
         from olmax.data.prepare.demo_mix import ensure_stream_mix
 
         ensure_stream_mix(spec)
-    return spec

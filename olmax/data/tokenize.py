@@ -5,7 +5,7 @@ the ids that `tokenizers.Tokenizer.from_file(path).encode(text, add_special_toke
 tokens such as `<|endoftext|>` written literally in a text are matched, as `tokenizers` does). A text holding
 a lone surrogate (not valid Unicode) is refused with OlmaxError by every engine.
 
-Engines, fastest first (tokens per CPU-second on real text: bench/prepare.py, docs/tokenizers.md):
+Engines, fastest first (tokens per CPU-second on real text: bench/peers/prepare.py, docs/tokenizers.md):
   gigatoken   byte-level and SentencePiece BPE in Rust; loads any tokenizer.json it supports
   tiktoken    only a cl100k-style byte-level BPE (one Split regex, ByteLevel without its own regex, no
               normalizer, merges whose order equals the rank of what they make)

@@ -9,7 +9,7 @@ with Dolma 3's 26 x 11), then buckets each band. Here (`SpilledTables`, filled b
 - the shingle counts stay in memory (8 bytes a document).
 `cluster_spilled` then reads one band's keys back at a time (8 bytes a document), buckets them as
 `cluster` does (`band_pairs`) and routes the pairs, by a hash of the pair, to partition files on scratch
-(olmax.audit.partition.PartitionSpill); each partition's pairs are made unique, counted and verified on
+(olmax.dedup.spill.PartitionSpill); each partition's pairs are made unique, counted and verified on
 the shingle sets (read from the scratch file for the documents of the partition's pairs only, never
 memory-mapped: mapped pages would count as resident), and the verified edges (the near-duplicates alone) are joined into components in memory
 (`components`). Peak memory: about 40 bytes a document for the band being bucketed, one partition of
@@ -25,9 +25,9 @@ import tempfile
 
 import numpy as np
 
-from olmax.audit.partition import PartitionSpill, ScratchColumn, partition_bits
 from olmax.dedup.minhash import Clusters, band_keys, band_pairs, components, jaccard
 from olmax.dedup.params import MinHashParams
+from olmax.dedup.spill import PartitionSpill, ScratchColumn, partition_bits
 from olmax.hashing import mix64_array
 
 _PAIR = np.dtype([("hash", np.uint64), ("code", np.int64)])

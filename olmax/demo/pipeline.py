@@ -96,7 +96,7 @@ def _read(path: Path) -> dict:
 
 def _metrics(run_dir: Path) -> dict[int, dict]:
     """The last train record of each step in a run's metrics.jsonl (a resumed run rewrites the replayed steps)."""
-    from olmax.train.metrics import train_records
+    from olmax.metrics import train_records
 
     return train_records(run_dir)
 
@@ -639,7 +639,7 @@ show; servings per window served):
 The gains attributed to contamination: the {PLANTED_ITEMS} {PLANTED_SET} items planted in the contaminated mix
 (section 3) against the other {PLANTED_SET} items, scored alone at each kept checkpoint, with bootstrap 95%
 intervals. This run trained on the clean mix, so this is the null comparison: the planted items were never
-seen, and a gain interval that excludes 0 would be a false alarm (`bench/memorization_power.py` measures how
+seen, and a gain interval that excludes 0 would be a false alarm (`bench/studies/memorization_power.py` measures how
 large a dose the check needs at this scale).
 ```
 {d.commands[-1]}

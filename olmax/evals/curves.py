@@ -1,6 +1,6 @@
 """Loss curves of a run (DIR/metrics.jsonl) or a reference (another run, or a CSV of a published curve).
 
-metrics.jsonl (schema: olmax.train.metrics) holds train records `{"step", "loss", ...}` and held-out
+metrics.jsonl (schema: olmax.metrics) holds train records `{"step", "loss", ...}` and held-out
 results in either of two shapes: keys `eval/<set>/ce` inside a train record (what `olmax train`'s eval
 hook writes, see hook.py), or separate records from `run_heldout` (`{"kind": "heldout", "step", "eval",
 "subset", "ce", ...}`, what `eval heldout --append-metrics` writes). Only whole sets are read here, not
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from olmax.errors import OlmaxError
-from olmax.train.metrics import metrics_path, read_records
+from olmax.metrics import metrics_path, read_records
 
 DOWNSTREAM_PREFIX = "eval/downstream/"
 DOWNSTREAM_METRIC = " (length-normalized accuracy v2)"

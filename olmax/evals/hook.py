@@ -6,31 +6,24 @@ steps and merges the returned floats into that step's metrics.jsonl record as `e
 OLMo-core's names, `lm/<label>/CE loss` and `lm/<label>/PPL`: olmax.evals.heldout.metric_values). Sets are tokenized once, when the
 hook is built; each call only scores (`run_heldout`), reusing one compiled function across steps.
 
-Which sets: the config's `train.eval_sets` (as `--eval`: olmax.evalsets.spec; OLMo-core suites under
-`train.eval_base_dir`), else `$OLMAX_EVAL_SETS`
-(`NAME=PATH;NAME=PATH`, or bundled names), else the bundled `sciq` and `arc_easy` sets; `train.eval_limit`,
-else `$OLMAX_EVAL_LIMIT`, documents of each (default 64, 0: all); tokenizer `train.eval_tokenizer`, else
-`$OLMAX_EVAL_TOKENIZER`, else dolma2; instance length = data.seq_len. `olmax train` fills these three
-into the config before it starts (`with_eval_defaults`), so the run's config.yaml holds the values that
-ran and reproduces its evals with the environment cleared. OLMo-core's downstream tasks in `train.eval_downstream`
-(`train.eval_downstream_limit` documents each, 0: all) are scored too, under `downstream/TASK (...)`, so
+Which sets, how many documents of each and the tokenizer: olmax.train.eval_defaults (the config, else
+the environment, else olmax's defaults; as `--eval`: olmax.evalsets.spec; OLMo-core suites under
+`train.eval_base_dir`), filled into the run's config before it starts; instance length = data.seq_len.
+OLMo-core's downstream tasks in `train.eval_downstream` (`train.eval_downstream_limit` documents each,
+0: all) are scored too, under `downstream/TASK (...)`, so
 the step record holds OLMo-core's `eval/downstream/...` names (olmax.evals.downstream).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from olmax.assets import tokenizer_path
 from olmax.data.tokenize import load_tokenizer
-from olmax.errors import OlmaxError
 from olmax.evals.downstream import metric_values as downstream_values
 from olmax.evals.downstream import run_downstream, run_tasks
-
-DEFAULT_SETS = ("sciq", "arc_easy")
+from olmax.train.eval_defaults import default_tokenizer, eval_settings
 
 
 def flatten(records: list[dict]) -> dict[str, float]:
@@ -51,59 +44,9 @@ def eval_batch_size(seq_len: int, vocab_size: int) -> int:
     return max(1, min(8, LOGITS_BUDGET // (seq_len * vocab_size)))
 
 
-DEFAULT_LIMIT = 64
-DEFAULT_TOKENIZER = "dolma2"
-
-
-def default_tokenizer(tokenizer: str | None = None) -> str:
-    """The eval sets' tokenizer spec: `tokenizer`, else $OLMAX_EVAL_TOKENIZER, else dolma2."""
-    return tokenizer or os.environ.get("OLMAX_EVAL_TOKENIZER") or DEFAULT_TOKENIZER
-
-
 def eval_tokenizer(tokenizer: str | None = None):
     """The eval sets' tokenizer, loaded: `tokenizer`, else $OLMAX_EVAL_TOKENIZER, else dolma2."""
     return load_tokenizer(str(tokenizer_path(default_tokenizer(tokenizer))))
-
-
-def _env_limit() -> int:
-    raw = os.environ.get("OLMAX_EVAL_LIMIT", "").strip()
-    if not raw:
-        return DEFAULT_LIMIT
-    try:
-        return int(raw)
-    except ValueError:
-        raise OlmaxError(
-            f"OLMAX_EVAL_LIMIT={raw!r}: not a whole number; set it to documents per set (0: all) or unset it"
-        ) from None
-
-
-def eval_settings(
-    cfg: Any, sets: Sequence[str] | None = None, limit: int | None = None
-) -> tuple[list[str], int]:
-    """(set specs, documents per set, 0 = all): the in-loop rule (module docstring), which `olmax eval watch`
-    follows too so that its numbers are the trainer's."""
-    train = getattr(cfg, "train", None)
-    env_sets = [s.strip() for s in os.environ.get("OLMAX_EVAL_SETS", "").split(";") if s.strip()]
-    specs = list(sets or ()) or list(getattr(train, "eval_sets", ())) or env_sets or list(DEFAULT_SETS)
-    if limit is None:
-        limit = getattr(train, "eval_limit", None)
-    if limit is None:
-        limit = _env_limit()
-    return specs, limit
-
-
-def with_eval_defaults(cfg: Any) -> Any:
-    """`cfg` (an ExperimentConfig) with `train.eval_sets`, `train.eval_limit` and `train.eval_tokenizer`
-    filled in by the in-loop rule (environment, then olmax's defaults) where the config leaves them unset:
-    what `olmax train` records and `--dry-run` prints, so nothing the evals read is left to the environment."""
-    specs, limit = eval_settings(cfg)
-    train = dataclasses.replace(
-        cfg.train,
-        eval_sets=tuple(specs),
-        eval_limit=limit,
-        eval_tokenizer=default_tokenizer(cfg.train.eval_tokenizer),
-    )
-    return cfg.replace(train=train)
 
 
 def train_hook(

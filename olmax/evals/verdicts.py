@@ -66,7 +66,7 @@ class Thresholds:
     unseen_gap_nats: float = 0.1  # check 5: CE(unseen mix text) - train loss above this (and 3 s.e.) flags
     # check 6 (contaminated): a set flags when the lower end of the 95% bootstrap interval of its CE gain
     # (how much more its contaminated items improved than its clean ones since the first scored step) is
-    # above this; 0: any gain beyond the interval (bench/memorization_power.py measures its power)
+    # above this; 0: any gain beyond the interval (bench/studies/memorization_power.py measures its power)
     contam_gain_nats: float = 0.0
     # checks 7-9 (olmax/evals/membership.py): a source flags when the AUROC of its windows served >= repeat_min
     # times against never-served windows has a Mann-Whitney z above membership_z and exceeds membership_auroc

@@ -1,14 +1,24 @@
 """`olmax model ...` (the model area's front end): convert checkpoints HF <-> olmax, check logit parity, print a
-preset's size and FLOPs."""
+preset's size and FLOPs.
+
+A training run is read by the train area, above this one: the `olmax` command hands its reader in
+(`register(sub, convert_run=...)`), so this front end imports nothing above the model.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+# converts a training run (or one of its checkpoint steps) `args.src` into `out`; False when it is not one
+ConvertRun = Callable[[argparse.Namespace, str], bool]
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction, convert_run: ConvertRun | None = None) -> None:
+    """Add `olmax model`; `convert_run` reads a training run for `model convert`."""
     model = sub.add_parser("model", help="OLMo 3 model: convert HF <-> olmax, logit parity, preset info")
     model_sub = model.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
 
@@ -45,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="tokenizer.json (or dolma2) to ship with an HF "
         "export (default: a run's own; an HF source's tokenizer files)",
     )
-    convert.set_defaults(func=_convert)
+    convert.set_defaults(func=functools.partial(_convert, convert_run=convert_run))
 
     parity = model_sub.add_parser(
         "parity",
@@ -86,31 +96,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     info.set_defaults(func=_info)
 
 
-def _convert(args: argparse.Namespace) -> int:
+def _convert(args: argparse.Namespace, convert_run: ConvertRun | None = None) -> int:
     from olmax import storage
 
     # OUT may be an object-store URL: built in a local staging folder, uploaded when complete with
     # config.json (what loaders open first) last; a non-empty destination is refused before any work
     with storage.staged_output(args.out, last=("config.json", "model_config.json")) as out:
+        if convert_run is not None and convert_run(args, out):
+            return 0
         return _convert_into(args, out)
 
 
 def _convert_into(args: argparse.Namespace, out: str) -> int:
     from olmax.errors import OlmaxError
     from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
-    from olmax.train.export import export_hf, restore_run_model, run_checkpoint
 
     src = Path(args.src)
-    if (found := run_checkpoint(src)) is not None:
-        if args.to == "hf":
-            info = export_hf(src, out, dtype=args.dtype, tokenizer=args.tokenizer)
-            print(
-                f"wrote hf checkpoint {args.out} (run {info['source_run']}, step {info['step']}, "
-                f"{info['dtype']}, data fingerprint {info['data_fingerprint']})"
-            )
-            return 0
-        model, tokenizer_from = restore_run_model(*found).model, None
-    elif (src / "model_config.json").is_file():
+    if (src / "model_config.json").is_file():
         model, tokenizer_from = load_olmax(src), None
     elif (src / "config.json").is_file():
         model, tokenizer_from = from_hf(src), src

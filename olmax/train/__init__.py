@@ -7,8 +7,8 @@ Public API (resolved lazily: `import olmax.train` stays free of JAX):
 - `train(cfg, run_dir, mix=None, eval_hook=None)` -> summary: trains to `cfg.train.steps`, resuming from
   the newest complete checkpoint in `run_dir`; `dry_run(cfg)` -> the resolved config and sizes as text;
 - `EvalContext` / `EvalHook`: `eval_hook(ctx) -> {name: float}` runs every `train.eval_every` steps and
-  its values land in that step's metrics.jsonl line as `eval/<name>`; the CLI takes the hook from
-  `olmax.evals.hook.train_hook(cfg)`;
+  its values land in that step's metrics.jsonl line as `eval/<name>`; the `olmax` command hands `olmax train`
+  the hook built by `olmax.evals.hook.train_hook(cfg)`;
 - `Checkpointer`, `make_mesh`, `make_train_step`, `learning_rate` for callers that build their own loop.
 """
 

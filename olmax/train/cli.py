@@ -1,18 +1,30 @@
-"""`olmax train` (the train area's front end): parse flags and overrides, build the experiment config, call `olmax.train.loop.train`."""
+"""`olmax train` (the train area's front end): the command line read once into a `TrainCommand`, its run
+folder opened once (olmax.train.run_mirror), its config built once (olmax.train.runrecord.start_config),
+then `olmax.train.loop.train`. Also `olmax model convert`'s reading of a training run (`convert_run`).
+
+The in-loop evals are built by the evals area, above this one: the `olmax` command hands their builder in
+(`register(sub, eval_hook=...)`), so this front end imports nothing above the trainer.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import importlib.util
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+# builds the in-loop eval hook of an experiment config (olmax.evals.hook.train_hook)
+EvalHookBuilder = Callable[[Any], Callable[[Any], dict[str, float]]]
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction, eval_hook: EvalHookBuilder | None = None) -> None:
+    """Add `olmax train`; `eval_hook` builds the in-loop evals a recipe with `train.eval_every` runs."""
     p = sub.add_parser(
         "train",
         help="train (or resume) a run from a recipe: tiny, olmo3_7b_stage1, ...",
@@ -56,18 +68,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="compile the step for --topology here, ahead of time (libtpu needed, no chip), and print its per-chip "
         "plan: memory against the chip's HBM, kernel and remat resolved for the target, collectives, predicted "
-        "step time and MFU; exits 1 when it does not fit (naming what would)",
+        "step time and MFU; exits 1 when it does not fit, naming what would",
     )
     p.add_argument(
         "--topology",
         metavar="TYPE",
-        help="--plan: a Cloud TPU accelerator type, e.g. v5e-256, v5e-64, v5p-128, v6e-64",
+        help="--plan: a Cloud TPU accelerator type, e.g. v5e-256, v5e-64, v5p-128",
     )
     p.add_argument("--num-slices", type=int, default=1, help="--plan: slices of --topology joined by DCN")
     p.add_argument(
         "--coordinator",
         default=os.environ.get("OLMAX_COORDINATOR"),
-        help="multi-process: coordinator host:port for jax.distributed (or $OLMAX_COORDINATOR)",
+        help="multi-process: coordinator host:port for jax.distributed (or $OLMAX_COORDINATOR); not needed on a "
+        "Cloud TPU slice, whose workers find each other",
     )
     p.add_argument(
         "--num-processes",
@@ -81,123 +94,137 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=int(os.environ.get("OLMAX_PROCESS_ID", "-1")),
         help="multi-process: this process's id (or $OLMAX_PROCESS_ID)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=functools.partial(run, eval_hook=eval_hook))
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    out = list(args.overrides)
-    if args.steps is not None:
-        out.append(f"train.steps={args.steps}")
-    if args.checkpoint_every is not None:
-        out.append(f"checkpoint.every={args.checkpoint_every}")
-    if args.mix is not None:
-        out.append(f"data.mix={args.mix}")
-    if args.no_progress:
-        out.append("train.progress=false")
-    return out
+@dataclass(frozen=True)
+class Processes:
+    """jax.distributed's settings: none (`coordinator` None) for a single-process run."""
+
+    coordinator: str | None
+    count: int | None
+    index: int
 
 
-def _distributed(args: argparse.Namespace) -> None:
-    import jax
+@dataclass(frozen=True)
+class Plan:
+    """--plan's target: a Cloud TPU accelerator type (None: not given) and how many slices of it."""
 
-    if not args.coordinator:
-        return
-    if args.num_processes is None or args.process_id < 0:
-        from olmax.errors import OlmaxError
+    topology: str | None
+    num_slices: int
 
-        raise OlmaxError(
-            "--coordinator needs --num-processes and --process-id (or OLMAX_NUM_PROCESSES / OLMAX_PROCESS_ID)"
+
+@dataclass(frozen=True)
+class TrainCommand:
+    """`olmax train`'s command line, read once: the recipe, the run folder as given, every override (the
+    dotted ones, then those the flags --steps, --checkpoint-every, --mix and --no-progress stand for), what
+    to do and how to report it, and the process settings."""
+
+    config: str
+    run_dir: str | None
+    overrides: tuple[str, ...]
+    dry_run: bool
+    json: str | None  # "-": the summary as a JSON line on stderr; a path: --plan's report there
+    processes: Processes
+    plan: Plan | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainCommand:
+        flags = {
+            "train.steps": args.steps,
+            "checkpoint.every": args.checkpoint_every,
+            "data.mix": args.mix,
+            "train.progress": "false" if args.no_progress else None,
+        }
+        dotted, json_to = list(args.overrides), args.json
+        if json_to not in (None, "-") and "=" in json_to and "." in json_to.split("=", 1)[0]:
+            dotted.insert(0, json_to)  # `--json area.key=value`: an override, not --json's PATH
+            json_to = "-"
+        return cls(
+            config=args.config,
+            run_dir=args.run_dir,
+            overrides=(*dotted, *(f"{k}={v}" for k, v in flags.items() if v is not None)),
+            dry_run=args.dry_run,
+            json=json_to,
+            processes=Processes(args.coordinator, args.num_processes, args.process_id),
+            plan=Plan(args.topology, args.num_slices) if args.plan else None,
         )
-    if os.environ.get("JAX_PLATFORMS", "") == "cpu" or not _has_accelerator():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=args.coordinator, num_processes=args.num_processes, process_id=args.process_id
-    )
 
 
-def _has_accelerator() -> bool:
-    return any(
-        importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
-    )
+def run(args: argparse.Namespace, eval_hook: EvalHookBuilder | None = None) -> int:
+    return train_command(TrainCommand.from_args(args), eval_hook)
 
 
-def _eval_hook(cfg):
-    """The held-out eval hook (olmax.evals.hook) when the recipe evaluates in-loop, else None."""
-    if not cfg.train.eval_every:
-        return None
-    from olmax.evals.hook import train_hook
+def train_command(cmd: TrainCommand, eval_hook: EvalHookBuilder | None = None) -> int:
+    """Run `cmd`: open the run folder, build the config, then print it (--dry-run) or train."""
+    from olmax.errors import OlmaxError
+    from olmax.train.run_mirror import training_folder
+    from olmax.train.runrecord import start_config
 
-    return train_hook(cfg)
-
-
-def _resume_config(cfg, args: argparse.Namespace):
-    """On resume the run's saved config is the default: the command line's overrides apply to it, and the
-    --config file's own differing settings are ignored (said on stderr), all but train.steps, the
-    command's target. A fresh run uses `cfg`."""
-
-    from olmax.evals.hook import with_eval_defaults
-    from olmax.train import runrecord
-    from olmax.train.config import absolute_paths, load_config, load_run_config
-
-    run_dir = Path(args.run_dir)
-    if not (run_dir / runrecord.CONFIG).is_file() or not runrecord.has_checkpoint(run_dir):
-        return cfg
-    saved = str(run_dir / runrecord.CONFIG)
-    # the saved paths are read against the run folder, the command line's against the current one
-    resumed = absolute_paths(load_config(saved, _overrides(args), base=load_run_config(run_dir)))
-    resumed = with_eval_defaults(resumed)  # a run recorded before the defaults were filled in
-    # the step to train to is the command's (--steps, else the --config file's), not a setting of the
-    # run: rerunning the original command after a shorter --steps run finishes it
-    resumed = resumed.replace(train=dataclasses.replace(resumed.train, steps=cfg.train.steps))
-    ignored = runrecord.changes(resumed, absolute_paths(cfg))
-    args.resume_note = (
-        f"olmax train: resuming {run_dir}: its {runrecord.CONFIG} is the default, so --config "
-        f"{args.config}'s differing setting(s) are not used: {_some(list(ignored))} (pass an override "
-        "to change one)"
-        if ignored
-        else ""
-    )
-    return resumed
-
-
-def _some(names: list[str], n: int = 8) -> str:
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-def _bucket_run(args: argparse.Namespace):
-    """For a `--run-dir` URL in object storage: its local mirror (olmax.train.run_mirror), brought to the
-    bucket's newest complete checkpoint when the bucket is further than the mirror (a resume on another
-    machine), and `args.run_dir` pointed at it; None for a local folder."""
-    from olmax import storage
-    from olmax.train.checkpoint import complete_steps
-    from olmax.train.run_mirror import RunMirror, is_remote_run
-
-    if not is_remote_run(args.run_dir):
-        return None
-    storage.require_bucket(args.run_dir)
-    mirror = RunMirror(args.run_dir, "train")
-    remote = mirror.complete_remote_steps()
-    local = complete_steps(mirror.local / "checkpoints")
-    if remote and (not local or remote[0] > local[0]):
+    if cmd.plan is not None:
+        return _plan(cmd)
+    folder = training_folder(cmd.run_dir) if cmd.run_dir else None
+    if folder is not None and folder.pulled is not None:
         print(
-            f"olmax train: resuming {mirror.url} from its step {remote[0]} (downloaded to {mirror.local})",
+            f"olmax train: resuming {folder.url} from its step {folder.pulled} (downloaded to {folder.local})",
             file=sys.stderr,
             flush=True,
         )
-        mirror.pull(newest_only=True)
-    args.run_dir = str(mirror.local)
-    return mirror
+    # with a run folder, the config resuming it would use: a dry run shows what the run would train with
+    cfg, note = start_config(cmd.config, cmd.overrides, folder.local if folder else None)
+    if cmd.dry_run:
+        from olmax.train.loop import dry_run
+
+        if note:
+            print(note, file=sys.stderr)
+        print(dry_run(cfg))
+        return 0
+    if folder is None:
+        raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
+    _distributed(cmd.processes)
+    summary = _train(cfg, folder, note, eval_hook)
+    _report(summary, cmd.json)
+    return 0
 
 
-def _json_path(args: argparse.Namespace) -> None:
-    """`--json` before an override takes the override as its PATH: give it back to the overrides."""
-    if args.json not in (None, "-") and "=" in args.json and "." in args.json.split("=", 1)[0]:
-        args.overrides.insert(0, args.json)
-        args.json = "-"
+def _train(cfg, folder, note: str, eval_hook: EvalHookBuilder | None) -> dict:
+    """Train `cfg` in `folder` (a RunFolder) under its lock; a bucket run's steps are uploaded after each
+    save and at the end, and the summary names the bucket."""
+    import jax
+
+    from olmax.atomic import exclusive
+    from olmax.data.loader import resolve_mix
+    from olmax.data.stream_cli import prepare_named_demo_mix
+    from olmax.errors import OlmaxError
+    from olmax.train.loop import train
+
+    mirror = folder.mirror
+    if mirror is not None and jax.process_count() > 1:
+        raise OlmaxError(
+            f"--run-dir {folder.url}: a bucket run folder is written by one process (its local mirror is a "
+            "folder of this machine); for a multi-process run give a shared local folder and copy it to the "
+            "bucket"
+        )
+    # one run per run directory: a second `olmax train` on it refuses (the processes of one multi-process
+    # run share the directory, and process 0 holds the lock for them all)
+    lock = exclusive(folder.local, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        prepare_named_demo_mix(cfg.data)  # `mix: demo` (the tiny recipe's), as every stream command does
+        resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
+        push = (lambda: mirror.push(keep=cfg.checkpoint.keep)) if mirror is not None else None
+        hook = eval_hook(cfg) if eval_hook is not None and cfg.train.eval_every else None
+        summary = train(cfg, str(folder.local), eval_hook=hook, resume_note=note, after_save=push)
+        if mirror is not None:  # the last step, sealed when the checkpointer closed, and the final record
+            push()
+            summary["run_dir"] = folder.url
+            if summary.get("checkpoint"):
+                summary["checkpoint"] = f"{folder.url}/checkpoints/{Path(summary['checkpoint']).name}"
+    return summary
 
 
-def _plan(args: argparse.Namespace) -> int:
-    """`olmax train --plan`: the step compiled for a slice here; exit 1 when it does not fit."""
+def _plan(cmd: TrainCommand) -> int:
+    """`olmax train --plan`: the step compiled for a slice here, printed (and written to --json PATH); exit 1
+    when it does not fit, with the settings that would."""
     import jax
 
     from olmax.errors import OlmaxError
@@ -205,92 +232,69 @@ def _plan(args: argparse.Namespace) -> int:
     from olmax.train.config import load_config
     from olmax.train.plan import format_report, parse_topology, plan_report, what_fits
 
-    if not args.topology:
+    if not cmd.plan.topology:
         raise OlmaxError("--plan needs --topology (a Cloud TPU accelerator type, e.g. v5e-256)")
-    topology = parse_topology(args.topology, args.num_slices)
+    topology = parse_topology(cmd.plan.topology, cmd.plan.num_slices)
     if "JAX_PLATFORMS" not in os.environ:  # a plan needs no chip, and leaves one a run holds alone
         jax.config.update("jax_platforms", "cpu")
-    overrides = _overrides(args) + ([] if args.mix else ["data.mix=plan"])  # a plan reads no data
-    cfg = load_config(args.config, overrides)
+    has_mix = any(o.startswith("data.mix=") for o in cmd.overrides)
+    cfg = load_config(cmd.config, [*cmd.overrides, *([] if has_mix else ["data.mix=plan"])])  # reads no data
 
     def say(line: str) -> None:
         print(f"olmax plan: {line}", file=sys.stderr, flush=True)
 
     say(
-        f"compiling {args.config} for {topology.name} ({topology.libtpu_name}) on this host; a 7B step takes minutes"
+        f"compiling {cmd.config} for {topology.name} ({topology.libtpu_name}) on this host; a 7B step takes minutes"
     )
     report = plan_report(cfg, topology, say=say)
     if not report["fits"] and cfg.model.remat != "auto":
         report["what_fits"] = what_fits(cfg, topology, say=say)
     print(format_report(report), flush=True)
-    if args.json and args.json != "-":
-        write_json(args.json, report)
+    if cmd.json not in (None, "-"):
+        write_json(cmd.json, report)
     return 0 if report["fits"] else 1
 
 
-def run(args: argparse.Namespace) -> int:
-    from olmax.data.loader import resolve_mix
-    from olmax.data.prepare.demo_mix import ensure_stream_mix
-    from olmax.errors import OlmaxError
-    from olmax.evals.hook import with_eval_defaults
-    from olmax.train.config import load_config
-
-    _json_path(args)
-    if args.plan:
-        return _plan(args)
-    # every default the run reads from the environment is filled in here, so the dry run and the record
-    # show it (docs/runs.md)
-    cfg = with_eval_defaults(load_config(args.config, _overrides(args)))
-    mirror = _bucket_run(args) if args.run_dir else None
-    if args.run_dir:  # a dry run on a run folder shows what resuming it would train with
-        cfg = _resume_config(cfg, args)
-    if args.dry_run:
-        from olmax.train.loop import dry_run
-
-        if getattr(args, "resume_note", ""):
-            print(args.resume_note, file=sys.stderr)
-        print(dry_run(cfg))
-        return 0
-    if not args.run_dir:
-        raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
-    _distributed(args)
-
+def _report(summary: dict, as_json: str | None) -> None:
     import jax
 
-    if mirror is not None and jax.process_count() > 1:
-        raise OlmaxError(
-            f"--run-dir {mirror.url}: a bucket run folder is written by one process (its local mirror is a "
-            "folder of this machine); for a multi-process run give a shared local folder and copy it to the "
-            "bucket"
+    if jax.process_index() != 0:
+        return
+    if as_json:
+        print(json.dumps(summary, default=str), file=sys.stderr)
+    elif summary.get("last"):
+        from olmax.train.loop import summary_table
+
+        print(summary_table(summary), flush=True)
+
+
+def _distributed(processes: Processes) -> None:
+    """JAX's distributed system for a run of several processes (olmax.train.launch), said once."""
+    from olmax.train.launch import start
+
+    started = start(processes.coordinator, processes.count, processes.index)
+    if started:
+        print(f"olmax train: {started}", file=sys.stderr, flush=True)
+
+
+def convert_run(args: argparse.Namespace, out: str) -> bool:
+    """`olmax model convert` from a training run (olmax.model.cli, handed this by the `olmax` command):
+    when `args.src` is a run folder or one of its checkpoint steps, write it to `out` in `args.to`'s format
+    and say so; False when it is neither (an HF or olmax directory, which the model area reads itself)."""
+    from olmax.train.export import export_hf, restore_run_model, run_checkpoint
+
+    found = run_checkpoint(args.src)
+    if found is None:
+        return False
+    if args.to == "hf":
+        info = export_hf(args.src, out, dtype=args.dtype, tokenizer=args.tokenizer)
+        print(
+            f"wrote hf checkpoint {args.out} (run {info['source_run']}, step {info['step']}, "
+            f"{info['dtype']}, data fingerprint {info['data_fingerprint']})"
         )
+        return True
+    from olmax.model.convert import save_olmax
 
-    from olmax.atomic import exclusive
-    from olmax.train.loop import train
-
-    # one run per run directory: a second `olmax train` on it refuses (the processes of one multi-process
-    # run share the directory, and process 0 holds the lock for them all)
-    lock = exclusive(args.run_dir, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
-    with lock:
-        ensure_stream_mix(cfg.data)  # the demo mix (`mix: demo`) is prepared here, never by the loader
-        resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
-        push = (lambda: mirror.push(keep=cfg.checkpoint.keep)) if mirror is not None else None
-        summary = train(
-            cfg,
-            args.run_dir,
-            eval_hook=_eval_hook(cfg),
-            resume_note=getattr(args, "resume_note", ""),
-            after_save=push,
-        )
-        if mirror is not None:  # the last step, sealed when the checkpointer closed, and the final record
-            push()
-            summary["run_dir"] = mirror.url
-            if summary.get("checkpoint"):
-                summary["checkpoint"] = f"{mirror.url}/checkpoints/{Path(summary['checkpoint']).name}"
-    if jax.process_index() == 0:
-        if args.json:
-            print(json.dumps({k: v for k, v in summary.items()}, default=str), file=sys.stderr)
-        elif summary.get("last"):
-            from olmax.train.loop import summary_table
-
-            print(summary_table(summary), flush=True)
-    return 0
+    save_olmax(restore_run_model(*found).model, out)
+    print(f"wrote olmax checkpoint {args.out}")
+    return True

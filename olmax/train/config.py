@@ -4,7 +4,8 @@ A config file (`configs/NAME.yaml`, or any path) has one mapping per area: `mode
 `olmax.model.PRESETS` under `preset`, then any `ModelConfig` field), `data`, `optim`, `mesh`,
 `checkpoint`, `train`. Overrides are `area.field=value` strings (OmegaConf dotlist syntax) applied on
 top. Unknown keys are errors that name the file and the key, so a typo never trains silently with a
-default. `dump_yaml` writes the fully resolved config, which `load_config` reads back unchanged.
+default (the reading rules: olmax.recipe). `dump_yaml` writes the fully resolved config, which `load_config`
+reads back unchanged.
 
 One `config.py` per area (audit, model, train, data.prepare): the same concept, an area's typed settings.
 """
@@ -12,24 +13,27 @@ One `config.py` per area (audit, model, train, data.prepare): the same concept, 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from olmax.data.mixfile import OLMO_CORE_PREFIX
 from olmax.data.stream import DEMO_MIX, UNSET_MIX, StreamSpec
 from olmax.errors import OlmaxError
 from olmax.model.config import PRESETS, ModelConfig, YarnConfig
-
-# The presets ship inside the package (pyproject package-data), so an installed wheel finds them from any folder;
-# the repository's top-level `configs` is a link to this folder, so documented paths like configs/tiny.yaml work.
-CONFIG_DIRS = (Path(__file__).resolve().parents[1] / "configs",)
+from olmax.recipe import (
+    build,
+    closest,
+    coerce,
+    find_config,
+    origin,
+    origins_of,
+    read_recipe,
+    run_config_path,
+    unknown_keys,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class TrainConfig:
     steps: int = 1000  # absolute optimizer step to train to
     seed: int = 0  # parameter init and the saved RNG
     eval_every: int = 0  # held-out eval hook period in steps; 0: never
-    # the three eval defaults below are filled in before a run starts (olmax.evals.hook.with_eval_defaults),
+    # the three eval defaults below are filled in before a run starts (olmax.train.eval_defaults),
     # so RUN/config.yaml and --dry-run show the values that ran, whatever filled them in
     eval_sets: tuple[
         str, ...
@@ -152,125 +156,30 @@ _AREAS = {
 }
 
 
-def find_config(name_or_path: str) -> Path:
-    """A YAML path as given, or the preset `olmax/configs/NAME.yaml`."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise OlmaxError(f"--config {name_or_path}: no such file")
-        return p
-    for d in CONFIG_DIRS:
-        if (d / f"{name_or_path}.yaml").is_file():
-            return d / f"{name_or_path}.yaml"
-    names = sorted({q.stem for d in CONFIG_DIRS if d.is_dir() for q in d.glob("*.yaml")})
-    raise OlmaxError(f"--config {name_or_path}: not a file and not a preset; presets: {', '.join(names)}")
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """Convert a YAML/CLI value to the field's type (CLI values may arrive as strings)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")):
-            return None
-        return _coerce(value, args[0], where)
-    if origin is tuple:
-        # a YAML/CLI list, or one string of ';'-separated items (a bare string is not split into characters)
-        return (
-            tuple(v.strip() for v in value.split(";") if v.strip())
-            if isinstance(value, str)
-            else tuple(value)
-        )
-    try:
-        if hint is bool:
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(value)
-                return value.lower() in ("true", "1")
-            return bool(value)
-        if hint is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
-        if hint is float:
-            return float(value)
-        if hint is str:
-            return str(value)
-    except (TypeError, ValueError) as e:
-        raise OlmaxError(f"{where}: {value!r} is not a valid {getattr(hint, '__name__', hint)}") from e
-    return value
-
-
-def _closest(key: str, names: set[str]) -> str:
-    """ " (did you mean X?)" for the valid name closest to a mistyped `key`, or "": an abbreviation by
-    initials (learning_rate for lr), else difflib's closest spelling, else a name the key contains."""
-
-    initials = "".join(part[:1] for part in key.split("_"))
-    near = [n for n in sorted(names) if len(key.split("_")) > 1 and n == initials]
-    near = near or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
-    near = near or sorted(n for n in names if len(n) > 2 and (n in key or key in n))
-    return f" (did you mean {near[0]}?)" if near else ""
-
-
-def _unknown(
-    where: str, area: str, unknown: list[str], names: set[str], origins: dict[str, str]
-) -> OlmaxError:
-    """The error for keys `area` does not have: named by the override that set one, else by the file."""
-    for k in unknown:
-        if f"{area}.{k}" in origins:
-            return OlmaxError(
-                f"override {origins[f'{area}.{k}']}: {area} has no key {k!r}{_closest(k, names)}; "
-                f"valid: {', '.join(sorted(names))}"
-            )
-    hint = _closest(unknown[0], names) if len(unknown) == 1 else ""
-    return OlmaxError(
-        f"{where}: unknown key(s) {', '.join(unknown)}{hint}; valid: {', '.join(sorted(names))}"
-    )
-
-
-def _at(where: str, area: str, key: str, origins: dict[str, str]) -> str:
-    """Where a field's value came from, for its error: the override that set it, else the file's key."""
-    return f"override {origins[f'{area}.{key}']}" if f"{area}.{key}" in origins else f"{where}.{key}"
-
-
-def _build(cls: type, values: dict, where: str, area: str = "", origins: dict[str, str] | None = None) -> Any:
-    origins = origins or {}
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise _unknown(where, area, unknown, names, origins)
-    kwargs = {k: _coerce(v, hints[k], _at(where, area, k, origins)) for k, v in values.items()}
-    try:
-        return cls(**kwargs)
-    except OlmaxError as e:
-        raise OlmaxError(f"{where}: {e}") from None
-
-
 def _build_model(values: dict, where: str, origins: dict[str, str] | None = None) -> tuple[ModelConfig, str]:
     origins = origins or {}
     values = dict(values)
     preset = values.pop("preset", "olmo3_7b")
     if preset not in PRESETS:
-        at = _at(where, "model", "preset", origins)
+        at = origin(where, "model", "preset", origins)
         raise OlmaxError(f"{at}: unknown model preset {preset!r}; choose from {', '.join(PRESETS)}")
     hints = typing.get_type_hints(ModelConfig)
     names = {f.name for f in dataclasses.fields(ModelConfig)} - {"extra_hf"}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise _unknown(where, "model", unknown, names | {"preset"}, origins)
+        raise unknown_keys(where, "model", unknown, names | {"preset"}, origins)
     overrides: dict[str, Any] = {}
     for k, v in values.items():
         if k == "rope_scaling":
             overrides[k] = (
                 None
                 if v is None
-                else _build(YarnConfig, dict(v), f"{where}.rope_scaling", "model.rope_scaling", origins)
+                else build(YarnConfig, dict(v), f"{where}.rope_scaling", "model.rope_scaling", origins)
             )
         elif k == "layer_types":
             overrides[k] = tuple(v or ())
         else:
-            overrides[k] = _coerce(v, hints[k], _at(where, "model", k, origins))
+            overrides[k] = coerce(v, hints[k], origin(where, "model", k, origins))
     if "n_layers" in overrides and "layer_types" not in overrides:
         overrides["layer_types"] = ()
     try:
@@ -290,10 +199,10 @@ def from_dict(raw: dict, where: str = "config", origins: dict[str, str] | None =
         by = [o for k, o in origins.items() if k.split(".", 1)[0] in unknown]
         raise OlmaxError(
             f"{f'override {by[0]}' if by else where}: unknown section(s) {', '.join(unknown)}"
-            f"{_closest(unknown[0], sections)}; valid: name, model, {', '.join(_AREAS)}"
+            f"{closest(unknown[0], sections)}; valid: name, model, {', '.join(_AREAS)}"
         )
     model, preset = _build_model(raw.get("model") or {}, f"{where}: model", origins)
-    areas = {k: _build(cls, dict(raw.get(k) or {}), f"{where}: {k}", k, origins) for k, cls in _AREAS.items()}
+    areas = {k: build(cls, dict(raw.get(k) or {}), f"{where}: {k}", k, origins) for k, cls in _AREAS.items()}
     cfg = ExperimentConfig(name=str(raw.get("name", "run")), model=model, model_preset=preset, **areas)
     validate(cfg, where)
     return cfg
@@ -316,15 +225,6 @@ def validate(cfg: ExperimentConfig, where: str = "config") -> None:
         )
 
 
-def run_config_path(run_dir: str | Path) -> str:
-    """The resolved config a run folder of `olmax train` holds (`RUN/config.yaml`); an OlmaxError when the
-    folder has none."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise OlmaxError(f"{path}: not found; is {run_dir} a folder written by `olmax train`?")
-    return str(path)
-
-
 def load_run_config(run_dir: str | Path) -> ExperimentConfig:
     """The resolved config of a run folder of `olmax train` (`run_config_path`), its paths absolute (a
     relative one, from a hand-edited config, is read relative to the run folder when it exists there)."""
@@ -336,33 +236,17 @@ def load_config(
 ) -> ExperimentConfig:
     """Read a preset or YAML file, apply `area.key=value` overrides, validate. With `base` (a config
     already loaded from `name_or_path`, e.g. a run's saved config) the overrides apply to it instead."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     if base is not None:
         raw_base = to_dict(base)
         keys = {o.split("=", 1)[0].strip() for o in overrides}
         if "model.n_layers" in keys and "model.layer_types" not in keys:
             raw_base["model"].pop("layer_types")  # as over a preset: a new depth gets the preset's pattern
-        path, base = Path(name_or_path), OmegaConf.create(raw_base)
+        path = Path(name_or_path)
+        raw = read_recipe(path, overrides, base=raw_base)
     else:
         path = find_config(name_or_path)
-        try:
-            base = OmegaConf.load(path)  # OmegaConf's loader is a yaml.SafeLoader: no tags that run code
-        except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
-            raise OlmaxError(f"{path}: cannot read config: {e}") from e
-    bad = [
-        o for o in overrides if "=" not in o or "." not in o.split("=", 1)[0] and o.split("=")[0] != "name"
-    ]
-    if bad:
-        raise OlmaxError(f"override {bad[0]!r}: write overrides as area.key=value, e.g. optim.lr=1e-3")
-    try:
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(list(overrides)))
-        raw = OmegaConf.to_container(merged, resolve=True)
-    except OmegaConfBaseException as e:
-        raise OlmaxError(f"{path}: {e}") from e
-    origins = {o.split("=", 1)[0].strip(): o for o in overrides}
-    return from_dict(raw or {}, where=str(path), origins=origins)
+        raw = read_recipe(path, overrides)
+    return from_dict(raw, where=str(path), origins=origins_of(overrides))
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:

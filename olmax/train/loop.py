@@ -28,13 +28,13 @@ from olmax.audit.monitor import StreamMonitor
 from olmax.data.loader import open_loader, stream_index
 from olmax.data.reader import check_batch_ids
 from olmax.errors import OlmaxError
+from olmax.metrics import MetricsLog
 from olmax.model import remat
 from olmax.model.flops import flops_per_token
 from olmax.model.transformer import compute_summary
 from olmax.train import runrecord, wandb_log
 from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_dict
 from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
-from olmax.train.metrics import MetricsLog
 from olmax.train.mfu import mfu, peak_flops
 from olmax.train.optim import horizon_mismatch
 

@@ -16,7 +16,7 @@ while the same probe gave 137-141 seconds earlier, and the tiny test run logged 
 (at load ~9 on 2 cores: the GEMM 5-9x slower, the step 3-5x), so on a busy host any measured peak
 inflates CPU MFU (a tiny step that ran in a quiet moment logged 0.70 of a 25 GFLOP/s peak measured in a
 busy one): the figure is a fraction of the peak this host gave at start-up, and `what` says so. Now each of a
-1024^3 and a 2048^3 matmul (the size bench/train_step.py takes its peak from) is timed for its share
+1024^3 and a 2048^3 matmul (the size bench/peers/train_step.py takes its peak from) is timed for its share
 of `CPU_PEAK_BUDGET_S`, at least `CPU_PEAK_MIN_SAMPLES` times, after a warm-up run; the best time of
 each is kept and the peak is the faster shape's FLOP/s.
 

@@ -20,6 +20,9 @@ name made from the URL), synchronised with the bucket:
   the mirror has none of them).
 - One writer per bucket run (the trainer; the watcher writes only `evals/`), and one process: the mirror is
   a folder of this machine.
+
+`training_folder(run_dir)` is the trainer's one call: it takes `--run-dir` as given and returns the folder to
+train in (`RunFolder`), the mirror and its resume download included.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from olmax import storage
@@ -55,6 +59,37 @@ def staging_folder(url: str, role: str) -> Path:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", url.split("://", 1)[-1]).strip("-")[-80:]
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:10]
     return root / role / f"{name}-{digest}"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a run is trained: `local`, the folder the trainer writes (the run folder itself, or a bucket
+    run's mirror); `url`, the run folder as given; `mirror`, the bucket run's RunMirror (None for a local
+    folder); `pulled`, the bucket's step downloaded to resume it here (None when nothing was)."""
+
+    local: Path
+    url: str
+    mirror: RunMirror | None = None
+    pulled: int | None = None
+
+
+def training_folder(run_dir: str) -> RunFolder:
+    """`olmax train --run-dir`'s folder: a local path as it is; for a bucket URL its local mirror (the
+    bucket checked first), brought to the bucket's newest complete checkpoint when the bucket is further
+    than the mirror (a resume on another machine)."""
+    from olmax.train.checkpoint import complete_steps
+
+    if not is_remote_run(run_dir):
+        return RunFolder(Path(run_dir), run_dir)
+    storage.require_bucket(run_dir)
+    mirror = RunMirror(run_dir, "train")
+    remote = mirror.complete_remote_steps()
+    local = complete_steps(mirror.local / CHECKPOINTS)
+    pulled = None
+    if remote and (not local or remote[0] > local[0]):
+        mirror.pull(newest_only=True)
+        pulled = remote[0]
+    return RunFolder(mirror.local, mirror.url, mirror, pulled)
 
 
 def _seal_names() -> tuple[str, str]:

@@ -1,8 +1,8 @@
 """The run directory as a record: its saved config, the resume rule, and the append-only history.
 
 Rule (docs/runs.md). `RUN/config.yaml` is written only by a run that trains, after the resume checks
-pass; a refused or empty rerun changes nothing. On resume the saved config is the default (the CLI
-applies the command line's overrides to it, not to the preset). A setting that decides the data stream,
+pass; a refused or empty rerun changes nothing. On resume the saved config is the default: the command
+line's overrides apply to it, not to the preset (`start_config`). A setting that decides the data stream,
 the model or the shape of the saved state is refused (`REFUSED`, one OlmaxError naming the key, the
 saved and the asked value); every other differing setting (optimizer, schedule, checkpointing, mesh,
 evals, logging) is allowed, printed on stderr and recorded in `RUN/history.jsonl`, one JSON line per
@@ -12,15 +12,25 @@ folder; a path a hand-edited config gives relative is read relative to the run d
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from olmax.atomic import write_text
 from olmax.errors import OlmaxError
 from olmax.jsonio import append_jsonl
-from olmax.train.config import ExperimentConfig, dump_yaml, load_run_config, to_dict
+from olmax.train.config import (
+    ExperimentConfig,
+    absolute_paths,
+    dump_yaml,
+    load_config,
+    load_run_config,
+    to_dict,
+)
+from olmax.train.eval_defaults import with_eval_defaults
 
 HISTORY = "history.jsonl"
 CONFIG = "config.yaml"
@@ -153,3 +163,32 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     from olmax.train.checkpoint import complete_steps
 
     return bool(complete_steps(Path(run_dir) / "checkpoints"))
+
+
+def start_config(recipe: str, overrides: Sequence[str], run_dir: Path | None) -> tuple[ExperimentConfig, str]:
+    """The config this start of training uses, and a note for stderr ("" when there is none).
+
+    A fresh run (or a dry run without a run folder): the recipe with the command line's overrides. A
+    resume: the run's saved config with the same overrides, training to the command's step (its
+    `train.steps` override, else the recipe's); the note lists the recipe's settings that differ and are
+    not used. Either way the eval settings left to the environment are filled in (olmax.train.eval_defaults),
+    so the record holds what ran."""
+    if run_dir is None or not (run_dir / CONFIG).is_file() or not has_checkpoint(run_dir):
+        return with_eval_defaults(load_config(recipe, overrides)), ""
+    saved = load_run_config(run_dir)
+    # the saved paths are read against the run folder, the command line's against the current one
+    resumed = with_eval_defaults(absolute_paths(load_config(str(run_dir / CONFIG), overrides, base=saved)))
+    asked = absolute_paths(with_eval_defaults(load_config(recipe)))  # the recipe alone
+    set_here = {o.split("=", 1)[0].strip() for o in overrides} | set(
+        changes(with_eval_defaults(saved), resumed)
+    )
+    if "train.steps" not in set_here:  # the step to train to is the command's, not a setting of the run
+        resumed = resumed.replace(train=dataclasses.replace(resumed.train, steps=asked.train.steps))
+    ignored = [k for k in changes(resumed, asked) if k not in set_here | {"train.steps"}]
+    if not ignored:
+        return resumed, ""
+    shown = ", ".join(ignored[:8]) + (f" and {len(ignored) - 8} more" if len(ignored) > 8 else "")
+    return resumed, (
+        f"olmax train: resuming {run_dir}: its {CONFIG} is the default, so --config {recipe}'s differing "
+        f"setting(s) are not used: {shown} (pass an override to change one)"
+    )

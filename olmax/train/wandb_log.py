@@ -2,7 +2,7 @@
 
 OLMo-core's `WandBCallback` starts one W&B run per launch in `<work dir>/wandb` with the experiment config,
 then `wandb.log(metrics, step=step)` with its metric names, and finishes the run at the end. This does the
-same with olmax's train record renamed to OLMo-core's names (olmax.train.metrics.olmo_core_scalars: `train/CE
+same with olmax's train record renamed to OLMo-core's names (olmax.metrics.olmo_core_scalars: `train/CE
 loss`, `optim/LR (group 0)`, `throughput/device/TPS`, the in-loop `eval/lm/...` and `eval/downstream/...`), so an
 olmax run's curves overlay AI2's OLMo 3 runs in one W&B view. Files go to RUN/wandb; `wandb.mode=offline`
 writes there only (upload later with `wandb sync`), and `online` needs WANDB_API_KEY, checked before the run

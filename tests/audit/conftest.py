@@ -3,16 +3,10 @@ OLMo-format shards with sidecars (builders in audit_testdata.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from audit_testdata import tokenize_docs, write_shard  # noqa: E402
-from prepare_testdata import pydoc_texts, stdlib_texts  # noqa: E402
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
+from tests.audit.audit_testdata import tokenize_docs, write_shard
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import sys
 
 import numpy as np
 import pytest
-from audit_testdata import corpus_folder, write_mix
-from fault_proxy import Fault, FaultProxy, ranged_get
+
+from tests.audit.audit_testdata import corpus_folder, write_mix
+from tests.fault_proxy import Fault, FaultProxy, ranged_get
 
 pytestmark = pytest.mark.slow  # two protocol servers and ~5 audits per store: about a minute
 

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from audit_testdata import corpus_folder, write_mix, write_shard
-from prepare_testdata import pydoc_texts
 
 from olmax import ranged
 from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
@@ -28,6 +26,8 @@ from olmax.data.index import open_index
 from olmax.data.loader import Loader
 from olmax.data.stream import StreamSpec
 from olmax.dedup.params import MinHashParams, NearSettings
+from olmax.testing.prepare_testdata import pydoc_texts
+from tests.audit.audit_testdata import corpus_folder, write_mix, write_shard
 
 pytestmark = pytest.mark.slow  # two protocol servers, a dask cluster, ~16 audits: about two minutes
 
@@ -145,7 +145,7 @@ def test_bucket_audits_give_the_local_reports(store, mix, local, tmp_path):
 def test_the_dask_runner_reads_the_bucket_and_gives_the_local_reports(
     store, mix, local, dask_address, tmp_path
 ):
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     url = in_bucket(store, mix)
     options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")

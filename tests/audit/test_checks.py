@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audit_testdata import write_mix, write_records
+from tests.audit.audit_testdata import write_mix, write_records
 
 L, G, SEED = 64, 8, 7
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from audit_testdata import write_mix, write_shard
 
 from olmax.audit.dedup import DedupConfig, audit_dedup
 from olmax.cli import main
 from olmax.data.index import DOLMA2_EOS
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
+from tests.audit.audit_testdata import write_mix, write_shard
 
 
 def brute_repeated_tokens(paths, span):

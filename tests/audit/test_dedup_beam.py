@@ -10,12 +10,12 @@ import shutil
 import fsspec
 import numpy as np
 import pytest
-from audit_testdata import write_mix, write_shard
 
 from olmax.audit.dedup import DedupConfig, audit_dedup
 from olmax.cli import main
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
+from tests.audit.audit_testdata import write_mix, write_shard
 
 OPTIONS = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
 
@@ -153,7 +153,7 @@ def test_span_intervals_merge_like_a_mask():
 def test_the_dask_runner_gives_the_local_report(planted, dask_address, tmp_path):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback): the map's
     records reach the combine keyed by (kind, partition), whatever the runner does with tagged outputs."""
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     root, _, _, local = planted
     options = dask_options(dask_address, f"--temp_location={tmp_path}")

@@ -9,7 +9,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix
 
 from olmax.audit.emitted import StreamConfig, audit_stream
 from olmax.cli import main
@@ -17,6 +16,7 @@ from olmax.data.index import open_index
 from olmax.data.loader import Loader
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
+from tests.audit.audit_testdata import write_mix
 
 L, G, SEED, P = 64, 8, 3, 2
 

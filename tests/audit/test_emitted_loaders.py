@@ -13,10 +13,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix
-from loader_testdata import olmo_core_loader
 
 from olmax.cli import main
+from tests.audit.audit_testdata import write_mix
+from tests.data.loader_testdata import olmo_core_loader
 
 L, R, P, SEED = 64, 4, 2, 5  # rows per host per step; G = P * R = 8 rows per global step
 G = P * R

@@ -4,18 +4,12 @@ the steps it reports are those `olmax data where` finds for the same spans up to
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+from olmax.cli import main
 from olmax.data.loader import open_loader
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from train_testdata import GBS, SEQ, run_train, write_config, write_mix  # noqa: E402
-
-from olmax.cli import main  # noqa: E402
-from olmax.data.stream import StreamSpec  # noqa: E402
-from olmax.data.trace import Span, where  # noqa: E402
+from olmax.data.stream import StreamSpec
+from olmax.data.trace import Span, where
+from tests.train.train_testdata import GBS, SEQ, run_train, write_config, write_mix
 
 
 def test_exposure_of_a_finished_run(tmp_path):

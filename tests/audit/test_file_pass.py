@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xxhash
-from audit_testdata import write_shard
 
 from olmax.audit.file_pass import PassSettings, file_pass
 from olmax.data import token_reads
@@ -16,6 +15,7 @@ from olmax.data.documents import document_runs, documents, sidecar_documents
 from olmax.data.stream import DOLMA2_EOS
 from olmax.data.token_reads import TokenFile
 from olmax.hashing import PrefixHasher, spans_hashes, window_spans_hashes
+from tests.audit.audit_testdata import write_shard
 
 L, SPAN, MIN_DOC = 16, 5, 4
 

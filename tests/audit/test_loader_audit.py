@@ -9,13 +9,13 @@ import shutil
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
 from olmax.data.shards import read_sidecar, sidecar_path
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
+from tests.audit.audit_testdata import write_mix
 
 L, G, SEED = 64, 8, 7
 
@@ -191,7 +191,7 @@ def test_two_epochs_expose_every_token_twice(corpus, tmp_path):
 
 
 def test_natural_repeats_pass_but_are_reported(corpus, tmp_path):
-    from audit_testdata import write_shard
+    from tests.audit.audit_testdata import write_shard
 
     header = corpus["code"][0][1][:120]  # a license-like header repeated in three documents
     docs = [(f"h{i}", list(header) + list(t)) for i, (_, t) in enumerate(corpus["code"][10:13])]

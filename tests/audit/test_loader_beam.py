@@ -10,12 +10,12 @@ import shutil
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix, write_shard
 
 from olmax.audit.loader_audit import LoaderAuditConfig, audit_loader
 from olmax.cli import main
 from olmax.data.stream import StreamSpec
 from olmax.data.tokenfile import read_tokens
+from tests.audit.audit_testdata import write_mix, write_shard
 
 pytest.importorskip("apache_beam")
 
@@ -84,7 +84,7 @@ def test_beam_gives_the_local_report(repeats, local):
 
 @pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_gives_the_local_report(repeats, local, dask_address, tmp_path):
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     options = dask_options(dask_address, f"--temp_location={tmp_path}")
     rep = audit_loader(config(repeats["mix"], repeats["root"] / "work"), beam_options=options)

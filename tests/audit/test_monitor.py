@@ -8,13 +8,13 @@ import json
 
 import numpy as np
 import pytest
-from audit_testdata import write_mix
 
 from olmax.audit.monitor import ReplayError, StreamMonitor
 from olmax.data.index import open_index
 from olmax.data.loader import Loader
 from olmax.data.state import LoaderState
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import write_mix
 
 L, G = 64, 8
 

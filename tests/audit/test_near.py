@@ -8,10 +8,10 @@ import json
 import re
 
 import numpy as np
-from audit_testdata import write_mix, write_shard
-from prepare_testdata import stdlib_texts, write_jsonl
 
 from olmax.cli import main
+from olmax.testing.prepare_testdata import stdlib_texts, write_jsonl
+from tests.audit.audit_testdata import write_mix, write_shard
 
 N = 5
 # prepare's normalization, written out independently: lower-case, then words are runs of ASCII letters,

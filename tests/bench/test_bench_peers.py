@@ -1,24 +1,16 @@
-"""bench/loader.py and bench/train_step.py run their peers fairly: drained buffers, the faster AdamW path."""
+"""bench/peers/loader.py and bench/peers/train_step.py run their peers fairly: drained buffers, the faster AdamW path."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench.harness import ROOT
+from bench.peers import loader, train_step
 
 
 class FakeClock:
@@ -33,7 +25,6 @@ class FakeClock:
 
 
 def test_loader_round_starts_the_clock_only_after_the_drain(monkeypatch):
-    loader = load("loader")
     monkeypatch.setattr(loader, "BATCHES_PER_EPOCH", 30)
     taken, opened = [0], []
 
@@ -62,7 +53,6 @@ def test_loader_round_starts_the_clock_only_after_the_drain(monkeypatch):
 def test_loader_names_each_side_s_dtype():
     import torch
 
-    loader = load("loader")
     assert loader.describe_dtype(torch.zeros(2, dtype=torch.int64)) == "torch.int64"
     assert loader.describe_dtype(np.zeros(2, np.int32)) == "numpy.int32"
 
@@ -70,7 +60,6 @@ def test_loader_names_each_side_s_dtype():
 def test_adamw_probe_times_three_paths_and_picks_fused_or_foreach():
     import torch
 
-    train_step = load("train_step")
     params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32))]
     before = [p.detach().clone() for p in params]
     choice, medians = train_step.probe_adamw(params, 2)
@@ -88,7 +77,8 @@ def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(BENCH / "loader.py"),
+            "-m",
+            "bench.peers.loader",
             "--rounds",
             "1",
             "--batches",
@@ -102,6 +92,7 @@ def test_loader_bench_prints_both_comparisons_and_the_last_line(tmp_path):
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -119,7 +110,8 @@ def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line(tmp_pat
     proc = subprocess.run(
         [
             sys.executable,
-            str(BENCH / "train_step.py"),
+            "-m",
+            "bench.peers.train_step",
             "--d-model",
             "64",
             "--layers",
@@ -137,6 +129,7 @@ def test_train_step_bench_tiny_prints_the_adamw_choice_and_the_last_line(tmp_pat
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"using AdamW\((fused|foreach)=True\)", proc.stdout), proc.stdout

@@ -1,98 +1,107 @@
 """Every benchmark runs whole at its smoke size, so one that no longer runs fails here, not at `make bench`.
 
-Each bench/ script is one of: run here at its smoke size (`SMOKE`), run whole by another test
-(`RUN_ELSEWHERE`), or a module the benchmarks import (`MODULES`); a new script in none of them fails
-`test_every_bench_script_is_accounted_for`. The smoke runs take about 6 minutes on a loaded 2-core machine.
+Each bench/ module is one of: run here at its smoke size (`SMOKE`), run whole by another test
+(`RUN_ELSEWHERE`), or a module the benchmarks import (`MODULES`); a new module in none of them fails
+`test_every_bench_module_is_accounted_for`. bench/'s top level holds the shared harness and the record
+format alone; every benchmark sits in the folder of its kind. The smoke runs take about 6 minutes on a
+loaded 2-core machine.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
+from bench.harness import BENCH, ROOT
 
-# script -> its smoke arguments and the records it writes (bench/record.py) under --results
+# module -> its smoke arguments and the records it writes (bench/record.py) under --results
 SMOKE: dict[str, tuple[list[str], list[str]]] = {
-    "loader.py": (["--smoke"], ["loader"]),
-    "train_step.py": (["--smoke"], ["train_step_b1"]),
-    "trace.py": (["--smoke"], []),
-    "forward.py": (["--smoke"], ["forward"]),
-    "train_breakdown.py": (["--smoke"], []),
-    "packing.py": (["--smoke"], ["packing"]),
-    "dedup_stages.py": (["--smoke"], []),
-    "audit.py": (["--smoke"], []),
-    "stage1_plan.py": (["--smoke"], []),
-    "leak_calibration.py": (["--smoke"], []),
-    "beam_parity.py": (["--smoke"], []),
-    "audit_mix.py": (["--smoke"], ["audit_mix"]),
-    "audit_bucket.py": (["--smoke"], ["audit_bucket"]),
-    "audit_near.py": (["--smoke"], ["audit_near"]),
-    "leak_speed.py": (["--smoke"], ["leaks"]),
-    "audit_dedup.py": (["--smoke"], ["audit_dedup"]),
-    "dedup_rates.py": (["--smoke"], ["dedup_rates"]),
-    "dedup_pool.py": (["--smoke"], ["dedup_pool"]),
-    "dedup_beam.py": (["--smoke"], ["dedup_beam"]),
-    "tokenizer_engines.py": (["--smoke"], ["tok-engines"]),
-    "prepare.py": (
+    "bench.peers.loader": (["--smoke"], ["loader"]),
+    "bench.peers.train_step": (["--smoke"], ["train_step_b1"]),
+    "bench.peers.trace": (["--smoke"], []),
+    "bench.peers.forward": (["--smoke"], ["forward"]),
+    "bench.peers.train_breakdown": (["--smoke"], []),
+    "bench.peers.packing": (["--smoke"], ["packing"]),
+    "bench.peers.dedup_stages": (["--smoke"], []),
+    "bench.peers.audit": (["--smoke"], []),
+    "bench.peers.stage1_plan": (["--smoke"], []),
+    "bench.studies.leak_calibration": (["--smoke"], []),
+    "bench.peers.beam_parity": (["--smoke"], []),
+    "bench.peers.audit_mix": (["--smoke"], ["audit_mix"]),
+    "bench.peers.audit_bucket": (["--smoke"], ["audit_bucket"]),
+    "bench.peers.audit_near": (["--smoke"], ["audit_near"]),
+    "bench.peers.leak_speed": (["--smoke"], ["leaks"]),
+    "bench.peers.audit_dedup": (["--smoke"], ["audit_dedup"]),
+    "bench.peers.dedup_rates": (["--smoke"], ["dedup_rates"]),
+    "bench.peers.dedup_pool": (["--smoke"], ["dedup_pool"]),
+    "bench.peers.dedup_beam": (["--smoke"], ["dedup_beam"]),
+    "bench.peers.tokenizer_engines": (["--smoke"], ["tok-engines"]),
+    "bench.peers.prepare": (
         ["--smoke", "--input-mb", "2"],
         ["tok"],
     ),  # against `dolma tokens` (its venv built on first use)
 }
 RUN_ELSEWHERE = {
-    "gpu_mfu.py": "tests/bench/test_gpu_mfu_smoke.py::test_smoke_prints_a_row_and_the_last_line",
-    "memorization_power.py": "tests/bench/test_memorization_power.py::test_a_16x_dose_is_flagged_and_clean_is_not",
-    "dedup.py": "tests/bench/test_dedup_bench.py::test_dedup_bench_tiny_olmax_side",
-    "dedup_calibration.py": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
-    "maxtext_peer.py": "tests/bench/test_maxtext_peer.py::test_maxtext_cpu_smoke",
-    "tpu_mfu.py": "tests/bench/test_tpu_mfu.py::test_both_parts_run_on_a_cpu_and_merge_into_a_record",
+    "bench.studies.memorization_power": "tests/bench/test_memorization_power.py::test_a_16x_dose_is_flagged_and_clean_is_not",
+    "bench.peers.dedup": "tests/bench/test_dedup_bench.py::test_dedup_bench_tiny_olmax_side",
+    "bench.studies.dedup_calibration": "tests/bench/test_dedup_bench.py::test_calibration_tiny_runs_olmax_and_meets_the_goals",
+    "bench.chip.maxtext_peer": "tests/bench/test_maxtext_peer.py::test_maxtext_cpu_smoke",
+    "bench.chip.tpu_mfu": "tests/bench/test_tpu_mfu.py::test_both_parts_run_on_a_cpu_and_merge_into_a_record",
     # in a venv holding only what the TPU machine holds, from a copy of the files a device call sends
-    "tpu_seed.py": "tests/bench/test_tpu_seed.py::test_smoke_runs_in_a_venv_holding_only_what_the_device_holds",
+    "bench.chip.tpu_seed": "tests/bench/test_tpu_seed.py::test_smoke_runs_in_a_venv_holding_only_what_the_device_holds",
 }
 MODULES = {
-    "engine_ceiling.py",
-    "record.py",
-    "dedup_corpus.py",
-    "dedup_peer.py",
-    "leak_plants.py",
-    "dask_cluster.py",
-    "tpu_seed_chip.py",  # what tpu_seed.py's child processes run
+    "bench.harness",
+    "bench.record",
+    "bench.peers.engine_ceiling",  # bench.peers.prepare's ceiling, run as its own process
+    "bench.peers.dedup_peer",  # what bench.peers.dedup runs in the peers' venv
+    "bench.chip.tpu_seed_chip",  # what bench.chip.tpu_seed's child processes run
 }
+TOP_LEVEL = {"__init__.py", "harness.py", "record.py"}  # bench/'s own Python files
+KINDS = {"peers", "studies", "chip", "setup", "results"}  # its folders (bench/out/ is git-ignored output)
 
 
-def test_every_bench_script_is_accounted_for() -> None:
-    scripts = {p.name for p in BENCH.glob("*.py")}
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_every_bench_module_is_accounted_for() -> None:
+    modules = {
+        module_name(p) for p in BENCH.rglob("*.py") if p.name != "__init__.py" and "out" not in p.parts
+    }
     listed = set(SMOKE) | set(RUN_ELSEWHERE) | MODULES
-    assert scripts - listed == set(), "a benchmark with no smoke run: add it to SMOKE"
-    assert listed - scripts == set(), "listed here but not in bench/"
-    for script, test in RUN_ELSEWHERE.items():
+    assert modules - listed == set(), "a benchmark with no smoke run: add it to SMOKE"
+    assert listed - modules == set(), "listed here but not in bench/"
+    for module, test in RUN_ELSEWHERE.items():
         path, name = test.split("::")
-        assert f"def {name}(" in (ROOT / path).read_text(), f"{script}: {test} is gone"
+        assert f"def {name}(" in (ROOT / path).read_text(), f"{module}: {test} is gone"
+
+
+def test_bench_holds_the_harness_and_a_folder_per_kind() -> None:
+    assert {p.name for p in BENCH.glob("*.py")} == TOP_LEVEL
+    assert {p.name for p in BENCH.iterdir() if p.is_dir() and p.name not in ("out", "__pycache__")} == KINDS
+    assert not list((BENCH / "setup").glob("*.py")) and list((BENCH / "setup").glob("*.sh"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(SMOKE))
-def test_the_benchmark_runs_whole_at_its_smoke_size(script: str, tmp_path: Path) -> None:
-    args, records = SMOKE[script]
+@pytest.mark.parametrize("module", sorted(SMOKE))
+def test_the_benchmark_runs_whole_at_its_smoke_size(module: str, tmp_path: Path) -> None:
+    args, records = SMOKE[module]
     if "--smoke" in args:
         args = [*args, "--results", str(tmp_path)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
         capture_output=True,
         text=True,
         timeout=480,
     )
     assert proc.returncode == 0, (
-        f"{script} {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        f"{module} {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     )
     for name in records:
         rec = json.loads((tmp_path / f"{name}.json").read_text())

@@ -1,10 +1,8 @@
-"""bench/dedup_corpus.py scores removals right; bench/dedup_calibration.py and bench/dedup.py run end to end."""
+"""olmax/testing/dedup_corpus.py scores removals right; bench/studies/dedup_calibration.py and bench/peers/dedup.py run end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import random
 import re
 import subprocess
@@ -13,21 +11,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
-PEERS_VENV = REPO / ".venv-dedup-peers"
+from bench.harness import ROOT
+from bench.peers import dedup as bench_dedup
+from olmax.testing import dedup_corpus as dc
 
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
-dc = load("dedup_corpus")
-bench_dedup = load("dedup")
+PEERS_VENV = ROOT / ".venv-dedup-peers"
 
 
 def small_corpus():
@@ -117,14 +105,13 @@ def test_corpus_is_the_same_for_the_same_seed_and_plants_every_kind():
         assert p.jaccard == dc.true_jaccard(by_id[p.a].text, by_id[p.b].text)
 
 
-def run(script: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run(module: str, *args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(BENCH / script), *args, "--work", str(tmp_path)],
+        [sys.executable, "-m", module, *args, "--work", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=1800,
-        env=env,
+        cwd=ROOT,
     )
 
 
@@ -143,7 +130,14 @@ def test_a_stage_within_the_rounds_noise_gets_no_figure():
 @pytest.mark.slow
 def test_calibration_tiny_runs_olmax_and_meets_the_goals(tmp_path):
     proc = run(
-        "dedup_calibration.py", "--per-kind", "5", "--singles", "20", "--sweep", "0.9", tmp_path=tmp_path
+        "bench.studies.dedup_calibration",
+        "--per-kind",
+        "5",
+        "--singles",
+        "20",
+        "--sweep",
+        "0.9",
+        tmp_path=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -154,7 +148,7 @@ def test_calibration_tiny_runs_olmax_and_meets_the_goals(tmp_path):
 @pytest.mark.slow
 def test_dedup_bench_tiny_olmax_side(tmp_path):
     proc = run(
-        "dedup.py",
+        "bench.peers.dedup",
         "--per-kind",
         "5",
         "--singles",
@@ -199,11 +193,11 @@ def test_dedup_bench_tiny_olmax_side(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not (PEERS_VENV / "bin" / "python").exists(), reason="no peers' venv: bench/setup_dedup_peers.sh"
+    not (PEERS_VENV / "bin" / "python").exists(), reason="no peers' venv: bench/setup/setup_dedup_peers.sh"
 )
 def test_dedup_bench_tiny_with_peers(tmp_path):
     proc = run(
-        "dedup.py",
+        "bench.peers.dedup",
         "--per-kind",
         "5",
         "--singles",
@@ -257,7 +251,7 @@ DOCS_CALIBRATION = [(0, "660/660", 717), (1, "618/619", 693)]
 @pytest.mark.slow
 @pytest.mark.parametrize(("seed", "caught", "removals"), DOCS_CALIBRATION)
 def test_calibration_at_the_docs_size_gives_the_docs_figures(seed, caught, removals, tmp_path):
-    proc = run("dedup_calibration.py", "--seed", str(seed), "--sweep", "", tmp_path=tmp_path)
+    proc = run("bench.studies.dedup_calibration", "--seed", str(seed), "--sweep", "", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert re.search(rf"^all +{caught} ", out, re.M), out[-3000:]

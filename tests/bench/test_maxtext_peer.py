@@ -1,33 +1,26 @@
-"""bench/maxtext_peer.py: its reading of MaxText's log, its rows' overrides, its errors as records, and (slow)
-MaxText's own OLMo 3 train step end to end on a CPU in the venv bench/maxtext_setup.sh builds."""
+"""bench/chip/maxtext_peer.py: its reading of MaxText's log, its rows' overrides, its errors as records, and (slow)
+MaxText's own OLMo 3 train step end to end on a CPU in the venv bench/setup/maxtext_setup.sh builds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "maxtext_peer.py"
-VENV = REPO / ".venv-maxtext"
+from bench.chip import maxtext_peer as mp
+from bench.harness import ROOT
 
-_spec = importlib.util.spec_from_file_location("bench_maxtext_peer", SCRIPT)
-mp = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = mp  # its NamedTuple looks its module up while being made
-_spec.loader.exec_module(mp)
+VENV = ROOT / ".venv-maxtext"
 
 # Lines as MaxText 0.2.5's train loop logs them (absl format), with the ones that must not be mistaken
 # for figures: a config line naming `steps`, and the eval line that also carries `seconds:`.
 TRAIN_LOG = """\
 I1206 08:20:55.275269 139660365843328 pyconfig.py:591] Config param steps: 8
 I1206 08:20:55.276607 139660365843328 max_utils.py:835] System Information: Jax Version: 0.10.2
-@@maxtext_peer memory {"argument_size_in_bytes": 9815678464, "output_size_in_bytes": 9815521280, \
-"alias_size_in_bytes": 9815514624, "temp_size_in_bytes": 7235096576, "generated_code_size_in_bytes": 1}
+@@result {"memory": {"argument_size_in_bytes": 9815678464, "output_size_in_bytes": 9815521280, \
+"alias_size_in_bytes": 9815514624, "temp_size_in_bytes": 7235096576, "generated_code_size_in_bytes": 1}}
 I1206 08:21:13.579255 139660365843328 max_utils.py:823] [train] Total estimated memory size: 15.9 GB, \
 estimated output size: 9.1 GB, estimated temp size: 6.7 GB, estimated argument size: 9.1 GB, Estimated \
 host temp size: 0.0 GB.
@@ -41,7 +34,7 @@ I1206 08:21:14.193069 139660365843328 metric_logger.py:265] completed step: 3, s
 I1206 08:21:14.211013 139660365843328 metric_logger.py:265] completed step: 4, seconds: 0.386, loss: 6.7
 I1206 08:21:14.211013 139660365843328 metric_logger.py:265] eval metrics after step: 4, seconds: 9.000
 I1206 08:21:14.229013 139660365843328 metric_logger.py:265] completed step: 5, seconds: 0.385, loss: 6.6
-@@maxtext_peer facts {"maxtext_version": "0.2.5", "tokamax_version": "0.0.12", "device_kind": "TPU v5 lite"}
+@@result {"facts": {"maxtext_version": "0.2.5", "tokamax_version": "0.0.12", "device_kind": "TPU v5 lite"}}
 """
 
 
@@ -59,7 +52,7 @@ def test_parse_log_reads_steps_memory_and_facts():
 
 
 def test_parse_log_falls_back_to_maxtexts_lines():
-    no_marker = "\n".join(line for line in TRAIN_LOG.splitlines() if "@@maxtext_peer memory" not in line)
+    no_marker = "\n".join(line for line in TRAIN_LOG.splitlines() if '@@result {"memory"' not in line)
     assert mp.parse_log(no_marker)["hbm_estimate_gib"] == 15.9
     aot = (
         "Memory analysis: CompiledMemoryStats(generated_code_size_in_bytes=48, argument_size_in_bytes="
@@ -108,7 +101,8 @@ def test_child_environment(monkeypatch, tmp_path):
     )  # olmax's tests set it; MaxText needs JAX's default
     env = mp.child_environment("launcher", {"TPU_X": "1"}, tmp_path)
     assert env["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_tpu_scoped_vmem_limit_kib=65536"
-    assert env["PYTHONPATH"] == f"/jax/here{os.pathsep}{tmp_path}"  # the JAX already there stays first
+    # the JAX already there stays first; then this checkout (the child is this module), then MaxText
+    assert env["PYTHONPATH"] == os.pathsep.join(["/jax/here", str(ROOT), str(tmp_path)])
     assert env["TPU_X"] == "1" and "JAX_NUMPY_RANK_PROMOTION" not in env
     assert mp.child_environment("cpu", None, tmp_path)["JAX_PLATFORMS"] == "cpu"
 
@@ -140,20 +134,20 @@ def test_failures_come_back_as_records(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not (VENV / "bin" / "python").exists(), reason="no MaxText venv: bench/maxtext_setup.sh fetch"
+    not (VENV / "bin" / "python").exists(), reason="no MaxText venv: bench/setup/maxtext_setup.sh fetch"
 )
 def test_maxtext_cpu_smoke(tmp_path):
     """MaxText's own train loop, tiny OLMo 3 on the CPU, through the command line as CI runs it."""
     out = tmp_path / "row.json"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAXTEXT_SITE")}
     proc = subprocess.run(
-        [str(VENV / "bin" / "python"), str(SCRIPT), "--setting", "cpu"]
+        [str(VENV / "bin" / "python"), "-m", "bench.chip.maxtext_peer", "--setting", "cpu"]
         + ["--site", str(VENV / "site"), "--json", str(out), "--timeout-s", "150"],
         capture_output=True,
         text=True,
         timeout=200,
         env=env,
-        cwd=tmp_path,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rec = json.loads(out.read_text())

@@ -1,27 +1,20 @@
-"""bench/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs, the
+"""bench/studies/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs, the
 any-check verdicts), the dosed streams with their planned-2x source and the exposure the checks are given,
 and (slow) tiny runs where a 16x dose is flagged by Min-K%++ and the reference ratio while the clean
 control, with its planned-2x source, is not flagged by any check."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def load():
-    spec = importlib.util.spec_from_file_location("bench_memorization_power", BENCH / "memorization_power.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    from bench.studies import memorization_power
+
+    return memorization_power
 
 
 def fake_run(mp, dose: int, flagged: set[str], skipped: frozenset = frozenset(), stat: float = 0.0) -> dict:
@@ -227,7 +220,6 @@ def test_run_level_is_check_3_on_train_and_heldout_loss():
 
 def test_tpu_preset_runs_stops_on_its_budget_and_resumes(tmp_path):
     mp = load()
-    sys.path.insert(0, str(BENCH))  # record.py, as main() does
     st = small_tpu(mp)
     assert st.dtype == "bfloat16" and st.window == 4096
     ticks = iter(range(10**6))
@@ -246,7 +238,7 @@ def test_tpu_preset_runs_stops_on_its_budget_and_resumes(tmp_path):
     got = [(r["seed"], r["dose"]) for r in part["runs"]]
     assert part["stopped"] and got == [(0, 0)] and part["left"] == [[0, 4]]
     assert saved[-1]["runs"] == part["runs"] and all(r["stamp"]["shape"] == "tpu" for r in part["runs"])
-    path = mp.write_record(part, ["bench/memorization_power.py"], True, tmp_path, "mem_tpu")
+    path = mp.write_record(part, ["bench/studies/memorization_power.py"], True, tmp_path, "mem_tpu")
     rec = json.loads(path.read_text())
     assert rec["summary"]["clean_noref"][1] == 1 and rec["summary"]["complete"] is False
     assert {"clean_noref", "4x_noref", "clean_ref", "4x_ref", "run_level", "effect", "device"} <= set(

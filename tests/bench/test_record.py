@@ -1,4 +1,4 @@
-"""bench/record.py: what a benchmark record holds, where it goes, and how its helpers time the sides."""
+"""bench/record.py: what a benchmark record holds and where it goes; bench/harness.py: how it times the sides."""
 
 from __future__ import annotations
 
@@ -7,23 +7,19 @@ import json
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:  # appended: bench/ has loader.py, audit.py, ... that must shadow nothing
-    sys.path.append(str(BENCH))
-
-import record  # noqa: E402
+from bench import harness, record
+from bench.harness import BENCH
 
 
 def test_a_record_holds_command_commit_machine_sides_timings_and_figures(tmp_path):
     rec = record.Record("demo", argv=[str(BENCH / "demo.py"), "--reps", "3"], results=tmp_path)
     rec.side("olmax", version="0.1.0", setting="num_threads=2")
     rec.side("peer", version="3.0.0", setting="num_workers=2")
-    rec.timings("epoch", "olmax", [1.0, 3.0, 2.0], "s", record.WARM_WALL)
-    rec.timings("epoch", "peer", [4.0, 5.0, 6.0], "s", record.WARM_WALL)
+    rec.timings("epoch", "olmax", [1.0, 3.0, 2.0], "s", harness.WARM_WALL)
+    rec.timings("epoch", "peer", [4.0, 5.0, 6.0], "s", harness.WARM_WALL)
     fig = rec.figure("speedup", record.pairwise_ratio([4.0, 5.0, 6.0], [1.0, 3.0, 2.0]), "x")
     rec.note("tokens", 1000)
     path = rec.write()
@@ -33,7 +29,7 @@ def test_a_record_holds_command_commit_machine_sides_timings_and_figures(tmp_pat
     data = json.loads(text)
     assert text == json.dumps(data, indent=1, sort_keys=True) + "\n"  # sorted keys: records diff cleanly
     assert data["schema"] == record.SCHEMA and data["name"] == "demo" and data["smoke"] is False
-    assert data["command"] == "python bench/demo.py --reps 3"  # the script relative to the project root
+    assert data["command"] == "python -m bench.demo --reps 3"  # as it runs, from the project root
     assert len(data["commit"]) == 40 and isinstance(data["dirty"], bool)
     assert data["date"].endswith("Z")
     m = data["machine"]
@@ -41,7 +37,7 @@ def test_a_record_holds_command_commit_machine_sides_timings_and_figures(tmp_pat
     assert len(m["load_average_after"]) == 3  # added by write()
     assert data["sides"]["peer"] == {"version": "3.0.0", "setting": "num_workers=2"}
     assert data["timings"]["olmax.epoch"]["values"] == [1.0, 3.0, 2.0]
-    assert data["timings"]["olmax.epoch"]["how"] == record.WARM_WALL
+    assert data["timings"]["olmax.epoch"]["how"] == harness.WARM_WALL
     assert data["figures"]["speedup"] == fig
     assert fig["median"] == 3.0 and fig["min"] == 5 / 3 and fig["max"] == 4.0 and fig["n"] == 3
     assert fig["values"] == [4.0, 5 / 3, 3.0] and fig["unit"] == "x"
@@ -52,7 +48,7 @@ def test_a_record_holds_command_commit_machine_sides_timings_and_figures(tmp_pat
 def test_timings_need_a_named_side_and_a_how(tmp_path):
     rec = record.Record("demo", results=tmp_path)
     with pytest.raises(ValueError, match="side"):
-        rec.timings("epoch", "olmax", [1.0], "s", record.WARM_WALL)
+        rec.timings("epoch", "olmax", [1.0], "s", harness.WARM_WALL)
     rec.side("olmax", version="0.1.0", setting="default")
     with pytest.raises(ValueError, match="how"):
         rec.timings("epoch", "olmax", [1.0], "s", "")
@@ -94,12 +90,12 @@ def test_interleaved_runs_a_b_a_b_and_times_a_fn_that_returns_none():
         order.append("b")
         time.sleep(0.01)
 
-    out = record.interleaved({"a": a, "b": b}, reps=3)
+    out = harness.interleaved({"a": a, "b": b}, reps=3)
     assert order == ["a", "b", "a", "b", "a", "b"]
     assert out["a"] == [7.0, 7.0, 7.0]
     assert len(out["b"]) == 3 and all(0.009 < t < 1.0 for t in out["b"])
     with pytest.raises(ValueError):
-        record.interleaved({"a": a}, reps=0)
+        harness.interleaved({"a": a}, reps=0)
 
 
 def test_process_cpu_counts_the_children_s_cpu_and_not_their_sleep(tmp_path):
@@ -116,12 +112,12 @@ def test_process_cpu_counts_the_children_s_cpu_and_not_their_sleep(tmp_path):
             """
         )
     )
-    run = record.process_cpu([sys.executable, str(script)], capture_output=True, text=True)
+    run = harness.process_cpu([sys.executable, str(script)], capture_output=True, text=True)
     assert run.rc == 0 and run.stdout.strip() == "done"
     assert run.cpu_s >= 0.4  # the grandchild's CPU is in it
     assert run.wall_s >= run.cpu_s - 0.2 + 0.3 - 0.1  # the sleep is wall, not CPU
     assert run.cpu_s < run.wall_s
-    failed = record.process_cpu([sys.executable, "-c", "raise SystemExit(3)"])
+    failed = harness.process_cpu([sys.executable, "-c", "raise SystemExit(3)"])
     assert failed.rc == 3
 
 

@@ -1,4 +1,4 @@
-"""bench/tpu_mfu.py without a chip: the TPU step compiled ahead of time for a v5e (the splash kernel really
+"""bench/chip/tpu_mfu.py without a chip: the TPU step compiled ahead of time for a v5e (the splash kernel really
 lowered, the memory plan within what the remat policy keeps), the smoke of both parts on a CPU, and the
 record's summary from the parts."""
 
@@ -8,31 +8,28 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "tpu_mfu.py"
-LIBTPU = REPO / ".venv-libtpu"  # bench/setup_libtpu.sh
-MAXTEXT_PYTHON = REPO / ".venv-maxtext" / "bin" / "python"  # bench/maxtext_setup.sh fetch
+from bench.chip import tpu_mfu
+from bench.harness import ROOT
+
+LIBTPU = ROOT / ".venv-libtpu"  # bench/setup/setup_libtpu.sh
+MAXTEXT_PYTHON = ROOT / ".venv-maxtext" / "bin" / "python"  # bench/setup/maxtext_setup.sh fetch
 V5E_BYTES_LIMIT = (
     16_909_336_064  # what the v5e chip's JAX reports as bytes_limit (bench/results/tpu_mfu.json)
 )
 GIB = 2**30
 
-sys.path.insert(0, str(REPO / "bench"))
-import tpu_mfu  # noqa: E402
-
 
 def run(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, "-m", "bench.chip.tpu_mfu", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
-        cwd=REPO,
+        cwd=ROOT,
     )
 
 
@@ -53,8 +50,8 @@ def test_the_v5e_step_compiles_here_with_the_kernel_and_a_plan_that_fits(tmp_pat
     v5e:1x1 with splash and remat `matmuls`: the layer's attention is the Mosaic kernel (forward + fused
     backward, not recomputed), and the plan is the state (12 bytes a parameter), the fp32 gradients (4),
     what the policy keeps and at most 1 GiB more, under the chip's limit. One layer, as a v5e compile
-    here takes ~45 s a layer; the 4-layer block at seq 8192 is `bench/tpu_mfu.py --plan`."""
-    assert (LIBTPU / "libtpu").is_dir(), "run bench/setup_libtpu.sh (CI does)"
+    here takes ~45 s a layer; the 4-layer block at seq 8192 is `bench/chip/tpu_mfu.py --plan`."""
+    assert (LIBTPU / "libtpu").is_dir(), "run bench/setup/setup_libtpu.sh (CI does)"
     out = tmp_path / "plan.json"
     proc = run(
         "--plan",
@@ -87,7 +84,7 @@ def test_the_v5e_step_compiles_here_with_the_kernel_and_a_plan_that_fits(tmp_pat
 
 @pytest.mark.slow
 def test_both_parts_run_on_a_cpu_and_merge_into_a_record(tmp_path):
-    assert MAXTEXT_PYTHON.exists(), "run bench/maxtext_setup.sh fetch (CI does)"
+    assert MAXTEXT_PYTHON.exists(), "run bench/setup/maxtext_setup.sh fetch (CI does)"
     peer = tmp_path / "peer.json"
     proc = run("--part", "peer", "--smoke", "--rows", "splash_matmuls", "--out", str(peer), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""bench/tpu_seed.py (with bench/tpu_seed_chip.py) and bench/tpu_wheels.sh without a chip: the fp32 KL it computes on the device against a
+"""bench/chip/tpu_seed.py (with bench/chip/tpu_seed_chip.py) and bench/setup/tpu_wheels.sh without a chip: the fp32 KL it computes on the device against a
 float64 reference, the device command and what it carries, the seed's train step and parity forwards
 compiled for a v5e (they fit), and the whole smoke run in a venv that holds only what the device will hold
 (its JAX stack, the index packages and the carried wheels named by tpu_wheels.sh), from a copy of exactly
@@ -16,14 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "tpu_seed.py"
-WHEELS_SH = REPO / "bench" / "tpu_wheels.sh"
-STANDIN = REPO / ".venv-tpu-seed"  # bench/tpu_wheels.sh fetch
+from bench.chip import tpu_seed, tpu_seed_chip
+from bench.harness import ROOT
 
-sys.path.insert(0, str(REPO / "bench"))
-import tpu_seed  # noqa: E402
-import tpu_seed_chip  # noqa: E402
+WHEELS_SH = ROOT / "bench" / "setup" / "tpu_wheels.sh"
+STANDIN = ROOT / ".venv-tpu-seed"  # bench/setup/tpu_wheels.sh fetch
 
 
 def kl_naive(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -119,10 +116,10 @@ def test_the_device_command_fits_and_carries_only_ignored_folders():
     carry_line, command = out.splitlines()[0], "\n".join(out.splitlines()[1:])
     carry = json.loads(carry_line.removeprefix("carry: "))
     assert len(command) <= 2000 and len(carry) <= 8
-    assert "tpu_wheels.sh install" in command and "bench/tpu_seed.py" in command and "$OUT" in command
+    assert "tpu_wheels.sh install" in command and "-m bench.chip.tpu_seed" in command and "$OUT" in command
     for path in carry:  # a carried folder must be git-ignored, or it would travel twice
-        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0, path
-    data = str(tpu_seed.DATA.relative_to(REPO))
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0, path
+    data = str(tpu_seed.DATA.relative_to(ROOT))
     assert data in carry
 
 
@@ -130,12 +127,12 @@ def traveling_tree(dest: Path) -> None:
     """Copy the files a device call sends: tracked and untracked-but-not-ignored (git's own list)."""
     names = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
+        cwd=ROOT,
         capture_output=True,
         check=True,
     ).stdout.split(b"\0")
     for name in filter(None, names):
-        src = REPO / name.decode()
+        src = ROOT / name.decode()
         if src.is_file():
             (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name.decode())
@@ -143,7 +140,7 @@ def traveling_tree(dest: Path) -> None:
 
 @pytest.mark.slow
 def test_smoke_runs_in_a_venv_holding_only_what_the_device_holds(tmp_path):
-    """bench/tpu_wheels.sh fetch builds the stand-in (the device's JAX stack, then its installs exactly as
+    """bench/setup/tpu_wheels.sh fetch builds the stand-in (the device's JAX stack, then its installs exactly as
     the device runs them); the smoke then runs every part from a copy of the sent files, with the stand-in's
     interpreter and nothing else on its path: the resume is bitwise, the restores are exact and the parity
     figures are those of a bf16 and an fp32 forward of the same model."""
@@ -153,7 +150,7 @@ def test_smoke_runs_in_a_venv_holding_only_what_the_device_holds(tmp_path):
     traveling_tree(tree)
     assert not list((tree / "olmax").rglob("*.so")), "a git-ignored build would not travel"
     prep = subprocess.run(
-        [sys.executable, str(tree / "bench" / "tpu_seed.py"), "--prepare"],
+        [sys.executable, "-m", "bench.chip.tpu_seed", "--prepare"],
         capture_output=True,
         text=True,
         timeout=900,
@@ -166,14 +163,20 @@ def test_smoke_runs_in_a_venv_holding_only_what_the_device_holds(tmp_path):
     }
     env.update(
         PATH=f"{site / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=str(
-            site
-        ),  # the device: its JAX first, then the installs, then the checkout (the script adds it)
+        # the device: its JAX first, then the installs; the checkout is the working folder (`python -m`)
+        PYTHONPATH=str(site),
         JAX_PLATFORMS="cpu",
     )
     res = tmp_path / "res"
     smoke = subprocess.run(
-        [str(STANDIN / "bin" / "python"), "bench/tpu_seed.py", "--smoke", "--work", str(tmp_path / "work")]
+        [
+            str(STANDIN / "bin" / "python"),
+            "-m",
+            "bench.chip.tpu_seed",
+            "--smoke",
+            "--work",
+            str(tmp_path / "work"),
+        ]
         + ["--results", str(res), "--parity-site", str(STANDIN / "site-parity")],
         capture_output=True,
         text=True,

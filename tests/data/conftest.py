@@ -1,13 +1,8 @@
-"""Fixtures shared by the data tests (tests/data/prepare/ too: its tests import this folder's builders)."""
+"""Fixtures shared by the data tests (tests/data/prepare/ too)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # prepare_testdata.py, loader_testdata.py
 
 from olmax.assets import tokenizer_path
 

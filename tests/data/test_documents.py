@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
-
-from audit_testdata import write_shard  # noqa: E402
-
-from olmax.data.documents import DocumentCache, documents  # noqa: E402
-from olmax.data.index import DOLMA2_EOS  # noqa: E402
+from olmax.data.documents import DocumentCache, documents
+from olmax.data.index import DOLMA2_EOS
+from tests.audit.audit_testdata import write_shard
 
 
 def test_cache_equals_a_fresh_read_for_sidecar_and_eos_files(tmp_path):

@@ -6,12 +6,12 @@ import os
 
 import numpy as np
 import pytest
-from loader_testdata import LABELS, SIZES, expected_rows, write_position_files
 
 from olmax.data.index import TokenFields, build_index, data_fingerprint, index_from_sizes
 from olmax.data.mixfile import Mix, read_mix
 from olmax.data.reader import TokenReader, check_token_ids
 from olmax.errors import OlmaxError
+from tests.data.loader_testdata import LABELS, SIZES, expected_rows, write_position_files
 
 L = 16
 

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from prepare_testdata import stdlib_texts, write_jsonl
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
+from olmax.testing.prepare_testdata import stdlib_texts, write_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import pickle
 
 import numpy as np
 import pytest
-from loader_testdata import LABELS, expected_rows, write_position_files
 
 from olmax.data.grain_source import BatchSource, document_masks
 from olmax.data.index import build_index
@@ -14,6 +13,7 @@ from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
+from tests.data.loader_testdata import LABELS, expected_rows, write_position_files
 
 L, G, SEED = 16, 8, 5
 

@@ -7,13 +7,13 @@ import os
 
 import numpy as np
 import pytest
-from loader_testdata import SIZES, write_position_files
 
 from olmax.cli import main
 from olmax.data.index import build_index
 from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
 from olmax.data.stream import StreamSpec
+from tests.data.loader_testdata import SIZES, write_position_files
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import sys
 import textwrap
 
 import numpy as np
-from loader_testdata import write_position_files
 
 from olmax.data.index import build_index
 from olmax.data.loader import Loader
 from olmax.data.mixfile import read_mix
 from olmax.data.stream import StreamSpec
+from tests.data.loader_testdata import write_position_files
 
 L, G, SEED, STEPS = 16, 8, 21, 3
 

@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from loader_testdata import olmo_core_loader, write_position_files
 
 from olmax.data.index import build_index
 from olmax.data.loader import Loader
@@ -15,6 +14,7 @@ from olmax.data.mixfile import read_mix
 from olmax.data.state import LoaderState
 from olmax.data.stream import StreamSpec
 from olmax.errors import OlmaxError
+from tests.data.loader_testdata import olmo_core_loader, write_position_files
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

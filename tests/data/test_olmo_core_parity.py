@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loader_testdata import (
+
+from olmax.data.index import build_index
+from olmax.data.loader import Loader
+from olmax.data.mixfile import read_mix
+from olmax.data.stream import StreamSpec
+from tests.data.loader_testdata import (
     SIZES,
     expected_rows,
     olmo_core_epoch,
     olmo_core_loader,
     write_position_files,
 )
-
-from olmax.data.index import build_index
-from olmax.data.loader import Loader
-from olmax.data.mixfile import read_mix
-from olmax.data.stream import StreamSpec
 
 L, G, SEED = 16, 8, 7
 

@@ -7,7 +7,10 @@ import os
 
 import numpy as np
 import pytest
-from test_packing import (
+
+from olmax.cli import main
+from olmax.data.loader import open_loader
+from tests.data.test_packing import (
     EOS,
     GROUP,
     PAD,
@@ -19,9 +22,6 @@ from test_packing import (
     olmo_core_dataset,
     write_document_files,
 )
-
-from olmax.cli import main
-from olmax.data.loader import open_loader
 
 STEPS = 6
 

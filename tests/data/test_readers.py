@@ -14,10 +14,10 @@ import sys
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, stdlib_texts
 
 from olmax.data import readers
 from olmax.errors import OlmaxError
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
 
 # lines where a fast parser and json part ways; json's reading is what prepare has always given
 ODD_LINES = [

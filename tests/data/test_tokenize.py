@@ -8,11 +8,11 @@ import random
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, stdlib_texts
 
 from olmax.assets import tokenizer_path
 from olmax.data.tokenize import ENGINES, load_tokenizer
 from olmax.errors import OlmaxError
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from loader_testdata import SIZES, file_starts, olmo_core_epoch, olmo_core_loader, write_position_files
 
 from olmax.cli import main
 from olmax.data.documents import DocumentCache
@@ -16,6 +15,13 @@ from olmax.data.loader import open_loader
 from olmax.data.mixfile import read_mix
 from olmax.data.stream import StreamSpec
 from olmax.data.trace import Span, where, which
+from tests.data.loader_testdata import (
+    SIZES,
+    file_starts,
+    olmo_core_epoch,
+    olmo_core_loader,
+    write_position_files,
+)
 
 L, G, SEED = 16, 8, 7
 EOS = 100257

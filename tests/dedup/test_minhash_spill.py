@@ -4,9 +4,6 @@ near-copies (reformatted, lightly edited, a shared boilerplate block) and on bou
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -14,9 +11,7 @@ from olmax.dedup.minhash import cluster, signatures
 from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled
 from olmax.dedup.params import MinHashParams
 from olmax.dedup.shingles import text_shingles
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-from prepare_testdata import pydoc_texts, stdlib_texts  # noqa: E402
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
 
 
 def corpus(seed: int = 3) -> list[str]:

@@ -51,17 +51,20 @@ def olmo_eval(tmp_path_factory):
 
         tm.Metric = Metric
         sys.modules["torchmetrics"] = tm
-    sys.path.insert(0, str(root))
-    try:
-        import olmo_eval
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(root))  # a third-party reference package, gone from the path afterwards
+        try:
+            import olmo_eval
 
-        assert str(root) in olmo_eval.__file__
-        yield olmo_eval
-    finally:
-        sys.path.remove(str(root))
-        for k in set(sys.modules) - set(saved):  # olmo_eval and the stub only: torch cannot be re-imported
-            if k.split(".")[0] in ("olmo_eval", "torchmetrics"):
-                del sys.modules[k]
+            assert str(root) in olmo_eval.__file__
+            yield olmo_eval
+        finally:
+            mp.undo()
+            for k in set(sys.modules) - set(
+                saved
+            ):  # olmo_eval and the stub only: torch cannot be re-imported
+                if k.split(".")[0] in ("olmo_eval", "torchmetrics"):
+                    del sys.modules[k]
 
 
 def _first_docs(samples, n):
@@ -218,10 +221,7 @@ def test_cli_limit_report_and_metrics(hf_checkpoint, tmp_path, capsys):
 def test_in_loop_and_watch_log_olmo_core_names(tmp_path, tokenizer_file, monkeypatch):
     """train.eval_downstream puts eval/downstream/TASK (...) in the step record; `eval watch` on the same
     checkpoint records the same values."""
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-    from train_testdata import run_train, write_config, write_mix
+    from tests.train.train_testdata import run_train, write_config, write_mix
 
     held = tmp_path / "held.jsonl"
     held.write_text(json.dumps({"id": "h0", "text": "The quick brown fox jumps over the lazy dog."}) + "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,6 @@ from olmax.evals.gains import (
 )
 from olmax.evals.model_checks import check_contaminated
 from olmax.evals.verdicts import Thresholds
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
 
 def synthetic(rng, gain: float, n_cont: int = 40, n_clean: int = 160, steps: int = 3) -> SetScores:
@@ -164,9 +161,8 @@ def write_eval(path: Path, texts: list[str]) -> list[str]:
 def test_gains_on_a_tiny_trained_run(tmp_path, tokenizer, tokenizer_file):
     """Eight items of `quiz` are replayed in the mix, `other` names eight never-trained items as
     contaminated: quiz flags (exit 1), other does not."""
-    from train_testdata import run_train, write_config, write_mix
-
     from olmax.evals.gains_cli import register_gains
+    from tests.train.train_testdata import run_train, write_config, write_mix
 
     rng = np.random.default_rng(0)
     words = "the a fox dog box jugs light energy glucose theory evolution answer question quick lazy".split()

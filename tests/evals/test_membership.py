@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, norm
 from sklearn.metrics import roc_auc_score
-from test_memorization import V, stub_model, synthetic_exposure
 
 from olmax.evals.membership import SCORES, auroc, check_membership, detectable_auroc, window_scores
 from olmax.evals.memorization import Models, Probe, memorization_report
 from olmax.evals.verdicts import Thresholds
+from tests.evals.test_memorization import V, stub_model, synthetic_exposure
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -6,7 +6,6 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from evals_synthetic import STEPS, base_loss, write_reference_csv, write_run
 
 from olmax.cli import main
 from olmax.evals.curves import read_csv_curve, read_run
@@ -18,6 +17,7 @@ from olmax.evals.memorization import (
     check_gap,
     check_reference,
 )
+from tests.evals.evals_synthetic import STEPS, base_loss, write_reference_csv, write_run
 
 
 def test_gap_check_flags_memorization_and_not_a_healthy_run(tmp_path):

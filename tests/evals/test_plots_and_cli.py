@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from evals_synthetic import write_reference_csv, write_run
 
 from olmax.cli import main
 from olmax.evals.curves import read_run
 from olmax.evals.plots import plot_run
+from tests.evals.evals_synthetic import write_reference_csv, write_run
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -72,7 +72,8 @@ def hf_model(hf_checkpoint):
 
 def test_lm_eval_cli(hf_checkpoint, hf_model, tokenizer, tmp_path, monkeypatch):
     import datasets
-    from test_lm_eval_adapter import QUESTIONS, TASKS, transformers_mc_accuracy
+
+    from tests.evals.test_lm_eval_adapter import QUESTIONS, TASKS, transformers_mc_accuracy
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -144,10 +145,10 @@ def test_bundled_lm_eval_tasks_run_offline(hf_checkpoint, hf_model, tokenizer, t
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     from lm_eval.tasks import TaskManager, get_task_dict
-    from test_lm_eval_adapter import transformers_mc_accuracy
 
     from olmax.evals.lm_eval_adapter import OlmaxLM, TaskRun, evaluate
     from olmax.evals.lm_eval_tasks import bundled_task_dir
+    from tests.evals.test_lm_eval_adapter import transformers_mc_accuracy
 
     lm = OlmaxLM(checkpoint=str(hf_checkpoint), max_length=256, batch_size=8)
     tasks = ["olmax_arc_easy", "olmax_boolq", "olmax_sciq", "olmax_piqa"]

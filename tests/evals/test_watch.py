@@ -17,11 +17,8 @@ import pytest
 from olmax.atomic import exclusive
 from olmax.cli import main
 from olmax.evals.watch import WatchSettings, follow
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from tb_events import tensorboard_scalars  # noqa: E402
-from train_testdata import run_train, write_config, write_mix  # noqa: E402
+from tests.tb_events import tensorboard_scalars
+from tests.train.train_testdata import run_train, write_config, write_mix
 
 STEPS = (2, 4, 6)
 HELD = [

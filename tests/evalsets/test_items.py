@@ -31,9 +31,8 @@ def test_jsonl_text_and_fields(tmp_path):
 
 
 def test_integer_ids_are_reported_as_integers(tmp_path, tokenizer):
-    from audit_testdata import tokenize_docs, write_mix, write_shard
-
     from olmax.audit.leaks.run import LeakConfig, audit_leaks
+    from tests.audit.audit_testdata import tokenize_docs, write_mix, write_shard
 
     planted = "the sky was green over the northern quarry all night long"
     ev = tmp_path / "e.jsonl"
@@ -91,9 +90,9 @@ def test_answers_of_known_schemas():
 
 def test_saved_hf_dataset_folder_as_eval_set(tmp_path, tokenizer):
     import datasets
-    from audit_testdata import tokenize_docs, write_mix, write_shard
 
     from olmax.audit.leaks.run import LeakConfig, audit_leaks
+    from tests.audit.audit_testdata import tokenize_docs, write_mix, write_shard
 
     rows = {
         "question": [

@@ -20,15 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from olmax.cli import main
 from olmax.data.loader import open_loader
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
-
-from audit_testdata import write_shard  # noqa: E402
-from prepare_testdata import stdlib_texts, write_jsonl  # noqa: E402
-
-from olmax.cli import main  # noqa: E402
+from olmax.testing.prepare_testdata import stdlib_texts, write_jsonl
+from tests.audit.audit_testdata import write_shard
 
 OLD_REPORT = b'{"previous": "report"}\n'
 

@@ -11,16 +11,11 @@ import subprocess
 import sys
 import time
 import zlib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "audit"))
-sys.path.insert(0, str(ROOT / "data"))
-
-from audit_testdata import tokenize_docs, write_mix, write_shard  # noqa: E402
-from prepare_testdata import pydoc_texts, stdlib_texts  # noqa: E402
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
+from tests.audit.audit_testdata import tokenize_docs, write_mix, write_shard
 
 pytestmark = pytest.mark.slow
 

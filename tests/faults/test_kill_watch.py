@@ -17,11 +17,8 @@ from pathlib import Path
 import pytest
 
 from olmax.cli import main
-
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS / "train"))
-
-from train_testdata import make_tokenizer, train_cmd, train_env, write_config, write_mix  # noqa: E402
+from tests.evals.tokenizer_testdata import make_tokenizer
+from tests.train.train_testdata import train_cmd, train_env, write_config, write_mix
 
 STEPS, EVERY = 40, 4
 

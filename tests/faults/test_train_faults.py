@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
-from train_testdata import SEQ, losses, train_cmd, train_env, write_config, write_mix  # noqa: E402
+from tests.train.train_testdata import SEQ, losses, train_cmd, train_env, write_config, write_mix
 
 
 def olmax_train(config: str, run_dir: Path, *args: str, devices: int = 1) -> subprocess.CompletedProcess:

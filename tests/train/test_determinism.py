@@ -6,7 +6,7 @@ whose reduction order follows the thread schedule would make two identical runs 
 
 import subprocess
 
-from train_testdata import losses, metrics, train_cmd, train_env, write_config, write_mix
+from tests.train.train_testdata import losses, metrics, train_cmd, train_env, write_config, write_mix
 
 
 def test_concurrent_identical_runs_are_bitwise_equal(tmp_path):

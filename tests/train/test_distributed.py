@@ -6,7 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
+
+from tests.train.train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
 
 
 def _free_port() -> int:

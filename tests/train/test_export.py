@@ -10,13 +10,13 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from train_testdata import write_config, write_mix
 
 from olmax.cli import main
 from olmax.data.loader import open_loader
 from olmax.errors import OlmaxError
 from olmax.train.config import load_config
 from olmax.train.loop import train
+from tests.train.train_testdata import write_config, write_mix
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

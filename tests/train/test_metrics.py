@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
-from tb_events import tensorboard_scalars
 
 from olmax.errors import OlmaxError
-from olmax.train.metrics import TRAIN_FIELDS, MetricsLog, read_records, train_records
+from olmax.metrics import TRAIN_FIELDS, MetricsLog, read_records, train_records
+from tests.tb_events import tensorboard_scalars
 
 
 def _lines(path):
@@ -62,7 +62,7 @@ def test_importing_the_schema_module_does_not_import_jax():
     import subprocess
     import sys
 
-    code = "import sys, olmax.train.metrics, olmax.evals.curves; print('jax' in sys.modules)"
+    code = "import sys, olmax.metrics, olmax.evals.curves; print('jax' in sys.modules)"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from train_testdata import metrics, write_config, write_mix
 
 from olmax.model.flops import flops_per_token
 from olmax.train import mfu as mfu_mod
 from olmax.train.config import load_config
 from olmax.train.loop import train
 from olmax.train.mfu import PeakFlops, mfu, peak_flops
+from tests.train.train_testdata import metrics, write_config, write_mix
 
 TOLERANCE = 0.20  # |logged / estimated - 1|
 

@@ -14,7 +14,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from train_testdata import GBS, metrics, train_env, write_config, write_mix
+
+from tests.train.train_testdata import GBS, metrics, train_env, write_config, write_mix
 
 # Runs `olmax.train.loop.train` as one of two processes, with an optional injected loader fault, and
 # writes what its monitor ended with (state, counters, the alert it raised, time spent in it).

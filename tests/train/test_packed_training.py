@@ -2,7 +2,6 @@
 and intra-document attention, against OLMo-core's loss and transformers run on each document alone, and
 a packed run resumes exactly."""
 
-import sys
 from pathlib import Path
 
 import jax
@@ -10,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from train_testdata import losses, write_config
 
 from olmax.data.grain_source import document_masks
 from olmax.train.config import load_config
 from olmax.train.loop import train
+from tests.train.train_testdata import losses, write_config
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -88,8 +87,7 @@ def test_document_masked_row_equals_each_document_alone_in_transformers():
 
 @pytest.fixture(scope="module")
 def packed_config(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-    from test_packing import write_document_files
+    from tests.data.test_packing import write_document_files
 
     root = tmp_path_factory.mktemp("packed")
     paths = write_document_files(str(root / "mix"), n_files=12, seed=3)

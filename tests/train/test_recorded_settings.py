@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_run_record import _make_tokenizer
-from train_testdata import metrics, train_cmd, train_env, write_config, write_mix
+
+from tests.evals.tokenizer_testdata import make_tokenizer
+from tests.train.train_testdata import metrics, train_cmd, train_env, write_config, write_mix
 
 EVAL_ENV = ("OLMAX_EVAL_SETS", "OLMAX_EVAL_LIMIT", "OLMAX_EVAL_TOKENIZER")
 HELD = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b", "x = 1"]
@@ -47,7 +48,7 @@ def env_run(tmp_path_factory):
     (root / "held.jsonl").write_text(
         "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(HELD))
     )
-    tok = _make_tokenizer(root / "tokenizer.json")
+    tok = make_tokenizer(root / "tokenizer.json")
     config = write_config(root / "tiny.yaml", "data/mix.txt", steps=2, every=2, train={"eval_every": 2})
     env = {**clean_env(), "OLMAX_EVAL_SETS": "held=held.jsonl", "OLMAX_EVAL_LIMIT": "2"}
     env["OLMAX_EVAL_TOKENIZER"] = str(tok)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
+
+from tests.train.train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
 
 STEPS = 10
 

@@ -7,7 +7,6 @@ table (JSON behind --json) and prints each in-loop eval."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,18 +15,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from train_testdata import train_cmd, train_env, write_config, write_mix
+
+from tests.evals.tokenizer_testdata import make_tokenizer
+from tests.train.train_testdata import train_cmd, train_env, write_config, write_mix
 
 HELD = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b"]
-
-
-def _make_tokenizer(path: Path) -> Path:
-    spec = importlib.util.spec_from_file_location(
-        "evals_conftest", Path(__file__).resolve().parents[1] / "evals" / "conftest.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.make_tokenizer(path)
 
 
 def olmax(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
@@ -83,7 +75,7 @@ def base(tmp_path_factory):
         every=2,
         train={"eval_every": 2, "eval_sets": ["held=held.jsonl"], "eval_limit": 0},
     )
-    env = {**train_env(), "OLMAX_EVAL_TOKENIZER": str(_make_tokenizer(root / "tokenizer.json"))}
+    env = {**train_env(), "OLMAX_EVAL_TOKENIZER": str(make_tokenizer(root / "tokenizer.json"))}
     p = train("tiny.yaml", Path("run"), cwd=root, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     return root, config, env, p

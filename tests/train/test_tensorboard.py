@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from tb_events import tensorboard_scalars
-from train_testdata import metrics, run_train, write_config, write_mix
 
-from olmax.train.metrics import olmo_core_scalars
+from olmax.metrics import olmo_core_scalars
+from tests.tb_events import tensorboard_scalars
+from tests.train.train_testdata import metrics, run_train, write_config, write_mix
 
 
 @pytest.mark.slow

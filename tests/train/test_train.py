@@ -3,12 +3,12 @@
 import jax
 import numpy as np
 import pytest
-from train_testdata import STEPS_PER_EPOCH, losses, metrics, write_config, write_mix
 
 from olmax.errors import OlmaxError
 from olmax.train.checkpoint import Checkpointer
 from olmax.train.config import load_config
 from olmax.train.loop import train
+from tests.train.train_testdata import STEPS_PER_EPOCH, losses, metrics, write_config, write_mix
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

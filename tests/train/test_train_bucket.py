@@ -15,7 +15,9 @@ import sys
 import time
 
 import pytest
-from train_testdata import losses, make_tokenizer, run_train, train_cmd, train_env, write_config, write_mix
+
+from tests.evals.tokenizer_testdata import make_tokenizer
+from tests.train.train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
 
 pytestmark = pytest.mark.slow  # three short trainings and three watchers per store: about a minute each
 

@@ -4,12 +4,12 @@ import json
 
 import jax
 import pytest
-from train_testdata import metrics, write_config, write_mix
 
 from olmax.audit.monitor import ReplayError
 from olmax.data.loader import Loader
 from olmax.train.config import load_config
 from olmax.train.loop import train
+from tests.train.train_testdata import metrics, write_config, write_mix
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -5,7 +5,8 @@ the XLA path's on the same devices."""
 import json
 
 import pytest
-from train_testdata import losses, run_train, write_config, write_mix
+
+from tests.train.train_testdata import losses, run_train, write_config, write_mix
 
 SEQ = 128  # one 128-wide tile: the shortest sequence the kernel takes
 

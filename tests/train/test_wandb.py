@@ -8,11 +8,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from train_testdata import metrics, write_config, write_mix
 
 from olmax.cli import main
 from olmax.train.config import load_config, to_dict
 from olmax.train.loop import train
+from tests.train.train_testdata import metrics, write_config, write_mix
 
 
 @pytest.fixture(scope="module")

@@ -111,14 +111,3 @@ def run_train(config: str, run_dir: Path, *args: str, devices: int = 1, timeout:
     )
     assert p.returncode == 0, f"olmax train failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
     return p.stdout + p.stderr
-
-
-def make_tokenizer(path: Path) -> Path:
-    """The evals tests' small byte-level BPE (ids < 400, inside the tiny model's vocabulary)."""
-    import importlib.util
-
-    conftest = Path(__file__).resolve().parents[1] / "evals" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("evals_conftest", conftest)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_tokenizer(path)

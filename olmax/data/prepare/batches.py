@@ -31,7 +31,7 @@ def return_freed_arrays() -> None:
     their own and unmapped when freed. glibc otherwise raises its mmap threshold after the first such free,
     and the batches' arrays, made in the worker threads' own arenas, stay with the allocator once freed:
     the resident memory then grew by about a byte per byte of text (11 GiB for a 10 GB pool with the
-    tables on disk, bench/dedup_pool.py)."""
+    tables on disk, bench/peers/dedup_pool.py)."""
     try:
         ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: fixed, so never raised
     except (OSError, AttributeError):

@@ -1,5 +1,5 @@
 """`olmax data prepare --dedup ... --dry-run`: the memory, scratch disk and time each stage will take,
-from the inputs' sizes (no tokenizing, no parsing) and per-byte rates measured by bench/dedup_rates.py
+from the inputs' sizes (no tokenizing, no parsing) and per-byte rates measured by bench/peers/dedup_rates.py
 (`RATES`, copied from its record bench/results/dedup_rates.json; tests/data/prepare/test_dedup_estimate.py
 checks the copy against the record and the estimate against a measured run). A run whose estimate
 exceeds `--max-memory` (default: this machine's memory) is refused before anything is written.
@@ -69,8 +69,8 @@ RATES = Rates(  # RECORD's medians (3 interleaved runs each, on a 6.15 MB corpus
 
 # The share of the in-memory MinHash tables' growth that stays in memory once they are on scratch disk:
 # per document its id, position and exact hash, 8 bytes of shingle offsets and ~40 bytes while a band is
-# bucketed (about 650 bytes a document in all, measured on bench/dedup_pool.py's pool of 4 KB documents),
-# against ~3.5 bytes a byte of text (`rss_minhash`) in memory; bench/dedup_pool.py sets the whole
+# bucketed (about 650 bytes a document in all, measured on olmax/testing/dedup_pool.py's pool of 4 KB documents),
+# against ~3.5 bytes a byte of text (`rss_minhash`) in memory; bench/peers/dedup_pool.py sets the whole
 # estimate against a measured run.
 SPILLED_RSS_SHARE = 0.05
 

@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-from audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 from olmax.audit.leaks.align import text_check
 from olmax.audit.leaks.eval_side import ANSWER, CONTEXT, JOIN, answer_units
@@ -19,6 +18,7 @@ from olmax.audit.leaks.normalize import text_tokens
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.data.stream import StreamSpec
 from olmax.evalsets.read import item_continuation, item_text
+from tests.audit.audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 HELLASWAG = {
     "ctx": "A man is standing on a ladder against the side of a house. he",

@@ -1,8 +1,8 @@
 """The leak calibration as docs/benchmarks.md#audits and docs/leaks.md#calibration report it, held at the figures
 they give (slow).
 
-bench/leak_calibration.py (real SciQ / ARC-Easy / BoolQ / OpenBookQA / HellaSwag / PIQA / COPA items and
-templated maths and word problems, transformed by bench/leak_plants.py and planted into stdlib code and
+bench/studies/leak_calibration.py (real SciQ / ARC-Easy / BoolQ / OpenBookQA / HellaSwag / PIQA / COPA items and
+templated maths and word problems, transformed by olmax/testing/leak_plants.py and planted into stdlib code and
 pydoc prose) runs here exactly as the docs' command does, seeds 0-3 at 40 items a kind (160 a kind), and
 each figure of their tables is asserted at its value:
 
@@ -16,16 +16,9 @@ Each test lists every kind that misses, not only the first."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = str(Path(__file__).resolve().parents[3] / "bench")
-if BENCH not in sys.path:  # appended: bench/ has loader.py, audit.py, ... that must shadow nothing
-    sys.path.append(BENCH)
-
-import leak_calibration as cal  # noqa: E402
+from bench.studies import leak_calibration as cal
 
 SEEDS = (0, 1, 2, 3)  # the docs' command: --seeds 0-3 --per-kind 40
 PER_SEED = 40

@@ -13,14 +13,14 @@ import shutil
 
 import fsspec
 import pytest
-from audit_testdata import write_mix
-from prepare_testdata import pydoc_texts
 
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.cli import main
 from olmax.data.stream import StreamSpec
 from olmax.data.token_reads import TokenFile
 from olmax.errors import OlmaxError
+from olmax.testing.prepare_testdata import pydoc_texts
+from tests.audit.audit_testdata import write_mix
 
 pytest.importorskip("apache_beam")
 
@@ -116,7 +116,7 @@ def test_beam_gives_the_local_report(leak_data, local_report):
 def test_the_dask_runner_gives_the_local_report(leak_data, local_report, dask_address, tmp_path):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback); the eval index
     and word tables reach the workers as .npz and JSON under --temp_location, never a pickle."""
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     options = dask_options(dask_address, f"--temp_location={tmp_path}")
     beam = audit_leaks(

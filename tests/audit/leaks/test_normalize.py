@@ -90,7 +90,7 @@ def reference(token_bytes: dict[int, bytes], ids: list[int], joins_first: bool, 
 def _inputs(tokenizer, rng):
     """Real code and prose tokens, the same with ids past the vocabulary, special tokens and the
     tokens that hold two words ("½" reads "1 2") mixed in, and random ids."""
-    from prepare_testdata import pydoc_texts, stdlib_texts
+    from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts
 
     texts = [t[:3000] for _, t in stdlib_texts(6)] + [t[:3000] for _, t in pydoc_texts()[:4]]
     texts.append(
@@ -138,11 +138,11 @@ def test_a_long_word_hashes_as_if_cut_at_the_clip(tokenizer):
 
 
 def test_chunks_restarting_at_word_starts_give_the_whole_stream(tokenizer):
+    from olmax.testing.prepare_testdata import stdlib_texts
+
     tables = _tables()
     ids = np.asarray(
-        tokenizer.encode_batch(
-            [" ".join(t[:4000] for _, t in __import__("prepare_testdata").stdlib_texts(3))]
-        )[0],
+        tokenizer.encode_batch([" ".join(t[:4000] for _, t in stdlib_texts(3))])[0],
         dtype=np.int64,
     )
     whole = tables.packed_words(ids)[0].tolist()

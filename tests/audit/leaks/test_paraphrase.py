@@ -11,7 +11,6 @@ import re
 
 import numpy as np
 import pytest
-from audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 from olmax.audit.leaks.normalize import word_tables
 from olmax.audit.leaks.paraphrase import (
@@ -28,6 +27,7 @@ from olmax.audit.leaks.paraphrase import (
 )
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import planted_prose_mix, tokenize_docs, write_mix, write_records, write_shard
 
 ITEM = "Natalia sold clips to 48 of her friends in April, and then she sold 24 clips in May. How many clips did Natalia sell?"
 PARAPHRASE = (

@@ -5,11 +5,11 @@ many training documents carry (boilerplate) is not."""
 from __future__ import annotations
 
 import pytest
-from audit_testdata import planted_prose_mix, write_records
 
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.audit.leaks.verify import PARTIAL_MAX_DOCS, PARTIAL_WORDS
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import planted_prose_mix, write_records
 
 LONG = (  # 19 words: a short item
     "Which layer of the atmosphere of the planet Earth holds the ozone that absorbs ultraviolet light "

@@ -1,4 +1,4 @@
-"""bench/leak_plants.py, the calibration's plant generator: each transformation does what it says on a
+"""olmax/testing/leak_plants.py, the calibration's plant generator: each transformation does what it says on a
 real-looking paragraph, placements paste into distinct documents, a seed fixes every output, and the
 module shares no code with the detector (it imports nothing from olmax)."""
 
@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-if str(BENCH) not in sys.path:  # appended: bench/ has loader.py, audit.py, ... that must shadow nothing
-    sys.path.append(str(BENCH))
-
-import leak_plants as lp  # noqa: E402
+from olmax.testing import leak_plants as lp
 
 PARAGRAPH = (
     'Photosynthesis is the process by which green plants use sunlight to make food. The "well-known" '
@@ -31,7 +27,7 @@ SEEDS = range(12)
 
 
 def test_imports_nothing_from_olmax_and_only_the_standard_library():
-    tree = ast.parse((BENCH / "leak_plants.py").read_text())
+    tree = ast.parse(Path(lp.__file__).read_text())
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -6,12 +6,12 @@ sign flip or another number not a copy, a copy with written-out operators found.
 from __future__ import annotations
 
 import pytest
-from audit_testdata import planted_prose_mix, write_records
 
 from olmax.audit.leaks.align import text_check
 from olmax.audit.leaks.normalize import NUMBER, OPERATOR, WORD, text_tokens
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import planted_prose_mix, write_records
 
 
 def test_text_tokens_keep_numbers_and_operators_and_read_written_forms_as_symbols():

@@ -11,12 +11,12 @@ import random
 
 import numpy as np
 import pytest
-from audit_testdata import tokenize_docs, write_mix, write_shard
 
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.cli import main
 from olmax.data.shards import read_sidecar
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import tokenize_docs, write_mix, write_shard
 
 BOILER = (
     "This material is provided for educational purposes only and may be freely copied for "

@@ -6,12 +6,12 @@ part `answer`; the same solution with other numbers, a common answer phrase and 
 from __future__ import annotations
 
 import pytest
-from audit_testdata import planted_prose_mix, write_records
 
 from olmax.audit.leaks.eval_side import answer_is_evidence
 from olmax.audit.leaks.normalize import word_tables
 from olmax.audit.leaks.run import LeakConfig, audit_leaks
 from olmax.data.stream import StreamSpec
+from tests.audit.audit_testdata import planted_prose_mix, write_records
 
 GSM8K = {
     "question": "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "

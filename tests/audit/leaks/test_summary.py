@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from audit_testdata import tokenize_docs, write_mix, write_shard
-
 from olmax.cli import main
+from tests.audit.audit_testdata import tokenize_docs, write_mix, write_shard
 
 PLANT = (
     "Which gas do plants absorb from the air to build sugars during photosynthesis in their green leaves "

@@ -13,10 +13,10 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from prepare_testdata import write_jsonl
 
 from olmax.cli import main
 from olmax.data.prepare.dedup_stages_estimate import RATES, RECORD
+from olmax.testing.prepare_testdata import write_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = Path("/usr/share/doc")

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from prepare_testdata import words, write_jsonl
 
 from olmax.cli import main
+from olmax.testing.prepare_testdata import words, write_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import stdlib_texts, write_jsonl
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
@@ -17,6 +16,7 @@ from olmax.data.shards import read_sidecar
 from olmax.data.tokenfile import read_tokens
 from olmax.data.tokenize import load_tokenizer
 from olmax.dedup.substring import cut
+from olmax.testing.prepare_testdata import stdlib_texts, write_jsonl
 
 DOC = Path("/usr/share/doc")
 LICENSES = Path("/usr/share/common-licenses")

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import (
+
+from olmax.cli import main
+from olmax.data.mixfile import read_mix
+from olmax.data.shards import read_sidecar
+from olmax.data.tokenfile import read_tokens
+from olmax.data.tokenize import load_tokenizer
+from olmax.testing.prepare_testdata import (
     jaccard,
     kill_after_shards,
     pydoc_texts,
@@ -20,12 +26,6 @@ from prepare_testdata import (
     words,
     write_jsonl,
 )
-
-from olmax.cli import main
-from olmax.data.mixfile import read_mix
-from olmax.data.shards import read_sidecar
-from olmax.data.tokenfile import read_tokens
-from olmax.data.tokenize import load_tokenizer
 
 
 @pytest.fixture(scope="module")

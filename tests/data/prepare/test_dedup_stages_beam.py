@@ -9,10 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import jaccard, pydoc_texts, read_folder_bytes, stdlib_texts, words, write_jsonl
 
 from olmax.cli import main
 from olmax.dedup.components import min_labels
+from olmax.testing.prepare_testdata import (
+    jaccard,
+    pydoc_texts,
+    read_folder_bytes,
+    stdlib_texts,
+    words,
+    write_jsonl,
+)
 
 pytest.importorskip("apache_beam")
 MULTI = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
@@ -116,7 +123,7 @@ def test_all_three_stages_on_beam_give_the_local_bytes(tmp_path, corpus, dolma2)
 def test_the_dask_runner_gives_the_local_bytes_for_all_three_stages(tmp_path, corpus, dolma2, dask_address):
     """The dedup pipelines (exact, minhash with its propagation rounds, substring partitions) on Beam's
     DaskRunner over a scheduler and two worker processes on loopback: the local runner's bytes."""
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     raw, _ = corpus
     extra = ("--dedup", "exact,minhash,substring", *SMALL_BANDS, "--substring-partition-bytes", "3000")

@@ -11,12 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import kill_after_shards, pydoc_texts, read_folder_bytes, stdlib_texts, write_jsonl
 
 from olmax.cli import main
 from olmax.data.mixfile import read_mix
 from olmax.data.shards import read_sidecar
 from olmax.data.tokenfile import read_tokens
+from olmax.testing.prepare_testdata import (
+    kill_after_shards,
+    pydoc_texts,
+    read_folder_bytes,
+    stdlib_texts,
+    write_jsonl,
+)
 
 EOS = 100257
 

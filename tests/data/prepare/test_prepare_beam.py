@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl
 
 from olmax.data.prepare.beam_runner import plan_shards
 from olmax.data.prepare.entry import prepare
 from olmax.data.prepare.local_runner import PrepareConfig
 from olmax.data.prepare.mixspec import load_mix_spec
+from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl
 
 pytest.importorskip("apache_beam")
 MULTI = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
@@ -107,7 +107,7 @@ def test_beam_writes_the_local_runners_bytes(tmp_path, raw, dolma2):
 @pytest.mark.slow  # a dask.distributed cluster (started once per test run) and a pipeline on it: ~30-60 s
 def test_the_dask_runner_writes_the_local_runners_bytes(tmp_path, raw, dolma2, dask_address):
     """On a dask.distributed cluster (a scheduler and two worker processes on loopback), byte for byte."""
-    from dask_cluster import dask_options
+    from olmax.testing.dask_cluster import dask_options
 
     local = prepare(config(raw, dolma2, str(tmp_path / "local"), arrayrecord=True))
     options = dask_options(dask_address, f"--temp_location={tmp_path / 'temp'}")

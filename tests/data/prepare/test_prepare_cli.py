@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from prepare_testdata import stdlib_texts, write_jsonl
+from olmax.testing.prepare_testdata import stdlib_texts, write_jsonl
 
 
 def test_the_summary_is_on_stderr_in_order_and_stdout_holds_only_the_mix_path(tmp_path, dolma2):

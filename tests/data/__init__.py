@@ -1,0 +1,1 @@
+"""Tests of olmax.data: shards, mixes, the index, the order and the loader."""

@@ -1,0 +1,1 @@
+"""Tests of olmax.data.prepare: the local and Beam runners and the dedup stages."""

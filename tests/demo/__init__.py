@@ -1,0 +1,1 @@
+"""Tests of olmax.demo: the report and its verdicts."""

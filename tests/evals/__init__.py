@@ -1,0 +1,1 @@
+"""Tests of olmax.evals: held-out loss, downstream tasks, memorization, the watcher."""

@@ -1,0 +1,1 @@
+"""Tests of olmax.evalsets: eval-set names and reading."""

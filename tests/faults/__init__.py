@@ -1,0 +1,1 @@
+"""Fault tests: kills, corrupt files and failing stores, through the commands."""

@@ -1,0 +1,1 @@
+"""Tests of olmax.model: layers, attention kernels, conversion and parity."""

@@ -1,0 +1,1 @@
+"""Tests of olmax.testing: the generators and builders tests/ and bench/ share."""
