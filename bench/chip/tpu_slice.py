@@ -159,8 +159,7 @@ def head_args(d_model: int, vocab: int, rows: int, seq: int, smoke: bool):
 
 def executed_flops(kind: str, remat: str, rows: int, n_micro: int, seq: int, smoke: bool) -> float:
     """FLOPs a row runs: 3 x forward (+ the policy's recompute) over its tokens."""
-    from olmax.model.flops import forward_flops
-    from olmax.model.remat import recompute_flops
+    from olmax.model.flops import forward_flops, recompute_flops
 
     tokens = rows * n_micro * seq
     if kind == "head":
@@ -355,8 +354,8 @@ def predictions(plans: dict, rates: dict) -> dict[str, dict]:
     """Each slice's predicted step from its plan's collectives and the chip's measured rates."""
     from olmax.model import PRESETS
     from olmax.train.collectives import expand
-    from olmax.train.plan import parse_topology
-    from olmax.train.slice_model import predict
+    from olmax.train.plan import parse_topology, torus
+    from olmax.train.slice_model import StepShape, predict
 
     cfg = dataclasses.replace(PRESETS["olmo3_7b"](), dtype="bfloat16")
     table = {k: v["rate"] for k, v in rates.items()}
@@ -364,20 +363,12 @@ def predictions(plans: dict, rates: dict) -> dict[str, dict]:
     for name, plan in plans.items():
         if not plan.get("fits"):
             continue
-        topo = parse_topology(name)
-        chip = topo.chip
         pred = predict(
             dataclasses.replace(cfg, remat=plan["remat"]),
-            policy=plan["remat"],
-            rows=plan["per_device_batch"],
-            n_micro=plan["microbatches"],
-            seq_len=plan["seq_len"],
-            found=expand(plan["collective_list"]),
-            peak_flops=chip.peak_flops,
-            link_bytes_per_s=chip.ici_link_bytes_per_s,
-            shape=topo.shape,
-            wrap=chip.wrap,
-            rates=table,
+            StepShape(plan["remat"], plan["per_device_batch"], plan["microbatches"], plan["seq_len"]),
+            torus(parse_topology(name)),
+            expand(plan["collective_list"]),
+            table,
         )
         tokens = plan["per_device_batch"] * plan["microbatches"] * plan["seq_len"]
         out[name] = {**pred.as_dict(), "tokens_per_chip_per_s": tokens / pred.step_s}

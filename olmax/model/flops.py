@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from olmax.model import remat
 from olmax.model.config import ModelConfig
 
 
@@ -62,3 +63,17 @@ def forward_flops(cfg: ModelConfig, seq_len: int, padded_vocab: bool = False) ->
 def flops_per_token(cfg: ModelConfig, seq_len: int, padded_vocab: bool = False) -> float:
     """Average forward FLOPs per token over a sequence of `seq_len` tokens."""
     return forward_flops(cfg, seq_len, padded_vocab).per_token
+
+
+def recompute_flops(cfg: ModelConfig, spec: str, seq_len: int) -> float:
+    """Forward FLOPs per token (all layers) the backward pass runs again under remat policy `spec`: every
+    matmul whose output is not kept (each feeds something the backward needs) and the attention forward
+    unless `context` is kept."""
+    kept = remat.kept_names(spec)
+    d, f = cfg.d_model, cfg.mlp_hidden
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    width = {"q": d * qd, "k": d * kvd, "v": d * kvd, "o": qd * d, "gate": d * f, "up": d * f, "down": f * d}
+    per_token = sum(2 * w for n, w in width.items() if n not in kept) * cfg.n_layers
+    if "context" not in kept:
+        per_token += forward_flops(cfg, seq_len).attention / seq_len
+    return float(per_token)

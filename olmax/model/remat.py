@@ -134,7 +134,8 @@ def describe(spec: str) -> str:
     return f"{spec} (keeps {', '.join(names)}; the rest recomputed)"
 
 
-def _kept(spec: str) -> set[str]:
+def kept_names(spec: str) -> set[str]:
+    """The names a policy keeps (`none`: all of them; `full` and unresolved `auto`: none)."""
     if spec == "none":
         return set(NAMES)
     if spec in ("full", AUTO):
@@ -152,23 +153,7 @@ def kept_bytes_per_token(cfg: ModelConfig, spec: str) -> int:
     qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     item = jnp.dtype(cfg.dtype).itemsize
     size = {"q": qd, "k": kvd, "v": kvd, "o": d, "down": d, "gate": f, "up": f, "context": qd}
-    total = sum(size[n] * item for n in _kept(spec))
-    if "context" in _kept(spec):
+    total = sum(size[n] * item for n in kept_names(spec))
+    if "context" in kept_names(spec):
         total += 4 * cfg.n_heads  # the log-sum-exp, fp32 per head
     return total + (0 if spec == "none" else d * item)
-
-
-def recompute_flops(cfg: ModelConfig, spec: str, seq_len: int) -> float:
-    """Forward FLOPs per token (all layers) the backward pass runs again under `spec`: every matmul whose
-    output is not kept, and the attention forward unless `context` is."""
-    from olmax.model.flops import forward_flops
-
-    fwd = forward_flops(cfg, seq_len)
-    kept = _kept(spec)
-    d, f = cfg.d_model, cfg.mlp_hidden
-    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    width = {"q": d * qd, "k": d * kvd, "v": d * kvd, "o": qd * d, "gate": d * f, "up": d * f, "down": f * d}
-    per_token = sum(2 * w for n, w in width.items() if n not in kept) * cfg.n_layers
-    if "context" not in kept:
-        per_token += fwd.attention / seq_len
-    return float(per_token)

@@ -334,6 +334,14 @@ def describe_compute(cfg: ExperimentConfig, devices: list) -> dict[str, str]:
     return compute_summary(cfg.model, cfg.data.seq_len, devices)
 
 
+def torus(topology: Topology) -> Any:
+    """The slice as the step-time model reads it (olmax.train.slice_model.Torus)."""
+    from olmax.train.slice_model import Torus
+
+    chip = topology.chip
+    return Torus(chip.peak_flops, chip.ici_link_bytes_per_s, topology.shape, chip.wrap)
+
+
 def what_fits(cfg: ExperimentConfig, topology: Topology, *, say=None) -> dict:
     """For a config that does not fit: the settings `model.remat=auto` resolves to on the same slice."""
     try:
@@ -431,15 +439,9 @@ def plan_report(cfg: ExperimentConfig, topology: Topology, *, say=None) -> dict:
     try:
         pred = slice_model.predict(
             resolved.model,
-            policy=resolved.model.remat,
-            rows=got.per_device_batch,
-            n_micro=got.n_micro,
-            seq_len=cfg.data.seq_len,
-            found=found,
-            peak_flops=chip.peak_flops,
-            link_bytes_per_s=chip.ici_link_bytes_per_s,
-            shape=topology.shape,
-            wrap=chip.wrap,
+            slice_model.StepShape(resolved.model.remat, got.per_device_batch, got.n_micro, cfg.data.seq_len),
+            torus(topology),
+            found,
         )
         report.update(predicted_step_s=pred.step_s, predicted_mfu=pred.mfu, prediction=pred.as_dict())
         if chip.name != "v5e":

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from olmax.model import remat
 from olmax.model.config import ModelConfig
-from olmax.model.flops import forward_flops
+from olmax.model.flops import forward_flops, recompute_flops
 from olmax.train.collectives import Collective
 
 # Fraction of the v5e's bf16 peak that one chip's step runs its executed FLOPs at (forward, backward and
@@ -59,7 +58,7 @@ class Prediction:
 def executed_flops_per_token(cfg: ModelConfig, policy: str, seq_len: int) -> float:
     """FLOPs a train step runs per token: 3 x forward (forward + backward) + the recomputed forward."""
     fwd = forward_flops(cfg, seq_len).per_token
-    return 3 * fwd + remat.recompute_flops(cfg, policy, seq_len)
+    return 3 * fwd + recompute_flops(cfg, policy, seq_len)
 
 
 def rate_for(
@@ -71,10 +70,10 @@ def rate_for(
         return table[(policy, rows)], f"measured: {policy}, {rows} row(s)"
     if not table:
         raise ValueError("no measured rate to predict from")
-    want = remat.recompute_flops(cfg, policy, seq_len)
+    want = recompute_flops(cfg, policy, seq_len)
     (p, r), rate = min(
         table.items(),
-        key=lambda kv: (abs(remat.recompute_flops(cfg, kv[0][0], seq_len) - want), abs(kv[0][1] - rows)),
+        key=lambda kv: (abs(recompute_flops(cfg, kv[0][0], seq_len) - want), abs(kv[0][1] - rows)),
     )
     return rate, f"estimated from {p}, {r} row(s)"
 
@@ -95,33 +94,44 @@ def collective_seconds(c: Collective, link: float, ingress: float) -> float:
     return c.bytes / (2 * link)  # collective-permute
 
 
+@dataclass(frozen=True)
+class Torus:
+    """What the model needs of a slice: its chip's peak and ICI link, its shape in chips, and the axis
+    length from which an axis wraps around into a ring."""
+
+    peak_flops: float
+    link_bytes_per_s: float
+    shape: tuple[int, ...]
+    wrap: int
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """A step's per-chip work: the remat policy, rows per microbatch, microbatches, sequence length."""
+
+    policy: str
+    rows: int
+    n_micro: int
+    seq_len: int
+
+
 def predict(
-    cfg: ModelConfig,
-    *,
-    policy: str,
-    rows: int,
-    n_micro: int,
-    seq_len: int,
-    found: list[Collective],
-    peak_flops: float,
-    link_bytes_per_s: float,
-    shape: tuple[int, ...],
-    wrap: int,
-    rates: dict | None = None,
+    cfg: ModelConfig, step: StepShape, torus: Torus, found: list[Collective], rates: dict | None = None
 ) -> Prediction:
     """The step-time model (module docstring) for one chip of a slice."""
-    tokens = rows * n_micro * seq_len  # per chip per step
-    rate, rate_from = rate_for(cfg, policy, rows, seq_len, rates)
-    compute = tokens * executed_flops_per_token(cfg, policy, seq_len) / (peak_flops * rate)
-    ingress = ingress_bytes_per_s(link_bytes_per_s, shape, wrap)
+    tokens = step.rows * step.n_micro * step.seq_len  # per chip per step
+    rate, rate_from = rate_for(cfg, step.policy, step.rows, step.seq_len, rates)
+    compute = tokens * executed_flops_per_token(cfg, step.policy, step.seq_len) / (torus.peak_flops * rate)
+    link = torus.link_bytes_per_s
+    ingress = ingress_bytes_per_s(link, torus.shape, torus.wrap)
     in_loops = [c for c in found if "while/body" in c.op_name]
     outside = [c for c in found if "while/body" not in c.op_name]
-    loop_s = sum(collective_seconds(c, link_bytes_per_s, ingress) * c.runs for c in in_loops)
-    out_s = sum(collective_seconds(c, link_bytes_per_s, ingress) * c.runs for c in outside)
+    loop_s = sum(collective_seconds(c, link, ingress) * c.runs for c in in_loops)
+    out_s = sum(collective_seconds(c, link, ingress) * c.runs for c in outside)
     iterations = max((c.runs for c in in_loops), default=1)
     exposed = max(0.0, loop_s - compute) + loop_s / iterations + out_s
-    step = compute + exposed
-    model_flops = tokens * 3 * forward_flops(cfg, seq_len).per_token
+    total = compute + exposed
+    model_flops = tokens * 3 * forward_flops(cfg, step.seq_len).per_token
     return Prediction(
-        compute, loop_s + out_s, exposed, step, model_flops / step / peak_flops, rate, rate_from
+        compute, loop_s + out_s, exposed, total, model_flops / total / torus.peak_flops, rate, rate_from
     )

@@ -50,7 +50,9 @@ def test_lookup_equals_take_and_its_gradient_lands_on_the_shards(data):
     found = collectives(text)
     assert any(c.kind == "all-to-all" for c in found)  # the rows travel, not the table
     summed = [c for c in found if c.kind == "all-reduce" and c.group > 1]
-    assert [c.group for c in summed] == ([data] if data > 1 else [])  # only the data replicas sum the gradient
+    assert [c.group for c in summed] == (
+        [data] if data > 1 else []
+    )  # only the data replicas sum the gradient
 
 
 def test_lookup_without_a_mesh_is_take():

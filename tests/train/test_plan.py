@@ -10,10 +10,11 @@ import pytest
 
 from olmax.errors import OlmaxError
 from olmax.model import remat
+from olmax.model.flops import recompute_flops
 from olmax.train.collectives import Collective, summarize, whole_gradient_all_reduces
 from olmax.train.config import load_config
 from olmax.train.plan import candidates, kept_activation_bytes, parse_topology, with_settings
-from olmax.train.slice_model import collective_seconds, ingress_bytes_per_s, predict
+from olmax.train.slice_model import StepShape, Torus, collective_seconds, ingress_bytes_per_s, predict
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,7 @@ def test_kept_activations_follow_the_policy():
     full = kept_activation_bytes(with_settings(cfg, "full", 2), 2)
     assert full == 4096 * 2 * 2 * 8192 * 32  # the layer input in bf16: 8 KiB a token and layer
     assert kept_activation_bytes(with_settings(cfg, "save:context,down", 1), 1) < full * 1.6
-    flops = [remat.recompute_flops(cfg.model, p, 8192) for p in remat.LADDER]
+    flops = [recompute_flops(cfg.model, p, 8192) for p in remat.LADDER]
     assert flops == sorted(flops)  # the ladder runs from the least recompute to the most
     assert "save:context,o,down" not in remat.LADDER  # measured slower than save:context,down
 
@@ -112,29 +113,16 @@ def test_step_time_model():
     ar = Collective("all-reduce", "f32", (1000,), 4, 1, "x")
     assert collective_seconds(ar, link, link) == pytest.approx(2 * 4000 * 0.75 / link)
     cfg = load_config("olmo3_7b_stage1", ["data.mix=x"]).model
-    kw = dict(
-        policy="full",
-        rows=2,
-        n_micro=1,
-        seq_len=8192,
-        peak_flops=197e12,
-        link_bytes_per_s=link,
-        shape=(16, 16),
-        wrap=16,
-    )
-    quiet = predict(cfg, found=[], rates={("full", 2): 0.5}, **kw)
+    step, torus = StepShape("full", 2, 1, 8192), Torus(197e12, link, (16, 16), 16)
+    quiet = predict(cfg, step, torus, [], {("full", 2): 0.5})
     assert quiet.exposed_s == 0 and quiet.step_s == quiet.compute_s
-    assert quiet.mfu == pytest.approx(
-        0.5 * 3 / (3 + remat.recompute_flops(cfg, "full", 8192) / (quiet_fwd := quiet_fwd_per_token(cfg)))
-    )
-    loud = predict(
-        cfg,
-        found=[Collective("all-to-all", "bf16", (2, 8192, 4096), 256, 1, "embed")],
-        rates={("full", 2): 0.5},
-        **kw,
-    )
-    assert loud.collectives_s > 0 and loud.exposed_s == pytest.approx(loud.collectives_s)  # outside every loop: whole
-    del quiet_fwd
+    fwd = quiet_fwd_per_token(cfg)
+    assert quiet.mfu == pytest.approx(0.5 * 3 / (3 + recompute_flops(cfg, "full", 8192) / fwd))
+    embed = Collective("all-to-all", "bf16", (2, 8192, 4096), 256, 1, "embed")
+    loud = predict(cfg, step, torus, [embed], {("full", 2): 0.5})
+    assert loud.collectives_s > 0 and loud.exposed_s == pytest.approx(
+        loud.collectives_s
+    )  # outside every loop
 
 
 def quiet_fwd_per_token(cfg):
