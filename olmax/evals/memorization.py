@@ -321,7 +321,7 @@ def memorization_report(
         "repetition": repetition_by_source(exposure, th.repeat_min) if exposure is not None else {},
         "checks": checks,
         "power_section": None
-        if effect is None
+        if effect is None or exposure is None
         else {
             "effect_nats": effect.nats,
             "effect_source": effect.source,
@@ -385,7 +385,7 @@ def power_lines(report: dict) -> list[str]:
                 lines.append(f"      {name}, source {src} ({got['windows']:,} windows): {describe(f)}")
     if len(lines) == 1:
         lines.append(
-            "    no window was served beyond its plan: nothing compared (--power asks what could have been)"
+            "    no check compared windows served beyond the plan (--power asks what each could have seen)"
         )
     return lines
 
