@@ -36,7 +36,7 @@ from olmax.evals.exposure_file import Exposure
 from olmax.evals.model_checks import compare_rows, per_source_verdict, sample_rows
 from olmax.evals.power import Effect, figures, score_factor
 from olmax.evals.scoring import token_stats
-from olmax.evals.verdicts import Models, Thresholds, power_test, rate_power, skipped_check
+from olmax.evals.verdicts import Models, Thresholds, power_doses, power_test, rate_power, skipped_check
 
 SCORES = ("min_k_pp", "zlib", "checkpoint_diff", "reference_ratio")
 
@@ -124,6 +124,7 @@ def score_power(
         power_test(name, th),
         target=th.min_power,
         plan=plan,
+        doses=power_doses(th),
     )
 
 

@@ -16,7 +16,14 @@ import numpy as np
 from olmax.evals.curves import Curves
 from olmax.evals.exposure_file import Exposure, planned_counts
 from olmax.evals.power import Effect, figures
-from olmax.evals.verdicts import Thresholds, check_verdict, power_test, rate_power, skipped_check
+from olmax.evals.verdicts import (
+    Thresholds,
+    check_verdict,
+    power_doses,
+    power_test,
+    rate_power,
+    skipped_check,
+)
 
 
 def sample_rows(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
@@ -147,6 +154,7 @@ def check_exposure(
                 power_test("exposure", th),
                 target=th.min_power,
                 plan=comp.plan,
+                doses=power_doses(th),
             )
         per_source[src] = stats
     verdict = per_source_verdict(

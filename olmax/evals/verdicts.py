@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from olmax.errors import OlmaxError
-from olmax.evals.power import Rule, weakest
+from olmax.evals.power import DOSES, Rule, weakest
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,11 @@ def power_test(check: str, th: Thresholds) -> Rule:
     if check == "exposure":
         return Rule("mean", 3.0, th.exposure_gap_nats)
     return Rule("rank", th.membership_z, th.membership_auroc)
+
+
+def power_doses(th: Thresholds) -> tuple[int, ...]:
+    """The doses a check's power is stated at: 2x and 4x, and `power_dose` when it is another."""
+    return tuple(sorted({*DOSES, th.power_dose}))
 
 
 def rate_power(verdict: dict, per_source: dict[str, dict], th: Thresholds) -> dict:

@@ -442,3 +442,28 @@ def test_power_probe_says_what_each_source_could_show(hf_checkpoint, tmp_path, c
     assert "had a source been served beyond its plan" in text
     assert "      zlib, source web (32 windows): smallest dose flagged with 90% power" in text
     assert memorization(*argv, "--power-effect", "0", "--out", out) == 2
+
+
+def test_the_power_dose_is_a_threshold(model):
+    """`power_dose` moves the bar the verdict reads: the check states its power at that dose too, and a dose
+    it sees well enough makes the same comparison clean."""
+    from olmax.evals.memorization import memorization_report
+    from olmax.evals.power import Effect
+    from olmax.evals.verdicts import Models, Probe, Thresholds
+
+    def report(dose):
+        return memorization_report(
+            None,
+            exposure=random_windows(8, 16),
+            models=Models(model, Probe(per_stratum=16, probe_len=64, batch_size=16)),
+            effect=Effect(0.02, "a test's"),
+            thresholds=Thresholds(power_dose=dose),
+        )
+
+    at4, at64 = report(4), report(64)
+    zlib4, zlib64 = at4["checks"]["zlib"], at64["checks"]["zlib"]
+    assert zlib64["power"]["dose"] == 64 and "64" in zlib64["sources"]["web"]["power"]["power"]
+    assert zlib64["power"]["value"] > zlib4["power"]["value"]
+    assert at4["verdict"] == "inconclusive" and at64["verdict"] == "clean"
+    best = at64["power"]["check"]
+    assert at64["power"]["value"] >= 0.9 and at64["checks"][best]["status"] == "ok"
