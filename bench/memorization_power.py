@@ -15,10 +15,11 @@ Setting (all in-process; one compiled train step serves every run, so only the f
               order, as a user would compare against (`--reference RUN`)
   seed s      the initialisation and a draw from the compared windows: its dosed windows, and its as-planned
               windows (never dosed in any of its runs)
-  dose d      the seed's first min(`--replayed`, spare // (d - 1)) dosed windows (240 at 2x and 4x, 102 at
-              8x) served d times where the plan serves them once: their d - 1 extra servings take the places
-              of as many spare rows (a shard copied into the mix, its copies landing where other data was);
-              every other row stays where the reference has it. They are also check 6's contaminated items
+  dose d      the seed's first min(`--replayed`, spare // (d - 1)) dosed windows (`--replayed-2x` at 2x: 128
+              at 2x, 240 at 4x, 102 at 8x) served d times where the plan serves them once: their d - 1 extra
+              servings take the places of as many spare rows (a shard copied into the mix, its copies landing
+              where other data was); every other row stays where the reference has it. They are also check
+              6's contaminated items
   clean       the seed's stream as planned (the reference's, from the seed's initialisation). The checks get
               the labels of a dosed run: its first `--control` dosed windows (128) as served
               `--control-label` = 16x where the plan serves 1x, so a flag there is a false positive
@@ -110,6 +111,9 @@ class Setting:
     twice: int = 48  # windows of the planned-2x source (6% of the stream)
     unseen: int = 128  # windows never served: checks 5 and 3's held-out text
     replayed: int = 240  # dosed windows of a run, where its extra servings fit the spare rows
+    # at 2x: what sees 2x is the reference ratio, a rank test whose AUROC must clear 0.6, so fewer windows
+    # that each gain more beat more that each gain less (a larger source's windows gain less: `design`)
+    replayed_2x: int = 128
     control: int = 128  # the windows a clean run's labels claim were over-served
     ratio: int = 2  # as-planned windows compared (and check 6's clean items) per over-served window
     extract: int = 64  # windows per group check 4 continues (its greedy decode is the dearest scoring)
@@ -165,11 +169,12 @@ class Setting:
         rows)."""
         if dose == 0:
             return self.control
-        return min(self.replayed, self.spare() // max(dose - 1, 1))
+        most = self.replayed_2x if dose == 2 else self.replayed
+        return min(most, self.spare() // max(dose - 1, 1))
 
     def problem(self, doses: list[int]) -> str | None:
         """Why the setting cannot run these doses, or None."""
-        drawn = max(self.replayed, self.control)
+        drawn = max(self.replayed, self.replayed_2x, self.control)
         if self.spare() < 0:
             return f"{self.compared} compared windows and the planned-2x source overfill the {self.steps * self.batch}-row stream"
         if self.compared - drawn < self.ratio * drawn:
@@ -237,7 +242,7 @@ class Split:
 
 def split(st: Setting, seed: int) -> Split:
     rows = np.random.default_rng(seed).permutation(st.compared)
-    drawn = max(st.replayed, st.control)
+    drawn = max(st.replayed, st.replayed_2x, st.control)
     return Split(rows[:drawn], rows[drawn:])
 
 
@@ -454,11 +459,11 @@ def run_checks(
 def window_effect(model, ref: Reference, lay: Layout, sp: Split, st: Setting, widths: list[int]) -> dict:
     """What the checks must see a dose through, on windows every run of the seed shares: the mean CE of the
     seed's first w dosed windows for each w in `widths` (a dose's over-served ones; in its clean run, the same
-    windows served once), of `replayed` of its as-planned windows, the spread of the latter's CE (their
+    windows served once), of as many of its as-planned windows as the largest w, the spread of the latter's CE (their
     difficulty: what a check without a reference must see past) and of their CE net of the reference run's
     (what a check with a reference must see past)."""
-    n = st.replayed
-    dosed = window_ce(model, lay.compared[sp.dosed[: max(widths)]])
+    n = max(widths)
+    dosed = window_ce(model, lay.compared[sp.dosed[:n]])
     planned = window_ce(model, lay.compared[sp.planned[:n]])
     return {
         "dosed_ce": {str(w): float(dosed[:w].mean()) for w in widths},
@@ -777,6 +782,10 @@ MEASURED_TPU = {
     # check 9's Mann-Whitney z at 4x less the same seed's clean run's (64 over-served vs 128 as planned):
     # 3.609 - 2.499, 2.022 + 0.752, 1.226 + 1.044
     "diff_z_at_4x": (1.110, 2.774, 2.270),
+    # how a window's effect falls with the source's size where it was measured, on the tiny model at 2x
+    # (three seeds each): 0.0157 nats with 64 windows (bench/results/mem.json), 0.0099 with 256
+    # (bench/results/mem_large_source.json), i.e. (64 / w)^0.33; the chip's model was measured at 64 only
+    "fall_tiny": math.log(0.015737 / 0.009943) / math.log(256 / 64),
     # seconds: a reference run (200 steps x 8 rows, no scoring) 14.40-14.41 s; check 6's items at three
     # kept checkpoints 15.0 - 14.4 s for 3 x 128 windows; check 1 0.38 s for 192 windows; checks 7-10 1.32 s
     # for 192 windows under 3 models; check 4 0.57 s for 192; the first reference and checks on a fresh
@@ -793,7 +802,7 @@ RANK = Rule("rank", 3.0, 0.6)  # checks 7-10 at default Thresholds (membership_z
 INTERVAL = Rule("mean", 1.96, 0.0)  # check 6: the lower end of a 95% interval above contam_gain_nats (0)
 
 
-def design(st: Setting, doses: list[int], clean_runs: int = 10) -> dict:
+def design(st: Setting, doses: list[int], clean_runs: int = 10, fall: float = 0.0) -> dict:
     """The power each verdict should have at this setting (olmax/evals/power.py's arithmetic on
     MEASURED_TPU; meaningful for the tpu shape, whose effect that is):
       with a reference   check 10, the rank rule, a shift of per_serving x (d - 1) over a spread of
@@ -809,7 +818,9 @@ def design(st: Setting, doses: list[int], clean_runs: int = 10) -> dict:
                          rank checks 1 - Phi(max(3, 0.1 / se0)); the any-check verdict's at most their sum, and
                          the chance that no clean run of `clean_runs` is flagged
     Checks 1, 4, 5 and 7 are left out of the powers (1 cannot see a gain under 0.1 nats, 4 and 5 flagged no
-    dosed run in either table, 7 has no power model): the verdicts' powers are lower bounds."""
+    dosed run in either table, 7 has no power model): the verdicts' powers are lower bounds. `fall`: a window
+    of a w-window source gains (64 / w)^fall of what a 64-window source's did (0: as measured; the tiny
+    model's `fall_tiny`, the case the record's effect table tells apart)."""
     from statistics import NormalDist
 
     m = MEASURED_TPU
@@ -820,13 +831,18 @@ def design(st: Setting, doses: list[int], clean_runs: int = 10) -> dict:
 
     d_4x = math.sqrt(2.0) * phi.inv_cdf(0.5 + float(np.mean(m["diff_z_at_4x"])) * se0(64, 128))
     per_serving_d = d_4x / 3
-    out: dict = {"per_serving_nats": m["per_serving_nats"], "diff_d_per_serving": per_serving_d}
+    out: dict = {
+        "per_serving_nats": m["per_serving_nats"],
+        "diff_d_per_serving": per_serving_d,
+        "fall": fall,
+    }
     for d in doses:
         w = st.dosed_windows(d)
         n2 = st.ratio * w
-        ref = power(m["per_serving_nats"] * (d - 1), m["sd_net_same_order"], w, n2, RANK)
-        six = power(per_serving_d * (d - 1), 1.0, w, n2, INTERVAL)
-        nine = power(per_serving_d * (d - 1), 1.0, w, n2, RANK)
+        keep = (64 / w) ** fall  # what a window keeps of the 64-window source's effect
+        ref = power(m["per_serving_nats"] * keep * (d - 1), m["sd_net_same_order"], w, n2, RANK)
+        six = power(per_serving_d * keep * (d - 1), 1.0, w, n2, INTERVAL)
+        nine = power(per_serving_d * keep * (d - 1), 1.0, w, n2, RANK)
         noref = max(six, nine)
         out[f"{d}x"] = {
             "windows": w,
@@ -854,9 +870,14 @@ def design(st: Setting, doses: list[int], clean_runs: int = 10) -> dict:
 
 def format_design(dz: dict, doses: list[int], clean_runs: int) -> str:
     c = dz["clean"]
+    fall = (
+        f"if a window of a w-window source gains (64 / w)^{dz['fall']:.2f} of the 64-window source's"
+        if dz["fall"]
+        else "if a window's effect holds at every source size"
+    )
     lines = [
         f"design (olmax/evals/power.py on the previous chip table: {dz['per_serving_nats']:.4f} nats a serving, "
-        f"check 9's loss {dz['diff_d_per_serving']:.3f} sd a serving): power of each verdict, at least"
+        f"check 9's loss {dz['diff_d_per_serving']:.3f} sd a serving), {fall}: power of each verdict, at least"
     ]
     for d in doses:
         e = dz[f"{d}x"]
@@ -898,7 +919,7 @@ def run_seconds(st: Setting, dose: int, effect: bool) -> dict:
         + 3 * compared * m["stats_s_per_window"]  # checks 7-10: the model, the reference, the earlier
         + 2 * min(st.extract, w) * m["extract_s_per_window"]  # check 4
         + 2 * st.unseen * m["score_s_per_window"]  # check 5 and the run-level check's held-out
-        + (2 * st.replayed * m["score_s_per_window"] if effect else 0.0)  # window_effect
+        + (2 * max(st.replayed, st.replayed_2x) * m["score_s_per_window"] if effect else 0.0)  # window_effect
     )
     return {"train_s": train * scale, "check_s": checks * scale + m["host_s"]}
 
@@ -974,7 +995,8 @@ def run_power(
     todo = schedule(seeds, doses, clean_seeds, [(r["seed"], r["dose"]) for r in runs])
     widths = sorted({st.dosed_windows(d) for d in doses})
     expect = plan(st, todo, set(seeds), bool(todo))
-    log(format_design(design(st, doses, len(clean_seeds)), doses, len(clean_seeds)))
+    for fall in (0.0, MEASURED_TPU["fall_tiny"]):
+        log(format_design(design(st, doses, len(clean_seeds), fall), doses, len(clean_seeds)))
     log(format_plan(expect))
     if budget_s is not None and expect["total_s"] > budget_s:
         log(f"the plan is over the {budget_s:.0f} s budget: the call stops before the run that would pass it")
@@ -1005,6 +1027,7 @@ def run_power(
             "table": power_table(runs, doses),
             "effect": effect_table(runs, doses, st),
             "design": design(st, doses, len(clean_seeds)),
+            "design_if_it_falls": design(st, doses, len(clean_seeds), MEASURED_TPU["fall_tiny"]),
             "seconds": clock() - t0,
             "plan": {k: v for k, v in expect.items() if k != "per_run"},
             "stopped": state["stopped"],
@@ -1144,6 +1167,7 @@ SMOKE = {
     "twice": 4,
     "unseen": 8,
     "replayed": 8,
+    "replayed_2x": 6,
     "control": 6,
     "extract": 8,
 }
@@ -1181,6 +1205,7 @@ def write_record(
         rec.note("plan", result["plan"])
     if "design" in result:
         rec.note("design", result["design"])
+        rec.note("design_if_it_falls", result["design_if_it_falls"])
     this = {
         "date": rec.data["date"],
         "commit": rec.data.get("commit"),

@@ -82,12 +82,12 @@ def test_any_check_verdicts():
 
 def test_effect_is_paired_by_seed_and_windows_needed_come_from_the_calculator():
     mp = load()
-    st = mp.Setting()  # 2x and 4x over-serve 240 windows, 8x 102
+    st = mp.Setting()  # 2x over-serves 128 windows, 4x 240, 8x 102
 
     def run(seed, dose, planned, dosed, sd=0.4, sd_net=0.05):
         effect = {
             "planned_ce": planned,
-            "dosed_ce": {"240": dosed, "102": dosed + 0.01},
+            "dosed_ce": {"128": dosed, "240": dosed, "102": dosed + 0.01},
             "sd_windows_nats": sd,
             "sd_net_of_reference_nats": sd_net,
         }
@@ -98,7 +98,7 @@ def test_effect_is_paired_by_seed_and_windows_needed_come_from_the_calculator():
     runs = [run(0, 0, 2.0, 1.95), run(1, 0, 2.0, 2.10, sd=0.6, sd_net=0.07), run(0, 2, 2.0, 1.90)]
     runs += [run(1, 2, 2.0, 2.06), run(0, 4, 2.0, 1.95), run(1, 4, 2.0, 2.10), run(0, 8, 2.0, 1.90)]
     eff = mp.effect_table(runs, [2, 4, 8], st)
-    assert eff["2"]["per_seed"] == pytest.approx([0.05, 0.04]) and eff["2"]["windows"] == 240
+    assert eff["2"]["per_seed"] == pytest.approx([0.05, 0.04]) and eff["2"]["windows"] == 128
     assert eff["2"]["gain_nats"] == pytest.approx(0.045) and eff["8"]["windows"] == 102
     assert eff["8"]["per_seed"] == pytest.approx([0.05]) and eff["8"]["per_serving_nats"] == pytest.approx(
         0.05 / 7
@@ -119,14 +119,16 @@ def test_effect_is_paired_by_seed_and_windows_needed_come_from_the_calculator():
 
 
 def small_setting(mp, **over):
-    values = dict(seq_len=16, batch=4, steps=40, compared=40, twice=4, unseen=6, replayed=8, control=5)
+    values = dict(
+        seq_len=16, batch=4, steps=40, compared=40, twice=4, unseen=6, replayed=8, replayed_2x=6, control=5
+    )
     return mp.Setting(**{**values, **over})
 
 
 def test_streams_keep_the_reference_order_and_the_exposure_says_what_was_served():
     mp = load()
     st = small_setting(mp)  # 160 rows: 40 compared, 2 x 4 planned-2x, 112 spare
-    assert st.spare() == 112 and [st.dosed_windows(d) for d in (0, 2, 4, 16)] == [5, 8, 8, 7]
+    assert st.spare() == 112 and [st.dosed_windows(d) for d in (0, 2, 4, 16)] == [5, 6, 8, 7]
     pool = mp.text_windows(16, mp.pool_size(st))
     assert len({w.tobytes() for w in pool}) == len(pool) and pool.max() < 256
     lay = mp.layout(pool, st)
@@ -189,6 +191,7 @@ def small_tpu(mp):
         compared=24,
         unseen=4,
         replayed=6,
+        replayed_2x=5,
         control=4,
         extract=4,
         checkpoints=2,
@@ -211,9 +214,14 @@ def test_tpu_design_has_the_power_and_fits_one_call():
     st = mp.Setting(**mp.SHAPES["tpu"])
     assert st.model_config().dtype == "bfloat16" and st.model_config().n_kv_heads == 12
     assert st.problem([2, 4, 8]) is None
-    assert [st.dosed_windows(d) for d in (0, 2, 4, 8)] == [128, 240, 240, 102]
+    assert [st.dosed_windows(d) for d in (0, 2, 4, 8)] == [128, 128, 240, 102]
     dz = mp.design(st, [2, 4, 8])
     assert dz["4x"]["noref"] >= 0.9 and dz["2x"]["ref"] >= 0.9 and dz["8x"]["noref"] >= 0.9
+    # if a window's effect falls with the source's size as the tiny model's did, every dose loses power
+    falls = mp.design(st, [2, 4, 8], fall=mp.MEASURED_TPU["fall_tiny"])
+    assert mp.MEASURED_TPU["fall_tiny"] == pytest.approx(0.331, abs=1e-3)
+    assert all(falls[f"{d}x"][k] <= dz[f"{d}x"][k] for d in (2, 4, 8) for k in ("noref", "ref"))
+    assert falls["4x"]["noref"] < dz["4x"]["noref"]
     # check 9's 4x z of 2.05 at 64 vs 128 windows is an AUROC of 0.591: 0.325 sd, 0.108 a serving
     assert dz["diff_d_per_serving"] == pytest.approx(0.1085, abs=5e-4)
     # the clean runs' false alarms: check 6's 2.5% a run dominates; the rank checks' floor sits above z 3
