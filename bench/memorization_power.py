@@ -984,9 +984,10 @@ def run_power(
     returns {"setting", "runs", "table", ...}.
 
     `done`: runs of an earlier call (a record's, `read_runs`), kept and not run again (the reference is
-    trained again). `budget_s`: before each training, the seconds it is expected to take (the last measured
-    run's, the plan's before the first) are added to the seconds spent; past the budget the call stops there
-    and says so (`stopped`), its runs so far returned. `on_run(result)` after every run, with the result so
+    trained again). `budget_s`: before each run, the seconds it is expected to take (the plan's for it, times
+    the last run's measured over planned seconds; before the first, with the compile and the reference) are
+    added to the seconds spent; past the budget the call stops there and says so (`stopped`), its runs so far
+    returned. `on_run(result)` after every run, with the result so
     far (the record is written there, so a call killed midway keeps what it finished). `stamp` is added to
     every new run (device, commit, date, shape)."""
     t0 = clock()
