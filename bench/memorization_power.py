@@ -448,8 +448,9 @@ def run_checks(
         earlier=tr.earlier,
         earlier_name=f"the earliest kept checkpoint (step {first}) to step {st.steps}",
         earlier_share=(st.steps - first) / st.steps,
+        effect=effect,
     )
-    membership = check_membership(exp, th, models, effect)
+    membership = check_membership(exp, th, models)
     spent = (time.perf_counter() - t) / len(membership)
     for name, verdict in membership.items():
         out[name], seconds[name] = verdict, spent

@@ -34,7 +34,7 @@ from scipy.stats import rankdata
 
 from olmax.evals.exposure_file import Exposure
 from olmax.evals.model_checks import compare_rows, per_source_verdict, sample_rows
-from olmax.evals.power import Effect, figures, score_factor
+from olmax.evals.power import Sample, figures, score_factor
 from olmax.evals.scoring import token_stats
 from olmax.evals.verdicts import Models, Thresholds, power_doses, power_test, rate_power, skipped_check
 
@@ -101,39 +101,29 @@ def detectable_auroc(n_over: int, n_planned: int, th: Thresholds) -> float:
 
 
 def score_power(
-    name: str,
-    planned: dict[str, np.ndarray],
-    n_over: int,
-    n_planned: int,
-    plan: float,
-    th: Thresholds,
-    models: Models,
-    effect: Effect,
+    name: str, planned: dict[str, np.ndarray], sample: Sample, th: Thresholds, models: Models
 ) -> dict | None:
     """A score's power figures (olmax/evals/power.py) from the as-planned windows' scores (`planned`): its
-    spread there and how far it moves per extra serving; None for a score the calculator has no model of."""
+    spread there and how far it moves per extra serving (`models.effect`); None for a score the calculator
+    has no model of, or without an effect."""
     factor = score_factor(name, planned, models.earlier_share)
     values = planned.get("ce" if name == "exposure" else name)
-    if factor is None or values is None or len(values) < 2:
+    if models.effect is None or factor is None or values is None or len(values) < 2:
         return None
     return figures(
-        effect.nats * factor,
+        models.effect.nats * factor,
         float(np.std(values, ddof=1)),
-        n_over,
-        n_planned,
+        sample,
         power_test(name, th),
         target=th.min_power,
-        plan=plan,
         doses=power_doses(th),
     )
 
 
-def check_membership(
-    exp: Exposure, th: Thresholds, models: Models, effect: Effect | None = None
-) -> dict[str, dict]:
+def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
     """The membership checks (`SCORES`), one verdict each, over each source's windows served beyond the plan
     and its as-planned windows matched by planned servings (olmax/evals/model_checks.compare_rows; the first
-    `probe_len` tokens of each). With `effect` (the CE a window loses per extra serving) each compared
+    `probe_len` tokens of each). With `models.effect` (the CE a window loses per extra serving) each compared
     source states each score's power (`score_power`), and a check that had less than `min_power` at
     `power_dose` is inconclusive."""
     if exp.tokens is None or exp.source is None:
@@ -177,12 +167,8 @@ def check_membership(
             a, z = auroc(vals[: comp.over.size], vals[comp.over.size :])
             hit = z > th.membership_z and a > th.membership_auroc
             planned = {k: v[comp.over.size :] for k, v in s["scores"].items()}
-            rated = (
-                score_power(
-                    name, planned, comp.over.size, comp.planned_rows.size, comp.plan, th, models, effect
-                )
-                if effect is not None
-                else None
+            rated = score_power(
+                name, planned, Sample(comp.over.size, comp.planned_rows.size, comp.plan), th, models
             )
             sources[src] = {
                 "auroc": a,
@@ -222,7 +208,7 @@ def check_membership(
     return out
 
 
-def power_probe(exp: Exposure, th: Thresholds, models: Models, effect: Effect) -> dict[str, dict]:
+def power_probe(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
     """What each check could see in each source had part of it been served beyond the plan: per source, the
     windows a comparison would take (`per_stratum` of them as the over-served, as many as planned per
     over-served one as `compare_rows` would take, of the same source and planned count) are drawn from its
@@ -258,7 +244,7 @@ def power_probe(exp: Exposure, th: Thresholds, models: Models, effect: Effect) -
         )
         checks = {}
         for name in ("exposure", *SCORES):
-            rated = score_power(name, scores, n_over, n_planned, float(level), th, models, effect)
+            rated = score_power(name, scores, Sample(n_over, n_planned, float(level)), th, models)
             if rated is not None:
                 checks[name] = rated
         out[src] = {"windows": int(pool.size), "planned_servings": int(level), "checks": checks}

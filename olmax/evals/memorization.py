@@ -245,18 +245,17 @@ def memorization_report(
     thresholds: Thresholds | None = None,
     gains: dict | None = None,
     progress: bool = False,
-    effect: Effect | None = None,
-    power: bool = False,
 ) -> dict:
     """All ten checks and the verdict over them (`verdict`: flagged, clean or inconclusive; `flagged` is true
     when any check flags). `reference`: a reference run's curves (check 3); `models`: the checkpoint the model
     checks score; `gains`: an `olmax eval gains` report (check 6). `progress`: a tqdm bar over the checks
-    that score the model (the long part). `effect`: the CE a window loses per extra serving, for the checks'
-    power (default: the measurement nearest the model's size); `power`: also each source's power had it been
-    over-served (`power_probe`)."""
+    that score the model (the long part). The checks' power assumes `models.effect` (the CE a window loses per
+    extra serving; None: the measurement nearest the model's size); `models.probe.power` asks each source's
+    power had it been over-served too (`power_probe`)."""
     th = thresholds or Thresholds()
-    if models is not None and effect is None:
-        effect = model_effect(models.model)
+    if models is not None and models.effect is None:
+        models = dataclasses.replace(models, effect=model_effect(models.model))
+    effect = models.effect if models is not None else None
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
         "reference": (
@@ -305,7 +304,7 @@ def memorization_report(
                 else skipped_check("no run metrics")
             )
             bar.update(1)
-            membership = check_membership(exposure, th, models, effect)
+            membership = check_membership(exposure, th, models)
             bar.update(1)
     checks["contaminated"] = (
         check_contaminated(gains, th)
@@ -329,9 +328,7 @@ def memorization_report(
             "alpha": power_test("zlib", th).alpha,
             "dose": th.power_dose,
             "checks": rated,
-            "sources": power_probe(exposure, th, models, effect)
-            if power and exposure is not None and models is not None
-            else None,
+            "sources": power_probe(exposure, th, models) if models.probe.power else None,
         },
         "thresholds": dataclasses.asdict(th),
     }
@@ -460,13 +457,14 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         models=(
             Models(
                 model,
-                Probe(inp.per_stratum, inp.probe_len, inp.batch_size),
+                Probe(inp.per_stratum, inp.probe_len, inp.batch_size, power=inp.power),
                 pad_id,
                 ref_model,
                 ref_name,
                 earlier,
                 earlier_name,
                 share,
+                Effect(inp.power_effect, "given (--power-effect)") if inp.power_effect is not None else None,
             )
             if model is not None
             else None
@@ -474,8 +472,6 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         thresholds=th,
         gains=gains,
         progress=inp.progress,
-        effect=(Effect(inp.power_effect, "given (--power-effect)") if inp.power_effect is not None else None),
-        power=inp.power,
     )
     report = {
         "run": str(run_dir),

@@ -88,6 +88,16 @@ def model_effect(model) -> Effect:
 
 
 @dataclass(frozen=True)
+class Sample:
+    """The windows a comparison takes: over-served, as planned, and the over-served ones' planned servings
+    (a dose D is (D - 1) x plan servings beyond it)."""
+
+    over: int
+    planned: int
+    plan: float = 1.0
+
+
+@dataclass(frozen=True)
 class Rule:
     """How a check flags: `rank` (Mann-Whitney z above `z` and AUROC above `floor`) or `mean` (the mean gain
     above `z` standard errors and above `floor`, in the score's units)."""
@@ -117,16 +127,14 @@ def power(shift: float, sd: float, n_over: int, n_planned: int, test: Rule) -> f
     return PHI.cdf((shift - max(test.floor, test.z * se)) / se)
 
 
-def smallest_dose(
-    per_serving: float, sd: float, n_over: int, n_planned: int, test: Rule, target: float, plan: float = 1.0
-) -> float | None:
-    """The smallest dose D (servings over the plan's) the check flags with probability `target`, when each
+def smallest_dose(per_serving: float, sd: float, sample: Sample, test: Rule, target: float) -> float | None:
+    """The smallest dose D (times the plan) the check flags with probability `target` at `sample`, when each
     extra serving moves its score by `per_serving`; None when no dose up to 10,000x does."""
     if per_serving <= 0:
         return None
 
     def p(dose: float) -> float:
-        return power(per_serving * plan * (dose - 1.0), sd, n_over, n_planned, test)
+        return power(per_serving * sample.plan * (dose - 1.0), sd, sample.over, sample.planned, test)
 
     lo, hi = 1.0, 10_000.0
     if p(hi) < target:
@@ -181,30 +189,28 @@ def score_factor(check: str, planned: dict, earlier_share: float | None = None) 
 def figures(
     per_serving: float,
     sd: float,
-    n_over: int,
-    n_planned: int,
+    sample: Sample,
     test: Rule,
     *,
     target: float,
-    plan: float = 1.0,
     doses: tuple[int, ...] = DOSES,
 ) -> dict:
-    """What a check could see at this sample: its power at each of `doses` (times the plan), the smallest
-    dose it flags with probability `target`, and the over-served windows (with as many as planned per
-    over-served one as here) it would need to reach `target` at each dose."""
-    ratio = n_planned / max(n_over, 1)
-    shift = {d: per_serving * plan * (d - 1) for d in doses}
+    """What a check could see at `sample`: its power at each of `doses` (times the plan), the smallest dose
+    it flags with probability `target`, and the over-served windows (with as many as planned per over-served
+    one as here) it would need to reach `target` at each dose."""
+    ratio = sample.planned / max(sample.over, 1)
+    shift = {d: per_serving * sample.plan * (d - 1) for d in doses}
     return {
         "score_per_serving": per_serving,
         "sd": sd,
-        "over_served": n_over,
-        "as_planned": n_planned,
-        "plan": plan,
+        "over_served": sample.over,
+        "as_planned": sample.planned,
+        "plan": sample.plan,
         "test": test.kind,
         "alpha": test.alpha,
         "target": target,
-        "power": {str(d): power(shift[d], sd, n_over, n_planned, test) for d in doses},
-        "smallest_dose": smallest_dose(per_serving, sd, n_over, n_planned, test, target, plan),
+        "power": {str(d): power(shift[d], sd, sample.over, sample.planned, test) for d in doses},
+        "smallest_dose": smallest_dose(per_serving, sd, sample, test, target),
         "windows_needed": {str(d): windows_needed(shift[d], sd, ratio, test, target) for d in doses},
     }
 

@@ -13,25 +13,26 @@ import dataclasses
 from dataclasses import dataclass
 
 from olmax.errors import OlmaxError
-from olmax.evals.power import DOSES, Rule, weakest
+from olmax.evals.power import DOSES, Effect, Rule, weakest
 
 
 @dataclass(frozen=True)
 class Probe:
     """How the model checks probe a model: windows sampled per stratum, tokens scored per window, the
-    scoring batch size and the sampling seed."""
+    scoring batch size, the sampling seed, and whether to probe each source's power too."""
 
     per_stratum: int = 64
     probe_len: int = 512
     batch_size: int = 8
     seed: int = 0
+    power: bool = False  # also what each source could have shown had it been over-served (`power_probe`)
 
 
 @dataclass(frozen=True)
 class Models:
     """What the model checks score: the model, how it is probed, its pad id; `reference_ratio`'s reference
     model (another run's, e.g. a healthy run of the same recipe) and `checkpoint_diff`'s earlier checkpoint of
-    this run, each with the name the report gives it."""
+    this run, each with the name the report gives it; and what the checks' power assumes of the model."""
 
     model: object
     probe: Probe = Probe()
@@ -43,6 +44,9 @@ class Models:
     # the share of the scored checkpoint's steps after the earlier one: what part of a dose's servings
     # check 9 sees (a serving before the earlier checkpoint lowers both losses); its power needs it
     earlier_share: float | None = None
+    # the CE a window loses per extra serving, for the checks' power (olmax/evals/power.py); None: no power
+    # figures (`memorization_report` sets the measurement nearest the model's size)
+    effect: Effect | None = None
 
 
 @dataclass(frozen=True)

@@ -164,10 +164,10 @@ def test_power_rows_show_what_each_check_could_see():
     """The memorization section's power table: a row per check and source, for the comparisons a check made
     and for what a source would have shown had it been over-served, in the figures power.py computes."""
     from olmax.demo.report import power_rows
-    from olmax.evals.power import Rule, figures
+    from olmax.evals.power import Rule, Sample, figures
 
-    made = figures(0.01, 0.02, 64, 128, Rule("rank", 3.0, 0.6), target=0.9)
-    floor = figures(0.0126, 0.3, 64, 64, Rule("mean", 3.0, 0.1), target=0.9)
+    made = figures(0.01, 0.02, Sample(64, 128), Rule("rank", 3.0, 0.6), target=0.9)
+    floor = figures(0.0126, 0.3, Sample(64, 64), Rule("mean", 3.0, 0.1), target=0.9)
     mem = {
         "checks": {"zlib": {"sources": {"code": {"power": made}}}, "gap": {"status": "ok"}},
         "power_section": {

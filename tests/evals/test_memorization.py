@@ -387,7 +387,7 @@ def test_a_check_with_enough_windows_stays_clean_and_one_with_too_few_is_inconcl
     def report(n_over):
         probe = Probe(per_stratum=2 * n_over, probe_len=64, batch_size=16)
         return memorization_report(
-            None, exposure=random_windows(n_over, 2 * n_over), models=Models(model, probe), effect=effect
+            None, exposure=random_windows(n_over, 2 * n_over), models=Models(model, probe, effect=effect)
         )
 
     few = report(4)
@@ -455,8 +455,9 @@ def test_the_power_dose_is_a_threshold(model):
         return memorization_report(
             None,
             exposure=random_windows(8, 16),
-            models=Models(model, Probe(per_stratum=16, probe_len=64, batch_size=16)),
-            effect=Effect(0.02, "a test's"),
+            models=Models(
+                model, Probe(per_stratum=16, probe_len=64, batch_size=16), effect=Effect(0.02, "a test's")
+            ),
             thresholds=Thresholds(power_dose=dose),
         )
 

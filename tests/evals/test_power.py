@@ -13,6 +13,7 @@ from olmax.evals.membership import auroc
 from olmax.evals.power import (
     MEASURED,
     Rule,
+    Sample,
     effect_for,
     figures,
     power,
@@ -70,18 +71,18 @@ def test_no_dose_no_power_beyond_alpha():
 
 def test_smallest_dose_and_windows_needed_invert_power():
     per, sd = 0.012, 0.02
-    dose = smallest_dose(per, sd, 64, 128, RANK, 0.9)
+    dose = smallest_dose(per, sd, Sample(64, 128), RANK, 0.9)
     assert power(per * (dose - 1), sd, 64, 128, RANK) == pytest.approx(0.9, abs=1e-6)
     assert power(per * (dose * 0.98 - 1), sd, 64, 128, RANK) < 0.9
     # a planned-2x window served 2 x D times gains 2 (D - 1) servings: half the dose sees as much
-    assert smallest_dose(per, sd, 64, 128, RANK, 0.9, plan=2.0) == pytest.approx(1 + (dose - 1) / 2)
+    assert smallest_dose(per, sd, Sample(64, 128, plan=2.0), RANK, 0.9) == pytest.approx(1 + (dose - 1) / 2)
     n = windows_needed(per * 3, sd, 2.0, RANK, 0.9)
     assert power(per * 3, sd, n, 2 * n, RANK) >= 0.9 > power(per * 3, sd, n - 1, 2 * (n - 1), RANK)
     # a shift whose AUROC stays under the 0.6 floor is never flagged at 90%, whatever the sample
     assert windows_needed(0.3, 1.0, 2.0, RANK, 0.9) is None  # AUROC Phi(0.3 / sqrt 2) = 0.584
     assert windows_needed(0.05, 1.0, 2.0, MEAN, 0.9) is None  # under check 1's 0.1 nats
-    assert smallest_dose(0.0, sd, 64, 128, RANK, 0.9) is None
-    f = figures(per, sd, 64, 128, RANK, target=0.9)
+    assert smallest_dose(0.0, sd, Sample(64, 128), RANK, 0.9) is None
+    f = figures(per, sd, Sample(64, 128), RANK, target=0.9)
     assert f["smallest_dose"] == pytest.approx(dose) and f["windows_needed"]["4"] == n
     assert set(f["power"]) == {"2", "4"} and f["power"]["2"] < f["power"]["4"]
 
