@@ -1,53 +1,63 @@
-"""Calibrated memorization checks with the plan as the null: how often each check flags a tiny model
-whose mix plans a source twice and serves another source's windows 2x ... 16x their plan (detection rate
-per dose, and the AUROC of each check's statistic between dosed and clean runs), and how often it flags
-clean runs, where every window is served exactly as planned (false-positive rate).
+"""Calibrated memorization checks with the plan as the null: how often each check flags a model one of whose
+sources was served 2x ... 16x its plan (detection rate per dose, and the AUROC of each check's statistic
+between dosed and clean runs), how often it flags clean runs, where every window is served as planned
+(false-positive rate), and what power olmax/evals/power.py predicted for each run.
 
 Setting (all in-process; one compiled train step serves every run, so only the first run compiles):
-  text        real text, byte-level: the standard library's *.py files cut into 256-byte windows (token =
-              byte, < 256, within tiny's vocabulary of 1,000); exact duplicate windows dropped; each seed
-              shuffles the pool and draws its own disjoint splits from it
-  stream      the tiny recipe's shape: `--steps` x `--batch` rows (default 200 x 8 = 1,600 windows of 256
-              tokens), shuffled; every row not taken below is a fresh window served once, as planned
-  planned 2x  in every mix, a source of `--twice` windows (default 48) the mix lists twice: each served 2x,
-              planned 2x (as the demo's prose)
-  dosed       a source of `--replayed` windows (default 64: 16k tokens) planned once and served `dose` times
-              (a shard copied into the mix dose - 1 times by mistake): dose 16 is 1,024 / 1,600 = 64% of
-              the stream, dose 2 is 8%; they are also the "contaminated items" of check 6
-  clean       the control: the dosed source served once, as planned. The checks get the labels of a dosed
-              run (the dosed source's windows as served `--control-label` = 16x where the plan serves 1x), so
-              a flag there is a false positive; the planned-2x source is in the labels as it is (2x, planned
-              2x) in every run; `--clean-seeds` (10 for the docs' table) of them
-  reference   per seed, a clean run from another initialisation (seed + 1000): check 10's reference model,
-              a healthy run of the same recipe as a user would compare against (`--reference RUN`)
+  text        real text, byte-level: the standard library's *.py files cut into windows of `--seq-len` bytes
+              (token = byte, < 256, within tiny's vocabulary of 1,000); exact duplicates dropped; the pool is
+              shuffled once (fixed seed) and split into the parts below, shared by every run
+  stream      `--steps` x `--batch` rows (default 200 x 8 = 1,600): `--compared` windows (784) once each, a
+              planned-2x source of `--twice` windows (48) twice each (the mix lists it twice: planned), and
+              spare windows once each (the rest: 720); one order (fixed seed) that every run keeps
+  reference   one clean run of that stream from another initialisation (seed 1000): check 10's reference
+              model and check 3's reference curve for every run, a healthy run of the same recipe and data
+              order, as a user would compare against (`--reference RUN`)
+  seed s      the initialisation and a draw from the compared windows: its dosed windows, and its as-planned
+              windows (never dosed in any of its runs)
+  dose d      the seed's first min(`--replayed`, spare // (d - 1)) dosed windows (`--replayed-2x` at 2x: 128
+              at 2x, 240 at 4x, 102 at 8x) served d times where the plan serves them once: their d - 1 extra
+              servings take the places of as many spare rows (a shard copied into the mix, its copies landing
+              where other data was); every other row stays where the reference has it. They are also check
+              6's contaminated items
+  clean       the seed's stream as planned (the reference's, from the seed's initialisation). The checks get
+              the labels of a dosed run: its first `--control` dosed windows (128) as served
+              `--control-label` = 16x where the plan serves 1x, so a flag there is a false positive
+  compared    every comparison takes the run's over-served windows and `--ratio` (2) as many of the seed's
+              as-planned windows (per_stratum = ratio x over-served); check 6's clean items are those same
+              windows; check 5 and check 3 read `--unseen` (128) windows never served to any run
   model       olmax `tiny` (4 layers, d 64), AdamW peak lr 3e-3, 10 warmup steps, cosine decay to 10%,
               gradient clipping at 1.0 (the tiny recipe's optimiser); `--checkpoints` evenly spaced (4, as
               tiny's every 25 of 100 steps), of which the newest `--keep` (3, tiny's retention) are kept:
-              check 9 compares the earliest kept with the last, check 6 scores the kept ones
+              check 9 compares the earliest kept with the last, check 6 scores the earliest kept and the last
+              (its flag reads those two)
 Checks (olmax/evals/model_checks.py and membership.py, default Thresholds; every comparison is over-served
-vs as-planned windows matched by planned servings: the dosed windows vs fresh windows served once, planned
-once): 1 exposure, 4 extract (32-byte greedy continuation of a 32-byte prefix), 5 train_vs_unseen,
-6 contaminated (the dosed windows vs `--clean-items` fresh windows served once: CE gain over the kept
-checkpoints, bootstrap 95% interval above 0), 7 min_k_pp, 8 zlib, 9 checkpoint_diff (no reference needed),
-10 reference_ratio (with the reference run). "Without a reference run" is every check but 10.
+vs as-planned windows matched by planned servings): 1 exposure, 4 extract (32-byte greedy continuation of a
+32-byte prefix, on `--extract` windows of each group), 5 train_vs_unseen, 6 contaminated (CE gain between
+the earliest kept and the last checkpoint, bootstrap 95% interval above 0), 7 min_k_pp, 8 zlib,
+9 checkpoint_diff (no reference needed), 10 reference_ratio (with the reference run). "Without a reference
+run" is every check but 10.
 
     .venv/bin/python -m bench.studies.memorization_power [--seeds 0-2] [--clean-seeds 0-9] [--doses 2,4,8,16]
                                                  [--out POWER.json] [--record] [--smoke]
 
 On one TPU v5e chip (`--shape tpu`, SHAPES: OLMo 3's block at d 768 x 8 layers, bf16, 1,024-byte windows;
-doses 2,4,8; record bench/results/mem_tpu.json with a top-level `summary`): `--probe` (seed 0's reference,
-clean and 4x runs: one serving's CE effect and the seconds a run), `--budget-s S` (stop before a run that
-would end past S s; the record is written after every run), `--resume RECORD` (keep its runs, run the rest).
+doses 2,4,8; record bench/results/mem_tpu.json with a top-level `summary`): `--probe` (seed 0's clean and 4x
+runs: one serving's CE effect and the seconds a run), `--budget-s S` (stop before a run that would end past
+S s; the record is written after every run), `--resume RECORD` (keep its runs, run the rest). `design`
+prints, before anything runs, the power each verdict should have at this setting from the previous chip
+table's measurements, and `plan` the seconds on the chip from that table's measured rates.
 Every run also gets check 3 (`run_level`: train loss below its reference's that never-served loss does not
 follow; olmax/evals/memorization.py `check_reference`), tabulated beside the others, outside `ANY`.
 
 Printed: per check, the runs flagged per dose and among the clean runs, the smallest dose from which the
 check flags in >= 80% of the seeds at that dose and every larger one, the AUROC of the check's statistic
-(dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly) and the seconds each check took;
-then the same for "any check without the reference" and "any check with it"; then each dose's own effect
-on the dosed windows' CE (each seed's gain over the as-planned windows less its clean run's: the same
-windows, so their difficulty cancels), the as-planned windows' spread without and net of the reference,
-and the over-served windows a mean test would need to expect z 3 at that effect. `--record` writes
+(dosed runs vs clean runs: 0.5 is no power, 1.0 separates them perfectly), the power olmax/evals/power.py
+predicted at 2x and 4x (mean over the runs at that dose) and the seconds each check took; then the same for
+"any check without the reference" and "any check with it"; then each dose's own effect on the dosed
+windows' CE (each seed's gain over the as-planned windows less its clean run's: the same windows, so their
+difficulty cancels), the as-planned windows' spread without and net of the reference, and the over-served
+windows the membership checks' rule needs for 90% power at that effect. `--record` writes
 bench/results/mem.json (`--name`; bench/record.py; `--smoke` elsewhere). Deterministic for fixed arguments.
 """
 
@@ -57,6 +67,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import sys
 import sysconfig
 import time
@@ -66,6 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from olmax.evals.membership import auroc
+from olmax.evals.power import Rule, power
 
 CHECKS = (
     "exposure",
@@ -83,6 +95,7 @@ ANY = {"any_without_reference": CHECKS[:-1], "any_with_reference": CHECKS}
 # loss does not share; tabulated beside the window-level checks, outside the `ANY` verdicts
 RUN_LEVEL = "run_level"
 DETECT_RATE = 0.8  # "detects at dose d": flags in >= 80% of the seeds at d and at every larger dose
+TARGET = 0.9  # the power the design aims at for each verdict at its dose (olmax Thresholds.min_power)
 
 
 @dataclass(frozen=True)
@@ -94,14 +107,20 @@ class Setting:
     steps: int = 200  # 200 x 8 = 1,600 rows of 256 tokens = 410k tokens per run
     lr: float = 3e-3
     warmup: int = 10
-    replayed: int = 64  # windows of the dosed source (16k tokens, 4% of the stream at 1x)
+    compared: int = 784  # windows served once in every run, the seeds' dosed and as-planned windows
     twice: int = 48  # windows of the planned-2x source (6% of the stream)
-    clean_items: int = 64  # fresh windows served once: check 6's clean items
-    per_stratum: int = 128  # windows per exposure stratum for checks 1, 4, 5 and 7-10
+    unseen: int = 128  # windows never served: checks 5 and 3's held-out text
+    replayed: int = 240  # dosed windows of a run, where its extra servings fit the spare rows
+    # at 2x: what sees 2x is the reference ratio, a rank test whose AUROC must clear 0.6, so fewer windows
+    # that each gain more beat more that each gain less (a larger source's windows gain less: `design`)
+    replayed_2x: int = 128
+    control: int = 128  # the windows a clean run's labels claim were over-served
+    ratio: int = 2  # as-planned windows compared (and check 6's clean items) per over-served window
+    extract: int = 64  # windows per group check 4 continues (its greedy decode is the dearest scoring)
     checkpoints: int = 4  # evenly spaced; the last at `steps` (tiny: every 25 of 100 steps)
     keep: int = 3  # the newest kept (tiny's checkpoint.keep): check 9's earlier model is the oldest of them
     resamples: int = 1000  # bootstrap draws of check 6
-    control_label: int = 16  # the servings the clean runs' labels claim for the dosed source's windows
+    control_label: int = 16  # the servings the clean runs' labels claim for their control windows
     # the model: olmax `tiny` with these overrides (the defaults are tiny's own: 4 layers of 64, GQA 4/2,
     # a 16-token window on three layers of four, fp32); `--shape tpu` widens it (SHAPES)
     d_model: int = 64
@@ -134,6 +153,42 @@ class Setting:
     def kept_steps(self) -> list[int]:
         return self.checkpoint_steps()[-self.keep :]
 
+    def item_steps(self) -> list[int]:
+        """The checkpoints check 6 scores: the earliest kept and the last (its gain reads those two)."""
+        kept = self.kept_steps()
+        return sorted({kept[0], kept[-1]})
+
+    def spare(self) -> int:
+        """Rows neither compared nor planned 2x: fresh windows served once as planned, whose places a dose's
+        extra servings take."""
+        return self.steps * self.batch - self.compared - 2 * self.twice
+
+    def dosed_windows(self, dose: int) -> int:
+        """The windows a run claims were served beyond the plan: a clean run's labels `control`; a dose d
+        serves min(replayed, spare // (d - 1)) windows d times (their d - 1 extra servings fit the spare
+        rows)."""
+        if dose == 0:
+            return self.control
+        most = self.replayed_2x if dose == 2 else self.replayed
+        return min(most, self.spare() // max(dose - 1, 1))
+
+    def problem(self, doses: list[int]) -> str | None:
+        """Why the setting cannot run these doses, or None."""
+        drawn = max(self.replayed, self.replayed_2x, self.control)
+        if self.spare() < 0:
+            return f"{self.compared} compared windows and the planned-2x source overfill the {self.steps * self.batch}-row stream"
+        if self.compared - drawn < self.ratio * drawn:
+            return (
+                f"{self.compared} compared windows hold {drawn} dosed windows but not {self.ratio} x as many "
+                "as-planned ones"
+            )
+        small = [d for d in doses if self.dosed_windows(d) < 4]
+        if small:
+            return (
+                f"dose {small[0]}x: its extra servings leave room for {self.dosed_windows(small[0])} windows"
+            )
+        return None
+
 
 # ------------------------------------------------------------------------------------------ data
 @functools.lru_cache(maxsize=4)  # read once a process: every seed (and a resumed call) draws from it
@@ -156,42 +211,54 @@ def text_windows(seq_len: int, limit: int) -> np.ndarray:
 
 
 def pool_size(st: Setting) -> int:
-    return st.replayed + st.twice + st.per_stratum + st.steps * st.batch
+    return st.compared + st.twice + st.unseen + st.spare()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The pool's split, shared by every run, and the order every run keeps."""
+
+    compared: np.ndarray  # (compared, L): served once, except a seed's dosed windows at a dose
+    twice: np.ndarray  # (twice, L): planned and served twice
+    unseen: np.ndarray  # (unseen, L): never served, never planned (checks 5 and 3)
+    spare: np.ndarray  # (spare, L): served once as planned, displaced by a dose's extra servings
+    order: np.ndarray  # (steps x batch,): the stream as rows of [compared, twice, twice, spare]
+
+
+def layout(pool: np.ndarray, st: Setting) -> Layout:
+    rows = np.random.default_rng(0).permutation(pool.shape[0])
+    c, t, u, s = np.split(rows, np.cumsum([st.compared, st.twice, st.unseen]))
+    order = np.random.default_rng(10_000).permutation(st.steps * st.batch)
+    return Layout(pool[c], pool[t], pool[u], pool[s], order)
 
 
 @dataclass(frozen=True)
 class Split:
-    """One seed's disjoint draws from the pool."""
+    """One seed's draw from the compared windows (indices into them)."""
 
-    dosed: np.ndarray  # (replayed, L): planned once, served `dose` times (once in a clean run)
-    twice: np.ndarray  # (twice, L): planned and served twice
-    unseen: np.ndarray  # (P, L) never served, never planned: the count-0 stratum (check 5)
-    fresh: np.ndarray  # (steps x batch, L) served once each, in order; the first are check 6's clean items
+    dosed: np.ndarray  # max(replayed, control): a run at dose d over-serves the first `dosed_windows(d)`
+    planned: np.ndarray  # the rest: served once, as planned, in every run of the seed
 
 
-def split(pool: np.ndarray, st: Setting, seed: int) -> Split:
-    rows = np.random.default_rng(seed).permutation(pool.shape[0])
-    d, t, u, f = np.split(rows, np.cumsum([st.replayed, st.twice, st.per_stratum]))
-    return Split(pool[d], pool[t], pool[u], pool[f[: st.steps * st.batch]])
+def split(st: Setting, seed: int) -> Split:
+    rows = np.random.default_rng(seed).permutation(st.compared)
+    drawn = max(st.replayed, st.replayed_2x, st.control)
+    return Split(rows[:drawn], rows[drawn:])
 
 
-def fresh_rows(st: Setting, dose: int) -> int:
-    """How many fresh windows a run at `dose` serves (the rest of the stream)."""
-    return st.steps * st.batch - max(dose, 1) * st.replayed - 2 * st.twice
-
-
-def stream(sp: Split, st: Setting, dose: int, seed: int) -> np.ndarray:
-    """(steps x batch, L), shuffled: the dosed windows `dose` times each (once when 0: the clean run), the
-    planned-2x windows twice, the rest fresh windows once."""
-    n = st.steps * st.batch
-    rows = np.concatenate(
-        [
-            np.repeat(sp.dosed, max(dose, 1), axis=0),
-            np.repeat(sp.twice, 2, axis=0),
-            sp.fresh[: fresh_rows(st, dose)],
-        ]
-    )
-    return rows[np.random.default_rng(10_000 + seed).permutation(n)]
+def stream(lay: Layout, sp: Split, st: Setting, dose: int, seed: int) -> np.ndarray:
+    """(steps x batch, L) in the reference's order: the compared and spare windows once, the planned-2x ones
+    twice; at dose d (> 1) the first `dosed_windows(d)` dosed windows' d - 1 extra servings each take the
+    place of a spare row (which rows: drawn by seed and dose)."""
+    rows = np.concatenate([lay.compared, lay.twice, lay.twice, lay.spare])[lay.order]
+    if dose > 1:
+        w = st.dosed_windows(dose)
+        spare_at = np.flatnonzero(lay.order >= st.compared + 2 * st.twice)
+        rng = np.random.default_rng(20_000 + 100 * seed + dose)
+        slots = rng.choice(spare_at, size=(dose - 1) * w, replace=False)
+        rows = rows.copy()
+        rows[slots] = np.repeat(lay.compared[sp.dosed[:w]], dose - 1, axis=0)
+    return rows
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -282,10 +349,16 @@ def statistic(check: str, verdict: dict) -> float | None:
     return verdict.get("sources", {}).get("text", {}).get("z")
 
 
+def predicted(verdict: dict) -> dict[str, float] | None:
+    """The power olmax/evals/power.py gave the check at 2x and 4x at this run's sample (None: no model)."""
+    f = verdict.get("sources", {}).get("text", {}).get("power")
+    return dict(f["power"]) if f else None
+
+
 @dataclass(frozen=True)
 class Trained:
     """One trained run as the checks see it: its final model, its earliest kept checkpoint, check 10's
-    reference model, the train losses and check 6's per-kept-checkpoint item CEs."""
+    reference model, the train losses and check 6's item CEs at `item_steps`."""
 
     model: object
     earlier: object
@@ -294,48 +367,60 @@ class Trained:
     item_ce: list[np.ndarray]
 
 
-def as_planned(sp: Split, st: Setting) -> np.ndarray:
-    """The fresh windows the checks compare the dosed ones with: served once, as planned, in every run (the
-    first `clean_items` fresh windows are check 6's clean items)."""
-    return sp.fresh[st.clean_items : st.clean_items + st.per_stratum]
-
-
-def exposure_of(sp: Split, st: Setting, dose: int):
-    """What exposure counts say of a run (or, for a clean run, claim): the dosed windows served `dose` (the
-    clean run: `control_label`) times where the plan serves them once, the planned-2x windows twice as
-    planned, fresh served windows once as planned, never-served windows never, as planned."""
+def exposure_of(lay: Layout, sp: Split, st: Setting, dose: int):
+    """What exposure counts say of a run (or, for a clean run, claim): its over-served windows served `dose`
+    (the clean run: `control_label`) times where the plan serves them once, the planned-2x windows twice as
+    planned, `ratio` as many of the seed's as-planned windows once as planned, never-served windows never."""
     from olmax.evals.exposure_file import Exposure
 
+    w = st.dosed_windows(dose)
     label = dose if dose else st.control_label
-    fresh = as_planned(sp, st)
-    tokens = np.concatenate([sp.dosed, sp.twice, fresh, sp.unseen])
-    sizes = [len(sp.dosed), len(sp.twice), len(fresh), len(sp.unseen)]
+    parts = [
+        lay.compared[sp.dosed[:w]],
+        lay.twice,
+        lay.compared[sp.planned[: st.ratio * w]],
+        lay.unseen,
+    ]
+    sizes = [len(x) for x in parts]
     counts = np.repeat([label, 2, 1, 0], sizes).astype(np.int64)
     planned = np.repeat([1, 2, 1, 0], sizes).astype(np.int64)
+    tokens = np.concatenate(parts)
     n = len(tokens)
     return Exposure(
         np.arange(n), counts, np.asarray(["text"] * n), tokens, st.seq_len, None, st.steps, "bench", planned
     )
 
 
-def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str, dict], dict[str, float]]:
-    """Every check on the final model (check 6 on the kept checkpoints' item scores); (verdicts, seconds)."""
+def items_of(lay: Layout, sp: Split, st: Setting, dose: int) -> np.ndarray:
+    """Check 6's items: the run's over-served windows (its contaminated items), then as many as planned per
+    over-served one as the other checks compare (its clean items)."""
+    w = st.dosed_windows(dose)
+    return np.concatenate([lay.compared[sp.dosed[:w]], lay.compared[sp.planned[: st.ratio * w]]])
+
+
+def run_checks(
+    tr: Trained, lay: Layout, sp: Split, st: Setting, dose: int
+) -> tuple[dict[str, dict], dict[str, float]]:
+    """Every check on the final model (check 6 on the items' scores at `item_steps`); (verdicts, seconds).
+    The model checks state their power from the effect olmax measured for a model of this size."""
     from olmax.evals.curves import Curves
     from olmax.evals.gains import SetScores, gains_report
     from olmax.evals.membership import check_membership
     from olmax.evals.model_checks import check_exposure, check_extraction, check_train_vs_unseen
+    from olmax.evals.power import model_effect
     from olmax.evals.verdicts import Models, Probe, Thresholds
 
     th = Thresholds()
-    exp = exposure_of(sp, st, dose)
+    effect = model_effect(tr.model)
+    exp = exposure_of(lay, sp, st, dose)
     curves = Curves("bench", np.arange(1, st.steps + 1), tr.losses)
-    n_rep = len(sp.dosed)
-    n = n_rep + st.clean_items
+    w = st.dosed_windows(dose)
+    n = w * (1 + st.ratio)
     scores = SetScores(
         "replayed",
         tuple(map(str, range(n))),
-        np.arange(n) < n_rep,
-        np.asarray(st.kept_steps()),
+        np.arange(n) < w,
+        np.asarray(st.item_steps()),
         {"ce": np.stack(tr.item_ce)},
     )
     out, seconds = {}, {}
@@ -345,9 +430,9 @@ def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str
         out[name] = fn()
         seconds[name] = time.perf_counter() - t
 
-    kw = {"per_stratum": st.per_stratum, "batch_size": 16}
-    timed("exposure", lambda: check_exposure(tr.model, exp, th, probe_len=st.seq_len, **kw))
-    timed("extract", lambda: check_extraction(tr.model, exp, th, **kw))
+    kw = {"per_stratum": st.ratio * w, "batch_size": 16}
+    timed("exposure", lambda: check_exposure(tr.model, exp, th, probe_len=st.seq_len, effect=effect, **kw))
+    timed("extract", lambda: check_extraction(tr.model, exp, th, per_stratum=st.extract, batch_size=16))
     timed("train_vs_unseen", lambda: check_train_vs_unseen(tr.model, curves, exp, th, **kw))
     timed(
         "contaminated",
@@ -357,11 +442,13 @@ def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str
     first = st.kept_steps()[0]
     models = Models(
         tr.model,
-        Probe(st.per_stratum, st.seq_len, kw["batch_size"]),
+        Probe(kw["per_stratum"], st.seq_len, kw["batch_size"]),
         reference=tr.reference,
-        reference_name="a clean run from another initialisation",
+        reference_name="a clean run of the same stream from another initialisation",
         earlier=tr.earlier,
         earlier_name=f"the earliest kept checkpoint (step {first}) to step {st.steps}",
+        earlier_share=(st.steps - first) / st.steps,
+        effect=effect,
     )
     membership = check_membership(exp, th, models)
     spent = (time.perf_counter() - t) / len(membership)
@@ -370,107 +457,122 @@ def run_checks(tr: Trained, sp: Split, st: Setting, dose: int) -> tuple[dict[str
     return out, seconds
 
 
-def window_effect(model, reference, sp: Split, st: Setting) -> dict[str, float]:
-    """What the checks must see a dose through: the dosed windows' CE gain over the as-planned windows they
-    are compared with, the spread of the as-planned windows' CE (their difficulty: what a check without a
-    reference must see past) and of their CE net of the reference run's on the same windows (two runs of one
-    recipe: what a check with a reference must see past)."""
-    planned = as_planned(sp, st)
-    over_ce, plan_ce = window_ce(model, sp.dosed), window_ce(model, planned)
+def window_effect(model, ref: Reference, lay: Layout, sp: Split, st: Setting, widths: list[int]) -> dict:
+    """What the checks must see a dose through, on windows every run of the seed shares: the mean CE of the
+    seed's first w dosed windows for each w in `widths` (a dose's over-served ones; in its clean run, the same
+    windows served once), of as many of its as-planned windows as the largest w, the spread of the latter's CE (their
+    difficulty: what a check without a reference must see past) and of their CE net of the reference run's
+    (what a check with a reference must see past)."""
+    n = max(widths)
+    dosed = window_ce(model, lay.compared[sp.dosed[:n]])
+    planned = window_ce(model, lay.compared[sp.planned[:n]])
     return {
-        "gain_nats": float(plan_ce.mean() - over_ce.mean()),
-        "sd_windows_nats": float(plan_ce.std(ddof=1)),
-        "sd_net_of_reference_nats": float((window_ce(reference, planned) - plan_ce).std(ddof=1)),
+        "dosed_ce": {str(w): float(dosed[:w].mean()) for w in widths},
+        "planned_ce": float(planned.mean()),
+        "sd_windows_nats": float(planned.std(ddof=1)),
+        "sd_net_of_reference_nats": float((ref.compared_ce[sp.planned[:n]] - planned).std(ddof=1)),
     }
 
 
-def windows_needed(effect: float, sd: float, z: float = 3.0, ratio: float = 2.0) -> float | None:
-    """Over-served windows (with `ratio` times as many as-planned ones) at which a mean gain `effect` over a
-    per-window spread `sd` is expected to reach standard score `z`: n = (1 + 1/ratio) (z sd / effect)^2."""
-    return (1 + 1 / ratio) * (z * sd / effect) ** 2 if effect > 0 else None
+def windows_needed(gain: float, sd: float, ratio: float) -> int | None:
+    """Over-served windows (with `ratio` times as many as planned) at which the membership checks' rule
+    (Mann-Whitney z above 3 and AUROC above 0.6, default Thresholds) flags a CE gain `gain` over a
+    per-window spread `sd` with 90% power (olmax/evals/power.py); None when its AUROC stays under 0.6."""
+    from olmax.evals.power import windows_needed as needed
+
+    return needed(gain, sd, ratio, Rule("rank", 3.0, 0.6), TARGET) if gain > 0 else None
 
 
-def effect_table(runs: list[dict], doses: list[int]) -> dict:
-    """Per dose, the dose's own effect on the dosed windows' loss: each seed's gain at that dose less the
-    same seed's clean run's (the same windows, served once: their difficulty cancels), averaged over the
-    seeds; the clean runs' spreads; and the over-served windows each kind of check would need to expect z 3
-    at that effect (without a reference through the windows' difficulty, with one through two runs' spread)."""
-    clean = {r["seed"]: r["effect"] for r in runs if r["dose"] == 0}
+def effect_table(runs: list[dict], doses: list[int], st: Setting) -> dict:
+    """Per dose, the dose's own effect on its over-served windows' loss: each seed's gain (as-planned CE less
+    the over-served windows' CE) at that dose less the same seed's clean run's on the same windows (there
+    served once: their difficulty cancels), averaged over the seeds; the clean runs' spreads; and the
+    over-served windows a membership check would need for 90% power at that effect, without a reference
+    (the CE's spread) and with one (the spread net of the reference)."""
+    clean = {r["seed"]: r["effect"] for r in runs if r["dose"] == 0 and r.get("effect")}
     if not clean:  # a record cut short before its first clean run
         return {"sd_windows_nats": None, "sd_net_of_reference_nats": None, **{str(d): None for d in doses}}
     sd_raw = float(np.mean([e["sd_windows_nats"] for e in clean.values()]))
     sd_net = float(np.mean([e["sd_net_of_reference_nats"] for e in clean.values()]))
     out = {"sd_windows_nats": sd_raw, "sd_net_of_reference_nats": sd_net}
     for d in doses:
+        w = str(st.dosed_windows(d))
+
+        def gain(e, w=w):
+            return e["planned_ce"] - e["dosed_ce"][w]
+
         paired = [
-            r["effect"]["gain_nats"] - clean[r["seed"]]["gain_nats"]
+            gain(r["effect"]) - gain(clean[r["seed"]])
             for r in runs
-            if r["dose"] == d and r["seed"] in clean
+            if r["dose"] == d and r.get("effect") and r["seed"] in clean
         ]
         if not paired:  # not run (yet): a record cut short by its budget
             out[str(d)] = None
             continue
-        gain = float(np.mean(paired))
+        g = float(np.mean(paired))
         out[str(d)] = {
-            "gain_nats": gain,
+            "windows": int(w),
+            "gain_nats": g,
             "per_seed": paired,
             # the dose's extra servings (d - 1 beyond the plan's one): what one serving does to a window
-            "per_serving_nats": gain / (d - 1) if d > 1 else None,
-            "windows_needed_without_reference": windows_needed(gain, sd_raw),
-            "windows_needed_with_reference": windows_needed(gain, sd_net),
+            "per_serving_nats": g / (d - 1) if d > 1 else None,
+            "windows_needed_without_reference": windows_needed(g, sd_raw, st.ratio),
+            "windows_needed_with_reference": windows_needed(g, sd_net, st.ratio),
         }
     return out
 
 
 def format_effect(effect: dict, doses: list[int]) -> str:
-    """The dose's own effect on a window's loss and the windows a check would need to see it at z 3."""
+    """The dose's own effect on a window's loss and the windows a check would need to see it with 90%."""
 
     def n(v):
-        return f"{v:,.0f}" if v is not None else "none (no gain)"
+        return f"{v:,}" if v is not None else "never (AUROC under 0.6)"
 
     if effect["sd_windows_nats"] is None:
         return "\nno clean run yet: no effect to report"
     lines = [
         f"\nper-window spread of the as-planned windows' CE: {effect['sd_windows_nats']:.3f} nats (their "
         f"difficulty), {effect['sd_net_of_reference_nats']:.3f} net of the reference run's CE",
-        "| dose | CE gain of the dosed windows (nats, less the clean run's) | over-served windows for z 3 "
-        "without a reference | with a reference |",
-        "|---|---|---|---|",
+        "| dose | windows | CE gain of the over-served windows (nats, less the clean run's) | per serving | "
+        "over-served windows for 90% power without a reference | with a reference |",
+        "|---|---|---|---|---|---|",
     ]
     for d in doses:
         e = effect[str(d)]
         if e is None:
-            lines.append(f"| {d}x | not run | - | - |")
+            lines.append(f"| {d}x | - | not run | - | - | - |")
             continue
         lines.append(
-            f"| {d}x | {e['gain_nats']:+.4f} | {n(e['windows_needed_without_reference'])} | "
-            f"{n(e['windows_needed_with_reference'])} |"
+            f"| {d}x | {e['windows']} | {e['gain_nats']:+.4f} | {e['per_serving_nats']:+.4f} | "
+            f"{n(e['windows_needed_without_reference'])} | {n(e['windows_needed_with_reference'])} |"
         )
     return "\n".join(lines)
 
 
 @dataclass(frozen=True)
 class Reference:
-    """A seed's reference run: its final model, its train losses and its mean CE on the seed's never-served
-    windows (`unseen`), its held-out loss for the run-level check."""
+    """The reference run: its final model, its train losses, its mean CE on the never-served windows (its
+    held-out loss for the run-level check) and its CE on every compared window (for the spreads)."""
 
     model: object
     losses: np.ndarray
     heldout_ce: float
+    compared_ce: np.ndarray
 
 
-def train_reference(trainer: Trainer, pool: np.ndarray, st: Setting, seed: int) -> Reference:
-    """The seed's clean stream from another initialisation (seed + 1000)."""
-    sp = split(pool, st, seed)
-    losses, model = trainer.run(stream(sp, st, 0, seed), 1000 + seed)
-    return Reference(model, losses, float(window_ce(model, sp.unseen).mean()))
+def train_reference(trainer: Trainer, lay: Layout, st: Setting) -> Reference:
+    """The stream as planned, from another initialisation (1000)."""
+    losses, model = trainer.run(stream(lay, split(st, 0), st, 0, 0), 1000)
+    return Reference(
+        model, losses, float(window_ce(model, lay.unseen).mean()), window_ce(model, lay.compared)
+    )
 
 
 def run_level(losses: np.ndarray, heldout_ce: float, ref: Reference, st: Setting) -> dict:
     """Check 3 of `olmax eval memorization` (olmax/evals/memorization.py `check_reference`, default
     Thresholds) on a run and its reference: flags a run whose train loss (the mean of the last
     `train_window` steps) beats the reference's by `reference_gain_nats` while its held-out loss keeps less
-    than `reference_heldout_share` of that gain; held-out = the seed's never-served windows (`unseen`).
+    than `reference_heldout_share` of that gain; held-out = the never-served windows (`unseen`).
     Statistic: the train-loss gain held-out loss does not share (train gain - held-out gain, nats)."""
     from olmax.evals.curves import Curves
     from olmax.evals.memorization import check_reference
@@ -497,49 +599,58 @@ def run_level(losses: np.ndarray, heldout_ce: float, ref: Reference, st: Setting
 
 def one_run(
     trainer: Trainer,
-    pool: np.ndarray,
+    lay: Layout,
     st: Setting,
     seed: int,
     dose: int,
     ref: Reference,
     clock=time.perf_counter,
+    widths: list[int] | None = None,
 ) -> dict:
     """Train one run (dose 0: clean) and return each check's verdict on it (the run-level check 3 as
-    `RUN_LEVEL`), with the seconds its training and its checks took."""
-    reference = ref.model
+    `RUN_LEVEL`), with the seconds its training and its checks took; with `widths` (the doses' over-served
+    window counts) also the dose's effect on the windows its seed shares (`window_effect`)."""
     t_train = clock()
-    sp = split(pool, st, seed)
-    items = np.concatenate([sp.dosed, sp.fresh[: st.clean_items]])
+    sp = split(st, seed)
+    items = items_of(lay, sp, st, dose)
     kept, item_ce = {}, []
 
     def on_checkpoint(step, model):
-        if step in st.kept_steps():
+        if step == st.kept_steps()[0]:
+            kept["earlier"] = model
+        if step in st.item_steps():
             item_ce.append(window_ce(model, items))
-            kept.setdefault("earlier", model)
 
-    losses, model = trainer.run(stream(sp, st, dose, seed), seed, on_checkpoint)
-    train_s = clock() - t_train  # item scoring at the kept checkpoints included
+    losses, model = trainer.run(stream(lay, sp, st, dose, seed), seed, on_checkpoint)
+    train_s = clock() - t_train  # item scoring at the item steps included
     t_checks = clock()
-    checks, seconds = run_checks(Trained(model, kept["earlier"], reference, losses, item_ce), sp, st, dose)
+    checks, seconds = run_checks(
+        Trained(model, kept["earlier"], ref.model, losses, item_ce), lay, sp, st, dose
+    )
     t = time.perf_counter()
-    level = run_level(losses, float(window_ce(model, sp.unseen).mean()), ref, st)
+    level = run_level(losses, float(window_ce(model, lay.unseen).mean()), ref, st)
     seconds[RUN_LEVEL] = time.perf_counter() - t
     out = {
         "seed": seed,
         "dose": dose,
+        "windows": st.dosed_windows(dose),
         "final_loss": float(losses[-20:].mean()),
-        "effect": window_effect(model, reference, sp, st),
         "seconds": seconds,
         "checks": {
             k: {
                 "flagged": bool(v["flagged"]),
                 "status": v["status"],
                 "statistic": statistic(k, v),
+                "predicted": predicted(v),
                 "message": v["message"],
             }
             for k, v in checks.items()
         },
     }
+    if widths:
+        t = time.perf_counter()
+        out["effect"] = window_effect(model, ref, lay, sp, st, widths)
+        seconds["effect"] = time.perf_counter() - t
     out["checks"][RUN_LEVEL] = {
         "flagged": bool(level["flagged"]),
         "status": level["status"],
@@ -568,7 +679,8 @@ def with_any(runs: list[dict]) -> list[dict]:
 
 def power_table(runs: list[dict], doses: list[int]) -> dict:
     """Per check (and per `ANY` verdict): flag rate of the clean runs (dose 0), per dose, the smallest dose it
-    detects, and the AUROC of its statistic between the runs at each dose and the clean runs."""
+    detects, the AUROC of its statistic between the runs at each dose and the clean runs, and at 2x and 4x
+    the mean power olmax/evals/power.py predicted for those runs (`predicted`, where the check has a model)."""
     out = {}
     runs = with_any(runs) if runs and ANY.keys().isdisjoint(runs[0]["checks"]) else runs
     names = (*CHECKS, RUN_LEVEL, *ANY)
@@ -588,6 +700,13 @@ def power_table(runs: list[dict], doses: list[int]) -> dict:
             dosed = [r["checks"][check].get("statistic") for r in having if r["dose"] == d]
             dosed = np.asarray([v for v in dosed if v is not None], np.float64)
             row[str(d)]["auroc"] = float(auroc(dosed, clean)[0]) if dosed.size and clean.size else None
+            said = [
+                r["checks"][check]["predicted"][str(d)]
+                for r in having
+                if r["dose"] == d and str(d) in (r["checks"][check].get("predicted") or {})
+            ]
+            if said:
+                row[str(d)]["predicted"] = float(np.mean(said))
         rate = {d: row[str(d)]["flagged"] / max(row[str(d)]["runs"], 1) for d in doses}
         smallest = next(
             (d for i, d in enumerate(doses) if all(rate[e] >= DETECT_RATE for e in doses[i:])), None
@@ -607,9 +726,10 @@ def format_table(table: dict, doses: list[int]) -> str:
         if c["runs"] and c["skipped"] == c["runs"]:
             return "skip"
         auc = f" ({c['auroc']:.2f})" if c.get("auroc") is not None else ""
-        return f"{c['flagged']}/{c['runs']}{auc}"
+        said = f" [{c['predicted']:.0%}]" if c.get("predicted") is not None else ""
+        return f"{c['flagged']}/{c['runs']}{auc}{said}"
 
-    head = ["check", "clean (FP)", *[f"{d}x (AUROC)" for d in doses], "detects from", "s/run"]
+    head = ["check", "clean (FP)", *[f"{d}x (AUROC) [predicted]" for d in doses], "detects from", "s/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for check, t in table.items():
         smallest = t["smallest_detected_dose"]
@@ -625,24 +745,13 @@ def format_table(table: dict, doses: list[int]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the chip's shape
-# `--shape tpu`: the same benchmark on one TPU v5e chip (bf16 peak 197 TFLOP/s), in one process of about
-# 9 minutes (docs/evals.md, "On one TPU v5e chip"). OLMo 3's block (SwiGLU, QK-norm, reordered norms,
-# RoPE, MHA as the 7B, the 3:1 sliding/full pattern with OLMo 3's 4,096-token window, which at 1,024-byte
-# windows spans every layer's whole context) at d_model 768, 8 layers of 12 heads x 64, SwiGLU 2,048
-# (OLMo-core's 8/3 rule), bf16 compute over fp32 params and moments. The arithmetic (`plan`):
-#   non-embedding params 56.6M; train FLOPs/token = 3 x forward (olmax.model.flops, attention over the keys
-#   each query sees and the LM head included) = 382M, 6 x 56.6M = 340M of it
-#   tokens/s at 30% MFU (olmax's own step reached 46-60% at large shapes; a 57M model reaches less):
-#   0.3 x 197e12 / 382e6 = 155k, so a run of 200 steps x 8 rows x 1,024 tokens (1.64M tokens) is 10.6 s
-#   checks: ~2,100 windows scored per checked run (kept checkpoints' items, the checks' strata under the
-#   model, its reference and its earliest kept checkpoint, greedy extraction, the effect, held-out) = 2.2M
-#   forward tokens = 4.7 s, plus 2 s on the host (bootstrap, zlib, one sync a batch)
-#   the table: 10 clean + 9 dosed runs (19 checked) + 10 references = 29 runs: 29 x 10.6 + 19 x 6.7
-#   + 90 s compile (the train step, three scoring functions) = 524 s of the ~540 a call has
-# Larger does not fit: d 1024 (103M, 88k tokens/s) leaves ~760 rows a run, fewer than an 8x dose's 512 rows
-# plus the planned-2x source and the strata the checks need. The stream keeps the CPU table's rows (1,600:
-# a serving of the 64-window dosed source is 4% of the run, 8x a third), so the two tables differ only in
-# the model and the window length; lr 1e-3 (d 768 at 8k tokens a step), 10% warmup.
+# `--shape tpu`: the same benchmark on one TPU v5e chip, in one process under 9 minutes (docs/evals.md, "On
+# one TPU v5e chip"). OLMo 3's block (SwiGLU, QK-norm, reordered norms, RoPE, MHA as the 7B, the 3:1
+# sliding/full pattern with OLMo 3's 4,096-token window, which at 1,024-byte windows spans every layer's
+# whole context) at d_model 768, 8 layers of 12 heads x 64, SwiGLU 2,048 (OLMo-core's 8/3 rule), bf16
+# compute over fp32 params and moments; 56.6M non-embedding parameters; lr 1e-3 (d 768 at 8k tokens a
+# step), 10% warmup. The stream keeps the CPU table's rows (1,600), so the two tables differ only in the
+# model and the window length.
 SHAPES = {
     "cpu": {},
     "tpu": {
@@ -660,56 +769,188 @@ SHAPES = {
         "dtype": "bfloat16",
     },
 }
-PEAK_FLOPS = 197e12  # TPU v5e, bf16 dense, per chip
-PLAN_MFU = 0.3
-PLAN_COMPILE_S = 90.0  # the train step and the scoring functions, once per process
-PLAN_HOST_S = 2.0  # per checked run: check 6's bootstrap, zlib, a device sync per scoring batch
+
+# What the previous chip table measured at the tpu shape (bench/results/mem_tpu.json as committed in
+# 1112a2d: a 64-window dosed source, every run in its own order, one reference run per seed; its probe on a
+# fresh machine in bench/results/mem_tpu/probe.log). The design and the plan below are computed from these.
+MEASURED_TPU = {
+    # effect.4.per_serving_nats: the CE a window loses per extra serving (4x: +0.0606 nats over 3 servings;
+    # 2x measured +0.0249 for its one, 8x +0.0202 a serving)
+    "per_serving_nats": 0.02021,
+    # sd_net_of_reference over its 10 clean runs, whose reference trained on their stream in their order
+    # (the order every run keeps here); its 2x runs, reshuffled, had 0.051-0.054
+    "sd_net_same_order": 0.0349,
+    # check 9's Mann-Whitney z at 4x less the same seed's clean run's (64 over-served vs 128 as planned):
+    # 3.609 - 2.499, 2.022 + 0.752, 1.226 + 1.044
+    "diff_z_at_4x": (1.110, 2.774, 2.270),
+    # how a window's effect falls with the source's size where it was measured, on the tiny model at 2x
+    # (three seeds each): 0.0157 nats with 64 windows (bench/results/mem.json), 0.0099 with 256
+    # (bench/results/mem_large_source.json), i.e. (64 / w)^0.33; the chip's model was measured at 64 only
+    "fall_tiny": math.log(0.015737 / 0.009943) / math.log(256 / 64),
+    # seconds: a reference run (200 steps x 8 rows, no scoring) 14.40-14.41 s; check 6's items at three
+    # kept checkpoints 15.0 - 14.4 s for 3 x 128 windows; check 1 0.38 s for 192 windows; checks 7-10 1.32 s
+    # for 192 windows under 3 models; check 4 0.57 s for 192; the first reference and checks on a fresh
+    # machine 68.9 and 22.1 s against 14.4 and 3.4 warm (compiles: 54.5 + 18.7 s)
+    "train_s_per_row": 14.4 / 1600,
+    "item_s_per_window": 0.6 / 384,
+    "score_s_per_window": 0.38 / 192,
+    "stats_s_per_window": 1.32 / 576,
+    "extract_s_per_window": 0.57 / 192,
+    "host_s": 0.3,
+    "compile_s": 73.0,
+}
+RANK = Rule("rank", 3.0, 0.6)  # checks 7-10 at default Thresholds (membership_z, membership_auroc)
+INTERVAL = Rule("mean", 1.96, 0.0)  # check 6: the lower end of a 95% interval above contam_gain_nats (0)
 
 
-def scored_windows(st: Setting) -> float:
-    """Full windows a checked run scores (forward passes), greedy extraction counted by its tokens."""
-    th_new, th_prompt = 32, 32  # Thresholds.extract_new, extract_prefix
-    over = min(st.replayed, st.per_stratum)
-    compared = over + over * max(1, st.per_stratum // over)  # compare_rows: over-served + as planned
-    items = st.keep * (st.replayed + st.clean_items)  # check 6's items at every kept checkpoint
-    extract = compared * th_new * (th_prompt + th_new) / st.seq_len  # one forward of 64 tokens a new token
-    effect = st.replayed + 2 * st.per_stratum  # window_effect: dosed, as-planned, as-planned by the reference
-    heldout = st.per_stratum  # the run-level check's held-out windows
-    return items + compared + extract + st.per_stratum + 3 * compared + effect + heldout
+def design(st: Setting, doses: list[int], clean_runs: int = 10, fall: float = 0.0) -> dict:
+    """The power each verdict should have at this setting (olmax/evals/power.py's arithmetic on
+    MEASURED_TPU; meaningful for the tpu shape, whose effect that is):
+      with a reference   check 10, the rank rule, a shift of per_serving x (d - 1) over a spread of
+                         sd_net_same_order (every run keeps the reference's order), at the dose's over-served
+                         windows and `ratio` as many as planned
+      without one        check 6 (the mean of the CE each item lost between the earliest kept and the last
+                         checkpoint, over-served vs as planned, at a 95% interval): check 9's z at 4x measured
+                         that same per-window loss as an AUROC, which gives its standardised shift
+                         d = sqrt(2) Phi^-1(0.5 + z se0(64, 128)); linear in the servings, d (d_dose - 1) / 3;
+                         check 9 itself with the rank rule on the same shift; the verdict's power is at least
+                         the larger of the two (they read the same loss, so no more is claimed)
+      clean              each check's one-sided false-alarm rate at the clean runs' sample: check 6 2.5%, the
+                         rank checks 1 - Phi(max(3, 0.1 / se0)); the any-check verdict's at most their sum, and
+                         the chance that no clean run of `clean_runs` is flagged
+    Checks 1, 4, 5 and 7 are left out of the powers (1 cannot see a gain under 0.1 nats, 4 and 5 flagged no
+    dosed run in either table, 7 has no power model): the verdicts' powers are lower bounds. `fall`: a window
+    of a w-window source gains (64 / w)^fall of what a 64-window source's did (0: as measured; the tiny
+    model's `fall_tiny`, the case the record's effect table tells apart)."""
+    from statistics import NormalDist
+
+    m = MEASURED_TPU
+    phi = NormalDist()
+
+    def se0(n1, n2):
+        return math.sqrt((n1 + n2 + 1) / (12.0 * n1 * n2))
+
+    d_4x = math.sqrt(2.0) * phi.inv_cdf(0.5 + float(np.mean(m["diff_z_at_4x"])) * se0(64, 128))
+    per_serving_d = d_4x / 3
+    out: dict = {
+        "per_serving_nats": m["per_serving_nats"],
+        "diff_d_per_serving": per_serving_d,
+        "fall": fall,
+    }
+    for d in doses:
+        w = st.dosed_windows(d)
+        n2 = st.ratio * w
+        keep = (64 / w) ** fall  # what a window keeps of the 64-window source's effect
+        ref = power(m["per_serving_nats"] * keep * (d - 1), m["sd_net_same_order"], w, n2, RANK)
+        six = power(per_serving_d * keep * (d - 1), 1.0, w, n2, INTERVAL)
+        nine = power(per_serving_d * keep * (d - 1), 1.0, w, n2, RANK)
+        noref = max(six, nine)
+        out[f"{d}x"] = {
+            "windows": w,
+            "as_planned": n2,
+            "contaminated": six,
+            "checkpoint_diff": nine,
+            "reference_ratio": ref,
+            "noref": noref,
+            "ref": max(noref, ref),
+        }
+    w = st.dosed_windows(0)
+    rank_alpha = 1.0 - phi.cdf(max(RANK.z, (RANK.floor - 0.5) / se0(w, st.ratio * w)))
+    noref = INTERVAL.alpha + 3 * rank_alpha  # check 6; checks 7-9 (check 1: under its 0.1 nats floor)
+    out["clean"] = {
+        "windows": w,
+        "alpha_contaminated": INTERVAL.alpha,
+        "alpha_rank": rank_alpha,
+        "alpha_noref": noref,
+        "alpha_ref": noref + rank_alpha,
+        "none_flagged_noref": (1 - noref) ** clean_runs,
+        "none_flagged_ref": (1 - noref - rank_alpha) ** clean_runs,
+    }
+    return out
 
 
-def plan(st: Setting, runs: int, references: int) -> dict:
-    """Planned seconds on one v5e chip: `runs` checked runs and `references` reference runs (see SHAPES)."""
+def format_design(dz: dict, doses: list[int], clean_runs: int) -> str:
+    c = dz["clean"]
+    fall = (
+        f"if a window of a w-window source gains (64 / w)^{dz['fall']:.2f} of the 64-window source's"
+        if dz["fall"]
+        else "if a window's effect holds at every source size"
+    )
+    lines = [
+        f"design (olmax/evals/power.py on the previous chip table: {dz['per_serving_nats']:.4f} nats a serving, "
+        f"check 9's loss {dz['diff_d_per_serving']:.3f} sd a serving), {fall}: power of each verdict, at least"
+    ]
+    for d in doses:
+        e = dz[f"{d}x"]
+        lines.append(
+            f"  {d}x ({e['windows']} over-served vs {e['as_planned']} as planned): without a reference "
+            f"{e['noref']:.0%} (check 6 {e['contaminated']:.0%}, check 9 {e['checkpoint_diff']:.0%}), with one "
+            f"{e['ref']:.0%} (check 10 {e['reference_ratio']:.0%})"
+        )
+    lines.append(
+        f"  clean ({c['windows']} windows labelled over-served): alpha a run {c['alpha_noref']:.1%} without a "
+        f"reference, {c['alpha_ref']:.1%} with one (check 6 {c['alpha_contaminated']:.1%}, each rank check "
+        f"{c['alpha_rank']:.2%}); no clean run of {clean_runs} flagged: {c['none_flagged_noref']:.0%} / "
+        f"{c['none_flagged_ref']:.0%}"
+    )
+    return "\n".join(lines)
+
+
+def chip_scale(st: Setting) -> float:
+    """A row's FLOPs at this setting over the tpu shape's, which MEASURED_TPU's seconds were measured at."""
     from olmax.model.flops import flops_per_token
-    from olmax.model.transformer import count_params
 
-    cfg = st.model_config()
-    forward = flops_per_token(cfg, st.seq_len)
-    rate = PLAN_MFU * PEAK_FLOPS / (3 * forward)
-    tokens = st.steps * st.batch * st.seq_len
-    train_s = tokens / rate
-    check_s = scored_windows(st) * st.seq_len * forward / (PLAN_MFU * PEAK_FLOPS) + PLAN_HOST_S
+    here = flops_per_token(st.model_config(), st.seq_len) * st.seq_len
+    chip = Setting(**SHAPES["tpu"])
+    return here / (flops_per_token(chip.model_config(), chip.seq_len) * chip.seq_len)
+
+
+def run_seconds(st: Setting, dose: int, effect: bool) -> dict:
+    """A run's planned seconds on the chip (MEASURED_TPU's rates, scaled by `chip_scale`): its training with
+    check 6's items, and its checks."""
+    m = MEASURED_TPU
+    scale = chip_scale(st)
+    w = st.dosed_windows(dose)
+    compared = w * (1 + st.ratio)
+    train = (
+        st.steps * st.batch * m["train_s_per_row"] + len(st.item_steps()) * compared * m["item_s_per_window"]
+    )
+    checks = (
+        compared * m["score_s_per_window"]  # check 1
+        + 3 * compared * m["stats_s_per_window"]  # checks 7-10: the model, the reference, the earlier
+        + 2 * min(st.extract, w) * m["extract_s_per_window"]  # check 4
+        + 2 * st.unseen * m["score_s_per_window"]  # check 5 and the run-level check's held-out
+        + (2 * max(st.replayed, st.replayed_2x) * m["score_s_per_window"] if effect else 0.0)  # window_effect
+    )
+    return {"train_s": train * scale, "check_s": checks * scale + m["host_s"]}
+
+
+def plan(st: Setting, todo: list[tuple[int, list[int]]], effect_seeds: set[int], reference: bool) -> dict:
+    """Planned seconds on one v5e chip for the runs `todo` (per seed, its doses; 0 the clean run), the
+    reference run first when `reference` (MEASURED_TPU's rates)."""
+    m = MEASURED_TPU
+    runs = [run_seconds(st, d, s in effect_seeds) for s, ds in todo for d in ds]
+    # the reference trains without check 6's items, then scores every compared and never-served window
+    rows = st.steps * st.batch * m["train_s_per_row"]
+    ref = (rows + (st.compared + st.unseen) * m["score_s_per_window"]) * chip_scale(st)
+    total = m["compile_s"] + (ref if reference else 0.0) + sum(r["train_s"] + r["check_s"] for r in runs)
     return {
-        "params_non_embedding": count_params(cfg) - 2 * cfg.vocab_size * cfg.d_model,
-        "train_flops_per_token": 3 * forward,
-        "tokens_per_s": rate,
-        "tokens_per_run": tokens,
-        "train_s_per_run": train_s,
-        "check_s_per_run": check_s,
-        "compile_s": PLAN_COMPILE_S,
-        "runs": runs,
-        "references": references,
-        "total_s": PLAN_COMPILE_S + (runs + references) * train_s + runs * check_s,
+        "runs": len(runs),
+        "reference_s": ref if reference else 0.0,
+        "train_s": sum(r["train_s"] for r in runs),
+        "check_s": sum(r["check_s"] for r in runs),
+        "compile_s": m["compile_s"],
+        "total_s": total,
+        "first_s": m["compile_s"] + (ref if reference else 0.0),
+        "per_run": runs,
     }
 
 
 def format_plan(p: dict) -> str:
     return (
-        f"plan on one v5e chip ({PLAN_MFU:.0%} of {PEAK_FLOPS / 1e12:.0f} TFLOP/s): "
-        f"{p['params_non_embedding'] / 1e6:.1f}M non-embedding params, {p['train_flops_per_token'] / 1e6:.0f}M "
-        f"train FLOPs/token, {p['tokens_per_s'] / 1e3:.0f}k tokens/s; {p['tokens_per_run'] / 1e6:.2f}M tokens "
-        f"a run = {p['train_s_per_run']:.1f} s, checks {p['check_s_per_run']:.1f} s a run; {p['runs']} runs + "
-        f"{p['references']} references + {p['compile_s']:.0f} s compile = {p['total_s']:.0f} s"
+        f"plan on one v5e chip (the previous chip table's rates): compile {p['compile_s']:.0f} s + the reference "
+        f"{p['reference_s']:.0f} s + {p['runs']} runs (training {p['train_s']:.0f} s, checks {p['check_s']:.0f} s) "
+        f"= {p['total_s']:.0f} s"
     )
 
 
@@ -740,29 +981,35 @@ def run_power(
     stamp: dict | None = None,
     clock=time.monotonic,
 ) -> dict:
-    """The clean runs (each seed of `clean_seeds` and `seeds`, each with its reference run) and every
-    (seed, dose) run; returns {"setting", "runs", "table", ...}.
+    """The reference run, the clean runs (each seed of `clean_seeds` and `seeds`) and every (seed, dose) run;
+    returns {"setting", "runs", "table", ...}.
 
-    `done`: runs of an earlier call (a record's, `read_runs`), kept and not run again (a seed with runs left
-    trains its reference again). `budget_s`: before each training, the seconds it is expected to take (the
-    last measured run's, the plan's before the first) are added to the seconds spent; past the budget the
-    call stops there and says so (`stopped`), its runs so far returned. `on_run(result)` after every run,
-    with the result so far (the record is written there, so a call killed midway keeps what it finished).
-    `stamp` is added to every new run (device, commit, date, shape)."""
+    `done`: runs of an earlier call (a record's, `read_runs`), kept and not run again (the reference is
+    trained again). `budget_s`: before each run, the seconds it is expected to take (the plan's for it, times
+    the last run's measured over planned seconds; before the first, with the compile and the reference) are
+    added to the seconds spent; past the budget the call stops there and says so (`stopped`), its runs so far
+    returned. `on_run(result)` after every run, with the result so
+    far (the record is written there, so a call killed midway keeps what it finished). `stamp` is added to
+    every new run (device, commit, date, shape)."""
     t0 = clock()
     clean_seeds = sorted(set(clean_seeds or []) | set(seeds))
     runs = list(done or [])
     todo = schedule(seeds, doses, clean_seeds, [(r["seed"], r["dose"]) for r in runs])
-    expect = plan(st, sum(len(w) for _, w in todo), len(todo))
+    widths = sorted({st.dosed_windows(d) for d in doses})
+    expect = plan(st, todo, set(seeds), bool(todo))
+    for fall in (0.0, MEASURED_TPU["fall_tiny"]):
+        log(format_design(design(st, doses, len(clean_seeds), fall), doses, len(clean_seeds)))
     log(format_plan(expect))
     if budget_s is not None and expect["total_s"] > budget_s:
         log(f"the plan is over the {budget_s:.0f} s budget: the call stops before the run that would pass it")
-    # the seconds a training and a run's checks are expected to take (measured ones replace the plan's)
-    guess = {"train": expect["compile_s"] + expect["train_s_per_run"], "checks": expect["check_s_per_run"]}
+    # what the next run is expected to take: the plan's seconds for it, times the last run's measured over
+    # planned seconds (1 before the first), plus the compile and the reference before the first run
+    guess = {"first": expect["first_s"], "train": 1.0, "checks": 1.0}
     state = {"stopped": None}
 
-    def fits(what: str, trainings: int, checks: int) -> bool:
-        need = trainings * guess["train"] + checks * guess["checks"]
+    def fits(what: str, seed: int, dose: int) -> bool:
+        p = run_seconds(st, dose, seed in seeds)
+        need = guess["first"] + p["train_s"] * guess["train"] + p["check_s"] * guess["checks"]
         spent = clock() - t0
         if budget_s is None or spent + need <= budget_s:
             return True
@@ -780,9 +1027,11 @@ def run_power(
             "doses": doses,
             "runs": runs,
             "table": power_table(runs, doses),
-            "effect": effect_table(runs, doses),
+            "effect": effect_table(runs, doses, st),
+            "design": design(st, doses, len(clean_seeds)),
+            "design_if_it_falls": design(st, doses, len(clean_seeds), MEASURED_TPU["fall_tiny"]),
             "seconds": clock() - t0,
-            "plan": expect,
+            "plan": {k: v for k, v in expect.items() if k != "per_run"},
             "stopped": state["stopped"],
             "new_runs": len(runs) - len(done or []),
             "left": [
@@ -795,26 +1044,26 @@ def run_power(
     def say(r):
         flags = ", ".join(k for k, v in r["checks"].items() if v["flagged"]) or "none"
         log(
-            f"[{clock() - t0:6.0f}s] seed {r['seed']} dose {r['dose']:>2}x: final loss "
+            f"[{clock() - t0:6.0f}s] seed {r['seed']} dose {r['dose']:>2}x ({r['windows']} windows): final loss "
             f"{r['final_loss']:.3f}, train {r['train_s']:.1f} s, checks {r['check_s']:.1f} s, flagged: {flags}"
         )
 
+    ref = None
     for seed, wanted in todo:
-        if not fits(f"seed {seed}'s reference run", 2, 1):  # the reference and its first run
-            break
-        pool, trainer = text_windows(st.seq_len, pool_size(st)), trainer_for(st)
-        t = clock()
-        ref = train_reference(trainer, pool, st, seed)
-        guess["train"] = clock() - t
-        log(f"[{clock() - t0:6.0f}s] seed {seed} reference: {guess['train']:.1f} s")
         for dose in wanted:
-            if not fits(f"seed {seed} dose {dose}x", 1, 1):
+            if not fits(f"seed {seed} dose {dose}x" + ("" if ref else " and the reference run"), seed, dose):
                 break
-            r = one_run(trainer, pool, st, seed, dose, ref, clock)
+            if ref is None:  # built (and the step compiled) only once a run is sure to follow
+                trainer = trainer_for(st)
+                lay = layout(text_windows(st.seq_len, pool_size(st)), st)
+                t = clock()
+                ref = train_reference(trainer, lay, st)
+                log(f"[{clock() - t0:6.0f}s] the reference run: {clock() - t:.1f} s")
+            r = one_run(trainer, lay, st, seed, dose, ref, clock, widths if seed in seeds else None)
             if stamp:
                 r["stamp"] = stamp
-            r["reference_s"] = guess["train"] if dose == wanted[0] else 0.0
-            guess["train"], guess["checks"] = r["train_s"], r["check_s"]
+            p = run_seconds(st, dose, seed in seeds)
+            guess.update(first=0.0, train=r["train_s"] / p["train_s"], checks=r["check_s"] / p["check_s"])
             runs.append(r)
             say(r)
             if on_run is not None:
@@ -828,7 +1077,8 @@ def summary(result: dict) -> dict:
     """The record's top-level summary: per setting [flagged, runs] of the user's verdict, any check without
     the reference run (`D_noref`) and with it (`D_ref`), D = `clean` or `{dose}x`; the run-level check 3's
     counts and rates (`run_level`: its rate over the dosed runs and its false-alarm rate on clean runs); each
-    dose's paired CE effect and its share per extra serving (`effect`); the device."""
+    dose's over-served windows, paired CE effect and its share per extra serving (`effect`); the power the
+    design gave each verdict and the clean runs' false-alarm rate (`design`); the device."""
     table = result["table"]
     out: dict = {}
     for suffix, name in (("noref", "any_without_reference"), ("ref", "any_with_reference")):
@@ -852,9 +1102,18 @@ def summary(result: dict) -> dict:
     out["effect"] = {
         f"{d}x": None
         if result["effect"].get(str(d)) is None
-        else {k: result["effect"][str(d)][k] for k in ("gain_nats", "per_serving_nats", "per_seed")}
+        else {
+            k: result["effect"][str(d)][k] for k in ("windows", "gain_nats", "per_serving_nats", "per_seed")
+        }
         for d in result["doses"]
     }
+    dz = result.get("design")
+    if dz:  # the powers the design gave each verdict (lower bounds), beside the counts above
+        out["design"] = {
+            **{f"{d}x_{k}": dz[f"{d}x"][k] for d in result["doses"] for k in ("noref", "ref")},
+            "clean_alpha_noref": dz["clean"]["alpha_noref"],
+            "clean_alpha_ref": dz["clean"]["alpha_ref"],
+        }
     devices = sorted({r["stamp"]["device"] for r in result["runs"] if r.get("stamp")})
     out["device"] = ", ".join(devices) or None
     out["complete"] = not result.get("left")
@@ -907,16 +1166,19 @@ SMOKE = {
     "steps": 40,
     "batch": 4,
     "seq_len": 64,
-    "replayed": 4,
+    "compared": 40,
     "twice": 4,
-    "clean_items": 8,
-    "per_stratum": 8,
+    "unseen": 8,
+    "replayed": 8,
+    "replayed_2x": 6,
+    "control": 6,
+    "extract": 8,
 }
 
 
 def stored_run(r: dict) -> dict:
     """A run as the record keeps it: all `--resume` needs to put it back in the table."""
-    keep = ("seed", "dose", "final_loss", "effect", "seconds", "train_s", "check_s", "reference_s", "stamp")
+    keep = ("seed", "dose", "windows", "final_loss", "effect", "seconds", "train_s", "check_s", "stamp")
     return {
         **{k: r[k] for k in keep if k in r},
         "checks": {c: {k: x for k, x in v.items() if k != "message"} for c, v in r["checks"].items()},
@@ -944,6 +1206,9 @@ def write_record(
     rec.note("runs", [stored_run(r) for r in result["runs"]])
     if "plan" in result:
         rec.note("plan", result["plan"])
+    if "design" in result:
+        rec.note("design", result["design"])
+        rec.note("design_if_it_falls", result["design_if_it_falls"])
     this = {
         "date": rec.data["date"],
         "commit": rec.data.get("commit"),
@@ -977,39 +1242,23 @@ def write_record(
 
 
 def format_probe(result: dict) -> str:
-    """The probe's answer: what one serving does to a window's CE, the seconds a run took and the full
-    table's seconds at those (10 clean and 9 dosed runs, 10 references, the compile once)."""
-    runs = result["runs"]
+    """The probe's answer: what one serving does to a window's CE, and the seconds its runs took against the
+    plan's for them."""
     lines = ["\nprobe:"]
     for d in result["doses"]:
         e = result["effect"].get(str(d))
         if e is not None:
             lines.append(
-                f"  {d}x: the dosed windows' CE gain less the clean run's {e['gain_nats']:+.4f} nats, "
-                f"{e['per_serving_nats']:+.4f} nats per extra serving"
+                f"  {d}x ({e['windows']} windows): the over-served windows' CE gain less the clean run's "
+                f"{e['gain_nats']:+.4f} nats, {e['per_serving_nats']:+.4f} nats per extra serving"
             )
-    if runs:
-        train = [r["train_s"] for r in runs[1:]] or [runs[0]["train_s"]]  # the first run's steps are warm
-        check = [r["check_s"] for r in runs[1:]] or [runs[0]["check_s"]]
-        t, c = float(np.mean(train)), float(np.mean(check))
-        lines.append(
-            "  seconds: "
-            + ", ".join(
-                f"{r['dose']}x train {r['train_s']:.1f} + checks {r['check_s']:.1f}"
-                + (
-                    f" (its reference {r['reference_s']:.1f}, compile included)"
-                    if r.get("reference_s")
-                    else ""
-                )
-                for r in runs
-            )
+    lines.append(
+        "  seconds: "
+        + ", ".join(
+            f"{r['dose']}x train {r['train_s']:.1f} + checks {r['check_s']:.1f}" for r in result["runs"]
         )
-        # the first reference and the first run's checks carry the compiles
-        compile_s = max(runs[0].get("reference_s", 0.0) - t, 0.0) + max(runs[0]["check_s"] - c, 0.0)
-        lines.append(
-            f"  full table at these: compile ~{compile_s:.0f} s + 29 trainings x {t:.1f} s + 19 x "
-            f"{c:.1f} s of checks = {compile_s + 29 * t + 19 * c:.0f} s"
-        )
+        + f"; the whole call {result['seconds']:.0f} s against the plan's {result['plan']['total_s']:.0f} s"
+    )
     return "\n".join(lines)
 
 
@@ -1037,7 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--probe",
         action="store_true",
-        help="seed 0 only: its reference, clean and 4x runs; prints one serving's CE effect and the seconds",
+        help="seed 0 only: the reference, its clean and 4x runs; prints one serving's CE effect and the seconds",
     )
     p.add_argument(
         "--budget-s",
@@ -1075,10 +1324,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         seeds, clean, dose_text = args.seeds or "0", args.clean_seeds or "0", args.doses or "4"
     doses = sorted(int(d) for d in dose_text.split(","))
-    if fresh_rows(st, doses[-1]) < st.clean_items + st.per_stratum:
-        p.error(
-            f"the dosed and planned-2x rows leave too few fresh rows in the {st.steps * st.batch}-row stream"
-        )
+    if (problem := st.problem(doses)) is not None:
+        p.error(problem)
     name = args.name or ("mem_tpu" if tpu else "mem") + ("_probe" if args.probe else "")
     done, calls = read_runs(args.resume, st) if args.resume else ([], [])
     argv_rec = sys.argv if argv is None else [__file__, *argv]

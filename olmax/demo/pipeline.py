@@ -30,7 +30,7 @@ from olmax.data.prepare.demo_mix import (
     write_raw,
 )
 from olmax.data.stream import DATA_SEED
-from olmax.demo.report import Report, Verdict, cell, plot_resume, short, watch_rows
+from olmax.demo.report import Report, Verdict, cell, plot_resume, power_rows, short, watch_rows
 from olmax.errors import OlmaxError
 
 # The demo trains `configs/tiny.yaml` with fewer tokens per step: with the real 100k vocabulary the LM
@@ -541,6 +541,7 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
             "memorization",
             "--run",
             str(run),
+            "--power",
             "--plot",
             str(ev / "curves.png"),
             "--out",
@@ -600,6 +601,15 @@ def _step_evals(d: _Demo, run: Path, audit_dir: Path) -> None:
         f"| {r['over_served']:,} of {r['windows']:,} |"
         for src, r in mem.get("repetition", {}).items()
     ]
+    sec = mem.get("power_section") or {}
+    power = power_rows(mem)
+    basis = (
+        f"The checks compared windows served beyond the plan: the rows marked *made* are what they could see "
+        f"there (the verdict's power: {mem['power']['value']:.0%} at {mem['power']['dose']}x, "
+        f"{mem['power']['check']}); the others"
+        if mem.get("power")
+        else "Here nothing was served beyond the plan, so the verdict rests on the counts; the rows"
+    )
     gain_plots = "\n\n".join(
         f"![{p.stem}: planted vs clean items per checkpoint](evals/{p.name})"
         for p in sorted(ev.glob("gains-*.png"))
@@ -633,6 +643,17 @@ show; servings per window served):
 {chr(10).join(reps)}
 
 {chr(10).join(mrows)}
+
+What the checks could see (`--power`; olmax/evals/power.py): a dose is a window served that many times its
+plan; each check's chance to flag a dose of 2x and 4x, the smallest dose it flags with {sec.get("target", 0.9):.0%}
+power, and the over-served windows it would need for 2x and 4x, from the spread of its score over this run's
+windows and {sec.get("effect_nats", 0):.4f} nats of CE a window loses per extra serving (measured:
+{sec.get("effect_source", "none")}). A check that compared over-served windows with less than
+{sec.get("target", 0.9):.0%} power at {sec.get("dose", 4)}x says inconclusive, and so does the verdict unless
+one that compared had it. {basis} say what each check could have seen had a source been over-served, so a
+clean verdict is read with them:
+
+{chr(10).join(power) or "(no source had windows enough to compare)"}
 
 ![train vs held-out loss](evals/{Path(ev / "curves.png").name})
 

@@ -183,3 +183,38 @@ def watch_rows(records: list[dict], train: dict[int, dict]) -> tuple[list[str], 
             f"| {r['step']} | {r['eval']} | {r['ce']:.6f} | {shown} | {r['bpb']:.4f} | {r['tokens']:,} |"
         )
     return rows, worst
+
+
+def power_rows(mem: dict) -> list[str]:
+    """Markdown rows of a memorization report's power section (`olmax eval memorization --power`): per
+    check and source, what it could see, from the comparisons it made and, had a source been served beyond
+    its plan, from the windows such a comparison would take."""
+    sec = mem.get("power_section") or {}
+
+    def pct(f: dict, dose: str) -> str:
+        return f"{f['power'][dose]:.0%}" if dose in f["power"] else "–"
+
+    def needed(f: dict, dose: str) -> str:
+        n = f["windows_needed"].get(dose)
+        return f"{n:,}" if n is not None else "never (under its floor)"
+
+    def row(what: str, name: str, src: str, f: dict) -> str:
+        smallest = f"{f['smallest_dose']:.1f}x" if f["smallest_dose"] is not None else "none up to 10,000x"
+        return (
+            f"| {what} | {name} | {src} | {f['over_served']} vs {f['as_planned']} | {smallest} | "
+            f"{pct(f, '2')} | {pct(f, '4')} | {needed(f, '2')} | {needed(f, '4')} |"
+        )
+
+    rows = [
+        "| comparison | check | source | over-served vs as planned | smallest dose at "
+        f"{sec.get('target', 0.9):.0%} | power at 2x | power at 4x | windows for 2x | windows for 4x |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, c in mem.get("checks", {}).items():
+        for src, w in (c.get("sources") or {}).items():
+            if isinstance(w, dict) and w.get("power"):
+                rows.append(row("made", name, src, w["power"]))
+    for src, got in (sec.get("sources") or {}).items():
+        for name, f in got.get("checks", {}).items():
+            rows.append(row("had it been over-served", name, src, f))
+    return rows if len(rows) > 2 else []

@@ -11,6 +11,7 @@ olmax.evalsets):
   run_dir.py     from a training run folder: the newest checkpoint's model, exposure by replaying the loader
   memorization.py  the five memorization checks: curve checks 2-3 here, the report and `eval memorization`
   model_checks.py  checks 1, 4, 5 (need a model and exposure counts); verdicts.py: thresholds and verdicts
+  power.py       the checks' power: the unplanned dose each could see, the windows it would need
   lm_eval_adapter.py  lm-eval model `olmax` (loglikelihood, loglikelihood_rolling, generate_until)
   plots.py       PNG loss curves
   cli.py         `olmax eval heldout | memorization | lm-eval | plot`

@@ -139,7 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lists twice is compared with its own windows served twice. Every check reports its numbers and "
         "thresholds. Verdict and exit status: flagged (any check flags) exits 1; clean (none flags and at "
         "least min_checks_ran checks ran, default 3) exits 0; inconclusive (too few checks could run: the "
-        "summary lists what each skipped one needs) exits 3; a bad input exits 2.",
+        "summary lists what each skipped one needs; or no check that compared over-served windows had "
+        "min_power, default 90%, to see a power_dose dose, default 4x) exits 3; a bad input exits 2. Each "
+        "check that compared windows states its power: the dose it could see and the windows it would need.",
     )
     m.add_argument("--run", required=True, help="run directory holding metrics.jsonl")
     m.add_argument(
@@ -206,6 +208,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--eval-tokenizer",
         default=None,
         help="check 6: tokenizer of the eval sets (default $OLMAX_EVAL_TOKENIZER, else dolma2)",
+    )
+    m.add_argument(
+        "--power",
+        action="store_true",
+        help="also say, per source, what dose each check could have seen had the source been served beyond "
+        "its plan, and the windows it would need for 2x and 4x (scores a sample of as-planned windows)",
+    )
+    m.add_argument(
+        "--power-effect",
+        type=float,
+        default=None,
+        metavar="NATS",
+        help="CE a window loses per extra serving, for the power figures (default: the measurement nearest "
+        "the model's size, olmax/evals/power.py MEASURED)",
     )
     m.add_argument("--out", required=True, help="report JSON (written atomically)")
     m.set_defaults(func=locked_out(_memorization, "olmax eval memorization"))
@@ -562,6 +578,8 @@ def _memorization(args: argparse.Namespace) -> int:
             eval_limit=args.eval_limit,
             tokenizer=args.eval_tokenizer,
             progress=not args.no_progress,
+            power=args.power,
+            power_effect=args.power_effect,
         )
     )
     write_json(args.out, report)

@@ -33,9 +33,10 @@ import numpy as np
 from scipy.stats import rankdata
 
 from olmax.evals.exposure_file import Exposure
-from olmax.evals.model_checks import compare_rows, per_source_verdict
+from olmax.evals.model_checks import compare_rows, per_source_verdict, sample_rows
+from olmax.evals.power import Sample, figures, score_factor
 from olmax.evals.scoring import token_stats
-from olmax.evals.verdicts import Models, Thresholds, skipped_check
+from olmax.evals.verdicts import Models, Thresholds, power_doses, power_test, rate_power, skipped_check
 
 SCORES = ("min_k_pp", "zlib", "checkpoint_diff", "reference_ratio")
 
@@ -99,10 +100,32 @@ def detectable_auroc(n_over: int, n_planned: int, th: Thresholds) -> float:
     return min(1.0, max(th.membership_auroc, 0.5 + th.membership_z * spread))
 
 
+def score_power(
+    name: str, planned: dict[str, np.ndarray], sample: Sample, th: Thresholds, models: Models
+) -> dict | None:
+    """A score's power figures (olmax/evals/power.py) from the as-planned windows' scores (`planned`): its
+    spread there and how far it moves per extra serving (`models.effect`); None for a score the calculator
+    has no model of, or without an effect."""
+    factor = score_factor(name, planned, models.earlier_share)
+    values = planned.get("ce" if name == "exposure" else name)
+    if models.effect is None or factor is None or values is None or len(values) < 2:
+        return None
+    return figures(
+        models.effect.nats * factor,
+        float(np.std(values, ddof=1)),
+        sample,
+        power_test(name, th),
+        target=th.min_power,
+        doses=power_doses(th),
+    )
+
+
 def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
     """The membership checks (`SCORES`), one verdict each, over each source's windows served beyond the plan
     and its as-planned windows matched by planned servings (olmax/evals/model_checks.compare_rows; the first
-    `probe_len` tokens of each)."""
+    `probe_len` tokens of each). With `models.effect` (the CE a window loses per extra serving) each compared
+    source states each score's power (`score_power`), and a check that had less than `min_power` at
+    `power_dose` is inconclusive."""
     if exp.tokens is None or exp.source is None:
         return dict.fromkeys(SCORES, skipped_check("the exposure file has no tokens/sources; pass --mix"))
     probe = models.probe
@@ -143,6 +166,10 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
             vals = s["scores"][name]
             a, z = auroc(vals[: comp.over.size], vals[comp.over.size :])
             hit = z > th.membership_z and a > th.membership_auroc
+            planned = {k: v[comp.over.size :] for k, v in s["scores"].items()}
+            rated = score_power(
+                name, planned, Sample(comp.over.size, comp.planned_rows.size, comp.plan), th, models
+            )
             sources[src] = {
                 "auroc": a,
                 "z": z,
@@ -154,6 +181,7 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
                 "mean_planned": comp.plan,
                 "compared": comp.describe(exp.count),
                 "flagged": hit,
+                **({"power": rated} if rated else {}),
             }
             if hit:
                 flagged.append(src)
@@ -176,5 +204,48 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
             verdict["reference"] = models.reference_name
         if name == "checkpoint_diff":
             verdict["checkpoints"] = models.earlier_name
-        out[name] = verdict
+        out[name] = rate_power(verdict, {s: w.get("power") for s, w in sources.items()}, th)
+    return out
+
+
+def power_probe(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict]:
+    """What each check could see in each source had part of it been served beyond the plan: per source, the
+    windows a comparison would take (`per_stratum` of them as the over-served, as many as planned per
+    over-served one as `compare_rows` would take, of the same source and planned count) are drawn from its
+    windows served as planned and scored, and each check's power figures come from their spread. Sources
+    with fewer than 2 x `min_samples` as-planned windows are left out, with the reason."""
+    if exp.tokens is None or exp.source is None:
+        return {}
+    from olmax.evals.exposure_file import planned_counts
+
+    probe = models.probe
+    rng = np.random.default_rng(probe.seed + 5)
+    length = min(probe.probe_len, exp.tokens.shape[1])
+    planned = planned_counts(exp, th.repeat_min)
+    as_planned = (exp.count == planned) & (exp.count > 0)
+    out: dict[str, dict] = {}
+    for src in sorted(set(exp.source.tolist())):
+        mine = exp.source == src
+        level = np.bincount(planned[mine & as_planned]).argmax() if (mine & as_planned).any() else 0
+        pool = np.flatnonzero(mine & as_planned & (planned == level))
+        if pool.size < 2 * th.min_samples:
+            out[src] = {"reason": f"{pool.size} windows served as planned: too few to compare"}
+            continue
+        n_over = min(probe.per_stratum, pool.size // 2)
+        n_planned = min(max(1, probe.per_stratum // n_over) * n_over, pool.size - n_over)
+        rows = sample_rows(rng, pool, n_over + n_planned)
+        scores = window_scores(
+            models.model,
+            exp.tokens[rows, :length],
+            reference=models.reference,
+            earlier=models.earlier,
+            min_k_fraction=th.min_k_fraction,
+            batch_size=probe.batch_size,
+        )
+        checks = {}
+        for name in ("exposure", *SCORES):
+            rated = score_power(name, scores, Sample(n_over, n_planned, float(level)), th, models)
+            if rated is not None:
+                checks[name] = rated
+        out[src] = {"windows": int(pool.size), "planned_servings": int(level), "checks": checks}
     return out

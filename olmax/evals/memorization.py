@@ -8,6 +8,13 @@ The plan is the null: the checks that compare windows compare windows served bey
 windows served as planned, matched by planned servings (a source the mix lists twice is planned 2x; the same
 source at 2x its plan is not). The report states, per source, the planned and the served repetition
 (`repetition`) and which windows each check compared.
+Power (olmax/evals/power.py): each check that compared windows states the chance it had to flag a dose of
+2x and 4x the plan at its sample, the smallest dose it sees with `min_power` (90%) and the over-served windows
+it would need for each, from the spread of its score over the run's own as-planned windows and a measured
+CE effect per extra serving (`power.MEASURED`, by model size, or `--power-effect`). A check below `min_power`
+at `power_dose` (4x) says inconclusive; the verdict is clean only when one that compared reached it.
+`--power` also asks what each source could have shown had it been over-served (`power_probe`), for runs where
+nothing was.
   1 exposure  loss on windows served beyond the plan vs windows served as planned (needs an exposure file
               or a replayable run, and a checkpoint)
   2 gap       over the run's eval steps, the train-loss drop that held-out loss does not share
@@ -45,7 +52,7 @@ from olmax.evals.curves import Curves, read_reference, read_run
 from olmax.evals.exposure_file import Exposure, attach_mix, read_exposure, repetition_by_source
 from olmax.evals.gains import GainsInputs, gains_report, score_run
 from olmax.evals.membership import SCORES as MEMBERSHIP
-from olmax.evals.membership import check_membership
+from olmax.evals.membership import check_membership, power_probe
 from olmax.evals.model_checks import (
     check_contaminated,
     check_exposure,
@@ -53,6 +60,7 @@ from olmax.evals.model_checks import (
     check_train_vs_unseen,
 )
 from olmax.evals.plots import plot_run
+from olmax.evals.power import Effect, describe, model_effect
 from olmax.evals.run_dir import load_run_model, replay_exposure
 from olmax.evals.scoring import load_model
 from olmax.evals.verdicts import (
@@ -61,6 +69,7 @@ from olmax.evals.verdicts import (
     Thresholds,
     check_verdict,
     overall_verdict,
+    power_test,
     skipped_check,
     verdict_lines,
 )
@@ -240,8 +249,13 @@ def memorization_report(
     """All ten checks and the verdict over them (`verdict`: flagged, clean or inconclusive; `flagged` is true
     when any check flags). `reference`: a reference run's curves (check 3); `models`: the checkpoint the model
     checks score; `gains`: an `olmax eval gains` report (check 6). `progress`: a tqdm bar over the checks
-    that score the model (the long part)."""
+    that score the model (the long part). The checks' power assumes `models.effect` (the CE a window loses per
+    extra serving; None: the measurement nearest the model's size); `models.probe.power` asks each source's
+    power had it been over-served too (`power_probe`)."""
     th = thresholds or Thresholds()
+    if models is not None and models.effect is None:
+        models = dataclasses.replace(models, effect=model_effect(models.model))
+    effect = models.effect if models is not None else None
     checks = {
         "gap": check_gap(run, th) if run is not None else skipped_check("no run metrics"),
         "reference": (
@@ -269,7 +283,13 @@ def memorization_report(
         per_stratum, batch_size = probe.per_stratum, probe.batch_size
         with tqdm(total=4, desc="memorization checks", unit="check", disable=not progress) as bar:
             checks["exposure"] = check_exposure(
-                model, exposure, th, per_stratum=per_stratum, probe_len=probe.probe_len, batch_size=batch_size
+                model,
+                exposure,
+                th,
+                per_stratum=per_stratum,
+                probe_len=probe.probe_len,
+                batch_size=batch_size,
+                effect=effect,
             )
             bar.update(1)
             checks["extract"] = check_extraction(
@@ -292,12 +312,24 @@ def memorization_report(
         else skipped_check("no leak report and eval sets (--leaks, --eval) or --gains report")
     )
     checks.update(membership)  # after check 6: the report lists the checks in their numbered order
-    verdict = overall_verdict(checks, th.min_checks_ran)
+    verdict = overall_verdict(checks, th.min_checks_ran, th.min_power)
+    rated = {k: c["power"] for k, c in checks.items() if c.get("power")}
     return {
         **verdict,
         "flagged": verdict["verdict"] == "flagged",
         "repetition": repetition_by_source(exposure, th.repeat_min) if exposure is not None else {},
         "checks": checks,
+        "power_section": None
+        if effect is None or exposure is None
+        else {
+            "effect_nats": effect.nats,
+            "effect_source": effect.source,
+            "target": th.min_power,
+            "alpha": power_test("zlib", th).alpha,
+            "dose": th.power_dose,
+            "checks": rated,
+            "sources": power_probe(exposure, th, models) if models.probe.power else None,
+        },
         "thresholds": dataclasses.asdict(th),
     }
 
@@ -322,7 +354,37 @@ def summary(report: dict) -> str:
         for sub in (c.get("sets") or {}).values():
             if isinstance(sub, dict) and sub.get("message"):
                 lines.append(f"                 {sub['message']}")
-    return "\n".join(lines)
+    return "\n".join(lines + power_lines(report))
+
+
+def power_lines(report: dict) -> list[str]:
+    """The power section: the effect per serving it assumes and its source; per check that compared windows,
+    per source, what it could see; with `--power`, what each source could have shown had it been over-served."""
+    sec = report.get("power_section")
+    if not sec:
+        return []
+    lines = [
+        f"  power (a dose is servings over the plan's; {sec['effect_nats']:.4f} nats of CE a window loses per "
+        f"extra serving, measured: {sec['effect_source']}; target {sec['target']:.0%}, the checks' one-sided "
+        f"alpha {sec['alpha']:.2%}):"
+    ]
+    for name, c in report["checks"].items():
+        for src, w in (c.get("sources") or {}).items():
+            if isinstance(w, dict) and w.get("power"):
+                lines.append(f"    {name}, source {src}: {describe(w['power'])}")
+    if sec.get("sources") is not None:
+        lines.append("    had a source been served beyond its plan (the windows a comparison would take):")
+        for src, got in sec["sources"].items():
+            if "reason" in got:
+                lines.append(f"      source {src}: {got['reason']}")
+                continue
+            for name, f in got["checks"].items():
+                lines.append(f"      {name}, source {src} ({got['windows']:,} windows): {describe(f)}")
+    if len(lines) == 1:
+        lines.append(
+            "    no check compared windows served beyond the plan (--power asks what each could have seen)"
+        )
+    return lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +411,8 @@ class MemorizationInputs:
     progress: bool = False  # tqdm bars on the scoring
     eval_limit: int | None = None  # first N documents of each set
     tokenizer: str | None = None  # for the eval sets; None: $OLMAX_EVAL_TOKENIZER, else dolma2
+    power: bool = False  # also what each source could have shown had it been served beyond its plan
+    power_effect: float | None = None  # CE nats a window loses per extra serving (None: power.MEASURED)
 
 
 def run_memorization(inp: MemorizationInputs) -> dict:
@@ -357,6 +421,10 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     if not run_dir.is_dir():
         raise OlmaxError(f"{run_dir}: not a run directory")
     th = Thresholds.parse(list(inp.thresholds))
+    if inp.power_effect is not None and not inp.power_effect > 0:
+        raise OlmaxError(
+            f"--power-effect {inp.power_effect}: the CE a window loses per extra serving must be > 0 nats"
+        )
     run = read_run(run_dir)
     gains = _gains(inp, run_dir)  # before the model loads: a bad --leaks/--eval fails fast
     ref = read_reference(inp.reference) if inp.reference else None
@@ -372,7 +440,9 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
     ref_model, ref_name = _reference_model(inp) if model is not None else (None, None)
-    earlier, earlier_name = _earlier_model(inp, run_dir, step) if model is not None else (None, None)
+    earlier, earlier_name, share = (
+        _earlier_model(inp, run_dir, step) if model is not None else (None, None, None)
+    )
     if exp_path:
         exposure = attach_mix(
             read_exposure(exp_path), inp.stream, unseen_per_source=inp.per_stratum if inp.stream else 0
@@ -387,12 +457,14 @@ def run_memorization(inp: MemorizationInputs) -> dict:
         models=(
             Models(
                 model,
-                Probe(inp.per_stratum, inp.probe_len, inp.batch_size),
+                Probe(inp.per_stratum, inp.probe_len, inp.batch_size, power=inp.power),
                 pad_id,
                 ref_model,
                 ref_name,
                 earlier,
                 earlier_name,
+                share,
+                Effect(inp.power_effect, "given (--power-effect)") if inp.power_effect is not None else None,
             )
             if model is not None
             else None
@@ -427,17 +499,19 @@ def _reference_model(inp: MemorizationInputs):
 
 
 def _earlier_model(inp: MemorizationInputs, run_dir, step: int | None):
-    """Check 9's earlier checkpoint: this run's earliest kept checkpoint before the scored one, and its name
-    (which checkpoints the check compares); (None, None) when the run kept no earlier one."""
+    """Check 9's earlier checkpoint: this run's earliest kept checkpoint before the scored one, its name
+    (which checkpoints the check compares) and the share of the run's steps between them (what part of a
+    dose check 9 sees); (None, None, None) when the run kept no earlier one."""
     from olmax.train.checkpoint import complete_steps
 
     if step is None:
-        return None, None
+        return None, None, None
     earlier = [s for s in complete_steps(run_dir / "checkpoints") if s < step]
     if not earlier:
-        return None, None
+        return None, None, None
     model, old = load_run_model(run_dir, min(earlier), inp.dtype)
-    return model, f"this run's earliest kept checkpoint (step {old}) to the scored one (step {step})"
+    name = f"this run's earliest kept checkpoint (step {old}) to the scored one (step {step})"
+    return model, name, (step - old) / step
 
 
 def _gains(inp: MemorizationInputs, run_dir) -> dict | None:

@@ -15,7 +15,15 @@ import numpy as np
 
 from olmax.evals.curves import Curves
 from olmax.evals.exposure_file import Exposure, planned_counts
-from olmax.evals.verdicts import Thresholds, check_verdict, skipped_check
+from olmax.evals.power import Effect, Sample, figures
+from olmax.evals.verdicts import (
+    Thresholds,
+    check_verdict,
+    power_doses,
+    power_test,
+    rate_power,
+    skipped_check,
+)
 
 
 def sample_rows(rng: np.random.Generator, rows: np.ndarray, n: int) -> np.ndarray:
@@ -97,15 +105,17 @@ def check_exposure(
     per_stratum: int = 64,
     probe_len: int = 512,
     batch_size: int = 8,
-    seed: int = 0,
+    effect: Effect | None = None,
 ) -> dict:
     """Check 1: per source, CE on windows served beyond the plan vs windows served as planned (matched by
     planned servings; the first probe_len tokens). Seeing text lowers its loss, so the plan is the null: a
     planned 2x source is compared with its own as-planned windows. Flags when CE(as planned) -
-    CE(over-served) exceeds `exposure_gap_nats` and 3 standard errors."""
+    CE(over-served) exceeds `exposure_gap_nats` and 3 standard errors. With `effect` (the CE a window loses
+    per extra serving), each compared source states its power (olmax/evals/power.py) from the spread of its
+    as-planned windows' CE, and the check is inconclusive when it had less than `min_power` at `power_dose`."""
     if exp.tokens is None or exp.source is None:
         return skipped_check("the exposure file has no tokens/sources; pass --mix")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)  # a fixed sample: the report is reproducible
     length = min(probe_len, exp.tokens.shape[1])
     per_source, flagged, why = {}, [], {}
     for src in sorted(set(exp.source.tolist())):
@@ -113,9 +123,9 @@ def check_exposure(
         if isinstance(comp, str):
             why[src] = comp
             continue
-        stats = {}
+        stats, ce = {}, {}
         for label, rows in (("over_served", comp.over), ("as_planned", comp.planned_rows)):
-            per_row = _window_ce(model, exp.tokens[rows, :length], batch_size)
+            per_row = ce[label] = _window_ce(model, exp.tokens[rows, :length], batch_size)
             stats[label] = {
                 "windows": int(rows.size),
                 "ce": float(per_row.mean()),
@@ -134,8 +144,17 @@ def check_exposure(
         )
         if excess > th.exposure_gap_nats and excess > 3 * se:
             flagged.append(src)
+        if effect is not None and comp.planned_rows.size > 1:
+            stats["power"] = figures(
+                effect.nats,
+                float(ce["as_planned"].std(ddof=1)),
+                Sample(int(comp.over.size), int(comp.planned_rows.size), comp.plan),
+                power_test("exposure", th),
+                target=th.min_power,
+                doses=power_doses(th),
+            )
         per_source[src] = stats
-    return per_source_verdict(
+    verdict = per_source_verdict(
         per_source,
         flagged,
         why,
@@ -146,6 +165,7 @@ def check_exposure(
         ),
         key="excess_nats",
     )
+    return rate_power(verdict, {s: w.get("power") for s, w in per_source.items()}, th)
 
 
 def per_source_verdict(per_source: dict, flagged: list, why: dict, message, key: str) -> dict:

@@ -1,7 +1,8 @@
 """bench/studies/memorization_power.py: the power table's arithmetic (rates, smallest dose, AUROC across runs, the
-any-check verdicts), the dosed streams with their planned-2x source and the exposure the checks are given,
-and (slow) tiny runs where a 16x dose is flagged by Min-K%++ and the reference ratio while the clean
-control, with its planned-2x source, is not flagged by any check."""
+any-check verdicts, the power predicted beside them), the streams (the reference's order kept, a dose's extra
+servings in spare rows) and the exposure the checks are given, the design's power and the plan's seconds at
+the chip's shape, and (slow) tiny runs where a 16x dose is flagged while the clean control, with its
+planned-2x source, is not flagged by any check."""
 
 from __future__ import annotations
 
@@ -72,53 +73,93 @@ def test_any_check_verdicts():
     assert table["any_without_reference"]["by_dose"]["0"]["flagged"] == 0
 
 
-def test_effect_is_paired_by_seed_and_windows_needed_follow_the_normal_approximation():
+def test_effect_is_paired_by_seed_and_windows_needed_come_from_the_calculator():
     mp = load()
+    st = mp.Setting()  # 2x over-serves 128 windows, 4x 240, 8x 102
 
-    def run(seed, dose, gain, sd=0.4, sd_net=0.05):
-        effect = {"gain_nats": gain, "sd_windows_nats": sd, "sd_net_of_reference_nats": sd_net}
+    def run(seed, dose, planned, dosed, sd=0.4, sd_net=0.05):
+        effect = {
+            "planned_ce": planned,
+            "dosed_ce": {"128": dosed, "240": dosed, "102": dosed + 0.01},
+            "sd_windows_nats": sd,
+            "sd_net_of_reference_nats": sd_net,
+        }
         return {"seed": seed, "dose": dose, "effect": effect}
 
-    # seed 1's dosed windows are harder (-0.10 when served once): its 2x gain is 0.02 over that, not -0.08
-    runs = [run(0, 0, 0.05), run(1, 0, -0.10, sd=0.6, sd_net=0.07), run(0, 2, 0.06), run(1, 2, -0.08)]
-    runs += [run(0, 4, 0.05), run(1, 4, -0.10)]
-    eff = mp.effect_table(runs, [2, 4])
-    assert eff["2"]["per_seed"] == pytest.approx([0.01, 0.02])
-    assert eff["2"]["gain_nats"] == pytest.approx(0.015)
+    # seed 1's dosed windows are harder (+0.10 over its as-planned ones when served once): its 2x gain is
+    # 0.04 over that, not -0.06
+    runs = [run(0, 0, 2.0, 1.95), run(1, 0, 2.0, 2.10, sd=0.6, sd_net=0.07), run(0, 2, 2.0, 1.90)]
+    runs += [run(1, 2, 2.0, 2.06), run(0, 4, 2.0, 1.95), run(1, 4, 2.0, 2.10), run(0, 8, 2.0, 1.90)]
+    eff = mp.effect_table(runs, [2, 4, 8], st)
+    assert eff["2"]["per_seed"] == pytest.approx([0.05, 0.04]) and eff["2"]["windows"] == 128
+    assert eff["2"]["gain_nats"] == pytest.approx(0.045) and eff["8"]["windows"] == 102
+    assert eff["8"]["per_seed"] == pytest.approx([0.05]) and eff["8"]["per_serving_nats"] == pytest.approx(
+        0.05 / 7
+    )
     assert eff["sd_windows_nats"] == pytest.approx(0.5) and eff["sd_net_of_reference_nats"] == pytest.approx(
         0.06
     )
-    # n (1 + 1/2) over-served windows with twice as many as-planned: z = gain / (sd sqrt(1/n + 1/(2n))) = 3
+    # 90% power under the membership checks' rule (z 3, AUROC 0.6), twice as many as planned
+    from olmax.evals.power import Rule, power
+
     n = eff["2"]["windows_needed_with_reference"]
-    assert 0.015 / (0.06 * np.sqrt(1 / n + 1 / (2 * n))) == pytest.approx(3.0)
-    assert eff["2"]["windows_needed_without_reference"] == pytest.approx(n * (0.5 / 0.06) ** 2)
-    assert eff["4"]["windows_needed_with_reference"] is None  # no gain: no sample size reaches z 3
-    assert "none (no gain)" in mp.format_effect(eff, [2, 4])
+    rule = Rule("rank", 3.0, 0.6)
+    assert power(0.045, 0.06, n, 2 * n, rule) >= 0.9 > power(0.045, 0.06, n - 1, 2 * (n - 1), rule)
+    # without a reference a 0.045 gain over 0.5 nats of spread is an AUROC of 0.525: under the floor
+    assert eff["2"]["windows_needed_without_reference"] is None
+    assert eff["4"]["windows_needed_with_reference"] is None  # no gain: no sample reaches 90%
+    assert "never (AUROC under 0.6)" in mp.format_effect(eff, [2, 4, 8])
 
 
-def test_streams_serve_each_window_as_dosed_and_the_exposure_says_so():
+def small_setting(mp, **over):
+    values = dict(
+        seq_len=16, batch=4, steps=40, compared=40, twice=4, unseen=6, replayed=8, replayed_2x=6, control=5
+    )
+    return mp.Setting(**{**values, **over})
+
+
+def test_streams_keep_the_reference_order_and_the_exposure_says_what_was_served():
     mp = load()
-    st = mp.Setting(seq_len=16, batch=4, steps=30, replayed=5, twice=4, clean_items=6, per_stratum=7)
+    st = small_setting(mp)  # 160 rows: 40 compared, 2 x 4 planned-2x, 112 spare
+    assert st.spare() == 112 and [st.dosed_windows(d) for d in (0, 2, 4, 16)] == [5, 6, 8, 7]
     pool = mp.text_windows(16, mp.pool_size(st))
     assert len({w.tobytes() for w in pool}) == len(pool) and pool.max() < 256
-    sp = mp.split(pool, st, seed=1)
-    never = {w.tobytes() for w in sp.unseen}
-    for dose in (0, 3):
-        rows = mp.stream(sp, st, dose, seed=1)
-        assert rows.shape == (120, 16)
+    lay = mp.layout(pool, st)
+    sp = mp.split(st, seed=1)
+    assert len(sp.dosed) == 8 and not set(sp.dosed) & set(sp.planned)
+    assert sp.dosed.tolist() != mp.split(st, seed=2).dosed.tolist()  # each seed its own draw
+    never = {w.tobytes() for w in lay.unseen}
+    clean = mp.stream(lay, sp, st, 0, seed=1)
+    assert (clean == mp.stream(lay, mp.split(st, 5), st, 0, seed=5)).all()  # one order for every clean run
+    for dose in (0, 4, 16):
+        rows = mp.stream(lay, sp, st, dose, seed=1)
+        assert rows.shape == (160, 16)
         seen = [w.tobytes() for w in rows]
-        assert all(seen.count(w.tobytes()) == max(dose, 1) for w in sp.dosed)
-        assert all(seen.count(w.tobytes()) == 2 for w in sp.twice)  # the planned-2x source, in every mix
+        w = st.dosed_windows(dose)
+        over = lay.compared[sp.dosed[:w]] if dose else lay.compared[sp.dosed[:0]]
+        assert all(seen.count(x.tobytes()) == dose for x in over)
+        assert all(seen.count(x.tobytes()) == 1 for x in lay.compared[sp.planned])
+        assert all(seen.count(x.tobytes()) == 2 for x in lay.twice)  # the planned-2x source, in every mix
         assert not never & set(seen)
-        exp = mp.exposure_of(sp, st, dose)
+        # every row that is not an extra serving stays where the reference has it
+        moved = np.flatnonzero((rows != clean).any(axis=1))
+        assert len(moved) == (dose - 1) * w if dose else len(moved) == 0
+        spare = {x.tobytes() for x in lay.spare}
+        assert all(clean[i].tobytes() in spare for i in moved)
+        exp = mp.exposure_of(lay, sp, st, dose)
         truth = {}
-        for w in seen:
-            truth[w] = truth.get(w, 0) + 1
+        for x in seen:
+            truth[x] = truth.get(x, 0) + 1
+        assert (exp.count > 0).sum() == w + 4 + st.ratio * w
         for row, count, planned in zip(exp.tokens, exp.count, exp.planned):
             served = truth.get(row.astype(np.int32).tobytes(), 0)
-            if dose or count != st.control_label:  # a clean run's dosed windows are labelled 16x (the claim)
+            if dose or count != st.control_label:  # a clean run's control windows are labelled 16x
                 assert count == served, (count, served)
-            assert planned == (2 if any((row == t).all() for t in sp.twice) else min(served, 1))
+            assert planned == (2 if any((row == t).all() for t in lay.twice) else min(served, 1))
+        items = mp.items_of(lay, sp, st, dose)
+        assert len(items) == w * (1 + st.ratio) and (items[:w] == exp.tokens[:w]).all()
+    assert small_setting(mp, compared=20).problem([2]) is not None  # 8 dosed need 16 as planned
+    assert small_setting(mp).problem([2, 4, 8]) is None
 
 
 @pytest.mark.slow
@@ -126,10 +167,11 @@ def test_a_16x_dose_is_flagged_and_clean_is_not():
     mp = load()
     result = mp.run_power(mp.Setting(), seeds=[0], doses=[16], clean_seeds=[0], log=lambda *_: None)
     by = {r["dose"]: r["checks"] for r in result["runs"]}
-    for check in ("min_k_pp", "reference_ratio"):  # both flag seed 0 from 8x in bench/results/mem.json
+    for check in ("contaminated", "reference_ratio"):  # both flag seed 0 at 16x in bench/results/mem.json
         assert by[16][check]["flagged"], by[16][check]["message"]
     assert not any(c["flagged"] for c in by[0].values()), {k: c["message"] for k, c in by[0].items()}
     assert result["table"]["reference_ratio"]["by_dose"]["16"]["auroc"] == 1.0  # one run each: 16x > clean
+    assert result["effect"]["16"]["windows"] == 48 and result["effect"]["16"]["gain_nats"] > 0
 
 
 # ------------------------------------------------------------------------------------------ the chip's shape
@@ -139,6 +181,12 @@ def small_tpu(mp):
     values = {**mp.SHAPES["tpu"], **mp.SMOKE}
     values.update(
         steps=16,
+        compared=24,
+        unseen=4,
+        replayed=6,
+        replayed_2x=5,
+        control=4,
+        extract=4,
         checkpoints=2,
         keep=2,
         warmup=4,
@@ -151,17 +199,34 @@ def small_tpu(mp):
     return mp.Setting(**values)
 
 
-def test_tpu_shape_plan_fits_the_budget():
+def test_tpu_design_has_the_power_and_fits_one_call():
+    """At the chip's shape, by the previous chip table's measurements: each verdict has >= 90% power at its
+    dose (4x without a reference, 2x with one), and the table's 20 trainings and 19 runs' checks plan under
+    the 550 s a call's budget leaves, from that table's measured seconds."""
     mp = load()
     st = mp.Setting(**mp.SHAPES["tpu"])
     assert st.model_config().dtype == "bfloat16" and st.model_config().n_kv_heads == 12
-    p = mp.plan(st, runs=19, references=10)
-    assert 50e6 < p["params_non_embedding"] < 60e6 and p["tokens_per_run"] == 200 * 8 * 1024
-    # tokens/s = 0.3 x 197e12 / train FLOPs per token, and the whole table inside the call
-    assert p["tokens_per_s"] == pytest.approx(0.3 * 197e12 / p["train_flops_per_token"])
-    assert p["total_s"] == pytest.approx(90 + 29 * p["train_s_per_run"] + 19 * p["check_s_per_run"])
-    assert 450 < p["total_s"] < 540
-    assert mp.fresh_rows(st, 8) >= st.clean_items + st.per_stratum
+    assert st.problem([2, 4, 8]) is None
+    assert [st.dosed_windows(d) for d in (0, 2, 4, 8)] == [128, 128, 240, 102]
+    dz = mp.design(st, [2, 4, 8])
+    assert dz["4x"]["noref"] >= 0.9 and dz["2x"]["ref"] >= 0.9 and dz["8x"]["noref"] >= 0.9
+    # if a window's effect falls with the source's size as the tiny model's did, every dose loses power
+    falls = mp.design(st, [2, 4, 8], fall=mp.MEASURED_TPU["fall_tiny"])
+    assert mp.MEASURED_TPU["fall_tiny"] == pytest.approx(0.331, abs=1e-3)
+    assert all(falls[f"{d}x"][k] <= dz[f"{d}x"][k] for d in (2, 4, 8) for k in ("noref", "ref"))
+    assert falls["4x"]["noref"] < dz["4x"]["noref"]
+    # check 9's 4x z of 2.05 at 64 vs 128 windows is an AUROC of 0.591: 0.325 sd, 0.108 a serving
+    assert dz["diff_d_per_serving"] == pytest.approx(0.1085, abs=5e-4)
+    # the clean runs' false alarms: check 6's 2.5% a run dominates; the rank checks' floor sits above z 3
+    assert dz["clean"]["alpha_contaminated"] == pytest.approx(0.025, abs=1e-4)
+    assert dz["clean"]["alpha_noref"] < 0.03 and dz["clean"]["none_flagged_noref"] > 0.7
+    todo = mp.schedule([0, 1, 2], [2, 4, 8], list(range(10)))
+    p = mp.plan(st, todo, {0, 1, 2}, True)
+    assert p["runs"] == 19
+    m = mp.MEASURED_TPU
+    # 20 trainings of 1,600 rows at the measured 9.0 ms a row, the compile once
+    assert p["train_s"] + p["reference_s"] > 20 * 1600 * m["train_s_per_row"]
+    assert 450 < p["total_s"] < 520
 
 
 def test_default_setting_builds_tiny():
@@ -187,7 +252,7 @@ def fake_level(mp, dose, flagged, stat):
 def test_run_level_is_check_3_on_train_and_heldout_loss():
     mp = load()
     st = mp.Setting(steps=40)
-    ref = mp.Reference(None, np.full(40, 2.0), heldout_ce=2.5)
+    ref = mp.Reference(None, np.full(40, 2.0), heldout_ce=2.5, compared_ce=np.zeros(0))
     # train loss 0.2 below the reference's, held-out 0.01 below: the gain is not shared -> flagged
     v = mp.run_level(np.full(40, 1.8), 2.49, ref, st)
     assert v["flagged"] and v["train_gain"] == pytest.approx(0.2) and v["statistic"] == pytest.approx(0.19)
@@ -207,7 +272,7 @@ def test_run_level_is_check_3_on_train_and_heldout_loss():
     result = {
         "table": table,
         "doses": [2, 4],
-        "effect": mp.effect_table([], [2, 4]),
+        "effect": mp.effect_table([], [2, 4], st),
         "runs": runs,
         "left": [],
     }
@@ -229,21 +294,30 @@ def test_tpu_preset_runs_stops_on_its_budget_and_resumes(tmp_path):
 
     kw = dict(seeds=[0], doses=[4], clean_seeds=[0], log=lambda *_: None, clock=clock)
     saved = []
-    first = mp.run_power(st, **kw, budget_s=120, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
-    assert first["stopped"] and first["left"]  # the plan's first run alone (compile) is past 120 s
+    first = mp.run_power(st, **kw, budget_s=90, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
+    # the plan's compile (73 s) and the reference come before the first run: past 90 s at the first reading
+    assert first["stopped"] and first["left"] and "and the reference run" in first["stopped"]
     assert first["runs"] == [] and not saved
     ticks = iter(range(10**6))
-    # the reference and the clean run (the plan: ~92 s each + the checks) fit; a run then takes 60 s a reading
-    part = mp.run_power(st, **kw, budget_s=260, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
+    # the reference and the clean run fit (30 + 73 s); that run reads 30 s of training and 30 of checks,
+    # which the next run is then expected to take too: at 330 s it would end past 360
+    part = mp.run_power(st, **kw, budget_s=360, on_run=saved.append, stamp={"device": "cpu", "shape": "tpu"})
     got = [(r["seed"], r["dose"]) for r in part["runs"]]
     assert part["stopped"] and got == [(0, 0)] and part["left"] == [[0, 4]]
     assert saved[-1]["runs"] == part["runs"] and all(r["stamp"]["shape"] == "tpu" for r in part["runs"])
     path = mp.write_record(part, ["bench/studies/memorization_power.py"], True, tmp_path, "mem_tpu")
     rec = json.loads(path.read_text())
     assert rec["summary"]["clean_noref"][1] == 1 and rec["summary"]["complete"] is False
-    assert {"clean_noref", "4x_noref", "clean_ref", "4x_ref", "run_level", "effect", "device"} <= set(
-        rec["summary"]
-    )
+    assert {
+        "clean_noref",
+        "4x_noref",
+        "clean_ref",
+        "4x_ref",
+        "run_level",
+        "effect",
+        "design",
+        "device",
+    } <= set(rec["summary"])
     done, calls = mp.read_runs(path, st)
     assert len(done) == len(got) and len(calls) == 1
     with pytest.raises(SystemExit, match="setting differs"):

@@ -158,3 +158,30 @@ def test_every_loader_check_is_explained(module):
 def test_every_memorization_check_is_explained():
     report = memorization.memorization_report(None)
     assert set(report["checks"]) == set(memorization.CHECK_MEANINGS)
+
+
+def test_power_rows_show_what_each_check_could_see():
+    """The memorization section's power table: a row per check and source, for the comparisons a check made
+    and for what a source would have shown had it been over-served, in the figures power.py computes."""
+    from olmax.demo.report import power_rows
+    from olmax.evals.power import Rule, Sample, figures
+
+    made = figures(0.01, 0.02, Sample(64, 128), Rule("rank", 3.0, 0.6), target=0.9)
+    floor = figures(0.0126, 0.3, Sample(64, 64), Rule("mean", 3.0, 0.1), target=0.9)
+    mem = {
+        "checks": {"zlib": {"sources": {"code": {"power": made}}}, "gap": {"status": "ok"}},
+        "power_section": {
+            "target": 0.9,
+            "sources": {"prose": {"windows": 80, "checks": {"exposure": floor}}},
+        },
+    }
+    rows = power_rows(mem)
+    assert len(rows) == 4 and rows[0].startswith("| comparison | check | source |")
+    got = [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
+    assert got[0][:4] == ["made", "zlib", "code", "64 vs 128"]
+    assert got[0][4] == f"{made['smallest_dose']:.1f}x" and got[0][6] == f"{made['power']['4']:.0%}"
+    assert got[0][8] == f"{made['windows_needed']['4']:,}"
+    # check 1 cannot see 3 x 0.0126 nats under its 0.1 nats floor at any sample
+    assert got[1][:3] == ["had it been over-served", "exposure", "prose"]
+    assert got[1][7:] == ["never (under its floor)", "never (under its floor)"]
+    assert power_rows({"checks": {}}) == []

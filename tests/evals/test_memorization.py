@@ -276,8 +276,10 @@ def test_exposure_file_formats_and_mix_tokens(tmp_path):
         read_exposure(tmp_path / "bad.json")
 
 
-def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
-    """A random model has memorized nothing: checks 1 and 4 run on it and do not flag."""
+def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path, capsys):
+    """A random model has memorized nothing: checks 1 and 4 run on it and do not flag. Four windows served
+    4x are too few for any comparing check to see a 4x dose, so the verdict is inconclusive, not clean, and
+    each check says its power."""
     rng = np.random.default_rng(1)
     run = tmp_path / "run"
     run.mkdir()
@@ -310,13 +312,26 @@ def test_cli_runs_model_checks_on_a_checkpoint(hf_checkpoint, tmp_path):
                 str(out),
             ]
         )
-        == 0
+        == 3
     )
-    checks = json.loads(out.read_text())["checks"]
-    assert checks["exposure"]["status"] == "ok" and checks["extract"]["status"] == "ok"
+    report = json.loads(out.read_text())
+    checks = report["checks"]
+    assert report["verdict"] == "inconclusive" and report["underpowered"] and not report["flagged"]
+    assert checks["extract"]["status"] == "ok" and checks["min_k_pp"]["status"] == "ok"
     assert checks["train_vs_unseen"]["status"] == "ok" and checks["train_vs_unseen"]["gap_nats"] < 0
     assert checks["exposure"]["sources"]["web"]["over_served"]["windows"] == 4
     assert abs(checks["exposure"]["sources"]["web"]["excess_nats"]) < 0.2
+    for name in ("exposure", "zlib"):  # the two comparing checks with a power model and no extra input
+        assert checks[name]["status"] == "inconclusive" and not checks[name]["flagged"]
+        assert checks[name]["power"]["value"] < 0.9 and checks[name]["power"]["dose"] == 4
+        assert checks[name]["message"].startswith("inconclusive (power ")
+        figures = checks[name]["sources"]["web"]["power"]
+        assert figures["over_served"] == 4 and figures["as_planned"] == 4
+    # the tiny random model is sized like the tiny measurement: its effect is the one assumed
+    assert "bench/results/mem.json" in report["power_section"]["effect_source"]
+    text = capsys.readouterr().out
+    assert "memorization: INCONCLUSIVE (exit 3): power " in text and "at 4x: no check that compared" in text
+    assert "    zlib, source web: smallest dose flagged with 90% power" in text
 
 
 def test_train_vs_unseen():
@@ -340,3 +355,116 @@ def test_train_vs_unseen():
     # only steps up to the exposure's step count: later (lower) losses are ignored
     later = Curves("synthetic", steps, np.where(steps <= 100, np.log(V), 0.0))
     assert check_train_vs_unseen(stub_model(), later, exp, th)["status"] == "ok"
+
+
+def random_windows(n_over: int, n_planned: int, length: int = 64, seed: int = 0) -> Exposure:
+    """`n_over` random windows served 4x (no plan in the file: each taken as planned once) and `n_planned`
+    served once."""
+    rng = np.random.default_rng(seed)
+    n = n_over + n_planned
+    return Exposure(
+        np.arange(n),
+        np.r_[np.full(n_over, 4), np.ones(n_planned, np.int64)],
+        np.asarray(["web"] * n),
+        rng.integers(0, 990, (n, length)),
+        length,
+        None,
+        None,
+        "synthetic",
+    )
+
+
+def test_a_check_with_enough_windows_stays_clean_and_one_with_too_few_is_inconclusive(model):
+    """The same random model, which memorized nothing, and the same effect per serving: with few over-served
+    windows zlib cannot see a 4x dose and says inconclusive, and so does the verdict (exit 3); with the
+    windows the calculator says it needs for 90% at 4x, the same check is ok and the verdict clean (exit 0)."""
+    from olmax.evals.memorization import memorization_report
+    from olmax.evals.power import Effect
+    from olmax.evals.verdicts import Models, Probe
+
+    effect = Effect(0.02, "a test's")
+
+    def report(n_over):
+        probe = Probe(per_stratum=2 * n_over, probe_len=64, batch_size=16)
+        return memorization_report(
+            None, exposure=random_windows(n_over, 2 * n_over), models=Models(model, probe, effect=effect)
+        )
+
+    few = report(4)
+    zlib = few["checks"]["zlib"]
+    assert zlib["status"] == "inconclusive" and zlib["power"]["value"] < 0.9
+    assert few["verdict"] == "inconclusive" and few["exit_code"] == 3 and few["underpowered"]
+    assert few["power"]["check"] in ("exposure", "zlib")  # the best of the checks that compared
+    need = zlib["sources"]["web"]["power"]["windows_needed"]["4"]
+    assert need is not None and need > 4
+    enough = report(need + need // 4)  # a margin: the spread is measured again on other windows
+    zlib = enough["checks"]["zlib"]
+    assert zlib["status"] == "ok" and not zlib["flagged"] and zlib["power"]["value"] >= 0.9
+    assert enough["verdict"] == "clean" and enough["exit_code"] == 0 and not enough["underpowered"]
+    # check 1 cannot see 4x at any sample here: 3 servings x 0.02 nats is under its 0.1 nats floor
+    exposure = enough["checks"]["exposure"]
+    assert (
+        exposure["status"] == "inconclusive"
+        and exposure["sources"]["web"]["power"]["windows_needed"]["4"] is None
+    )
+
+
+def test_power_probe_says_what_each_source_could_show(hf_checkpoint, tmp_path, capsys):
+    """`--power` on a run where nothing was served beyond the plan: the verdict rests on the counts (clean),
+    and each source says the smallest dose each check could have seen and the windows it would need."""
+    rng = np.random.default_rng(2)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 7.2}) + "\n" for s in range(1, 30))
+    )
+    np.savez(
+        run / "exposure.npz",
+        instance_id=np.arange(40),
+        count=np.repeat([0, 1], [8, 32]),
+        source=np.array(["web"] * 40),
+        tokens=rng.integers(0, 990, (40, 64)),
+    )
+    out = tmp_path / "r.json"
+    argv = ["--run", run, "--checkpoint", hf_checkpoint, "--per-stratum", "8", "--probe-len", "64"]
+    assert memorization(*argv, "--power", "--power-effect", "0.05", "--out", out) == 0
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "clean" and report["power"] is None  # nothing compared: no check rated
+    sec = report["power_section"]
+    assert sec["effect_nats"] == 0.05 and sec["effect_source"] == "given (--power-effect)"
+    web = sec["sources"]["web"]
+    assert web["windows"] == 32 and set(web["checks"]) == {"exposure", "zlib"}
+    for f in web["checks"].values():
+        assert (f["over_served"], f["as_planned"]) == (8, 8)
+        assert f["smallest_dose"] is None or f["smallest_dose"] > 1
+        assert set(f["windows_needed"]) == {"2", "4"}
+    text = capsys.readouterr().out
+    assert "had a source been served beyond its plan" in text
+    assert "      zlib, source web (32 windows): smallest dose flagged with 90% power" in text
+    assert memorization(*argv, "--power-effect", "0", "--out", out) == 2
+
+
+def test_the_power_dose_is_a_threshold(model):
+    """`power_dose` moves the bar the verdict reads: the check states its power at that dose too, and a dose
+    it sees well enough makes the same comparison clean."""
+    from olmax.evals.memorization import memorization_report
+    from olmax.evals.power import Effect
+    from olmax.evals.verdicts import Models, Probe, Thresholds
+
+    def report(dose):
+        return memorization_report(
+            None,
+            exposure=random_windows(8, 16),
+            models=Models(
+                model, Probe(per_stratum=16, probe_len=64, batch_size=16), effect=Effect(0.02, "a test's")
+            ),
+            thresholds=Thresholds(power_dose=dose),
+        )
+
+    at4, at64 = report(4), report(64)
+    zlib4, zlib64 = at4["checks"]["zlib"], at64["checks"]["zlib"]
+    assert zlib64["power"]["dose"] == 64 and "64" in zlib64["sources"]["web"]["power"]["power"]
+    assert zlib64["power"]["value"] > zlib4["power"]["value"]
+    assert at4["verdict"] == "inconclusive" and at64["verdict"] == "clean"
+    best = at64["power"]["check"]
+    assert at64["power"]["value"] >= 0.9 and at64["checks"][best]["status"] == "ok"

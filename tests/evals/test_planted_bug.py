@@ -53,7 +53,7 @@ def mixes(tmp_path_factory):
     return d
 
 
-def train_and_check(mixes, kind, tmp_path):
+def train_and_check(mixes, kind, tmp_path, *extra):
     run = tmp_path / kind
     assert (
         main(
@@ -78,7 +78,7 @@ def train_and_check(mixes, kind, tmp_path):
         == 0
     )
     out = tmp_path / f"{kind}.json"
-    rc = main(["eval", "memorization", "--run", str(run), "--per-stratum", "32", "--out", str(out)])
+    rc = main(["eval", "memorization", "--run", str(run), "--per-stratum", "32", *extra, "--out", str(out)])
     return rc, json.loads(out.read_text())
 
 
@@ -110,9 +110,17 @@ def test_planted_bug_is_flagged_and_clean_run_is_not(mixes, tmp_path, tokenizer_
             == 0
         )
         assert json.loads(out.read_text())["results"][0]["tokens"] > 0
-    rc, clean = train_and_check(mixes, "clean", tmp_path)
+    rc, clean = train_and_check(mixes, "clean", tmp_path, "--power")
     assert rc == 0 and not clean["flagged"], json.dumps(clean["checks"], indent=1)[:3000]
     assert clean["checks"]["train_vs_unseen"]["status"] == "ok"
+    # nothing was served beyond the plan: the verdict rests on the counts, and --power says per check what
+    # dose a comparison of 32 web windows against 32 as planned could have seen
+    web = clean["power_section"]["sources"]["web"]
+    assert set(web["checks"]) == {"exposure", "zlib"}  # one checkpoint kept and no reference: no 9 or 10
+    for f in web["checks"].values():
+        assert (f["over_served"], f["as_planned"]) == (32, 32) and f["sd"] > 0
+        assert f["smallest_dose"] is None or f["smallest_dose"] > 1.0
+    assert "reason" in clean["power_section"]["sources"]["small"]  # 4 windows: too few to compare
     # the same 60 servings, planned: the plan is the null, so the run is clean, and the report says why
     rc, planned = train_and_check(mixes, "planned", tmp_path)
     assert rc == 0 and planned["verdict"] == "clean", json.dumps(planned["checks"], indent=1)[:3000]
