@@ -173,7 +173,10 @@ def forward_config(model: EvalModel, seq_len: int) -> Any:
 @functools.lru_cache(maxsize=32)
 def _mesh_jitted(kind: str, cfg: Any, mesh: Mesh) -> Callable:
     core = functools.partial(_MESH_KERNELS[kind], cfg, head_chunk(mesh))
-    return OnMesh(jax.jit(core, static_argnums=(3,) if kind == "greedy" else ()), mesh)
+    # per-row results come back whole on every device (a few numbers a row), so each process of a
+    # multi-host mesh (the trainer's in-loop eval on a pod slice) reads them all; logits stay split
+    out = None if kind == "logits" else NamedSharding(mesh, PartitionSpec())
+    return OnMesh(jax.jit(core, static_argnums=(3,) if kind == "greedy" else (), out_shardings=out), mesh)
 
 
 def compiled_step(kind: str, model: EvalModel, seq_len: int) -> Callable:
