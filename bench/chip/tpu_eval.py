@@ -17,8 +17,8 @@ Parts (each writes a JSON part to --out; `--merge PARTS...` writes the record be
         three layers of four), the largest the trainer fits on one v5e chip at seq 8192 (its fp32 params
         and AdamW moments: 0.81 B parameters with a 1,024-token vocabulary, bench/results/tpu_mfu.json),
         bf16, splash: held-out eval tokens/s through `olmax.evals.scoring.score` (rows of 8,192 random
-        tokens, host to device and back included, each batch dispatched before the last is read) at 1, 2
-        and 4 rows a batch, the trainer's tokens/s on the same model and chip (`make_train_step`, remat
+        tokens, host to device and back included, each batch dispatched before the last is read) at 1 and 4
+        rows a batch, the trainer's tokens/s on the same model and chip (`make_train_step`, remat
         `matmuls`, batch 1, its fastest setting that fits), their ratio, and the eval forward's MFU
         (forward matmul FLOPs over the attended keys, olmax.model.flops, / the v5e's 197 TFLOP/s,
         olmax.train.mfu); the same model with the real 100,278-token head, eval only (its train state
@@ -37,7 +37,7 @@ train path's packages (bench/tpu_wheels.sh); copy its chip.json to bench/results
     python -m bench.chip.tpu_eval --merge bench/results/tpu_eval/{plan,cpu,chip}.json --ran-at COMMIT
 
 `--smoke`: the cpu part with 2-step runs on 1 and 2 devices, and the chip part on the CPU at a tiny shape
-(the splash kernel in Pallas' interpret mode, seq 256; rows eval_b1, eval_b2 and train_b1), each in about
+(the splash kernel in Pallas' interpret mode, seq 256; rows eval_b1, eval_b4 and train_b1), each in about
 a minute; --merge them with `--smoke --results DIR`. The record's `summary`: fits_7b_v5e_8, sharded_vs_single_max_rel_diff,
 checkpoint_resharded, eval_over_train_tokens_per_s, eval_mfu (null until the part that measures it is
 merged).
