@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -321,6 +322,9 @@ def merge(paths: list[Path], args: argparse.Namespace) -> Path:
     """The record from the parts: their figures, tables and the summary (null where a part is missing)."""
     parts = {p["part"]: p for p in (json.loads(Path(path).read_text()) for path in paths)}
     rec = Record("tpu_eval", argv=sys.argv, smoke=args.smoke, results=args.results)
+    rec.data["command"] = shlex.join(
+        ["python", "-m", "bench.chip.tpu_eval", *sys.argv[1:]]
+    )  # run as a module
     rec.side(
         "olmax",
         version="checkout (commit above)",
