@@ -9,7 +9,8 @@ Parts (each writes a JSON part to --out; `--merge PARTS...` writes the record be
         batch of the job holds (`eval_batch_size` rounded up to the mesh: one a chip), on the mesh `--mesh
         auto` picks there, for a v5e-8 host (v5e:2x4), a v5e-4 (v5e:2x2) and a v5p-8 (v5:2x2x1): the per-chip
         plan (memory_analysis: arguments + outputs - aliases + temporaries), its Mosaic kernel calls and
-        whether it fits the chip's HBM. Then each row of the chip part, compiled for v5e:1x1.
+        whether it fits the chip's HBM (olmax.train.plan's hosts and chips). Then each row of the chip part,
+        compiled for one v5e chip (v5e:1x1).
   cpu   (here) tiny runs trained on 1, 4 and 8 CPU devices, each checkpoint scored in fp32 on meshes of
         1, 2 and 8 devices (a child process that sees 8): the largest relative difference of a row's CE
         from the 1-device eval's, and whether a checkpoint written on N devices was read on M != N.
@@ -59,18 +60,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.chip.tpu_eval_steps import (
+    CHIP,
     CHIP_ROWS,
     GIB,
-    HBM_BYTES,
+    HOSTS,
     SEQ,
     SMOKE_ROWS,
-    TOPOLOGIES,
     compile_eval,
     compile_train,
     configs,
     eval_row,
+    host_mesh,
     plan_7b,
-    topology_mesh,
     train_row,
 )
 from bench.record import Record, add_arguments
@@ -96,16 +97,16 @@ def write_part(path: str | Path, part: dict) -> None:
 
 
 def part_plan(args: argparse.Namespace) -> dict:
-    """The 7B's eval step on each topology, then the chip rows on v5e:1x1; the part rewritten after each."""
+    """The 7B's eval step on each host, then the chip rows on one v5e chip; the part rewritten after each."""
     out: dict[str, Any] = {"part": "plan", "seven_b": [], "chip_rows": []}
-    for key, topology, bounds in TOPOLOGIES:
-        if args.topologies and key not in args.topologies.split(","):
+    for key, host in HOSTS:
+        if args.hosts and key not in args.hosts.split(","):
             continue
-        r = plan_7b(key, topology, bounds, args.layers)
+        r = plan_7b(key, host, args.layers)
         out["seven_b"].append(r)
         write_part(args.out, out)
         print(
-            f"7B {topology}: {(r.get('plan_bytes') or 0) / GIB:.2f} GiB a chip, fits {r['fits']} "
+            f"7B {host} ({r['topology']}): {(r.get('plan_bytes') or 0) / GIB:.2f} GiB a chip, fits {r['fits']} "
             f"({r.get('mesh')}, {r.get('compile_s', 0):.0f} s) {r.get('error', '')[:300]}",
             flush=True,
         )
@@ -115,19 +116,19 @@ def part_plan(args: argparse.Namespace) -> dict:
         cfg, optim = configs(spec, False)
         r: dict[str, Any] = {"spec": spec}
         try:
-            mesh = topology_mesh("v5e:1x1", (1, 1, 1), (1, 1), cfg)
+            mesh, hbm = host_mesh(CHIP, (1, 1), cfg)
             r.update(
                 compile_train(cfg, optim, mesh, SEQ)
                 if spec["kind"] == "train"
                 else compile_eval(cfg, mesh, spec["rows"], SEQ)
             )
-            r["fits"] = r["plan_bytes"] <= HBM_BYTES["TPU v5 lite"]
+            r["fits"] = r["plan_bytes"] <= hbm
         except Exception as e:
             r.update(fits=False, error=f"{type(e).__name__}: {e}"[:1500])
         out["chip_rows"].append(r)
         write_part(args.out, out)
         print(
-            f"v5e:1x1 {spec['name']}: {(r.get('plan_bytes') or 0) / GIB:.2f} GiB, fits {r['fits']} {r.get('error', '')[:300]}",
+            f"{CHIP} {spec['name']}: {(r.get('plan_bytes') or 0) / GIB:.2f} GiB, fits {r['fits']} {r.get('error', '')[:300]}",
             flush=True,
         )
     return out
@@ -359,6 +360,7 @@ def merge_plan(rec: Record, part: dict, summary: dict) -> None:
                 fits=r["fits"],
             )
         plans[r["key"]] = {
+            "host": r["host"],
             "topology": r["topology"],
             "layers": r["layers"],
             "mesh": r.get("mesh"),
@@ -436,9 +438,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-chip-rows", action="store_true", help="--part plan: the 7B's plans only")
     p.add_argument(
-        "--topologies",
+        "--hosts",
         default=None,
-        help=f"--part plan: comma-separated keys of {', '.join(k for k, _, _ in TOPOLOGIES)} (default: all)",
+        help=f"--part plan: comma-separated keys of {', '.join(k for k, _ in HOSTS)} (default: all)",
     )
     p.add_argument(
         "--device-command", action="store_true", help="print the device call's carry list and command"

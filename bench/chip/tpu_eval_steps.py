@@ -16,16 +16,10 @@ from typing import Any
 RECIPE = "olmo3_7b_stage1"
 SEQ = 8192
 GIB = 2**30
-# (record key, topology, chips per host): a v5e-8 is one host of 8 chips, a v5p-8 4 chips of 2 cores each
-TOPOLOGIES = (
-    ("v5e_8", "v5e:2x4", (2, 4, 1)),
-    ("v5e_4", "v5e:2x2", (2, 2, 1)),
-    ("v5p_8", "v5:2x2x1", (2, 2, 1)),
-)
-HBM_BYTES = {
-    "TPU v5 lite": 16_909_336_064,  # the v5e's allocator limit as JAX reports it there (tpu_mfu.json)
-    "TPU v5": 95 * 10**9,  # v5p datasheet: 95 GB of HBM2e a chip
-}
+# the hosts an eval job runs on, as Cloud TPU names them (olmax.train.plan.parse_topology: a v5e-8 is one
+# host of 8 chips, v5e:2x4; a v5p-8 is 4 chips of 2 cores, v5:2x2x1), by record key
+HOSTS = (("v5e_8", "v5e-8"), ("v5e_4", "v5e-4"), ("v5p_8", "v5p-8"))
+CHIP = "v5e-1"  # the chip part's one chip
 SMOKE_MODEL = [  # the chip part's model on a CPU (--smoke)
     "model.d_model=64",
     "model.n_heads=2",
@@ -100,21 +94,21 @@ def compile_eval(cfg, mesh, rows: int, seq: int) -> dict:
     from jax.sharding import NamedSharding, PartitionSpec
 
     from olmax.evals.eval_mesh import describe
-    from olmax.evals.eval_model import compiled_step, forward_config
-    from olmax.train.mesh import BATCH_AXES
+    from olmax.evals.eval_model import compiled_step
+    from olmax.model.sharding import BATCH_AXES
 
     model = abstract_model(cfg, mesh)
     on_rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES, None))
     ids = jax.ShapeDtypeStruct((rows, seq), np.int32, sharding=on_rows)
     mask = jax.ShapeDtypeStruct((rows, seq), np.float32, sharding=on_rows)
     t0 = time.perf_counter()
-    compiled = compiled_step("score", model, seq).lower(model.params, ids, ids, mask).compile()
+    compiled = compiled_step("score", model).lower(model.params, ids, ids, mask).compile()
     return {
         "compile_s": time.perf_counter() - t0,
         "plan_bytes": plan_bytes(compiled),
         "argument_bytes": compiled.memory_analysis().argument_size_in_bytes,
         "temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
-        "kernel": forward_config(model, seq).attention_impl,
+        "kernel": kernel(model.cfg, mesh, seq),
         "mosaic_calls": compiled.as_text().count("tpu_custom_call"),
         "mesh": describe(mesh),
         "rows": rows,
@@ -141,46 +135,59 @@ def compile_train(cfg, optim, mesh, seq: int) -> dict:
     }
 
 
-def topology_mesh(topology: str, bounds: tuple[int, int, int], shape: tuple[int, int] | None, cfg):
-    """A (data, fsdp) mesh over a TPU topology's devices: `shape`, or what `--mesh auto` picks there."""
+def kernel(cfg, mesh, seq: int) -> str:
+    """The attention kernel `cfg` runs on `mesh`'s devices at `seq` (what `auto` resolves to there)."""
+    import jax.numpy as jnp
+
+    from olmax.model.attention import resolve_impl
+
+    platform = mesh.devices.flat[0].platform
+    return resolve_impl(cfg.attention_impl, jnp.dtype(cfg.dtype), seq, cfg.head_dim, platform)
+
+
+def host_mesh(host: str, shape: tuple[int, int] | None, cfg):
+    """A (data, fsdp) mesh over the devices of TPU host `host` (libtpu's description, no chip needed):
+    `shape`, or what `--mesh auto` picks there for `cfg`; and the HBM one program may hold on a chip."""
     import numpy as np
-    from jax.experimental import topologies
     from jax.sharding import Mesh
 
     from olmax.evals.eval_mesh import auto_shape, param_bytes
-    from olmax.train.mesh import BATCH_AXES
+    from olmax.model.sharding import BATCH_AXES
+    from olmax.train.plan import hbm_limit, parse_topology
 
-    devices = list(
-        topologies.get_topology_desc(topology, "tpu", chips_per_host_bounds=bounds, num_slices=1).devices
-    )
-    data, fsdp = shape or auto_shape(len(devices), param_bytes(cfg), HBM_BYTES[devices[0].device_kind])
-    return Mesh(np.asarray(devices, dtype=object).reshape(data, fsdp), BATCH_AXES)
+    devices = parse_topology(host).devices()
+    hbm = hbm_limit(devices[0])
+    data, fsdp = shape or auto_shape(len(devices), param_bytes(cfg), hbm)
+    return Mesh(np.asarray(devices, dtype=object).reshape(data, fsdp), BATCH_AXES), hbm
 
 
-def plan_7b(key: str, topology: str, bounds: tuple[int, int, int], layers: int | None) -> dict:
-    """The job's eval step of the shipped 7B (or its first `layers` layers) on `topology`."""
+def plan_7b(key: str, host: str, layers: int | None) -> dict:
+    """The job's eval step of the shipped 7B (or its first `layers` layers) on TPU host `host`."""
     from olmax.evals.eval_model import rows_per_batch
     from olmax.evals.hook import eval_batch_size
     from olmax.train.config import load_config
+    from olmax.train.plan import parse_topology
 
     cfg = load_config(RECIPE).model
     if layers:
         cfg = cfg.replace(n_layers=layers)
     out: dict[str, Any] = {
         "key": key,
-        "topology": topology,
+        "host": host,
+        "topology": parse_topology(host).libtpu_name,
         "layers": cfg.n_layers,
         "seq": SEQ,
         "dtype": cfg.dtype,
     }
     try:
-        mesh = topology_mesh(topology, bounds, None, cfg)
-        kind = mesh.devices.flat[0].device_kind
+        mesh, hbm = host_mesh(host, None, cfg)
         rows = rows_per_batch(eval_batch_size(SEQ, cfg.vocab_size), mesh)
         out.update(
-            chips=mesh.size, device_kind=kind, hbm_bytes=HBM_BYTES[kind], **compile_eval(cfg, mesh, rows, SEQ)
+            chips=mesh.size,
+            hbm_bytes=hbm,
+            **compile_eval(cfg, mesh, rows, SEQ),
         )
-        out["fits"] = out["plan_bytes"] <= out["hbm_bytes"]
+        out["fits"] = out["plan_bytes"] <= hbm
     except Exception as e:  # a plan over the HBM fails to compile: RESOURCE_EXHAUSTED
         out.update(fits=False, error=f"{type(e).__name__}: {e}"[:1500])
     return out
@@ -209,7 +216,7 @@ def eval_row(spec: dict, args: argparse.Namespace) -> dict:
     import numpy as np
 
     from olmax.evals.eval_mesh import describe, eval_mesh
-    from olmax.evals.eval_model import compiled_step, forward_config, on_rows
+    from olmax.evals.eval_model import compiled_step, on_rows
     from olmax.evals.scoring import score
     from olmax.model.flops import forward_flops
 
@@ -227,7 +234,7 @@ def eval_row(spec: dict, args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         score(model, inputs, targets, mask, batch_size=rows)
         walls.append(time.perf_counter() - t0)
-    fn = compiled_step("score", model, seq)
+    fn = compiled_step("score", model)
     batch = [
         on_rows(model.mesh, a[:rows], t)
         for a, t in ((inputs, np.int32), (targets, np.int32), (mask, np.float32))
@@ -242,7 +249,7 @@ def eval_row(spec: dict, args: argparse.Namespace) -> dict:
     return {
         "spec": spec,
         "status": "ok",
-        "kernel": forward_config(model, seq).attention_impl,
+        "kernel": kernel(model.cfg, model.mesh, seq),
         "mesh": describe(model.mesh),
         "seq": seq,
         "compile_s": compile_s,

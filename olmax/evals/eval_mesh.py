@@ -1,7 +1,7 @@
 """The eval mesh: the (data, fsdp) mesh every eval command shards its model over (olmax.evals.eval_model).
 
 Each parameter is split on the fsdp axis along one dimension chosen from its shape alone
-(`olmax.train.mesh.shard_spec`, the trainer's own rule) and replicated over data; rows of a scoring batch
+(`olmax.model.sharding.shard_spec`, the trainer's own rule: the vocabulary-sized ones split d_model) and replicated over data; rows of a scoring batch
 split over data x fsdp together. So the same code runs on one device (a 1 x 1 mesh) and on N, and a
 checkpoint restores into these shardings whatever device count wrote it.
 
@@ -47,16 +47,15 @@ def parse_mesh(spec: str | None) -> tuple[int, int] | None:
 
 
 def device_bytes(device: Any) -> int | None:
-    """The memory one device can allocate: its allocator's limit where JAX reports one (TPU, GPU), else
-    this host's memory over its devices (the CPU, where forced host devices share it); None if unknown."""
+    """The memory one program may hold on `device`: an accelerator's (`olmax.train.plan.hbm_limit`: the
+    runtime's figure, else the chip's table), else this host's memory over its devices (the CPU, where
+    forced host devices share it); None if unknown."""
     import jax
 
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # noqa: BLE001 - backends without memory statistics raise differently
-        stats = {}
-    if stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
+    from olmax.train.plan import hbm_limit
+
+    if (limit := hbm_limit(device)) is not None:
+        return limit
     try:
         host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -88,7 +87,7 @@ def eval_mesh(spec: str | None, cfg: Any, devices: list | None = None) -> Mesh:
     import numpy as np
     from jax.sharding import Mesh
 
-    from olmax.train.mesh import BATCH_AXES
+    from olmax.model.sharding import BATCH_AXES
 
     devices = list(jax.devices() if devices is None else devices)
     shape = parse_mesh(spec)
@@ -108,11 +107,6 @@ def describe(mesh: Mesh) -> str:
     d = dict(mesh.shape)
     first = mesh.devices.flat[0]
     return f"{d['data']}x{d['fsdp']} ({mesh.size} x {first.device_kind})"
-
-
-def platform(mesh: Mesh) -> str:
-    """The platform the mesh's devices are (`tpu`, `cpu`, `gpu`), which picks the kernels compiled for it."""
-    return mesh.devices.flat[0].platform
 
 
 def eval_config(cfg: Any, dtype: str | None = None) -> Any:

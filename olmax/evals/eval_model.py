@@ -7,9 +7,10 @@ eval passes one on the trainer's mesh), moving them only when they are not in th
 
 Each kernel (`compiled_step`: score, token_stats, choices, greedy, logits) is jitted per (config, mesh) and
 traced, lowered and run under the mesh (`jax.set_mesh`, as the trainer's step: the splash kernel's
-per-device `shard_map` reads it there), its batch rows split over every device of the mesh. The attention
-kernel `auto` names is resolved for the mesh's platform and the batch's sequence length (`forward_config`),
-so a plan compiled on this host for a TPU topology holds the TPU's kernel. The held-out score and the
+per-device `shard_map` reads it there), its batch rows split over every device of the mesh. What depends on
+the hardware (the attention kernel `auto` names, the head's block width) is resolved for the platform of
+that mesh (olmax.model.sharding), so a plan compiled on this host for a TPU topology holds the TPU's
+kernel. The held-out score and the
 Min-K%++ statistics read the LM head in vocabulary blocks (olmax.evals.head): no (L, V) logits of a row
 exist at once; a choice's log-probabilities and the next greedy token take the hidden state of one
 position per row through the head.
@@ -28,22 +29,10 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from olmax.evals.eval_mesh import eval_config, param_shardings, platform
+from olmax.evals.eval_mesh import eval_config, param_shardings
 from olmax.evals.head import token_moments, token_scores
-from olmax.model.attention import resolve_impl
-from olmax.train.mesh import BATCH_AXES
-from olmax.train.step import OnMesh, model_graphdef
-
-# Vocabulary columns per head block on each platform: the trainer's fused head/CE blocks
-# (olmax.train.step.default_ce_chunk), chosen here by the mesh's platform rather than the host's backend,
-# so a plan compiled on a CPU host for a TPU reads the TPU's blocks.
-HEAD_CHUNK = {"cpu": 3584}
-HEAD_CHUNK_ACCELERATOR = 14_336
-
-
-def head_chunk(mesh: Mesh) -> int:
-    """Vocabulary columns per head block for the devices of `mesh`."""
-    return HEAD_CHUNK.get(platform(mesh), HEAD_CHUNK_ACCELERATOR)
+from olmax.model.sharding import BATCH_AXES
+from olmax.train.step import OnMesh, default_ce_chunk, model_graphdef
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +48,7 @@ class EvalModel:
         ids = np.asarray(input_ids_BxL, np.int32)
         rows = rows_per_batch(ids.shape[0], self.mesh)
         padded = np.concatenate([ids, np.repeat(ids[-1:], rows - ids.shape[0], axis=0)])
-        out = compiled_step("logits", self, ids.shape[1])(self.params, on_rows(self.mesh, padded, np.int32))
+        out = compiled_step("logits", self)(self.params, on_rows(self.mesh, padded, np.int32))
         return out[: ids.shape[0]]
 
 
@@ -107,10 +96,12 @@ def _head_at(cfg: Any, params: dict, h_BxD: jax.Array) -> jax.Array:
     return jnp.einsum("bd,dv->bv", h_BxD, w_DxV, preferred_element_type=jnp.float32)
 
 
-def _mesh_scores(cfg, chunk, params, inputs_BxL, targets_BxL, mask_BxL):
+def _mesh_scores(cfg, params, inputs_BxL, targets_BxL, mask_BxL):
     b, seq = inputs_BxL.shape
     h_NxD = _hidden(cfg, params, inputs_BxL).reshape(b * seq, -1)
-    nll, greedy = token_scores(h_NxD, params["lm_head"], targets_BxL.reshape(-1), cfg.vocab_size, chunk)
+    nll, greedy = token_scores(
+        h_NxD, params["lm_head"], targets_BxL.reshape(-1), cfg.vocab_size, default_ce_chunk()
+    )
     nll_BxL, greedy_BxL = nll.reshape(b, seq), greedy.reshape(b, seq)
     return (
         jnp.sum(nll_BxL * mask_BxL, axis=-1),
@@ -119,21 +110,20 @@ def _mesh_scores(cfg, chunk, params, inputs_BxL, targets_BxL, mask_BxL):
     )
 
 
-def _mesh_token_stats(cfg, chunk, params, inputs_BxL, targets_BxL):
+def _mesh_token_stats(cfg, params, inputs_BxL, targets_BxL):
     b, seq = inputs_BxL.shape
     h_NxD = _hidden(cfg, params, inputs_BxL).reshape(b * seq, -1)
-    out = token_moments(h_NxD, params["lm_head"], targets_BxL.reshape(-1), cfg.vocab_size, chunk)
+    targets_N = targets_BxL.reshape(-1)
+    out = token_moments(h_NxD, params["lm_head"], targets_N, cfg.vocab_size, default_ce_chunk())
     return tuple(x.reshape(b, seq) for x in out)
 
 
-def _mesh_choices(cfg, chunk, params, inputs_BxL, pos_B, cand_BxC):
-    del chunk
+def _mesh_choices(cfg, params, inputs_BxL, pos_B, cand_BxC):
     h_BxD = _hidden(cfg, params, inputs_BxL)[jnp.arange(inputs_BxL.shape[0]), pos_B]
     return jnp.take_along_axis(jax.nn.log_softmax(_head_at(cfg, params, h_BxD), axis=-1), cand_BxC, axis=-1)
 
 
-def _mesh_greedy(cfg, chunk, params, buf_BxT, cursor_B, n_new):
-    del chunk
+def _mesh_greedy(cfg, params, buf_BxT, cursor_B, n_new):
     rows_B = jnp.arange(buf_BxT.shape[0])
 
     def step(_, carry):
@@ -146,8 +136,7 @@ def _mesh_greedy(cfg, chunk, params, buf_BxT, cursor_B, n_new):
     return buf
 
 
-def _mesh_logits(cfg, chunk, params, inputs_BxL):
-    del chunk
+def _mesh_logits(cfg, params, inputs_BxL):
     return nnx.merge(_graphdef(cfg), params)(inputs_BxL)
 
 
@@ -160,29 +149,20 @@ _MESH_KERNELS = {
 }
 
 
-def forward_config(model: EvalModel, seq_len: int) -> Any:
-    """The model's config with `auto` attention resolved for its mesh's platform at `seq_len` (a TPU's
-    splash kernel where the shape takes it), so the kernel is the one the devices run, not the host's."""
-    cfg = model.cfg
-    impl = resolve_impl(
-        cfg.attention_impl, jnp.dtype(cfg.dtype), seq_len, cfg.head_dim, platform=platform(model.mesh)
-    )
-    return cfg.replace(attention_impl=impl)
-
-
 @functools.lru_cache(maxsize=32)
 def _mesh_jitted(kind: str, cfg: Any, mesh: Mesh) -> Callable:
-    core = functools.partial(_MESH_KERNELS[kind], cfg, head_chunk(mesh))
+    core = functools.partial(_MESH_KERNELS[kind], cfg)
     # per-row results come back whole on every device (a few numbers a row), so each process of a
     # multi-host mesh (the trainer's in-loop eval on a pod slice) reads them all; logits stay split
     out = None if kind == "logits" else NamedSharding(mesh, PartitionSpec())
     return OnMesh(jax.jit(core, static_argnums=(3,) if kind == "greedy" else (), out_shardings=out), mesh)
 
 
-def compiled_step(kind: str, model: EvalModel, seq_len: int) -> Callable:
-    """The jitted kernel `kind` (score, token_stats, choices, greedy, logits) of `model` for rows of
-    `seq_len` tokens: `fn(params, *batch)`, run (and `.lower`ed, for an ahead-of-time plan) under the mesh."""
-    return _mesh_jitted(kind, forward_config(model, seq_len), model.mesh)
+def compiled_step(kind: str, model: EvalModel) -> Callable:
+    """The jitted kernel `kind` (score, token_stats, choices, greedy, logits) of `model`: `fn(params,
+    *batch)`, traced, run (and `.lower`ed, for an ahead-of-time plan) under the mesh, so the attention
+    kernel and the head's block width are those of the mesh's platform."""
+    return _mesh_jitted(kind, model.cfg, model.mesh)
 
 
 def rows_per_batch(batch_size: int, mesh: Mesh) -> int:

@@ -12,7 +12,8 @@ trainer's fused head/CE does (`olmax.train.loss`), keeping per token only runnin
   new running max), which give the mean and standard deviation of log p under the model's own
   distribution (what Min-K%++ standardises a target's log p by).
 
-Memory: one (N, chunk) fp32 block at a time, where full logits take (N, V). The arithmetic equals the
+Memory: one (N, chunk) fp32 block at a time, where full logits take (N, V), beside the head itself, gathered
+whole in the compute dtype once before the loop (under FSDP its shards split d_model). The arithmetic equals the
 full-logits path's up to the order of float summation (tests/evals/test_head.py holds them to 1e-6).
 """
 
@@ -21,9 +22,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from olmax.model import sharding
 from olmax.train.loss import block_logits, label_logit, pick_chunk
 
 _LOW = jnp.finfo(jnp.float32).min  # a running max before any block: exp(_LOW - m) is 0 for any real m
+
+
+def _whole(w_DxV: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    """The head in the compute dtype, whole on every device of the mesh traced under: one all-gather of the
+    cast shards before the block loop, which then slices it in place (as the trainer's head/CE does)."""
+    return sharding.replicate(w_DxV.astype(dtype))
 
 
 def _blocks(w_DxV: jax.Array, chunk: int) -> tuple[jax.Array, int]:
@@ -37,7 +45,7 @@ def token_scores(
 ) -> tuple[jax.Array, jax.Array]:
     """(-log p(target) fp32, whether the target is the argmax) per token, over the first `vocab` columns."""
     n = h_NxD.shape[0]
-    w_DxV = w_DxV.astype(h_NxD.dtype)  # cast once (a sharded head is gathered in the compute dtype)
+    w_DxV = _whole(w_DxV, h_NxD.dtype)
     firsts, width = _blocks(w_DxV, chunk)
 
     def block(carry, first):
@@ -75,7 +83,7 @@ def token_moments(
     """(log p(target), mean log p, std log p) per token, fp32; mean and std over the model's next-token
     distribution on the first `vocab` columns."""
     n = h_NxD.shape[0]
-    w_DxV = w_DxV.astype(h_NxD.dtype)
+    w_DxV = _whole(w_DxV, h_NxD.dtype)
     firsts, width = _blocks(w_DxV, chunk)
 
     def block(carry, first):

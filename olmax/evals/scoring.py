@@ -138,7 +138,7 @@ class _Bound:
         if self.model is None:
             return self.callable(*(jnp.asarray(a, t) for a, t in batch), *extra)
         mesh = self.model.mesh
-        fn = compiled_step(self.kind, self.model, batch[0][0].shape[1])
+        fn = compiled_step(self.kind, self.model)
         return fn(self.model.params, *(on_rows(mesh, a, t) for a, t in batch), *extra)
 
 

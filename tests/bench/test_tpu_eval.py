@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from bench.chip import tpu_eval
-from bench.chip.tpu_eval_steps import HBM_BYTES
+from olmax.train.plan import CHIPS
 
 REPO = Path(__file__).resolve().parents[2]
 LIBTPU = REPO / ".venv-libtpu"  # bench/setup_libtpu.sh
 RECORD = REPO / "bench" / "results" / "tpu_eval.json"
 GIB = 2**30
+V5E_HBM = CHIPS["v5e"].hbm_bytes
 
 
 def run(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -42,7 +43,7 @@ def test_the_7b_eval_step_compiles_for_a_v5e_8_host_and_fits(tmp_path):
     assert (LIBTPU / "libtpu").is_dir(), "run bench/setup_libtpu.sh (CI does)"
     out = tmp_path / "plan.json"
     env = {"PYTHONPATH": str(LIBTPU), "JAX_PLATFORMS": "", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
-    proc = run("--part", "plan", "--topologies", "v5e_8", "--no-chip-rows", "--out", str(out), env=env)
+    proc = run("--part", "plan", "--hosts", "v5e_8", "--no-chip-rows", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (r,) = json.loads(out.read_text())["seven_b"]
     assert (r["topology"], r["layers"], r["seq"], r["dtype"]) == ("v5e:2x4", 32, 8192, "bfloat16"), r
@@ -52,7 +53,7 @@ def test_the_7b_eval_step_compiles_for_a_v5e_8_host_and_fits(tmp_path):
     from olmax.train.config import load_config
 
     assert r["argument_bytes"] >= param_bytes(load_config("olmo3_7b_stage1").model) / 8, r
-    assert r["fits"] and r["plan_bytes"] < HBM_BYTES["TPU v5 lite"], r["plan_bytes"] / GIB
+    assert r["fits"] and r["plan_bytes"] < V5E_HBM, r["plan_bytes"] / GIB
 
 
 def test_the_committed_record_has_the_real_7b_fitting_a_v5e_8_host_and_the_cpu_equality():
@@ -60,7 +61,7 @@ def test_the_committed_record_has_the_real_7b_fitting_a_v5e_8_host_and_the_cpu_e
     assert not rec["smoke"]
     s = rec["summary"]
     assert s["fits_7b_v5e_8"] is True and s["plans_7b"]["v5e_8"]["layers"] == 32
-    assert s["plans_7b"]["v5e_8"]["plan_gib"] < HBM_BYTES["TPU v5 lite"] / GIB
+    assert s["plans_7b"]["v5e_8"]["plan_gib"] < V5E_HBM / GIB
     assert s["sharded_vs_single_max_rel_diff"] <= 1e-6 and s["checkpoint_resharded"] is True
     assert set(tpu_eval.SUMMARY_KEYS) <= set(s)
 
@@ -72,17 +73,19 @@ def part_files(tmp_path: Path) -> list[Path]:
         "seven_b": [
             {
                 "key": "v5e_8",
+                "host": "v5e-8",
                 "topology": "v5e:2x4",
                 "layers": 32,
                 "mesh": "1x8 (8 x TPU v5 lite)",
                 "rows": 8,
                 "plan_bytes": 7 * GIB,
-                "hbm_bytes": HBM_BYTES["TPU v5 lite"],
+                "hbm_bytes": V5E_HBM,
                 "kernel": "splash",
                 "fits": True,
             },
             {
                 "key": "v5e_4",
+                "host": "v5e-4",
                 "topology": "v5e:2x2",
                 "layers": 32,
                 "fits": False,

@@ -122,7 +122,7 @@ def max_rel(a, b) -> float:
 def test_per_item_ce_of_any_mesh_equals_one_device(runs, writer, tmp_path):
     """The checkpoint of a run written on `writer` devices, on each mesh of MESHES: every row's CE within
     1e-6 of the 1-device eval, the same greedy rows, and the head split as the mesh says (fsdp-way along
-    its vocabulary, replicated over data)."""
+    d_model, the trainer's rule, replicated over data)."""
     got = child_scores(runs[0][writer] / "checkpoints" / "4", tmp_path)
     one = got["1x1"]
     assert one["mesh"].startswith("1x1 (1 x ") and one["head_devices"] == 1
@@ -130,7 +130,7 @@ def test_per_item_ce_of_any_mesh_equals_one_device(runs, writer, tmp_path):
         data, fsdp = map(int, spec.split("x"))
         r = got[spec]
         assert r["mesh"].startswith(f"{spec} ({data * fsdp} x "), r["mesh"]
-        assert r["head_devices"] == data * fsdp and r["head_shard"] == [64, 1024 // fsdp], (spec, r)
+        assert r["head_devices"] == data * fsdp and r["head_shard"] == [64 // fsdp, 1024], (spec, r)
         assert max_rel(r["ce"], one["ce"]) <= REL, (spec, r["ce"], one["ce"])
         assert r["greedy"] == one["greedy"]
 
