@@ -19,8 +19,8 @@ Parts (each writes a JSON part to --out; `--merge PARTS...` writes the record be
         and AdamW moments: 0.81 B parameters with a 1,024-token vocabulary, bench/results/tpu_mfu.json),
         bf16, splash: held-out eval tokens/s through `olmax.evals.scoring.score` (rows of 8,192 random
         tokens, host to device and back included, each batch dispatched before the last is read) at 1 and 4
-        rows a batch, the trainer's tokens/s on the same model and chip (`make_train_step`, remat
-        `matmuls`, batch 1, its fastest setting that fits), their ratio, and the eval forward's MFU
+        rows a batch, the trainer's tokens/s on the same model and chip (`make_train_step`, batch 1, remat
+        `matmuls`, its fastest setting that fits, else `matmuls_but_up`), their ratio, and the eval MFU
         (forward matmul FLOPs over the attended keys, olmax.model.flops, / the v5e's 197 TFLOP/s,
         olmax.train.mfu); the same model with the real 100,278-token head, eval only (its train state
         does not fit a chip).
@@ -330,7 +330,7 @@ def merge(paths: list[Path], args: argparse.Namespace) -> Path:
         "olmax",
         version="checkout (commit above)",
         setting="eval: olmax.evals.eval_model's score kernel (LM head in vocabulary blocks), attention auto, bf16; "
-        "train: make_train_step, remat matmuls, batch 1",
+        "train: make_train_step, batch 1, remat matmuls (matmuls_but_up if the chip refuses it)",
     )
     rec.note("parts", {k: Path(p).name for k, p in zip(parts, paths)})
     if args.ran_at:
@@ -412,6 +412,7 @@ def merge_chip(rec: Record, part: dict, summary: dict) -> None:
         eval_row=best["spec"]["name"],
         eval_tokens_per_s=statistics.median(best["tokens_per_s"]),
         train_tokens_per_s=statistics.median(train["tokens_per_s"]),
+        train_remat=train["remat"],
         train_mfu=statistics.median(train["mfu"]),
         eval_kernel_mfu=best["mfu_kernel"],
     )
