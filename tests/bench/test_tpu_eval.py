@@ -106,7 +106,7 @@ def part_files(tmp_path: Path) -> list[Path]:
     def row(name, kind, vocab, tps, mfu):
         spec = {"name": name, "kind": kind, "rows": 1, "vocab": vocab}
         times = {"score_wall_s": [1.0, 1.1]} if kind == "eval" else {"step_s": [0.4, 0.41]}
-        extra = {"mfu_kernel": mfu} if kind == "eval" else {}
+        extra = {"mfu_kernel": mfu} if kind == "eval" else {"remat": "matmuls", "refused": []}
         return {
             "spec": spec,
             "status": "ok",
@@ -149,6 +149,7 @@ def test_the_summary_reads_each_part_and_compares_the_eval_row_of_the_trained_mo
     assert s["sharded_vs_single_max_rel_diff"] == 2e-7 and s["checkpoint_resharded"] is True
     assert s["eval_row"] == "eval_b4" and s["eval_over_train_tokens_per_s"] == pytest.approx(61e3 / 20.5e3)
     assert s["eval_mfu"] == pytest.approx(0.61) and s["eval_mfu_real_vocab"] == pytest.approx(0.40)
+    assert s["train_remat"] == "matmuls"
     assert rec["figures"]["plan_7b_v5e_8"]["median"] == 7.0
     assert rec["figures"]["mfu_eval_b4"]["median"] == pytest.approx(61.0)
     assert "tokens_per_s_eval_b2" not in rec["figures"]  # an out-of-memory row is a table line only
