@@ -3,7 +3,10 @@
 Modules (heavy imports stay inside each; importing this package is cheap; the eval sets themselves are
 olmax.evalsets):
   instances.py   one document per row, truncated to L, right-padded with PAD, label mask on padding
-  scoring.py     jitted batched scoring and greedy decoding over any `model(ids) -> logits`; `load_model`
+  eval_mesh.py   the eval mesh every eval command shards its model over (--mesh, auto from size and memory)
+  eval_model.py  `EvalModel`: a model's parameters in their shards on that mesh, and its jitted kernels
+  head.py        the LM head read in vocabulary blocks: per-token NLL, greedy match, log-prob moments
+  scoring.py     jitted batched scoring and greedy decoding of a model on its mesh; `load_model`
   heldout.py     `prepare_eval_sets` (once) + `run_heldout(model, sets, step=...) -> records` (every N steps)
   hook.py        `train_hook(cfg)`: the in-loop hook `olmax train` calls every `train.eval_every` steps
   curves.py      train/held-out curves from metrics.jsonl, reference runs and CSV curves

@@ -7,6 +7,7 @@ import argparse
 
 from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
+from olmax.evals.eval_mesh import add_dtype_option, add_mesh_option
 from olmax.evals.gains_cli import register_gains
 from olmax.evalsets.cli import add_eval_option
 
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="HF checkpoint dir (config.json + safetensors), an "
         "olmax dir (model_config.json + params/), a training run folder (newest checkpoint) or its "
-        "checkpoints/<step> folder",
+        "checkpoints/<step> folder; a run in object storage (s3:// or gs://) is read through a local mirror",
     )
     add_eval_option(h, "held-out set", required=True, olmo_core_suite=True)
     h.add_argument(
@@ -47,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="instance length L (default: a training run's data.seq_len, else min(2048, the model's "
         "max_position_embeddings))",
     )
-    h.add_argument("--batch-size", type=int, default=8)
-    h.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
+    h.add_argument("--batch-size", type=int, default=8, help=BATCH_HELP)
+    add_dtype_option(h)
+    add_mesh_option(h)
     h.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
     h.add_argument("--limit", type=int, default=None, help="first N documents of each set only")
     h.add_argument(
@@ -85,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         default=None,
         help="HF checkpoint dir, olmax dir, a training run folder (newest checkpoint, or --step) or its "
-        "checkpoints/<step> folder",
+        "checkpoints/<step> folder; a run in object storage (s3:// or gs://) is read through a local mirror",
     )
     d.add_argument(
         "--step", type=int, default=None, help="which checkpoint of a run folder (default: the newest)"
@@ -112,8 +114,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="tokenizer.json or dolma2 (default: the checkpoint's tokenizer.json, else dolma2)",
     )
-    d.add_argument("--batch-size", type=int, default=8)
-    d.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
+    d.add_argument("--batch-size", type=int, default=8, help=BATCH_HELP)
+    add_dtype_option(d)
+    add_mesh_option(d)
     d.add_argument(
         "--append-metrics",
         default=None,
@@ -172,8 +175,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_stream_options(m, seq_len=False, batch=False, order=False, work_dir=False)
     m.add_argument("--per-stratum", type=int, default=64, help="instances scored per exposure stratum")
     m.add_argument("--probe-len", type=int, default=512, help="tokens of each instance scored in check 1")
-    m.add_argument("--batch-size", type=int, default=8)
-    m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    m.add_argument("--batch-size", type=int, default=8, help=BATCH_HELP)
+    add_dtype_option(m)
+    add_mesh_option(m)
     m.add_argument(
         "--threshold",
         action="append",
@@ -244,9 +248,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     lm.add_argument("--tokenizer", default=None)
     lm.add_argument("--num-fewshot", type=int, default=None)
     lm.add_argument("--limit", type=float, default=None)
-    lm.add_argument("--batch-size", type=int, default=8)
+    lm.add_argument("--batch-size", type=int, default=8, help=BATCH_HELP)
     lm.add_argument("--max-length", type=int, default=None)
-    lm.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    add_dtype_option(lm)
+    add_mesh_option(lm)
     lm.add_argument("--seed", type=int, default=1234)
     lm.add_argument(
         "--log-samples",
@@ -378,12 +383,8 @@ uploaded after each step.""",
     w.add_argument(
         "--batch-size", type=int, default=None, help="rows per scoring batch (default: the in-loop eval's)"
     )
-    w.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default=None,
-        help="compute dtype (default: the run's model.dtype)",
-    )
+    add_dtype_option(w)
+    add_mesh_option(w)
     w.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
     w.add_argument(
         "--tensorboard",
@@ -400,6 +401,9 @@ uploaded after each step.""",
     p.set_defaults(func=locked_out(_plot, "olmax eval plot"))
 
     register_gains(ev_sub)
+
+
+BATCH_HELP = "rows per scoring batch, rounded up to a multiple of the mesh's devices (default 8)"
 
 
 def _resolve_tokenizer(arg: str | None, checkpoint: str):
@@ -425,14 +429,17 @@ def _default_seq_len(checkpoint: str, model) -> int:
 
 
 def _heldout(args: argparse.Namespace) -> int:
+    from olmax.evals.eval_mesh import describe
     from olmax.evals.heldout import SetReading, prepare_eval_sets, run_heldout, summary
     from olmax.evals.scoring import load_model
     from olmax.evalsets.sets import contaminated_ids
     from olmax.jsonio import append_jsonl, read_json, write_json
+    from olmax.train.run_mirror import local_checkpoint
 
-    model = load_model(args.checkpoint, args.dtype)
-    tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
-    seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
+    checkpoint = local_checkpoint(args.checkpoint)
+    model = load_model(checkpoint, args.dtype, args.mesh)
+    tok = _resolve_tokenizer(args.tokenizer, checkpoint)
+    seq_len = args.seq_len or _default_seq_len(checkpoint, model)
     leaks = contaminated_ids(read_json(args.leaks, "an `olmax audit leaks` report")) if args.leaks else None
     reading = SetReading(
         text_field=args.text_field,
@@ -445,13 +452,14 @@ def _heldout(args: argparse.Namespace) -> int:
     records = run_heldout(
         model, sets, step=args.step, batch_size=args.batch_size, progress=not args.no_progress
     )
-    step = checkpoint_step(args.checkpoint)
+    step = checkpoint_step(checkpoint)
     report = {
         "checkpoint": str(args.checkpoint),
         "checkpoint_step": step,
         "tokenizer": tok.path,
         "seq_len": seq_len,
-        "dtype": args.dtype,
+        "dtype": model.cfg.dtype,
+        "mesh": describe(model.mesh),
         "instances": "olmo-core" if args.olmo_core_instances else "eos-prefixed",
         "results": records,
     }
@@ -479,25 +487,24 @@ def _downstream(args: argparse.Namespace) -> int:
 
 def _downstream_run(args: argparse.Namespace) -> int:
     from olmax.evals.downstream import build_tasks, check_tasks, parse_tasks, run_downstream, summary
+    from olmax.evals.eval_mesh import describe
     from olmax.evals.scoring import load_model
     from olmax.jsonio import append_jsonl, write_json
+    from olmax.train.export import run_checkpoint
+    from olmax.train.run_mirror import local_checkpoint
 
     names = parse_tasks(args.tasks)
     check_tasks(names)  # a mistyped name is reported before the checkpoint is read
-    if args.step is not None:
-        from olmax.evals.run_dir import load_run_model
-        from olmax.train.export import run_checkpoint
+    checkpoint = local_checkpoint(
+        args.checkpoint if args.step is None else f"{args.checkpoint.rstrip('/')}/checkpoints/{args.step}"
+    )
+    if args.step is not None and run_checkpoint(checkpoint) is None:
+        from olmax.errors import OlmaxError
 
-        found = run_checkpoint(args.checkpoint)
-        if found is None:
-            from olmax.errors import OlmaxError
-
-            raise OlmaxError(f"--step needs a training run folder; {args.checkpoint} is not one")
-        model, step = load_run_model(found[0], args.step, args.dtype)
-    else:
-        model, step = load_model(args.checkpoint, args.dtype), checkpoint_step(args.checkpoint)
-    tok = _resolve_tokenizer(args.tokenizer, args.checkpoint)
-    seq_len = args.seq_len or _default_seq_len(args.checkpoint, model)
+        raise OlmaxError(f"--step needs a training run folder; {args.checkpoint} is not one")
+    model, step = load_model(checkpoint, args.dtype, args.mesh), checkpoint_step(checkpoint)
+    tok = _resolve_tokenizer(args.tokenizer, checkpoint)
+    seq_len = args.seq_len or _default_seq_len(checkpoint, model)
     tasks = build_tasks(names, tok, seq_len, args.limit)
     pad = getattr(model.cfg, "pad_token_id", None)
     pad = pad if pad is not None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
@@ -509,7 +516,8 @@ def _downstream_run(args: argparse.Namespace) -> int:
         "checkpoint_step": step,
         "tokenizer": tok.path,
         "seq_len": seq_len,
-        "dtype": args.dtype,
+        "dtype": model.cfg.dtype,
+        "mesh": describe(model.mesh),
         "limit": args.limit,
         "results": records,
     }
@@ -570,6 +578,7 @@ def _memorization(args: argparse.Namespace) -> int:
             probe_len=args.probe_len,
             batch_size=args.batch_size,
             dtype=args.dtype,
+            mesh=args.mesh,
             thresholds=tuple(args.threshold),
             plot=args.plot,
             gains=args.gains,
@@ -592,6 +601,7 @@ def _memorization(args: argparse.Namespace) -> int:
 def _lm_eval(args: argparse.Namespace) -> int:
     from olmax.evals.lm_eval_adapter import TaskRun, run_lm_eval
     from olmax.jsonio import write_json
+    from olmax.train.run_mirror import local_checkpoint
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     run = TaskRun(
@@ -602,14 +612,16 @@ def _lm_eval(args: argparse.Namespace) -> int:
         log_samples=args.log_samples,
     )
     report = run_lm_eval(
-        args.checkpoint,
+        local_checkpoint(args.checkpoint),
         tasks,
         run,
         tokenizer=args.tokenizer,
         batch_size=args.batch_size,
         max_length=args.max_length,
         dtype=args.dtype,
+        mesh=args.mesh,
     )
+    report["checkpoint"] = args.checkpoint
     write_json(args.out, report)
     for task, metrics in (report.get("results") or {}).items():
         shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
@@ -631,6 +643,7 @@ def _watch(args: argparse.Namespace) -> int:
             seq_len=args.seq_len,
             batch_size=args.batch_size,
             dtype=args.dtype,
+            mesh=args.mesh,
             text_field=args.text_field,
             base_dir=args.base_dir,
             leaks=args.leaks,

@@ -286,7 +286,8 @@ class GainsInputs:
     resamples: int = 2000
     tokenizer: str | None = None  # None: $OLMAX_EVAL_TOKENIZER, else dolma2 (the trainer's eval hook's rule)
     text_field: str = "text"
-    dtype: str = "float32"
+    dtype: str | None = "float32"  # compute dtype; None: the run's
+    mesh: str | None = None  # the devices the model shards over (olmax.evals.eval_mesh); None: auto
     plot_dir: str | None = None
     progress: bool = False
 
@@ -339,7 +340,7 @@ def score_run(inp: GainsInputs) -> list[SetScores]:
     from tqdm import tqdm
 
     for step in tqdm(steps, desc="eval gains", unit="checkpoint", disable=not inp.progress):
-        model, _ = load_run_model(inp.run, step, inp.dtype)
+        model, _ = load_run_model(inp.run, step, inp.dtype, inp.mesh)
         per_step.append([score_items(model, ps, ch, inp.batch_size) for _, ps, ch, _, _ in sets])
     out = []
     for k, (es, _, _, contaminated, exp) in enumerate(sets):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.atomic import locked_out
+from olmax.evals.eval_mesh import add_dtype_option, add_mesh_option
 from olmax.evalsets.cli import add_eval_option
 
 DESCRIPTION = """\
@@ -50,7 +51,12 @@ def register_gains(ev_sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--seq-len", type=int, default=None, help="instance length (default: the run's data.seq_len)"
     )
-    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="rows per scoring batch (rounded up to a multiple of the mesh's devices)",
+    )
     g.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (fixed seed)")
     g.add_argument(
         "--tokenizer",
@@ -59,7 +65,8 @@ def register_gains(ev_sub: argparse._SubParsersAction) -> None:
         "else dolma2, as the trainer's eval hook)",
     )
     g.add_argument("--text-field", default="text", help="jsonl field / column holding the text")
-    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="compute dtype")
+    add_dtype_option(g)
+    add_mesh_option(g)
     g.add_argument(
         "--threshold",
         action="append",
@@ -102,6 +109,7 @@ def _gains(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         text_field=args.text_field,
         dtype=args.dtype,
+        mesh=args.mesh,
         plot_dir=args.plot_dir,
         progress=not args.no_progress,
     )

@@ -46,12 +46,20 @@ class OlmaxLM(TemplateLM):
 
     # lm-eval builds the model from `model_args` strings (and adds its own: device, max_batch_size, ...):
     # these are the ones it reads, with their defaults
-    SETTINGS: dict[str, Any] = {"batch_size": 8, "max_length": None, "dtype": "float32", "max_gen_toks": 256}
+    SETTINGS: dict[str, Any] = {
+        "batch_size": 8,
+        "max_length": None,
+        "dtype": None,
+        "max_gen_toks": 256,
+        "mesh": None,
+    }
 
     def __init__(self, checkpoint: str | None = None, tokenizer=None, model=None, **kwargs):
         """`checkpoint` (a folder) or `model` (in memory); `tokenizer` (a tokenizer or its path; default the
         checkpoint's, else dolma2); kwargs `batch_size` (an int or lm-eval's "N:auto"), `max_length` (default
-        the model's positions), `dtype` and `max_gen_toks`, as lm-eval passes `model_args`; others ignored."""
+        the model's positions), `dtype` (default: a run's compute dtype, else float32), `max_gen_toks` and
+        `mesh` (the devices the model shards over: olmax.evals.eval_mesh; default auto), as lm-eval passes
+        `model_args`; others ignored."""
         super().__init__()
         from olmax.evals.scoring import load_model
 
@@ -62,7 +70,7 @@ class OlmaxLM(TemplateLM):
         if model is None:
             if checkpoint is None:
                 raise OlmaxError("the olmax lm-eval model needs checkpoint=DIR (or model=...)")
-            model = load_model(checkpoint, dtype)
+            model = load_model(checkpoint, dtype, settings["mesh"])
         self.model = model
         if tokenizer is None or isinstance(tokenizer, str | Path):
             if tokenizer is None:
@@ -280,7 +288,7 @@ def run_lm_eval(
     **model_args,
 ) -> dict:
     """`olmax eval lm-eval`: score `checkpoint` on `tasks`; returns the report (checkpoint, tasks, results).
-    `model_args`: OlmaxLM's (`batch_size`, `max_length`, `dtype`, `max_gen_toks`)."""
+    `model_args`: OlmaxLM's (`batch_size`, `max_length`, `dtype`, `max_gen_toks`, `mesh`)."""
     lm = OlmaxLM(checkpoint=checkpoint, tokenizer=tokenizer, **model_args)
     res = evaluate(lm, list(tasks), run)
     return {"checkpoint": checkpoint, "tasks": list(tasks), **res}

@@ -401,7 +401,8 @@ class MemorizationInputs:
     per_stratum: int = 64
     probe_len: int = 512
     batch_size: int = 8
-    dtype: str = "float32"
+    dtype: str | None = "float32"  # compute dtype; None: the run's
+    mesh: str | None = None  # the devices the models shard over (olmax.evals.eval_mesh); None: auto
     thresholds: tuple[str, ...] = ()  # NAME=VALUE overrides of Thresholds
     plot: str | None = None  # also write the loss curves here (PNG)
     # check 6: an `olmax eval gains` report, else one computed from a leak report and eval sets
@@ -434,9 +435,9 @@ def run_memorization(inp: MemorizationInputs) -> dict:
     exposure = model = None
     pad_id, step = 0, None
     if inp.checkpoint:
-        model = load_model(inp.checkpoint, inp.dtype)
+        model = load_model(inp.checkpoint, inp.dtype, inp.mesh)
     elif (run_dir / "checkpoints").is_dir():
-        model, step = load_run_model(run_dir, inp.step, inp.dtype)
+        model, step = load_run_model(run_dir, inp.step, inp.dtype, inp.mesh)
     if model is not None and model.cfg.pad_token_id is not None:
         pad_id = model.cfg.pad_token_id
     ref_model, ref_name = _reference_model(inp) if model is not None else (None, None)
@@ -493,7 +494,7 @@ def _reference_model(inp: MemorizationInputs):
 
     if inp.reference and (Path(inp.reference) / "checkpoints").is_dir():
         if complete_steps(Path(inp.reference) / "checkpoints"):
-            model, ref_step = load_run_model(inp.reference, None, inp.dtype)
+            model, ref_step = load_run_model(inp.reference, None, inp.dtype, inp.mesh)
             return model, f"{inp.reference} step {ref_step}"
     return None, None
 
@@ -509,7 +510,7 @@ def _earlier_model(inp: MemorizationInputs, run_dir, step: int | None):
     earlier = [s for s in complete_steps(run_dir / "checkpoints") if s < step]
     if not earlier:
         return None, None, None
-    model, old = load_run_model(run_dir, min(earlier), inp.dtype)
+    model, old = load_run_model(run_dir, min(earlier), inp.dtype, inp.mesh)
     name = f"this run's earliest kept checkpoint (step {old}) to the scored one (step {step})"
     return model, name, (step - old) / step
 

@@ -2,7 +2,7 @@
 
 A run folder written by `olmax train` holds `config.yaml` (the resolved experiment config),
 `metrics.jsonl` and Orbax checkpoints under `checkpoints/<step>/{state,data,meta}`. From these:
-  * `load_run_model(DIR)`: the params of the newest complete checkpoint as an olmax model;
+  * `load_run_model(DIR)`: the params of the newest complete checkpoint as an olmax model on an eval mesh;
   * `replay_exposure(DIR, step)`: exposure counts by content, with the plan's. The loader's order is
     replayed (no training needed) for steps 1..step, every served window is hashed, and each distinct
     content gets one row: its count is how many served windows had its exact tokens, its planned count
@@ -39,10 +39,19 @@ def latest_step(run_dir: str | Path) -> int | None:
     return steps[0] if steps else None
 
 
-def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32"):
-    """(model, step): the params of checkpoint `step` (default: the newest) of a training run."""
-    rm = restore_run_model(run_dir, step, dtype)
-    return rm.model, rm.step
+def load_run_model(run_dir: str | Path, step: int | None = None, dtype: str | None = None, mesh=None):
+    """(model, step): checkpoint `step` (default: the newest) of a training run as an `EvalModel` on `mesh`
+    (a Mesh, a --mesh spec, None for auto: olmax.evals.eval_mesh), its parameters restored straight into
+    their shards, computing in `dtype` (default: the run's compute dtype)."""
+    from jax.sharding import Mesh
+
+    from olmax.evals.eval_mesh import eval_config, eval_mesh
+    from olmax.evals.eval_model import as_eval_model
+
+    cfg = eval_config(load_run_config(run_dir).model, dtype)
+    mesh = mesh if isinstance(mesh, Mesh) else eval_mesh(mesh, cfg)
+    rm = restore_run_model(run_dir, step, cfg.dtype, mesh=mesh)
+    return as_eval_model(rm.model, mesh), rm.step
 
 
 def _digest(row: np.ndarray) -> bytes:

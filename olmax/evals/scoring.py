@@ -1,46 +1,67 @@
-"""Jitted scoring and greedy decoding over any `model(input_ids_BxL) -> logits_BxLxV`, batched.
+"""Jitted scoring and greedy decoding, batched, over an olmax model on its eval mesh (or any callable).
 
 Contract: `score` returns, per row, the summed negative log-likelihood (nats, fp32 reductions) of the
 masked targets, the number of masked targets, and whether every masked target is the argmax. Rows are
 processed in fixed-size batches (the last one padded with dummy rows), so a set compiles once per
-(batch, L). Compiled functions are cached per model graph, so the trainer calling this every N steps
-with new parameters does not recompile. Deterministic for fixed inputs and parameters.
+(batch, L). Deterministic for fixed inputs and parameters.
+
+An olmax model (an `EvalModel`, or a Transformer taken where its parameters are: the trainer's in-loop eval
+passes one on the trainer's mesh) runs sharded over its mesh, through the kernels of olmax.evals.eval_model
+(the LM head read in vocabulary blocks; no (L, V) logits of a row at once); a batch's rows split over the
+mesh's devices, so a batch is rounded up to a multiple of their count. Compiled functions are cached per
+(model config, mesh), so the trainer calling this every N steps with new parameters does not recompile.
+Any other callable `model(input_ids_BxL) -> logits_BxLxV` is scored from its full logits on the default
+device (the reference path). Each batch is dispatched before the previous one's results are read.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from jax.sharding import Mesh
 
 from olmax.errors import OlmaxError
-from olmax.evals.run_dir import load_run_model
+from olmax.evals.eval_mesh import eval_config, eval_mesh
+from olmax.evals.eval_model import EvalModel, as_eval_model, compiled_step, on_rows, rows_per_batch
 from olmax.model import from_hf, load_olmax
 from olmax.train.export import run_checkpoint
 
 
-def load_model(path: str | os.PathLike, dtype: str = "float32"):
-    """An olmax model from an HF checkpoint dir (config.json + safetensors), an olmax one
-    (model_config.json + params/), a training run folder (its newest checkpoint) or one of its
-    `checkpoints/<step>` folders."""
+def load_model(
+    path: str | os.PathLike, dtype: str | None = None, mesh: str | Mesh | None = None
+) -> EvalModel:
+    """An olmax model on an eval mesh (`mesh`: a Mesh, a --mesh spec, None for auto) from an HF checkpoint
+    dir (config.json + safetensors), an olmax one (model_config.json + params/), a training run folder (its
+    newest checkpoint) or one of its `checkpoints/<step>` folders. `dtype`: the compute dtype (default: a
+    run's own, else float32). A run's parameters are restored straight into their shards; an HF or olmax
+    folder is read onto one device, then sharded."""
     p = Path(path)
-    if (p / "config.json").is_file():
-        return from_hf(p, dtype=dtype)
-    if (p / "model_config.json").is_file():
-        return load_olmax(p, dtype=dtype)
     if (found := run_checkpoint(p)) is not None:
-        return load_run_model(*found, dtype)[0]
-    raise OlmaxError(
-        f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
-        "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
-        "one of its checkpoints/<step> folders"
-    )
+        from olmax.evals.run_dir import load_run_model
+
+        return load_run_model(*found, dtype, mesh)[0]
+    if (p / "config.json").is_file():
+        model = from_hf(p, dtype=dtype or "float32")
+    elif (p / "model_config.json").is_file():
+        model = load_olmax(p, dtype=dtype or "float32")
+    else:
+        raise OlmaxError(
+            f"{p}: not an HF checkpoint (config.json + *.safetensors), an olmax one "
+            "(model_config.json + params/), a training run folder (config.yaml + checkpoints/) or "
+            "one of its checkpoints/<step> folders"
+        )
+    cfg = eval_config(model.cfg)
+    return as_eval_model(model, mesh if isinstance(mesh, Mesh) else eval_mesh(mesh, cfg))
+
+
+# ------------------------------------------------------------------ the reference path: any callable
 
 
 def _row_scores(model, inputs_BxL: jax.Array, targets_BxL: jax.Array, mask_BxL: jax.Array):
@@ -82,31 +103,49 @@ def _greedy(model, buf_BxT: jax.Array, cursor_B: jax.Array, n_new: int):
     return buf
 
 
-def _kernel(kind: str) -> Callable:
-    """The per-batch function behind each public entry point."""
-    return {
-        "score": _row_scores,
-        "greedy": _greedy,
-        "token_stats": _token_stats,
-        "choices": _choice_logprobs,
-    }[kind]
+_CALLABLE_KERNELS = {
+    "score": _row_scores,
+    "greedy": _greedy,
+    "token_stats": _token_stats,
+    "choices": _choice_logprobs,
+}
 
 
-@functools.lru_cache(maxsize=16)
-def _jitted(kind: str, graphdef) -> Callable:
-    core = _kernel(kind)
-    static = (3,) if kind == "greedy" else ()
-    return jax.jit(lambda state, *a: core(nnx.merge(graphdef, state), *a), static_argnums=static)
+# ------------------------------------------------------------------ binding a model to a kernel
 
 
-def _bind(model, kind: str) -> Callable:
-    """`fn(*args)` running `kind` on `model`; nnx modules are split so the compile is reused across params."""
-    if isinstance(model, nnx.Module):
-        graphdef, state = nnx.split(model)
-        fn = _jitted(kind, graphdef)
-        return lambda *a: fn(state, *a)
-    core = _kernel(kind)
-    return jax.jit(functools.partial(core, model), static_argnums=(2,) if kind == "greedy" else ())
+class _Bound:
+    """A model bound to one kernel: `run(*batch)` dispatches a batch (numpy arrays, with their dtypes) and
+    returns its device outputs; `rows(batch_size)` is how many rows a batch must hold."""
+
+    def __init__(self, model: Any, kind: str):
+        self.kind = kind
+        if isinstance(model, EvalModel) or _is_transformer(model):
+            self.model: EvalModel | None = as_eval_model(model)
+            self.callable = None
+        else:
+            self.model = None
+            self.callable = jax.jit(
+                functools.partial(_CALLABLE_KERNELS[kind], model),
+                static_argnums=(2,) if kind == "greedy" else (),
+            )
+
+    def rows(self, batch_size: int) -> int:
+        return batch_size if self.model is None else rows_per_batch(batch_size, self.model.mesh)
+
+    def run(self, *batch: tuple[np.ndarray, Any], static: Any = None) -> Any:
+        extra = () if static is None else (static,)
+        if self.model is None:
+            return self.callable(*(jnp.asarray(a, t) for a, t in batch), *extra)
+        mesh = self.model.mesh
+        fn = compiled_step(self.kind, self.model)
+        return fn(self.model.params, *(on_rows(mesh, a, t) for a, t in batch), *extra)
+
+
+def _is_transformer(model: Any) -> bool:
+    from olmax.model.transformer import Transformer
+
+    return isinstance(model, Transformer)
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -115,7 +154,7 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="row", disable=not enabled, leave=False)
 
 
-def batches(batch_size: int, *arrays: np.ndarray):
+def batches(batch_size: int, *arrays: np.ndarray) -> Iterator[tuple[int, int, list[np.ndarray]]]:
     """(start, stop, [each array's rows start:stop]) over the rows of `arrays`, the last batch padded to
     `batch_size` with copies of its last row, so every batch has one shape and compiles once."""
     n = arrays[0].shape[0]
@@ -134,6 +173,21 @@ def batches(batch_size: int, *arrays: np.ndarray):
         )
 
 
+def _each_batch(
+    bound: _Bound, batch_size: int, arrays: list[tuple[np.ndarray, Any]], static: Any = None
+) -> Iterator[tuple[int, int, tuple[np.ndarray, ...]]]:
+    """(start, stop, outputs as numpy) per batch; the next batch is dispatched before the previous one's
+    outputs are read, so the devices never wait for the host between batches."""
+    pending = None
+    for start, stop, rows in batches(bound.rows(batch_size), *(a for a, _ in arrays)):
+        out = bound.run(*zip(rows, (t for _, t in arrays)), static=static)
+        if pending is not None:
+            yield pending[0], pending[1], tuple(np.asarray(x) for x in pending[2])
+        pending = (start, stop, out if isinstance(out, tuple) else (out,))
+    if pending is not None:
+        yield pending[0], pending[1], tuple(np.asarray(x) for x in pending[2])
+
+
 def score(
     model,
     inputs: np.ndarray,
@@ -145,16 +199,11 @@ def score(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(nll (N,) float64, n_targets (N,) int64, all_greedy (N,) bool) for N rows, `batch_size` at a time."""
     n = inputs.shape[0]
-    fn = _bind(model, "score")
+    bound = _Bound(model, "score")
     nll, count, greedy = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, bool)
+    arrays = [(inputs, np.int32), (targets, np.int32), (mask, np.float32)]
     with _progress(n, desc, progress) as bar:
-        for start, stop, batch in batches(batch_size, inputs, targets, mask):
-            out = fn(
-                jnp.asarray(batch[0], jnp.int32),
-                jnp.asarray(batch[1], jnp.int32),
-                jnp.asarray(batch[2], jnp.float32),
-            )
-            nll_b, count_b, greedy_b = (np.asarray(x) for x in out)
+        for start, stop, (nll_b, count_b, greedy_b) in _each_batch(bound, batch_size, arrays):
             nll[start:stop] = nll_b[: stop - start]
             count[start:stop] = count_b[: stop - start]
             greedy[start:stop] = greedy_b[: stop - start]
@@ -167,12 +216,11 @@ def token_stats(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(log p(target), mean log p, std log p) per position, float32 (N, L) each, `batch_size` rows at a time;
     the mean and std are over the model's next-token distribution at that position."""
-    fn = _bind(model, "token_stats")
+    bound = _Bound(model, "token_stats")
     out = [np.zeros(inputs.shape, np.float32) for _ in range(3)]
-    for start, stop, batch in batches(batch_size, inputs, targets):
-        res = fn(jnp.asarray(batch[0], jnp.int32), jnp.asarray(batch[1], jnp.int32))
+    for start, stop, res in _each_batch(bound, batch_size, [(inputs, np.int32), (targets, np.int32)]):
         for o, r in zip(out, res):
-            o[start:stop] = np.asarray(r)[: stop - start]
+            o[start:stop] = r[: stop - start]
     return out[0], out[1], out[2]
 
 
@@ -187,12 +235,12 @@ def choice_logprobs(
 ) -> np.ndarray:
     """(N, C) float32: log p(candidates[i, c] | inputs[i, : positions[i] + 1]), one forward per row."""
     n = inputs.shape[0]
-    fn = _bind(model, "choices")
+    bound = _Bound(model, "choices")
     out = np.zeros(candidates.shape, np.float32)
+    arrays = [(inputs, np.int32), (positions, np.int32), (candidates, np.int32)]
     with _progress(n, desc, progress) as bar:
-        for start, stop, batch in batches(batch_size, inputs, positions, candidates):
-            res = fn(*(jnp.asarray(b, jnp.int32) for b in batch))
-            out[start:stop] = np.asarray(res)[: stop - start]
+        for start, stop, (res,) in _each_batch(bound, batch_size, arrays):
+            out[start:stop] = res[: stop - start]
             bar.update(stop - start)
     return out
 
@@ -209,17 +257,18 @@ def greedy_generate(
         return [[] for _ in prompts]
     if any(not p for p in prompts):
         raise OlmaxError("greedy_generate needs a non-empty prompt per row (prefix it with EOS)")
-    fn = _bind(model, "greedy")
+    bound = _Bound(model, "greedy")
+    rows = bound.rows(batch_size)
     out: list[list[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        rows = prompts[start : start + batch_size]
-        longest = max(len(p) for p in rows) + max_new_tokens
+    for start in range(0, len(prompts), rows):
+        group = prompts[start : start + rows]
+        longest = max(len(p) for p in group) + max_new_tokens
         t = -(-longest // bucket) * bucket
-        buf = np.full((batch_size, t), pad_id, np.int32)
-        cur = np.ones(batch_size, np.int32)
-        for i, p in enumerate(rows):
+        buf = np.full((rows, t), pad_id, np.int32)
+        cur = np.ones(rows, np.int32)
+        for i, p in enumerate(group):
             buf[i, : len(p)] = p
             cur[i] = len(p)
-        res = np.asarray(fn(jnp.asarray(buf), jnp.asarray(cur), int(max_new_tokens)))
-        out.extend(res[i, cur[i] : cur[i] + max_new_tokens].tolist() for i in range(len(rows)))
+        res = np.asarray(bound.run((buf, np.int32), (cur, np.int32), static=int(max_new_tokens)))
+        out.extend(res[i, cur[i] : cur[i] + max_new_tokens].tolist() for i in range(len(group)))
     return out

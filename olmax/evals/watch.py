@@ -7,6 +7,11 @@ clean subset of each set when a leak report is given), optionally one record per
 memorization record. Everything lands in OUT/evals.jsonl (OUT = RUN/evals by default), then OUT/summary.md
 (a step x set table), OUT/curves.png and, when enabled, TensorBoard events under OUT/tb.
 
+The model is sharded over this host's devices (`--mesh`: olmax.evals.eval_mesh), each step's parameters
+restored straight into their shards whatever device count wrote them. What a step cost (the download of a
+bucket run's step, the restore, the evaluation, tokens scored per second, the mesh) is printed and kept in
+OUT/costs.jsonl, one record per evaluation, apart from the records (which hold no timings).
+
 Contract:
   * Only `complete_steps` (Orbax's commit marker and olmax's seal) are evaluated; a step folder still being
     written, or cut short, is never read. Steps are evaluated in ascending order, each once.
@@ -21,6 +26,8 @@ Contract:
     the trainer's `eval/<set>/ce` and `olmax eval heldout` on that checkpoint.
   * Read-only on the run: params are restored straight from `checkpoints/STEP/state` (no CheckpointManager,
     whose start-up removes temporary step folders, i.e. the trainer's save in flight).
+  * A run in object storage is read through a local mirror holding one step at a time: each step is
+    downloaded just before it is evaluated and removed from the mirror after.
   * The caller holds the writer's lock of OUT (olmax.atomic.exclusive) so two jobs never write it.
 """
 
@@ -51,6 +58,7 @@ from olmax.train.export import read_step_model
 
 EVALS = "evals"  # the results folder in the run folder (the default OUT)
 RECORDS = "evals.jsonl"
+COSTS = "costs.jsonl"
 SUMMARY = "summary.md"
 CURVES = "curves.png"
 
@@ -69,6 +77,7 @@ class WatchSettings:
     seq_len: int | None = None  # None: data.seq_len
     batch_size: int | None = None  # None: the in-loop hook's
     dtype: str | None = None  # compute dtype; None: the run's model.dtype
+    mesh: str | None = None  # devices the model shards over (olmax.evals.eval_mesh: DATAxFSDP); None: auto
     text_field: str = "text"
     base_dir: str | None = None  # OLMo-core's eval-data folder; None: train.eval_base_dir
     leaks: str | None = None  # `olmax audit leaks` report: clean-subset records too
@@ -114,11 +123,25 @@ def open_mirror(run: str):
 
 
 def sync(job: Job) -> None:
-    """A bucket run: download the complete steps still to evaluate and the run's changed files."""
+    """A bucket run: download the run's changed files and list the bucket's complete steps (each step is
+    downloaded when its turn comes: `pull_step`)."""
     if job.mirror is None:
         return
-    done = done_steps(job)
-    job.mirror.pull(want=lambda step: step <= job.target and step not in done, keep_local=(EVALS,))
+    job.mirror.pull(want=lambda step: False, keep_local=(EVALS,))
+    job.remote_steps = job.mirror.complete_remote_steps()
+
+
+def pull_step(job: Job, step: int) -> None:
+    """A bucket run: download `step` into the mirror (nothing when the bucket removed it meanwhile)."""
+    if job.mirror is not None:
+        job.mirror.pull(want=lambda s: s == step, keep_local=(EVALS,))
+
+
+def committed(job: Job) -> list[int]:
+    """The run's complete steps: the bucket's for a bucket run (as of the last `sync`), else the folder's."""
+    from olmax.train.checkpoint import complete_steps
+
+    return list(job.remote_steps) if job.mirror is not None else complete_steps(job.run / "checkpoints")
 
 
 def publish(job: Job) -> None:
@@ -134,7 +157,8 @@ class Job:
     run: Path
     out: Path
     cfg: Any  # olmax.train.config.ExperimentConfig of the run
-    model_cfg: Any  # cfg.model at the compute dtype
+    model_cfg: Any  # cfg.model at the compute dtype (olmax.evals.eval_mesh.eval_config)
+    mesh: Any  # jax.sharding.Mesh the model is sharded over
     sets: list  # olmax.evals.heldout.PreparedSet
     tokenizer: Any
     batch_size: int
@@ -144,10 +168,14 @@ class Job:
     tb: Any = None
     downstream: list = field(default_factory=list)  # olmax.evals.downstream.Task, built once
     mirror: Any = None  # a bucket run's olmax.train.run_mirror.RunMirror; None for a local run
+    remote_steps: list[int] = field(default_factory=list)  # a bucket run's complete steps (`sync`)
+    costs: list[dict] = field(default_factory=list)  # OUT/costs.jsonl
+    costs_this_process: int = 0  # steps evaluated by this process (its first one compiles)
 
 
 def prepare(settings: WatchSettings, mirror=None) -> Job:
     """Read the run's config and the existing records, tokenize the sets once; OlmaxError on a bad input."""
+    from olmax.evals.eval_mesh import eval_config, eval_mesh
     from olmax.evals.heldout import SetReading, prepare_eval_sets
 
     run = run_folder(settings.run)
@@ -173,11 +201,13 @@ def prepare(settings: WatchSettings, mirror=None) -> Job:
     # batch shape keeps the numbers bitwise those of the trainer's records)
     batch_size = settings.batch_size or eval_batch_size(seq_len, cfg.model.vocab_size)
     out = Path(settings.out) if settings.out else run / EVALS
+    model_cfg = eval_config(cfg.model, settings.dtype)
     job = Job(
         run,
         out,
         cfg,
-        cfg.model.replace(dtype=settings.dtype or cfg.model.dtype),
+        model_cfg,
+        eval_mesh(settings.mesh, model_cfg),
         sets,
         tok,
         batch_size,
@@ -187,6 +217,7 @@ def prepare(settings: WatchSettings, mirror=None) -> Job:
     job.downstream = run_tasks(cfg, tok, seq_len, settings.downstream, settings.downstream_limit)
     job.mirror = mirror
     job.records = read_records(out)
+    job.costs = read_jsonl(out / COSTS) if (out / COSTS).is_file() else []
     check_compatible(job)
     return job
 
@@ -239,21 +270,17 @@ def done_steps(job: Job) -> set[int]:
 def pending_steps(job: Job) -> list[int]:
     """The committed steps still to evaluate, ascending: up to the target, multiples of --every (and the
     run's final step)."""
-    from olmax.train.checkpoint import complete_steps
-
     every, done = job.settings.every, done_steps(job)
     return sorted(
         s
-        for s in complete_steps(job.run / "checkpoints")
+        for s in committed(job)
         if s <= job.target and s not in done and (s % every == 0 or s in (job.target, job.cfg.train.steps))
     )
 
 
 def reached_target(job: Job) -> bool:
     """The run has a committed (or recorded) step at or past the target."""
-    from olmax.train.checkpoint import complete_steps
-
-    seen = [r["step"] for r in job.records] + complete_steps(job.run / "checkpoints")
+    seen = [r["step"] for r in job.records] + committed(job)
     return bool(seen) and max(seen) >= job.target
 
 
@@ -425,24 +452,69 @@ def stderr_log(message: str) -> None:
 
 def evaluate_pending(job: Job, log: Callable[[str], None]) -> int:
     """Evaluate (or record as skipped) every pending step, committing after each; returns how many."""
+    from olmax.evals.eval_model import as_eval_model
     from olmax.evals.heldout import record_name
 
     steps = pending_steps(job)
     for step in steps:
         t0 = time.perf_counter()
-        model = read_step_model(job.run, step, job.model_cfg, gone_ok=True)
+        pull_step(job, step)
+        t1 = time.perf_counter()
+        model = read_step_model(job.run, step, job.model_cfg, gone_ok=True, mesh=job.mesh)
         if model is None:
             reason = "removed (checkpoint retention) before it was evaluated"
             commit(job, [{"kind": "skipped", "step": step, "reason": reason}])
             log(f"step {step}: skipped, {reason}")
             continue
+        model = as_eval_model(model, job.mesh)
+        t2 = time.perf_counter()
         new = evaluate_step(job, model, step)
+        t3 = time.perf_counter()
         commit(job, new)
         if job.mirror is not None:  # evaluated: the mirror's copy of the step is not needed again
             shutil.rmtree(job.run / "checkpoints" / str(step), ignore_errors=True)
+        cost = step_cost(job, step, new, (t1 - t0, t2 - t1, t3 - t2))
         shown = ", ".join(f"{record_name(r)} CE {r['ce']:.4f}" for r in new if r.get("kind") == "heldout")
-        log(f"step {step}: {shown} ({time.perf_counter() - t0:.1f} s)")
+        log(f"step {step}: {shown} ({describe_cost(cost)})")
     return len(steps)
+
+
+def step_cost(job: Job, step: int, new: list[dict], seconds: tuple[float, float, float]) -> dict:
+    """What evaluating `step` cost, added to OUT/costs.jsonl (rewritten whole, atomically): the download
+    (a bucket run's), the restore and the evaluation in seconds (the job's first step includes compiling),
+    the held-out tokens scored and their rate, and where it ran."""
+    from olmax.evals.eval_mesh import describe
+
+    download, restore, evaluate = seconds
+    tokens = sum(r["tokens"] for r in new if r.get("kind") == "heldout" and r.get("subset") == "all")
+    cost = {
+        "step": step,
+        "download_s": round(download, 3) if job.mirror is not None else None,
+        "restore_s": round(restore, 3),
+        "eval_s": round(evaluate, 3),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / evaluate, 1) if evaluate > 0 else None,
+        "mesh": describe(job.mesh),
+        "dtype": job.model_cfg.dtype,
+        "first": not job.costs_this_process,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    job.costs_this_process += 1
+    job.costs = [*job.costs, cost]
+    write_jsonl(job.out / COSTS, job.costs)
+    publish(job)
+    return cost
+
+
+def describe_cost(cost: dict) -> str:
+    """`download 85.2 s, restore 12.1 s, eval 30.5 s: 524,288 tokens at 17,190 tokens/s, 1x8 (...)`."""
+    parts = [] if cost["download_s"] is None else [f"download {cost['download_s']:.1f} s"]
+    parts += [f"restore {cost['restore_s']:.1f} s", f"eval {cost['eval_s']:.1f} s"]
+    rate = f"{cost['tokens_per_s']:,.0f} tokens/s" if cost["tokens_per_s"] else "no rate"
+    first = ", compile included" if cost["first"] else ""
+    return (
+        f"{', '.join(parts)}{first}: {cost['tokens']:,} tokens at {rate} on {cost['mesh']}, {cost['dtype']}"
+    )
 
 
 def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log, mirror=None) -> Job:
@@ -450,6 +522,8 @@ def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log, mir
     `mirror`: a bucket run's (`open_mirror`), synchronised before each poll.
 
     The caller holds `exclusive(job.out)` (see `watch`)."""
+    from olmax.evals.eval_mesh import describe
+
     wait_for_config(settings, log, mirror)
     job = prepare(settings, mirror)
     job.out.mkdir(parents=True, exist_ok=True)
@@ -458,8 +532,8 @@ def follow(settings: WatchSettings, log: Callable[[str], None] = stderr_log, mir
     done = sorted(done_steps(job))
     log(
         f"{job.mirror.url if job.mirror is not None else job.run}: {len(job.sets)} set(s) ({', '.join(ps.name for ps in job.sets)}), seq_len "
-        f"{job.sets[0].seq_len}, batch {job.batch_size}; until step {job.target}"
-        + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else "")
+        f"{job.sets[0].seq_len}, batch {job.batch_size}, {job.model_cfg.dtype} on {describe(job.mesh)}; "
+        f"until step {job.target}" + (f"; {len(done)} step(s) already in {job.out / RECORDS}" if done else "")
     )
     idle_since = time.monotonic()
     try:

@@ -370,18 +370,22 @@ def first_mismatch(saved_metadata: Any, abstract: Any) -> str:
     return ""
 
 
-def read_params(step_dir: str | Path, abstract_params: Any) -> Any:
-    """The params of a committed step folder (`RUN/checkpoints/STEP`), on one device, read-only: no
-    CheckpointManager is opened, so a trainer saving into the same folder is never disturbed (a manager
-    would clean up its in-flight temporary folders). OlmaxError naming the parameter when the step holds
-    another model; Orbax's own exception when its files are unreadable or gone (the caller decides)."""
+def read_params(step_dir: str | Path, abstract_params: Any, shardings: Any = None) -> Any:
+    """The params of a committed step folder (`RUN/checkpoints/STEP`), read-only, placed in `shardings` (a
+    tree like `abstract_params`; default: all on one device): each device reads its own shard, whatever
+    mesh wrote the step, and the optimizer state beside them is not read. No CheckpointManager is opened,
+    so a trainer saving into the same folder is never disturbed (a manager would clean up its in-flight
+    temporary folders). OlmaxError naming the parameter when the step holds another model; Orbax's own
+    exception when its files are unreadable or gone (the caller decides)."""
     import jax
 
     path = Path(step_dir).absolute() / "state"
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        shardings = jax.tree.map(lambda _: device, abstract_params)
     target = {
         "params": jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), abstract_params
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_params, shardings
         )
     }
     with _quiet_absl(), ocp.PyTreeCheckpointer() as ckptr:

@@ -3,7 +3,7 @@
 `run_checkpoint(path)` recognises a run folder (`config.yaml` + `checkpoints/`, meaning its newest
 complete checkpoint) or one of its `checkpoints/<step>` folders. `restore_run_model` reads the params
 of that step (and the loader state and metadata saved with it) into an olmax model, whatever the mesh
-the run trained on. `export_hf` writes it as an HF `Olmo3ForCausalLM` directory that `transformers`
+the run trained on, onto one device or straight into the shards of another mesh. `export_hf` writes it as an HF `Olmo3ForCausalLM` directory that `transformers`
 loads offline: config.json, safetensors (fp32 or bf16), generation_config.json, the run's tokenizer
 (tokenizer.json + tokenizer_config.json + special_tokens_map.json, so `AutoTokenizer` needs no hub) and
 `olmax_export.json`, the provenance: source run, step, data fingerprint, seed, tokens seen. The same
@@ -47,22 +47,25 @@ class RunModel:
     meta: dict
 
 
-def read_step_model(run_dir: str | Path, step: int, model_cfg, *, gone_ok: bool = False):
+def read_step_model(run_dir: str | Path, step: int, model_cfg, *, gone_ok: bool = False, mesh=None):
     """The model of run `run_dir` at checkpoint `step`, built as `model_cfg` (the run's model at the dtype
-    wanted): params only, on one device, read-only (`checkpoint.read_params`: safe beside a trainer still
-    saving into the run). The one place that loads "the model of run R at step S". With `gone_ok`, None when
-    the step was removed while being read (checkpoint retention); otherwise an OlmaxError naming the step
-    folder: a checkpoint of another model than the run's config, or a committed checkpoint that is damaged."""
+    wanted): params only, read-only (`checkpoint.read_params`: safe beside a trainer still saving into the
+    run), restored straight into their FSDP shards on `mesh` (a jax.sharding.Mesh with the trainer's axes,
+    any device count; default: one device). The one place that loads "the model of run R at step S". With
+    `gone_ok`, None when the step was removed while being read (checkpoint retention); otherwise an
+    OlmaxError naming the step folder: a checkpoint of another model than the run's config, or a committed
+    checkpoint that is damaged."""
     from flax import nnx
 
     from olmax.train.checkpoint import complete_steps, error_line, read_params
+    from olmax.train.mesh import state_shardings
     from olmax.train.step import model_graphdef
 
     run_dir = Path(run_dir)
     step_dir = run_dir / "checkpoints" / str(step)
     graphdef, abstract = model_graphdef(model_cfg)
     try:
-        params = read_params(step_dir, abstract)
+        params = read_params(step_dir, abstract, None if mesh is None else state_shardings(abstract, mesh))
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore report unreadable files in many ways
         committed = step in complete_steps(run_dir / "checkpoints")
         if gone_ok and not committed:
@@ -77,9 +80,12 @@ def read_step_model(run_dir: str | Path, step: int, model_cfg, *, gone_ok: bool 
     return nnx.merge(graphdef, params)
 
 
-def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str = "float32") -> RunModel:
+def restore_run_model(
+    run_dir: str | Path, step: int | None = None, dtype: str = "float32", mesh=None
+) -> RunModel:
     """Checkpoint `step` (default: the newest complete one) of a training run: its model
-    (`read_step_model`), the run's config, and the loader state and metadata saved with it."""
+    (`read_step_model`, on `mesh` when given), the run's config, and the loader state and metadata saved
+    with it."""
     from olmax.train.checkpoint import complete_steps, read_step_info
 
     run_dir = Path(run_dir)
@@ -94,7 +100,7 @@ def restore_run_model(run_dir: str | Path, step: int | None = None, dtype: str =
         step = steps[0]
     elif not (run_dir / "checkpoints" / str(step)).is_dir():
         raise OlmaxError(f"{run_dir / 'checkpoints' / str(step)}: no such checkpoint")
-    model = read_step_model(run_dir, step, cfg.model.replace(dtype=dtype))
+    model = read_step_model(run_dir, step, cfg.model.replace(dtype=dtype), mesh=mesh)
     loader_state, meta = read_step_info(run_dir / "checkpoints" / str(step))
     return RunModel(model, run_dir, step, cfg, loader_state, meta)
 

@@ -61,7 +61,7 @@ def cross_entropy(
     return ce, z, jnp.sum(weights_BxL)
 
 
-def _block_logits(
+def block_logits(
     h_NxD: jax.Array, w_DxV: jax.Array, first: jax.Array | int, chunk: int, vocab: int
 ) -> jax.Array:
     """fp32 logits of the `chunk` columns from `first` (read in place); padding columns read -inf."""
@@ -73,7 +73,7 @@ def _block_logits(
     return jnp.where(cols[None, :] < vocab, logits, -jnp.inf)
 
 
-def _label_logit(logits_NxC: jax.Array, labels_N: jax.Array, first: jax.Array | int) -> jax.Array:
+def label_logit(logits_NxC: jax.Array, labels_N: jax.Array, first: jax.Array | int) -> jax.Array:
     """Each row's label logit if the label falls in this block, else 0."""
     chunk = logits_NxC.shape[1]
     local = labels_N - first
@@ -92,12 +92,12 @@ def _forward(h, w, labels, weights, vocab, chunk, store):
     n = h.shape[0]
 
     def block(carry, first):
-        run_max, run_sum, label_logit = carry
-        logits = _block_logits(h, w, first, chunk, vocab)
+        run_max, run_sum, target_logit = carry
+        logits = block_logits(h, w, first, chunk, vocab)
         new_max = jnp.maximum(run_max, jnp.max(logits, axis=-1))
         e_NxC = jnp.exp(logits - new_max[:, None])
         run_sum = run_sum * jnp.exp(run_max - new_max) + jnp.sum(e_NxC, axis=-1)
-        return (new_max, run_sum, label_logit + _label_logit(logits, labels, first)), (e_NxC, new_max)
+        return (new_max, run_sum, target_logit + label_logit(logits, labels, first)), (e_NxC, new_max)
 
     carry = (
         jnp.full((n,), jnp.finfo(jnp.float32).min, jnp.float32),
@@ -112,9 +112,9 @@ def _forward(h, w, labels, weights, vocab, chunk, store):
     else:
         carry, _ = jax.lax.scan(lambda c, f: (block(c, f)[0], None), carry, jnp.arange(0, w.shape[1], chunk))
         saved = None
-    run_max, run_sum, label_logit = carry
+    run_max, run_sum, target_logit = carry
     lse = run_max + jnp.log(run_sum)
-    return (jnp.sum((lse - label_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse, saved
+    return (jnp.sum((lse - target_logit) * weights), jnp.sum(jnp.square(lse) * weights)), lse, saved
 
 
 def _whole(w: jax.Array, dtype: jnp.dtype) -> jax.Array:
@@ -166,7 +166,7 @@ def _fused_bwd(vocab, chunk, store, res, g):
 
         def body(carry, first):
             dh, dw = carry
-            dh_c, dw_c = block(first, jnp.exp(_block_logits(h, w, first, chunk, vocab) - lse[:, None]))
+            dh_c, dw_c = block(first, jnp.exp(block_logits(h, w, first, chunk, vocab) - lse[:, None]))
             return (dh + dh_c, jax.lax.dynamic_update_slice_in_dim(dw, dw_c, first, axis=1)), None
 
         init = (jnp.zeros(h.shape, jnp.float32), sharding.on_shards(jnp.zeros(w.shape, jnp.float32), 0))

@@ -375,7 +375,12 @@ def test_disk_full_keeps_the_previous_file_and_a_rerun_completes(run, full, toke
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("olmax: error: ")]
     assert len(err) == 1 and "File too large while writing" in err[0], p.stderr[-3000:]
     assert (run / "evals" / "evals.jsonl").read_bytes() == before
-    assert sorted(p.name for p in (run / "evals").iterdir()) == ["curves.png", "evals.jsonl", "summary.md"]
+    assert sorted(p.name for p in (run / "evals").iterdir()) == [
+        "costs.jsonl",
+        "curves.png",
+        "evals.jsonl",
+        "summary.md",
+    ]
     assert watch(run, tokenizer_file, "--once") == 0
     assert (run / "evals" / "evals.jsonl").read_bytes() == full
 
