@@ -341,7 +341,7 @@ def merge(paths: list[Path], args: argparse.Namespace) -> Path:
     if "cpu" in parts:
         merge_cpu(rec, parts["cpu"], summary)
     if "chip" in parts:
-        merge_chip(rec, parts["chip"], summary)
+        merge_chip(rec, parts["chip"], summary, args.train_from)
     rec.data["summary"] = summary
     print(json.dumps(summary, indent=1))
     return rec.write()
@@ -386,7 +386,26 @@ def merge_cpu(rec: Record, part: dict, summary: dict) -> None:
     summary["resharded"] = part["resharded"]
 
 
-def merge_chip(rec: Record, part: dict, summary: dict) -> None:
+def train_elsewhere(train_from: str | None) -> dict | None:
+    """The train row's figures from another record of the same model on the same chip kind (RECORD:FIGURE,
+    a step-time figure of a row at batch 1, seq 8192, vocabulary 1,024), for a chip part whose own train row
+    did not finish: its tokens/s and MFU, and where they came from."""
+    if not train_from:
+        return None
+    path, figure = train_from.rsplit(":", 1)
+    other = json.loads(Path(path).read_text())
+    steps = other["figures"][figure]["values"]
+    mfu = other["figures"].get(figure.replace("step_", "mfu_", 1), {}).get("values", [])
+    return {
+        "spec": {"name": figure, "kind": "train", "rows": 1, "vocab": 1024},
+        "tokens_per_s": [8192 / s for s in steps],
+        "mfu": [m / 100 for m in mfu],
+        "remat": figure.removeprefix("step_splash_"),  # the row name of a bench.chip.tpu_mfu record: its remat
+        "source": f"{path}#{figure} (commit {other.get('commit', '?')[:7]})",
+    }
+
+
+def merge_chip(rec: Record, part: dict, summary: dict, train_from: str | None = None) -> None:
     rec.note("chip", {k: v for k, v in part.items() if k != "rows"})
     rec.note("chip_rows", part["rows"])
     ok = {r["spec"]["name"]: r for r in part["rows"] if r["status"] == "ok"}
@@ -398,13 +417,18 @@ def merge_chip(rec: Record, part: dict, summary: dict) -> None:
         rec.figure(f"tokens_per_s_{name}", r["tokens_per_s"], "tokens/s", kernel=r["kernel"])
         rec.figure(f"mfu_{name}", [100 * m for m in r["mfu"]], "%")
     same_model = [r for r in ok.values() if r["spec"]["kind"] == "eval" and r["spec"]["vocab"] == 1024]
-    train = ok.get("train_b1")
+    train = ok.get("train_b1") or train_elsewhere(train_from)
     if not same_model or train is None:
         return
     best = max(same_model, key=lambda r: statistics.median(r["tokens_per_s"]))
     ratio = statistics.median(best["tokens_per_s"]) / statistics.median(train["tokens_per_s"])
     rec.figure(
-        "eval_over_train_tokens_per_s", [ratio], "x", eval_row=best["spec"]["name"], train_row="train_b1"
+        "eval_over_train_tokens_per_s",
+        [ratio],
+        "x",
+        eval_row=best["spec"]["name"],
+        train_row=train["spec"]["name"],
+        train_source=train.get("source", "this chip part"),
     )
     summary.update(
         eval_over_train_tokens_per_s=ratio,
@@ -413,6 +437,7 @@ def merge_chip(rec: Record, part: dict, summary: dict) -> None:
         eval_tokens_per_s=statistics.median(best["tokens_per_s"]),
         train_tokens_per_s=statistics.median(train["tokens_per_s"]),
         train_remat=train["remat"],
+        train_source=train.get("source", "this chip part"),
         train_mfu=statistics.median(train["mfu"]),
         eval_kernel_mfu=best["mfu_kernel"],
     )
@@ -433,6 +458,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--part", choices=("plan", "cpu", "chip"), help="run one part and write its JSON to --out")
     p.add_argument("--out", default=None, help="where a part writes its JSON")
     p.add_argument("--merge", nargs="+", type=Path, help="parts' JSON files: write the record tpu_eval.json")
+    p.add_argument(
+        "--train-from",
+        default=None,
+        metavar="RECORD:FIGURE",
+        help="--merge: the train row's step times from another record of the same model on the same chip kind, "
+        "when the chip part's own train row did not finish",
+    )
     p.add_argument("--score-child", nargs="+", help=argparse.SUPPRESS)
     p.add_argument(
         "--layers", type=int, default=None, help="--part plan: the 7B's first N layers (default: all 32)"
