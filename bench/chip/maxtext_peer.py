@@ -43,7 +43,7 @@ its non-TPU flash kernel), and calls MaxText's `main`. Errors (MaxText not insta
 timeout, out of HBM) come back as a record with `error` and the log's tail.
 
 `--aot` compiles the row's step ahead of time for a v5e chip instead of running it (MaxText's
-`train_compile` with `compile_topology=v5e-1`; needs libtpu in the interpreter's environment:
+`train_compile` with `compile_topology=v5e-1`, or the slice `--topology` names, e.g. v5e-256; needs libtpu in the interpreter's environment:
 `bench/setup/maxtext_setup.sh fetch --libtpu`) and reports the same memory plan without a chip.
 
 On the TPU machine (after `bench/setup/maxtext_setup.sh install`, which fills /tmp/site):
@@ -140,7 +140,7 @@ SETTINGS: dict[str, Setting] = {
 # does not decide the step), and the CPU smoke's.
 TPU_SHAPES = dict(layers=4, vocab=1024, seq=8192, batch=1, steps=8)
 CPU_SHAPES = dict(layers=4, vocab=256, seq=128, batch=1, steps=6)
-AOT_TOPOLOGY = ("compile_topology=v5e-1", "compile_topology_num_slices=1")
+AOT_TOPOLOGY = "v5e-1"  # what --aot compiles for unless --topology names a slice (MaxText's own names)
 
 
 def overrides_for(setting: str, layers: int, vocab: int, seq: int, batch: int, steps: int) -> list[str]:
@@ -172,6 +172,10 @@ JAX_RE = re.compile(r"Jax Version: (\S+)")
 BUSY_RE = re.compile(r"libtpu multi-process lockfile|TPU is already in use|Device or resource busy")
 BUSY_WAIT_S = 5.0
 OOM_RE = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|out of memory|exceeds the memory limit", re.I)
+# XLA's out-of-memory line names what the step's temporaries alone need, in GiB ("G")
+OOM_TEMP_RE = re.compile(
+    r"memory required for HLO temporaries \(([0-9.]+)G\) exceeds available HBM \(([0-9.]+)G\)"
+)
 
 
 def plan_bytes(stats: dict[str, int]) -> int:
@@ -281,6 +285,7 @@ def run_peer(
     python: str | None = None,
     site: str | Path | None = None,
     aot: bool = False,
+    topology: str = AOT_TOPOLOGY,
     log_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run (or, with `aot`, compile for a v5e chip) one MaxText row in a child process; its record.
@@ -292,7 +297,7 @@ def run_peer(
     """
     args = overrides_for(setting, layers, vocab, seq, batch, steps)
     if aot:
-        args += AOT_TOPOLOGY
+        args += [f"compile_topology={topology}", "compile_topology_num_slices=1"]
     rec: dict[str, Any] = {
         "setting": setting,
         "mode": "aot" if aot else "train",
@@ -336,6 +341,9 @@ def run_peer(
             rec["error"] = f"timed out after {timeout_s:g} s"
         elif OOM_RE.search(text):
             rec["error"] = "out of memory (HBM)" if setting != "cpu" else "out of memory"
+            need = OOM_TEMP_RE.search(text)
+            if need:
+                rec["oom_temp_gib"], rec["oom_hbm_gib"] = float(need.group(1)), float(need.group(2))
         elif rc != 0:
             rec["error"] = f"MaxText exited with status {rc}"
         else:
@@ -426,7 +434,10 @@ def child(mode: str, overrides: list[str]) -> None:
             "config": str(base_yml),
         }
         if mode == "aot":
-            facts["device_kind"] = "TPU v5 lite (v5e-1 topology, compiled only)"
+            topology = next(
+                (o.split("=", 1)[1] for o in overrides if o.startswith("compile_topology=")), "v5e-1"
+            )
+            facts["device_kind"] = f"TPU v5 lite ({topology} topology, compiled only)"
         else:
             # after MaxText's main: the backend is up by then, opened with MaxText's own flags
             dev = jax.devices()[0]
@@ -452,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--aot", action="store_true", help="compile for a v5e chip (needs libtpu), do not run"
     )
+    parser.add_argument(
+        "--topology",
+        default=AOT_TOPOLOGY,
+        help="--aot: the slice to compile for, e.g. v5e-256 (default v5e-1)",
+    )
     parser.add_argument("--python", help="the child's interpreter (default: this one)")
     parser.add_argument(
         "--site", help="MaxText's install folder (default: $MAXTEXT_SITE, /tmp/site, .venv-maxtext/site)"
@@ -470,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         python=args.python,
         site=args.site,
         aot=args.aot,
+        topology=args.topology,
         log_path=args.log,
         **shapes,
     )

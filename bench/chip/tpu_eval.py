@@ -400,7 +400,9 @@ def train_elsewhere(train_from: str | None) -> dict | None:
         "spec": {"name": figure, "kind": "train", "rows": 1, "vocab": 1024},
         "tokens_per_s": [8192 / s for s in steps],
         "mfu": [m / 100 for m in mfu],
-        "remat": figure.removeprefix("step_splash_"),  # the row name of a bench.chip.tpu_mfu record: its remat
+        "remat": figure.removeprefix(
+            "step_splash_"
+        ),  # the row name of a bench.chip.tpu_mfu record: its remat
         "source": f"{path}#{figure} (commit {other.get('commit', '?')[:7]})",
     }
 

@@ -316,6 +316,59 @@ def plans_part(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def maxtext_part(args: argparse.Namespace) -> dict[str, Any]:
+    """MaxText's own plan of its OLMo 3 7B for v5e-256 at the stage-1 shapes (global batch 512 x 8192: 2 rows a
+    chip), compiled here by its train_compile: its launcher's settings, then its remat `full`."""
+    from bench.chip.maxtext_peer import run_peer
+
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        "PYTHONPATH": str(root / ".venv-libtpu"),
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+        "TPU_WORKER_HOSTNAMES": "localhost",
+    }
+    out: dict[str, Any] = {"part": "maxtext", "topology": "v5e-256", "rows": []}
+    for setting in ("launcher", "full"):
+        rec = run_peer(
+            setting,
+            layers=32,
+            vocab=HEAD_VOCAB,
+            seq=SEQ,
+            batch=2,
+            steps=5,
+            timeout_s=2400,
+            env=env,
+            python=str(root / ".venv-maxtext" / "bin" / "python"),
+            site=root / ".venv-maxtext" / "site",
+            aot=True,
+            topology="v5e-256",
+        )
+        out["rows"].append({k: v for k, v in rec.items() if k not in ("log_tail", "command")})
+        gib = rec.get("hbm_estimate_gib") or rec.get("oom_temp_gib")
+        print(f"maxtext {setting}: {rec.get('error', 'fits')}, {gib} GiB", flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=1))
+    return out
+
+
+def maxtext_summary(peer: dict) -> dict[str, Any]:
+    """MaxText's plans per chip for v5e-256: the whole plan where it compiled, else the temporaries its
+    out-of-memory error names (a lower bound of the plan)."""
+    rows = {r["setting"]: r for r in peer["rows"]}
+
+    def gib(r: dict | None) -> float | None:
+        if not r:
+            return None
+        return r.get("hbm_estimate_gib") or r.get("oom_temp_gib")
+
+    return {
+        "maxtext_plan_gib_v5e_256": gib(rows.get("launcher")),
+        "maxtext_fits_v5e_256": "error" not in rows.get("launcher", {"error": 1}),
+        "maxtext_full_plan_gib_v5e_256": gib(rows.get("full")),
+        "maxtext_full_fits_v5e_256": "error" not in rows.get("full", {"error": 1}),
+    }
+
+
 def chip_rates(chip: dict) -> dict[tuple[str, int], dict]:
     """Per (remat, rows per microbatch): a slice chip's step on the chip, its stack row plus its head row
     once per microbatch, and the rate its executed FLOPs (the 7B's, real head included) ran at."""
@@ -382,13 +435,20 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
 
     parts = [json.loads(Path(p).read_text()) for p in args.merge]
     by = {p["part"]: p for p in parts}
-    chip, plans, peer = by.get("chip"), by.get("plans", {}).get("plans", {}), by.get("maxtext")
+    plans = {name: r for p in parts if p["part"] == "plans" for name, r in p["plans"].items()}
+    chip, peer = by.get("chip"), by.get("maxtext")
     rates = chip_rates(chip) if chip else {}
     pred = predictions(plans, rates) if rates else {}
     rec = Record("tpu_slice", argv=sys.argv, smoke=False, results=args.results)
     rec.side("olmax", version="checkout", setting=f"{CONFIG}, model.remat auto, splash attention")
+    mt = maxtext_summary(peer) if peer else {}
     if peer:
-        rec.side("maxtext", version=peer.get("maxtext_version", "?"), setting=peer.get("setting", "launcher"))
+        version = next((r.get("maxtext_version") for r in peer["rows"] if r.get("maxtext_version")), "0.2.5")
+        rec.side(
+            "maxtext",
+            version=version,
+            setting="its OLMo 3 stage-1 launcher's remat and kernel, then remat full",
+        )
     v256, v64 = plans.get("v5e-256", {}), plans.get("v5e-64", {})
     summary = {
         "predicted_mfu_v5e_256": pred.get("v5e-256", {}).get("mfu"),
@@ -400,11 +460,43 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
         "fp32_weight_all_gathers": v256.get("fp32_weight_all_gathers"),
         "whole_gradient_all_reduces": v256.get("whole_gradient_all_reduces"),
         "olmax_plan_gib_v5e_256": (v256.get("plan_bytes_per_chip") or 0) / GIB or None,
-        "maxtext_plan_gib_v5e_256": (peer or {}).get("plan_gib"),
+        **mt,
         "remat_v5e_256": v256.get("remat"),
         "remat_v5e_64": v64.get("remat"),
         "measured_on_chip": {f"{k[0]} x {k[1]}": v for k, v in rates.items()},
     }
+    for (policy, rows), v in rates.items():
+        rec.figure(
+            f"chip_step_{v['row']}",
+            [v["step_s"]],
+            "s",
+            remat=policy,
+            rows=rows,
+            stack_s=v["stack_s"],
+            head_s=v["head_s"],
+        )
+        rec.figure(f"chip_mfu_{v['row']}", [100 * v["mfu"]], "%", remat=policy, rows=rows)
+    for name, p in pred.items():
+        key = name.replace("-", "_")
+        rec.figure(
+            f"predicted_step_{key}", [p["step_s"]], "s", compute_s=p["compute_s"], exposed_s=p["exposed_s"]
+        )
+        rec.figure(f"predicted_mfu_{key}", [100 * p["mfu"]], "%", rate_from=p["rate_from"])
+    for name, plan in plans.items():
+        if plan.get("plan_bytes_per_chip"):
+            rec.figure(
+                f"plan_gib_{name.replace('-', '_')}",
+                [plan["plan_bytes_per_chip"] / GIB],
+                "GiB",
+                remat=plan["remat"],
+            )
+    if mt.get("maxtext_plan_gib_v5e_256"):
+        rec.figure(
+            "maxtext_plan_gib_v5e_256",
+            [mt["maxtext_plan_gib_v5e_256"]],
+            "GiB",
+            fits=mt["maxtext_fits_v5e_256"],
+        )
     rec.data.update(
         summary=summary,
         chip=chip,
@@ -413,7 +505,7 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
         predictions=pred,
         maxtext=peer,
     )
-    rec.finish()
+    rec.finish([])
     return rec.data
 
 
@@ -428,7 +520,9 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--part", choices=("chip", "plans"), help="run one part and write its JSON to --out")
+    p.add_argument(
+        "--part", choices=("chip", "plans", "maxtext"), help="run one part and write its JSON to --out"
+    )
     p.add_argument(
         "--slices", default=None, help=f"--part plans: comma-separated slices (default {','.join(SLICES)})"
     )
@@ -451,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.part == "plans":
         plans_part(args)
+        return 0
+    if args.part == "maxtext":
+        maxtext_part(args)
         return 0
     if args.part == "chip":
         part = chip_part(args)

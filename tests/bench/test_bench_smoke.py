@@ -53,6 +53,8 @@ RUN_ELSEWHERE = {
     "bench.chip.tpu_mfu": "tests/bench/test_tpu_mfu.py::test_both_parts_run_on_a_cpu_and_merge_into_a_record",
     # in a venv holding only what the TPU machine holds, from a copy of the files a device call sends
     "bench.chip.tpu_seed": "tests/bench/test_tpu_seed.py::test_smoke_runs_in_a_venv_holding_only_what_the_device_holds",
+    "bench.chip.tpu_eval": "tests/bench/test_tpu_eval.py::test_the_cpu_and_chip_parts_run_on_a_cpu_and_merge_into_a_record",
+    "bench.chip.tpu_slice": "tests/bench/test_tpu_slice.py::test_the_chip_part_runs_on_a_cpu_and_merges_into_a_record",
 }
 MODULES = {
     "bench.harness",
@@ -60,6 +62,7 @@ MODULES = {
     "bench.peers.engine_ceiling",  # bench.peers.prepare's ceiling, run as its own process
     "bench.peers.dedup_peer",  # what bench.peers.dedup runs in the peers' venv
     "bench.chip.tpu_seed_chip",  # what bench.chip.tpu_seed's child processes run
+    "bench.chip.tpu_eval_steps",  # the steps bench.chip.tpu_eval times
 }
 TOP_LEVEL = {"__init__.py", "harness.py", "record.py"}  # bench/'s own Python files
 KINDS = {"peers", "studies", "chip", "setup", "results"}  # its folders (bench/out/ is git-ignored output)

@@ -1,0 +1,73 @@
+"""bench/chip/tpu_slice.py without a chip: its chip part's smoke on the CPU merged into a record with the
+committed plans, and the committed record (bench/results/tpu_slice.json): the per-chip compute measured on
+the chip, the slices' plans and predictions, MaxText's plan beside olmax's, and the step-time model's rates
+equal to the record's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from olmax.train import slice_model
+
+REPO = Path(__file__).resolve().parents[2]
+RECORD = REPO / "bench" / "results" / "tpu_slice.json"
+PARTS = REPO / "bench" / "results" / "tpu_slice"
+
+
+def test_the_committed_record_predicts_the_slices_from_the_chip():
+    r = json.loads(RECORD.read_text())
+    s = r["summary"]
+    assert s["predicted_mfu_v5e_256"] >= 0.55
+    assert s["per_device_throughput_v5e_64_over_256"] >= 0.99
+    assert s["fp32_weight_all_gathers"] == 0
+    assert s["olmax_plan_gib_v5e_256"] <= 15.75 * 0.95 < s["maxtext_plan_gib_v5e_256"]
+    assert r["plans"]["v5e-256"]["fits"] and r["plans"]["v5e-64"]["fits"]
+    assert r["plans"]["v5e-256"]["attention"].startswith("splash")
+    measured = {(x["remat"], x["rows"]): round(x["rate"], 4) for x in r["rates"]}
+    assert measured == slice_model.MEASURED_RATE, "slice_model.MEASURED_RATE must be the record's rates"
+    chip = r["chip"]
+    assert chip["chip"]["device_kind"] == "TPU v5 lite" and not any("error" in row for row in chip["rows"])
+
+
+@pytest.mark.slow
+def test_the_chip_part_runs_on_a_cpu_and_merges_into_a_record(tmp_path):
+    chip = tmp_path / "chip.json"
+    cmd = [sys.executable, "-m", "bench.chip.tpu_slice", "--part", "chip", "--smoke", "--steps", "1"]
+    proc = subprocess.run(
+        [*cmd, "--rows", "full_b2,head_b2", "--out", str(chip)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    part = json.loads(chip.read_text())
+    assert [row["row"] for row in part["rows"]] == ["full_b2", "head_b2"]
+    assert all(row["step_s"] > 0 and row["executed_flops"] > 0 for row in part["rows"])
+    part.update(peak_flops=197e12, chip={"device_kind": "cpu stand-in"})  # a rate needs a peak: the v5e's
+    chip.write_text(json.dumps(part))
+    merged = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.chip.tpu_slice",
+            "--merge",
+            str(chip),
+            str(PARTS / "plans_v5e_256.json"),
+            str(PARTS / "plans.json"),
+            "--results",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert merged.returncode == 0, merged.stdout[-2000:] + merged.stderr[-2000:]
+    rec = json.loads((tmp_path / "tpu_slice.json").read_text())
+    assert rec["rates"] and rec["rates"][0]["remat"] == "full" and rec["plans"]
