@@ -430,7 +430,7 @@ def predictions(plans: dict, rates: dict) -> dict[str, dict]:
 
 def merge(args: argparse.Namespace) -> dict[str, Any]:
     """bench/results/tpu_slice.json from the parts: the chip's rows and rates, each slice's plan and
-    predicted step, MaxText's plan, and the summary the issue's criteria read."""
+    predicted step, MaxText's plan, and the summary of the figures that matter most."""
     from bench.record import Record
 
     parts = [json.loads(Path(p).read_text()) for p in args.merge]
