@@ -21,8 +21,10 @@ program holds the chip); a row that does not fit is recorded with the compiler's
 
 The plan part (`--part plans`, here, libtpu importable): `olmax train --plan` for each slice (v5e-256,
 v5e-64, v5p-128, v5p-512) with the shipped `olmo3_7b_stage1`, as JSON; `--part maxtext` MaxText's own
-plan of its OLMo 3 7B for v5e-256 (bench/chip/maxtext_peer.py --aot). `--merge` writes the record
-bench/results/tpu_slice.json from the parts, predicting each slice's step from the chip's rates.
+plan of its OLMo 3 7B for v5e-256 (bench/chip/maxtext_peer.py --aot), its compiled step's collectives
+counted from XLA's dump by olmax's own parser. `--merge` writes the record bench/results/tpu_slice.json from
+the parts (a later maxtext part's settings replace an earlier one's), predicting each slice's step from the
+chip's rates.
 
 On the device (after bench/setup/tpu_wheels.sh install): `python3 -m bench.chip.tpu_slice --part chip
 --out $OUT/chip.json`. Here: `--part chip --smoke` runs the same code on a tiny model on the CPU;
@@ -318,37 +320,88 @@ def plans_part(args: argparse.Namespace) -> dict[str, Any]:
 
 def maxtext_part(args: argparse.Namespace) -> dict[str, Any]:
     """MaxText's own plan of its OLMo 3 7B for v5e-256 at the stage-1 shapes (global batch 512 x 8192: 2 rows a
-    chip), compiled here by its train_compile: its launcher's settings, then its remat `full`."""
+    chip), compiled here by its train_compile: its launcher's settings, then its remat `full`. XLA dumps each
+    compiled step's HLO, and the same parser as olmax's plan counts its collectives (a step the compiler
+    refuses for memory is dumped all the same, after its optimizations)."""
+    import tempfile
+
     from bench.chip.maxtext_peer import run_peer
 
     root = Path(__file__).resolve().parents[2]
-    env = {
-        "PYTHONPATH": str(root / ".venv-libtpu"),
-        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
-        "TPU_WORKER_HOSTNAMES": "localhost",
-    }
     out: dict[str, Any] = {"part": "maxtext", "topology": "v5e-256", "rows": []}
-    for setting in ("launcher", "full"):
-        rec = run_peer(
-            setting,
-            layers=32,
-            vocab=HEAD_VOCAB,
-            seq=SEQ,
-            batch=2,
-            steps=5,
-            timeout_s=2400,
-            env=env,
-            python=str(root / ".venv-maxtext" / "bin" / "python"),
-            site=root / ".venv-maxtext" / "site",
-            aot=True,
-            topology="v5e-256",
-        )
-        out["rows"].append({k: v for k, v in rec.items() if k not in ("log_tail", "command")})
+    for setting in (args.settings or "launcher,full").split(","):
+        with tempfile.TemporaryDirectory(prefix="maxtext_hlo_") as dump:
+            env = {
+                "PYTHONPATH": str(root / ".venv-libtpu"),
+                "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+                "TPU_WORKER_HOSTNAMES": "localhost",
+                "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=train_step",
+            }
+            rec = run_peer(
+                setting,
+                layers=32,
+                vocab=HEAD_VOCAB,
+                seq=SEQ,
+                batch=2,
+                steps=5,
+                timeout_s=2400,
+                env=env,
+                python=str(root / ".venv-maxtext" / "bin" / "python"),
+                site=root / ".venv-maxtext" / "site",
+                aot=True,
+                topology="v5e-256",
+            )
+            row = {k: v for k, v in rec.items() if k not in ("log_tail", "command")}
+            row.update(maxtext_collectives(Path(dump)))
+        out["rows"].append(row)
         gib = rec.get("hbm_estimate_gib") or rec.get("oom_temp_gib")
-        print(f"maxtext {setting}: {rec.get('error', 'fits')}, {gib} GiB", flush=True)
+        print(
+            f"maxtext {setting}: {rec.get('error', 'fits')}, {gib} GiB, "
+            f"{row.get('whole_gradient_all_reduces')} whole-gradient all-reduces",
+            flush=True,
+        )
         if args.out:
             Path(args.out).write_text(json.dumps(out, indent=1))
     return out
+
+
+def maxtext_weight_shapes() -> set[tuple[int, ...]]:
+    """The 7B's weight shapes in MaxText's layout (heads kept as their own axis) and in olmax's."""
+    from olmax.train.config import load_config
+
+    m = load_config(CONFIG, ["data.mix=plan"]).model
+    d, f, h, kv, v = m.d_model, m.mlp_hidden, m.n_heads, m.n_kv_heads, HEAD_VOCAB
+    hd = m.head_dim or d // h
+    return {
+        (d, h, hd),
+        (h, hd, d),
+        (d, kv, hd),
+        (d, f),
+        (f, d),
+        (d, d),
+        (d, v),
+        (v, d),
+        (d, 100_352),
+        (100_352, d),
+    }
+
+
+def maxtext_collectives(dump: Path) -> dict[str, Any]:
+    """The collectives of the train step XLA dumped into `dump` (its largest optimized module), by kind,
+    and how many all-reduce a weight's whole gradient (leading unit axes dropped, as MaxText's scan adds)."""
+    from olmax.train import collectives as coll
+
+    found_files = sorted(dump.glob("*train_step*after_optimizations.txt"), key=lambda f: f.stat().st_size)
+    if not found_files:
+        return {}
+    found = coll.collectives(found_files[-1].read_text())
+    squeezed = [dataclasses.replace(c, shape=tuple(n for n in c.shape if n != 1) or (1,)) for c in found]
+    whole = coll.whole_gradient_all_reduces(squeezed, maxtext_weight_shapes())
+    return {
+        "collectives": coll.summarize(found),
+        "whole_gradient_all_reduces": len(whole),
+        "whole_gradient_all_reduce_dtypes": sorted({c.dtype for c in whole}),
+    }
 
 
 def maxtext_summary(peer: dict) -> dict[str, Any]:
@@ -366,6 +419,9 @@ def maxtext_summary(peer: dict) -> dict[str, Any]:
         "maxtext_fits_v5e_256": "error" not in rows.get("launcher", {"error": 1}),
         "maxtext_full_plan_gib_v5e_256": gib(rows.get("full")),
         "maxtext_full_fits_v5e_256": "error" not in rows.get("full", {"error": 1}),
+        "maxtext_whole_gradient_all_reduces_v5e_256": rows.get("launcher", {}).get(
+            "whole_gradient_all_reduces"
+        ),
     }
 
 
@@ -436,7 +492,10 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
     parts = [json.loads(Path(p).read_text()) for p in args.merge]
     by = {p["part"]: p for p in parts}
     plans = {name: r for p in parts if p["part"] == "plans" for name, r in p["plans"].items()}
-    chip, peer = by.get("chip"), by.get("maxtext")
+    chip = by.get("chip")
+    peers = [p for p in parts if p["part"] == "maxtext"]  # later parts' rows replace earlier ones' settings
+    rows = {r["setting"]: r for p in peers for r in p["rows"]}
+    peer = {**peers[-1], "rows": list(rows.values())} if peers else None
     rates = chip_rates(chip) if chip else {}
     pred = predictions(plans, rates) if rates else {}
     rec = Record("tpu_slice", argv=sys.argv, smoke=False, results=args.results)
@@ -530,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         "--merge", nargs="+", type=Path, help="parts' JSON files: write bench/results/tpu_slice.json"
     )
     p.add_argument("--results", default=None, help="--merge: the record's folder (default bench/results)")
+    p.add_argument(
+        "--settings", default=None, help="--part maxtext: comma-separated settings (default launcher,full)"
+    )
     p.add_argument("overrides", nargs="*", default=[], help="--part plans: config overrides")
     p.add_argument("--check-rows", action="store_true", help="compile the chip rows for a v5e here (libtpu)")
     p.add_argument("--rows", default=None, help="comma-separated row names (default: all)")

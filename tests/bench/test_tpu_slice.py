@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chip import tpu_slice
 from olmax.train import slice_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +33,36 @@ def test_the_committed_record_predicts_the_slices_from_the_chip():
     assert measured == slice_model.MEASURED_RATE, "slice_model.MEASURED_RATE must be the record's rates"
     chip = r["chip"]
     assert chip["chip"]["device_kind"] == "TPU v5 lite" and not any("error" in row for row in chip["rows"])
+
+
+def test_maxtexts_dumped_step_is_read_for_whole_gradient_all_reduces(tmp_path):
+    """MaxText's scan adds a unit axis in front of a layer's weight: its gradient all-reduced whole counts, a
+    reduce-scatter of it or an all-reduce of a norm's vector does not, and only the train step's optimized
+    module is read (the largest, where XLA dumps several)."""
+    layer = "bf16[1,4096,11008]{2,1,0}"
+    hlo = f"""HloModule jit_train_step
+
+ENTRY %main (p0: {layer}, p1: f32[4096]) -> ({layer}, f32[4096]) {{
+  %p0 = {layer} parameter(0)
+  %p1 = f32[4096]{{0}} parameter(1)
+  %add = f32[] add(f32[] %p1, f32[] %p1)
+  %all-reduce.1 = {layer} all-reduce({layer} %p0), channel_id=1, replica_groups=[1,256]<=[256], to_apply=%add
+  %reduce-scatter.2 = bf16[1,16,11008]{{2,1,0}} reduce-scatter({layer} %p0), channel_id=2, replica_groups=[1,256]<=[256], dimensions={{1}}, to_apply=%add
+  %all-reduce.3 = f32[4096]{{0}} all-reduce(f32[4096]{{0}} %p1), channel_id=3, replica_groups=[1,256]<=[256], to_apply=%add
+  ROOT %t = ({layer}, f32[4096]{{0}}) tuple(%all-reduce.1, %all-reduce.3)
+}}
+"""
+    (tmp_path / "module_0001.jit_train_step.after_optimizations.txt").write_text(hlo)
+    (tmp_path / "module_0000.jit_train_step.before_optimizations.txt").write_text(
+        hlo.replace("all-reduce.1 ", "x ")
+    )
+    got = tpu_slice.maxtext_collectives(tmp_path)
+    assert got["whole_gradient_all_reduces"] == 1 and got["whole_gradient_all_reduce_dtypes"] == ["bf16"]
+    assert (
+        got["collectives"]["all-reduce f32"]["collectives"] == 1
+        and "reduce-scatter bf16" in got["collectives"]
+    )
+    assert tpu_slice.maxtext_collectives(tmp_path / "empty") == {}
 
 
 @pytest.mark.slow
