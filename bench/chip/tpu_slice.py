@@ -541,6 +541,13 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
             f"predicted_step_{key}", [p["step_s"]], "s", compute_s=p["compute_s"], exposed_s=p["exposed_s"]
         )
         rec.figure(f"predicted_mfu_{key}", [100 * p["mfu"]], "%", rate_from=p["rate_from"])
+    if summary["per_device_throughput_v5e_64_over_256"]:
+        rec.figure(
+            "throughput_v5e_64_over_256",
+            [100 * summary["per_device_throughput_v5e_64_over_256"]],
+            "%",
+            what="v5e-64's predicted tokens per chip per second over v5e-256's",
+        )
     for name, plan in plans.items():
         if plan.get("plan_bytes_per_chip"):
             rec.figure(
@@ -555,6 +562,13 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
             [mt["maxtext_plan_gib_v5e_256"]],
             "GiB",
             fits=mt["maxtext_fits_v5e_256"],
+        )
+    if mt.get("maxtext_full_plan_gib_v5e_256"):
+        rec.figure(
+            "maxtext_full_plan_gib_v5e_256",
+            [mt["maxtext_full_plan_gib_v5e_256"]],
+            "GiB",
+            fits=mt["maxtext_full_fits_v5e_256"],
         )
     rec.data.update(
         summary=summary,

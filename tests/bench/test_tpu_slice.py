@@ -22,13 +22,18 @@ PARTS = REPO / "bench" / "results" / "tpu_slice"
 
 def test_the_committed_record_predicts_the_slices_from_the_chip():
     r = json.loads(RECORD.read_text())
-    s = r["summary"]
-    assert s["predicted_mfu_v5e_256"] >= 0.55
-    assert s["per_device_throughput_v5e_64_over_256"] >= 0.99
+    s, plans, pred = r["summary"], r["plans"], r["predictions"]
+    assert set(plans) == {"v5e-256", "v5e-64", "v5p-128", "v5p-512"} and all(
+        p["fits"] for p in plans.values()
+    )
+    assert all(p["remat_asked"] == "auto" and p["attention"].startswith("splash") for p in plans.values())
+    assert s["predicted_mfu_v5e_256"] >= 0.55 and s["predicted_mfu_v5e_256"] == pred["v5e-256"]["mfu"]
+    ratio = pred["v5e-64"]["tokens_per_chip_per_s"] / pred["v5e-256"]["tokens_per_chip_per_s"]
+    assert s["per_device_throughput_v5e_64_over_256"] == ratio > 0.95
     assert s["fp32_weight_all_gathers"] == 0
+    assert s["whole_gradient_all_reduces"] == plans["v5e-256"]["whole_gradient_all_reduces"]
+    assert s["maxtext_whole_gradient_all_reduces_v5e_256"] > 0  # libtpu's choice at 256 chips, the peer's too
     assert s["olmax_plan_gib_v5e_256"] <= 15.75 * 0.95 < s["maxtext_plan_gib_v5e_256"]
-    assert r["plans"]["v5e-256"]["fits"] and r["plans"]["v5e-64"]["fits"]
-    assert r["plans"]["v5e-256"]["attention"].startswith("splash")
     measured = {(x["remat"], x["rows"]): round(x["rate"], 4) for x in r["rates"]}
     assert measured == slice_model.MEASURED_RATE, "slice_model.MEASURED_RATE must be the record's rates"
     chip = r["chip"]
@@ -89,8 +94,7 @@ def test_the_chip_part_runs_on_a_cpu_and_merges_into_a_record(tmp_path):
             "bench.chip.tpu_slice",
             "--merge",
             str(chip),
-            str(PARTS / "plans_v5e_256.json"),
-            str(PARTS / "plans.json"),
+            *map(str, sorted(PARTS.glob("plans_*.json"))),
             "--results",
             str(tmp_path),
         ],
@@ -101,4 +105,5 @@ def test_the_chip_part_runs_on_a_cpu_and_merges_into_a_record(tmp_path):
     )
     assert merged.returncode == 0, merged.stdout[-2000:] + merged.stderr[-2000:]
     rec = json.loads((tmp_path / "tpu_slice.json").read_text())
-    assert rec["rates"] and rec["rates"][0]["remat"] == "full" and rec["plans"]
+    assert rec["rates"] and rec["rates"][0]["remat"] == "full"
+    assert set(rec["plans"]) == {"v5e-256", "v5e-64", "v5p-128", "v5p-512"} and rec["predictions"]
