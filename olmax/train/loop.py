@@ -301,7 +301,7 @@ class _Steps:
     step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
 
     def __init__(self, cfg: ExperimentConfig, run: RunParts, eval_hook: EvalHook | None, peak: float | None):
-        from olmax.train.step import make_train_step, model_graphdef
+        from olmax.train.step import model_graphdef, run_train_step
 
         mesh, monitor, n_micro, per_device = run.mesh, run.monitor, run.n_micro, run.per_device
         self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = (
@@ -314,15 +314,7 @@ class _Steps:
         )
         self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
         self.after_save = run.after_save
-        self.train_step = run.compiled or make_train_step(
-            cfg.model,
-            cfg.optim,
-            mesh,
-            n_micro=n_micro,
-            per_device_batch=per_device,
-            t_max=cfg.optim.t_max or cfg.train.steps,
-            ce_chunk=cfg.train.ce_chunk,
-        )
+        self.train_step = run.compiled or run_train_step(cfg, mesh, n_micro, per_device)
         self.tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
         self.flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * self.tokens_per_step
         self.peak = peak

@@ -1,7 +1,7 @@
 """The train step compiled for a TPU slice ahead of time, and `model.remat: auto`.
 
 `olmax train --plan --topology v5e-256` builds the very step `olmax train` runs (same config, same
-`make_train_step`, same mesh rule) for the devices of a TPU topology that libtpu describes without a
+`run_train_step`, same mesh rule) for the devices of a TPU topology that libtpu describes without a
 chip (`jax.experimental.topologies`), compiles it here, and reads the compiled program: what a chip
 holds (the state's shards, the rest of the step's buffers) against its HBM, the kernel and remat the
 step resolved for the target, and every collective with its bytes per step (`olmax.train.collectives`).
@@ -216,20 +216,12 @@ def _oom_line(text: str) -> str:
 
 def compile_step(cfg: ExperimentConfig, devices: list) -> Compiled:
     """Compile `cfg`'s train step for `devices` (its `model.remat` and `mesh.per_device_batch` concrete)."""
-    from olmax.train.step import abstract_state, make_train_step
+    from olmax.train.step import abstract_state, run_train_step
 
     mesh = make_mesh(cfg.mesh, devices)
     n_micro, per_device = microbatches(cfg.data.global_batch_size, mesh.size, cfg.mesh.per_device_batch)
     out = Compiled(cfg.model.remat, per_device, n_micro)
-    step = make_train_step(
-        cfg.model,
-        cfg.optim,
-        mesh,
-        n_micro=n_micro,
-        per_device_batch=per_device,
-        t_max=cfg.optim.t_max or cfg.train.steps,
-        ce_chunk=cfg.train.ce_chunk,
-    )
+    step = run_train_step(cfg, mesh, n_micro, per_device)
     state, _ = abstract_state(cfg.model, cfg.optim, mesh)
     rows = (cfg.data.global_batch_size, cfg.data.seq_len)
     # the loader's arrays (olmax.data.loader): segment ids with document masks, a label mask when packed

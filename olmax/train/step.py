@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from olmax.model import sharding
 from olmax.model.config import ModelConfig
 from olmax.model.transformer import Transformer
-from olmax.train.config import OptimConfig
+from olmax.train.config import ExperimentConfig, OptimConfig
 from olmax.train.loss import HeadLoss, cross_entropy, head_cross_entropy
 from olmax.train.mesh import BATCH_AXES, batch_sharding, replicated, state_shardings
 from olmax.train.optim import apply_update, init_opt_state, learning_rate
@@ -113,6 +113,21 @@ def make_loss_fn(
         return ce + z, (ce, z)
 
     return loss_fn
+
+
+def run_train_step(
+    cfg: ExperimentConfig, mesh: Mesh, n_micro: int, per_device_batch: int
+) -> Callable[[dict, jax.Array], tuple[dict, dict]]:
+    """The step a run of `cfg` executes on `mesh`: the trainer's and `olmax train --plan`'s, built in one place."""
+    return make_train_step(
+        cfg.model,
+        cfg.optim,
+        mesh,
+        n_micro=n_micro,
+        per_device_batch=per_device_batch,
+        t_max=cfg.optim.t_max or cfg.train.steps,
+        ce_chunk=cfg.train.ce_chunk,
+    )
 
 
 def make_train_step(
