@@ -198,19 +198,12 @@ def child(args: list[str], devices: int, timeout: float = 900) -> subprocess.Com
 
 def score_child(checkpoint: str, out: str, meshes: list[str]) -> None:
     """(--score-child) 12 rows of fixed random tokens scored in fp32 with `checkpoint` on each mesh."""
-    import numpy as np
+    from olmax.testing.sharded_scores import scores_on_meshes
 
-    from olmax.evals.eval_mesh import describe
-    from olmax.evals.scoring import load_model, score
-
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, 998, (12, 33)).astype(np.int32)
-    mask = (rng.random((12, 32)) < 0.9).astype(np.float32)
-    res = {}
-    for spec in meshes:
-        model = load_model(checkpoint, "float32", spec)
-        nll, count, _ = score(model, ids[:, :-1], ids[:, 1:], mask, batch_size=4)
-        res[spec] = {"ce": (nll / count).tolist(), "mesh": describe(model.mesh), "devices": model.mesh.size}
+    res = {
+        spec: {k: r[k] for k in ("ce", "mesh", "devices")}
+        for spec, r in scores_on_meshes(checkpoint, meshes).items()
+    }
     write_part(out, res)
 
 

@@ -37,27 +37,10 @@ HELD = [
 # devices; per mesh: each row's CE, greedy flags, the mesh, and one sharded parameter's shard shape.
 CHILD = r"""
 import json, sys
-import numpy as np
-from olmax.evals.eval_mesh import describe
-from olmax.evals.scoring import load_model, score
+from olmax.testing.sharded_scores import scores_on_meshes
 
 checkpoint, out, *meshes = sys.argv[1:]
-rng = np.random.default_rng(0)
-ids = rng.integers(0, 998, (12, 33)).astype(np.int32)
-mask = (rng.random((12, 32)) < 0.9).astype(np.float32)
-res = {}
-for spec in meshes:
-    model = load_model(checkpoint, "float32", spec)
-    nll, count, greedy = score(model, ids[:, :-1], ids[:, 1:], mask, batch_size=4)
-    head = model.params["lm_head"]
-    res[spec] = {
-        "ce": (nll / count).tolist(),
-        "greedy": greedy.tolist(),
-        "mesh": describe(model.mesh),
-        "head_shard": list(head.addressable_shards[0].data.shape),
-        "head_devices": len(head.sharding.device_set),
-    }
-json.dump(res, open(out, "w"))
+json.dump(scores_on_meshes(checkpoint, meshes), open(out, "w"))
 """
 
 
