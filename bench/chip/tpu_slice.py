@@ -556,20 +556,10 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
                 "GiB",
                 remat=plan["remat"],
             )
-    if mt.get("maxtext_plan_gib_v5e_256"):
-        rec.figure(
-            "maxtext_plan_gib_v5e_256",
-            [mt["maxtext_plan_gib_v5e_256"]],
-            "GiB",
-            fits=mt["maxtext_fits_v5e_256"],
-        )
-    if mt.get("maxtext_full_plan_gib_v5e_256"):
-        rec.figure(
-            "maxtext_full_plan_gib_v5e_256",
-            [mt["maxtext_full_plan_gib_v5e_256"]],
-            "GiB",
-            fits=mt["maxtext_full_fits_v5e_256"],
-        )
+    for setting in ("", "full_"):  # its launcher's settings, then its remat full
+        if mt.get(f"maxtext_{setting}plan_gib_v5e_256"):
+            gib, fits = mt[f"maxtext_{setting}plan_gib_v5e_256"], mt[f"maxtext_{setting}fits_v5e_256"]
+            rec.figure(f"maxtext_{setting}plan_gib_v5e_256", [gib], "GiB", fits=fits)
     rec.data.update(
         summary=summary,
         chip=chip,

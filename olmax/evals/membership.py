@@ -76,6 +76,18 @@ def window_scores(
     return out
 
 
+def _scores(models: Models, tokens: np.ndarray, th: Thresholds) -> dict[str, np.ndarray]:
+    """`window_scores` with the run's models (the reference and earlier checkpoint where given) and its probe."""
+    return window_scores(
+        models.model,
+        tokens,
+        reference=models.reference,
+        earlier=models.earlier,
+        min_k_fraction=th.min_k_fraction,
+        batch_size=models.probe.batch_size,
+    )
+
+
 def auroc(members: np.ndarray, others: np.ndarray) -> tuple[float, float]:
     """(AUROC, Mann-Whitney z): the chance a member's score exceeds a non-member's (ties count half), and its
     standard score under exchangeability (mean 0.5, the normal approximation of U with the tie correction)."""
@@ -141,14 +153,7 @@ def check_membership(exp: Exposure, th: Thresholds, models: Models) -> dict[str,
         rows = np.concatenate([comp.over, comp.planned_rows])
         per_source[src] = {
             "comparison": comp,
-            "scores": window_scores(
-                models.model,
-                exp.tokens[rows, :length],
-                reference=models.reference,
-                earlier=models.earlier,
-                min_k_fraction=th.min_k_fraction,
-                batch_size=probe.batch_size,
-            ),
+            "scores": _scores(models, exp.tokens[rows, :length], th),
         }
     out = {}
     for name in SCORES:
@@ -234,14 +239,7 @@ def power_probe(exp: Exposure, th: Thresholds, models: Models) -> dict[str, dict
         n_over = min(probe.per_stratum, pool.size // 2)
         n_planned = min(max(1, probe.per_stratum // n_over) * n_over, pool.size - n_over)
         rows = sample_rows(rng, pool, n_over + n_planned)
-        scores = window_scores(
-            models.model,
-            exp.tokens[rows, :length],
-            reference=models.reference,
-            earlier=models.earlier,
-            min_k_fraction=th.min_k_fraction,
-            batch_size=probe.batch_size,
-        )
+        scores = _scores(models, exp.tokens[rows, :length], th)
         checks = {}
         for name in ("exposure", *SCORES):
             rated = score_power(name, scores, Sample(n_over, n_planned, float(level)), th, models)

@@ -19,19 +19,14 @@ import numpy as np
 import pytest
 
 from olmax.cli import main
+from tests.evals.test_watch import HELD as WATCH_HELD
+from tests.evals.test_watch import OTHER, write_set
 from tests.train.train_testdata import run_train, train_env, write_config, write_mix
 
 WRITERS = (1, 4, 8)  # device counts the runs are trained on
 MESHES = ("1x1", "8x1", "1x8", "2x4", "1x2")  # what each checkpoint is evaluated on
 REL = 1e-6
-HELD = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Photosynthesis converts light energy into glucose.",
-    "def add(a, b):\n    return a + b",
-    "Question: Who proposed evolution?\nAnswer: Darwin",
-    "naïve cafés — 数字 12345",
-    "Pack my box with five dozen liquor jugs.",
-]
+HELD = [*WATCH_HELD, OTHER[0]]
 
 # Scores 12 rows of fixed random tokens with the checkpoint on each mesh given, in one process that sees 8
 # devices; per mesh: each row's CE, greedy flags, the mesh, and one sharded parameter's shard shape.
@@ -48,18 +43,13 @@ def eight_devices() -> dict:
     return train_env(devices=8)
 
 
-def write_set(path: Path) -> Path:
-    path.write_text("".join(json.dumps({"id": f"h-{i}", "text": t}) + "\n" for i, t in enumerate(HELD)))
-    return path
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tokenizer_file):
     """Tiny runs of 4 steps (checkpoints at 2 and 4) trained on 1, 4 and 8 devices; the one on 4 evaluates
     the held-out set in-loop at each checkpoint."""
     root = tmp_path_factory.mktemp("sharded")
     mix = write_mix(root / "data")
-    held = write_set(root / "held.jsonl")
+    held = write_set(root / "held.jsonl", HELD, "h")
     out = {}
     for n in WRITERS:
         train = {"eval_every": 2, "eval_sets": [f"held={held}"], "eval_limit": 0} if n == 4 else {}
