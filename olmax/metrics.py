@@ -146,12 +146,20 @@ def train_records(run: str | os.PathLike) -> dict[int, dict]:
 class MetricsLog:
     """metrics.jsonl (append, one line per step) + TensorBoard events, written by process 0 only."""
 
-    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = True, wandb=None):
-        """`wandb`: an open olmax.train.wandb_log.WandbLog (process 0's), fed the TensorBoard scalars."""
+    def __init__(
+        self,
+        run_dir: Path,
+        resume_step: int,
+        tensorboard: bool = True,
+        wandb=None,
+        primary: bool | None = None,
+    ):
+        """`wandb`: an open olmax.train.wandb_log.WandbLog (process 0's), fed the TensorBoard scalars;
+        `primary`: whether this process writes (default: process 0)."""
         import jax
 
         self.path = Path(run_dir) / FILE
-        self.primary = jax.process_index() == 0
+        self.primary = jax.process_index() == 0 if primary is None else primary
         self.tb = None
         self.wandb = wandb
         self.devices = jax.device_count()

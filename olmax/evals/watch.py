@@ -117,7 +117,7 @@ def open_mirror(run: str):
     if not is_remote_run(run):
         return None
     storage.require_bucket(run)
-    mirror = RunMirror(run, "watch")
+    mirror = RunMirror(run, "watch", reads="params")  # a step's parameters, never its optimizer state
     mirror.pull(want=lambda step: False, keep_local=(EVALS,))
     return mirror
 
@@ -490,6 +490,8 @@ def step_cost(job: Job, step: int, new: list[dict], seconds: tuple[float, float,
     cost = {
         "step": step,
         "download_s": round(download, 3) if job.mirror is not None else None,
+        # bytes downloaded, and bytes of the step left in the bucket (its optimizer state)
+        **download_bytes(job, step),
         "restore_s": round(restore, 3),
         "eval_s": round(evaluate, 3),
         "tokens": tokens,
@@ -506,9 +508,22 @@ def step_cost(job: Job, step: int, new: list[dict], seconds: tuple[float, float,
     return cost
 
 
+def download_bytes(job: Job, step: int) -> dict:
+    """{"download_bytes", "left_in_bucket_bytes"} of a bucket run's step ({} for a local run)."""
+    got = job.mirror.last_download if job.mirror is not None else None
+    if not got or got["step"] != step:
+        return {}
+    return {"download_bytes": got["bytes"], "left_in_bucket_bytes": got["left_bytes"]}
+
+
 def describe_cost(cost: dict) -> str:
     """`download 85.2 s, restore 12.1 s, eval 30.5 s: 524,288 tokens at 17,190 tokens/s, 1x8 (...)`."""
     parts = [] if cost["download_s"] is None else [f"download {cost['download_s']:.1f} s"]
+    if cost.get("download_bytes") is not None:
+        parts[-1] += (
+            f" ({cost['download_bytes'] / 1e6:,.1f} MB; {cost['left_in_bucket_bytes'] / 1e6:,.1f} MB of optimizer "
+            "state left in the bucket)"
+        )
     parts += [f"restore {cost['restore_s']:.1f} s", f"eval {cost['eval_s']:.1f} s"]
     rate = f"{cost['tokens_per_s']:,.0f} tokens/s" if cost["tokens_per_s"] else "no rate"
     first = ", compile included" if cost["first"] else ""

@@ -23,6 +23,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +86,56 @@ def complete_steps(directory: str | Path) -> list[int]:
     return [s for s in committed_steps(directory, steps) if not seal_mismatch(directory / str(s))]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a step's arrays are laid out in files. `per_array`: one folder per array and one file per shard
+    (a reader can fetch the parameters alone); else one OCDBT index for all (few files: local runs).
+    `per_host`: each process writes its own shards into a folder of its own, every process the primary
+    of its folder (hosts that share no disk: olmax.train.run_folder puts the parts together); implies
+    `per_array`, since the parts of an OCDBT index are merged in one folder."""
+
+    per_array: bool = False
+    per_host: bool = False
+
+    @property
+    def files_per_array(self) -> bool:
+        return self.per_array or self.per_host
+
+
 class Checkpointer:
     """A thin wrapper over `ocp.CheckpointManager` with olmax's three items."""
 
-    def __init__(self, directory: str | Path, cfg: CheckpointConfig):
+    def __init__(self, directory: str | Path, cfg: CheckpointConfig, layout: Layout = Layout()):
         self.directory = Path(directory).resolve()
+        self.layout = layout
         _quiet_worker_tracebacks()
+        handlers = None
+        multi = ocp.options.MultiprocessingOptions()
+        if layout.files_per_array:
+            import jax
+            from orbax.checkpoint import type_handlers
+
+            if layout.per_host:  # every host creates its folders and writes the metadata; shard 0 of each
+                multi = ocp.options.MultiprocessingOptions(primary_host=None)  # array by its owner alone
+            registry = type_handlers.create_type_handler_registry(
+                (jax.Array, type_handlers.ArrayHandler(primary_host=multi.primary_host, replica_id=0))
+            )
+            handlers = {
+                "state": ocp.PyTreeCheckpointHandler(
+                    use_ocdbt=False, multiprocessing_options=multi, type_handler_registry=registry
+                ),
+                "data": LoaderStateHandler(),
+                "meta": ocp.JsonCheckpointHandler(multiprocessing_options=multi),
+            }
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep,
             create=True,
             enable_async_checkpointing=cfg.async_save,
             cleanup_tmp_directories=True,
+            multiprocessing_options=multi,
+            enable_per_process_directory_creation=layout.per_host,
         )
-        self.mngr = ocp.CheckpointManager(self.directory, options=options)
+        self.mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
     def latest_step(self) -> int | None:
         """The newest complete step. Newer step directories without Orbax's commit marker (copied or cut
@@ -161,9 +199,8 @@ class Checkpointer:
         return list(self.mngr.all_steps())
 
     def save(self, step: int, state: Any, loader_state: LoaderState, meta: dict) -> None:
-        args = ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=LoaderSave(loader_state), meta=ocp.args.JsonSave(meta)
-        )
+        item = ocp.args.PyTreeSave(state) if self.layout.files_per_array else ocp.args.StandardSave(state)
+        args = ocp.args.Composite(state=item, data=LoaderSave(loader_state), meta=ocp.args.JsonSave(meta))
         with self._writing(step):
             self.mngr.save(step, args=args, force=True)
         self._seal_finished()  # Orbax's save waited for the previous one: it is complete now
@@ -203,7 +240,7 @@ class Checkpointer:
     def _seal_finished(self) -> None:
         import jax
 
-        if jax.process_index() != 0:
+        if jax.process_index() != 0 or self.layout.per_host:  # a host's part is sealed with the others'
             return
         for s in self.mngr.all_steps():
             d = self.directory / str(s)
@@ -218,7 +255,7 @@ class Checkpointer:
         aside = self.directory.parent / f"{self.directory.name}-{kind}" / str(step)
         while aside.exists():
             aside = aside.with_name(aside.name + "+")
-        if jax.process_index() == 0:
+        if jax.process_index() == 0 or self.layout.per_host:  # a host's own folder is moved by the host
             aside.parent.mkdir(exist_ok=True)
             src.rename(aside)
             then = (
@@ -233,9 +270,14 @@ class Checkpointer:
     ) -> tuple[Any, LoaderState, dict]:
         """(train state in the abstract state's shardings, loader state, metadata) of `step`. Unreadable
         array data is an OlmaxError, or `_Unreadable` with `fallback` (the caller then tries an older step)."""
-        args = ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=LoaderRestore(), meta=ocp.args.JsonRestore()
+        item = (
+            ocp.args.PyTreeRestore(
+                item=abstract_state, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_state)
+            )
+            if self.layout.files_per_array
+            else ocp.args.StandardRestore(abstract_state)
         )
+        args = ocp.args.Composite(state=item, data=LoaderRestore(), meta=ocp.args.JsonRestore())
         # shapes first, from the metadata alone: a mismatch found by the restore itself leaves Orbax's
         # pending reads to print tracebacks at exit
         why = self.shape_mismatch(step, abstract_state)
@@ -270,8 +312,7 @@ class Checkpointer:
         """The first array (parameters first) whose saved shape differs from `abstract_state`'s, as
         "params['embed']: checkpoint (64, 1024), config (32, 1024)"; "" when none or unknown."""
         try:
-            with _quiet_absl(), ocp.StandardCheckpointer() as ckptr:
-                saved = ckptr.metadata(self.directory / str(step) / "state")
+            saved = saved_shapes(self.directory / str(step) / "state")
         except Exception:  # noqa: BLE001 - a diagnosis only; the caller reports the original error
             return ""
         return first_mismatch(saved, abstract_state)
@@ -349,24 +390,48 @@ def _quiet_absl() -> Iterator[None]:
         absl.setLevel(level)
 
 
-def first_mismatch(saved_metadata: Any, abstract: Any) -> str:
-    """The first array of `abstract` (parameters first) missing from a saved item's metadata or of another
-    shape there ("params['embed']: checkpoint (64, 1024), config (32, 1024)"); "" when all match."""
+def saved_shapes(state_dir: Path) -> dict[str, tuple[int, ...]]:
+    """{keystr of each array ("['params']['embed']"): its shape} of a saved state item. A per-array layout
+    is read from the tree's `_METADATA` and each array's own zarr metadata, so a copy holding some arrays
+    (a reader's: no optimizer state) lists those it holds; an OCDBT index through Orbax's metadata."""
     import jax
 
-    tree = getattr(saved_metadata, "item_metadata", saved_metadata)
-    tree = getattr(tree, "tree", tree)
-    shapes = {
-        jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
-        for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]
-    }
+    state_dir = Path(state_dir)
+    if (state_dir / "manifest.ocdbt").exists() or any(state_dir.glob("ocdbt.process_*")):
+        with _quiet_absl(), ocp.PyTreeCheckpointer() as ckptr:
+            tree = ckptr.metadata(state_dir)
+        tree = getattr(tree, "item_metadata", tree)
+        tree = getattr(tree, "tree", tree)
+        return {
+            jax.tree_util.keystr(p): tuple(getattr(v, "shape", ()))
+            for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+        }
+    entries = json.loads((state_dir / "_METADATA").read_text())["tree_metadata"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for entry in entries.values():
+        keys = [k["key"] for k in entry["key_metadata"]]
+        folder = state_dir / ".".join(keys)
+        for name, field in ((".zarray", "shape"), ("zarr.json", "shape")):
+            if (folder / name).is_file():
+                shapes["".join(f"[{k!r}]" for k in keys)] = tuple(
+                    json.loads((folder / name).read_text())[field]
+                )
+                break
+    return shapes
+
+
+def first_mismatch(saved: dict[str, tuple[int, ...]], abstract: Any) -> str:
+    """The first array of `abstract` (parameters first) missing from `saved` (olmax `saved_shapes`) or of
+    another shape there ("params['embed']: checkpoint (64, 1024), config (32, 1024)"); "" when all match."""
+    import jax
+
     leaves = jax.tree_util.tree_flatten_with_path(abstract)[0]
     for path, leaf in sorted(leaves, key=lambda pl: not jax.tree_util.keystr(pl[0]).startswith("['params']")):
         key, shape = jax.tree_util.keystr(path), tuple(getattr(leaf, "shape", ()))
-        if key not in shapes:
+        if key not in saved:
             return f"{key}: not in the checkpoint"
-        if shapes[key] != shape:
-            return f"{key}: checkpoint {shapes[key]}, config {shape}"
+        if saved[key] != shape:
+            return f"{key}: checkpoint {saved[key]}, config {shape}"
     return ""
 
 
@@ -388,10 +453,10 @@ def read_params(step_dir: str | Path, abstract_params: Any, shardings: Any = Non
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_params, shardings
         )
     }
+    why = first_mismatch(saved_shapes(path), target)
+    if why:
+        raise OlmaxError(f"{path.parent}: holds another model than the config's ({why})")
     with _quiet_absl(), ocp.PyTreeCheckpointer() as ckptr:
-        why = first_mismatch(ckptr.metadata(path), target)
-        if why:
-            raise OlmaxError(f"{path.parent}: holds another model than the config's ({why})")
         out = ckptr.restore(
             path,
             args=ocp.args.PyTreeRestore(

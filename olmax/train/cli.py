@@ -16,7 +16,6 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # builds the in-loop eval hook of an experiment config (olmax.evals.hook.train_hook)
@@ -156,15 +155,21 @@ def run(args: argparse.Namespace, eval_hook: EvalHookBuilder | None = None) -> i
 
 
 def train_command(cmd: TrainCommand, eval_hook: EvalHookBuilder | None = None) -> int:
-    """Run `cmd`: open the run folder, build the config, then print it (--dry-run) or train."""
+    """Run `cmd`: start the run's processes, open its folder, build the config, then print it (--dry-run)
+    or train. A run stopped by a preemption notice returns olmax.train.hosts.PREEMPTED."""
     from olmax.errors import OlmaxError
-    from olmax.train.run_mirror import training_folder
+    from olmax.train.hosts import PREEMPTED, Preempted
+    from olmax.train.run_folder import open_run_folder
     from olmax.train.runrecord import start_config
 
     if cmd.plan is not None:
         return _plan(cmd)
-    folder = training_folder(cmd.run_dir) if cmd.run_dir else None
-    if folder is not None and folder.pulled is not None:
+    if not cmd.dry_run:
+        if not cmd.run_dir:
+            raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
+        _distributed(cmd.processes)  # before the folder: each host of a bucket run has a mirror of its own
+    folder = open_run_folder(cmd.run_dir) if cmd.run_dir else None
+    if folder is not None and folder.pulled is not None and folder.writes_record:
         print(
             f"olmax train: resuming {folder.url} from its step {folder.pulled} (downloaded to {folder.local})",
             file=sys.stderr,
@@ -179,47 +184,34 @@ def train_command(cmd: TrainCommand, eval_hook: EvalHookBuilder | None = None) -
             print(note, file=sys.stderr)
         print(dry_run(cfg))
         return 0
-    if folder is None:
-        raise OlmaxError("--run-dir is required (the folder for checkpoints and metrics.jsonl)")
-    _distributed(cmd.processes)
-    summary = _train(cfg, folder, note, eval_hook)
+    try:
+        summary = _train(cfg, folder, note, eval_hook)
+    except Preempted as stop:
+        print(f"olmax train: {stop} (exit {PREEMPTED})", file=sys.stderr, flush=True)
+        return PREEMPTED
     _report(summary, cmd.json)
     return 0
 
 
 def _train(cfg, folder, note: str, eval_hook: EvalHookBuilder | None) -> dict:
-    """Train `cfg` in `folder` (a RunFolder) under its lock; a bucket run's steps are uploaded after each
-    save and at the end, and the summary names the bucket."""
-    import jax
-
+    """Train `cfg` in `folder` (olmax.train.run_folder.RunFolder) under its lock, with the watchdog that
+    ends this process when another process of the run is lost (olmax.train.hosts)."""
     from olmax.atomic import exclusive
     from olmax.data.loader import resolve_mix
     from olmax.data.stream_cli import prepare_named_demo_mix
-    from olmax.errors import OlmaxError
+    from olmax.train.hosts import Watchdog
     from olmax.train.loop import train
 
-    mirror = folder.mirror
-    if mirror is not None and jax.process_count() > 1:
-        raise OlmaxError(
-            f"--run-dir {folder.url}: a bucket run folder is written by one process (its local mirror is a "
-            "folder of this machine); for a multi-process run give a shared local folder and copy it to the "
-            "bucket"
-        )
     # one run per run directory: a second `olmax train` on it refuses (the processes of one multi-process
-    # run share the directory, and process 0 holds the lock for them all)
-    lock = exclusive(folder.local, "olmax train") if jax.process_index() == 0 else contextlib.nullcontext()
-    with lock:
+    # run share the directory, and process 0 holds the lock for them all; a bucket run's hosts each hold
+    # their own mirror)
+    own = folder.writes_record or folder.per_host
+    lock = exclusive(folder.local, "olmax train") if own else contextlib.nullcontext()
+    with lock, Watchdog(folder.hosts, folder.newest_complete):
         prepare_named_demo_mix(cfg.data)  # `mix: demo` (the tiny recipe's), as every stream command does
         resolve_mix(cfg.data)  # a missing mix is reported before the eval sets are read
-        push = (lambda: mirror.push(keep=cfg.checkpoint.keep)) if mirror is not None else None
         hook = eval_hook(cfg) if eval_hook is not None and cfg.train.eval_every else None
-        summary = train(cfg, str(folder.local), eval_hook=hook, resume_note=note, after_save=push)
-        if mirror is not None:  # the last step, sealed when the checkpointer closed, and the final record
-            push()
-            summary["run_dir"] = folder.url
-            if summary.get("checkpoint"):
-                summary["checkpoint"] = f"{folder.url}/checkpoints/{Path(summary['checkpoint']).name}"
-    return summary
+        return train(cfg, folder, eval_hook=hook, resume_note=note)
 
 
 def _plan(cmd: TrainCommand) -> int:

@@ -9,7 +9,10 @@ different device count keeps the global batch and data order (losses equal up to
 order). `run_dir/metrics.jsonl` holds one JSON object per step; on resume, lines past the restored
 step (written before a crash) are dropped first so every step appears once. `run_dir/config.yaml` and
 `run_dir/history.jsonl` are written only once the resume checks pass and there is something to train
-(olmax.train.runrecord).
+(olmax.train.runrecord). Where each file lives and which process writes it is the run folder's to say
+(olmax.train.run_folder: a local folder, or a bucket through a mirror per host). On a preemption notice
+(SIGTERM) every process stops after the same step, which is saved and published before `Preempted` is
+raised.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from olmax.model.flops import flops_per_token
 from olmax.model.transformer import compute_summary
 from olmax.train import runrecord, wandb_log
 from olmax.train.config import ExperimentConfig, absolute_paths, dump_yaml, to_dict
+from olmax.train.hosts import Preempted, StopNotice
 from olmax.train.mesh import describe, global_batch, make_mesh, microbatches
 from olmax.train.mfu import mfu, peak_flops
 from olmax.train.optim import horizon_mismatch
+from olmax.train.run_folder import RunFolder, open_run_folder
 
 BATCH_KEYS = ("input_ids", "segment_ids", "label_mask")  # loader outputs the step reads
 EvalHook = Callable[["EvalContext"], dict[str, float]]
@@ -74,21 +79,36 @@ def _monitor(cfg: ExperimentConfig, loader, saved_meta: dict | None):
 
 def train(
     cfg: ExperimentConfig,
-    run_dir: str | Path,
+    run: RunFolder | str | Path,
     *,
     mix: str | None = None,
     eval_hook: EvalHook | None = None,
     resume_note: str = "",
-    after_save: Callable[[], None] | None = None,
 ) -> dict:
-    """Train to `cfg.train.steps`; returns a summary dict (first/last step run, last metrics, timings).
-    `resume_note` (the CLI's word on how it built `cfg`) goes to stderr once the resume checks pass.
-    `after_save()` is called on process 0 after each checkpoint save is launched (a bucket run's upload of
-    the steps sealed so far, olmax.train.run_mirror).
+    """Train to `cfg.train.steps` in `run` (a RunFolder, or a local folder's path); returns a summary dict
+    (first/last step run, last metrics, timings). `resume_note` (the CLI's word on how it built `cfg`)
+    goes to stderr once the resume checks pass. A preemption notice (SIGTERM) ends the run after the step
+    in flight, that step saved and published: `Preempted` (olmax.train.hosts).
 
     Phases: open the stream and the mesh → restore (or initialise) the state → step through the
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
-    from olmax.train.checkpoint import Checkpointer
+
+    folder = run if isinstance(run, RunFolder) else open_run_folder(str(run))
+    try:
+        summary = _train_in(cfg, folder, mix=mix, eval_hook=eval_hook, resume_note=resume_note)
+    except Preempted:
+        folder.finish(
+            cfg.checkpoint.keep
+        )  # the stop's step, sealed when the checkpointer closed, reaches the bucket
+        raise
+    folder.finish(cfg.checkpoint.keep)
+    return summary
+
+
+def _train_in(
+    cfg: ExperimentConfig, folder: RunFolder, *, mix: str | None, eval_hook: EvalHook | None, resume_note: str
+) -> dict:
+    """`train`'s body, in `folder` (its docstring)."""
     from olmax.train.step import abstract_state
 
     if mix is not None:
@@ -115,12 +135,13 @@ def train(
     )
     loader = open_loader(stream, index, eos_token_id=m.eos_token_id, bos_token_id=m.bos_token_id)
     wandb_log.preflight(cfg.wandb)
-    run_dir = Path(run_dir).resolve()  # created only once the config, mesh and data check out
+    run_dir = folder.local.resolve()  # created only once the config, mesh and data check out
+    primary = folder.writes_record
     # the resume rule (olmax.train.runrecord): a refused change stops here, before the run dir is touched
     saved = runrecord.saved_config(run_dir) if runrecord.has_checkpoint(run_dir) else None
     diff = runrecord.check_resume(saved, cfg, run_dir) if saved is not None else {}
     run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint)
+    ckpt = folder.checkpointer(cfg.checkpoint)
     abstract, _ = abstract_state(cfg.model, cfg.optim, mesh)
     start, state, loader_state, saved_meta, note = _restore_or_init(cfg, ckpt, abstract, mesh)
     if loader_state is not None:
@@ -142,9 +163,9 @@ def train(
     with ExitStack() as closing:  # checkpointer, loader threads and logs are closed also on an error
         closing.callback(ckpt.close)
         if start >= cfg.train.steps:  # nothing to train: the record stays as it is
-            if jax.process_index() == 0:
+            if primary:
                 print(
-                    f"olmax train: {run_dir} is at step {start}, train.steps is {cfg.train.steps}: "
+                    f"olmax train: {folder.url} is at step {start}, train.steps is {cfg.train.steps}: "
                     "nothing to train (raise --steps to extend it)",
                     flush=True,
                 )
@@ -157,7 +178,7 @@ def train(
         # the kernel and remat this run resolves to, for its mesh's devices
         compute = compute_summary(run_cfg.model, cfg.data.seq_len, list(mesh.devices.flat))
         summary["compute"] = compute
-        if jax.process_index() == 0:
+        if primary:
             if resume_note:
                 print(resume_note, file=sys.stderr, flush=True)
             if diff:
@@ -192,14 +213,14 @@ def train(
         it = loader.iterate(loader_state)
         closing.callback(it.close)
         wb = None
-        if cfg.wandb.enabled and jax.process_index() == 0:
+        if cfg.wandb.enabled and primary:
             wb = wandb_log.WandbLog(cfg.wandb, run_dir, to_dict(cfg))
-        log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard, wandb=wb)
+        log = MetricsLog(run_dir, start, tensorboard=cfg.train.tensorboard, wandb=wb, primary=primary)
         closing.callback(log.close)
         t_run = time.perf_counter()
         parts = RunParts(
             mesh=mesh,
-            run_dir=run_dir,
+            folder=folder,
             index=loader.index,
             it=it,
             monitor=_monitor(cfg, loader, saved_meta if start else None),
@@ -207,15 +228,14 @@ def train(
             ckpt=ckpt,
             n_micro=n_micro,
             per_device=per_device,
-            after_save=after_save if jax.process_index() == 0 else None,
             compiled=step_fn.executable if step_fn is not None else None,
         )
         steps = _Steps(run_cfg, parts, eval_hook, peak)
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
     summary["eval"] = steps.last_eval
-    summary["checkpoint"] = str(ckpt.directory / str(steps.saved)) if steps.saved is not None else None
-    summary["run_dir"] = str(run_dir)
+    summary["checkpoint"] = folder.step_url(steps.saved) if steps.saved is not None else None
+    summary["run_dir"] = folder.url if folder.mirror is not None else str(run_dir)
     return summary
 
 
@@ -283,7 +303,7 @@ class RunParts:
     online replay monitor (or None), the metrics log, the checkpointer and the step's microbatch layout."""
 
     mesh: Any
-    run_dir: Path
+    folder: RunFolder
     index: Any
     it: Any
     monitor: Any
@@ -291,7 +311,6 @@ class RunParts:
     ckpt: Any
     n_micro: int  # microbatches per step
     per_device: int  # rows per device in a microbatch
-    after_save: Callable[[], None] | None = None  # called after each checkpoint save is launched
     compiled: Any = None  # the train step already compiled for this mesh (model.remat auto), else None
 
 
@@ -304,16 +323,16 @@ class _Steps:
         from olmax.train.step import model_graphdef, run_train_step
 
         mesh, monitor, n_micro, per_device = run.mesh, run.monitor, run.n_micro, run.per_device
-        self.cfg, self.mesh, self.run_dir, self.index, self.it, self.monitor = (
+        self.cfg, self.mesh, self.folder, self.index, self.it, self.monitor = (
             cfg,
             mesh,
-            run.run_dir,
+            run.folder,
             run.index,
             run.it,
             monitor,
         )
+        self.run_dir = run.folder.local.resolve()
         self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
-        self.after_save = run.after_save
         self.train_step = run.compiled or run_train_step(cfg, mesh, n_micro, per_device)
         self.tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
         self.flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * self.tokens_per_step
@@ -332,7 +351,7 @@ class _Steps:
         # With several processes the monitor's all-gather is a collective of its own: it must not be
         # issued while a train step's collectives may still be in flight, so the steps do not overlap.
         self.overlap = jax.process_count() == 1 or monitor is None
-        if cfg.train.progress and jax.process_index() == 0:
+        if cfg.train.progress and run.folder.writes_record:
             from tqdm import tqdm
 
             self.bar = tqdm(total=cfg.train.steps, initial=0, unit="step", dynamic_ncols=True)
@@ -345,7 +364,9 @@ class _Steps:
         pending: tuple | None = None  # (step, epoch, counters, device metrics) dispatched, not read back
         rec: dict[str, Any] = {}
         self.t_prev = time.perf_counter()
+        stop = StopNotice(self.folder.hosts)
         try:
+            stop.__enter__()
             for step in range(start + 1, cfg.train.steps + 1):
                 if pending is not None and not self.overlap:
                     done, pending = pending, None
@@ -362,22 +383,31 @@ class _Steps:
                     done, pending = pending, None
                     rec = self._finish(*done, state=state if evaluate else None)
                 if save:
-                    extra = {"monitor": self.monitor.state_json()} if self.monitor is not None else {}
-                    self.ckpt.save(
-                        step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra}
-                    )
-                    self.saved = step
-                    if self.after_save is not None:
-                        self.after_save()
-                    self.t_prev = time.perf_counter()  # the checkpoint launch is not the next step's time
+                    self._save(step, epoch, state)
+                if stop.reached(step):  # a preemption notice: this step is the last, saved whole
+                    if pending is not None:
+                        done, pending = pending, None
+                        rec = self._finish(*done)
+                    if self.saved != step:
+                        self._save(step, epoch, state)
+                    raise Preempted(step, self.folder.step_url(step))
         except BaseException:
             if pending is not None:  # a step the device finished is logged even when the next one fails
                 self._finish(*pending)
             raise
         finally:
+            stop.__exit__()
             if self.bar is not None:
                 self.bar.close()
         return rec
+
+    def _save(self, step: int, epoch: int, state: dict) -> None:
+        """Checkpoint `step` (its metrics are logged already) and publish what the run folder needs."""
+        extra = {"monitor": self.monitor.state_json()} if self.monitor is not None else {}
+        self.ckpt.save(step, state, self.it.state, {**self.meta, "step": step, "epoch": epoch, **extra})
+        self.saved = step
+        self.folder.publish(self.ckpt, step, keep=self.cfg.checkpoint.keep)
+        self.t_prev = time.perf_counter()  # the checkpoint is not the next step's time
 
     def _next_batch(self, step: int) -> tuple[int, dict, dict]:
         """(epoch, the global batch, the monitor's counters after it) of `step`; the monitor sees its rows

@@ -19,11 +19,15 @@ name made from the URL), synchronised with the bucket:
   `checkpoints/`), removes the mirror's steps the bucket no longer holds, and downloads the other files the
   bucket changed since the last pull (the files under `keep_local`, the writer's own outputs, only when
   the mirror has none of them).
-- One writer per bucket run (the trainer; the watcher writes only `evals/`), and one process: the mirror is
-  a folder of this machine.
-
-`training_folder(run_dir)` is the trainer's one call: it takes `--run-dir` as given and returns the folder to
-train in (`RunFolder`), the mirror and its resume download included.
+- A run of several processes has one mirror per host, each holding that host's shards of each step; the
+  step is put together in the bucket by `upload_step_files` (each host its own files) and `seal_step`
+  (process 0, last), and each host's mirror is brought to the bucket's newest complete step to resume
+  (`resume_step(exact=True)`). olmax.train.run_folder says who does what.
+- Readers (`reads="params"`: the eval commands and the watcher) download a step's parameters and never its
+  optimizer state, where the step keeps one file per array (a bucket run's layout); a step kept in one
+  OCDBT index (a local run copied to a bucket) is downloaded whole. The mirror's copy is sealed with the
+  files it holds.
+- One trainer per bucket run; the watcher writes only `evals/`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from olmax import storage
@@ -62,37 +65,6 @@ def staging_folder(url: str, role: str) -> Path:
     return root / role / f"{name}-{digest}"
 
 
-@dataclass(frozen=True)
-class RunFolder:
-    """Where a run is trained: `local`, the folder the trainer writes (the run folder itself, or a bucket
-    run's mirror); `url`, the run folder as given; `mirror`, the bucket run's RunMirror (None for a local
-    folder); `pulled`, the bucket's step downloaded to resume it here (None when nothing was)."""
-
-    local: Path
-    url: str
-    mirror: RunMirror | None = None
-    pulled: int | None = None
-
-
-def training_folder(run_dir: str) -> RunFolder:
-    """`olmax train --run-dir`'s folder: a local path as it is; for a bucket URL its local mirror (the
-    bucket checked first), brought to the bucket's newest complete checkpoint when the bucket is further
-    than the mirror (a resume on another machine)."""
-    from olmax.train.checkpoint import complete_steps
-
-    if not is_remote_run(run_dir):
-        return RunFolder(Path(run_dir), run_dir)
-    storage.require_bucket(run_dir)
-    mirror = RunMirror(run_dir, "train")
-    remote = mirror.complete_remote_steps()
-    local = complete_steps(mirror.local / CHECKPOINTS)
-    pulled = None
-    if remote and (not local or remote[0] > local[0]):
-        mirror.pull(newest_only=True)
-        pulled = remote[0]
-    return RunFolder(mirror.local, mirror.url, mirror, pulled)
-
-
 def _seal_names() -> tuple[str, str]:
     from olmax.train.checkpoint import COMMIT_MARKER, SEAL
 
@@ -102,8 +74,12 @@ def _seal_names() -> tuple[str, str]:
 class RunMirror:
     """Run folder `url` mirrored in `local` (default: `staging_folder(url, role)`)."""
 
-    def __init__(self, url: str, role: str, local: str | os.PathLike | None = None):
+    def __init__(self, url: str, role: str, local: str | os.PathLike | None = None, reads: str = "all"):
+        """`reads`: "all" (the trainer: whole steps) or "params" (readers: no optimizer state)."""
         self.url = url.rstrip("/")
+        self.reads = reads
+        # the newest step download: {"step", "files", "bytes", "left_bytes"} (what stayed in the bucket)
+        self.last_download: dict | None = None
         self.local = Path(local) if local is not None else staging_folder(self.url, role)
         self.fs, self.root = storage.url_filesystem(self.url)
         self.root = self.root.rstrip("/")
@@ -150,6 +126,38 @@ class RunMirror:
         """The bucket's complete checkpoint steps, newest first."""
         return sorted(self._remote_steps(self._listing())[0], reverse=True)
 
+    def resume_step(self, exact: bool) -> int | None:
+        """Bring the mirror to where the trainer resumes; the bucket's step downloaded for it (None when
+        nothing was). `exact` (a run of several processes, one mirror per host): the mirror holds the
+        bucket's newest complete step and nothing newer, its missing files downloaded (a host's own part
+        of a step is not the step). Else a newer complete step of the mirror's own (an upload cut short)
+        is kept and resumed; the bucket's step is downloaded only when it is newer."""
+        from olmax.train.checkpoint import complete_steps
+
+        listing = self._listing()
+        complete, _ = self._remote_steps(listing)
+        newest = max(complete, default=None)
+        local_ckpt = self.local / CHECKPOINTS
+        pulled = None
+        if exact:
+            kept = set()
+            if newest is not None:
+                have = _sizes(local_ckpt / str(newest))
+                if any(have.get(n) != size for n, size in complete[newest].items()):
+                    self._download_step(newest, complete[newest], have=have)
+                    pulled = newest
+                kept.add(str(newest))
+            for p in local_ckpt.iterdir() if local_ckpt.is_dir() else ():
+                if p.name not in kept:  # newer parts, older steps, Orbax's temporaries
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+        else:
+            local = complete_steps(local_ckpt)
+            if newest is not None and (not local or newest > local[0]):
+                self._download_step(newest, complete[newest])
+                pulled = newest
+        self._pull_files(listing, ())
+        return pulled
+
     def _remote(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
 
@@ -184,21 +192,41 @@ class RunMirror:
         self._pull_files(listing, tuple(keep_local))
         return got
 
-    def _download_step(self, step: int, files: dict[str, int]) -> bool:
+    def _download_step(self, step: int, files: dict[str, int], have: dict[str, int] | None = None) -> bool:
         """Download a complete step into scratch, then rename it into checkpoints/; False when the bucket
-        removed it meanwhile (its retention)."""
+        removed it meanwhile (its retention). `have`: files of the step the mirror holds already at their
+        sealed size (moved over, not downloaded). A reader's copy (`reads="params"`) leaves out the
+        optimizer state where the step allows and is sealed with what it holds."""
+        seal_name, _ = _seal_names()
         tmp = self.local / _SCRATCH / str(step)
         shutil.rmtree(tmp, ignore_errors=True)
+        final = self.local / CHECKPOINTS / str(step)
+        wanted = reader_files(files) if self.reads == "params" else dict(files)
         try:
             with storage.errors_named(self.url), _gone_is_none():
-                for name in files:
+                for name, size in wanted.items():
                     dest = tmp / name
                     dest.parent.mkdir(parents=True, exist_ok=True)
+                    if have and have.get(name) == size and name != seal_name:
+                        os.replace(final / name, dest)
+                        continue
                     self.fs.get_file(self._remote(CHECKPOINTS, str(step), name), str(dest))
         except _Gone:
             shutil.rmtree(tmp, ignore_errors=True)
             return False
-        final = self.local / CHECKPOINTS / str(step)
+        fetched = {n: s for n, s in wanted.items() if not (have and have.get(n) == s and n != seal_name)}
+        self.last_download = {
+            "step": step,
+            "files": len(fetched),
+            "bytes": sum(fetched.values()),
+            "left_bytes": sum(files.values()) - sum(wanted.values()),
+        }
+        if len(wanted) < len(files):  # the reader's copy: its seal lists what it holds
+            kept = {n: s for n, s in wanted.items() if n != seal_name}
+            write_text(
+                tmp / seal_name,
+                json.dumps({"files": kept, "reads": self.reads}, indent=0, sort_keys=True) + "\n",
+            )
         final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(final, ignore_errors=True)  # an incomplete local copy of the same step
         os.replace(tmp, final)
@@ -287,9 +315,44 @@ class RunMirror:
     def _pushed(self) -> dict:
         return self._state.setdefault("pushed", {})
 
-    def push_files(self, under: str) -> None:
-        """Upload the changed files of the mirror's folder `under` alone (a watcher's evals/)."""
+    def push_files(self, under: str | None = None) -> None:
+        """Upload the changed files of the run (not its checkpoints), or of the mirror's folder `under` alone
+        (a watcher's evals/)."""
         self._push_files(under)
+
+    def upload_step_files(self, step: int, folder: Path, names: list[str]) -> None:
+        """Upload `names` (paths relative to the local step `folder`) into the bucket's step `step`: one
+        host's part of a step (olmax.train.run_folder); files already there at their size are skipped."""
+        base = self._remote(CHECKPOINTS, str(step))
+        with storage.errors_named(self.url):
+            self.fs.invalidate_cache()
+            there = (
+                {
+                    p[len(base) + 1 :]: int(i.get("size") or 0)
+                    for p, i in self.fs.find(base, detail=True).items()
+                }
+                if self.fs.exists(base)
+                else {}
+            )
+            for name in names:
+                if there.get(name) == (folder / name).stat().st_size:
+                    continue
+                self.fs.put_file(str(folder / name), f"{base}/{name}")
+
+    def seal_step(self, step: int, files: dict[str, int], keep: int | None) -> None:
+        """Process 0, once every host uploaded its part of step `step`: check that the bucket holds every
+        file of `files` at its size, write the seal (the step is complete from then on), keep the newest
+        `keep` complete steps, and upload the run's own files."""
+        seal_name, _ = _seal_names()
+        body = json.dumps({"files": dict(sorted(files.items()))}, indent=0, sort_keys=True) + "\n"
+        with storage.errors_named(self.url):
+            self._check_kept(step, files)
+            self.fs.pipe_file(self._remote(CHECKPOINTS, str(step), seal_name), body.encode())
+            if keep is not None:
+                complete = sorted(self._remote_steps(self._listing())[0], reverse=True)
+                for old in complete[keep:]:
+                    self.fs.rm(self._remote(CHECKPOINTS, str(old)), recursive=True)
+        self._push_files()
 
     def _push_files(self, under: str | None = None) -> None:
         pushed = self._pushed()
@@ -338,7 +401,7 @@ def local_checkpoint(path: str) -> str:
     m = re.fullmatch(rf"(.+)/{CHECKPOINTS}/(\d+)/?", path)
     run_url, step = (m.group(1), int(m.group(2))) if m else (path.rstrip("/"), None)
     storage.require_bucket(run_url)
-    mirror = RunMirror(run_url, "eval")
+    mirror = RunMirror(run_url, "eval", reads="params")
     complete = mirror.complete_remote_steps()
     if step is None and not complete:
         raise OlmaxError(f"{run_url}/{CHECKPOINTS}: no complete checkpoint in the store yet")
@@ -397,3 +460,21 @@ def _version(info: dict) -> str:
         if info.get(key) is not None:
             return str(info[key])
     return ""
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    """{path relative to `folder`: size} of every file under it ({} when it does not exist)."""
+    if not folder.is_dir():
+        return {}
+    return {str(f.relative_to(folder)): f.stat().st_size for f in folder.rglob("*") if f.is_file()}
+
+
+OPTIMIZER_PREFIX = "state/opt."  # a step's optimizer state, one folder per array (a per-array layout)
+
+
+def reader_files(files: dict[str, int]) -> dict[str, int]:
+    """The files of a step that a reader of its parameters needs: all but the optimizer state's arrays,
+    where each array has files of its own; every file where the step keeps its arrays in one OCDBT index."""
+    if any(n.startswith("state/ocdbt.") or n == "state/manifest.ocdbt" for n in files):
+        return dict(files)
+    return {n: s for n, s in files.items() if not n.startswith(OPTIMIZER_PREFIX)}
