@@ -35,15 +35,18 @@ def register(sub: argparse._SubParsersAction, eval_hook: EvalHookBuilder | None 
         "or the model is refused, any other change is listed and recorded in history.jsonl "
         "(docs/runs.md). The device count comes from JAX; the global batch "
         "and data order never depend on it. Overrides are area.key=value (model, data, optim, mesh, "
-        "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2.",
+        "checkpoint, train), e.g. optim.lr=1e-3 model.n_layers=2. SIGTERM (a TPU VM's preemption notice) "
+        "stops every process after one agreed step, saved, with exit code 75; when a process of a multi-process "
+        "run is lost the others exit with code 69 (docs/tpu.md).",
     )
     p.add_argument("overrides", nargs="*", metavar="AREA.KEY=VALUE", help="dotted config overrides")
     p.add_argument("--config", required=True, help="a preset name (configs/NAME.yaml) or a YAML path")
     p.add_argument(
         "--run-dir",
-        help="run folder (required unless --dry-run): a local path, or an s3:// / gs:// URL, trained in a local "
-        "mirror ($OLMAX_RUN_STAGING, else ~/.cache/olmax/runs) and uploaded after each checkpoint; a rerun "
-        "on any machine resumes from the bucket's newest complete step",
+        help="run folder (required unless --dry-run): a local path (every process of the run sees it), or an "
+        "s3:// / gs:// URL, trained in a local mirror on each host ($OLMAX_RUN_STAGING, else ~/.cache/olmax/runs) "
+        "and uploaded after each checkpoint by every host; a rerun on any hosts resumes from the bucket's newest "
+        "complete step",
     )
     p.add_argument("--steps", type=int, help="absolute step to train to (train.steps)")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint period in steps (checkpoint.every)")

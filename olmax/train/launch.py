@@ -27,6 +27,14 @@ def cloud_tpu_hosts(environ: Mapping[str, str]) -> int:
     return max(len(names), 1) * max(slices, 1)
 
 
+def heartbeat_timeout(environ: Mapping[str, str]) -> int:
+    """JAX's own heartbeat timeout, in seconds: past olmax's lost-process watchdog (olmax.train.hosts), which
+    ends the run first with a line naming the lost process; JAX's default (100 s) at least."""
+    from olmax.train.hosts import LOST_TIMEOUT, LOST_TIMEOUT_ENV
+
+    return max(100, int(2 * float(environ.get(LOST_TIMEOUT_ENV, LOST_TIMEOUT))))
+
+
 def _has_accelerator() -> bool:
     return any(
         importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
@@ -52,11 +60,15 @@ def start(
         if environ.get("JAX_PLATFORMS", "") == "cpu" or not _has_accelerator():
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
-            coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            heartbeat_timeout_seconds=heartbeat_timeout(environ),
         )
         return f"process {process_id} of {num_processes} (coordinator {coordinator})"
     hosts = cloud_tpu_hosts(environ)
     if hosts > 1 and environ.get("JAX_PLATFORMS", "") != "cpu":
-        jax.distributed.initialize()  # the TPU's metadata names the coordinator, the count and this worker
+        # the TPU's metadata names the coordinator, the count and this worker
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout(environ))
         return f"process {jax.process_index()} of {jax.process_count()} (Cloud TPU slice, {hosts} hosts)"
     return ""

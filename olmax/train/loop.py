@@ -94,19 +94,25 @@ def train(
     batches, logging, evaluating and checkpointing → close everything, also on an error."""
 
     folder = run if isinstance(run, RunFolder) else open_run_folder(str(run))
-    try:
-        summary = _train_in(cfg, folder, mix=mix, eval_hook=eval_hook, resume_note=resume_note)
-    except Preempted:
-        folder.finish(
-            cfg.checkpoint.keep
-        )  # the stop's step, sealed when the checkpointer closed, reaches the bucket
-        raise
-    folder.finish(cfg.checkpoint.keep)
+    # from here a SIGTERM lets the step, the save and the upload in flight finish
+    with StopNotice(folder.hosts) as stop:
+        try:
+            summary = _train_in(cfg, folder, stop, mix=mix, eval_hook=eval_hook, resume_note=resume_note)
+        except Preempted:
+            folder.finish(cfg.checkpoint.keep)  # the stop's step, sealed when the checkpointer closed
+            raise
+        folder.finish(cfg.checkpoint.keep)
     return summary
 
 
 def _train_in(
-    cfg: ExperimentConfig, folder: RunFolder, *, mix: str | None, eval_hook: EvalHook | None, resume_note: str
+    cfg: ExperimentConfig,
+    folder: RunFolder,
+    stop: StopNotice,
+    *,
+    mix: str | None,
+    eval_hook: EvalHook | None,
+    resume_note: str,
 ) -> dict:
     """`train`'s body, in `folder` (its docstring)."""
     from olmax.train.step import abstract_state
@@ -230,7 +236,7 @@ def _train_in(
             per_device=per_device,
             compiled=step_fn.executable if step_fn is not None else None,
         )
-        steps = _Steps(run_cfg, parts, eval_hook, peak)
+        steps = _Steps(run_cfg, parts, eval_hook, peak, stop)
         summary["last"] = steps.run(state, start)
     summary["seconds"] = time.perf_counter() - t_run
     summary["eval"] = steps.last_eval
@@ -319,7 +325,14 @@ class _Steps:
     logging, data reading and monitor overlap the device's work (one process, or no monitor); at a checkpoint, an eval and the last
     step the metrics are read first, so a checkpoint never exists without its step's metrics line."""
 
-    def __init__(self, cfg: ExperimentConfig, run: RunParts, eval_hook: EvalHook | None, peak: float | None):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        run: RunParts,
+        eval_hook: EvalHook | None,
+        peak: float | None,
+        stop: StopNotice,
+    ):
         from olmax.train.step import model_graphdef, run_train_step
 
         mesh, monitor, n_micro, per_device = run.mesh, run.monitor, run.n_micro, run.per_device
@@ -332,7 +345,7 @@ class _Steps:
             monitor,
         )
         self.run_dir = run.folder.local.resolve()
-        self.log, self.ckpt, self.eval_hook = run.log, run.ckpt, eval_hook
+        self.log, self.ckpt, self.eval_hook, self.stop = run.log, run.ckpt, eval_hook, stop
         self.train_step = run.compiled or run_train_step(cfg, mesh, n_micro, per_device)
         self.tokens_per_step = cfg.data.global_batch_size * cfg.data.seq_len
         self.flops_per_step = 3 * flops_per_token(cfg.model, cfg.data.seq_len) * self.tokens_per_step
@@ -364,9 +377,7 @@ class _Steps:
         pending: tuple | None = None  # (step, epoch, counters, device metrics) dispatched, not read back
         rec: dict[str, Any] = {}
         self.t_prev = time.perf_counter()
-        stop = StopNotice(self.folder.hosts)
         try:
-            stop.__enter__()
             for step in range(start + 1, cfg.train.steps + 1):
                 if pending is not None and not self.overlap:
                     done, pending = pending, None
@@ -384,7 +395,7 @@ class _Steps:
                     rec = self._finish(*done, state=state if evaluate else None)
                 if save:
                     self._save(step, epoch, state)
-                if stop.reached(step):  # a preemption notice: this step is the last, saved whole
+                if self.stop.reached(step):  # a preemption notice: this step is the last, saved whole
                     if pending is not None:
                         done, pending = pending, None
                         rec = self._finish(*done)
@@ -396,7 +407,6 @@ class _Steps:
                 self._finish(*pending)
             raise
         finally:
-            stop.__exit__()
             if self.bar is not None:
                 self.bar.close()
         return rec

@@ -408,6 +408,7 @@ def plan_report(cfg: ExperimentConfig, topology: Topology, *, say=None) -> dict:
         ],
         "compile_s": sum(t.seconds for t in tried),
     }
+    report.update(checkpoint_bytes(resolved, report["hosts"]))
     if got.executable is None:
         return {**report, "fits": False, "plan_bytes_per_chip": None, "error": got.error}
     tokens = got.per_device_batch * cfg.data.seq_len  # per chip per microbatch
@@ -446,6 +447,24 @@ def plan_report(cfg: ExperimentConfig, topology: Topology, *, say=None) -> dict:
     return report
 
 
+NOTICE_S = 30  # a spot TPU VM's preemption notice, in seconds: the time a stop's save has
+
+
+def checkpoint_bytes(cfg: ExperimentConfig, hosts: int) -> dict[str, float]:
+    """What a checkpoint of `cfg`'s train state weighs (fp32 params and AdamW's two moments; the step, the
+    skip history and the loader state are bytes), in all and per host (each host writes its own shards),
+    and the write rate a host needs to save it within a preemption notice."""
+    from olmax.model.transformer import count_params
+
+    total = 12 * count_params(cfg.model, padded=True)
+    per_host = total / hosts
+    return {
+        "checkpoint_bytes": total,
+        "checkpoint_bytes_per_host": per_host,
+        "checkpoint_rate_for_notice": per_host / NOTICE_S,
+    }
+
+
 def format_report(r: dict) -> str:
     """The plan as the command prints it."""
     gib = lambda b: f"{b / GIB:.2f} GiB" if b is not None else "-"  # noqa: E731
@@ -461,6 +480,11 @@ def format_report(r: dict) -> str:
         lines.append(
             f"               tried {t['remat']} at {t['per_device_batch']} row(s): {t['error'] or gib(t['plan_bytes'])}"
         )
+    lines.append(
+        f"  checkpoint {r['checkpoint_bytes'] / 1e9:.1f} GB (fp32 params and AdamW moments), "
+        f"{r['checkpoint_bytes_per_host'] / 1e9:.2f} GB a host: a {NOTICE_S} s preemption notice needs "
+        f"{r['checkpoint_rate_for_notice'] / 1e6:,.0f} MB/s a host to save and upload it"
+    )
     if r.get("plan_bytes_per_chip") is None:
         lines.append(f"  memory     does not fit: {r.get('error', '')}")
         return "\n".join(lines + _what_fits_lines(r))

@@ -22,10 +22,11 @@ def test_one_host_starts_nothing_and_a_slice_starts_without_flags(monkeypatch):
     assert launch.start(None, None, -1, {"TPU_WORKER_HOSTNAMES": "localhost"}) == ""
     assert calls == []
     said = launch.start(None, None, -1, {"TPU_WORKER_HOSTNAMES": "w0,w1,w2,w3"})
-    assert calls == [((), {})] and "Cloud TPU slice, 4 hosts" in said
+    assert calls == [((), {"heartbeat_timeout_seconds": 120})] and "Cloud TPU slice, 4 hosts" in said
     calls.clear()
-    said = launch.start("10.0.0.2:8476", 4, 1, {"JAX_PLATFORMS": "tpu"})
-    assert calls == [((), {"coordinator_address": "10.0.0.2:8476", "num_processes": 4, "process_id": 1})]
+    said = launch.start("10.0.0.2:8476", 4, 1, {"JAX_PLATFORMS": "tpu", "OLMAX_LOST_PROCESS_TIMEOUT": "60"})
+    want = {"coordinator_address": "10.0.0.2:8476", "num_processes": 4, "process_id": 1}
+    assert calls == [((), {**want, "heartbeat_timeout_seconds": 120})]  # past the watchdog's 60 s
     assert said.startswith("process 1 of 4")
 
 

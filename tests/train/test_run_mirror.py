@@ -147,3 +147,68 @@ def test_a_store_that_keeps_other_bytes_leaves_the_step_unsealed_with_one_error(
     assert not any(o.endswith(SEAL) for o in objects(url)) and a.complete_remote_steps() == []
     monkeypatch.setattr(a.fs, "put_file", real)
     assert a.push(keep=2) == [2] and a.complete_remote_steps() == [2]
+
+
+def host_part(run: Path, step: int, files: dict[str, bytes]) -> Path:
+    """One host's part of a step as its checkpointer leaves it in its own mirror (no seal of its own)."""
+    folder = run / "checkpoints" / str(step)
+    for name, body in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(body)
+    return folder
+
+
+def test_parts_of_hosts_are_one_step_only_once_sealed_and_a_fresh_host_gets_the_whole_step(url, tmp_path):
+    shared = {COMMIT_MARKER: b"ok", "state/_METADATA": b"{}", "state/params.w/.zarray": b"{}"}
+    parts = [
+        {
+            **shared,
+            "state/params.w/0.0": b"a" * 10,
+            "state/opt.mu.w/0.0": b"m" * 10,
+            "data/loader_state.json": b"{}",
+        },
+        {**shared, "state/params.w/1.0": b"b" * 10, "state/opt.mu.w/1.0": b"n" * 10},
+    ]
+    hosts = [RunMirror(url, "train", tmp_path / f"host{i}") for i in range(2)]
+    union = {}
+    for mirror, files in zip(hosts, parts, strict=True):
+        folder = host_part(mirror.local, 4, files)
+        mine = [n for n in files if n not in union]
+        union.update({n: len(b) for n, b in files.items() if n not in union})
+        mirror.upload_step_files(4, folder, mine)
+        assert hosts[0].complete_remote_steps() == []  # uploaded, not sealed: never complete
+    hosts[0].seal_step(4, union, keep=2)
+    assert hosts[0].complete_remote_steps() == [4]
+
+    fresh = RunMirror(url, "train", tmp_path / "fresh")
+    assert fresh.resume_step(exact=True) == 4
+    got = fresh.local / "checkpoints" / "4"
+    assert sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file()) == sorted([*union, SEAL])
+
+    # host 1 kept its own part of step 4 and a newer part of step 6 that was never sealed: a rerun there
+    # holds the whole step 4 and nothing of step 6
+    host_part(hosts[1].local, 6, parts[1])
+    assert hosts[1].resume_step(exact=True) == 4
+    assert complete_steps(hosts[1].local / "checkpoints") == [4]
+    assert not (hosts[1].local / "checkpoints" / "6").exists()
+    assert (hosts[1].local / "checkpoints" / "4" / "state" / "params.w" / "0.0").read_bytes() == b"a" * 10
+
+    # a reader's copy holds the parameters and no optimizer state, sealed with what it holds
+    reader = RunMirror(url, "watch", tmp_path / "reader", reads="params")
+    assert reader.pull(want=lambda s: s == 4) == [4]
+    held = reader.local / "checkpoints" / "4"
+    assert not list(held.glob("state/opt.*")) and (held / "state" / "params.w" / "1.0").is_file()
+    assert complete_steps(reader.local / "checkpoints") == [4]
+    assert reader.last_download["left_bytes"] == 20
+
+
+def test_a_reader_of_an_ocdbt_step_downloads_it_whole(url, tmp_path):
+    a = RunMirror(url, "train", tmp_path / "a")
+    folder = make_step(a.local, 2)
+    (folder / "state" / "manifest.ocdbt").write_bytes(b"index")
+    seal(folder)
+    a.push()
+    reader = RunMirror(url, "eval", tmp_path / "r", reads="params")
+    reader.pull()
+    assert (reader.local / "checkpoints" / "2" / "state" / "d" / "arrays").is_file()
+    assert reader.last_download["left_bytes"] == 0
