@@ -488,6 +488,8 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
     """bench/results/tpu_slice.json from the parts: the chip's rows and rates, each slice's plan and
     predicted step, MaxText's plan, and the summary of the figures that matter most."""
     from bench.record import Record
+    from olmax.train.config import load_config
+    from olmax.train.plan import NOTICE_S, checkpoint_bytes
 
     parts = [json.loads(Path(p).read_text()) for p in args.merge]
     by = {p["part"]: p for p in parts}
@@ -556,6 +558,16 @@ def merge(args: argparse.Namespace) -> dict[str, Any]:
                 "GiB",
                 remat=plan["remat"],
             )
+    for name, plan in plans.items():  # what a preemption's save costs each host (olmax train --plan's figure)
+        ckpt = checkpoint_bytes(load_config(CONFIG, ["data.mix=plan"]), plan["hosts"])
+        key = name.replace("-", "_")
+        rec.figure(f"checkpoint_gb_per_host_{key}", [ckpt["checkpoint_bytes_per_host"] / 1e9], "GB")
+        rec.figure(
+            f"checkpoint_rate_for_notice_{key}",
+            [ckpt["checkpoint_rate_for_notice"] / 1e6],
+            "MB/s",
+            what=f"a host's save and upload rate that fits the checkpoint in a {NOTICE_S} s preemption notice",
+        )
     for setting in ("", "full_"):  # its launcher's settings, then its remat full
         if mt.get(f"maxtext_{setting}plan_gib_v5e_256"):
             gib, fits = mt[f"maxtext_{setting}plan_gib_v5e_256"], mt[f"maxtext_{setting}fits_v5e_256"]

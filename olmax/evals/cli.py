@@ -434,7 +434,7 @@ def _heldout(args: argparse.Namespace) -> int:
     from olmax.evals.scoring import load_model
     from olmax.evalsets.sets import contaminated_ids
     from olmax.jsonio import append_jsonl, read_json, write_json
-    from olmax.train.run_mirror import local_checkpoint
+    from olmax.train.run_folder import local_checkpoint
 
     checkpoint = local_checkpoint(args.checkpoint)
     model = load_model(checkpoint, args.dtype, args.mesh)
@@ -491,7 +491,7 @@ def _downstream_run(args: argparse.Namespace) -> int:
     from olmax.evals.scoring import load_model
     from olmax.jsonio import append_jsonl, write_json
     from olmax.train.export import run_checkpoint
-    from olmax.train.run_mirror import local_checkpoint
+    from olmax.train.run_folder import local_checkpoint
 
     names = parse_tasks(args.tasks)
     check_tasks(names)  # a mistyped name is reported before the checkpoint is read
@@ -601,7 +601,7 @@ def _memorization(args: argparse.Namespace) -> int:
 def _lm_eval(args: argparse.Namespace) -> int:
     from olmax.evals.lm_eval_adapter import TaskRun, run_lm_eval
     from olmax.jsonio import write_json
-    from olmax.train.run_mirror import local_checkpoint
+    from olmax.train.run_folder import local_checkpoint
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     run = TaskRun(

@@ -99,26 +99,21 @@ class WatchSettings:
 
 def run_folder(run: str) -> Path:
     """The local folder the job reads `run` from: the folder itself (a path or a file:// URL), or for a run in
-    object storage its local mirror (olmax.train.run_mirror)."""
-    from olmax import storage
-    from olmax.train.run_mirror import is_remote_run, staging_folder
+    object storage its local mirror (olmax.train.run_folder)."""
+    from olmax.train.run_folder import reader_folder
 
-    if is_remote_run(run):
-        return staging_folder(run.rstrip("/"), "watch")
-    return Path(storage.local_path(run))
+    return reader_folder(run, "watch")
 
 
 def open_mirror(run: str):
     """A bucket run's mirror (None for a local one), with the run's files (config.yaml, evals/ when the
-    mirror has none yet: a restarted job continues the bucket's records) pulled."""
-    from olmax import storage
-    from olmax.train.run_mirror import RunMirror, is_remote_run
+    mirror has none yet: a restarted job continues the bucket's records) pulled; it downloads a step's
+    parameters, never its optimizer state."""
+    from olmax.train.run_folder import reader_mirror
 
-    if not is_remote_run(run):
-        return None
-    storage.require_bucket(run)
-    mirror = RunMirror(run, "watch", reads="params")  # a step's parameters, never its optimizer state
-    mirror.pull(want=lambda step: False, keep_local=(EVALS,))
+    mirror = reader_mirror(run, "watch")
+    if mirror is not None:
+        mirror.pull(want=lambda step: False, keep_local=(EVALS,))
     return mirror
 
 

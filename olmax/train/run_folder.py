@@ -39,10 +39,13 @@ S3). The cost is local disk for one step's shards per host (for the 7B on v5e-25
 
 from __future__ import annotations
 
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from olmax import storage
+from olmax.errors import OlmaxError
 from olmax.train.config import CheckpointConfig
 from olmax.train.hosts import Hosts
 from olmax.train.run_mirror import CHECKPOINTS, RunMirror, is_remote_run, staging_folder
@@ -160,3 +163,43 @@ def open_run_folder(run_dir: str, hosts: Hosts | None = None) -> RunFolder:
     mirror = RunMirror(run_dir, "train", local)
     pulled = mirror.resume_step(exact=hosts.several)
     return RunFolder(mirror.url, mirror.local, hosts, mirror, pulled)
+
+
+def reader_mirror(run: str, role: str) -> RunMirror | None:
+    """How a reader of a run (`role` "watch" or "eval") reaches a bucket run: a mirror of its own that
+    downloads a step's parameters and never its optimizer state; None for a local run, read where it is."""
+    if not is_remote_run(run):
+        return None
+    storage.require_bucket(run)
+    return RunMirror(run, role, reads="params")
+
+
+def reader_folder(run: str, role: str) -> Path:
+    """The local folder a reader reads `run` from: the folder itself, or its mirror for `role`."""
+    if is_remote_run(run):
+        return staging_folder(run.rstrip("/"), role)
+    return Path(storage.local_path(run) or run)
+
+
+def local_checkpoint(path: str) -> str:
+    """Where a checkpoint given as `path` is read from: the path itself (a local folder or a `file://`
+    URL's path), or for a run in object storage (its folder, or one of its `checkpoints/<step>` folders) its
+    local mirror (role "eval"), holding the run's files and that step alone (default: the bucket's newest
+    complete step): the mirror's run folder, or its `checkpoints/<step>`, as the evals read local runs."""
+    if not is_remote_run(path):
+        return storage.local_path(path) or path
+    m = re.fullmatch(rf"(.+)/{CHECKPOINTS}/(\d+)/?", path)
+    run_url, step = (m.group(1), int(m.group(2))) if m else (path.rstrip("/"), None)
+    mirror = reader_mirror(run_url, "eval")
+    complete = mirror.complete_remote_steps()
+    if step is None and not complete:
+        raise OlmaxError(f"{run_url}/{CHECKPOINTS}: no complete checkpoint in the store yet")
+    if step is not None and step not in complete:
+        have = ", ".join(map(str, complete[:5])) or "none"
+        raise OlmaxError(f"{path}: not a complete checkpoint in the store (complete, newest first: {have})")
+    want = complete[0] if step is None else step
+    mirror.pull(want=lambda s: s == want)
+    for old in (mirror.local / CHECKPOINTS).iterdir():  # the mirror keeps the one step read
+        if old.is_dir() and old.name.isdigit() and int(old.name) != want:
+            shutil.rmtree(old, ignore_errors=True)
+    return str(mirror.local / CHECKPOINTS / str(want) if m else mirror.local)

@@ -1,6 +1,7 @@
 """A run folder in object storage (`s3://`, `gs://`, any fsspec URL but local paths and `file://`), kept in a
 local folder: what `olmax train --run-dir URL` writes through, what `olmax eval watch --run URL` reads and
-what the other eval commands read a `--checkpoint URL` through (`local_checkpoint`: one step at a time).
+what the other eval commands read a `--checkpoint URL` through (olmax.train.run_folder.local_checkpoint: one
+step at a time).
 
 The trainer, Orbax and the evals read and write local files; a run whose folder is a URL lives in a local
 mirror (`staging_folder`: $OLMAX_RUN_STAGING, else ~/.cache/olmax/runs, then `train/` or `watch/` and a
@@ -389,31 +390,6 @@ class RunMirror:
         self.local.mkdir(parents=True, exist_ok=True)
         self._state["url"] = self.url
         write_text(self.local / STATE, json.dumps(self._state, indent=0, sort_keys=True) + "\n")
-
-
-def local_checkpoint(path: str) -> str:
-    """Where a checkpoint given as `path` is read from: the path itself (a local folder or a `file://`
-    URL's path), or for a run in object storage (its folder, or one of its `checkpoints/<step>` folders) its
-    local mirror (role "eval"), holding the run's files and that step alone (default: the bucket's newest
-    complete step): the mirror's run folder, or its `checkpoints/<step>`, as the evals read local runs."""
-    if not is_remote_run(path):
-        return storage.local_path(path) or path
-    m = re.fullmatch(rf"(.+)/{CHECKPOINTS}/(\d+)/?", path)
-    run_url, step = (m.group(1), int(m.group(2))) if m else (path.rstrip("/"), None)
-    storage.require_bucket(run_url)
-    mirror = RunMirror(run_url, "eval", reads="params")
-    complete = mirror.complete_remote_steps()
-    if step is None and not complete:
-        raise OlmaxError(f"{run_url}/{CHECKPOINTS}: no complete checkpoint in the store yet")
-    if step is not None and step not in complete:
-        have = ", ".join(map(str, complete[:5])) or "none"
-        raise OlmaxError(f"{path}: not a complete checkpoint in the store (complete, newest first: {have})")
-    want = complete[0] if step is None else step
-    mirror.pull(want=lambda s: s == want)
-    for old in (mirror.local / CHECKPOINTS).iterdir():  # the mirror keeps the one step read
-        if old.is_dir() and old.name.isdigit() and int(old.name) != want:
-            shutil.rmtree(old, ignore_errors=True)
-    return str(mirror.local / CHECKPOINTS / str(want) if m else mirror.local)
 
 
 class _Gone(OlmaxError):

@@ -177,7 +177,7 @@ def test_a_run_in_a_bucket_is_evaluated_from_its_url_on_another_device_count(run
 
 def child_scores_url(url: str, tmp_path: Path, env: dict) -> dict:
     """CHILD on what `local_checkpoint(url)` pulls (the step alone in a local mirror), on a 1x2 mesh."""
-    code = f"from olmax.train.run_mirror import local_checkpoint\nimport sys\nsys.argv[1] = local_checkpoint(sys.argv[1])\n{CHILD}"
+    code = f"from olmax.train.run_folder import local_checkpoint\nimport sys\nsys.argv[1] = local_checkpoint(sys.argv[1])\n{CHILD}"
     out = tmp_path / "url.json"
     p = subprocess.run(
         [sys.executable, "-c", code, url, str(out), "1x2"],

@@ -163,6 +163,11 @@ def test_two_hosts_write_one_bucket_run_and_fresh_hosts_resume_it(store, referen
     assert "resumed from step 4" in out, out[-3000:]
     _same_losses(_bucket_losses(store, url), want, 8)
     assert _complete(url, tmp_path) == [8, 4]
+    # and on another process count: one process with 4 devices, a fresh host again
+    out = _ok(_start(configs[4], url, tmp_path / "host-c", 1, "--steps", "10"))
+    assert "resumed from step 8" in out, out[-3000:]
+    _same_losses(_bucket_losses(store, url), want, 10)
+    assert _complete(url, tmp_path) == [10, 8]
 
     # the eval job scores the bucket's steps and downloads no optimizer state
     env = {**train_env(2), "OLMAX_RUN_STAGING": str(tmp_path / "evaluator")}
@@ -178,12 +183,12 @@ def test_two_hosts_write_one_bucket_run_and_fresh_hosts_resume_it(store, referen
         json.loads(line)
         for line in store.fs.cat_file(f"{url.split('://', 1)[1]}/evals/evals.jsonl").decode().splitlines()
     ]
-    assert sorted({r["step"] for r in records}) == [4, 8]
+    assert sorted({r["step"] for r in records}) == [8, 10]
     costs = {
         c["step"]: c
         for c in map(json.loads, store.fs.cat_file(f"{root}/evals/costs.jsonl").decode().splitlines())
     }
-    for step in (4, 8):
+    for step in (8, 10):  # written by two hosts, then by one
         sealed = json.loads(store.fs.cat_file(f"{root}/checkpoints/{step}/olmax-files.json"))["files"]
         optimizer = sum(s for n, s in sealed.items() if n.startswith("state/opt."))
         assert optimizer > 0 and costs[step]["left_in_bucket_bytes"] == optimizer, (costs[step], optimizer)
