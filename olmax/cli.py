@@ -18,13 +18,13 @@ import sys
 from typing import Any
 
 from olmax import assets_cli, demo_cli
-from olmax.audit import cli as audit_cli
-from olmax.data import cli as data_cli
+from olmax.audit import audit_cli
+from olmax.data import data_cli
 from olmax.errors import OlmaxError
-from olmax.evals import cli as evals_cli
-from olmax.model import cli as model_cli
+from olmax.evals import evals_cli
+from olmax.model import model_cli
 from olmax.model.libtpu import libtpu_env
-from olmax.train import cli as train_cli
+from olmax.train import train_cli
 
 
 def _in_loop_evals(cfg: Any) -> Any:

@@ -17,13 +17,17 @@ Parts (each writes a JSON part to --out; `--merge PARTS...` writes the record be
   chip  (the device) OLMo 3 7B's block (4 layers, d 4096, 32 x 128 heads, SwiGLU 11,008, window 4096 on
         three layers of four), the largest the trainer fits on one v5e chip at seq 8192 (its fp32 params
         and AdamW moments: 0.81 B parameters with a 1,024-token vocabulary, bench/results/tpu_mfu.json),
-        bf16, splash: held-out eval tokens/s through `olmax.evals.scoring.score` (rows of 8,192 random
+        bf16, splash: the trainer's tokens/s (`make_train_step`, batch 1, remat `matmuls`, its fastest
+        setting that fits, else `matmuls_but_up`; compiled ahead of time onto the empty chip, then its
+        state initialised and the one compiled step timed, as bench/chip/tpu_mfu.py does), held-out eval
+        tokens/s on the same model and chip through `olmax.evals.scoring.score` (rows of 8,192 random
         tokens, host to device and back included, each batch dispatched before the last is read) at 1 and 4
-        rows a batch, the trainer's tokens/s on the same model and chip (`make_train_step`, batch 1, remat
-        `matmuls`, its fastest setting that fits, else `matmuls_but_up`), their ratio, and the eval MFU
-        (forward matmul FLOPs over the attended keys, olmax.model.flops, / the v5e's 197 TFLOP/s,
-        olmax.train.mfu); the same model with the real 100,278-token head, eval only (its train state
-        does not fit a chip).
+        rows a batch, their ratio, and the eval MFU (forward matmul FLOPs over the attended keys,
+        olmax.model.flops, / the v5e's 197 TFLOP/s, olmax.train.mfu); the same model with the real
+        100,278-token head, eval only (its train state does not fit a chip). Each row runs in a process of
+        its own, the train row first, one after another, each ended past its limit (ROW_LIMIT_S) or at the
+        end of --budget-s (510 s), so the whole part fits one 10-minute device call: about 100 s for the
+        train row and 60-90 s for each eval row.
 
 Here, from the repository root (the plan with bench/setup/setup_libtpu.sh's libtpu, no chip needed):
 
@@ -33,12 +37,15 @@ Here, from the repository root (the plan with bench/setup/setup_libtpu.sh's libt
     python -m bench.chip.tpu_eval --device-command      # the device call: its carry list and command
 
 The device call runs `python3 -m bench.chip.tpu_eval --part chip --out $OUT/chip.json` after installing the
-train path's packages (bench/setup/tpu_wheels.sh); copy its chip.json to bench/results/tpu_eval/, then
+train path's packages (bench/setup/tpu_wheels.sh); with the folder its files came back to as FILES_AT,
 
-    python -m bench.chip.tpu_eval --merge bench/results/tpu_eval/{plan,cpu,chip}.json --ran-at COMMIT
+    python -m bench.chip.tpu_eval --merge bench/results/tpu_eval/plan.json bench/results/tpu_eval/cpu.json \
+        FILES_AT/chip.json --ran-at COMMIT
+
+copies its chip.json (and tpu_eval.log, as chip.log) into bench/results/tpu_eval/ and rewrites the record.
 
 `--smoke`: the cpu part with 2-step runs on 1 and 2 devices, and the chip part on the CPU at a tiny shape
-(the splash kernel in Pallas' interpret mode, seq 256; rows eval_b1, eval_b4 and train_b1), each in about
+(the splash kernel in Pallas' interpret mode, seq 256; rows train_b1, eval_b1 and eval_b4), each in about
 a minute; --merge them with `--smoke --results DIR`. The record's `summary`: fits_7b_v5e_8, sharded_vs_single_max_rel_diff,
 checkpoint_resharded, eval_over_train_tokens_per_s, eval_mfu (null until the part that measures it is
 merged).
@@ -258,42 +265,78 @@ def part_cpu(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------------------------------------- chip
 
+# A row's process is ended past this many seconds (or at the end of --budget-s, whichever comes first), so a
+# row that hangs costs its own line of the table and never the rows after it. Measured on the chip: the train
+# row's compile ~70 s (bench/results/tpu_mfu.json's splash_matmuls), an eval row's 20-55 s; each process
+# also imports JAX and opens the chip (~15 s).
+ROW_LIMIT_S = {"train": 300.0, "eval": 200.0}
+CHIP_FACTS = ("platform", "device_kind", "jax", "bytes_limit", "libtpu_init_args")
+
+
+def chip_row(args: argparse.Namespace) -> int:
+    """(--row NAME, the chip part's child) one row on this process's first device, its JSON to --out with the
+    chip's facts; a failure is the row's status and error."""
+    if not args.smoke:  # before JAX starts the TPU backend (olmax.model.libtpu)
+        from olmax.model.libtpu import libtpu_env
+
+        os.environ.update(libtpu_env(dict(os.environ)))
+    from bench.harness import chip_facts
+
+    (spec,) = [r for r in CHIP_ROWS if r["name"] == args.row]
+    facts = chip_facts()
+    try:
+        if not args.smoke and facts["platform"] != "tpu":
+            raise RuntimeError(
+                f"the chip part measures a TPU; JAX's first device is {facts['platform']} (--smoke for the CPU)"
+            )
+        r = train_row(spec, args) if spec["kind"] == "train" else eval_row(spec, args)
+    except Exception as e:  # a row's failure is a table line, never the end of the run
+        text = f"{type(e).__name__}: {e}"
+        status = "oom" if "RESOURCE_EXHAUSTED" in text else "error"
+        r = {"spec": spec, "status": status, "error": text[:2000], "trace": traceback.format_exc()[-2000:]}
+    write_part(args.out, {**r, "chip": facts})
+    return 0 if r["status"] == "ok" else 1
+
 
 def part_chip(args: argparse.Namespace) -> dict:
-    """Each chip row in turn (one process holds the chip); the part rewritten after each row."""
-    import jax
+    """Each chip row in a process of its own, one after another (one process holds the chip at a time), the
+    train row first; the part rewritten after each row. This process never starts JAX's TPU backend."""
+    from bench.harness import module_command, run_child
 
-    dev = jax.devices()[0]
-    out: dict[str, Any] = {
-        "part": "chip",
-        "smoke": args.smoke,
-        "device_kind": dev.device_kind,
-        "platform": dev.platform,
-        "jax": jax.__version__,
-        "bytes_limit": (dev.memory_stats() or {}).get("bytes_limit"),
-        "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS", ""),
-        "rows": [],
-    }
-    for spec in [r for r in CHIP_ROWS if not args.smoke or r["name"] in SMOKE_ROWS]:
-        try:
-            r = train_row(spec, args) if spec["kind"] == "train" else eval_row(spec, args)
-        except Exception as e:  # a row's failure is a table line, never the end of the run
-            text = f"{type(e).__name__}: {e}"
-            status = "oom" if "RESOURCE_EXHAUSTED" in text else "error"
-            r = {
-                "spec": spec,
-                "status": status,
-                "error": text[:2000],
-                "trace": traceback.format_exc()[-2000:],
-            }
-        out["rows"].append(r)
-        write_part(args.out, out)
-        shown = (
-            f"{statistics.median(r['tokens_per_s']):,.0f} tokens/s, MFU {statistics.median(r['mfu']):.1%}"
-            if r["status"] == "ok"
-            else r["error"][:300]
-        )
-        print(f"{spec['name']}: {shown}", flush=True)
+    deadline = time.monotonic() + args.budget_s
+    out: dict[str, Any] = {"part": "chip", "smoke": args.smoke, "budget_s": args.budget_s, "rows": []}
+    sizes = ["--batches", args.batches, "--reps", args.reps, "--steps", args.steps]
+    with tempfile.TemporaryDirectory(prefix="tpu_eval_chip_") as tmp:
+        for spec in [r for r in CHIP_ROWS if not args.smoke or r["name"] in SMOKE_ROWS]:
+            name, left = spec["name"], deadline - time.monotonic()
+            if left < 30:
+                r = {"spec": spec, "status": "skipped", "error": f"--budget-s {args.budget_s:.0f} spent"}
+            else:
+                path = Path(tmp) / f"{name}.json"
+                cmd = module_command("bench.chip.tpu_eval", "--row", name, "--out", path, *sizes)
+                run = run_child(
+                    cmd + (["--smoke"] if args.smoke else []),
+                    timeout_s=min(ROW_LIMIT_S[spec["kind"]], left),
+                    echo=f"[{name}] ",
+                )
+                if path.is_file():
+                    r = json.loads(path.read_text())
+                else:
+                    limit = min(ROW_LIMIT_S[spec["kind"]], left)
+                    why = f"ended at {limit:.0f} s" if run.timed_out else f"exited {run.rc}"
+                    r = {"spec": spec, "status": "timeout" if run.timed_out else "error", "error": why}
+                r.update(row_wall_s=run.wall_s, log_tail=run.lines[-30:])
+            facts = r.pop("chip", None)
+            if facts and "device_kind" not in out:
+                out.update({k: facts.get(k) for k in CHIP_FACTS})
+            out["rows"].append(r)
+            write_part(args.out, out)
+            shown = (
+                f"{statistics.median(r['tokens_per_s']):,.0f} tokens/s, MFU {statistics.median(r['mfu']):.1%}"
+                if r["status"] == "ok"
+                else f"{r['status']}: {r['error'][:300]}"
+            )
+            print(f"{name}: {shown} ({r.get('row_wall_s', 0):.0f} s)", flush=True)
     return out
 
 
@@ -310,12 +353,33 @@ SCORE_HOW = (
     "warm in-process wall seconds of olmax.evals.scoring.score over --batches batches, after a compiling one"
 )
 STEP_HOW = "warm in-process wall seconds per step, blocked, after 2 untimed steps"
+TRAIN_SOURCE = "this chip part"  # the ratio's train row: the same part's, run in the same device call
+
+
+def keep_parts(paths: list[Path], folder: Path) -> list[Path]:
+    """The parts as the record keeps them, `folder/PART.json` (bench/results/tpu_eval/ beside the committed
+    record): a part read from elsewhere (the device call's $OUT) is copied there first, with the log beside it
+    (`tpu_eval.log` -> `PART.log`)."""
+    kept = []
+    for path in map(Path, paths):
+        name = json.loads(path.read_text())["part"]
+        target = folder / f"{name}.json"
+        if path.resolve() != target.resolve():
+            write_part(target, json.loads(path.read_text()))
+            log = path.parent / "tpu_eval.log"
+            if log.is_file():
+                from olmax.atomic import write_text
+
+                write_text(folder / f"{name}.log", log.read_text())
+        kept.append(target)
+    return kept
 
 
 def merge(paths: list[Path], args: argparse.Namespace) -> Path:
     """The record from the parts: their figures, tables and the summary (null where a part is missing)."""
-    parts = {p["part"]: p for p in (json.loads(Path(path).read_text()) for path in paths)}
     rec = Record("tpu_eval", argv=sys.argv, smoke=args.smoke, results=args.results)
+    paths = keep_parts(paths, rec.path.parent / "tpu_eval")
+    parts = {p["part"]: p for p in (json.loads(path.read_text()) for path in paths)}
     rec.data["command"] = shlex.join(
         ["python", "-m", "bench.chip.tpu_eval", *sys.argv[1:]]
     )  # run as a module
@@ -334,7 +398,7 @@ def merge(paths: list[Path], args: argparse.Namespace) -> Path:
     if "cpu" in parts:
         merge_cpu(rec, parts["cpu"], summary)
     if "chip" in parts:
-        merge_chip(rec, parts["chip"], summary, args.train_from)
+        merge_chip(rec, parts["chip"], summary)
     rec.data["summary"] = summary
     print(json.dumps(summary, indent=1))
     return rec.write()
@@ -379,28 +443,7 @@ def merge_cpu(rec: Record, part: dict, summary: dict) -> None:
     summary["resharded"] = part["resharded"]
 
 
-def train_elsewhere(train_from: str | None) -> dict | None:
-    """The train row's figures from another record of the same model on the same chip kind (RECORD:FIGURE,
-    a step-time figure of a row at batch 1, seq 8192, vocabulary 1,024), for a chip part whose own train row
-    did not finish: its tokens/s and MFU, and where they came from."""
-    if not train_from:
-        return None
-    path, figure = train_from.rsplit(":", 1)
-    other = json.loads(Path(path).read_text())
-    steps = other["figures"][figure]["values"]
-    mfu = other["figures"].get(figure.replace("step_", "mfu_", 1), {}).get("values", [])
-    return {
-        "spec": {"name": figure, "kind": "train", "rows": 1, "vocab": 1024},
-        "tokens_per_s": [8192 / s for s in steps],
-        "mfu": [m / 100 for m in mfu],
-        "remat": figure.removeprefix(
-            "step_splash_"
-        ),  # the row name of a bench.chip.tpu_mfu record: its remat
-        "source": f"{path}#{figure} (commit {other.get('commit', '?')[:7]})",
-    }
-
-
-def merge_chip(rec: Record, part: dict, summary: dict, train_from: str | None = None) -> None:
+def merge_chip(rec: Record, part: dict, summary: dict) -> None:
     rec.note("chip", {k: v for k, v in part.items() if k != "rows"})
     rec.note("chip_rows", part["rows"])
     ok = {r["spec"]["name"]: r for r in part["rows"] if r["status"] == "ok"}
@@ -412,7 +455,7 @@ def merge_chip(rec: Record, part: dict, summary: dict, train_from: str | None = 
         rec.figure(f"tokens_per_s_{name}", r["tokens_per_s"], "tokens/s", kernel=r["kernel"])
         rec.figure(f"mfu_{name}", [100 * m for m in r["mfu"]], "%")
     same_model = [r for r in ok.values() if r["spec"]["kind"] == "eval" and r["spec"]["vocab"] == 1024]
-    train = ok.get("train_b1") or train_elsewhere(train_from)
+    train = ok.get("train_b1")
     if not same_model or train is None:
         return
     best = max(same_model, key=lambda r: statistics.median(r["tokens_per_s"]))
@@ -423,7 +466,7 @@ def merge_chip(rec: Record, part: dict, summary: dict, train_from: str | None = 
         "x",
         eval_row=best["spec"]["name"],
         train_row=train["spec"]["name"],
-        train_source=train.get("source", "this chip part"),
+        train_source=TRAIN_SOURCE,
     )
     summary.update(
         eval_over_train_tokens_per_s=ratio,
@@ -432,7 +475,7 @@ def merge_chip(rec: Record, part: dict, summary: dict, train_from: str | None = 
         eval_tokens_per_s=statistics.median(best["tokens_per_s"]),
         train_tokens_per_s=statistics.median(train["tokens_per_s"]),
         train_remat=train["remat"],
-        train_source=train.get("source", "this chip part"),
+        train_source=TRAIN_SOURCE,
         train_mfu=statistics.median(train["mfu"]),
         eval_kernel_mfu=best["mfu_kernel"],
     )
@@ -453,12 +496,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--part", choices=("plan", "cpu", "chip"), help="run one part and write its JSON to --out")
     p.add_argument("--out", default=None, help="where a part writes its JSON")
     p.add_argument("--merge", nargs="+", type=Path, help="parts' JSON files: write the record tpu_eval.json")
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # the chip part's child: one row
     p.add_argument(
-        "--train-from",
-        default=None,
-        metavar="RECORD:FIGURE",
-        help="--merge: the train row's step times from another record of the same model on the same chip kind, "
-        "when the chip part's own train row did not finish",
+        "--budget-s",
+        type=float,
+        default=510.0,
+        help="--part chip: seconds for all its rows (510: a 10-minute device call, its install included)",
     )
     p.add_argument("--score-child", nargs="+", help=argparse.SUPPRESS)
     p.add_argument(
@@ -494,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.score_child:
         score_child(args.score_child[0], args.score_child[1], args.score_child[2:])
         return 0
+    if args.row:
+        return chip_row(args)
     if args.merge:
         print(f"record: {merge(args.merge, args)}")
         return 0
@@ -510,16 +555,6 @@ def main(argv: list[str] | None = None) -> int:
         part = part_cpu(args)
         failed = []
     elif args.part == "chip":
-        if not args.smoke:  # before JAX starts the TPU backend (olmax.model.libtpu)
-            from olmax.model.libtpu import libtpu_env
-
-            os.environ.update(libtpu_env(dict(os.environ)))
-        import jax
-
-        if not args.smoke and jax.devices()[0].platform != "tpu":
-            raise SystemExit(
-                f"tpu_eval: the chip part measures a TPU; JAX's first device is {jax.devices()[0].platform} (--smoke for the CPU)"
-            )
         part = part_chip(args)
         failed = [r["spec"]["name"] for r in part["rows"] if r["status"] != "ok"]
     else:

@@ -3,7 +3,10 @@
 
 Every model is the stage-1 recipe's (configs/olmo3_7b_stage1.yaml: bf16 compute, fp32 parameters) at the
 row's layers and vocabulary. The eval rows run the held-out score kernel of olmax.evals.eval_model on a
-model placed as every eval command places it; the train row is the trainer's own step.
+model placed as every eval command places it; the train row is the trainer's own step, built as
+bench/chip/tpu_mfu.py builds it: compiled ahead of time onto a chip that holds nothing yet (its buffer plan
+checked against the chip's memory before anything is allocated), then the state initialised in its shards
+and the one compiled step run on it, donating the state each step.
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ SMOKE_MODEL = [  # the chip part's model on a CPU (--smoke)
     "model.pad_token_id=998",
     "data.seq_len=256",
 ]
-CHIP_ROWS = [
+CHIP_ROWS = [  # in the order the chip part runs them, each in a process of its own
+    {"name": "train_b1", "kind": "train", "rows": 1, "vocab": 1024},
     {"name": "eval_b1", "kind": "eval", "rows": 1, "vocab": 1024},
     {"name": "eval_b4", "kind": "eval", "rows": 4, "vocab": 1024},
     {"name": "eval_real_vocab_b1", "kind": "eval", "rows": 1, "vocab": 100_278},
-    {"name": "train_b1", "kind": "train", "rows": 1, "vocab": 1024},
 ]
-SMOKE_ROWS = ("eval_b1", "eval_b4", "train_b1")  # every kind of row, on the CPU in seconds
+SMOKE_ROWS = ("train_b1", "eval_b1", "eval_b4")  # every kind of row, on the CPU in seconds
 # The train row's remat policies, in order: the fastest that fits this model on a chip (bench/results/
 # tpu_mfu.json; planned at 15.21 GiB of 15.75 here), then the next, if the chip refuses the first.
 TRAIN_REMATS = ("matmuls", "matmuls_but_up")
@@ -119,8 +122,10 @@ def compile_eval(cfg, mesh, rows: int, seq: int) -> dict:
     }
 
 
-def compile_train(cfg, optim, mesh, seq: int) -> dict:
-    """The trainer's step for `cfg` at batch 1 compiled for `mesh` (a 1-device mesh)."""
+def build_train(cfg, optim, mesh, seq: int):
+    """(the trainer's step for `cfg` at batch 1 on `mesh` running its executable, the executable, compile
+    seconds): compiled ahead of time from the state's and the batch's shapes, so nothing is on the chip while
+    it compiles and loads, and every step runs this one executable."""
     import jax
     import numpy as np
 
@@ -132,9 +137,18 @@ def compile_train(cfg, optim, mesh, seq: int) -> dict:
     ids = jax.ShapeDtypeStruct((1, seq), np.int32, sharding=batch_sharding(mesh))
     t0 = time.perf_counter()
     compiled = step.lower(abstract, {"input_ids": ids}).compile()
+    return step.with_compiled(compiled), compiled, time.perf_counter() - t0
+
+
+def compile_train(cfg, optim, mesh, seq: int) -> dict:
+    """The trainer's step for `cfg` at batch 1 compiled for `mesh` (a 1-device mesh): its plan."""
+    _, compiled, compile_s = build_train(cfg, optim, mesh, seq)
+    mem = compiled.memory_analysis()
     return {
-        "compile_s": time.perf_counter() - t0,
+        "compile_s": compile_s,
         "plan_bytes": plan_bytes(compiled),
+        "argument_bytes": mem.argument_size_in_bytes,
+        "temp_bytes": mem.temp_size_in_bytes,
         "mosaic_calls": compiled.as_text().count("tpu_custom_call"),
     }
 
@@ -267,57 +281,69 @@ def eval_row(spec: dict, args: argparse.Namespace) -> dict:
 
 
 def train_row(spec: dict, args: argparse.Namespace) -> dict:
-    """The trainer's step on the same model and chip, at the first of TRAIN_REMATS the chip holds."""
+    """The trainer's step on the same model and chip, at the first of TRAIN_REMATS whose compiled plan fits
+    the chip (checked before anything is allocated) and runs; the policies passed over, and why."""
+    import jax
+
+    limit = None if args.smoke else (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
     remats, refused = TRAIN_REMATS[:1] if args.smoke else TRAIN_REMATS, []
     for remat in remats[:-1]:
         try:
-            return {**time_train(spec, args, remat), "refused": refused}
-        except Exception as e:  # the chip's out-of-memory comes as a runtime error
+            return {**time_train(spec, args, remat, limit), "refused": refused}
+        except Exception as e:  # over the chip by the plan, or the chip's own out-of-memory at run time
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
             refused.append(f"{remat}: {str(e).splitlines()[0][:300]}")
-    return {**time_train(spec, args, remats[-1]), "refused": refused}
+    return {**time_train(spec, args, remats[-1], limit), "refused": refused}
 
 
-def time_train(spec: dict, args: argparse.Namespace, remat: str) -> dict:
-    """--steps timed steps of the trainer's step after 2 untimed ones."""
+def time_train(spec: dict, args: argparse.Namespace, remat: str, limit: int | None) -> dict:
+    """The step compiled (build_train), its plan held to the chip's `limit`, then the state initialised and
+    the compiled step timed: --steps blocked steps after 2 untimed ones."""
     import jax
     import numpy as np
 
     from olmax.model.flops import forward_flops
     from olmax.train.config import MeshConfig
     from olmax.train.mesh import global_batch, make_mesh
-    from olmax.train.step import make_init, make_train_step
+    from olmax.train.step import make_init
 
     cfg, optim = configs(spec, args.smoke, remat=remat)
     seq = seq_len(args.smoke)
     mesh = make_mesh(MeshConfig(data=1, fsdp=1), devices=jax.devices()[:1])
-    step = make_train_step(cfg, optim, mesh, n_micro=1, per_device_batch=1, t_max=1000)
+    step, compiled, compile_s = build_train(cfg, optim, mesh, seq)
+    plan = plan_bytes(compiled)
+    print(f"train_b1 {remat}: compiled in {compile_s:.0f} s, plan {plan / GIB:.2f} GiB", flush=True)
+    if limit and plan > limit:
+        raise RuntimeError(f"RESOURCE_EXHAUSTED: buffer plan {plan / GIB:.2f} GiB > {limit / GIB:.2f} GiB")
+    t0 = time.perf_counter()
     state = make_init(cfg, optim, mesh, seed=0)
+    jax.block_until_ready(state)
+    init_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     batches = [
         {"input_ids": global_batch(rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int32), mesh, 1)}
         for _ in range(2)
     ]
     times, losses = [], []
-    t0 = time.perf_counter()
     for i in range(2 + args.steps):
         t1 = time.perf_counter()
         state, metrics = step(state, batches[i % 2])
         jax.block_until_ready((state, metrics))
-        if i == 0:
-            compile_s = time.perf_counter() - t0
         if i >= 2:
             times.append(time.perf_counter() - t1)
         losses.append(float(metrics["loss"]))
+    del state
     flops = 3 * forward_flops(cfg, seq).total
     return {
         "spec": spec,
         "status": "ok",
-        "kernel": cfg.attention_impl,
+        "kernel": kernel(cfg, mesh, seq),
         "remat": cfg.remat,
         "seq": seq,
         "compile_s": compile_s,
+        "plan_bytes": plan,
+        "init_s": init_s,
         "step_s": times,
         "losses": losses,
         "tokens_per_s": [seq / t for t in times],

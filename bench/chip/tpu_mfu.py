@@ -25,10 +25,16 @@ Also measured, on the chip at the real shapes: attention alone (one layer's forw
 kernel and splash tiling, sliding and full), with the splash kernel's outputs and gradients against the
 XLA path's; and where a step's time goes (a `jax.profiler` trace of the best row, summed by op kind).
 
-Run on the device machine, from the checkout's root (one command; flax/optax/pyyaml from its index):
+Run on the device machine, from the checkout's root, after `bash bench/setup/tpu_wheels.sh install /tmp/site`
+(and `bash bench/setup/maxtext_setup.sh install` for the peer part) and `export
+PYTHONPATH=$PYTHONPATH:/tmp/site:$PWD` (the whole device commands: docs/tpu.md#benchmark-and-ci):
 
     python3 -m bench.chip.tpu_mfu --part olmax --out $OUT/olmax.json      # olmax's rows, sweep, profile
     python3 -m bench.chip.tpu_mfu --part peer --out $OUT/peer.json        # MaxText's rows, then olmax's best row
+
+A device call runs at most 10 minutes and the whole set does not fit one (a row ~85 s on the chip, a MaxText
+setting ~160 s, one head layout's sweep ~5 minutes), so each call takes a share: `--rows A,B`, `--no-sweep`,
+`--no-rows` (the sweep alone, or MaxText alone), `--sweep-heads`, `--peer-settings`.
 
 and here, `python -m bench.chip.tpu_mfu --merge PART.json ... ` writes bench/results/tpu_mfu.json with the
 table and the summary (`block_mfu`, `vs_maxtext`: MaxText's step time over olmax's, from rows measured in
@@ -518,9 +524,13 @@ def part_olmax(args: argparse.Namespace) -> dict:
     if not args.no_sweep:
         out["attention"] = attention_sweep(args)
         write_part(args.out, out)
-    out["rows"] = run_rows(
-        select_rows(args.rows), args, args.profile, lambda rows: write_part(args.out, out | {"rows": rows})
-    )
+    if not args.no_rows:
+        out["rows"] = run_rows(
+            select_rows(args.rows),
+            args,
+            args.profile,
+            lambda rows: write_part(args.out, out | {"rows": rows}),
+        )
     return out
 
 
@@ -545,7 +555,7 @@ def part_peer(args: argparse.Namespace) -> dict:
         out["maxtext"].append(res)
         print(f"maxtext {setting}: {res.get('step_s', res.get('error', ''))!s:.200}", flush=True)
         write_part(args.out, out)
-        if i == 0:  # olmax after MaxText's first setting, before its second: the chip in the same state
+        if i == 0 and not args.no_rows:  # olmax after MaxText's first setting: the chip in the same state
             child = Path(args.out).with_name("olmax_rows.json")
             cmd = module_command(
                 "bench.chip.tpu_mfu",
@@ -924,6 +934,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sweep-heads", default="32x128,16x256", help="head layouts the attention sweep runs")
     p.add_argument("--no-sweep", action="store_true", help="skip the attention-alone sweep")
+    p.add_argument("--no-rows", action="store_true", help="skip olmax's rows (--part olmax: the sweep alone)")
     p.add_argument(
         "--peer-settings",
         default="launcher,full",

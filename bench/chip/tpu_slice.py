@@ -26,8 +26,9 @@ counted from XLA's dump by olmax's own parser. `--merge` writes the record bench
 the parts (a later maxtext part's settings replace an earlier one's), predicting each slice's step from the
 chip's rates.
 
-On the device (after bench/setup/tpu_wheels.sh install): `python3 -m bench.chip.tpu_slice --part chip
---out $OUT/chip.json`. Here: `--part chip --smoke` runs the same code on a tiny model on the CPU;
+On the device, one call of ~5 minutes (after `bash bench/setup/tpu_wheels.sh install /tmp/site` and `export
+PYTHONPATH=$PYTHONPATH:/tmp/site:$PWD`; the whole command: docs/tpu.md#benchmark-and-ci): `python3 -m
+bench.chip.tpu_slice --part chip --out $OUT/chip.json`. Here: `--part chip --smoke` runs the same code on a tiny model on the CPU;
 `--check-rows` compiles the chip rows for a v5e ahead of time (libtpu importable) to see that they fit.
 """
 

@@ -192,7 +192,7 @@ def child(mix: str, work: str, runner: str) -> dict:
 def leaks_child(spec, runner: str) -> dict:
     """`audit leaks` against every bundled set, default rule, with the driver's time and memory (Phases)."""
     from olmax.assets import EVAL_SETS
-    from olmax.audit.config import LeakConfig
+    from olmax.audit.audit_config import LeakConfig
     from olmax.audit.leaks.run import audit_leaks
     from olmax.audit.phases import Phases
 

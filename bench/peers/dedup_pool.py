@@ -149,7 +149,7 @@ def main() -> int:
 
 
 def _size(text: str) -> int:
-    from olmax.data.prepare.cli import parse_size
+    from olmax.data.prepare.prepare_cli import parse_size
 
     return parse_size(text)
 

@@ -40,7 +40,7 @@ import numpy as np
 from olmax.assets import tokenizer_path
 from olmax.data import readers
 from olmax.data.prepare.batches import BATCH_TEXT_BYTES, Utf8Batch, encode_docs, read_batches
-from olmax.data.prepare.config import PrepareConfig
+from olmax.data.prepare.prepare_config import PrepareConfig
 from olmax.data.shards import ShardWriter
 from olmax.data.tokenize import Tokenizer, load_tokenizer
 

@@ -76,8 +76,8 @@ def main() -> None:
 
     from bench.peers.train_step import adamw, clip_and_step, describe_probe, probe_adamw
     from olmax.model.attention import attend
-    from olmax.model.config import ModelConfig
     from olmax.model.hf_reference import random_hf_model
+    from olmax.model.model_config import ModelConfig
     from olmax.train.config import MeshConfig, OptimConfig
     from olmax.train.loss import HeadLoss, head_cross_entropy
     from olmax.train.mesh import make_mesh

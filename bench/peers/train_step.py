@@ -142,9 +142,9 @@ def main() -> None:
     import jax
     import torch
 
-    from olmax.model.config import ModelConfig
     from olmax.model.flops import forward_flops
     from olmax.model.hf_reference import random_hf_model
+    from olmax.model.model_config import ModelConfig
     from olmax.train.config import MeshConfig, OptimConfig
     from olmax.train.mesh import global_batch, make_mesh
     from olmax.train.step import make_init, make_train_step

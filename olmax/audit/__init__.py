@@ -15,18 +15,18 @@ from olmax.lazy import lazy_exports
 __getattr__, __all__ = lazy_exports(
     __name__,
     {
-        "DedupConfig": "olmax.audit.config",
+        "DedupConfig": "olmax.audit.audit_config",
         "audit_dedup": "olmax.audit.dedup",
         "PrefixHasher": "olmax.hashing",
         "spans_hashes": "olmax.hashing",
         "window_hashes": "olmax.hashing",
-        "LeakConfig": "olmax.audit.config",
+        "LeakConfig": "olmax.audit.audit_config",
         "audit_leaks": "olmax.audit.leaks.run",
-        "LoaderAuditConfig": "olmax.audit.config",
+        "LoaderAuditConfig": "olmax.audit.audit_config",
         "audit_loader": "olmax.audit.loader_audit",
         "ReplayError": "olmax.audit.monitor",
         "StreamMonitor": "olmax.audit.monitor",
-        "StreamConfig": "olmax.audit.config",
+        "StreamConfig": "olmax.audit.audit_config",
         "audit_stream": "olmax.audit.emitted",
     },
 )

@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from olmax.audit.config import LoaderAuditConfig
+from olmax.audit.audit_config import LoaderAuditConfig
 from olmax.audit.file_pass import DOC_REC, INSTANCE_REC, PassSettings, PassTotals, file_pass
 from olmax.audit.partition import MapProgress, equal_runs, map_reduce
 from olmax.audit.spans import physical_ids

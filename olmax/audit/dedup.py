@@ -25,8 +25,8 @@ from functools import partial
 
 import numpy as np
 
+from olmax.audit.audit_config import DedupConfig
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
-from olmax.audit.config import DedupConfig
 from olmax.audit.content import merge_documents, reduce_documents
 from olmax.audit.file_pass import DOC_REC, SPAN_REC, PassSettings, file_pass
 from olmax.audit.partition import equal_runs, map_reduce

@@ -34,8 +34,8 @@ from dataclasses import asdict
 
 import numpy as np
 
+from olmax.audit.audit_config import StreamConfig
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
-from olmax.audit.config import StreamConfig
 from olmax.audit.file_pass import PassSettings, file_pass
 from olmax.audit.partition import equal_runs
 from olmax.audit.spans import physical_ids

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from olmax.audit.audit_config import LoaderAuditConfig
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
-from olmax.audit.config import LoaderAuditConfig
 from olmax.audit.content import ContentReport, scan_content
 from olmax.audit.dedup import repeated_spans
 from olmax.audit.phases import Phases, Progress

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from olmax.audit.config import LoaderAuditConfig
+from olmax.audit.audit_config import LoaderAuditConfig
 from olmax.audit.content import ContentReport, assemble_content, content_layout, content_reduces
 from olmax.audit.dedup import merge_spans, span_reduce, span_report
 from olmax.audit.dedup_beam import map_reduce_beam

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from olmax.audit.config import LoaderAuditConfig
+from olmax.audit.audit_config import LoaderAuditConfig
 from olmax.cli_fields import named
 from olmax.data.loader import open_loader
 from olmax.data.packing import PackedIndex

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from olmax.audit.loader_audit import check_meaning
@@ -386,32 +387,47 @@ def _watch_argv(run_dir: Path, steps: int) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class _TwoRuns:
+    """The same `olmax train` command line in two run folders: `a` trained to the end, `b` SIGKILLed once it
+    has passed step `kill_at`, then finished by rerunning the very same command."""
+
+    a: Path
+    b: Path
+    mix: Path
+    steps: int
+    every: int  # checkpoint and in-loop eval interval
+    kill_at: int
+
+    def argv(self, run_dir: Path) -> list[str]:
+        return _train_argv(run_dir, self.mix, self.steps, self.every)
+
+
 def _step_train(d: _Demo, mix: Path, steps: int, kill_at: int) -> tuple[Path, Path, subprocess.Popen]:
-    every = max(10, steps // 5)
     runs = d.out / "runs"
-    a, b = runs / "uninterrupted", runs / "killed-and-resumed"
-    for r in (a, b):
+    two = _TwoRuns(
+        runs / "uninterrupted", runs / "killed-and-resumed", mix, steps, max(10, steps // 5), kill_at
+    )
+    for r in (two.a, two.b):
         shutil.rmtree(r, ignore_errors=True)
-    # Both runs are separate processes with the same environment, as a user would run them; the second is
-    # SIGKILLed once it has passed `kill_at`, then finished by rerunning the very same command.
-    argv_a, argv_b = _train_argv(a, mix, steps, every), _train_argv(b, mix, steps, every)
-    # the periodic eval job, started before the trainer as its own process: it waits for the run's config,
+    # Both runs are separate processes with the same environment, as a user would run them.
+    # The periodic eval job, started before the trainer as its own process: it waits for the run's config,
     # then evaluates each checkpoint once it is committed (section 5 shows its table)
-    watch_argv = _watch_argv(a, steps)
+    watch_argv = _watch_argv(two.a, steps)
     d.command(watch_argv, note="started beside the first run, before it")
     watcher = d.start(watch_argv)
     try:
-        return (*_train_twice(d, a, b, argv_a, argv_b, steps, every, kill_at), watcher)
+        return (*_train_twice(d, two), watcher)
     except BaseException:
         watcher.kill()
         watcher.wait()
         raise
 
 
-def _train_twice(
-    d: _Demo, a: Path, b: Path, argv_a: list[str], argv_b: list[str], steps: int, every: int, kill_at: int
-) -> tuple[Path, Path]:
-    """Run `argv_a` to the end, then `argv_b` SIGKILLed after step `kill_at` and rerun; compare their losses."""
+def _train_twice(d: _Demo, two: _TwoRuns) -> tuple[Path, Path]:
+    """Run `two.a` to the end, then `two.b` SIGKILLed after step `two.kill_at` and rerun; compare their losses."""
+    a, b, steps, every, kill_at = two.a, two.b, two.steps, two.every, two.kill_at
+    argv_a, argv_b = two.argv(a), two.argv(b)
     d.olmax(argv_a)
     d.command(argv_b, note=f"SIGKILLed after step {kill_at}")
     proc = d.start(argv_b)

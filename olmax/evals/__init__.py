@@ -17,7 +17,7 @@ olmax.evalsets):
   power.py       the checks' power: the unplanned dose each could see, the windows it would need
   lm_eval_adapter.py  lm-eval model `olmax` (loglikelihood, loglikelihood_rolling, generate_until)
   plots.py       PNG loss curves
-  cli.py         `olmax eval heldout | memorization | lm-eval | plot`
+  evals_cli.py   `olmax eval heldout | memorization | lm-eval | plot`
 
 Public API (resolved lazily): `run_heldout`, `prepare_eval_sets`, `run_memorization` /
 `MemorizationInputs`, `run_lm_eval`, `train_hook`.

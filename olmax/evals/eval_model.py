@@ -39,7 +39,7 @@ from olmax.train.step import OnMesh, default_ce_chunk, model_graphdef
 class EvalModel:
     """A model on an eval mesh: its config, its parameters in their shards, the mesh."""
 
-    cfg: Any  # olmax.model.config.ModelConfig at the compute dtype, remat off
+    cfg: Any  # olmax.model.model_config.ModelConfig at the compute dtype, remat off
     params: dict  # plain dict of arrays, in `param_shardings(cfg, mesh)`
     mesh: Mesh
 

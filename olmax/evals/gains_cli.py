@@ -6,7 +6,7 @@ import argparse
 
 from olmax.atomic import locked_out
 from olmax.evals.eval_mesh import add_dtype_option, add_mesh_option
-from olmax.evalsets.cli import add_eval_option
+from olmax.evalsets.evalsets_cli import add_eval_option
 
 DESCRIPTION = """\
 Scores every item of each --eval set alone at each committed checkpoint of --run (or --steps): CE

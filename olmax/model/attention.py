@@ -21,7 +21,7 @@ from olmax.errors import OlmaxError
 from olmax.model import attention_splash, sharding
 from olmax.model.attention_jax import attend_jax
 from olmax.model.attention_xla import UNROLL_CHUNKS, attend_blocks, attend_chunked, attend_xla
-from olmax.model.config import ModelConfig
+from olmax.model.model_config import ModelConfig
 from olmax.model.norm import RMSNorm
 from olmax.model.remat import tag
 from olmax.model.rope import apply_rope

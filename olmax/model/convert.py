@@ -21,7 +21,7 @@ from flax import nnx
 from olmax.data.tokenize import load_tokenizer
 from olmax.errors import OlmaxError
 from olmax.jsonio import write_json
-from olmax.model.config import ModelConfig, YarnConfig, from_hf_config, to_hf_config
+from olmax.model.model_config import ModelConfig, YarnConfig, from_hf_config, to_hf_config
 from olmax.model.safetensors_io import DTYPES, AtomicDirectory, SafetensorsReader, write_checkpoint
 from olmax.model.transformer import Transformer
 

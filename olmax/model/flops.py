@@ -5,14 +5,19 @@ causal or sliding window lets it see), the SwiGLU matmuls and the LM head (over 
 which is what the forward pass multiplies by; `padded_vocab=True` counts the padded width instead). Not counted: norms, RoPE, softmax, SiLU and
 the embedding gather, which are elementwise or free and together well under 1% at 7B.
 A training step costs 3x the forward (backward = 2x forward), which the trainer applies for MFU.
+
+Also what a remat policy (olmax.model.remat) costs a model: the forward FLOPs its backward runs again
+(`recompute_flops`) and the bytes a layer keeps per token (`kept_bytes_per_token`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax.numpy as jnp
+
 from olmax.model import remat
-from olmax.model.config import ModelConfig
+from olmax.model.model_config import ModelConfig
 
 
 def keys_attended(seq_len: int, window: int | None) -> int:
@@ -77,3 +82,16 @@ def recompute_flops(cfg: ModelConfig, spec: str, seq_len: int) -> float:
     if "context" not in kept:
         per_token += forward_flops(cfg, seq_len).attention / seq_len
     return float(per_token)
+
+
+def kept_bytes_per_token(cfg: ModelConfig, spec: str) -> int:
+    """Bytes one layer keeps for the backward pass per token under `spec`, its input included (`none`:
+    the named outputs only, a lower bound: it keeps every intermediate)."""
+    d, f = cfg.d_model, cfg.mlp_hidden
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    item = jnp.dtype(cfg.dtype).itemsize
+    size = {"q": qd, "k": kvd, "v": kvd, "o": d, "down": d, "gate": f, "up": f, "context": qd}
+    total = sum(size[n] * item for n in remat.kept_names(spec))
+    if "context" in remat.kept_names(spec):
+        total += 4 * cfg.n_heads  # the log-sum-exp, fp32 per head
+    return total + (0 if spec == "none" else d * item)

@@ -20,24 +20,21 @@ d 4096), gate/up mlp_hidden x 2 bytes (21.5 KiB at 11,008), context d_model x 2 
 the layer's input (d_model x 2 bytes) is kept by every policy but `none`. What a name not kept costs is
 its recompute: the backward pass needs every matmul's output (each feeds a norm, the SiLU, the attention
 kernel or the next matmul's weight gradient), so each one not kept runs again, and the attention forward
-runs again unless `context` is kept (`recompute_flops`). Per byte kept, `down` saves the most (its matmul
-is mlp_hidden wide, its output d_model), then `context` (the attention forward), then the rest alike; on the
-chip, keeping more than `context` and `down` bought less than it cost (`LADDER`).
+runs again unless `context` is kept. Both are counted for a model config in olmax.model.flops
+(`kept_bytes_per_token`, `recompute_flops`), which imports this module: this one needs no config. Per byte
+kept, `down` saves the most (its matmul is mlp_hidden wide, its output d_model), then `context` (the
+attention forward), then the rest alike; on the chip, keeping more than `context` and `down` bought less
+than it cost (`LADDER`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import jax
-import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from olmax.errors import OlmaxError
-
-if TYPE_CHECKING:
-    from olmax.model.config import ModelConfig
 
 NAMES = ("q", "k", "v", "context", "o", "gate", "up", "down")
 
@@ -144,16 +141,3 @@ def kept_names(spec: str) -> set[str]:
     if names is None:  # JAX's dots policies keep every matmul output
         return set(NAMES) - {"context"}
     return set(names)
-
-
-def kept_bytes_per_token(cfg: ModelConfig, spec: str) -> int:
-    """Bytes one layer keeps for the backward pass per token under `spec`, its input included (`none`:
-    the named outputs only, a lower bound: it keeps every intermediate)."""
-    d, f = cfg.d_model, cfg.mlp_hidden
-    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    item = jnp.dtype(cfg.dtype).itemsize
-    size = {"q": qd, "k": kvd, "v": kvd, "o": d, "down": d, "gate": f, "up": f, "context": qd}
-    total = sum(size[n] * item for n in kept_names(spec))
-    if "context" in kept_names(spec):
-        total += 4 * cfg.n_heads  # the log-sum-exp, fp32 per head
-    return total + (0 if spec == "none" else d * item)

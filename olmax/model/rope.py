@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from olmax.model.config import YarnConfig
+from olmax.model.model_config import YarnConfig
 
 
 def inv_frequencies(head_dim: int, theta: float, yarn: YarnConfig | None = None) -> np.ndarray:

@@ -19,7 +19,7 @@ from flax import nnx
 
 from olmax.model import attention_splash, remat, sharding
 from olmax.model.attention import Attention, linear, resolve_impl, truncated_normal
-from olmax.model.config import FULL, SLIDING, ModelConfig
+from olmax.model.model_config import FULL, SLIDING, ModelConfig
 from olmax.model.norm import RMSNorm
 from olmax.model.remat import tag
 from olmax.model.rope import rope_tables

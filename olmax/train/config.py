@@ -22,7 +22,7 @@ from typing import Any
 from olmax.data.mixfile import OLMO_CORE_PREFIX
 from olmax.data.stream import DEMO_MIX, UNSET_MIX, StreamSpec
 from olmax.errors import OlmaxError
-from olmax.model.config import PRESETS, ModelConfig, YarnConfig
+from olmax.model.model_config import PRESETS, ModelConfig, YarnConfig
 from olmax.recipe import (
     build,
     closest,

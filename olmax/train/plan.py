@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from olmax.errors import OlmaxError
 from olmax.model import remat as remat_mod
+from olmax.model.flops import kept_bytes_per_token
 from olmax.model.transformer import compute_summary
 from olmax.train.config import ExperimentConfig
 from olmax.train.mesh import batch_sharding, make_mesh, microbatches
@@ -306,7 +307,7 @@ def choose(
 
 def kept_activation_bytes(cfg: ExperimentConfig, rows: int) -> int:
     """What the layers keep for the backward pass on a chip at `rows` per device (one microbatch)."""
-    per_token = remat_mod.kept_bytes_per_token(cfg.model, cfg.model.remat)
+    per_token = kept_bytes_per_token(cfg.model, cfg.model.remat)
     return per_token * rows * cfg.data.seq_len * cfg.model.n_layers
 
 

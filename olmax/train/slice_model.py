@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from olmax.model.config import ModelConfig
 from olmax.model.flops import forward_flops, recompute_flops
+from olmax.model.model_config import ModelConfig
 from olmax.train.collectives import Collective
 
 # Fraction of the v5e's bf16 peak that one chip's step runs its executed FLOPs at (forward, backward and

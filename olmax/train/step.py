@@ -20,7 +20,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from olmax.model import sharding
-from olmax.model.config import ModelConfig
+from olmax.model.model_config import ModelConfig
 from olmax.model.transformer import Transformer
 from olmax.train.config import ExperimentConfig, OptimConfig
 from olmax.train.loss import HeadLoss, cross_entropy, head_cross_entropy

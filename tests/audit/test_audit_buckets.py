@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from olmax import ranged
-from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
+from olmax.audit.audit_config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.audit.dedup import audit_dedup
 from olmax.audit.emitted import audit_stream
 from olmax.audit.leaks.run import audit_leaks

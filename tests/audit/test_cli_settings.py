@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from olmax.assets import tokenizer_path
-from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
+from olmax.audit.audit_config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.cli import build_parser
 from olmax.data.stream import StreamSpec
 from olmax.dedup.params import MinHashParams, NearSettings
@@ -96,7 +96,7 @@ def test_the_stream_options_are_unset_so_a_recipe_can_give_them(command):
 
 def test_options_become_the_config():
     """What the loader audit's options parse into is the config a library caller would build."""
-    from olmax.audit.cli import near_params
+    from olmax.audit.audit_cli import near_params
     from olmax.cli_fields import values_from_args
     from olmax.data.stream_cli import stream_from_args
 

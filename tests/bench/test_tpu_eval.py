@@ -1,6 +1,7 @@
 """bench/chip/tpu_eval.py without a chip: the whole 7B eval step compiled ahead of time for a v5e-8 host (it
 fits, with the splash kernel), the committed record's summary, the summary and figures the parts merge
-into, the device command, and the cpu and chip parts' smoke on this CPU merged into a record."""
+into, the device command, a chip row that hangs ended at its limit, and the cpu and chip parts' smoke on
+this CPU merged into a record."""
 
 from __future__ import annotations
 
@@ -149,7 +150,11 @@ def test_the_summary_reads_each_part_and_compares_the_eval_row_of_the_trained_mo
     assert s["sharded_vs_single_max_rel_diff"] == 2e-7 and s["checkpoint_resharded"] is True
     assert s["eval_row"] == "eval_b4" and s["eval_over_train_tokens_per_s"] == pytest.approx(61e3 / 20.5e3)
     assert s["eval_mfu"] == pytest.approx(0.61) and s["eval_mfu_real_vocab"] == pytest.approx(0.40)
-    assert s["train_remat"] == "matmuls"
+    assert s["train_remat"] == "matmuls" and s["train_source"] == "this chip part"
+    assert rec["figures"]["eval_over_train_tokens_per_s"]["train_source"] == "this chip part"
+    kept = tmp_path / "r" / "tpu_eval"  # the parts beside the record, as the record names them
+    assert {p.name for p in kept.glob("*.json")} == {"plan.json", "cpu.json", "chip.json"}
+    assert json.loads((kept / "chip.json").read_text()) == json.loads(paths[2].read_text())
     assert rec["figures"]["plan_7b_v5e_8"]["median"] == 7.0
     assert rec["figures"]["mfu_eval_b4"]["median"] == pytest.approx(61.0)
     assert "tokens_per_s_eval_b2" not in rec["figures"]  # an out-of-memory row is a table line only
@@ -165,8 +170,29 @@ def test_the_device_command_fits_and_carries_only_ignored_folders():
     carry = json.loads(carry_line.removeprefix("carry: "))
     assert len(command) <= 2000 and len(carry) <= 8
     assert "tpu_wheels.sh install" in command and "--part chip" in command and "$OUT/chip.json" in command
+    assert command in (REPO / "docs" / "evals.md").read_text()  # the docs give it whole, as it is
     for path in carry:  # a carried folder must be git-ignored, or it would travel twice
         assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0, path
+
+
+def test_a_chip_row_that_hangs_is_ended_at_its_limit_and_the_rows_after_it_still_run(tmp_path, monkeypatch):
+    """Each row is a process of its own: one that never returns is killed at its limit and recorded as a
+    timeout, the next rows still get their turn, and none starts once --budget-s is spent."""
+    import bench.harness
+
+    def hangs(module, *args, python=None):  # every row's child sleeps past its limit
+        return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    monkeypatch.setattr(bench.harness, "module_command", hangs)
+    monkeypatch.setattr(tpu_eval, "ROW_LIMIT_S", {"train": 1.0, "eval": 1.0})
+    out = tmp_path / "chip.json"
+    args = tpu_eval.parse_args(["--part", "chip", "--out", str(out), "--budget-s", "60"])
+    part = tpu_eval.part_chip(args)
+    assert [r["spec"]["name"] for r in part["rows"]] == [r["name"] for r in tpu_eval.CHIP_ROWS]
+    assert all(r["status"] == "timeout" and r["row_wall_s"] < 30 for r in part["rows"]), part["rows"]
+    assert json.loads(out.read_text())["rows"] == part["rows"]  # rewritten after each row
+    args = tpu_eval.parse_args(["--part", "chip", "--out", str(out), "--budget-s", "0"])
+    assert {r["status"] for r in tpu_eval.part_chip(args)["rows"]} == {"skipped"}
 
 
 @pytest.mark.slow
@@ -181,10 +207,12 @@ def test_the_cpu_and_chip_parts_run_on_a_cpu_and_merge_into_a_record(tmp_path):
     proc = run("--part", "chip", "--smoke", "--out", str(chip), env={"JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads(chip.read_text())["rows"]
-    assert [r["spec"]["name"] for r in rows] == ["eval_b1", "eval_b4", "train_b1"]
+    assert [r["spec"]["name"] for r in rows] == ["train_b1", "eval_b1", "eval_b4"]
     assert all(r["status"] == "ok" and r["kernel"] == "splash" for r in rows), rows
+    assert rows[0]["plan_bytes"] > 0 and len(rows[0]["losses"]) == 2 + 2  # its compiled step, run 4 times
     proc = run("--merge", str(cpu), str(chip), "--smoke", "--results", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     s = json.loads((tmp_path / "tpu_eval.json").read_text())["summary"]
     assert s["checkpoint_resharded"] is True and s["eval_over_train_tokens_per_s"] > 0 and s["eval_mfu"] > 0
+    assert s["train_source"] == "this chip part"
     assert s["fits_7b_v5e_8"] is None  # no plan part merged

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,41 @@ def test_rows_are_named_once_and_select_rejects_unknown_names():
     assert [r["name"] for r in tpu_mfu.select_rows("splash_full,xla_full")] == ["splash_full", "xla_full"]
     with pytest.raises(SystemExit, match="unknown row"):
         tpu_mfu.select_rows("nope")
+
+
+def test_a_device_call_takes_its_share_of_the_olmax_part(tmp_path, monkeypatch):
+    """--no-rows: the sweep alone; --no-sweep --rows: those rows alone (a call of 10 minutes holds one share)."""
+    monkeypatch.setattr(tpu_mfu, "chip_facts", lambda: {})
+    monkeypatch.setattr(tpu_mfu, "matmul_peak", lambda n: 1.0)
+    monkeypatch.setattr(tpu_mfu, "attention_sweep", lambda args: [{"kernel": "splash"}])
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        tpu_mfu, "run_rows", lambda specs, *rest: ran.append([s["name"] for s in specs]) or [{"status": "ok"}]
+    )
+    out = str(tmp_path / "olmax.json")
+    part = tpu_mfu.part_olmax(tpu_mfu.parse_args(["--part", "olmax", "--no-rows", "--out", out]))
+    assert part["attention"] == [{"kernel": "splash"}] and "rows" not in part and ran == []
+    args = tpu_mfu.parse_args(["--part", "olmax", "--no-sweep", "--rows", "splash_matmuls", "--out", out])
+    part = tpu_mfu.part_olmax(args)
+    assert "attention" not in part and part["rows"] == [{"status": "ok"}] and ran == [["splash_matmuls"]]
+
+
+def test_the_device_commands_in_tpu_md_are_whole():
+    """Each device command docs/tpu.md gives installs the train path, puts it and the checkout on PYTHONPATH,
+    then runs a chip module with options that module has, writing under $OUT."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "tpu.md").read_text()
+    commands = [line for line in text.splitlines() if line.startswith("set -o pipefail;")]
+    assert len(commands) == 3, commands
+    for command in commands:
+        assert "bash bench/setup/tpu_wheels.sh install /tmp/site" in command, command
+        assert "export PYTHONPATH=$PYTHONPATH:/tmp/site:$PWD;" in command, command
+        run = shlex.split(command.rsplit("export PYTHONPATH", 1)[1].split(";", 1)[1].split("2>&1")[0])
+        assert run[:2] == ["python3", "-m"] and "$OUT/" in run[run.index("--out") + 1], run
+        source = (ROOT / Path(*run[2].split("."))).with_suffix(".py").read_text()
+        for flag in (a for a in run[3:] if a.startswith("--")):
+            assert re.search(rf"[\"']{flag}[\"']", source), f"{run[2]} has no {flag}"
+        if "--part peer" in command:
+            assert "bash bench/setup/maxtext_setup.sh install" in command, command

@@ -19,7 +19,7 @@ from olmax.evals.eval_mesh import (
     parse_mesh,
 )
 from olmax.evals.eval_model import EvalModel, as_eval_model
-from olmax.model.config import olmo3_7b, tiny
+from olmax.model.model_config import olmo3_7b, tiny
 
 GIB = 2**30
 

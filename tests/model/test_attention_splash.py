@@ -11,7 +11,7 @@ from olmax.errors import OlmaxError
 from olmax.model.attention import attend, resolve_impl
 from olmax.model.attention_splash import SplashSettings, attend_splash, settings_for
 from olmax.model.attention_xla import attend_xla
-from olmax.model.config import tiny
+from olmax.model.model_config import tiny
 from olmax.model.transformer import init_model
 
 SIMPLE, COMPOSITE = 1e-5, 1e-4  # levanter's tolerances: one kernel's output; gradients through it

@@ -4,7 +4,8 @@ import pytest
 from transformers import Olmo3Config
 
 from olmax.errors import OlmaxError
-from olmax.model.config import (
+from olmax.model.flops import flops_per_token
+from olmax.model.model_config import (
     FULL,
     SLIDING,
     YarnConfig,
@@ -15,7 +16,6 @@ from olmax.model.config import (
     tiny,
     to_hf_config,
 )
-from olmax.model.flops import flops_per_token
 from olmax.model.transformer import count_params
 
 

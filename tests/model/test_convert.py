@@ -13,9 +13,9 @@ from safetensors.numpy import load_file
 from transformers import Olmo3ForCausalLM
 
 from olmax.errors import OlmaxError
-from olmax.model.config import tiny
 from olmax.model.convert import from_hf, load_olmax, save_olmax, to_hf
 from olmax.model.hf_reference import save_random_checkpoint
+from olmax.model.model_config import tiny
 from olmax.model.safetensors_io import SafetensorsReader
 from olmax.model.transformer import init_model
 

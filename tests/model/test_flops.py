@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 from olmax.model.attention_xla import attention_mask
-from olmax.model.config import FULL, olmo3_7b, tiny
 from olmax.model.flops import forward_flops, keys_attended
+from olmax.model.model_config import FULL, olmo3_7b, tiny
 from olmax.model.transformer import init_model
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers.models.olmo3.modeling_olmo3 import apply_rotary_pos_emb
 
-from olmax.model.config import YarnConfig
 from olmax.model.hf_reference import random_hf_model
+from olmax.model.model_config import YarnConfig
 from olmax.model.rope import apply_rope, inv_frequencies, rope_tables
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -9,9 +9,9 @@ import torch
 from flax import nnx
 
 from olmax.errors import OlmaxError
-from olmax.model.config import tiny
 from olmax.model.convert import from_hf
 from olmax.model.hf_reference import random_hf_model
+from olmax.model.model_config import tiny
 from olmax.model.rope import rope_tables
 from olmax.model.transformer import Transformer, init_model, scan_plan
 

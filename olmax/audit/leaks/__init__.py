@@ -2,7 +2,7 @@
 
 Modules:
   run.py          the phases and the local runner: index, probe, merge, candidates, decide
-  beam_runner.py  the same report from Apache Beam pipelines (`--runner beam`)
+  leaks_beam.py   the same report from Apache Beam pipelines (`--runner beam`)
   eval_side.py    the units looked for (an item's text, its gold answer, a completion task's join)
   item_index.py   the exact index of the units' word windows (`EvalIndex`)
   normalize.py    words and text tokens of both sides (compiled kernels)
@@ -14,7 +14,7 @@ Modules:
   paraphrase.py   paraphrase candidates, reported apart
   findings.py     the report's entries, the rule a line per step, the per-set counts and gate
 
-Its settings are `olmax.audit.config.LeakConfig`; its eval sets come from olmax.evalsets.
+Its settings are `olmax.audit.audit_config.LeakConfig`; its eval sets come from olmax.evalsets.
 How it works and how to read its report: docs/leaks.md.
 """
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from olmax.audit.config import LeakConfig
+from olmax.audit.audit_config import LeakConfig
 from olmax.audit.leaks.item_index import EvalIndex
 from olmax.audit.leaks.normalize import WordTables, item_words, text_tokens
 from olmax.audit.leaks.paraphrase import (

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from olmax.audit.audit_config import LeakConfig
 from olmax.audit.checks import Check
-from olmax.audit.config import LeakConfig
 from olmax.audit.leaks.eval_side import (
     MIN_CHEAP_WORDS,
     PARTS,

@@ -1,7 +1,7 @@
 """`olmax audit leaks`: which held-out eval items the training data holds, in which documents and where.
 
 The phases: index the eval side (eval_side.py, item_index.py), probe every training file for its windows
-(`probe_path`, in threads or on Beam: beam_runner.py), merge the hits (`merge_probes`), make the candidates
+(`probe_path`, in threads or on Beam: leaks_beam.py), merge the hits (`merge_probes`), make the candidates
 (`candidates`, paraphrase.pair_candidates), verify each file's candidates (verify.py) and decide
 (`decide`; the report's entries and counts: findings.py). How each phase works and why:
 docs/leaks.md#how-the-audit-runs.
@@ -18,12 +18,12 @@ from dataclasses import asdict
 import numpy as np
 
 from olmax.assets import tokenizer_path
+from olmax.audit.audit_config import LeakConfig
 from olmax.audit.checks import Check, checks_json, failed, summary_lines, verdict
-from olmax.audit.config import LeakConfig
-from olmax.audit.leaks.beam_runner import BeamRunner
 from olmax.audit.leaks.eval_side import EvalSide, index_evals
 from olmax.audit.leaks.findings import MAX_NEAR_MISSES, assemble, per_set, rule_lines
 from olmax.audit.leaks.item_index import EvalIndex
+from olmax.audit.leaks.leaks_beam import BeamRunner
 from olmax.audit.leaks.normalize import (
     NORMALIZATION,
     SIGN_NORMALIZATION,
@@ -182,7 +182,7 @@ def audit_leaks(cfg: LeakConfig, beam_options: str | None = None) -> dict:
     from the merged hits → verify each file's candidates → per-set counts and clean subsets → report.
 
     `beam_options` (Beam's pipeline flags, `olmax.beam.pipeline_options`): the per-file phases run as Apache
-    Beam pipelines (beam_runner.py) instead of local threads; the same functions, the same report."""
+    Beam pipelines (leaks_beam.py) instead of local threads; the same functions, the same report."""
     t0 = time.perf_counter()
     index = file_index(cfg.stream)
     tok_path = str(tokenizer_path(cfg.tokenizer, quiet=True))
@@ -433,7 +433,7 @@ class LocalRunner:
 
 
 class BeamPhases:
-    """The same per-file phases as Beam pipelines (beam_runner.py): probing maps `probe_path` over the
+    """The same per-file phases as Beam pipelines (leaks_beam.py): probing maps `probe_path` over the
     distinct files, verification maps `verify_file` over the files with candidates."""
 
     def __init__(self, beam):

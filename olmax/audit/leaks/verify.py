@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from olmax.audit.config import LeakConfig
+from olmax.audit.audit_config import LeakConfig
 from olmax.audit.leaks.align import CandidateArrays, text_check, verify_candidates
 from olmax.audit.leaks.eval_side import SIGN_CHARS, EvalSide, short_allowed
 from olmax.audit.leaks.normalize import WORD, WordTables, text_tokens

@@ -15,7 +15,7 @@ import numpy as np
 
 from olmax import storage
 from olmax.data import readers
-from olmax.data.prepare.config import PrepareConfig
+from olmax.data.prepare.prepare_config import PrepareConfig
 from olmax.data.tokenize import Tokenizer
 
 # ~4 MB of text per tokenizer task: gigatoken's per-call cost is a tenth of a 1 MB call and near nothing

@@ -33,7 +33,7 @@ import xxhash
 from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.prepare.batches import read_batches, return_freed_arrays
-from olmax.data.prepare.config import DedupSettings, PrepareConfig
+from olmax.data.prepare.prepare_config import DedupSettings, PrepareConfig
 from olmax.data.shards import DEDUP_RECORD
 from olmax.dedup.minhash import cluster, signatures
 from olmax.dedup.minhash_spill import SpilledTables, cluster_spilled, remove_stale

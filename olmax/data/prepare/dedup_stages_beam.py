@@ -37,8 +37,8 @@ import xxhash
 
 from olmax import beam, storage
 from olmax.beam import Failed
-from olmax.data.prepare.config import PrepareConfig
 from olmax.data.prepare.dedup_stages import decisions_of, stage_batches, substring_records, utf8
+from olmax.data.prepare.prepare_config import PrepareConfig
 from olmax.dedup.minhash import band_keys, bucket_pairs, jaccard, signatures
 from olmax.dedup.shingles import text_shingles
 

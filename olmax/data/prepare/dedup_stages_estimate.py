@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 
 from olmax.data import readers
-from olmax.data.prepare.config import PrepareConfig
 from olmax.data.prepare.dedup_stages import spill_threshold
+from olmax.data.prepare.prepare_config import PrepareConfig
 from olmax.errors import OlmaxError
 
 RECORD = "bench/results/dedup_rates.json"

@@ -1,5 +1,5 @@
 """`olmax data prepare`'s entry: checks the sources, expands the inputs (paths, globs, folders or fsspec URLs),
-then runs the local runner (local_runner.py) or the Apache Beam one (beam_runner.py) into the output folder, or
+then runs the local runner (local_runner.py) or the Apache Beam one (prepare_beam.py) into the output folder, or
 into a staging folder that is uploaded to an object-store URL when complete (mix.txt and manifest.json last).
 """
 
@@ -27,7 +27,7 @@ from olmax.errors import OlmaxError
 
 def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
     """Run prepare end to end; returns the manifest (also written to DIR/manifest.json). `beam_options`
-    (Beam's flags) runs it as an Apache Beam pipeline (beam_runner.py) with the same output bytes.
+    (Beam's flags) runs it as an Apache Beam pipeline (prepare_beam.py) with the same output bytes.
 
     `cfg.out` may be an fsspec URL: the local runner prepares into a staging folder and uploads it at the
     end (mix.txt and manifest.json last); the Beam workers upload each shard as it closes."""
@@ -61,7 +61,7 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
         out = Path(local)
         with exclusive(out, "olmax data prepare"):
             if beam_options is not None:
-                from olmax.data.prepare.beam_runner import prepare_beam
+                from olmax.data.prepare.prepare_beam import prepare_beam
 
                 return prepare_beam(cfg, out, None, tok, tok_path, files, beam_options)
             return prepare_into(cfg, out, tok, tok_path, files)
@@ -73,7 +73,7 @@ def prepare(cfg: PrepareConfig, beam_options: str | None = None) -> dict:
     staged = storage.StagedDir(cfg.out)
     try:
         if beam_options is not None:
-            from olmax.data.prepare.beam_runner import prepare_beam
+            from olmax.data.prepare.prepare_beam import prepare_beam
 
             manifest = prepare_beam(cfg, Path(staged.local), cfg.out, tok, tok_path, files, beam_options)
         else:

@@ -32,8 +32,8 @@ from olmax.atomic import write_text
 from olmax.data import readers
 from olmax.data.index import TokenFields, data_fingerprint
 from olmax.data.prepare.batches import Encoded, encode_docs, prefetch, read_batches, return_freed_arrays
-from olmax.data.prepare.config import PrepareConfig, SourceSpec
 from olmax.data.prepare.mixspec import plan_mix
+from olmax.data.prepare.prepare_config import PrepareConfig, SourceSpec
 from olmax.data.shards import PREPARE_JOURNAL, ShardInfo, ShardWriter, read_sidecar
 from olmax.data.tokenize import Tokenizer
 from olmax.errors import OlmaxError

@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from olmax import storage
-from olmax.data.prepare.config import PrepareConfig, SourceSpec
+from olmax.data.prepare.prepare_config import PrepareConfig, SourceSpec
 from olmax.data.shards import ShardWriter, read_sidecar, sidecar_path
 from olmax.data.tokenfile import read_tokens
 from olmax.errors import OlmaxError

@@ -37,7 +37,7 @@ def test_leaks_lists_each_contaminated_item(tokenizer, corpus, tmp_path, capsys)
 
 
 def test_a_field_saying_which_part_leaked_is_printed_when_the_report_has_one():
-    from olmax.audit.cli import leak_lines
+    from olmax.audit.audit_cli import leak_lines
 
     item = {
         "eval": "quiz",

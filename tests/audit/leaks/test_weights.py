@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from olmax.audit.config import LeakConfig
+from olmax.audit.audit_config import LeakConfig
 from olmax.audit.leaks.align import text_check
 from olmax.audit.leaks.eval_side import short_allowed
 from olmax.audit.leaks.normalize import text_tokens, word_tables

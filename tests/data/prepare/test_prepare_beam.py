@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmax.data.prepare.beam_runner import plan_shards
 from olmax.data.prepare.entry import prepare
 from olmax.data.prepare.local_runner import PrepareConfig
 from olmax.data.prepare.mixspec import load_mix_spec
+from olmax.data.prepare.prepare_beam import plan_shards
 from olmax.testing.prepare_testdata import pydoc_texts, stdlib_texts, write_jsonl
 
 pytest.importorskip("apache_beam")

@@ -1,5 +1,4 @@
-"""`olmax audit leaks --runner beam`: the Beam plan of the leak audit's per-file phases. (One `beam_runner.py`
-per job that runs on Beam, prepare and the leak audit: the same concept in each.)
+"""`olmax audit leaks --runner beam`: the Beam plan of the leak audit's per-file phases.
 
 The functions mapped are run.py's (`probe_path`, then `verify_file`), passed in by `audit_leaks`; this
 module only maps them over files: `Create(tasks) | spread | Map(guarded(fn))`, results back to the

@@ -1,6 +1,5 @@
 """`olmax data prepare --runner beam`: the same shards, sidecars, mix.txt and manifest.json as the local runner,
-byte for byte, from an Apache Beam pipeline (DirectRunner here, Dataflow/Flink/Spark at scale). (One
-`beam_runner.py` per job that runs on Beam, prepare and the leak audit: the same concept in each.)
+byte for byte, from an Apache Beam pipeline (DirectRunner here, Dataflow/Flink/Spark at scale).
 
 The plan (two pipelines, the plan on the driver between them: a fan-in to one element inside a pipeline
 is not reliable on every runner, docs/cluster.md):
@@ -32,7 +31,6 @@ import numpy as np
 from olmax import beam, storage, wire
 from olmax.data import readers
 from olmax.data.prepare.batches import encode_docs, read_batches
-from olmax.data.prepare.config import PrepareConfig
 from olmax.data.prepare.dedup_stages import apply_edits, edits_of, load_or_plan
 from olmax.data.prepare.dedup_stages_beam import planner
 from olmax.data.prepare.local_runner import (
@@ -49,6 +47,7 @@ from olmax.data.prepare.local_runner import (
     tokenizer_id,
 )
 from olmax.data.prepare.mixspec import planned_tokens
+from olmax.data.prepare.prepare_config import PrepareConfig
 from olmax.data.shards import ShardInfo, ShardWriter, sidecar_path
 from olmax.data.tokenfile import read_tokens, write_tokens
 from olmax.data.tokenize import Tokenizer

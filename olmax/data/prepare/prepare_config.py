@@ -1,7 +1,5 @@
 """`olmax data prepare`'s settings, as plain data: the run (`PrepareConfig`), its sources (`SourceSpec`) and its
 dedup stages (`DedupSettings`). Nothing here reads or writes a file.
-
-One `config.py` per area (audit, model, train, data.prepare): the same concept, an area's typed settings.
 """
 
 from __future__ import annotations

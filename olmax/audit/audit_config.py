@@ -1,5 +1,4 @@
-"""The settings of each `olmax audit` command (one `config.py` per area: the same concept, an area's typed
-settings), declared once: the config dataclass a library caller builds,
+"""The settings of each `olmax audit` command, declared once: the config dataclass a library caller builds,
 whose fields' metadata the CLI's options are generated from (olmax/cli_fields.py), so a default lives here
 and nowhere else. Plain data, importing no numpy: `olmax audit X --help` reads it.
 
@@ -76,7 +75,7 @@ class LeakConfig:
     stream: StreamSpec = setting(cli=False)
     evals: tuple[str, ...] = setting(
         cli=False, option=Option(flag="--eval")
-    )  # its option: olmax.evalsets.cli
+    )  # its option: olmax.evalsets.evalsets_cli
     tokenizer: str = setting("dolma2", "tokenizer file (or dolma2) the mix was tokenized with")
     ngram: int = setting(8, "retrieval window in words (default 8: survives one edit in ten words)")
     min_item_words: int = setting(4, "items with fewer words than this are too short to decide")

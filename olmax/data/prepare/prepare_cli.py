@@ -150,9 +150,9 @@ def add_commands(data_sub: argparse._SubParsersAction) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from olmax.data.prepare.config import PrepareConfig, SourceSpec
     from olmax.data.prepare.entry import prepare
     from olmax.data.prepare.mixspec import load_mix_spec
+    from olmax.data.prepare.prepare_config import PrepareConfig, SourceSpec
     from olmax.errors import OlmaxError
 
     sources, total = [], None
@@ -257,7 +257,7 @@ def _check_gates(args: argparse.Namespace, labels: list[str]) -> None:
 
 
 def _dedup_settings(args: argparse.Namespace):
-    from olmax.data.prepare.config import DedupSettings, parse_stages
+    from olmax.data.prepare.prepare_config import DedupSettings, parse_stages
 
     if args.dedup is None:
         return None

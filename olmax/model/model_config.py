@@ -1,7 +1,4 @@
-"""Typed OLMo 3 model configs, the published presets, and the mapping to and from HF `config.json`.
-
-One `config.py` per area (audit, model, train, data.prepare): the same concept, an area's typed settings.
-"""
+"""Typed OLMo 3 model configs, the published presets, and the mapping to and from HF `config.json`."""
 
 from __future__ import annotations
 

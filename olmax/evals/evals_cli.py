@@ -9,7 +9,7 @@ from olmax.atomic import locked_out
 from olmax.data.stream_cli import add_stream_options
 from olmax.evals.eval_mesh import add_dtype_option, add_mesh_option
 from olmax.evals.gains_cli import register_gains
-from olmax.evalsets.cli import add_eval_option
+from olmax.evalsets.evalsets_cli import add_eval_option
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -149,8 +149,8 @@ def _parity(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from olmax.errors import OlmaxError
-    from olmax.model.config import PRESETS
     from olmax.model.flops import forward_flops
+    from olmax.model.model_config import PRESETS
     from olmax.model.transformer import count_params
 
     if args.preset not in PRESETS:

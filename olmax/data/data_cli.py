@@ -1,4 +1,4 @@
-"""`olmax data ...` (the data area's front end): prepare shards (olmax.data.prepare.cli), inspect them (inspect_cli), plan and dump loader
+"""`olmax data ...` (the data area's front end): prepare shards (olmax.data.prepare.prepare_cli), inspect them (inspect_cli), plan and dump loader
 batches (loader_cli), the documents of a step and the steps of a document (trace_cli)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from olmax.data import inspect_cli, loader_cli, trace_cli
-from olmax.data.prepare import cli as prepare_cli
+from olmax.data.prepare import prepare_cli
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 
 from olmax.atomic import locked_out
+from olmax.audit.audit_config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.audit.checks import EXIT
-from olmax.audit.config import DedupConfig, LeakConfig, LoaderAuditConfig, StreamConfig
 from olmax.beam_cli import add_runner_options, beam_options
 from olmax.cli_fields import add_fields, values_from_args
 from olmax.data.stream_cli import add_stream_options, stream_from_args
 from olmax.data.trace_cli import add_horizon_options
 from olmax.dedup.gates_cli import add_gate_options
 from olmax.dedup.params import MinHashParams, NearSettings
-from olmax.evalsets.cli import add_eval_option
+from olmax.evalsets.evalsets_cli import add_eval_option
 
 
 def _out(p: argparse.ArgumentParser) -> None:

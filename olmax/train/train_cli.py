@@ -273,7 +273,7 @@ def _distributed(processes: Processes) -> None:
 
 
 def convert_run(args: argparse.Namespace, out: str) -> bool:
-    """`olmax model convert` from a training run (olmax.model.cli, handed this by the `olmax` command):
+    """`olmax model convert` from a training run (olmax.model.model_cli, handed this by the `olmax` command):
     when `args.src` is a run folder or one of its checkpoint steps, write it to `out` in `args.to`'s format
     and say so; False when it is neither (an HF or olmax directory, which the model area reads itself)."""
     from olmax.train.export import export_hf, restore_run_model, run_checkpoint
