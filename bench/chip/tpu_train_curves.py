@@ -258,7 +258,7 @@ def heldout_ce(program, params, rows, batch_rows: int, mesh) -> float:
 def train_run(spec: tuple[str, str, int], programs: dict, cfg, corpus, size: Size, mesh, save) -> dict:
     """One ablation run: a fresh state from its seed, one pass over the training rows, the metrics of every
     step, the seconds of every `chunk` steps and the held-out CE every `eval_every` steps. `programs` maps
-    `submit_compiles`'s keys to their futures."""
+    `submit_compiles`'s keys to their futures (and any other background job's key to its future)."""
     import jax
     import numpy as np
 
@@ -288,7 +288,7 @@ def train_run(spec: tuple[str, str, int], programs: dict, cfg, corpus, size: Siz
             continue
         got = jax.device_get(pending)
         chunk = {"end_step": done, "steps": len(pending), "seconds": time.perf_counter() - mark}
-        # a program still compiling in another thread may have delayed this thread's dispatches
+        # a program compiling in another thread (or a parity run) may have held up this thread's dispatches
         chunk["beside_compiles"] = not all(f.done() for f in programs.values())
         out["chunks"].append(chunk)
         for m in got:
@@ -381,10 +381,24 @@ def failure(e: Exception, **about: Any) -> dict:
     }
 
 
+def parity_job(variant: str, bundle) -> dict:
+    """`parity_run` as a background job: its failure becomes its row."""
+    try:
+        r = parity_run(variant, bundle)
+        first = next(iter(r["against"]))
+        worst = max(r["against"][first]["abs_diff"])
+        say(f"parity {variant} ({r['kernel']}): |loss - {first}| up to {worst:.2e} over {r['steps']} steps")
+    except Exception as e:
+        r = failure(e, variant=variant)
+        say(f"parity {variant}: {r['error'][:300]}")
+    return r
+
+
 def part_chip(args: argparse.Namespace) -> dict:
-    """The parity runs (bf16, then the fp32 control), then the three ablation runs, whose programs compile in
-    background threads from the start (the chip trains one while the next compiles). The part's JSON is
-    rewritten as each run goes."""
+    """The three ablation runs one after another on the main thread; in background threads from the start,
+    every program they need compiling and the parity recipe's runs (bf16 and the fp32 control: small, not
+    timed). A chunk of steps that ran beside any background job is marked (`beside_compiles`). The part's
+    JSON is rewritten from the main thread as each run goes, with the parity runs finished so far."""
     import jax
 
     size = SMOKE if args.smoke else FULL
@@ -397,50 +411,43 @@ def part_chip(args: argparse.Namespace) -> dict:
     out.update(parity=[], runs=[], started=time.time())
     if out["platform"] != "tpu" and not args.smoke:
         raise SystemExit(f"tpu_train_curves: the chip part measures a TPU; JAX's device is {out['platform']}")
-    save = lambda: write_part(out_path, out)  # noqa: E731
-    save()
     mesh = one_device_mesh(jax.devices())
     out["peak_flops"] = datasheet_peak(jax.devices()[0].device_kind) if out["platform"] == "tpu" else None
     configs = {h: ablation_config(size, h, corpus.meta["eos"]) for h in size.heads}
     bundle = None if args.no_parity else parity_bundle(data / PARITY_DIR)
+    variants = args.parity_variants.split(",") if bundle is not None else []
     if bundle is None:
         out["parity_skipped"] = (
             "--no-parity" if args.no_parity else f"no parity bundle in {data / PARITY_DIR}"
         )
         say(f"parity runs skipped: {out['parity_skipped']}")
     runs = RUNS[: args.runs]
-    with ThreadPoolExecutor(max_workers=2 * len(configs) + len(runs)) as pool:
-        # the ablation's programs compile in the background while the small parity runs use the chip
-        programs = submit_compiles(pool, configs, mesh, size.rows, runs)
-        for variant in args.parity_variants.split(",") if bundle is not None else []:
-            try:
-                r = parity_run(variant, bundle)
-                first = next(iter(r["against"]))
-                say(
-                    f"parity {variant} ({r['kernel']}): |loss - {first}| max "
-                    f"{max(r['against'][first]['abs_diff']):.2e} over {r['steps']} steps in {r['seconds']:.0f} s"
-                )
-            except Exception as e:
-                r = failure(e, variant=variant)
-                say(f"parity {variant}: {r['error'][:300]}")
-            out["parity"].append(r)
+    with ThreadPoolExecutor(max_workers=2 * len(configs) + len(runs) + len(variants)) as pool:
+        jobs = submit_compiles(pool, configs, mesh, size.rows, runs)
+        jobs |= {("parity", v): pool.submit(parity_job, v, bundle) for v in variants}
+
+        def save() -> None:  # only this thread writes, and only this thread changes `out`
+            out["parity"] = [jobs[("parity", v)].result() for v in variants if jobs[("parity", v)].done()]
+            write_part(out_path, out)
+
+        def keep(run: dict) -> None:
+            out["runs"][-1] = run
             save()
+
+        save()
         for spec in runs:
             name, heads, _ = spec
             out["runs"].append({"name": name, "heads": heads, "status": "compiling"})
-
-            def keep(run: dict) -> None:
-                out["runs"][-1] = run
-                save()
-
             try:
-                keep(train_run(spec, programs, configs[heads], corpus, size, mesh, keep))
+                keep(train_run(spec, jobs, configs[heads], corpus, size, mesh, keep))
             except Exception as e:
                 keep(failure(e, **out["runs"][-1]))
             r = out["runs"][-1]
             say(f"{name}: {r['status']}, {r.get('step_s', 0):.4f} s/step, {r.get('steps_done', 0)} steps")
-    out["wall_s"] = time.time() - out["started"]
-    save()
+        for v in variants:
+            jobs[("parity", v)].result()
+        out["wall_s"] = time.time() - out["started"]
+        save()
     return out
 
 
@@ -659,7 +666,8 @@ def plot(runs: dict, band: dict | None, parity: dict, size: dict, png: Path) -> 
         panel_parity(axes[2], ok_parity)
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     tmp = png.with_name(f".{png.name}.{os.getpid()}.tmp")
@@ -746,7 +754,8 @@ def panel_parity(ax, parity: dict) -> None:
 
 
 def prepare(data: Path, size: Size) -> dict:
-    """The corpus rows (and, where olmax.testing.train_parity can write it, the parity bundle) in `data`."""
+    """The corpus rows in `data`, and (not for the smoke: OLMo-core trains it for minutes) the parity
+    recipe's bundle in `data`/parity, where this checkout has `olmax.testing.train_parity`."""
     meta = tpu_train_corpus.build(
         data, rows=size.corpus_rows, seq=size.seq, vocab=size.vocab, smoke=size is SMOKE
     )
@@ -755,12 +764,17 @@ def prepare(data: Path, size: Size) -> dict:
         f"{meta['heldout_tokens']:,} held out, vocabulary {meta['vocab']:,} "
         f"(+{100 * (meta['spelling_growth'] - 1):.1f}% tokens), in {meta['seconds']:.0f} s"
     )
+    if size is SMOKE:
+        return meta
     try:
         from olmax.testing import train_parity
     except ImportError:
         say("parity bundle not written: olmax.testing.train_parity is not in this checkout")
         return meta
-    train_parity.write_bundle(data / PARITY_DIR, smoke=size is SMOKE)
+    t0 = time.perf_counter()
+    train_parity.make_bundle(data / PARITY_DIR)  # its CHIP_RECIPE, with every CPU trajectory
+    mib = sum(f.stat().st_size for f in (data / PARITY_DIR).iterdir()) / 2**20
+    say(f"{data / PARITY_DIR}: the parity bundle, {mib:.1f} MiB, in {time.perf_counter() - t0:.0f} s")
     return meta
 
 

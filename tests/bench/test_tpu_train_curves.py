@@ -95,3 +95,52 @@ def test_the_smoke_trains_three_runs_on_real_text_and_merges_a_record_and_a_plot
         assert key in rec["summary"], key
     assert rec["notes"]["band"]["steps"] == size.steps
     assert {f"step_s_{n}" for n in runs} <= set(rec["figures"])
+
+
+def test_the_merge_turns_the_chips_parity_runs_into_per_step_bands_against_each_cpu_run(tmp_path):
+    """A chip part holding only parity runs (the shape `parity_run` returns): each variant's |difference|
+    and relative difference from each CPU trajectory per step, step 1's, the table and the plot's panel."""
+    cpu = {"olmo_core_fp32": [10.0, 9.0, 8.0], "olmax_fp32": [10.0, 9.0, 8.004]}
+    chip = {"bf16": [10.01, 8.991, 8.008], "fp32": [10.0, 9.0, 8.0]}
+    parity = []
+    for variant, loss in chip.items():
+        against = {
+            name: {
+                "loss": ref,
+                "abs_diff": [abs(a - b) for a, b in zip(loss, ref)],
+                "rel_diff": [abs(a - b) / b for a, b in zip(loss, ref)],
+            }
+            for name, ref in cpu.items()
+        }
+        parity.append(
+            {
+                "variant": variant,
+                "status": "ok",
+                "kernel": "splash",
+                "steps": 3,
+                "loss": loss,
+                "against": against,
+            }
+        )
+    parity.append({"variant": "broken", "status": "error", "error": "ValueError: no"})
+    part = {
+        "part": "chip",
+        "size": vars(tpu_train_curves.SMOKE),
+        "corpus": {"eos": 0},
+        "runs": [],
+        "parity": parity,
+    }
+    (tmp_path / "chip.json").write_text(json.dumps(part))
+    args = tpu_train_curves.parse_args(
+        ["--smoke", "--merge", str(tmp_path / "chip.json"), "--results", str(tmp_path)]
+    )
+    rec = json.loads(tpu_train_curves.merge(args.merge, args).read_text())
+    fig = rec["figures"]
+    assert fig["bf16_vs_olmo_core_fp32_abs"]["values"] == pytest.approx([0.01, 0.009, 0.008])
+    assert fig["bf16_vs_olmo_core_fp32_step1_rel"]["values"] == pytest.approx([0.1])  # percent
+    assert fig["fp32_vs_olmo_core_fp32_abs"]["max"] == 0.0
+    assert rec["summary"]["bf16_vs_olmax_fp32_max_rel"] == pytest.approx(0.009 / 9.0)
+    rows = rec["notes"]["parity_bf16"]["per_step"]
+    assert rows[2] == {"step": 3, "chip": 8.008, "olmo_core_fp32": 8.0, "olmax_fp32": 8.004}
+    assert rec["notes"]["parity_broken"]["error"] == "ValueError: no"
+    assert (tmp_path / "tpu_train_curves.png").stat().st_size > 10_000
