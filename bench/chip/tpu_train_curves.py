@@ -64,6 +64,7 @@ RECIPE = ROOT / "configs" / "olmo3_7b_stage1.yaml"
 DATA = BENCH / "out" / "tpu_train_curves"  # what --prepare writes and the device call carries
 PARITY_DIR = "parity"  # DATA/parity: olmax.testing.train_parity's files
 GIB = 2**30
+CARRY_MIB = 56  # what a device call may carry beside the checkout's ~5 MiB (64 MiB in all)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -775,6 +776,9 @@ def prepare(data: Path, size: Size) -> dict:
     train_parity.make_bundle(data / PARITY_DIR)  # its CHIP_RECIPE, with every CPU trajectory
     mib = sum(f.stat().st_size for f in (data / PARITY_DIR).iterdir()) / 2**20
     say(f"{data / PARITY_DIR}: the parity bundle, {mib:.1f} MiB, in {time.perf_counter() - t0:.0f} s")
+    total = sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / 2**20
+    if total > CARRY_MIB:
+        say(f"{data} holds {total:.1f} MiB: with the checkout it will not travel (64 MiB a call)")
     return meta
 
 
