@@ -55,6 +55,7 @@ RUN_ELSEWHERE = {
     "bench.chip.tpu_seed": "tests/bench/test_tpu_seed.py::test_smoke_runs_in_a_venv_holding_only_what_the_device_holds",
     "bench.chip.tpu_eval": "tests/bench/test_tpu_eval.py::test_the_cpu_and_chip_parts_run_on_a_cpu_and_merge_into_a_record",
     "bench.chip.tpu_slice": "tests/bench/test_tpu_slice.py::test_the_chip_part_runs_on_a_cpu_and_merges_into_a_record",
+    "bench.chip.tpu_train_curves": "tests/bench/test_tpu_train_curves.py::test_the_smoke_trains_three_runs_on_real_text_and_merges_a_record_and_a_plot",
 }
 MODULES = {
     "bench.harness",
@@ -63,6 +64,7 @@ MODULES = {
     "bench.peers.dedup_peer",  # what bench.peers.dedup runs in the peers' venv
     "bench.chip.tpu_seed_chip",  # what bench.chip.tpu_seed's child processes run
     "bench.chip.tpu_eval_steps",  # the steps bench.chip.tpu_eval times
+    "bench.chip.tpu_train_corpus",  # the real text bench.chip.tpu_train_curves trains on
 }
 TOP_LEVEL = {"__init__.py", "harness.py", "record.py"}  # bench/'s own Python files
 KINDS = {"peers", "studies", "chip", "setup", "results"}  # its folders (bench/out/ is git-ignored output)
