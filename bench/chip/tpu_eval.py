@@ -24,10 +24,11 @@ Parts (each writes a JSON part to --out; `--merge PARTS...` writes the record be
         tokens, host to device and back included, each batch dispatched before the last is read) at 1 and 4
         rows a batch, their ratio, and the eval MFU (forward matmul FLOPs over the attended keys,
         olmax.model.flops, / the v5e's 197 TFLOP/s, olmax.train.mfu); the same model with the real
-        100,278-token head, eval only (its train state does not fit a chip). Each row runs in a process of
-        its own, the train row first, one after another, each ended past its limit (ROW_LIMIT_S) or at the
-        end of --budget-s (510 s), so the whole part fits one 10-minute device call: about 100 s for the
-        train row and 60-90 s for each eval row.
+        100,278-token head, eval only (its train state does not fit a chip). The train row runs in a
+        process of its own first, then the three eval rows together in a second (ROW_GROUPS), each process
+        ended past its rows' limits (ROW_LIMIT_S) or at the end of --budget-s (510 s), so the whole part fits
+        one 10-minute device call: on the chip ~155 s for the train row's process (~70 s of it compiling)
+        and ~135 s for an eval row in a process of its own, less together (one start of the chip).
 
 Here, from the repository root (the plan with bench/setup/setup_libtpu.sh's libtpu, no chip needed):
 
@@ -273,70 +274,95 @@ ROW_LIMIT_S = {"train": 300.0, "eval": 200.0}
 CHIP_FACTS = ("platform", "device_kind", "jax", "bytes_limit", "libtpu_init_args")
 
 
+# The chip part's processes, in order: the train row alone (its state and compile on an empty chip), then the
+# eval rows together (one start of JAX and of the chip for the three: ~15 s each saved, so the part fits one
+# call), each group ended at the sum of its rows' limits.
+ROW_GROUPS = (("train_b1",), ("eval_b1", "eval_b4", "eval_real_vocab_b1"))
+
+
 def chip_row(args: argparse.Namespace) -> int:
-    """(--row NAME, the chip part's child) one row on this process's first device, its JSON to --out with the
-    chip's facts; a failure is the row's status and error."""
+    """(--row NAME[,NAME...], the chip part's child) the rows on this process's first device, one after
+    another, the list of their JSON (each with the chip's facts) rewritten to --out after each; a failure is
+    the row's status and error."""
     if not args.smoke:  # before JAX starts the TPU backend (olmax.model.libtpu)
         from olmax.model.libtpu import libtpu_env
 
         os.environ.update(libtpu_env(dict(os.environ)))
     from bench.harness import chip_facts
 
-    (spec,) = [r for r in CHIP_ROWS if r["name"] == args.row]
     facts = chip_facts()
-    try:
-        if not args.smoke and facts["platform"] != "tpu":
-            raise RuntimeError(
-                f"the chip part measures a TPU; JAX's first device is {facts['platform']} (--smoke for the CPU)"
-            )
-        r = train_row(spec, args) if spec["kind"] == "train" else eval_row(spec, args)
-    except Exception as e:  # a row's failure is a table line, never the end of the run
-        text = f"{type(e).__name__}: {e}"
-        status = "oom" if "RESOURCE_EXHAUSTED" in text else "error"
-        r = {"spec": spec, "status": status, "error": text[:2000], "trace": traceback.format_exc()[-2000:]}
-    write_part(args.out, {**r, "chip": facts})
-    return 0 if r["status"] == "ok" else 1
+    done: list[dict] = []
+    for name in args.row.split(","):
+        (spec,) = [r for r in CHIP_ROWS if r["name"] == name]
+        try:
+            if not args.smoke and facts["platform"] != "tpu":
+                raise RuntimeError(
+                    f"the chip part measures a TPU; JAX's first device is {facts['platform']} (--smoke for the CPU)"
+                )
+            r = train_row(spec, args) if spec["kind"] == "train" else eval_row(spec, args)
+        except Exception as e:  # a row's failure is a table line, never the end of the run
+            text = f"{type(e).__name__}: {e}"
+            status = "oom" if "RESOURCE_EXHAUSTED" in text else "error"
+            r = {
+                "spec": spec,
+                "status": status,
+                "error": text[:2000],
+                "trace": traceback.format_exc()[-2000:],
+            }
+        done.append({**r, "chip": facts})
+        write_part(args.out, done)
+    return 0 if all(r["status"] == "ok" for r in done) else 1
 
 
 def part_chip(args: argparse.Namespace) -> dict:
-    """Each chip row in a process of its own, one after another (one process holds the chip at a time), the
-    train row first; the part rewritten after each row. This process never starts JAX's TPU backend."""
+    """The chip rows in the processes of ROW_GROUPS, one after another (one process holds the chip at a
+    time), the train row first; the part rewritten after each group. This process never starts JAX's TPU
+    backend."""
     from bench.harness import module_command, run_child
 
     deadline = time.monotonic() + args.budget_s
     out: dict[str, Any] = {"part": "chip", "smoke": args.smoke, "budget_s": args.budget_s, "rows": []}
     sizes = ["--batches", args.batches, "--reps", args.reps, "--steps", args.steps]
+    by_name = {r["name"]: r for r in CHIP_ROWS}
     with tempfile.TemporaryDirectory(prefix="tpu_eval_chip_") as tmp:
-        for spec in [r for r in CHIP_ROWS if not args.smoke or r["name"] in SMOKE_ROWS]:
-            name, left = spec["name"], deadline - time.monotonic()
-            if left < 30:
-                r = {"spec": spec, "status": "skipped", "error": f"--budget-s {args.budget_s:.0f} spent"}
-            else:
-                path = Path(tmp) / f"{name}.json"
-                cmd = module_command("bench.chip.tpu_eval", "--row", name, "--out", path, *sizes)
+        for group in ROW_GROUPS:
+            specs = [by_name[n] for n in group if not args.smoke or n in SMOKE_ROWS]
+            if not specs:
+                continue
+            left = deadline - time.monotonic()
+            limit = min(sum(ROW_LIMIT_S[s["kind"]] for s in specs), left)
+            got: list[dict] = []
+            run = None
+            if left >= 30:
+                path = Path(tmp) / f"{specs[0]['name']}.json"
+                names = ",".join(s["name"] for s in specs)
+                cmd = module_command("bench.chip.tpu_eval", "--row", names, "--out", path, *sizes)
                 run = run_child(
-                    cmd + (["--smoke"] if args.smoke else []),
-                    timeout_s=min(ROW_LIMIT_S[spec["kind"]], left),
-                    echo=f"[{name}] ",
+                    cmd + (["--smoke"] if args.smoke else []), timeout_s=limit, echo=f"[{names}] "
                 )
-                if path.is_file():
-                    r = json.loads(path.read_text())
+                got = json.loads(path.read_text()) if path.is_file() else []
+            for spec in specs:
+                have = [r for r in got if r["spec"]["name"] == spec["name"]]
+                if have:
+                    r = have[0]
+                elif run is None:
+                    r = {"spec": spec, "status": "skipped", "error": f"--budget-s {args.budget_s:.0f} spent"}
                 else:
-                    limit = min(ROW_LIMIT_S[spec["kind"]], left)
                     why = f"ended at {limit:.0f} s" if run.timed_out else f"exited {run.rc}"
                     r = {"spec": spec, "status": "timeout" if run.timed_out else "error", "error": why}
-                r.update(row_wall_s=run.wall_s, log_tail=run.lines[-30:])
-            facts = r.pop("chip", None)
-            if facts and "device_kind" not in out:
-                out.update({k: facts.get(k) for k in CHIP_FACTS})
-            out["rows"].append(r)
+                if run is not None:
+                    r.update(row_wall_s=run.wall_s, log_tail=run.lines[-30:])
+                facts = r.pop("chip", None)
+                if facts and "device_kind" not in out:
+                    out.update({k: facts.get(k) for k in CHIP_FACTS})
+                out["rows"].append(r)
+                shown = (
+                    f"{statistics.median(r['tokens_per_s']):,.0f} tokens/s, MFU {statistics.median(r['mfu']):.1%}"
+                    if r["status"] == "ok"
+                    else f"{r['status']}: {r['error'][:300]}"
+                )
+                print(f"{spec['name']}: {shown} (its process {r.get('row_wall_s', 0):.0f} s)", flush=True)
             write_part(args.out, out)
-            shown = (
-                f"{statistics.median(r['tokens_per_s']):,.0f} tokens/s, MFU {statistics.median(r['mfu']):.1%}"
-                if r["status"] == "ok"
-                else f"{r['status']}: {r['error'][:300]}"
-            )
-            print(f"{name}: {shown} ({r.get('row_wall_s', 0):.0f} s)", flush=True)
     return out
 
 

@@ -35,7 +35,7 @@ SMOKE_MODEL = [  # the chip part's model on a CPU (--smoke)
     "model.pad_token_id=998",
     "data.seq_len=256",
 ]
-CHIP_ROWS = [  # in the order the chip part runs them, each in a process of its own
+CHIP_ROWS = [  # in the order the chip part runs them (bench/chip/tpu_eval.py ROW_GROUPS: its processes)
     {"name": "train_b1", "kind": "train", "rows": 1, "vocab": 1024},
     {"name": "eval_b1", "kind": "eval", "rows": 1, "vocab": 1024},
     {"name": "eval_b4", "kind": "eval", "rows": 4, "vocab": 1024},

@@ -176,8 +176,9 @@ def test_the_device_command_fits_and_carries_only_ignored_folders():
 
 
 def test_a_chip_row_that_hangs_is_ended_at_its_limit_and_the_rows_after_it_still_run(tmp_path, monkeypatch):
-    """Each row is a process of its own: one that never returns is killed at its limit and recorded as a
-    timeout, the next rows still get their turn, and none starts once --budget-s is spent."""
+    """The train row and the eval rows run in processes of their own: one that never returns is killed at
+    its rows' limit and each of its rows recorded as a timeout, the next process still gets its turn, and
+    none starts once --budget-s is spent."""
     import bench.harness
 
     def hangs(module, *args, python=None):  # every row's child sleeps past its limit
@@ -190,7 +191,8 @@ def test_a_chip_row_that_hangs_is_ended_at_its_limit_and_the_rows_after_it_still
     part = tpu_eval.part_chip(args)
     assert [r["spec"]["name"] for r in part["rows"]] == [r["name"] for r in tpu_eval.CHIP_ROWS]
     assert all(r["status"] == "timeout" and r["row_wall_s"] < 30 for r in part["rows"]), part["rows"]
-    assert json.loads(out.read_text())["rows"] == part["rows"]  # rewritten after each row
+    assert len({r["row_wall_s"] for r in part["rows"]}) == len(tpu_eval.ROW_GROUPS)  # one process a group
+    assert json.loads(out.read_text())["rows"] == part["rows"]  # rewritten after each process
     args = tpu_eval.parse_args(["--part", "chip", "--out", str(out), "--budget-s", "0"])
     assert {r["status"] for r in tpu_eval.part_chip(args)["rows"]} == {"skipped"}
 
