@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, chip_facts, datasheet_peak, module_command, run_child
+from olmax.train.plan import compiled_plan_bytes
 
 RECIPE = ROOT / "configs" / "olmo3_7b_stage1.yaml"
 PEAK_V5E = datasheet_peak("TPU v5 lite")  # the v5e's bf16 dense datasheet peak
@@ -131,18 +132,6 @@ def step_flops(model_cfg, seq: int, batch: int) -> float:
     return 3.0 * forward_flops(model_cfg, seq).total * batch
 
 
-def plan_bytes(compiled) -> int | None:
-    mem = compiled.memory_analysis()
-    if mem is None:
-        return None
-    return (
-        mem.argument_size_in_bytes
-        + mem.output_size_in_bytes
-        - mem.alias_size_in_bytes
-        + mem.temp_size_in_bytes
-    )
-
-
 def build(spec: dict, smoke: bool, devices: list):
     """(model cfg, compiled step, abstract state, batch shape struct, mesh) for one row."""
     import jax
@@ -177,7 +166,7 @@ def run_row(spec: dict, args: argparse.Namespace, limit: int | None, trace_dir: 
         model_cfg, optim_cfg, compiled, mesh, compile_s = build(spec, args.smoke, jax.devices()[:1])
         out.update(
             compile_s=compile_s,
-            plan_bytes=plan_bytes(compiled),
+            plan_bytes=compiled_plan_bytes(compiled),
             kernel=resolve_impl(model_cfg.attention_impl, model_cfg.dtype, spec["seq"], model_cfg.head_dim),
             remat=describe(model_cfg.remat),
             flops_per_step=step_flops(model_cfg, spec["seq"], spec["batch"]),
@@ -874,7 +863,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
             _, _, compiled, _, compile_s = build(spec, False, list(topo.devices))
             text = compiled.as_text()
             r.update(
-                plan_bytes=plan_bytes(compiled),
+                plan_bytes=compiled_plan_bytes(compiled),
                 compile_s=compile_s,
                 tpu_custom_calls=text.count("tpu_custom_call"),
             )

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmax.train.plan import compiled_plan_bytes
+
 GIB = 1 << 30
 REPEAT = 8  # one period of 4 layers, run 8 times over: the 7B's 32 layers
 SEQ = 8192
@@ -188,13 +190,6 @@ def build(spec: tuple, smoke: bool, seq: int):
     return stack_step(cfg, n_micro), lambda: stack_args(cfg, rows, n_micro, seq)
 
 
-def plan_bytes(compiled) -> int | None:
-    m = compiled.memory_analysis()
-    if m is None:
-        return None
-    return m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
-
-
 def _again(kind: str, args: tuple, out: Any) -> tuple:
     """The next call's arguments: a stack row's weights were donated, its gradients take their place."""
     return (out, *args[1:]) if kind == "stack" else args
@@ -218,7 +213,7 @@ def run_row(spec: tuple, smoke: bool, seq: int, steps: int) -> dict[str, Any]:
         args = make_args()
         t0 = time.perf_counter()
         compiled = fn.lower(*args).compile()
-        out.update(compile_s=time.perf_counter() - t0, plan_bytes=plan_bytes(compiled))
+        out.update(compile_s=time.perf_counter() - t0, plan_bytes=compiled_plan_bytes(compiled))
         out["splash_calls"] = compiled.as_text().count("tpu_custom_call")
         args = _again(kind, args, jax.block_until_ready(compiled(*args)))  # untimed: the first run
         times = []
@@ -279,7 +274,7 @@ def check_rows(args: argparse.Namespace) -> None:
         )
         t0 = time.perf_counter()
         try:
-            size = plan_bytes(fn.lower(*abstract).compile())
+            size = compiled_plan_bytes(fn.lower(*abstract).compile())
             print(
                 f"{spec[0]}: {size / GIB:.2f} GiB, compiled in {time.perf_counter() - t0:.0f} s", flush=True
             )

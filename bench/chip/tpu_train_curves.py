@@ -59,6 +59,7 @@ from typing import Any
 
 from bench.chip import tpu_train_corpus
 from bench.harness import BENCH, ROOT, chip_facts, datasheet_peak
+from olmax.train.plan import compiled_plan_bytes
 
 RECIPE = ROOT / "configs" / "olmo3_7b_stage1.yaml"
 DATA = BENCH / "out" / "tpu_train_curves"  # what --prepare writes and the device call carries
@@ -170,18 +171,6 @@ def one_device_mesh(devices: list):
     return make_mesh(MeshConfig(data=1, fsdp=1), devices=devices[:1])
 
 
-def plan_bytes(compiled) -> int | None:
-    mem = compiled.memory_analysis()
-    if mem is None:
-        return None
-    return (
-        mem.argument_size_in_bytes
-        + mem.output_size_in_bytes
-        - mem.alias_size_in_bytes
-        + mem.temp_size_in_bytes
-    )
-
-
 def compile_step(cfg, mesh, rows: int) -> dict[str, Any]:
     """The train step (`run_train_step`, as the trainer builds it) compiled for `mesh`: the callable, its
     buffer plan, its kernel calls (the splash kernel's, forward and backward, on a TPU) and seconds."""
@@ -198,7 +187,7 @@ def compile_step(cfg, mesh, rows: int) -> dict[str, Any]:
     compiled = step.lower(abstract, {"input_ids": ids}).compile()
     return {
         "step": step.with_compiled(compiled),
-        "plan_bytes": plan_bytes(compiled),
+        "plan_bytes": compiled_plan_bytes(compiled),
         "kernel_calls": compiled.as_text().count("tpu_custom_call"),
         "compile_s": time.perf_counter() - t0,
     }
@@ -799,7 +788,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
             got = compile_step(cfg, mesh, FULL.rows)
             r.update({k: got[k] for k in ("plan_bytes", "kernel_calls", "compile_s")})
             t0 = time.perf_counter()
-            r["eval_plan_bytes"] = plan_bytes(compile_heldout(cfg, mesh, FULL.rows).compiled)
+            r["eval_plan_bytes"] = compiled_plan_bytes(compile_heldout(cfg, mesh, FULL.rows).compiled)
             r["eval_compile_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             compile_init(cfg, mesh, 0)

@@ -208,6 +208,15 @@ class Compiled:
         return m.get("argument", 0) + m.get("output", 0) - m.get("alias", 0) + m.get("temp", 0)
 
 
+def compiled_plan_bytes(compiled: Any) -> int | None:
+    """What a compiled XLA program holds on a chip: argument + output - aliased + temporaries of its memory
+    analysis (FIELD-NOTES: XLA's plan); None when the backend gives none."""
+    m = compiled.memory_analysis()
+    if m is None:
+        return None
+    return m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+
+
 def _oom_line(text: str) -> str:
     for line in text.splitlines():
         if "RESOURCE_EXHAUSTED" in line or "exceeds" in line or "Ran out of memory" in line:

@@ -19,9 +19,16 @@ import pytest
 
 from olmax.train.hosts import LOST_PROCESS, PREEMPTED
 from olmax.train.run_mirror import RunMirror
-from tests.evals.tokenizer_testdata import make_tokenizer
 from tests.object_stores import free_port
-from tests.train.train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
+from tests.train.train_testdata import (
+    in_loop_evals,
+    losses,
+    run_train,
+    train_cmd,
+    train_env,
+    write_config,
+    write_mix,
+)
 
 pytestmark = pytest.mark.slow  # several runs of two JAX processes each: about a minute a test
 
@@ -34,17 +41,7 @@ def reference(tmp_path_factory):
     """The data, the configs and the uninterrupted run on one process with 4 devices."""
     root = tmp_path_factory.mktemp("pod")
     mix = write_mix(root / "data")
-    held = root / "held.jsonl"
-    held.write_text(
-        "".join(
-            json.dumps({"id": f"h{i}", "text": t}) + "\n"
-            for i, t in enumerate(
-                ["The quick brown fox jumps over the lazy dog.", "def add(a, b): return a + b"]
-            )
-        )
-    )
-    tok = make_tokenizer(root / "tokenizer.json")
-    evals = {"eval_sets": [f"held={held}"], "eval_limit": 0, "eval_tokenizer": str(tok)}
+    evals = in_loop_evals(root)
     configs = {
         every: write_config(
             root / f"every{every}.yaml", mix, steps=LONG, checkpoint={"every": every, "keep": 2}, train=evals

@@ -16,8 +16,15 @@ import time
 
 import pytest
 
-from tests.evals.tokenizer_testdata import make_tokenizer
-from tests.train.train_testdata import losses, run_train, train_cmd, train_env, write_config, write_mix
+from tests.train.train_testdata import (
+    in_loop_evals,
+    losses,
+    run_train,
+    train_cmd,
+    train_env,
+    write_config,
+    write_mix,
+)
 
 pytestmark = pytest.mark.slow  # three short trainings and three watchers per store: about a minute each
 
@@ -34,22 +41,12 @@ def cli(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedP
 def local_run(tmp_path_factory):
     """The uninterrupted local run and its watcher's records: what the bucket run must equal."""
     root = tmp_path_factory.mktemp("bucket-train")
-    tok = make_tokenizer(root / "tokenizer.json")
-    held = root / "held.jsonl"
-    held.write_text(
-        "".join(
-            json.dumps({"id": f"h{i}", "text": t}) + "\n"
-            for i, t in enumerate(
-                ["The quick brown fox jumps over the lazy dog.", "def add(a, b): return a + b"]
-            )
-        )
-    )
     config = write_config(
         root / "tiny.yaml",
         write_mix(root / "data"),
         steps=STEPS,
         checkpoint={"every": EVERY, "keep": KEEP},
-        train={"eval_sets": [f"held={held}"], "eval_limit": 0, "eval_tokenizer": str(tok)},
+        train=in_loop_evals(root),
     )
     env = train_env(1)
     run_train(config, root / "ref")

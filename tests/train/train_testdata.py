@@ -111,3 +111,16 @@ def run_train(config: str, run_dir: Path, *args: str, devices: int = 1, timeout:
     )
     assert p.returncode == 0, f"olmax train failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
     return p.stdout + p.stderr
+
+
+HELD_TEXTS = ("The quick brown fox jumps over the lazy dog.", "def add(a, b): return a + b")
+
+
+def in_loop_evals(root: Path) -> dict:
+    """A two-document held-out set and a tokenizer under `root`, as the `train` area's eval settings."""
+    from tests.evals.tokenizer_testdata import make_tokenizer
+
+    held = root / "held.jsonl"
+    held.write_text("".join(json.dumps({"id": f"h{i}", "text": t}) + "\n" for i, t in enumerate(HELD_TEXTS)))
+    tok = make_tokenizer(root / "tokenizer.json")
+    return {"eval_sets": [f"held={held}"], "eval_limit": 0, "eval_tokenizer": str(tok)}
