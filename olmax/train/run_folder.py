@@ -79,7 +79,7 @@ class RunFolder:
 
     def step_url(self, step: int) -> str:
         """Where step `step` is read from by a rerun: the bucket's or the local folder's step."""
-        base = self.url.rstrip("/") if self.mirror is not None else str(self.local)
+        base = self.url.rstrip("/") if self.mirror is not None else str(self.local.resolve())
         return f"{base}/{CHECKPOINTS}/{step}"
 
     def checkpointer(self, cfg: CheckpointConfig):
